@@ -1,0 +1,176 @@
+//! Addresses and byte ranges.
+//!
+//! Every range in dispatchscope is half-open: `start..end` holds the bytes `start <= b < end`.
+//! Addresses serialise as `"0x…"` strings so that JSON keeps 64-bit values exact and readable.
+//! Nothing here knows about rules; it is arithmetic only.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A half-open range of bytes, `start..end`, in guest or device address space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ByteRange {
+    /// First byte in the range.
+    #[serde(with = "hex")]
+    pub start: u64,
+    /// One past the last byte in the range.
+    #[serde(with = "hex")]
+    pub end: u64,
+}
+
+impl ByteRange {
+    /// The range `start..end`. `end < start` is clamped to an empty range at `start`.
+    pub fn new(start: u64, end: u64) -> Self {
+        Self {
+            start,
+            end: end.max(start),
+        }
+    }
+
+    /// The range of `size_bytes` bytes from `start`, or `None` if it would pass `u64::MAX`.
+    pub fn from_base_size(start: u64, size_bytes: u64) -> Option<Self> {
+        start.checked_add(size_bytes).map(|end| Self { start, end })
+    }
+
+    /// Number of bytes in the range.
+    pub fn size_bytes(&self) -> u64 {
+        self.end - self.start
+    }
+
+    /// Whether the range holds no byte.
+    pub fn is_empty(&self) -> bool {
+        self.end <= self.start
+    }
+
+    /// Whether `addr` lies in the range.
+    pub fn contains(&self, addr: u64) -> bool {
+        self.start <= addr && addr < self.end
+    }
+
+    /// Whether `other` lies wholly inside this range.
+    pub fn contains_range(&self, other: &ByteRange) -> bool {
+        self.start <= other.start && other.end <= self.end
+    }
+
+    /// The bytes both ranges hold, if any.
+    pub fn intersection(&self, other: &ByteRange) -> Option<ByteRange> {
+        let start = self.start.max(other.start);
+        let end = self.end.min(other.end);
+        (start < end).then_some(ByteRange { start, end })
+    }
+
+    /// Whether the two ranges share at least one byte.
+    pub fn overlaps(&self, other: &ByteRange) -> bool {
+        self.intersection(other).is_some()
+    }
+}
+
+impl fmt::Display for ByteRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}..{:#x}", self.start, self.end)
+    }
+}
+
+/// Formats a value as `0x…`, the way reports and the CLI print addresses.
+pub fn hex(value: u64) -> String {
+    format!("{value:#x}")
+}
+
+/// Parses `0x…` (hex) or plain decimal, as samples and CLI flags write numbers.
+pub fn parse_u64(text: &str) -> Option<u64> {
+    let t = text.trim().replace('_', "");
+    if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16).ok()
+    } else {
+        t.parse().ok()
+    }
+}
+
+/// serde helpers: a `u64` as a `"0x…"` string; reading also accepts a JSON number or a decimal
+/// string.
+pub mod hex {
+    use serde::{Deserialize, Deserializer, Serializer, de};
+
+    /// Writes `value` as `"0x…"`.
+    pub fn serialize<S: Serializer>(value: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{value:#x}"))
+    }
+
+    /// Reads `"0x…"`, a decimal string, or a JSON number.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            N(u64),
+            S(String),
+        }
+        match Either::deserialize(d)? {
+            Either::N(n) => Ok(n),
+            Either::S(s) => super::parse_u64(&s).ok_or_else(|| {
+                de::Error::invalid_value(de::Unexpected::Str(&s), &"a \"0x…\" or decimal number")
+            }),
+        }
+    }
+
+    /// The same for `Option<u64>`.
+    pub mod option {
+        use serde::{Deserialize, Deserializer, Serializer};
+
+        /// Writes `Some(v)` as `"0x…"` and `None` as `null`.
+        pub fn serialize<S: Serializer>(value: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+            match value {
+                Some(v) => super::serialize(v, s),
+                None => s.serialize_none(),
+            }
+        }
+
+        /// Reads `null` or a number as [`super::deserialize`] does.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+            #[derive(Deserialize)]
+            struct W(#[serde(with = "super")] u64);
+            Ok(Option::<W>::deserialize(d)?.map(|w| w.0))
+        }
+    }
+
+    /// The same for `Vec<u64>`.
+    pub mod vec {
+        use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+        #[derive(Serialize, Deserialize)]
+        struct W(#[serde(with = "super")] u64);
+
+        /// Writes each value as `"0x…"`.
+        pub fn serialize<S: Serializer>(values: &[u64], s: S) -> Result<S::Ok, S::Error> {
+            let w: Vec<W> = values.iter().map(|v| W(*v)).collect();
+            w.serialize(s)
+        }
+
+        /// Reads a list of numbers as [`super::deserialize`] does.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+            Ok(Vec::<W>::deserialize(d)?.into_iter().map(|w| w.0).collect())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_open_intersection() {
+        let a = ByteRange::new(0, 0x20);
+        let b = ByteRange::new(0x20, 0x40);
+        assert!(!a.overlaps(&b), "touching ranges share no byte");
+        let c = ByteRange::new(0x1f, 0x21);
+        assert_eq!(a.intersection(&c), Some(ByteRange::new(0x1f, 0x20)));
+    }
+
+    #[test]
+    fn parse_accepts_hex_and_decimal() {
+        assert_eq!(parse_u64("0x100"), Some(256));
+        assert_eq!(parse_u64("256"), Some(256));
+        assert_eq!(parse_u64("0x4000_03e1"), Some(0x4000_03e1));
+        assert_eq!(parse_u64("zz"), None);
+    }
+}

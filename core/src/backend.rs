@@ -1,0 +1,166 @@
+//! The narrow trait through which the engine reaches a device, and the CPU reference behind it.
+//!
+//! A [`Backend`] imports and releases pieces of guest memory (M1–M5), places the chunk table (T6)
+//! and runs a prepared [`Job`] (the access stream with its routes decided). The engine decides
+//! everything else, so the CPU reference and a Vulkan device run the same plan and their outcomes
+//! can be compared word for word. The CPU reference keeps its own simulated device address space.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::addr::ByteRange;
+use crate::chunk_table::ChunkTable;
+use crate::exec::{Job, Outcome, run_job};
+use crate::input::DeviceLimits;
+use crate::memory::GuestMemory;
+use crate::report::Placement;
+
+/// A backend's failure: each names the piece, the call and the device's answer.
+#[derive(Clone, Debug, PartialEq, Eq, Error, Serialize, Deserialize)]
+#[allow(missing_docs, reason = "the messages document the fields")]
+pub enum BackendError {
+    #[error("importing {piece} failed: {why}")]
+    Import { piece: ByteRange, why: String },
+    #[error("no import starts at device address {device_base:#x}")]
+    UnknownImport { device_base: u64 },
+    #[error("the device failed to run the dispatch: {0}")]
+    Execute(String),
+    #[error("the device failed to place the chunk table of {bytes:#x} bytes: {why}")]
+    Table { bytes: u64, why: String },
+}
+
+/// A device the engine can run dispatches on.
+pub trait Backend {
+    /// The device's name, for reports.
+    fn name(&self) -> String;
+
+    /// The device's real limits, if it has any; the planner uses them over the configured ones.
+    fn limits(&self) -> Option<DeviceLimits> {
+        None
+    }
+
+    /// M1: imports guest bytes `piece` (page-aligned, committed, private, read-write) and
+    /// returns the device address of its first byte.
+    fn import(&mut self, piece: ByteRange, memory: &GuestMemory) -> Result<u64, BackendError>;
+
+    /// M4: releases the import at `device_base`.
+    fn release(&mut self, device_base: u64) -> Result<(), BackendError>;
+
+    /// T6: places the table on the device and returns its device address and where it lies.
+    fn place_table(
+        &mut self,
+        table: &ChunkTable,
+        budget_bytes: u64,
+    ) -> Result<(u64, Placement), BackendError>;
+
+    /// Runs a prepared job against guest memory. Device stores land in `memory` directly (they
+    /// pass the write-watch by, C1); the engine does the write-back and hand-off afterwards.
+    fn execute(
+        &mut self,
+        job: &Job<'_>,
+        table: Option<&ChunkTable>,
+        memory: &mut GuestMemory,
+    ) -> Result<Outcome, BackendError>;
+
+    /// Device calls made so far (imports, releases, table uploads), for "an unchanged generation
+    /// makes none" checks.
+    fn calls(&self) -> u64;
+}
+
+/// The CPU reference: a simulated device address space over guest memory.
+#[derive(Debug)]
+pub struct CpuBackend {
+    /// Imports by device base: (guest range).
+    imports: BTreeMap<u64, ByteRange>,
+    next_device: u64,
+    calls: u64,
+}
+
+/// Where the CPU reference's simulated device address space starts. Far from any guest address
+/// the samples use, so a device address mistaken for a guest one is caught.
+pub const CPU_DEVICE_BASE: u64 = 0x0000_7f00_0000_0000;
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        Self {
+            imports: BTreeMap::new(),
+            next_device: CPU_DEVICE_BASE,
+            calls: 0,
+        }
+    }
+}
+
+impl CpuBackend {
+    /// A fresh CPU reference.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The guest address behind device address `device`, if an import holds it.
+    pub fn guest_from_device(&self, device: u64) -> Option<u64> {
+        let (base, guest) = self.imports.range(..=device).next_back()?;
+        let off = device - base;
+        (off < guest.size_bytes()).then_some(guest.start + off)
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        "cpu-reference".to_owned()
+    }
+
+    fn import(&mut self, piece: ByteRange, _memory: &GuestMemory) -> Result<u64, BackendError> {
+        self.calls += 1;
+        if piece.is_empty() {
+            return Err(BackendError::Import {
+                piece,
+                why: "an empty piece".into(),
+            });
+        }
+        // Keep the guest's offset within 64 KiB so that device addresses share the guest's low
+        // bits (as a host pointer to a page-aligned allocation would), then leave a gap.
+        let base = self.next_device + (piece.start & 0xffff);
+        self.next_device = (base + piece.size_bytes() + 0x1_0000 + 0xffff) & !0xffff;
+        self.imports.insert(base, piece);
+        Ok(base)
+    }
+
+    fn release(&mut self, device_base: u64) -> Result<(), BackendError> {
+        self.calls += 1;
+        self.imports
+            .remove(&device_base)
+            .map(|_| ())
+            .ok_or(BackendError::UnknownImport { device_base })
+    }
+
+    fn place_table(
+        &mut self,
+        table: &ChunkTable,
+        budget_bytes: u64,
+    ) -> Result<(u64, Placement), BackendError> {
+        self.calls += 1;
+        let bytes = table.capacity() as u64 * crate::chunk_table::SLOT_BYTES as u64;
+        let placement = if bytes <= budget_bytes {
+            Placement::DeviceLocal
+        } else {
+            Placement::HostVisible
+        };
+        Ok((0x0000_7e00_0000_0000, placement))
+    }
+
+    fn execute(
+        &mut self,
+        job: &Job<'_>,
+        table: Option<&ChunkTable>,
+        memory: &mut GuestMemory,
+    ) -> Result<Outcome, BackendError> {
+        let translate = |device: u64| self.guest_from_device(device);
+        Ok(run_job(job, table, memory, &translate))
+    }
+
+    fn calls(&self) -> u64 {
+        self.calls
+    }
+}

@@ -1,0 +1,241 @@
+//! The CPU reference's execution of a prepared access stream: holders with write masks (O8, O9),
+//! device-addressed accesses through the chunk table with two lookups each (T5), misses that read
+//! zero and store nothing (T4), dirty marks (C1), LDS and scratch (P1).
+//!
+//! [`run_job`] decides nothing: routes, holders and formats arrive decided in a [`Job`]; the
+//! engine reports what came out. A device backend must produce the same [`Outcome`].
+
+use std::collections::HashMap;
+
+use crate::addr::ByteRange;
+use crate::chunk_table::ChunkTable;
+use crate::input::{Access, Format, Op};
+use crate::memory::GuestMemory;
+
+/// Where an access goes, decided by the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Planned {
+    /// A holder's buffer (index into [`Job::holders`]) at a byte offset in holder coordinates.
+    Bound {
+        /// Index into [`Job::holders`].
+        holder: usize,
+        /// Byte offset in the holder's buffer.
+        offset: u64,
+    },
+    /// Guest memory by device address.
+    Device {
+        /// The guest address.
+        address: u64,
+    },
+    /// The workgroup's LDS.
+    Lds {
+        /// Byte offset.
+        offset: u64,
+    },
+    /// The lane's scratch.
+    Scratch {
+        /// Byte offset.
+        offset: u64,
+    },
+}
+
+/// One access of a job.
+#[derive(Clone, Copy, Debug)]
+pub struct PlannedAccess<'a> {
+    /// The recorded access.
+    pub access: &'a Access,
+    /// Where it goes.
+    pub route: Planned,
+    /// The format it converts by, for a format access (W1, W2).
+    pub format: Option<Format>,
+}
+
+/// A prepared dispatch.
+#[derive(Clone, Debug, Default)]
+pub struct Job<'a> {
+    /// The accesses, in stream order.
+    pub accesses: Vec<PlannedAccess<'a>>,
+    /// Each holder's widened guest range (O5), uploaded once (O8).
+    pub holders: Vec<ByteRange>,
+    /// Bytes of LDS per workgroup.
+    pub lds_bytes: u32,
+    /// Bytes of scratch per lane.
+    pub scratch_bytes_per_lane: u32,
+}
+
+/// What one access did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AccessOutcome {
+    /// Values read (load) or written (store).
+    pub values: Vec<u32>,
+    /// Device address of the first byte, when its chunk was found.
+    pub device_address: Option<u64>,
+    /// Table slots the two lookups found (T5): first byte's chunk, last byte's chunk.
+    pub slots: [Option<usize>; 2],
+    /// The first guest address no mapping held (T4).
+    pub escaped_at: Option<u64>,
+}
+
+/// What a job did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// One per access.
+    pub accesses: Vec<AccessOutcome>,
+    /// C1: one mark word per table slot, counting the stores that marked it.
+    pub marks: Vec<u32>,
+    /// Each holder's buffer after the dispatch.
+    pub holders: Vec<Vec<u8>>,
+    /// Each holder's write mask: one word per data word (O9).
+    pub masks: Vec<Vec<u32>>,
+}
+
+fn bytes_of(access: &Access, format: Option<Format>) -> Vec<u8> {
+    match format {
+        Some(f) => f.encode(&access.values),
+        None => {
+            let mut b: Vec<u8> = access.values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            b.resize(access.size_bytes as usize, 0);
+            b
+        }
+    }
+}
+
+fn values_of(bytes: &[u8], format: Option<Format>) -> Vec<u32> {
+    match format {
+        Some(f) => f.decode(bytes),
+        None => bytes
+            .chunks(4)
+            .map(|c| {
+                let mut w = [0u8; 4];
+                w[..c.len()].copy_from_slice(c);
+                u32::from_le_bytes(w)
+            })
+            .collect(),
+    }
+}
+
+/// Runs a job on the CPU. `translate` turns a device address into the guest address behind it
+/// (the CPU reference's simulated address space).
+pub fn run_job(
+    job: &Job<'_>,
+    table: Option<&ChunkTable>,
+    memory: &mut GuestMemory,
+    translate: &dyn Fn(u64) -> Option<u64>,
+) -> Outcome {
+    puffin::profile_function!();
+    let mut out = Outcome {
+        accesses: Vec::with_capacity(job.accesses.len()),
+        marks: vec![0; table.map_or(0, |t| t.capacity())],
+        holders: Vec::with_capacity(job.holders.len()),
+        masks: Vec::with_capacity(job.holders.len()),
+    };
+    // O8: each holder uploaded once, from its widened range.
+    for h in &job.holders {
+        let size = h.size_bytes() as usize;
+        let mut buf = vec![0u8; size.div_ceil(4) * 4];
+        memory.read_bytes(h.start, &mut buf[..size]);
+        out.holders.push(buf);
+        out.masks.push(vec![0; size.div_ceil(4)]);
+    }
+    let mut lds: HashMap<u32, Vec<u8>> = HashMap::new();
+    let mut scratch: HashMap<(u32, u32, u32), Vec<u8>> = HashMap::new();
+    for pa in &job.accesses {
+        let a = pa.access;
+        let size = a.size_bytes as usize;
+        let mut res = AccessOutcome::default();
+        match pa.route {
+            Planned::Bound { holder, offset } => {
+                let (buf, mask) = (&mut out.holders[holder], &mut out.masks[holder]);
+                let o = offset as usize;
+                match a.op {
+                    Op::Load => res.values = values_of(&buf[o..o + size], pa.format),
+                    Op::Store => {
+                        let bytes = bytes_of(a, pa.format);
+                        buf[o..o + bytes.len()].copy_from_slice(&bytes);
+                        // O9: every word the store touches.
+                        for w in o / 4..=(o + bytes.len() - 1) / 4 {
+                            mask[w] = 1;
+                        }
+                        res.values = a.values.clone();
+                    }
+                }
+            }
+            Planned::Lds { offset } | Planned::Scratch { offset } => {
+                let mem = match pa.route {
+                    Planned::Lds { .. } => lds
+                        .entry(a.workgroup)
+                        .or_insert_with(|| vec![0; job.lds_bytes as usize]),
+                    _ => scratch
+                        .entry((a.workgroup, a.wave, a.lane))
+                        .or_insert_with(|| vec![0; job.scratch_bytes_per_lane as usize]),
+                };
+                let o = offset as usize;
+                match a.op {
+                    Op::Load => res.values = values_of(&mem[o..o + size], pa.format),
+                    Op::Store => {
+                        let bytes = bytes_of(a, pa.format);
+                        mem[o..o + bytes.len()].copy_from_slice(&bytes);
+                        res.values = a.values.clone();
+                    }
+                }
+            }
+            Planned::Device { address } => {
+                let Some(table) = table else {
+                    res.escaped_at = Some(address);
+                    res.values = values_of(&vec![0; size], pa.format);
+                    out.accesses.push(res);
+                    continue;
+                };
+                // T5: two lookups, the first byte's chunk and the last byte's chunk.
+                let shift = table.chunk_shift();
+                let last = address.saturating_add(size as u64 - 1);
+                let (c0, c1) = (address >> shift, last >> shift);
+                let s0 = table.lookup_slot(c0);
+                let s1 = if c1 == c0 { s0 } else { table.lookup_slot(c1) };
+                res.slots = [s0, if c1 == c0 { None } else { s1 }];
+                let dev = |slot: Option<usize>, addr: u64| {
+                    slot.map(|s| table.slots()[s].device_addr + (addr & ((1u64 << shift) - 1)))
+                };
+                res.device_address = dev(s0, address);
+                let byte_home = |i: usize| {
+                    let addr = address + i as u64;
+                    let slot = if addr >> shift == c0 { s0 } else { s1 };
+                    dev(slot, addr).and_then(translate)
+                };
+                match a.op {
+                    Op::Load => {
+                        let mut bytes = vec![0u8; size];
+                        for (i, b) in bytes.iter_mut().enumerate() {
+                            match byte_home(i) {
+                                Some(g) => memory.read_bytes(g, std::slice::from_mut(b)),
+                                None => {
+                                    res.escaped_at.get_or_insert(address + i as u64);
+                                }
+                            }
+                        }
+                        res.values = values_of(&bytes, pa.format);
+                    }
+                    Op::Store => {
+                        let bytes = bytes_of(a, pa.format);
+                        for (i, b) in bytes.iter().enumerate() {
+                            match byte_home(i) {
+                                Some(g) => memory.write_bytes(g, std::slice::from_ref(b)),
+                                None => {
+                                    res.escaped_at.get_or_insert(address + i as u64);
+                                }
+                            }
+                        }
+                        // C1: each store marks its chunks' slots.
+                        let second = if c1 == c0 { None } else { s1 };
+                        for s in [s0, second].into_iter().flatten() {
+                            out.marks[s] += 1;
+                        }
+                        res.values = a.values.clone();
+                    }
+                }
+            }
+        }
+        out.accesses.push(res);
+    }
+    out
+}

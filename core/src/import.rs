@@ -1,0 +1,427 @@
+//! M1–M5: host-imported mappings of guest memory into the device's address space.
+//!
+//! [`Mappings`] keeps the pieces mapped, the pieces left out and why, what was dropped and when,
+//! and the generation the mappings were made for. It asks a [`Backend`] to import and release
+//! pieces, and queues the piece changes the chunk table must follow. It never runs a dispatch and
+//! never decides whether a dispatch is device-addressed.
+
+use std::collections::BTreeMap;
+
+use crate::addr::ByteRange;
+use crate::backend::{Backend, BackendError};
+use crate::memory::{GuestMemory, PageState};
+use crate::report::{EscapeClass, LeftOutReason, LeftOutReport, PieceReport, When};
+
+/// A piece of a readable run imported into the device's address space.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Its guest bytes.
+    pub guest: ByteRange,
+    /// The device address of its first byte.
+    pub device_base: u64,
+    /// The reservation it lies in.
+    pub reservation: u64,
+    /// The dispatch it was mapped before.
+    pub mapped_before_dispatch: u64,
+    /// Mapped by an M5 revisit.
+    pub by_revisit: bool,
+}
+
+/// A change the chunk table must follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PieceChange {
+    /// A piece was imported.
+    Added(Piece),
+    /// A piece was dropped.
+    Removed(Piece),
+}
+
+/// Why a mapping was dropped (M4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DroppedRange {
+    /// The guest bytes that lost their mapping.
+    pub guest: ByteRange,
+    /// When.
+    pub when: When,
+    /// Released (the reservation went) or decommitted.
+    pub released: bool,
+}
+
+/// What a full mapping (M1–M3) did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MapStats {
+    /// M2: pages committed.
+    pub committed_pages: u64,
+    /// M2: guards released.
+    pub guards_released: u64,
+    /// M2: pages noted written.
+    pub pages_noted_written: u64,
+}
+
+/// The mappings of one device (M1–M5).
+#[derive(Debug, Default)]
+pub struct Mappings {
+    pieces: BTreeMap<u64, Piece>,
+    left_out: BTreeMap<u64, LeftOutReport>,
+    dropped: Vec<DroppedRange>,
+    mapped_generation: Option<u64>,
+    remaps: u64,
+    imports_made: u64,
+    imports_dropped: u64,
+    changes: Vec<PieceChange>,
+}
+
+fn category(p: &PageState) -> Option<LeftOutReason> {
+    if !p.committed {
+        Some(LeftOutReason::NotCommitted)
+    } else if p.backing != crate::memory::Backing::Private {
+        Some(LeftOutReason::NotPrivate)
+    } else if !p.mappable() {
+        Some(LeftOutReason::NotReadWrite)
+    } else {
+        None
+    }
+}
+
+/// Splits `range` into maximal stretches of pages with the same M3 category.
+fn stretches(memory: &GuestMemory, range: ByteRange) -> Vec<(ByteRange, Option<LeftOutReason>)> {
+    let page = memory.page_bytes();
+    let mut out: Vec<(ByteRange, Option<LeftOutReason>)> = Vec::new();
+    memory.for_pages(range, |addr, p| {
+        let c = category(p);
+        match out.last_mut() {
+            Some((r, last)) if *last == c && r.end == addr => r.end = addr + page,
+            _ => out.push((ByteRange::new(addr, addr + page), c)),
+        }
+    });
+    out
+}
+
+impl Mappings {
+    /// No mappings yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The generation the mappings were made for, if any were made.
+    pub fn mapped_generation(&self) -> Option<u64> {
+        self.mapped_generation
+    }
+
+    /// Full mappings made so far.
+    pub fn remaps(&self) -> u64 {
+        self.remaps
+    }
+
+    /// Mapped pieces, by guest address.
+    pub fn pieces(&self) -> impl Iterator<Item = &Piece> {
+        self.pieces.values()
+    }
+
+    /// Left-out pieces, by guest address.
+    pub fn left_out(&self) -> impl Iterator<Item = &LeftOutReport> {
+        self.left_out.values()
+    }
+
+    /// Takes the piece changes queued for the chunk table.
+    pub fn take_changes(&mut self) -> Vec<PieceChange> {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// Takes the import counters (made, dropped) since they were last taken.
+    pub fn take_import_counts(&mut self) -> (u64, u64) {
+        let c = (self.imports_made, self.imports_dropped);
+        self.imports_made = 0;
+        self.imports_dropped = 0;
+        c
+    }
+
+    /// The piece holding guest `addr`, if one does.
+    pub fn piece_at(&self, addr: u64) -> Option<&Piece> {
+        self.pieces
+            .range(..=addr)
+            .next_back()
+            .map(|(_, p)| p)
+            .filter(|p| p.guest.contains(addr))
+    }
+
+    /// Whether any mapped piece overlaps `range`.
+    pub fn overlaps(&self, range: ByteRange) -> bool {
+        self.pieces
+            .range(..range.end)
+            .next_back()
+            .is_some_and(|(_, p)| p.guest.end > range.start)
+            || self
+                .pieces
+                .range(range.start..range.end)
+                .next()
+                .is_some()
+    }
+
+    /// M4: whether the generation moved since the mappings were made.
+    pub fn stale(&self, memory: &GuestMemory) -> bool {
+        self.mapped_generation != Some(memory.generation())
+    }
+
+    fn import(
+        &mut self,
+        backend: &mut dyn Backend,
+        memory: &GuestMemory,
+        guest: ByteRange,
+        reservation: u64,
+        before: u64,
+        by_revisit: bool,
+    ) -> Result<(), BackendError> {
+        let device_base = backend.import(guest, memory)?;
+        let piece = Piece {
+            guest,
+            device_base,
+            reservation,
+            mapped_before_dispatch: before,
+            by_revisit,
+        };
+        self.imports_made += 1;
+        self.dropped.retain(|d| !d.guest.overlaps(&guest));
+        self.pieces.insert(guest.start, piece);
+        self.changes.push(PieceChange::Added(piece));
+        Ok(())
+    }
+
+    fn release_piece(&mut self, backend: &mut dyn Backend, start: u64) -> Result<Option<Piece>, BackendError> {
+        let Some(piece) = self.pieces.remove(&start) else {
+            return Ok(None);
+        };
+        backend.release(piece.device_base)?;
+        self.imports_dropped += 1;
+        self.changes.push(PieceChange::Removed(piece));
+        Ok(Some(piece))
+    }
+
+    /// M1–M4: maps every readable run again for the current generation. M2 commits each run,
+    /// releases its guards and notes its pages written; M3 maps only committed, private,
+    /// read-write pieces. Pieces that are already mapped with the same bytes are kept (no backend
+    /// call), so an unchanged run costs nothing.
+    pub fn map_all(
+        &mut self,
+        memory: &mut GuestMemory,
+        backend: &mut dyn Backend,
+        before: u64,
+    ) -> Result<MapStats, BackendError> {
+        puffin::profile_function!();
+        let mut stats = MapStats::default();
+        let runs = memory.readable_runs();
+        let page = memory.page_bytes();
+        let mut wanted: BTreeMap<u64, (ByteRange, u64)> = BTreeMap::new();
+        let mut left_out = BTreeMap::new();
+        for run in &runs {
+            let (committed, released) = memory.commit_for_mapping(run.range);
+            stats.committed_pages += committed;
+            stats.guards_released += released;
+            stats.pages_noted_written += run.range.size_bytes() / page;
+            for (r, cat) in stretches(memory, run.range) {
+                match cat {
+                    None => {
+                        wanted.insert(r.start, (r, run.reservation));
+                    }
+                    Some(reason) => {
+                        left_out.insert(r.start, LeftOutReport { guest: r, reason });
+                    }
+                }
+            }
+        }
+        let existing: Vec<Piece> = self.pieces.values().copied().collect();
+        for p in existing {
+            if wanted.get(&p.guest.start).map(|w| w.0) != Some(p.guest) {
+                self.release_piece(backend, p.guest.start)?;
+            } else {
+                wanted.remove(&p.guest.start);
+            }
+        }
+        for (_, (r, reservation)) in wanted {
+            self.import(backend, memory, r, reservation, before, false)?;
+        }
+        self.left_out = left_out;
+        self.mapped_generation = Some(memory.generation());
+        self.remaps += 1;
+        Ok(stats)
+    }
+
+    /// M5 (D968): looks again at the left-out pieces over `range` and maps what has become
+    /// committed, private and read-write. Returns the pieces mapped.
+    pub fn revisit(
+        &mut self,
+        memory: &GuestMemory,
+        backend: &mut dyn Backend,
+        range: ByteRange,
+        before: u64,
+    ) -> Result<Vec<ByteRange>, BackendError> {
+        let hits: Vec<LeftOutReport> = self
+            .left_out
+            .values()
+            .filter(|l| l.guest.overlaps(&range))
+            .cloned()
+            .collect();
+        let mut mapped = Vec::new();
+        for l in hits {
+            self.left_out.remove(&l.guest.start);
+            let reservation = memory
+                .reservation_at(l.guest.start)
+                .map_or(l.guest.start, |r| r.range.start);
+            for (r, cat) in stretches(memory, l.guest) {
+                match cat {
+                    None => {
+                        self.import(backend, memory, r, reservation, before, true)?;
+                        mapped.push(r);
+                    }
+                    Some(reason) => {
+                        self.left_out.insert(r.start, LeftOutReport { guest: r, reason });
+                    }
+                }
+            }
+        }
+        Ok(mapped)
+    }
+
+    /// M4: drops every mapping over `range` before its host memory goes (decommit or release).
+    /// The parts of a dropped piece outside `range` that are still mappable are imported again.
+    /// Call it before the memory change is applied; then call [`Mappings::after_host_memory_gone`].
+    pub fn drop_over(
+        &mut self,
+        backend: &mut dyn Backend,
+        range: ByteRange,
+        when: When,
+        released: bool,
+    ) -> Result<Vec<Piece>, BackendError> {
+        let starts: Vec<u64> = self
+            .pieces
+            .values()
+            .filter(|p| p.guest.overlaps(&range))
+            .map(|p| p.guest.start)
+            .collect();
+        let mut dropped = Vec::new();
+        for s in starts {
+            if let Some(p) = self.release_piece(backend, s)? {
+                if let Some(gone) = p.guest.intersection(&range) {
+                    self.dropped.push(DroppedRange {
+                        guest: gone,
+                        when,
+                        released,
+                    });
+                }
+                dropped.push(p);
+            }
+        }
+        Ok(dropped)
+    }
+
+    /// After host memory over `range` went: re-imports what is left of the pieces dropped over it,
+    /// and records the pages now uncommitted as left out (or forgets them if released).
+    pub fn after_host_memory_gone(
+        &mut self,
+        memory: &GuestMemory,
+        backend: &mut dyn Backend,
+        dropped: &[Piece],
+        range: ByteRange,
+        released: bool,
+    ) -> Result<(), BackendError> {
+        for p in dropped {
+            for part in [
+                ByteRange::new(p.guest.start, range.start.max(p.guest.start).min(p.guest.end)),
+                ByteRange::new(range.end.max(p.guest.start).min(p.guest.end), p.guest.end),
+            ] {
+                if part.is_empty() {
+                    continue;
+                }
+                for (r, cat) in stretches(memory, part) {
+                    match cat {
+                        None => self.import(backend, memory, r, p.reservation, p.mapped_before_dispatch, p.by_revisit)?,
+                        Some(reason) => {
+                            self.left_out.insert(r.start, LeftOutReport { guest: r, reason });
+                        }
+                    }
+                }
+            }
+            if !released && let Some(gone) = p.guest.intersection(&range) {
+                for (r, cat) in stretches(memory, gone) {
+                    if let Some(reason) = cat {
+                        self.left_out.insert(r.start, LeftOutReport { guest: r, reason });
+                    }
+                }
+            }
+        }
+        if released {
+            self.left_out.retain(|_, l| !l.guest.overlaps(&range));
+        } else {
+            // Left-out pieces over the range change reason (now not committed).
+            let over: Vec<LeftOutReport> = self
+                .left_out
+                .values()
+                .filter(|l| l.guest.overlaps(&range))
+                .cloned()
+                .collect();
+            for l in over {
+                self.left_out.remove(&l.guest.start);
+                for (r, cat) in stretches(memory, l.guest) {
+                    if let Some(reason) = cat {
+                        self.left_out.insert(r.start, LeftOutReport { guest: r, reason });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Why no mapping holds `addr` (T4), with the left-out reason and when it was dropped.
+    pub fn classify_miss(
+        &self,
+        memory: &GuestMemory,
+        addr: u64,
+    ) -> (EscapeClass, Option<LeftOutReason>, Option<When>) {
+        if self.piece_at(addr).is_some() {
+            return (EscapeClass::ProbeBound, None, None);
+        }
+        let Some(page) = memory.page_at(addr) else {
+            let dropped = self.dropped.iter().rev().find(|d| d.guest.contains(addr));
+            return match dropped {
+                Some(d) => (EscapeClass::Dropped, None, Some(d.when)),
+                None => (EscapeClass::NoReservation, None, None),
+            };
+        };
+        if !page.guest.readable {
+            return (EscapeClass::NotReadable, None, None);
+        }
+        if let Some(d) = self.dropped.iter().rev().find(|d| d.guest.contains(addr)) {
+            return (EscapeClass::Dropped, category(page), Some(d.when));
+        }
+        let reason = self
+            .left_out
+            .range(..=addr)
+            .next_back()
+            .map(|(_, l)| l)
+            .filter(|l| l.guest.contains(addr))
+            .map(|l| l.reason)
+            .or_else(|| category(page));
+        (EscapeClass::LeftOut, reason, None)
+    }
+
+    /// The pieces as a report lists them.
+    pub fn piece_reports(&self) -> Vec<PieceReport> {
+        self.pieces
+            .values()
+            .map(|p| PieceReport {
+                guest: p.guest,
+                device_base: p.device_base,
+                reservation: p.reservation,
+                mapped_before_dispatch: p.mapped_before_dispatch,
+                by_revisit: p.by_revisit,
+            })
+            .collect()
+    }
+
+    /// The nearest mapped pieces below and above `addr`, for an escape card.
+    pub fn neighbours(&self, addr: u64) -> (Option<&Piece>, Option<&Piece>) {
+        let below = self.pieces.range(..=addr).next_back().map(|(_, p)| p);
+        let above = self.pieces.range(addr.saturating_add(1)..).next().map(|(_, p)| p);
+        (below, above)
+    }
+}

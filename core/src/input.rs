@@ -1,0 +1,472 @@
+//! What an emulator hands the engine for one dispatch: slots, push words, the reasons the host
+//! could not know its ranges, and the access stream an instrumented module recorded.
+//!
+//! Types here are plain data with serde derives (samples and captures store them as they are);
+//! [`DispatchInput::validate`] turns bad input into a named [`InputError`], never a panic. Nothing
+//! here plans or runs anything.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::addr::{ByteRange, hex};
+use crate::rules::DEVICE_TABLE_PUSH_WORD;
+
+/// The limits a dispatch is planned and run against. A real device reports its own; samples state
+/// theirs; the defaults are lavapipe's storage-buffer limits and the apertures of P1.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeviceLimits {
+    /// Which device these limits describe, for reports ("cpu-reference", a Vulkan device name …).
+    pub name: String,
+    /// Vulkan's `minStorageBufferOffsetAlignment` (O7). Vulkan allows at most 256.
+    #[serde(with = "hex")]
+    pub min_storage_buffer_offset_alignment: u64,
+    /// Vulkan's `maxStorageBufferRange`: a holder wider than this is refused (our addition to O5).
+    #[serde(with = "hex")]
+    pub max_storage_buffer_range: u64,
+    /// The host's page size in bytes (4 KiB unless a capture states its own).
+    #[serde(with = "hex")]
+    pub host_page_bytes: u64,
+    /// P1: the high 32 bits of a flat address that reach the workgroup's LDS.
+    #[serde(with = "hex")]
+    pub lds_aperture: u64,
+    /// P1: the high 32 bits of a flat address that reach the lane's scratch memory.
+    #[serde(with = "hex")]
+    pub scratch_aperture: u64,
+    /// T2: the most consecutive slots a lookup probes from its home slot.
+    pub probe_bound: u32,
+    /// Bytes of LDS a workgroup has.
+    pub lds_bytes: u32,
+    /// Bytes of scratch each lane has.
+    pub scratch_bytes_per_lane: u32,
+    /// T6: device-local bytes the table may take; above this it lies in host-visible memory.
+    #[serde(with = "hex")]
+    pub device_local_table_budget_bytes: u64,
+}
+
+impl Default for DeviceLimits {
+    fn default() -> Self {
+        Self {
+            name: "cpu-reference".to_owned(),
+            min_storage_buffer_offset_alignment: 0x10,
+            max_storage_buffer_range: 128 << 20,
+            host_page_bytes: 0x1000,
+            lds_aperture: 0x8000_0000,
+            scratch_aperture: 0x7000_0000,
+            probe_bound: 8,
+            lds_bytes: 64 << 10,
+            scratch_bytes_per_lane: 4 << 10,
+            device_local_table_budget_bytes: 256 << 20,
+        }
+    }
+}
+
+/// Compute or graphics. Only a compute dispatch may run device-addressed (A1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DispatchKind {
+    /// A compute dispatch.
+    #[default]
+    Compute,
+    /// A draw's shader stages.
+    Graphics,
+}
+
+/// Why the host could not know a dispatch's memory ranges before it ran (A1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Reason {
+    /// A descriptor computed from what the host cannot know.
+    D753,
+    /// A branch on an execution mask the host cannot know.
+    D758,
+    /// A buffer only a host run of the dispatch's groups would find.
+    D914,
+    /// A buffer only a host run of the dispatch's waves would find.
+    D950,
+    /// A buffer placed from a sample, found only by a host run (D982 brings it under A1).
+    D951,
+}
+
+impl Reason {
+    /// One sentence saying what the reason means.
+    pub fn sentence(self) -> &'static str {
+        match self {
+            Reason::D753 => "a descriptor is computed from what the host cannot know",
+            Reason::D758 => "a branch depends on an execution mask the host cannot know",
+            Reason::D914 => "a buffer only a host run of its groups would find",
+            Reason::D950 => "a buffer only a host run of its waves would find",
+            Reason::D951 => "a buffer placed from a sample only a host run would find",
+        }
+    }
+}
+
+/// Where a slot's base comes from (O10).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "from")]
+pub enum BaseSource {
+    /// The descriptor's base.
+    #[default]
+    Descriptor,
+    /// D951: a base carried in the push block, 64 bits in words `word` (low) and `word + 1` (high).
+    PushBlock {
+        /// Index of the low word.
+        word: u32,
+    },
+}
+
+/// A buffer element format, for format buffer accesses (W1, W2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Format {
+    /// One 8-bit unsigned integer.
+    R8Uint,
+    /// One 16-bit unsigned integer.
+    R16Uint,
+    /// One 32-bit unsigned integer.
+    R32Uint,
+    /// One 32-bit float (values are its bits).
+    R32Float,
+    /// Two 32-bit unsigned integers.
+    R32G32Uint,
+    /// Four 32-bit unsigned integers.
+    R32G32B32A32Uint,
+    /// Four 8-bit unsigned-normalised values, read as 32-bit float bits.
+    R8G8B8A8Unorm,
+}
+
+impl Format {
+    /// Bytes of one element.
+    pub fn element_bytes(self) -> u32 {
+        match self {
+            Format::R8Uint => 1,
+            Format::R16Uint => 2,
+            Format::R32Uint | Format::R32Float | Format::R8G8B8A8Unorm => 4,
+            Format::R32G32Uint => 8,
+            Format::R32G32B32A32Uint => 16,
+        }
+    }
+
+    /// Values (32-bit words) one element converts to.
+    pub fn components(self) -> usize {
+        match self {
+            Format::R8Uint | Format::R16Uint | Format::R32Uint | Format::R32Float => 1,
+            Format::R32G32Uint => 2,
+            Format::R32G32B32A32Uint | Format::R8G8B8A8Unorm => 4,
+        }
+    }
+
+    /// Converts one element's bytes to its values.
+    pub fn decode(self, bytes: &[u8]) -> Vec<u32> {
+        let word = |i: usize| {
+            let mut w = [0u8; 4];
+            for (k, b) in w.iter_mut().enumerate() {
+                *b = bytes.get(i * 4 + k).copied().unwrap_or(0);
+            }
+            u32::from_le_bytes(w)
+        };
+        match self {
+            Format::R8Uint => vec![u32::from(bytes.first().copied().unwrap_or(0))],
+            Format::R16Uint => vec![word(0) & 0xffff],
+            Format::R32Uint | Format::R32Float => vec![word(0)],
+            Format::R32G32Uint => vec![word(0), word(1)],
+            Format::R32G32B32A32Uint => vec![word(0), word(1), word(2), word(3)],
+            Format::R8G8B8A8Unorm => (0..4)
+                .map(|i| (f32::from(bytes.get(i).copied().unwrap_or(0)) / 255.0).to_bits())
+                .collect(),
+        }
+    }
+
+    /// Converts values to one element's bytes.
+    pub fn encode(self, values: &[u32]) -> Vec<u8> {
+        let v = |i: usize| values.get(i).copied().unwrap_or(0);
+        match self {
+            Format::R8Uint => vec![v(0) as u8],
+            Format::R16Uint => (v(0) as u16).to_le_bytes().to_vec(),
+            Format::R32Uint | Format::R32Float => v(0).to_le_bytes().to_vec(),
+            Format::R32G32Uint => [v(0), v(1)].iter().flat_map(|w| w.to_le_bytes()).collect(),
+            Format::R32G32B32A32Uint => (0..4).flat_map(|i| v(i).to_le_bytes()).collect(),
+            Format::R8G8B8A8Unorm => (0..4)
+                .map(|i| {
+                    let f = f32::from_bits(v(i));
+                    let f = if f.is_nan() { 0.0 } else { f.clamp(0.0, 1.0) };
+                    (f * 255.0).round() as u8
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A descriptor's swizzled addressing (D967 carries it out for unresolved descriptors too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Swizzle {
+    /// Bytes of one swizzled element (2, 4, 8 or 16).
+    pub element_bytes: u32,
+    /// Records interleaved per swizzle block (8, 16, 32 or 64).
+    pub index_stride: u32,
+}
+
+/// One buffer binding a dispatch makes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Slot {
+    /// The slot index the program binds.
+    pub slot: u32,
+    /// The descriptor's base address. For a [`BaseSource::PushBlock`] slot the binding starts at
+    /// the push block's base instead (O10).
+    #[serde(with = "hex")]
+    pub base: u64,
+    /// Bytes the descriptor covers.
+    #[serde(with = "hex")]
+    pub size_bytes: u64,
+    /// Whether the dispatch writes through the slot.
+    #[serde(default)]
+    pub written: bool,
+    /// Where the base its accesses are read against comes from.
+    #[serde(default)]
+    pub base_source: BaseSource,
+    /// D937: this slot binds exactly the range of that slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias_of: Option<u32>,
+    /// The element format the descriptor names, for format accesses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<Format>,
+    /// Whether the host knew the base before the dispatch.
+    #[serde(default = "yes")]
+    pub resolved: bool,
+    /// Record stride for indexed accesses; 0 means the format's element size.
+    #[serde(default)]
+    pub stride_bytes: u32,
+    /// Swizzled addressing, if the descriptor enables it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swizzle: Option<Swizzle>,
+    /// Whether the lane id is added to the index (lane-indexed addressing).
+    #[serde(default)]
+    pub index_from_lane: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Slot {
+    /// A resolved, descriptor-based slot: the common case, for tests and generators.
+    pub fn new(slot: u32, base: u64, size_bytes: u64, written: bool) -> Self {
+        Self {
+            slot,
+            base,
+            size_bytes,
+            written,
+            base_source: BaseSource::Descriptor,
+            alias_of: None,
+            format: None,
+            resolved: true,
+            stride_bytes: 0,
+            swizzle: None,
+            index_from_lane: false,
+        }
+    }
+
+    /// The base its accesses are read against (O10): the push block's for a D951 slot.
+    pub fn effective_base(&self, push: &[u32]) -> Option<u64> {
+        match self.base_source {
+            BaseSource::Descriptor => Some(self.base),
+            BaseSource::PushBlock { word } => {
+                let lo = *push.get(word as usize)?;
+                let hi = *push.get(word as usize + 1)?;
+                Some(u64::from(lo) | (u64::from(hi) << 32))
+            }
+        }
+    }
+
+    /// The byte offset in the slot that `(index, offset)` addresses for lane `lane`: plain
+    /// `index * stride + offset`, or AMD's swizzled pattern when the descriptor enables it.
+    pub fn addressed_offset(&self, index: Option<u32>, offset: u64, lane: u32) -> u64 {
+        let Some(index) = index else { return offset };
+        let index = u64::from(index) + if self.index_from_lane { u64::from(lane) } else { 0 };
+        let stride = u64::from(if self.stride_bytes == 0 {
+            self.format.map_or(4, Format::element_bytes)
+        } else {
+            self.stride_bytes
+        });
+        match self.swizzle {
+            None => index * stride + offset,
+            Some(Swizzle {
+                element_bytes,
+                index_stride,
+            }) => {
+                let elem = u64::from(element_bytes.max(1));
+                let istride = u64::from(index_stride.max(1));
+                (index / istride) * stride * istride
+                    + (offset / elem) * elem * istride
+                    + (index % istride) * elem
+                    + offset % elem
+            }
+        }
+    }
+}
+
+/// What kind of instruction made an access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AccessKind {
+    /// `global_load`/`global_store`: a guest address.
+    Global,
+    /// `flat_load`/`flat_store`: an address routed by its high half (P1).
+    Flat,
+    /// `s_load`/`s_buffer_load`: through a slot or from an address.
+    Scalar,
+    /// `buffer_load_dword…`: an untyped access through a slot.
+    UntypedBuffer,
+    /// `buffer_load_format…`: an access through a slot that converts by a format.
+    FormatBuffer,
+    /// `image_bvh_intersect_ray`: reads a node by address (W3).
+    RayIntersection,
+    /// `ds_read`/`ds_write`: the workgroup's LDS.
+    Lds,
+    /// `scratch_load`/`scratch_store`: the lane's private memory.
+    Scratch,
+}
+
+/// Load or store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Op {
+    /// Reads `size_bytes`.
+    Load,
+    /// Writes `values`.
+    Store,
+}
+
+/// One access of the recorded stream.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Access {
+    /// The workgroup the lane belongs to (its LDS).
+    #[serde(default)]
+    pub workgroup: u32,
+    /// The wave the lane belongs to.
+    #[serde(default)]
+    pub wave: u32,
+    /// The lane within its wave.
+    #[serde(default)]
+    pub lane: u32,
+    /// The guest program counter of the instruction.
+    #[serde(with = "hex", default)]
+    pub pc: u64,
+    /// What kind of instruction made it.
+    pub kind: AccessKind,
+    /// Load or store.
+    pub op: Op,
+    /// The address, for global, flat, ray and address-based scalar accesses.
+    #[serde(with = "hex::option", default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<u64>,
+    /// The slot, for buffer and slot-based scalar accesses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
+    /// The byte offset: in the slot, in LDS, or in the lane's scratch.
+    #[serde(with = "hex::option", default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// The record index, for indexed buffer accesses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    /// Bytes accessed.
+    pub size_bytes: u32,
+    /// For a store, the values written: one word per 4 bytes (the low bytes for a smaller store),
+    /// or one word per component for a format store.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<u32>,
+}
+
+/// Everything the engine needs about one dispatch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DispatchInput {
+    /// Compute or graphics.
+    #[serde(default)]
+    pub kind: DispatchKind,
+    /// The guest address of the program.
+    #[serde(with = "hex")]
+    pub program: u64,
+    /// A label for people ("run 305, program 0x400003e19200"), not used by the rules.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub label: String,
+    /// The buffer bindings.
+    #[serde(default)]
+    pub slots: Vec<Slot>,
+    /// The push block's words.
+    #[serde(default)]
+    pub push: Vec<u32>,
+    /// Why the host could not know its ranges; empty when it could (A1).
+    #[serde(default)]
+    pub reasons: Vec<Reason>,
+    /// D961: the pages of the dispatch's global buffer of pages, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_buffer: Option<PageBuffer>,
+    /// The recorded access stream, in recorded order.
+    #[serde(default)]
+    pub accesses: Vec<Access>,
+}
+
+/// D961: the dispatch's global buffer of pages.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PageBuffer {
+    /// Guest addresses of the pages it holds (each page is `host_page_bytes` long).
+    #[serde(with = "hex::vec")]
+    pub pages: Vec<u64>,
+    /// Whether the dispatch writes through it.
+    #[serde(default)]
+    pub written: bool,
+}
+
+/// Bad input: a dispatch the engine cannot even plan. Each message names the values.
+#[derive(Clone, Debug, PartialEq, Eq, Error, Serialize, Deserialize)]
+#[allow(missing_docs, reason = "the messages document the fields")]
+pub enum InputError {
+    #[error("slot {slot} appears twice")]
+    DuplicateSlot { slot: u32 },
+    #[error("slot {slot} has size 0")]
+    ZeroSizeSlot { slot: u32 },
+    #[error("slot {slot}: base {base:#x} + size {size_bytes:#x} passes the end of the address space")]
+    SlotOverflow { slot: u32, base: u64, size_bytes: u64 },
+    #[error("slot {slot} takes its base from push words {word} and {} but the push block has {len} words", word + 1)]
+    PushWordMissing { slot: u32, word: u32, len: usize },
+    #[error("slot {slot} takes its base from push word {word}, which T3 reserves for the chunk table's address (words {DEVICE_TABLE_PUSH_WORD} and {})", DEVICE_TABLE_PUSH_WORD + 1)]
+    PushWordTaken { slot: u32, word: u32 },
+    #[error("the push block has {len} words; a device-addressed dispatch keeps words {DEVICE_TABLE_PUSH_WORD} and {} for the table (T3)", DEVICE_TABLE_PUSH_WORD + 1)]
+    PushBlockTooLong { len: usize },
+    #[error("slot {slot} is an exact copy of slot {of}, which the dispatch does not bind")]
+    AliasUnknown { slot: u32, of: u32 },
+    #[error("slot {slot} claims to be an exact copy of slot {of} (D937) but binds {range} where slot {of} binds {of_range}")]
+    AliasMismatch { slot: u32, of: u32, range: ByteRange, of_range: ByteRange },
+    #[error("slot {slot}'s exact-copy chain (D937) loops back on itself")]
+    AliasCycle { slot: u32 },
+    #[error("slot {slot} is unresolved, but the dispatch names no reason the host could not know it (D753, D758, D914, D950, D951)")]
+    UnresolvedWithoutReason { slot: u32 },
+    #[error("access {access}: a {kind:?} access needs {what}")]
+    MissingOperand { access: usize, kind: AccessKind, what: &'static str },
+    #[error("access {access} names slot {slot}, which the dispatch does not bind")]
+    UnknownSlot { access: usize, slot: u32 },
+    #[error("access {access}: bytes {offset:#x}..{end:#x} of slot {slot} lie outside its {size_bytes:#x} bytes", end = offset + u64::from(*size))]
+    AccessOutsideSlot { access: usize, slot: u32, offset: u64, size: u32, size_bytes: u64 },
+    #[error("access {access}: size {size} bytes; an access is 1 to 64 bytes")]
+    BadSize { access: usize, size: u32 },
+    #[error("access {access}: a store of {size} bytes carries {got} values, not {expected}")]
+    StoreValueCount { access: usize, size: u32, expected: usize, got: usize },
+    #[error("access {access}: a load carries {got} values; only stores carry values")]
+    LoadWithValues { access: usize, got: usize },
+    #[error("access {access}: a format access through slot {slot}, whose descriptor names no format")]
+    FormatMissing { access: usize, slot: u32 },
+    #[error("access {access}: {size} bytes through format {format:?}, whose element is {element} bytes")]
+    FormatSize { access: usize, size: u32, format: Format, element: u32 },
+    #[error("access {access}: a {kind:?} access at {address:#x} goes by device address, but the dispatch names no reason the host could not know its ranges (A1); the host would have bound it")]
+    NeedsDeviceAddress { access: usize, kind: AccessKind, address: u64 },
+    #[error("access {access}: {kind:?} offset {offset:#x} + {size} bytes passes the {limit:#x} bytes the device gives it")]
+    ApertureOutOfRange { access: usize, kind: AccessKind, offset: u64, size: u32, limit: u64 },
+}
+
+/// Words a store of `size_bytes` carries.
+pub fn words_for(size_bytes: u32) -> usize {
+    (size_bytes as usize).div_ceil(4)
+}

@@ -1,0 +1,32 @@
+//! dispatchscope-core: the dispatch path of D953 and D964, by the numbered rules of SPEC.md.
+//!
+//! An emulator embeds [`Engine`]: it applies memory [`Event`]s between dispatches and hands each
+//! [`DispatchInput`] to [`Engine::dispatch`], which plans the pass (overlap sets, O1–O11; device
+//! addressing, A1 and W1–W3), maps guest memory (M1–M5), keeps the chunk table (T1–T6), runs the
+//! access stream on a [`Backend`] (the CPU reference here), writes back and hands off (O8, C1–C3),
+//! and returns one [`DispatchReport`] that explains every refusal and every escape by rule id.
+//!
+//! This crate never draws, never opens a window and never depends on egui, eframe or winit: the
+//! debugger's views read reports, they do not reach into the engine.
+
+pub mod addr;
+pub mod aperture;
+pub mod backend;
+pub mod capture;
+pub mod chunk_table;
+pub mod engine;
+pub mod exec;
+pub mod import;
+pub mod input;
+pub mod memory;
+pub mod overlap;
+pub mod report;
+pub mod rules;
+
+pub use addr::ByteRange;
+pub use backend::{Backend, CpuBackend};
+pub use engine::{Engine, EngineError};
+pub use input::{Access, AccessKind, DeviceLimits, DispatchInput, DispatchKind, Slot};
+pub use memory::{Event, GuestMemory};
+pub use report::DispatchReport;
+pub use rules::Rule;

@@ -1,0 +1,629 @@
+//! D953: overlapping buffers a dispatch writes bind one buffer (O1–O11).
+//!
+//! [`plan_bindings`] turns a dispatch's resolved slots into sets, holders, widened ends, member
+//! offsets and binding ranges, and refuses by name what cannot be bound. It runs in O(n log n):
+//! one sort by base, then one sweep that keeps at most one "written" entry and a lazily expired
+//! list of read-only entries, each collapsed into its set as soon as a written slot joins it.
+//! It reads no memory and runs nothing.
+
+use serde::{Deserialize, Serialize};
+
+use crate::addr::{ByteRange, hex};
+use crate::input::{BaseSource, DeviceLimits, PageBuffer, Slot};
+use crate::report::{Refusal, Value};
+use crate::rules::Rule;
+
+/// A slot's part in its set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "role")]
+pub enum Role {
+    /// In no set: bound on its own.
+    Alone,
+    /// Holds its set (O4).
+    Holder,
+    /// Binds the holder's buffer at an offset (O6).
+    Member,
+    /// D937: binds exactly `of`'s range and follows it (O3).
+    Copy {
+        /// The slot it copies.
+        of: u32,
+    },
+    /// Not resolved by the host: not bound; its accesses go by device address (W1).
+    Unbound,
+}
+
+/// How one slot is bound.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotBinding {
+    /// The slot index.
+    pub slot: u32,
+    /// Its range from the base its accesses are read against (O10).
+    pub range: ByteRange,
+    /// Whether the dispatch writes through it.
+    pub written: bool,
+    /// Where the base came from.
+    pub base_source: BaseSource,
+    /// Whether the host resolved it.
+    pub resolved: bool,
+    /// Its part in its set.
+    #[serde(flatten)]
+    pub role: Role,
+    /// Index into [`BindPlan::sets`], if it is in a set.
+    pub set: Option<usize>,
+    /// The slot whose buffer it binds (itself when alone or holder).
+    pub holder: Option<u32>,
+    /// Offset in the holder's buffer (O6).
+    #[serde(with = "hex")]
+    pub offset: u64,
+    /// Bytes of the holder's buffer it binds, in holder coordinates: `offset..widened end` (O6).
+    pub binding: ByteRange,
+    /// Whether `offset` meets minStorageBufferOffsetAlignment (O7).
+    pub aligned: bool,
+}
+
+/// A join that made a set: two slots sharing bytes, at least one written (O1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Join {
+    /// One slot.
+    pub a: u32,
+    /// The other slot.
+    pub b: u32,
+    /// The bytes they share (guest addresses).
+    pub overlap: ByteRange,
+}
+
+/// A member of a set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// The slot index.
+    pub slot: u32,
+    /// Its offset in the holder's buffer.
+    #[serde(with = "hex")]
+    pub offset: u64,
+    /// Its binding, in holder coordinates.
+    pub binding: ByteRange,
+    /// Whether the dispatch writes through it.
+    pub written: bool,
+}
+
+/// One set: slots bound as one buffer (O2).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BindSet {
+    /// The holding slot (O4).
+    pub holder: u32,
+    /// The holder's base (guest address).
+    #[serde(with = "hex")]
+    pub base: u64,
+    /// Where the widened binding ends (O5, guest address, exclusive).
+    #[serde(with = "hex")]
+    pub end: u64,
+    /// Every member but the holder, by slot.
+    pub members: Vec<Member>,
+    /// The joins that made the set (a spanning forest: each member reached once).
+    pub joins: Vec<Join>,
+    /// Whether any member is written (the set is written back, O8).
+    pub written: bool,
+}
+
+impl BindSet {
+    /// The widened range the holder is uploaded from (O8).
+    pub fn range(&self) -> ByteRange {
+        ByteRange::new(self.base, self.end)
+    }
+}
+
+/// The bound path of one dispatch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BindPlan {
+    /// Sets of two or more slots.
+    pub sets: Vec<BindSet>,
+    /// One binding per slot, in the order the dispatch lists them.
+    pub bindings: Vec<SlotBinding>,
+    /// What could not be bound, by name.
+    pub refusals: Vec<Refusal>,
+}
+
+impl BindPlan {
+    /// The binding of slot `slot`.
+    pub fn binding(&self, slot: u32) -> Option<&SlotBinding> {
+        self.bindings.iter().find(|b| b.slot == slot)
+    }
+}
+
+struct Dsu(Vec<usize>);
+
+impl Dsu {
+    fn find(&mut self, mut x: usize) -> usize {
+        while self.0[x] != x {
+            self.0[x] = self.0[self.0[x]];
+            x = self.0[x];
+        }
+        x
+    }
+    fn union(&mut self, a: usize, b: usize) -> usize {
+        let (ra, rb) = (self.find(a), self.find(b));
+        if ra != rb {
+            self.0[rb] = ra;
+        }
+        ra
+    }
+}
+
+/// Plans the bound path by O1–O11. `slots` must have passed [`crate::input`] validation
+/// (effective bases exist, no overflow, copies name real slots of the same range).
+pub fn plan_bindings(
+    slots: &[Slot],
+    push: &[u32],
+    limits: &DeviceLimits,
+    page_buffer: Option<&PageBuffer>,
+) -> BindPlan {
+    puffin::profile_function!();
+    let n = slots.len();
+    let range_of = |s: &Slot| {
+        let base = s.effective_base(push).unwrap_or(s.base);
+        ByteRange::new(base, base.saturating_add(s.size_bytes))
+    };
+    let ranges: Vec<ByteRange> = slots.iter().map(range_of).collect();
+    let pos_of_slot = |slot: u32| slots.iter().position(|s| s.slot == slot);
+
+    // O3: a copy follows the slot it copies; its writes count for that slot's joins.
+    let mut canon: Vec<usize> = (0..n).collect();
+    for (i, s) in slots.iter().enumerate() {
+        let mut c = i;
+        let mut steps = 0;
+        while let Some(of) = slots[c].alias_of.and_then(pos_of_slot) {
+            c = of;
+            steps += 1;
+            if steps > n {
+                break;
+            }
+        }
+        canon[i] = c;
+        let _ = s;
+    }
+    let bound = |i: usize| slots[i].resolved && slots[canon[i]].resolved;
+    let mut written: Vec<bool> = slots.iter().map(|s| s.written).collect();
+    for i in 0..n {
+        if bound(i) && slots[i].written {
+            written[canon[i]] = true;
+        }
+    }
+
+    // O1, O2: sweep the canonical slots in base order.
+    let mut order: Vec<usize> = (0..n).filter(|&i| bound(i) && canon[i] == i).collect();
+    order.sort_by_key(|&i| (ranges[i].start, slots[i].slot));
+    let mut dsu = Dsu((0..n).collect());
+    let mut joins: Vec<Join> = Vec::new();
+    // (end, slot position with that end) of the written slots seen; at most one entry.
+    let mut active_written: Option<(u64, usize)> = None;
+    // Read-only entries: (end, slot position); expired lazily.
+    let mut active_read: Vec<(u64, usize)> = Vec::new();
+    for &i in &order {
+        let r = ranges[i];
+        if let Some((end, j)) = active_written {
+            if end > r.start {
+                dsu.union(j, i);
+                joins.push(join(slots, &ranges, j, i));
+                active_written = Some(if r.end > end && written[i] { (r.end, i) } else { (end, j) });
+            } else {
+                active_written = None;
+            }
+        }
+        if written[i] {
+            // Every live read-only entry overlaps this written slot: join, then collapse them.
+            let mut best: Option<(u64, usize)> = None;
+            for &(end, j) in &active_read {
+                if end > r.start {
+                    dsu.union(j, i);
+                    joins.push(join(slots, &ranges, j, i));
+                    if best.is_none_or(|(e, _)| end > e) {
+                        best = Some((end, j));
+                    }
+                }
+            }
+            active_read.clear();
+            active_read.extend(best);
+            match active_written {
+                Some((end, _)) if end >= r.end => {}
+                _ => active_written = Some((r.end, i)),
+            }
+        } else {
+            active_read.push((r.end, i));
+        }
+    }
+
+    // Components → sets.
+    let mut comp_of: Vec<Option<usize>> = vec![None; n];
+    let mut comps: Vec<Vec<usize>> = Vec::new();
+    for i in 0..n {
+        if !bound(i) {
+            continue;
+        }
+        let root = dsu.find(canon[i]);
+        let c = match comp_of[root] {
+            Some(c) => c,
+            None => {
+                comps.push(Vec::new());
+                comp_of[root] = Some(comps.len() - 1);
+                comps.len() - 1
+            }
+        };
+        comps[c].push(i);
+    }
+    let mut joins_of: Vec<Vec<Join>> = vec![Vec::new(); comps.len()];
+    for j in joins {
+        if let Some(i) = pos_of_slot(j.a)
+            && let Some(c) = comp_of[dsu.find(canon[i])]
+        {
+            joins_of[c].push(j);
+        }
+    }
+
+    let align = limits.min_storage_buffer_offset_alignment.max(1);
+    let mut plan = BindPlan::default();
+    let mut bindings: Vec<Option<SlotBinding>> = vec![None; n];
+    for (c, members) in comps.iter().enumerate() {
+        let holder = members
+            .iter()
+            .copied()
+            .filter(|&i| canon[i] == i)
+            .min_by_key(|&i| (ranges[i].start, slots[i].slot))
+            .unwrap_or(members[0]);
+        let base = ranges[holder].start;
+        let end = members.iter().map(|&i| ranges[i].end).max().unwrap_or(base);
+        let widened = end - base;
+        let set_index = (members.len() > 1).then_some(plan.sets.len());
+        if widened > limits.max_storage_buffer_range {
+            plan.refusals.push(too_wide(slots[holder].slot, base, end, members.len(), limits));
+        }
+        let mut set_members = Vec::new();
+        for &i in members {
+            let offset = ranges[i].start - base;
+            let binding = ByteRange::new(offset, widened);
+            let aligned = offset % align == 0;
+            let role = if i == holder {
+                if members.len() > 1 { Role::Holder } else { Role::Alone }
+            } else if canon[i] != i {
+                Role::Copy { of: slots[canon[i]].slot }
+            } else {
+                Role::Member
+            };
+            if i != holder {
+                set_members.push(Member {
+                    slot: slots[i].slot,
+                    offset,
+                    binding,
+                    written: slots[i].written,
+                });
+                if !aligned {
+                    plan.refusals.push(misaligned(
+                        slots[i].slot,
+                        offset,
+                        align,
+                        slots[holder].slot,
+                        base,
+                    ));
+                }
+                if offset >= widened {
+                    plan.refusals.push(outside(slots[i].slot, offset, slots[holder].slot, widened));
+                }
+            }
+            bindings[i] = Some(SlotBinding {
+                slot: slots[i].slot,
+                range: ranges[i],
+                written: slots[i].written,
+                base_source: slots[i].base_source,
+                resolved: true,
+                role,
+                set: set_index,
+                holder: Some(slots[holder].slot),
+                offset,
+                binding,
+                aligned,
+            });
+        }
+        if let Some(_s) = set_index {
+            set_members.sort_by_key(|m| m.slot);
+            plan.sets.push(BindSet {
+                holder: slots[holder].slot,
+                base,
+                end,
+                members: set_members,
+                joins: std::mem::take(&mut joins_of[c]),
+                written: members.iter().any(|&i| written[i]),
+            });
+        }
+    }
+    plan.bindings = bindings
+        .into_iter()
+        .enumerate()
+        .map(|(i, b)| {
+            b.unwrap_or(SlotBinding {
+                slot: slots[i].slot,
+                range: ranges[i],
+                written: slots[i].written,
+                base_source: slots[i].base_source,
+                resolved: false,
+                role: Role::Unbound,
+                set: None,
+                holder: None,
+                offset: 0,
+                binding: ByteRange::new(0, 0),
+                aligned: true,
+            })
+        })
+        .collect();
+
+    // O11: a bound slot on a page of the dispatch's page buffer, where either is written.
+    if let Some(pb) = page_buffer {
+        let mut pages = pb.pages.clone();
+        pages.sort_unstable();
+        let page_bytes = limits.host_page_bytes;
+        for (i, s) in slots.iter().enumerate() {
+            if !bound(i) || !(s.written || pb.written) {
+                continue;
+            }
+            let r = ranges[i];
+            // First page whose end is past the slot's start.
+            let k = pages.partition_point(|&p| p.saturating_add(page_bytes) <= r.start);
+            if let Some(&page) = pages.get(k).filter(|&&p| p < r.end) {
+                plan.refusals.push(on_page_buffer(s.slot, r, page, page_bytes, s.written, pb.written));
+            }
+        }
+    }
+    plan
+}
+
+fn join(slots: &[Slot], ranges: &[ByteRange], a: usize, b: usize) -> Join {
+    Join {
+        a: slots[a].slot,
+        b: slots[b].slot,
+        overlap: ranges[a]
+            .intersection(&ranges[b])
+            .unwrap_or(ByteRange::new(ranges[b].start, ranges[b].start)),
+    }
+}
+
+fn misaligned(slot: u32, offset: u64, align: u64, holder: u32, holder_base: u64) -> Refusal {
+    let below = offset - offset % align;
+    Refusal {
+        rule: Rule::O7,
+        decision: Rule::O7.decision().into(),
+        slot: Some(slot),
+        values: vec![
+            Value::hex("offset", offset),
+            Value::hex("minStorageBufferOffsetAlignment", align),
+            Value::int("holder", u64::from(holder)),
+            Value::hex("holder base", holder_base),
+        ],
+        message: format!(
+            "slot {slot} binds holder slot {holder} at offset {offset:#x}, not a multiple of minStorageBufferOffsetAlignment {align:#x}"
+        ),
+        would_run_if: format!(
+            "would bind if the offset were a multiple of {align:#x} (slot {slot}'s base {:#x} or {:#x} bytes into the holder), or on a device whose minStorageBufferOffsetAlignment divides {offset:#x}",
+            holder_base + below,
+            below + align
+        ),
+        ours: false,
+    }
+}
+
+fn outside(slot: u32, offset: u64, holder: u32, widened: u64) -> Refusal {
+    Refusal {
+        rule: Rule::O7,
+        decision: Rule::O7.decision().into(),
+        slot: Some(slot),
+        values: vec![
+            Value::hex("offset", offset),
+            Value::hex("holder size", widened),
+            Value::int("holder", u64::from(holder)),
+        ],
+        message: format!(
+            "slot {slot} binds holder slot {holder} at offset {offset:#x}, outside the holder's {widened:#x} bytes"
+        ),
+        would_run_if: "would bind if the slot lay inside its holder".into(),
+        ours: false,
+    }
+}
+
+fn too_wide(holder: u32, base: u64, end: u64, n: usize, limits: &DeviceLimits) -> Refusal {
+    let max = limits.max_storage_buffer_range;
+    Refusal {
+        rule: Rule::O5,
+        decision: Rule::O5.decision().into(),
+        slot: Some(holder),
+        values: vec![
+            Value::hex("holder base", base),
+            Value::hex("widened end", end),
+            Value::hex("binding size", end - base),
+            Value::hex("maxStorageBufferRange", max),
+            Value::int("slots in set", n as u64),
+        ],
+        message: format!(
+            "holder slot {holder} widens to {:#x} bytes ({base:#x}..{end:#x}), more than maxStorageBufferRange {max:#x}; this refusal is dispatchscope's addition: the records do not say what happens past the limit",
+            end - base
+        ),
+        would_run_if: format!(
+            "would bind on a device whose maxStorageBufferRange is at least {:#x}",
+            end - base
+        ),
+        ours: true,
+    }
+}
+
+fn on_page_buffer(
+    slot: u32,
+    range: ByteRange,
+    page: u64,
+    page_bytes: u64,
+    slot_written: bool,
+    buffer_written: bool,
+) -> Refusal {
+    let who = match (slot_written, buffer_written) {
+        (true, true) => "both are written",
+        (true, false) => "the slot is written",
+        _ => "the page buffer is written",
+    };
+    Refusal {
+        rule: Rule::O11,
+        decision: Rule::O11.decision().into(),
+        slot: Some(slot),
+        values: vec![
+            Value::hex("slot start", range.start),
+            Value::hex("slot end", range.end),
+            Value::hex("page", page),
+            Value::hex("page bytes", page_bytes),
+        ],
+        message: format!(
+            "slot {slot} ({range}) lies on page {page:#x} of the dispatch's page buffer (D961), and {who}"
+        ),
+        would_run_if: format!(
+            "would bind if slot {slot} lay on none of the page buffer's pages, or if neither it nor the page buffer were written"
+        ),
+        ours: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(align: u64) -> DeviceLimits {
+        DeviceLimits {
+            min_storage_buffer_offset_alignment: align,
+            ..DeviceLimits::default()
+        }
+    }
+
+    /// One line per case: slots as (slot, base, size, written) → sets as (holder, [members]).
+    fn check(slots: &[(u32, u64, u64, bool)], expected: &[(u32, &[u32])]) {
+        let slots: Vec<Slot> = slots.iter().map(|&(i, b, s, w)| Slot::new(i, b, s, w)).collect();
+        let plan = plan_bindings(&slots, &[], &limits(1), None);
+        let got: Vec<(u32, Vec<u32>)> = plan
+            .sets
+            .iter()
+            .map(|s| (s.holder, s.members.iter().map(|m| m.slot).collect()))
+            .collect();
+        let want: Vec<(u32, Vec<u32>)> = expected.iter().map(|(h, m)| (*h, m.to_vec())).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn o1_written_overlap_joins() {
+        check(&[(0, 0x100, 0x20, true), (1, 0x110, 0x20, false)], &[(0, &[1])]);
+    }
+
+    #[test]
+    fn o1_read_only_overlap_never_joins() {
+        check(&[(0, 0x100, 0x20, false), (1, 0x110, 0x20, false)], &[]);
+    }
+
+    #[test]
+    fn o1_touching_ranges_share_no_byte() {
+        check(&[(0, 0x100, 0x10, true), (1, 0x110, 0x10, true)], &[]);
+    }
+
+    #[test]
+    fn o2_sets_join_through_any_member() {
+        // 0 (written) overlaps 1 (read-only) overlaps 2 (written); 0 and 2 share no byte.
+        check(
+            &[(0, 0x100, 0x20, true), (1, 0x118, 0x20, false), (2, 0x130, 0x20, true)],
+            &[(0, &[1, 2])],
+        );
+        // Two read-only slots bridged by nothing written stay apart.
+        check(
+            &[(0, 0x100, 0x20, true), (1, 0x118, 0x20, false), (2, 0x130, 0x20, false)],
+            &[(0, &[1])],
+        );
+    }
+
+    #[test]
+    fn o4_holder_is_lowest_base_then_earliest_slot() {
+        check(&[(5, 0x200, 0x10, true), (3, 0x200, 0x10, false)], &[(3, &[5])]);
+        check(&[(1, 0x208, 0x10, true), (9, 0x200, 0x10, false)], &[(9, &[1])]);
+    }
+
+    #[test]
+    fn o5_o6_widening_and_member_bindings() {
+        let slots = vec![Slot::new(0, 0x1000, 0x20, true), Slot::new(1, 0x1010, 0x100, true)];
+        let plan = plan_bindings(&slots, &[], &limits(16), None);
+        let set = &plan.sets[0];
+        assert_eq!((set.base, set.end), (0x1000, 0x1110), "O5: the holder ends where slot 1 ends");
+        let m = &set.members[0];
+        assert_eq!(m.offset, 0x10);
+        assert_eq!(m.binding, ByteRange::new(0x10, 0x110), "O6: runs to the widened end");
+        assert!(plan.refusals.is_empty());
+    }
+
+    #[test]
+    fn o7_misaligned_member_is_refused_by_name() {
+        let slots = vec![Slot::new(18, 0x1000, 0x200000, true), Slot::new(20, 0x101004, 0x1000, true)];
+        let plan = plan_bindings(&slots, &[], &limits(0x100), None);
+        assert_eq!(plan.refusals.len(), 1);
+        let r = &plan.refusals[0];
+        assert_eq!((r.rule, r.slot), (Rule::O7, Some(20)));
+        assert_eq!(
+            r.message,
+            "slot 20 binds holder slot 18 at offset 0x100004, not a multiple of minStorageBufferOffsetAlignment 0x100"
+        );
+        assert!(r.would_run_if.contains("0x100"));
+        let plan = plan_bindings(&slots, &[], &limits(4), None);
+        assert!(plan.refusals.is_empty(), "4 divides 0x100004");
+    }
+
+    #[test]
+    fn o3_exact_copy_follows_its_slot() {
+        let mut copy = Slot::new(2, 0x120, 0x20, false);
+        copy.alias_of = Some(1);
+        let slots = vec![Slot::new(0, 0x100, 0x30, true), Slot::new(1, 0x120, 0x20, false), copy];
+        let plan = plan_bindings(&slots, &[], &limits(16), None);
+        let b1 = plan.binding(1).unwrap();
+        let b2 = plan.binding(2).unwrap();
+        assert_eq!((b2.offset, b2.binding, b2.set), (b1.offset, b1.binding, b1.set));
+        assert_eq!(b2.role, Role::Copy { of: 1 });
+    }
+
+    #[test]
+    fn o3_written_copy_makes_its_slot_join() {
+        let mut copy = Slot::new(2, 0x120, 0x20, true);
+        copy.alias_of = Some(1);
+        // 1 is read-only and overlaps read-only 0; its written copy makes the overlap join.
+        let slots = vec![Slot::new(0, 0x100, 0x30, false), Slot::new(1, 0x120, 0x20, false), copy];
+        let plan = plan_bindings(&slots, &[], &limits(16), None);
+        assert_eq!(plan.sets.len(), 1);
+        assert_eq!(plan.sets[0].holder, 0);
+    }
+
+    #[test]
+    fn o10_push_block_base_is_the_binding_start() {
+        let mut s20 = Slot::new(20, 0xdead_0000, 0x1000, true);
+        s20.base_source = BaseSource::PushBlock { word: 2 };
+        let slots = vec![Slot::new(18, 0x10_0000, 0x20_0000, true), s20];
+        let push = [0, 0, 0x20_0000, 0];
+        let plan = plan_bindings(&slots, &push, &limits(0x100), None);
+        let b = plan.binding(20).unwrap();
+        assert_eq!(b.range.start, 0x20_0000, "not the descriptor's base");
+        assert_eq!((b.holder, b.offset), (Some(18), 0x10_0000));
+    }
+
+    #[test]
+    fn o11_slot_on_page_buffer_is_refused_when_either_is_written() {
+        let slots = vec![Slot::new(0, 0x5000, 0x10, false), Slot::new(1, 0x9000, 0x10, true)];
+        let pb = PageBuffer { pages: vec![0x5000], written: false };
+        let plan = plan_bindings(&slots, &[], &limits(16), Some(&pb));
+        assert!(plan.refusals.is_empty(), "both read-only: no refusal");
+        let pb = PageBuffer { pages: vec![0x5000, 0x9000], written: false };
+        let plan = plan_bindings(&slots, &[], &limits(16), Some(&pb));
+        assert_eq!(plan.refusals.len(), 1);
+        assert_eq!((plan.refusals[0].rule, plan.refusals[0].slot), (Rule::O11, Some(1)));
+    }
+
+    #[test]
+    fn o5_holder_past_max_storage_buffer_range_is_refused_as_ours() {
+        let slots = vec![Slot::new(0, 0, 0x10, true), Slot::new(1, 0x8, 0x900_0000, true)];
+        let plan = plan_bindings(&slots, &[], &limits(8), None);
+        assert_eq!(plan.refusals.len(), 1);
+        assert!(plan.refusals[0].ours);
+        assert!(plan.refusals[0].message.contains("dispatchscope's addition"));
+    }
+}

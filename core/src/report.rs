@@ -1,0 +1,583 @@
+//! [`DispatchReport`]: everything the engine decided and did for one dispatch, as an immutable
+//! value that the CLI prints and the app's views draw.
+//!
+//! The JSON form is the schema [`SCHEMA`] that the CLI's `--json` and the app share; addresses
+//! are `"0x…"` strings, rule ids are SPEC.md's (`"O7"`), enums are kebab-case strings. Fields are
+//! only ever added within a schema version. Nothing here computes anything.
+
+use serde::{Deserialize, Serialize};
+
+use crate::addr::{ByteRange, hex};
+use crate::aperture::FlatRoute;
+use crate::chunk_table::LookupTrace;
+use crate::input::{AccessKind, DeviceLimits, DispatchKind, Op, Reason};
+use crate::memory::{Event, ReadableRun};
+use crate::overlap::{BindSet, SlotBinding};
+use crate::rules::Rule;
+
+/// The report schema's version string.
+pub const SCHEMA: &str = "dispatchscope.report/1";
+
+/// A named value in a refusal or escape, already formatted (`"0x100004"`, `"3"`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Value {
+    /// What the value is.
+    pub name: String,
+    /// The value as text.
+    pub value: String,
+}
+
+impl Value {
+    /// A value shown in hex.
+    pub fn hex(name: &str, v: u64) -> Self {
+        Self {
+            name: name.into(),
+            value: format!("{v:#x}"),
+        }
+    }
+
+    /// A value shown in decimal.
+    pub fn int(name: &str, v: u64) -> Self {
+        Self {
+            name: name.into(),
+            value: v.to_string(),
+        }
+    }
+
+    /// A value shown as it is.
+    pub fn text(name: &str, v: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            value: v.into(),
+        }
+    }
+}
+
+/// Why a dispatch (or part of it) could not run, by rule.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// The SPEC.md rule.
+    pub rule: Rule,
+    /// The decision record behind it.
+    pub decision: String,
+    /// The slot involved, if one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
+    /// The values involved.
+    pub values: Vec<Value>,
+    /// One sentence naming the values.
+    pub message: String,
+    /// What would have let it run.
+    pub would_run_if: String,
+    /// True where the refusal is dispatchscope's addition to the records, not theirs.
+    #[serde(default)]
+    pub ours: bool,
+}
+
+/// How a dispatch ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Every range known and bound (D953).
+    Bound,
+    /// Run device-addressed (D964, A1).
+    DeviceAddressed,
+    /// Not run.
+    Refused,
+}
+
+impl Mode {
+    /// The mode as the JSON and the CLI write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Bound => "bound",
+            Mode::DeviceAddressed => "device-addressed",
+            Mode::Refused => "refused",
+        }
+    }
+}
+
+/// Why a piece of a readable run was left out (M3), or dropped since (M4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LeftOutReason {
+    /// Its host pages are not committed.
+    NotCommitted,
+    /// Its host pages are shared (aliased), not private.
+    NotPrivate,
+    /// Its host pages are not read-write (the guest may not write them, or a guard holds).
+    NotReadWrite,
+}
+
+impl LeftOutReason {
+    /// A phrase for the explanation.
+    pub fn phrase(self) -> &'static str {
+        match self {
+            LeftOutReason::NotCommitted => "host pages not committed",
+            LeftOutReason::NotPrivate => "host pages shared (aliased), not private",
+            LeftOutReason::NotReadWrite => "host pages not read-write",
+        }
+    }
+}
+
+/// A piece of a readable run mapped into the device's address space.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PieceReport {
+    /// Its guest bytes.
+    pub guest: ByteRange,
+    /// The device address of its first byte.
+    #[serde(with = "hex")]
+    pub device_base: u64,
+    /// The reservation it lies in.
+    #[serde(with = "hex")]
+    pub reservation: u64,
+    /// The dispatch index before which it was mapped.
+    pub mapped_before_dispatch: u64,
+    /// Whether it was mapped by an M5 revisit rather than a full mapping.
+    pub by_revisit: bool,
+}
+
+/// A piece of a readable run left out (M3).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeftOutReport {
+    /// Its guest bytes.
+    pub guest: ByteRange,
+    /// Why.
+    pub reason: LeftOutReason,
+}
+
+/// The mappings as a dispatch saw them (M1–M5).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MappingReport {
+    /// The memory manager's generation (M4).
+    pub generation: u64,
+    /// The generation the mappings were made for.
+    pub mapped_generation: u64,
+    /// Whether this dispatch mapped again because the generation moved.
+    pub remapped: bool,
+    /// Full mappings made so far, this one included.
+    pub remaps_total: u64,
+    /// M2: pages committed before mapping, for this dispatch.
+    pub committed_pages: u64,
+    /// M2: write-watch guards released.
+    pub guards_released: u64,
+    /// M2: pages noted written.
+    pub pages_noted_written: u64,
+    /// The readable runs (M1).
+    pub runs: Vec<ReadableRun>,
+    /// Mapped pieces.
+    pub pieces: Vec<PieceReport>,
+    /// Left-out pieces and why.
+    pub left_out: Vec<LeftOutReport>,
+    /// Backend imports made since the previous dispatch (a full mapping or revisits).
+    pub imports_made: u64,
+    /// Backend imports dropped since the previous dispatch.
+    pub imports_dropped: u64,
+}
+
+/// Where the table lies (T6).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// Device-local memory.
+    #[default]
+    DeviceLocal,
+    /// Host-visible memory: the device had no room.
+    HostVisible,
+}
+
+/// The chunk table as a dispatch used it (T1–T6).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TableReport {
+    /// Bytes per chunk (T1).
+    #[serde(with = "hex")]
+    pub chunk_bytes: u64,
+    /// Why that size (T1).
+    pub chunk_reason: String,
+    /// Slots in the table.
+    pub capacity: u64,
+    /// Chunks stored.
+    pub n_chunks: u64,
+    /// n_chunks / capacity.
+    pub load: f64,
+    /// T2's probe bound.
+    pub probe_bound: u32,
+    /// Mean probes a stored chunk needs.
+    pub mean_probes_hit: f64,
+    /// Mean probes a miss needs.
+    pub mean_probes_miss: f64,
+    /// histogram\[k] = stored chunks that need k probes.
+    pub probe_histogram: Vec<u64>,
+    /// Why the table was built whole before this dispatch, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuilt: Option<String>,
+    /// Chunks inserted incrementally before this dispatch.
+    pub inserted: u64,
+    /// Chunks removed incrementally before this dispatch.
+    pub removed: u64,
+    /// Full builds so far.
+    pub builds_total: u64,
+    /// Where it lies (T6).
+    pub placement: Placement,
+    /// Its size in bytes.
+    pub table_bytes: u64,
+    /// T3: the table's device address, as the push block carries it.
+    #[serde(with = "hex")]
+    pub device_address: u64,
+    /// T3: the push-block word that names it.
+    pub push_word: u32,
+}
+
+/// Where one access went.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "to")]
+pub enum Route {
+    /// Through a bound slot: the holder's buffer at this offset (O6, O8).
+    Bound {
+        /// The holder slot.
+        holder: u32,
+        /// Byte offset in the holder's buffer.
+        #[serde(with = "hex")]
+        offset: u64,
+    },
+    /// By device address to guest memory (W1–W3).
+    Device {
+        /// The guest address.
+        #[serde(with = "hex")]
+        address: u64,
+    },
+    /// The workgroup's LDS (P1).
+    Lds {
+        /// Byte offset in LDS.
+        #[serde(with = "hex")]
+        offset: u64,
+    },
+    /// The lane's scratch (P1).
+    Scratch {
+        /// Byte offset in the lane's scratch.
+        #[serde(with = "hex")]
+        offset: u64,
+    },
+    /// Not run: the dispatch was refused.
+    NotRun,
+}
+
+impl From<FlatRoute> for Route {
+    fn from(r: FlatRoute) -> Self {
+        match r {
+            FlatRoute::Lds { offset } => Route::Lds { offset },
+            FlatRoute::Scratch { offset } => Route::Scratch { offset },
+            FlatRoute::Guest { address } => Route::Device { address },
+        }
+    }
+}
+
+/// One access as it ran.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessReport {
+    /// Its index in the stream.
+    pub index: usize,
+    /// Workgroup.
+    pub workgroup: u32,
+    /// Wave.
+    pub wave: u32,
+    /// Lane.
+    pub lane: u32,
+    /// Program counter.
+    #[serde(with = "hex")]
+    pub pc: u64,
+    /// Instruction kind.
+    pub kind: AccessKind,
+    /// Load or store.
+    pub op: Op,
+    /// Bytes.
+    pub size_bytes: u32,
+    /// Where it went.
+    pub route: Route,
+    /// The rule that routed it.
+    pub rule: Rule,
+    /// T5: the lookups of its first and last byte's chunks (one when they share a chunk).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lookups: Vec<LookupTrace>,
+    /// The device address of its first byte, if it was found.
+    #[serde(with = "hex::option", default, skip_serializing_if = "Option::is_none")]
+    pub device_address: Option<u64>,
+    /// Values it read (a load) or wrote (a store).
+    pub values: Vec<u32>,
+    /// Whether some of its bytes escaped (T4).
+    pub escaped: bool,
+}
+
+/// What kind of escape (T4) an access made: why no mapping held its address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EscapeClass {
+    /// No reservation holds the address.
+    NoReservation,
+    /// A reservation holds it, but the guest left the page unreadable (M1 maps readable runs).
+    NotReadable,
+    /// The page lies in a left-out piece (M3).
+    LeftOut,
+    /// The page was mapped once and has been released or decommitted since (M4).
+    Dropped,
+    /// The chunk is mapped but the lookup hit the probe bound: a table defect (T2).
+    ProbeBound,
+}
+
+impl EscapeClass {
+    /// The class as JSON writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EscapeClass::NoReservation => "no-reservation",
+            EscapeClass::NotReadable => "not-readable",
+            EscapeClass::LeftOut => "left-out",
+            EscapeClass::Dropped => "dropped",
+            EscapeClass::ProbeBound => "probe-bound",
+        }
+    }
+}
+
+/// When something happened: the event's number in the session and the dispatch it preceded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct When {
+    /// The event's number, counting every event of the session from 0.
+    pub event: u64,
+    /// The dispatch it came before.
+    pub before_dispatch: u64,
+}
+
+/// An access (or part of one) that no mapping held (T4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Escape {
+    /// The access's index in the stream.
+    pub access: usize,
+    /// Lane.
+    pub lane: u32,
+    /// Wave.
+    pub wave: u32,
+    /// Program counter.
+    #[serde(with = "hex")]
+    pub pc: u64,
+    /// The first guest address that escaped.
+    #[serde(with = "hex")]
+    pub address: u64,
+    /// Load or store.
+    pub op: Op,
+    /// Why no mapping held it.
+    pub class: EscapeClass,
+    /// The rule (T4, or T2 for a table defect).
+    pub rule: Rule,
+    /// Its decision record.
+    pub decision: String,
+    /// The left-out reason, for [`EscapeClass::LeftOut`] and [`EscapeClass::Dropped`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<LeftOutReason>,
+    /// When the page was dropped, for [`EscapeClass::Dropped`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<When>,
+    /// One sentence naming the values.
+    pub message: String,
+    /// What would have let it reach guest memory.
+    pub would_run_if: String,
+    /// The lookup that missed.
+    pub lookup: LookupTrace,
+}
+
+/// A chunk a device store marked (C1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    /// The table slot whose mark word was set.
+    pub table_slot: usize,
+    /// The chunk's guest bytes.
+    pub guest: ByteRange,
+    /// Stores that set it.
+    pub stores: u32,
+}
+
+/// A protected target that lost trust.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetLost {
+    /// Its id.
+    pub id: u32,
+    /// Its name.
+    pub name: String,
+    /// Its bytes.
+    pub range: ByteRange,
+    /// What made it lose trust ("marked chunk …", "write-back of slot …").
+    pub by: String,
+}
+
+/// C2: what went to the command processor after the dispatch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandOff {
+    /// Pages the write-watch noted written (D824).
+    pub pages_noted_written: Vec<ByteRange>,
+    /// Protected targets that lost trust (D720).
+    pub targets_distrusted: Vec<TargetLost>,
+}
+
+/// One word a holder wrote back (O8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WordWritten {
+    /// Its guest address.
+    #[serde(with = "hex")]
+    pub address: u64,
+    /// The guest's word before the write-back.
+    #[serde(with = "hex")]
+    pub old: u64,
+    /// The word written back.
+    #[serde(with = "hex")]
+    pub new: u64,
+    /// Bytes of the word (4, fewer at the holder's end).
+    pub bytes: u8,
+}
+
+/// O8: a holder's masked write-back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteBack {
+    /// The holder slot.
+    pub holder: u32,
+    /// The holder's widened range.
+    pub range: ByteRange,
+    /// Words in the holder.
+    pub words_total: u64,
+    /// The words written back: those a store set the mask of (O9).
+    pub words: Vec<WordWritten>,
+}
+
+/// L1: the dispatch stored by device address to bytes a resolved holder writes back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hazard {
+    /// Always L1.
+    pub rule: Rule,
+    /// Its decision record.
+    pub decision: String,
+    /// The holder whose write-back lands last.
+    pub holder: u32,
+    /// The guest word both wrote.
+    #[serde(with = "hex")]
+    pub address: u64,
+    /// The device-addressed store.
+    pub device_store: usize,
+    /// The last bound store to the word.
+    pub bound_store: Option<usize>,
+    /// One sentence.
+    pub message: String,
+}
+
+/// An event applied before a dispatch, and what it did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventReport {
+    /// Its number in the session.
+    pub index: u64,
+    /// The event.
+    pub event: Event,
+    /// Whether the generation moved (M4).
+    pub generation_moved: bool,
+    /// A dispatch whose fence the event waited on (M5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waited_for: Option<u64>,
+    /// What it did, one line each, with rule ids.
+    pub effects: Vec<String>,
+}
+
+/// C3: what was written into guest memory before the dispatch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BeforeDispatch {
+    /// Deferred copies written, as (address, bytes).
+    pub copies: Vec<ByteRange>,
+    /// Copies still deferred (a bound dispatch reads only its bindings, so they wait).
+    pub still_deferred: usize,
+}
+
+/// Counts for tables and filters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Sets of two or more slots.
+    pub sets: usize,
+    /// Refusals.
+    pub refusals: usize,
+    /// Escapes.
+    pub escapes: usize,
+    /// Marked chunks.
+    pub marks: usize,
+    /// Accesses.
+    pub accesses: usize,
+    /// Words written back.
+    pub words_written_back: usize,
+    /// L1 hazards.
+    pub hazards: usize,
+}
+
+/// Everything about one dispatch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DispatchReport {
+    /// [`SCHEMA`].
+    pub schema: String,
+    /// The dispatch's index in the session.
+    pub index: u64,
+    /// The program's guest address.
+    #[serde(with = "hex")]
+    pub program: u64,
+    /// The label the input gave.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub label: String,
+    /// Compute or graphics.
+    pub kind: DispatchKind,
+    /// How it ran.
+    pub mode: Mode,
+    /// The backend that ran it.
+    pub backend: String,
+    /// The limits it was planned against.
+    pub device: DeviceLimits,
+    /// Why the host could not know its ranges (A1).
+    pub reasons: Vec<Reason>,
+    /// One line on why it ran in its mode.
+    pub mode_reason: String,
+    /// Every slot's binding (O1–O10).
+    pub slots: Vec<SlotBinding>,
+    /// Sets of two or more slots.
+    pub sets: Vec<BindSet>,
+    /// Refusals.
+    pub refusals: Vec<Refusal>,
+    /// Events applied since the previous dispatch.
+    pub events_before: Vec<EventReport>,
+    /// C3.
+    pub before: BeforeDispatch,
+    /// M1–M5, for a device-addressed dispatch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mappings: Option<MappingReport>,
+    /// T1–T6, for a device-addressed dispatch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<TableReport>,
+    /// Every access, in stream order.
+    pub accesses: Vec<AccessReport>,
+    /// T4.
+    pub escapes: Vec<Escape>,
+    /// C1.
+    pub marks: Vec<Mark>,
+    /// C2.
+    pub hand_off: HandOff,
+    /// O8.
+    pub write_back: Vec<WriteBack>,
+    /// L1.
+    pub hazards: Vec<Hazard>,
+    /// Counts.
+    pub counts: Counts,
+}
+
+impl DispatchReport {
+    /// The refusals, escapes and hazards, as the rules they cite.
+    pub fn rules_cited(&self) -> Vec<Rule> {
+        let mut v: Vec<Rule> = self
+            .refusals
+            .iter()
+            .map(|r| r.rule)
+            .chain(self.escapes.iter().map(|e| e.rule))
+            .chain(self.hazards.iter().map(|h| h.rule))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+}
