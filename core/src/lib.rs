@@ -16,12 +16,14 @@ pub mod capture;
 pub mod chunk_table;
 pub mod engine;
 pub mod exec;
+pub mod explain;
 pub mod import;
 pub mod input;
 pub mod memory;
 pub mod overlap;
 pub mod report;
 pub mod rules;
+pub mod sample;
 
 pub use addr::ByteRange;
 pub use backend::{Backend, CpuBackend};
