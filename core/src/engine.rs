@@ -247,6 +247,7 @@ impl<B: Backend> Engine<B> {
             before: BeforeDispatch {
                 copies: Vec::new(),
                 still_deferred: self.memory.deferred_copies().len(),
+                ..BeforeDispatch::default()
             },
             mappings: None,
             table: None,
@@ -272,7 +273,12 @@ impl<B: Backend> Engine<B> {
         let mut hand_change = MemoryChange::default();
         if mode == Mode::DeviceAddressed {
             // C3: the dispatch may read anywhere, so deferred copies land first.
-            let copies = self.memory.flush_deferred(&mut hand_change);
+            let mut c3 = MemoryChange::default();
+            let copies = self.memory.flush_deferred(&mut c3);
+            report.before.pages_noted_written = merge_ranges(c3.noted_written);
+            for id in c3.distrusted {
+                report.before.targets_distrusted.push(self.target_lost(id, "a deferred copy written first (C3)".into()));
+            }
             report.before.copies = copies
                 .iter()
                 .map(|(a, b)| ByteRange::new(*a, a + b.len() as u64))
@@ -560,14 +566,22 @@ impl<B: Backend> Engine<B> {
                 ),
                 "would reach guest memory once the page is committed, private and read-write (M5 maps it then)".to_owned(),
             ),
-            EscapeClass::Dropped => (
-                format!(
-                    "the page of {at:#x} was mapped, and its mapping was dropped at event {} before dispatch {} when its host memory went (M4)",
-                    since.map_or(0, |w| w.event),
-                    since.map_or(0, |w| w.before_dispatch)
-                ),
-                "would reach guest memory if the page were committed again (M5 maps it then)".to_owned(),
-            ),
+            EscapeClass::Dropped => {
+                let released = self.memory.reservation_at(at).is_none();
+                (
+                    format!(
+                        "the page of {at:#x} was mapped, and its mapping was dropped at event {} before dispatch {} when its reservation was {} (M4)",
+                        since.map_or(0, |w| w.event),
+                        since.map_or(0, |w| w.before_dispatch),
+                        if released { "released" } else { "decommitted" }
+                    ),
+                    if released {
+                        "would reach guest memory if a reservation held it again and the guest left it readable".to_owned()
+                    } else {
+                        "would reach guest memory once the page is committed again (M5 maps it then)".to_owned()
+                    },
+                )
+            }
             EscapeClass::ProbeBound => (
                 format!("the chunk of {at:#x} is mapped but its lookup stopped at the probe bound: a table defect (T2)"),
                 "would reach guest memory if the table kept every mapped chunk within the probe bound (T2)".to_owned(),

@@ -55,10 +55,13 @@ pub fn explain(r: &DispatchReport, detail: Detail) -> String {
 fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt::Result {
     writeln!(
         o,
-        "dispatch {} · program {:#x} · {:?} · {}{}",
+        "dispatch {} · program {:#x} · {} · {}{}",
         r.index,
         r.program,
-        r.kind,
+        match r.kind {
+            crate::input::DispatchKind::Compute => "compute",
+            crate::input::DispatchKind::Graphics => "graphics",
+        },
         r.mode.as_str(),
         if r.label.is_empty() { String::new() } else { format!(" · {}", r.label) }
     )?;
@@ -153,7 +156,11 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
         writeln!(o, "    {}", f.would_run_if)?;
     }
     if !r.before.copies.is_empty() {
-        writeln!(o, "  C3: {} deferred copies written into guest memory first", r.before.copies.len())?;
+        let copies: Vec<String> = r.before.copies.iter().map(|c| c.to_string()).collect();
+        writeln!(o, "  C3: deferred copies written into guest memory first: {}", copies.join(", "))?;
+        for t in &r.before.targets_distrusted {
+            writeln!(o, "    target {} {} {} lost its trust (D720) by {}", t.id, t.name, t.range, t.by)?;
+        }
     } else if r.before.still_deferred > 0 {
         writeln!(
             o,
@@ -263,7 +270,8 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
     }
     if !r.hand_off.pages_noted_written.is_empty() || !r.hand_off.targets_distrusted.is_empty() {
         let pages: Vec<String> = r.hand_off.pages_noted_written.iter().map(|p| p.to_string()).collect();
-        writeln!(o, "  hand-off (C2): pages noted written (D824): {}", pages.join(", "))?;
+        let how = if r.marks.is_empty() { "after the dispatch (write-back, O8)" } else { "hand-off (C2) and write-back (O8)" };
+        writeln!(o, "  {how}: pages noted written (D824): {}", pages.join(", "))?;
         for t in &r.hand_off.targets_distrusted {
             writeln!(o, "    target {} {} {} lost its trust (D720) by {}", t.id, t.name, t.range, t.by)?;
         }

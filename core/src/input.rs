@@ -116,21 +116,27 @@ pub enum BaseSource {
 
 /// A buffer element format, for format buffer accesses (W1, W2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Format {
     /// One 8-bit unsigned integer.
+    #[serde(rename = "R8_UINT")]
     R8Uint,
     /// One 16-bit unsigned integer.
+    #[serde(rename = "R16_UINT")]
     R16Uint,
     /// One 32-bit unsigned integer.
+    #[serde(rename = "R32_UINT")]
     R32Uint,
     /// One 32-bit float (values are its bits).
+    #[serde(rename = "R32_FLOAT")]
     R32Float,
     /// Two 32-bit unsigned integers.
+    #[serde(rename = "R32G32_UINT")]
     R32G32Uint,
     /// Four 32-bit unsigned integers.
+    #[serde(rename = "R32G32B32A32_UINT")]
     R32G32B32A32Uint,
     /// Four 8-bit unsigned-normalised values, read as 32-bit float bits.
+    #[serde(rename = "R8G8B8A8_UNORM")]
     R8G8B8A8Unorm,
 }
 

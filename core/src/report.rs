@@ -488,6 +488,10 @@ pub struct BeforeDispatch {
     pub copies: Vec<ByteRange>,
     /// Copies still deferred (a bound dispatch reads only its bindings, so they wait).
     pub still_deferred: usize,
+    /// Pages the copies made the write-watch note written (D824).
+    pub pages_noted_written: Vec<ByteRange>,
+    /// Targets the copies distrusted (D720).
+    pub targets_distrusted: Vec<TargetLost>,
 }
 
 /// Counts for tables and filters.
