@@ -11,6 +11,7 @@ use dispatchscope_core::explain::{Detail, explain};
 use dispatchscope_core::input::DeviceLimits;
 use dispatchscope_core::report::{DispatchReport, SCHEMA};
 use dispatchscope_core::sample::Sample;
+use dispatchscope_core::session::{self, Opened};
 
 /// dispatchscope: a debugger for a console emulator's GPU compute dispatches.
 #[derive(Debug, Parser)]
@@ -26,14 +27,21 @@ pub struct Cli {
 /// A subcommand.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Explain every dispatch of a sample: modes, sets, refusals, mappings, table, escapes.
+    /// Explain every dispatch of a sample or capture: modes, sets, refusals, mappings, table, escapes.
     Explain(ExplainArgs),
+    /// Convert a sample (`.json`) to a capture (`.dscap`) or back, without loss.
+    Convert {
+        /// The file to read (sample or capture, told apart by its first bytes).
+        input: PathBuf,
+        /// The file to write: `.json` writes a sample, anything else a capture.
+        output: PathBuf,
+    },
 }
 
 /// `explain`'s arguments.
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
-    /// The sample (`.json`) to explain.
+    /// The sample (`.json`) or capture (`.dscap`) to explain.
     pub file: PathBuf,
     /// Explain only dispatch N (0-based).
     #[arg(long)]
@@ -53,7 +61,8 @@ pub struct ExplainArgs {
 }
 
 fn parse_number(s: &str) -> Result<u64, String> {
-    dispatchscope_core::addr::parse_u64(s).ok_or_else(|| format!("{s:?} is not a number (decimal or 0x…)"))
+    dispatchscope_core::addr::parse_u64(s)
+        .ok_or_else(|| format!("{s:?} is not a number (decimal or 0x…)"))
 }
 
 /// An error that is the user's input, not ours: exit status 2.
@@ -68,23 +77,61 @@ impl std::fmt::Display for BadInput {
 
 impl std::error::Error for BadInput {}
 
-/// Reads and parses a sample, naming the file in any error.
-pub fn load_sample(path: &Path) -> anyhow::Result<Sample> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| BadInput(format!("{}: cannot read: {e}", path.display())))?;
-    Sample::from_json(&text).map_err(|e| BadInput(format!("{}: {e}", path.display())).into())
-}
-
 /// Runs a sample on the CPU reference with optional limit overrides.
-pub fn run_sample(sample: &Sample, path: &Path, limits: DeviceLimits) -> anyhow::Result<Vec<DispatchReport>> {
+pub fn run_sample(
+    sample: &Sample,
+    path: &Path,
+    limits: DeviceLimits,
+) -> anyhow::Result<Vec<DispatchReport>> {
     sample
         .run_on(limits, dispatchscope_core::CpuBackend::new())
         .map_err(|e| BadInput(format!("{}: {e}", path.display())).into())
 }
 
+/// A session file opened for the CLI: its sample (inputs) and any reports it recorded.
+pub struct Loaded {
+    /// The steps.
+    pub sample: Sample,
+    /// Reports a capture recorded, one per dispatch (None for samples).
+    pub recorded: Vec<Option<DispatchReport>>,
+    /// A note for a capture cut short.
+    pub torn: Option<String>,
+}
+
+/// Opens a sample or capture, naming the file in any error.
+pub fn load(path: &Path) -> anyhow::Result<Loaded> {
+    match session::open(path).map_err(|e| BadInput(e.to_string()))? {
+        Opened::Sample(sample) => Ok(Loaded { sample, recorded: Vec::new(), torn: None }),
+        Opened::Capture(mut c) => {
+            let torn = c.torn().map(|t| format!("{}: cut short: {t}; every complete record before it was read", path.display()));
+            let (sample, recorded) = c.to_sample().map_err(|e| BadInput(e.to_string()))?;
+            Ok(Loaded { sample, recorded, torn })
+        }
+    }
+}
+
 /// `dispatchscope explain`.
 pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
-    let sample = load_sample(&args.file)?;
+    let overrides = args.min_storage_buffer_offset_alignment.is_some() || args.max_storage_buffer_range.is_some();
+    // A capture that recorded its reports explains dispatch N from its record alone.
+    if let (Some(n), false) = (args.dispatch, overrides)
+        && let Ok(Opened::Capture(mut c)) = session::open(&args.file)
+    {
+        let total = c.n_dispatches();
+        if n as usize >= total {
+            return Err(BadInput(format!("{}: --dispatch {n}, but the capture has {total} dispatches", args.file.display())).into());
+        }
+        let record = c.dispatch(n as usize).map_err(|e| BadInput(e.to_string()))?;
+        if let Some(report) = record.report {
+            let title = c.meta().title.clone();
+            return print_reports(args, &title, &[report]);
+        }
+    }
+    let loaded = load(&args.file)?;
+    if let Some(t) = &loaded.torn {
+        eprintln!("dispatchscope: warning: {t}");
+    }
+    let sample = &loaded.sample;
     let mut limits = sample.device.clone();
     if let Some(a) = args.min_storage_buffer_offset_alignment {
         if !a.is_power_of_two() || a > 256 {
@@ -98,32 +145,40 @@ pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
     if let Some(m) = args.max_storage_buffer_range {
         limits.max_storage_buffer_range = m;
     }
-    let reports = run_sample(&sample, &args.file, limits)?;
-    let chosen: Vec<&DispatchReport> = match args.dispatch {
-        Some(n) => vec![reports.iter().find(|r| r.index == n).ok_or_else(|| {
+    let recorded: Option<Vec<DispatchReport>> = loaded.recorded.iter().cloned().collect();
+    let reports = match recorded {
+        Some(r) if !overrides && !r.is_empty() => r,
+        _ => run_sample(sample, &args.file, limits)?,
+    };
+    let chosen: Vec<DispatchReport> = match args.dispatch {
+        Some(n) => vec![reports.iter().find(|r| r.index == n).cloned().ok_or_else(|| {
             BadInput(format!(
-                "{}: --dispatch {n}, but the sample has {} dispatches (0..{})",
+                "{}: --dispatch {n}, but it has {} dispatches (0..{})",
                 args.file.display(),
                 reports.len(),
                 reports.len().saturating_sub(1)
             ))
         })?],
-        None => reports.iter().collect(),
+        None => reports,
     };
+    print_reports(args, &sample.title, &chosen)
+}
+
+fn print_reports(args: &ExplainArgs, title: &str, reports: &[DispatchReport]) -> anyhow::Result<()> {
     if args.json {
         let doc = serde_json::json!({
             "schema": SCHEMA,
             "file": args.file.display().to_string(),
-            "title": sample.title,
-            "dispatches": chosen,
+            "title": title,
+            "dispatches": reports,
         });
         println!("{}", serde_json::to_string_pretty(&doc).context("serialising the report")?);
     } else {
         let detail = Detail {
             max_accesses: if args.all_accesses { usize::MAX } else { 16 },
         };
-        println!("{} — {}", args.file.display(), sample.title);
-        for r in chosen {
+        println!("{} — {title}", args.file.display());
+        for r in reports {
             println!();
             print!("{}", explain(r, detail));
         }
@@ -131,36 +186,26 @@ pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The shipped samples, built into the binary: the embedded default.
-pub const EMBEDDED: &[(&str, &str)] = &[
-    ("run305-overlap.json", include_str!("../../samples/run305-overlap.json")),
-    ("run305-inside.json", include_str!("../../samples/run305-inside.json")),
-    ("run305-d951.json", include_str!("../../samples/run305-d951.json")),
-    ("run335-readable-run.json", include_str!("../../samples/run335-readable-run.json")),
-    ("ray-traversal.json", include_str!("../../samples/ray-traversal.json")),
-];
-
-/// No subcommand: explain the embedded default (the window comes with the app).
-pub fn default_cmd(files: &[PathBuf]) -> anyhow::Result<()> {
-    if let Some(first) = files.first() {
-        return explain_cmd(&ExplainArgs {
-            file: first.clone(),
-            dispatch: None,
-            json: false,
-            min_storage_buffer_offset_alignment: None,
-            max_storage_buffer_range: None,
-            all_accesses: false,
-        });
+/// `dispatchscope convert IN OUT`: sample ↔ capture, without loss. A capture made from a sample
+/// records each dispatch's report (CPU reference) so that explaining dispatch N reads one record.
+pub fn convert_cmd(input: &Path, output: &Path) -> anyhow::Result<()> {
+    let loaded = load(input)?;
+    if let Some(t) = &loaded.torn {
+        eprintln!("dispatchscope: warning: {t}");
     }
-    for (name, text) in EMBEDDED {
-        let sample = Sample::from_json(text).with_context(|| format!("embedded sample {name}"))?;
-        let reports = sample.run().with_context(|| format!("embedded sample {name}"))?;
-        println!("{name} — {}", sample.title);
-        for r in &reports {
-            println!();
-            print!("{}", explain(r, Detail::default()));
-        }
-        println!();
+    let to_sample = output.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    if to_sample {
+        session::write_sample(&loaded.sample, output)?;
+    } else {
+        let reports = run_sample(&loaded.sample, input, loaded.sample.device.clone())?;
+        session::write_capture(&loaded.sample, Some(&reports), output)?;
     }
+    eprintln!(
+        "wrote {} ({} steps, {} dispatches) as a {}",
+        output.display(),
+        loaded.sample.steps.len(),
+        loaded.sample.dispatches().count(),
+        if to_sample { "sample" } else { "capture" }
+    );
     Ok(())
 }

@@ -24,6 +24,7 @@ pub mod overlap;
 pub mod report;
 pub mod rules;
 pub mod sample;
+pub mod session;
 
 pub use addr::ByteRange;
 pub use backend::{Backend, CpuBackend};

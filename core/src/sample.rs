@@ -75,13 +75,17 @@ impl<'de> Deserialize<'de> for Step {
         let v = serde_json::Value::deserialize(d)?;
         if let Some(dispatch) = v.get("dispatch") {
             if v.as_object().is_some_and(|o| o.len() != 1) {
-                return Err(de::Error::custom("a dispatch step holds only the key \"dispatch\""));
+                return Err(de::Error::custom(
+                    "a dispatch step holds only the key \"dispatch\"",
+                ));
             }
-            DispatchInput::deserialize(dispatch)
+            serde_path_to_error::deserialize::<_, DispatchInput>(dispatch)
                 .map(|d| Step::Dispatch(Box::new(d)))
-                .map_err(|e| de::Error::custom(format!("in \"dispatch\": {e}")))
+                .map_err(|e| de::Error::custom(format!("at dispatch.{}: {}", e.path(), e.inner())))
         } else if v.get("event").is_some() {
-            Event::deserialize(&v).map(Step::Event).map_err(de::Error::custom)
+            Event::deserialize(&v)
+                .map(Step::Event)
+                .map_err(de::Error::custom)
         } else {
             Err(de::Error::custom(
                 "a step is either {\"dispatch\": {…}} or an event {\"event\": \"commit\", …}",
@@ -187,7 +191,11 @@ impl Sample {
 
     /// Replays the sample on a fresh engine over `backend` with `limits` (the sample's device,
     /// or an override) and returns one report per dispatch.
-    pub fn run_on<B: Backend>(&self, limits: DeviceLimits, backend: B) -> Result<Vec<DispatchReport>, SampleError> {
+    pub fn run_on<B: Backend>(
+        &self,
+        limits: DeviceLimits,
+        backend: B,
+    ) -> Result<Vec<DispatchReport>, SampleError> {
         let mut engine = Engine::new(limits, backend).map_err(|error| SampleError::Step {
             step: 0,
             what: "device".into(),
