@@ -17,6 +17,7 @@ pub mod chunk_table;
 pub mod engine;
 pub mod exec;
 pub mod explain;
+pub mod generate;
 pub mod import;
 pub mod input;
 pub mod memory;
