@@ -36,6 +36,30 @@ pub enum Command {
         /// The file to write: `.json` writes a sample, anything else a capture.
         output: PathBuf,
     },
+    /// Write a random valid sample (or capture) of any size, for tests and benches.
+    Generate(GenerateArgs),
+}
+
+/// `generate`'s arguments.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// Where to write: `.json` writes a sample, anything else a capture.
+    pub output: PathBuf,
+    /// The seed; the same seed makes the same sample.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Dispatches.
+    #[arg(long, default_value_t = 16)]
+    pub dispatches: usize,
+    /// Slots per dispatch, at most.
+    #[arg(long, default_value_t = 8)]
+    pub slots: usize,
+    /// Accesses per dispatch.
+    #[arg(long, default_value_t = 64)]
+    pub accesses: usize,
+    /// Bytes of initial guest contents (e.g. 0x40000000 for 1 GiB).
+    #[arg(long, default_value = "0x10000", value_parser = parse_number)]
+    pub contents_bytes: u64,
 }
 
 /// `explain`'s arguments.
@@ -207,5 +231,29 @@ pub fn convert_cmd(input: &Path, output: &Path) -> anyhow::Result<()> {
         loaded.sample.dispatches().count(),
         if to_sample { "sample" } else { "capture" }
     );
+    Ok(())
+}
+
+/// `dispatchscope generate`.
+pub fn generate_cmd(args: &GenerateArgs) -> anyhow::Result<()> {
+    use dispatchscope_core::generate::{GenConfig, random_sample};
+    let reservations = 16;
+    let cfg = GenConfig {
+        dispatches: args.dispatches,
+        slots: args.slots,
+        accesses: args.accesses,
+        reservations,
+        pages_per_reservation: args.contents_bytes / reservations as u64 / 0x1000 + 16,
+        contents_bytes: args.contents_bytes,
+        events_between: 2,
+    };
+    let sample = random_sample(args.seed, cfg);
+    if args.output.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
+        session::write_sample(&sample, &args.output)?;
+    } else {
+        let reports = sample.run().context("the generated sample did not run: a generator bug")?;
+        session::write_capture(&sample, Some(&reports), &args.output)?;
+    }
+    eprintln!("wrote {} (seed {}, {} dispatches)", args.output.display(), args.seed, args.dispatches);
     Ok(())
 }
