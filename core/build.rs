@@ -20,9 +20,18 @@ fn main() {
         let ident: String = n
             .trim_end_matches(".json")
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
             .collect();
-        let _ = writeln!(out, "#[test]\nfn sample_{ident}() {{\n    check_sample({n:?});\n}}\n");
+        let _ = writeln!(
+            out,
+            "#[test]\nfn sample_{ident}() {{\n    check_sample({n:?});\n}}\n"
+        );
     }
     let _ = writeln!(out, "const SAMPLE_NAMES: &[&str] = &{names:?};");
     let path = Path::new(&std::env::var("OUT_DIR").unwrap_or_default()).join("sample_tests.rs");

@@ -3,6 +3,8 @@
 //!
 //! `cargo bench -p dispatchscope-core --bench capture` (set `CAPTURE_BENCH_MIB` for another size).
 
+#![allow(clippy::expect_used, reason = "a bench binary: a failure stops it with its message")]
+
 use std::time::Instant;
 
 use dispatchscope_core::explain::{Detail, explain};

@@ -53,8 +53,21 @@ mod tests {
     fn p1_routes_by_high_half() {
         let r = |a| route_flat(a, 0x8000_0000, 0x7000_0000);
         assert_eq!(r(0x8000_0000_0000_0040), FlatRoute::Lds { offset: 0x40 });
-        assert_eq!(r(0x7000_0000_0000_0100), FlatRoute::Scratch { offset: 0x100 });
-        assert_eq!(r(0x7fff_ffff_0000_0000), FlatRoute::Guest { address: 0x7fff_ffff_0000_0000 });
-        assert_eq!(r(0x0000_4000_03e1_9200), FlatRoute::Guest { address: 0x4000_03e1_9200 });
+        assert_eq!(
+            r(0x7000_0000_0000_0100),
+            FlatRoute::Scratch { offset: 0x100 }
+        );
+        assert_eq!(
+            r(0x7fff_ffff_0000_0000),
+            FlatRoute::Guest {
+                address: 0x7fff_ffff_0000_0000
+            }
+        );
+        assert_eq!(
+            r(0x0000_4000_03e1_9200),
+            FlatRoute::Guest {
+                address: 0x4000_03e1_9200
+            }
+        );
     }
 }

@@ -157,34 +157,50 @@ impl<B: Backend> Engine<B> {
             // M5: a release waits for any dispatch still reading the mapping.
             if let Some(d) = self.in_flight.take() {
                 waited_for = Some(d);
-                effects.push(format!("M5: waited for dispatch {d}'s fence before the host memory of {range} went"));
+                effects.push(format!(
+                    "M5: waited for dispatch {d}'s fence before the host memory of {range} went"
+                ));
             }
             // M4: drop the mapping before the host memory goes.
-            dropped = self.mappings.drop_over(&mut self.backend, range, when, released)?;
+            dropped = self
+                .mappings
+                .drop_over(&mut self.backend, range, when, released)?;
             for p in &dropped {
-                effects.push(format!("M4: dropped the mapping of {} before its host memory went", p.guest));
+                effects.push(format!(
+                    "M4: dropped the mapping of {} before its host memory went",
+                    p.guest
+                ));
             }
         }
-        let change = match self.memory.apply(event) {
-            Ok(c) => c,
-            Err(e) => return Err(e.into()),
-        };
+        let change = self.memory.apply(event)?;
         if let Some((range, released)) = going {
-            self.mappings
-                .after_host_memory_gone(&self.memory, &mut self.backend, &dropped, range, released)?;
+            self.mappings.after_host_memory_gone(
+                &self.memory,
+                &mut self.backend,
+                &dropped,
+                range,
+                released,
+            )?;
         }
         if self.mappings.mapped_generation().is_some() {
             for range in &change.revisit {
-                for r in self.mappings.revisit(&self.memory, &mut self.backend, *range, self.next_dispatch)? {
-                    effects.push(format!("M5 (D968): mapped {r}, now committed, private and read-write"));
+                for r in self.mappings.revisit(
+                    &self.memory,
+                    &mut self.backend,
+                    *range,
+                    self.next_dispatch,
+                )? {
+                    effects.push(format!(
+                        "M5 (D968): mapped {r}, now committed, private and read-write"
+                    ));
                 }
             }
         }
         describe_change(&change, &self.memory, &mut effects);
-        if matches!(event, Event::Retire) {
-            if let Some(d) = self.in_flight.take() {
-                effects.push(format!("dispatch {d} retired: its fence has signalled"));
-            }
+        if matches!(event, Event::Retire)
+            && let Some(d) = self.in_flight.take()
+        {
+            effects.push(format!("dispatch {d} retired: its fence has signalled"));
         }
         let generation_moved = self.memory.generation() != generation;
         if generation_moved {
@@ -212,7 +228,12 @@ impl<B: Backend> Engine<B> {
         let limits = self.limits.clone();
         validate(input, &limits)?;
         let index = self.next_dispatch;
-        let plan = plan_bindings(&input.slots, &input.push, &limits, input.page_buffer.as_ref());
+        let plan = plan_bindings(
+            &input.slots,
+            &input.push,
+            &limits,
+            input.page_buffer.as_ref(),
+        );
         let mut refusals = plan.refusals.clone();
         let device_addressed = !input.reasons.is_empty();
         if device_addressed && input.kind == DispatchKind::Graphics {
@@ -277,7 +298,10 @@ impl<B: Backend> Engine<B> {
             let copies = self.memory.flush_deferred(&mut c3);
             report.before.pages_noted_written = merge_ranges(c3.noted_written);
             for id in c3.distrusted {
-                report.before.targets_distrusted.push(self.target_lost(id, "a deferred copy written first (C3)".into()));
+                report
+                    .before
+                    .targets_distrusted
+                    .push(self.target_lost(id, "a deferred copy written first (C3)".into()));
             }
             report.before.copies = copies
                 .iter()
@@ -311,7 +335,9 @@ impl<B: Backend> Engine<B> {
             ar.escaped = o.escaped_at.is_some();
             if let Some(at) = o.escaped_at {
                 let lookup = match (table, ar.lookups.as_slice()) {
-                    (Some(t), [first, ..]) if at >> t.chunk_shift() == first.guest_chunk => first.clone(),
+                    (Some(t), [first, ..]) if at >> t.chunk_shift() == first.guest_chunk => {
+                        first.clone()
+                    }
                     (_, [_, second]) => second.clone(),
                     (Some(t), _) => t.trace(at >> t.chunk_shift()),
                     (None, _) => crate::chunk_table::LookupTrace {
@@ -342,8 +368,11 @@ impl<B: Backend> Engine<B> {
         for m in &report.marks {
             let before = hand_change.distrusted.len();
             self.memory.note_written(m.guest, &mut hand_change);
-            for id in hand_change.distrusted[before..].to_vec() {
-                report.hand_off.targets_distrusted.push(self.target_lost(id, format!("marked chunk {} (C2)", m.guest)));
+            for &id in &hand_change.distrusted[before..] {
+                report
+                    .hand_off
+                    .targets_distrusted
+                    .push(self.target_lost(id, format!("marked chunk {} (C2)", m.guest)));
             }
         }
         // O8: one masked write-back per written holder.
@@ -364,8 +393,13 @@ impl<B: Backend> Engine<B> {
                 let new = &buf[4 * w..4 * w + bytes];
                 let before = hand_change.distrusted.len();
                 self.memory.host_write(address, new, &mut hand_change);
-                for id in hand_change.distrusted[before..].to_vec() {
-                    report.hand_off.targets_distrusted.push(self.target_lost(id, format!("write-back of holder slot {holder_slot} (O8)")));
+                for &id in &hand_change.distrusted[before..] {
+                    report.hand_off.targets_distrusted.push(
+                        self.target_lost(
+                            id,
+                            format!("write-back of holder slot {holder_slot} (O8)"),
+                        ),
+                    );
                 }
                 let mut n = [0u8; 4];
                 n[..bytes].copy_from_slice(new);
@@ -377,10 +411,8 @@ impl<B: Backend> Engine<B> {
                 });
                 // L1: a device store to the same bytes lands before the write-back.
                 let word = ByteRange::new(address, address + bytes as u64);
-                if let Some(&(_, store)) = device_stores
-                    .iter()
-                    .rev()
-                    .find(|(r, _)| r.overlaps(&word))
+                if let Some(&(_, store)) =
+                    device_stores.iter().rev().find(|(r, _)| r.overlaps(&word))
                 {
                     report.hazards.push(Hazard {
                         rule: Rule::L1,
@@ -427,7 +459,9 @@ impl<B: Backend> Engine<B> {
             ..MappingReport::default()
         };
         if self.mappings.stale(&self.memory) {
-            let stats = self.mappings.map_all(&mut self.memory, &mut self.backend, index)?;
+            let stats = self
+                .mappings
+                .map_all(&mut self.memory, &mut self.backend, index)?;
             report.remapped = true;
             report.committed_pages = stats.committed_pages;
             report.guards_released = stats.guards_released;
@@ -447,11 +481,22 @@ impl<B: Backend> Engine<B> {
     fn sync_table(&mut self, limits: &DeviceLimits) -> Result<TableReport, EngineError> {
         puffin::profile_function!();
         let changes = self.mappings.take_changes();
-        let chunk_bytes = chunk_bytes_for(self.mappings.pieces().map(|p| (p.guest.start, p.guest.end)));
+        let chunk_bytes =
+            chunk_bytes_for(self.mappings.pieces().map(|p| (p.guest.start, p.guest.end)));
         let mut rebuilt = None;
         let (mut inserted, mut removed) = (0, 0);
+        // A piece mapped and dropped again since the last dispatch may be finer than the chunk the
+        // pieces now give (T1); its changes cannot be applied chunk by chunk, so the table is built.
+        let fits = |p: &crate::import::Piece| (p.guest.start | p.guest.end) & (chunk_bytes - 1) == 0;
+        let changes_fit = changes.iter().all(|c| match c {
+            PieceChange::Added(p) | PieceChange::Removed(p) => fits(p),
+        });
         let t: &ChunkTable = match &mut self.table {
-            Some(t) if t.chunk_bytes() == chunk_bytes && t.probe_bound() == limits.probe_bound => {
+            Some(t)
+                if t.chunk_bytes() == chunk_bytes
+                    && t.probe_bound() == limits.probe_bound
+                    && changes_fit =>
+            {
                 let shift = t.chunk_shift();
                 for c in &changes {
                     match c {
@@ -480,7 +525,10 @@ impl<B: Backend> Engine<B> {
                         "T1: the chunk changed from {:#x} to {chunk_bytes:#x} bytes to follow the mappings' alignment",
                         t.chunk_bytes()
                     ),
-                    Some(_) => "the probe bound changed".to_owned(),
+                    Some(t) if t.probe_bound() != limits.probe_bound => {
+                        "the probe bound changed".to_owned()
+                    }
+                    Some(_) => "T1: a piece mapped and dropped since the last dispatch was finer than the chunk".to_owned(),
                 });
                 let shift = chunk_bytes.trailing_zeros();
                 let entries: Vec<(u64, u64)> = self
@@ -492,7 +540,11 @@ impl<B: Backend> Engine<B> {
                     })
                     .collect();
                 self.sync.builds += 1;
-                existing.insert(ChunkTable::build(chunk_bytes, limits.probe_bound, &entries)?)
+                existing.insert(ChunkTable::build(
+                    chunk_bytes,
+                    limits.probe_bound,
+                    &entries,
+                )?)
             }
         };
         if rebuilt.is_some() || inserted > 0 || removed > 0 || self.sync.address == 0 {
@@ -540,16 +592,28 @@ impl<B: Backend> Engine<B> {
         })
     }
 
-    fn escape(&self, index: usize, a: &Access, at: u64, lookup: crate::chunk_table::LookupTrace) -> Escape {
+    fn escape(
+        &self,
+        index: usize,
+        a: &Access,
+        at: u64,
+        lookup: crate::chunk_table::LookupTrace,
+    ) -> Escape {
         let (class, reason, since) = self.mappings.classify_miss(&self.memory, at);
         let (below, above) = self.mappings.neighbours(at);
         let near = match (below, above) {
-            (Some(b), Some(u)) => format!("; nearest mappings {} below and {} above", b.guest, u.guest),
+            (Some(b), Some(u)) => {
+                format!("; nearest mappings {} below and {} above", b.guest, u.guest)
+            }
             (Some(b), None) => format!("; nearest mapping {} below", b.guest),
             (None, Some(u)) => format!("; nearest mapping {} above", u.guest),
             (None, None) => "; nothing is mapped".to_owned(),
         };
-        let verb = if a.op == Op::Load { "read zero" } else { "stored nothing" };
+        let verb = if a.op == Op::Load {
+            "read zero"
+        } else {
+            "stored nothing"
+        };
         let (what, would) = match class {
             EscapeClass::NoReservation => (
                 format!("no reservation holds {at:#x}"),
@@ -587,7 +651,11 @@ impl<B: Backend> Engine<B> {
                 "would reach guest memory if the table kept every mapped chunk within the probe bound (T2)".to_owned(),
             ),
         };
-        let rule = if class == EscapeClass::ProbeBound { Rule::T2 } else { Rule::T4 };
+        let rule = if class == EscapeClass::ProbeBound {
+            Rule::T2
+        } else {
+            Rule::T4
+        };
         Escape {
             access: index,
             lane: a.lane,
@@ -654,7 +722,10 @@ fn format_store_refusals(input: &DispatchInput) -> Vec<Refusal> {
         if a.kind != AccessKind::FormatBuffer || a.op != Op::Store {
             continue;
         }
-        let Some(slot) = a.slot.and_then(|s| input.slots.iter().find(|x| x.slot == s)) else {
+        let Some(slot) = a
+            .slot
+            .and_then(|s| input.slots.iter().find(|x| x.slot == s))
+        else {
             continue;
         };
         if slot.resolved {
@@ -704,7 +775,13 @@ fn mode_reason(input: &DispatchInput, mode: Mode, refusals: &[Refusal]) -> Strin
     }
 }
 
-fn access_report(i: usize, a: &Access, route: Route, rule: Rule, lookups: Vec<crate::chunk_table::LookupTrace>) -> AccessReport {
+fn access_report(
+    i: usize,
+    a: &Access,
+    route: Route,
+    rule: Rule,
+    lookups: Vec<crate::chunk_table::LookupTrace>,
+) -> AccessReport {
     AccessReport {
         index: i,
         workgroup: a.workgroup,
@@ -724,14 +801,21 @@ fn access_report(i: usize, a: &Access, route: Route, rule: Rule, lookups: Vec<cr
 }
 
 /// Decides each access's route and the holders to upload.
-fn build_job<'a>(input: &'a DispatchInput, plan: &BindPlan, limits: &DeviceLimits) -> (Job<'a>, Vec<(Route, Rule)>) {
+fn build_job<'a>(
+    input: &'a DispatchInput,
+    plan: &BindPlan,
+    limits: &DeviceLimits,
+) -> (Job<'a>, Vec<(Route, Rule)>) {
     let mut holders: Vec<ByteRange> = Vec::new();
     let mut holder_index: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
     for b in &plan.bindings {
         if let Some(h) = b.holder
             && !holder_index.contains_key(&h)
         {
-            let widened = ByteRange::new(b.range.start - b.offset, b.range.start - b.offset + b.binding.end);
+            let widened = ByteRange::new(
+                b.range.start - b.offset,
+                b.range.start - b.offset + b.binding.end,
+            );
             holder_index.insert(h, holders.len());
             holders.push(widened);
         }
@@ -739,8 +823,14 @@ fn build_job<'a>(input: &'a DispatchInput, plan: &BindPlan, limits: &DeviceLimit
     let mut accesses = Vec::with_capacity(input.accesses.len());
     let mut routes = Vec::with_capacity(input.accesses.len());
     for a in &input.accesses {
-        let slot = a.slot.and_then(|s| input.slots.iter().find(|x| x.slot == s));
-        let format = if a.kind == AccessKind::FormatBuffer { slot.and_then(|s| s.format) } else { None };
+        let slot = a
+            .slot
+            .and_then(|s| input.slots.iter().find(|x| x.slot == s));
+        let format = if a.kind == AccessKind::FormatBuffer {
+            slot.and_then(|s| s.format)
+        } else {
+            None
+        };
         let (planned, route, rule) = match a.kind {
             AccessKind::Lds => {
                 let offset = a.offset.unwrap_or(0);
@@ -748,10 +838,18 @@ fn build_job<'a>(input: &'a DispatchInput, plan: &BindPlan, limits: &DeviceLimit
             }
             AccessKind::Scratch => {
                 let offset = a.offset.unwrap_or(0);
-                (Planned::Scratch { offset }, Route::Scratch { offset }, Rule::P1)
+                (
+                    Planned::Scratch { offset },
+                    Route::Scratch { offset },
+                    Rule::P1,
+                )
             }
             AccessKind::Flat => {
-                let r = route_flat(a.address.unwrap_or(0), limits.lds_aperture, limits.scratch_aperture);
+                let r = route_flat(
+                    a.address.unwrap_or(0),
+                    limits.lds_aperture,
+                    limits.scratch_aperture,
+                );
                 let planned = match r {
                     FlatRoute::Lds { offset } => Planned::Lds { offset },
                     FlatRoute::Scratch { offset } => Planned::Scratch { offset },
@@ -761,37 +859,58 @@ fn build_job<'a>(input: &'a DispatchInput, plan: &BindPlan, limits: &DeviceLimit
             }
             AccessKind::Global | AccessKind::RayIntersection => {
                 let address = a.address.unwrap_or(0);
-                let rule = if a.kind == AccessKind::Global { Rule::W1 } else { Rule::W3 };
+                let rule = if a.kind == AccessKind::Global {
+                    Rule::W1
+                } else {
+                    Rule::W3
+                };
                 (Planned::Device { address }, Route::Device { address }, rule)
             }
-            AccessKind::Scalar | AccessKind::UntypedBuffer | AccessKind::FormatBuffer => match (slot, a.address) {
-                (Some(s), _) => {
-                    let off = s.addressed_offset(a.index, a.offset.unwrap_or(0), a.lane);
-                    match plan.binding(s.slot).filter(|b| b.resolved) {
-                        Some(b) => {
-                            let holder = b.holder.unwrap_or(s.slot);
-                            let offset = b.offset + off;
-                            let rule = if b.offset == 0 { Rule::O8 } else { Rule::O6 };
-                            (
-                                Planned::Bound { holder: holder_index.get(&holder).copied().unwrap_or(0), offset },
-                                Route::Bound { holder, offset },
-                                rule,
-                            )
-                        }
-                        None => {
-                            let address = s.effective_base(&input.push).unwrap_or(s.base) + off;
-                            let rule = if a.kind == AccessKind::FormatBuffer { Rule::W2 } else { Rule::W1 };
-                            (Planned::Device { address }, Route::Device { address }, rule)
+            AccessKind::Scalar | AccessKind::UntypedBuffer | AccessKind::FormatBuffer => {
+                match (slot, a.address) {
+                    (Some(s), _) => {
+                        let off = s.addressed_offset(a.index, a.offset.unwrap_or(0), a.lane);
+                        match plan.binding(s.slot).filter(|b| b.resolved) {
+                            Some(b) => {
+                                let holder = b.holder.unwrap_or(s.slot);
+                                let offset = b.offset + off;
+                                let rule = if b.offset == 0 { Rule::O8 } else { Rule::O6 };
+                                (
+                                    Planned::Bound {
+                                        holder: holder_index.get(&holder).copied().unwrap_or(0),
+                                        offset,
+                                    },
+                                    Route::Bound { holder, offset },
+                                    rule,
+                                )
+                            }
+                            None => {
+                                let address = s.effective_base(&input.push).unwrap_or(s.base) + off;
+                                let rule = if a.kind == AccessKind::FormatBuffer {
+                                    Rule::W2
+                                } else {
+                                    Rule::W1
+                                };
+                                (Planned::Device { address }, Route::Device { address }, rule)
+                            }
                         }
                     }
+                    (None, address) => {
+                        let address = address.unwrap_or(0);
+                        (
+                            Planned::Device { address },
+                            Route::Device { address },
+                            Rule::W3,
+                        )
+                    }
                 }
-                (None, address) => {
-                    let address = address.unwrap_or(0);
-                    (Planned::Device { address }, Route::Device { address }, Rule::W3)
-                }
-            },
+            }
         };
-        accesses.push(PlannedAccess { access: a, route: planned, format });
+        accesses.push(PlannedAccess {
+            access: a,
+            route: planned,
+            format,
+        });
         routes.push((route, rule));
     }
     (
@@ -808,25 +927,48 @@ fn build_job<'a>(input: &'a DispatchInput, plan: &BindPlan, limits: &DeviceLimit
 fn holder_slot_of(plan: &BindPlan, base: u64, range: ByteRange) -> u32 {
     plan.bindings
         .iter()
-        .find(|b| b.holder == Some(b.slot) && b.range.start == base && b.range.start + b.binding.end == range.end)
+        .find(|b| {
+            b.holder == Some(b.slot)
+                && b.range.start == base
+                && b.range.start + b.binding.end == range.end
+        })
         .map_or(0, |b| b.slot)
 }
 
+/// L1: the guest bytes each device-addressed store reached: the part of the access in each chunk
+/// whose lookup hit (T5). A chunk that missed stored nothing (T4), whichever of the two it is.
 fn device_store_ranges(report: &DispatchReport) -> Vec<(ByteRange, usize)> {
-    report
-        .accesses
-        .iter()
-        .filter(|a| a.op == Op::Store)
-        .filter_map(|a| match a.route {
-            Route::Device { address } if a.device_address.is_some() || !a.escaped => {
-                Some((ByteRange::new(address, address + u64::from(a.size_bytes)), a.index))
+    let Some(chunk_bytes) = report.table.as_ref().map(|t| t.chunk_bytes) else {
+        return Vec::new();
+    };
+    let shift = chunk_bytes.trailing_zeros();
+    let mut out = Vec::new();
+    for a in report.accesses.iter().filter(|a| a.op == Op::Store) {
+        let Route::Device { address } = a.route else {
+            continue;
+        };
+        let whole = ByteRange::new(address, address.saturating_add(u64::from(a.size_bytes)));
+        for l in &a.lookups {
+            if !matches!(l.outcome, crate::chunk_table::LookupOutcome::Hit { .. }) {
+                continue;
             }
-            _ => None,
-        })
-        .collect()
+            let start = l.guest_chunk << shift;
+            if let Some(landed) =
+                ByteRange::new(start, start.saturating_add(chunk_bytes)).intersection(&whole)
+            {
+                out.push((landed, a.index));
+            }
+        }
+    }
+    out
 }
 
-fn last_bound_store(report: &DispatchReport, holder: u32, holder_base: u64, address: u64) -> Option<usize> {
+fn last_bound_store(
+    report: &DispatchReport,
+    holder: u32,
+    holder_base: u64,
+    address: u64,
+) -> Option<usize> {
     report
         .accesses
         .iter()
@@ -868,7 +1010,9 @@ fn counts(r: &DispatchReport) -> Counts {
 pub fn validate(input: &DispatchInput, limits: &DeviceLimits) -> Result<(), InputError> {
     let device_addressed = !input.reasons.is_empty();
     if device_addressed && input.push.len() > DEVICE_TABLE_PUSH_WORD as usize {
-        return Err(InputError::PushBlockTooLong { len: input.push.len() });
+        return Err(InputError::PushBlockTooLong {
+            len: input.push.len(),
+        });
     }
     let mut seen = std::collections::HashSet::new();
     for s in &input.slots {
@@ -879,16 +1023,26 @@ pub fn validate(input: &DispatchInput, limits: &DeviceLimits) -> Result<(), Inpu
             return Err(InputError::ZeroSizeSlot { slot: s.slot });
         }
         if let crate::input::BaseSource::PushBlock { word } = s.base_source {
-            if device_addressed && (word == DEVICE_TABLE_PUSH_WORD || word + 1 == DEVICE_TABLE_PUSH_WORD) {
+            if device_addressed
+                && (word == DEVICE_TABLE_PUSH_WORD || word + 1 == DEVICE_TABLE_PUSH_WORD)
+            {
                 return Err(InputError::PushWordTaken { slot: s.slot, word });
             }
             if s.effective_base(&input.push).is_none() {
-                return Err(InputError::PushWordMissing { slot: s.slot, word, len: input.push.len() });
+                return Err(InputError::PushWordMissing {
+                    slot: s.slot,
+                    word,
+                    len: input.push.len(),
+                });
             }
         }
         let base = s.effective_base(&input.push).unwrap_or(s.base);
         if base.checked_add(s.size_bytes).is_none() {
-            return Err(InputError::SlotOverflow { slot: s.slot, base, size_bytes: s.size_bytes });
+            return Err(InputError::SlotOverflow {
+                slot: s.slot,
+                base,
+                size_bytes: s.size_bytes,
+            });
         }
         if !s.resolved && !device_addressed {
             return Err(InputError::UnresolvedWithoutReason { slot: s.slot });
@@ -904,11 +1058,19 @@ pub fn validate(input: &DispatchInput, limits: &DeviceLimits) -> Result<(), Inpu
             return Err(InputError::AliasUnknown { slot: s.slot, of });
         };
         if range_of(s) != range_of(target) {
-            return Err(InputError::AliasMismatch { slot: s.slot, of, range: range_of(s), of_range: range_of(target) });
+            return Err(InputError::AliasMismatch {
+                slot: s.slot,
+                of,
+                range: range_of(s),
+                of_range: range_of(target),
+            });
         }
         let mut c = target;
         for _ in 0..=input.slots.len() {
-            match c.alias_of.and_then(|o| input.slots.iter().find(|t| t.slot == o)) {
+            match c
+                .alias_of
+                .and_then(|o| input.slots.iter().find(|t| t.slot == o))
+            {
                 Some(next) => c = next,
                 None => break,
             }
@@ -933,9 +1095,16 @@ fn validate_access(
     limits: &DeviceLimits,
     device_addressed: bool,
 ) -> Result<(), InputError> {
-    let missing = |what| InputError::MissingOperand { access: i, kind: a.kind, what };
+    let missing = |what| InputError::MissingOperand {
+        access: i,
+        kind: a.kind,
+        what,
+    };
     if a.size_bytes == 0 || a.size_bytes > 64 {
-        return Err(InputError::BadSize { access: i, size: a.size_bytes });
+        return Err(InputError::BadSize {
+            access: i,
+            size: a.size_bytes,
+        });
     }
     let slot = match a.slot {
         Some(s) => Some(
@@ -949,9 +1118,17 @@ fn validate_access(
     };
     let format = if a.kind == AccessKind::FormatBuffer {
         let s = slot.ok_or(missing("a slot and an offset"))?;
-        let f = s.format.ok_or(InputError::FormatMissing { access: i, slot: s.slot })?;
+        let f = s.format.ok_or(InputError::FormatMissing {
+            access: i,
+            slot: s.slot,
+        })?;
         if a.size_bytes != f.element_bytes() {
-            return Err(InputError::FormatSize { access: i, size: a.size_bytes, format: f, element: f.element_bytes() });
+            return Err(InputError::FormatSize {
+                access: i,
+                size: a.size_bytes,
+                format: f,
+                element: f.element_bytes(),
+            });
         }
         Some(f)
     } else {
@@ -959,19 +1136,33 @@ fn validate_access(
     };
     match a.op {
         Op::Load if !a.values.is_empty() => {
-            return Err(InputError::LoadWithValues { access: i, got: a.values.len() });
+            return Err(InputError::LoadWithValues {
+                access: i,
+                got: a.values.len(),
+            });
         }
         Op::Store => {
             let expected = format.map_or(words_for(a.size_bytes), |f| f.components());
             if a.values.len() != expected {
-                return Err(InputError::StoreValueCount { access: i, size: a.size_bytes, expected, got: a.values.len() });
+                return Err(InputError::StoreValueCount {
+                    access: i,
+                    size: a.size_bytes,
+                    expected,
+                    got: a.values.len(),
+                });
             }
         }
         Op::Load => {}
     }
     let aperture = |kind: AccessKind, offset: u64, limit: u32| {
         if offset.saturating_add(u64::from(a.size_bytes)) > u64::from(limit) {
-            Err(InputError::ApertureOutOfRange { access: i, kind, offset, size: a.size_bytes, limit: u64::from(limit) })
+            Err(InputError::ApertureOutOfRange {
+                access: i,
+                kind,
+                offset,
+                size: a.size_bytes,
+                limit: u64::from(limit),
+            })
         } else {
             Ok(())
         }
@@ -980,37 +1171,65 @@ fn validate_access(
         if device_addressed {
             Ok(())
         } else {
-            Err(InputError::NeedsDeviceAddress { access: i, kind: a.kind, address })
+            Err(InputError::NeedsDeviceAddress {
+                access: i,
+                kind: a.kind,
+                address,
+            })
         }
     };
     match a.kind {
-        AccessKind::Lds => aperture(a.kind, a.offset.ok_or(missing("an LDS offset"))?, limits.lds_bytes)?,
-        AccessKind::Scratch => aperture(a.kind, a.offset.ok_or(missing("a scratch offset"))?, limits.scratch_bytes_per_lane)?,
+        AccessKind::Lds => aperture(
+            a.kind,
+            a.offset.ok_or(missing("an LDS offset"))?,
+            limits.lds_bytes,
+        )?,
+        AccessKind::Scratch => aperture(
+            a.kind,
+            a.offset.ok_or(missing("a scratch offset"))?,
+            limits.scratch_bytes_per_lane,
+        )?,
         AccessKind::Flat => {
             let address = a.address.ok_or(missing("an address"))?;
             match route_flat(address, limits.lds_aperture, limits.scratch_aperture) {
                 FlatRoute::Lds { offset } => aperture(AccessKind::Lds, offset, limits.lds_bytes)?,
-                FlatRoute::Scratch { offset } => aperture(AccessKind::Scratch, offset, limits.scratch_bytes_per_lane)?,
+                FlatRoute::Scratch { offset } => {
+                    aperture(AccessKind::Scratch, offset, limits.scratch_bytes_per_lane)?
+                }
                 FlatRoute::Guest { address } => needs_device(address)?,
             }
         }
-        AccessKind::Global | AccessKind::RayIntersection => needs_device(a.address.ok_or(missing("an address"))?)?,
+        AccessKind::Global | AccessKind::RayIntersection => {
+            needs_device(a.address.ok_or(missing("an address"))?)?
+        }
         AccessKind::Scalar | AccessKind::UntypedBuffer | AccessKind::FormatBuffer => match slot {
             Some(s) => {
                 let offset = a.offset.ok_or(missing("an offset in its slot"))?;
                 let off = s.addressed_offset(a.index, offset, a.lane);
                 if off.saturating_add(u64::from(a.size_bytes)) > s.size_bytes {
-                    return Err(InputError::AccessOutsideSlot { access: i, slot: s.slot, offset: off, size: a.size_bytes, size_bytes: s.size_bytes });
+                    return Err(InputError::AccessOutsideSlot {
+                        access: i,
+                        slot: s.slot,
+                        offset: off,
+                        size: a.size_bytes,
+                        size_bytes: s.size_bytes,
+                    });
                 }
             }
-            None if a.kind == AccessKind::Scalar => needs_device(a.address.ok_or(missing("a slot and an offset, or an address"))?)?,
+            None if a.kind == AccessKind::Scalar => needs_device(
+                a.address
+                    .ok_or(missing("a slot and an offset, or an address"))?,
+            )?,
             None => return Err(missing("a slot and an offset")),
         },
     }
     if let Some(addr) = a.address
         && addr.checked_add(u64::from(a.size_bytes)).is_none()
     {
-        return Err(InputError::BadSize { access: i, size: a.size_bytes });
+        return Err(InputError::BadSize {
+            access: i,
+            size: a.size_bytes,
+        });
     }
     Ok(())
 }

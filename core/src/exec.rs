@@ -153,9 +153,7 @@ pub fn run_job(
                         let bytes = bytes_of(a, pa.format);
                         buf[o..o + bytes.len()].copy_from_slice(&bytes);
                         // O9: every word the store touches.
-                        for w in o / 4..=(o + bytes.len() - 1) / 4 {
-                            mask[w] = 1;
-                        }
+                        mask[o / 4..=(o + bytes.len() - 1) / 4].fill(1);
                         res.values = a.values.clone();
                     }
                 }

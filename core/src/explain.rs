@@ -33,7 +33,9 @@ fn trace_line(t: &LookupTrace) -> String {
         })
         .collect();
     let end = match t.outcome {
-        LookupOutcome::Hit { slot, device_addr } => format!("hit at slot {slot} → device {device_addr:#x}"),
+        LookupOutcome::Hit { slot, device_addr } => {
+            format!("hit at slot {slot} → device {device_addr:#x}")
+        }
         LookupOutcome::MissEmpty { slot } => format!("miss: slot {slot} is empty"),
         LookupOutcome::MissBound => "miss: probe bound reached".to_owned(),
     };
@@ -63,7 +65,11 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
             crate::input::DispatchKind::Graphics => "graphics",
         },
         r.mode.as_str(),
-        if r.label.is_empty() { String::new() } else { format!(" · {}", r.label) }
+        if r.label.is_empty() {
+            String::new()
+        } else {
+            format!(" · {}", r.label)
+        }
     )?;
     writeln!(o, "  {}", r.mode_reason)?;
     writeln!(
@@ -101,7 +107,9 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
             };
             let src = match s.base_source {
                 crate::input::BaseSource::Descriptor => "descriptor".to_owned(),
-                crate::input::BaseSource::PushBlock { word } => format!("push word {word} (D951, O10)"),
+                crate::input::BaseSource::PushBlock { word } => {
+                    format!("push word {word} (D951, O10)")
+                }
             };
             write!(
                 o,
@@ -113,7 +121,11 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
             if let Some(h) = s.holder
                 && s.role != Role::Unbound
             {
-                write!(o, ", binds slot {h} at {:#x}, binding {}", s.offset, s.binding)?;
+                write!(
+                    o,
+                    ", binds slot {h} at {:#x}, binding {}",
+                    s.offset, s.binding
+                )?;
                 if !s.aligned {
                     write!(o, " (misaligned, O7)")?;
                 }
@@ -139,7 +151,11 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
             )?;
         }
         for j in &set.joins {
-            writeln!(o, "    joined: slots {} and {} share {} (O1)", j.a, j.b, j.overlap)?;
+            writeln!(
+                o,
+                "    joined: slots {} and {} share {} (O1)",
+                j.a, j.b, j.overlap
+            )?;
         }
     }
     for f in &r.refusals {
@@ -148,18 +164,34 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
             "  REFUSED {} ({}){}: {}",
             f.rule.id(),
             f.decision,
-            if f.ours { " [dispatchscope's addition]" } else { "" },
+            if f.ours {
+                " [dispatchscope's addition]"
+            } else {
+                ""
+            },
             f.message
         )?;
-        let values: Vec<String> = f.values.iter().map(|v| format!("{} {}", v.name, v.value)).collect();
+        let values: Vec<String> = f
+            .values
+            .iter()
+            .map(|v| format!("{} {}", v.name, v.value))
+            .collect();
         writeln!(o, "    values: {}", values.join(", "))?;
         writeln!(o, "    {}", f.would_run_if)?;
     }
     if !r.before.copies.is_empty() {
         let copies: Vec<String> = r.before.copies.iter().map(|c| c.to_string()).collect();
-        writeln!(o, "  C3: deferred copies written into guest memory first: {}", copies.join(", "))?;
+        writeln!(
+            o,
+            "  C3: deferred copies written into guest memory first: {}",
+            copies.join(", ")
+        )?;
         for t in &r.before.targets_distrusted {
-            writeln!(o, "    target {} {} {} lost its trust (D720) by {}", t.id, t.name, t.range, t.by)?;
+            writeln!(
+                o,
+                "    target {} {} {} lost its trust (D720) by {}",
+                t.id, t.name, t.range, t.by
+            )?;
         }
     } else if r.before.still_deferred > 0 {
         writeln!(
@@ -174,7 +206,11 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
             "  mappings: generation {}, mapped for {}, {} ({} full mappings so far), imports +{} -{}",
             m.generation,
             m.mapped_generation,
-            if m.remapped { "remapped by this dispatch (M4)" } else { "unchanged, no remap (M4)" },
+            if m.remapped {
+                "remapped by this dispatch (M4)"
+            } else {
+                "unchanged, no remap (M4)"
+            },
             m.remaps_total,
             m.imports_made,
             m.imports_dropped
@@ -221,7 +257,11 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
         writeln!(o, "    {}", t.chunk_reason)?;
         match &t.rebuilt {
             Some(why) => writeln!(o, "    built whole: {why}")?,
-            None => writeln!(o, "    updated in place: {} chunks inserted, {} removed", t.inserted, t.removed)?,
+            None => writeln!(
+                o,
+                "    updated in place: {} chunks inserted, {} removed",
+                t.inserted, t.removed
+            )?,
         }
     }
     if r.mode != Mode::Refused && !r.accesses.is_empty() {
@@ -256,7 +296,14 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
         }
     }
     for e in &r.escapes {
-        writeln!(o, "  ESCAPE {} ({}) {}: {}", e.rule.id(), e.decision, e.class.as_str(), e.message)?;
+        writeln!(
+            o,
+            "  ESCAPE {} ({}) {}: {}",
+            e.rule.id(),
+            e.decision,
+            e.class.as_str(),
+            e.message
+        )?;
         writeln!(o, "    probe trace: {}", trace_line(&e.lookup))?;
         writeln!(o, "    {}", e.would_run_if)?;
     }
@@ -269,11 +316,28 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
         writeln!(o, "  marks (C1): {}", marks.join(", "))?;
     }
     if !r.hand_off.pages_noted_written.is_empty() || !r.hand_off.targets_distrusted.is_empty() {
-        let pages: Vec<String> = r.hand_off.pages_noted_written.iter().map(|p| p.to_string()).collect();
-        let how = if r.marks.is_empty() { "after the dispatch (write-back, O8)" } else { "hand-off (C2) and write-back (O8)" };
-        writeln!(o, "  {how}: pages noted written (D824): {}", pages.join(", "))?;
+        let pages: Vec<String> = r
+            .hand_off
+            .pages_noted_written
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        let how = if r.marks.is_empty() {
+            "after the dispatch (write-back, O8)"
+        } else {
+            "hand-off (C2) and write-back (O8)"
+        };
+        writeln!(
+            o,
+            "  {how}: pages noted written (D824): {}",
+            pages.join(", ")
+        )?;
         for t in &r.hand_off.targets_distrusted {
-            writeln!(o, "    target {} {} {} lost its trust (D720) by {}", t.id, t.name, t.range, t.by)?;
+            writeln!(
+                o,
+                "    target {} {} {} lost its trust (D720) by {}",
+                t.id, t.name, t.range, t.by
+            )?;
         }
     }
     for w in &r.write_back {
@@ -292,7 +356,11 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
                 word.address,
                 word.old,
                 word.new,
-                if word.old == word.new { " (stored, unchanged)" } else { "" }
+                if word.old == word.new {
+                    " (stored, unchanged)"
+                } else {
+                    ""
+                }
             )?;
         }
         if w.words.len() > detail.max_accesses {
@@ -300,7 +368,13 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
         }
     }
     for h in &r.hazards {
-        writeln!(o, "  HAZARD {} ({}): {}", h.rule.id(), h.decision, h.message)?;
+        writeln!(
+            o,
+            "  HAZARD {} ({}): {}",
+            h.rule.id(),
+            h.decision,
+            h.message
+        )?;
     }
     Ok(())
 }

@@ -83,11 +83,17 @@ fn category(p: &PageState) -> Option<LeftOutReason> {
     }
 }
 
-/// Splits `range` into maximal stretches of pages with the same M3 category.
+/// Splits `range` into maximal stretches of pages with the same M3 category. Pages the guest left
+/// unreadable lie in no readable run (M1): they are skipped and end a stretch, so that a revisit
+/// (M5) or a re-import after a decommit (M4) never maps them between a protect and the remap that
+/// follows it.
 fn stretches(memory: &GuestMemory, range: ByteRange) -> Vec<(ByteRange, Option<LeftOutReason>)> {
     let page = memory.page_bytes();
     let mut out: Vec<(ByteRange, Option<LeftOutReason>)> = Vec::new();
     memory.for_pages(range, |addr, p| {
+        if !p.guest.readable {
+            return;
+        }
         let c = category(p);
         match out.last_mut() {
             Some((r, last)) if *last == c && r.end == addr => r.end = addr + page,
@@ -151,11 +157,7 @@ impl Mappings {
             .range(..range.end)
             .next_back()
             .is_some_and(|(_, p)| p.guest.end > range.start)
-            || self
-                .pieces
-                .range(range.start..range.end)
-                .next()
-                .is_some()
+            || self.pieces.range(range.start..range.end).next().is_some()
     }
 
     /// M4: whether the generation moved since the mappings were made.
@@ -187,7 +189,11 @@ impl Mappings {
         Ok(())
     }
 
-    fn release_piece(&mut self, backend: &mut dyn Backend, start: u64) -> Result<Option<Piece>, BackendError> {
+    fn release_piece(
+        &mut self,
+        backend: &mut dyn Backend,
+        start: u64,
+    ) -> Result<Option<Piece>, BackendError> {
         let Some(piece) = self.pieces.remove(&start) else {
             return Ok(None);
         };
@@ -274,7 +280,8 @@ impl Mappings {
                         mapped.push(r);
                     }
                     Some(reason) => {
-                        self.left_out.insert(r.start, LeftOutReport { guest: r, reason });
+                        self.left_out
+                            .insert(r.start, LeftOutReport { guest: r, reason });
                     }
                 }
             }
@@ -326,7 +333,10 @@ impl Mappings {
     ) -> Result<(), BackendError> {
         for p in dropped {
             for part in [
-                ByteRange::new(p.guest.start, range.start.max(p.guest.start).min(p.guest.end)),
+                ByteRange::new(
+                    p.guest.start,
+                    range.start.max(p.guest.start).min(p.guest.end),
+                ),
                 ByteRange::new(range.end.max(p.guest.start).min(p.guest.end), p.guest.end),
             ] {
                 if part.is_empty() {
@@ -334,9 +344,17 @@ impl Mappings {
                 }
                 for (r, cat) in stretches(memory, part) {
                     match cat {
-                        None => self.import(backend, memory, r, p.reservation, p.mapped_before_dispatch, p.by_revisit)?,
+                        None => self.import(
+                            backend,
+                            memory,
+                            r,
+                            p.reservation,
+                            p.mapped_before_dispatch,
+                            p.by_revisit,
+                        )?,
                         Some(reason) => {
-                            self.left_out.insert(r.start, LeftOutReport { guest: r, reason });
+                            self.left_out
+                                .insert(r.start, LeftOutReport { guest: r, reason });
                         }
                     }
                 }
@@ -344,7 +362,8 @@ impl Mappings {
             if !released && let Some(gone) = p.guest.intersection(&range) {
                 for (r, cat) in stretches(memory, gone) {
                     if let Some(reason) = cat {
-                        self.left_out.insert(r.start, LeftOutReport { guest: r, reason });
+                        self.left_out
+                            .insert(r.start, LeftOutReport { guest: r, reason });
                     }
                 }
             }
@@ -363,7 +382,8 @@ impl Mappings {
                 self.left_out.remove(&l.guest.start);
                 for (r, cat) in stretches(memory, l.guest) {
                     if let Some(reason) = cat {
-                        self.left_out.insert(r.start, LeftOutReport { guest: r, reason });
+                        self.left_out
+                            .insert(r.start, LeftOutReport { guest: r, reason });
                     }
                 }
             }
@@ -421,7 +441,11 @@ impl Mappings {
     /// The nearest mapped pieces below and above `addr`, for an escape card.
     pub fn neighbours(&self, addr: u64) -> (Option<&Piece>, Option<&Piece>) {
         let below = self.pieces.range(..=addr).next_back().map(|(_, p)| p);
-        let above = self.pieces.range(addr.saturating_add(1)..).next().map(|(_, p)| p);
+        let above = self
+            .pieces
+            .range(addr.saturating_add(1)..)
+            .next()
+            .map(|(_, p)| p);
         (below, above)
     }
 }

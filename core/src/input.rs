@@ -289,7 +289,12 @@ impl Slot {
     /// `index * stride + offset`, or AMD's swizzled pattern when the descriptor enables it.
     pub fn addressed_offset(&self, index: Option<u32>, offset: u64, lane: u32) -> u64 {
         let Some(index) = index else { return offset };
-        let index = u64::from(index) + if self.index_from_lane { u64::from(lane) } else { 0 };
+        let index = u64::from(index)
+            + if self.index_from_lane {
+                u64::from(lane)
+            } else {
+                0
+            };
         let stride = u64::from(if self.stride_bytes == 0 {
             self.format.map_or(4, Format::element_bytes)
         } else {
@@ -434,8 +439,14 @@ pub enum InputError {
     DuplicateSlot { slot: u32 },
     #[error("slot {slot} has size 0")]
     ZeroSizeSlot { slot: u32 },
-    #[error("slot {slot}: base {base:#x} + size {size_bytes:#x} passes the end of the address space")]
-    SlotOverflow { slot: u32, base: u64, size_bytes: u64 },
+    #[error(
+        "slot {slot}: base {base:#x} + size {size_bytes:#x} passes the end of the address space"
+    )]
+    SlotOverflow {
+        slot: u32,
+        base: u64,
+        size_bytes: u64,
+    },
     #[error("slot {slot} takes its base from push words {word} and {} but the push block has {len} words", word + 1)]
     PushWordMissing { slot: u32, word: u32, len: usize },
     #[error("slot {slot} takes its base from push word {word}, which T3 reserves for the chunk table's address (words {DEVICE_TABLE_PUSH_WORD} and {})", DEVICE_TABLE_PUSH_WORD + 1)]
@@ -444,32 +455,79 @@ pub enum InputError {
     PushBlockTooLong { len: usize },
     #[error("slot {slot} is an exact copy of slot {of}, which the dispatch does not bind")]
     AliasUnknown { slot: u32, of: u32 },
-    #[error("slot {slot} claims to be an exact copy of slot {of} (D937) but binds {range} where slot {of} binds {of_range}")]
-    AliasMismatch { slot: u32, of: u32, range: ByteRange, of_range: ByteRange },
+    #[error(
+        "slot {slot} claims to be an exact copy of slot {of} (D937) but binds {range} where slot {of} binds {of_range}"
+    )]
+    AliasMismatch {
+        slot: u32,
+        of: u32,
+        range: ByteRange,
+        of_range: ByteRange,
+    },
     #[error("slot {slot}'s exact-copy chain (D937) loops back on itself")]
     AliasCycle { slot: u32 },
-    #[error("slot {slot} is unresolved, but the dispatch names no reason the host could not know it (D753, D758, D914, D950, D951)")]
+    #[error(
+        "slot {slot} is unresolved, but the dispatch names no reason the host could not know it (D753, D758, D914, D950, D951)"
+    )]
     UnresolvedWithoutReason { slot: u32 },
     #[error("access {access}: a {kind:?} access needs {what}")]
-    MissingOperand { access: usize, kind: AccessKind, what: &'static str },
+    MissingOperand {
+        access: usize,
+        kind: AccessKind,
+        what: &'static str,
+    },
     #[error("access {access} names slot {slot}, which the dispatch does not bind")]
     UnknownSlot { access: usize, slot: u32 },
     #[error("access {access}: bytes {offset:#x}..{end:#x} of slot {slot} lie outside its {size_bytes:#x} bytes", end = offset + u64::from(*size))]
-    AccessOutsideSlot { access: usize, slot: u32, offset: u64, size: u32, size_bytes: u64 },
+    AccessOutsideSlot {
+        access: usize,
+        slot: u32,
+        offset: u64,
+        size: u32,
+        size_bytes: u64,
+    },
     #[error("access {access}: size {size} bytes; an access is 1 to 64 bytes")]
     BadSize { access: usize, size: u32 },
     #[error("access {access}: a store of {size} bytes carries {got} values, not {expected}")]
-    StoreValueCount { access: usize, size: u32, expected: usize, got: usize },
+    StoreValueCount {
+        access: usize,
+        size: u32,
+        expected: usize,
+        got: usize,
+    },
     #[error("access {access}: a load carries {got} values; only stores carry values")]
     LoadWithValues { access: usize, got: usize },
-    #[error("access {access}: a format access through slot {slot}, whose descriptor names no format")]
+    #[error(
+        "access {access}: a format access through slot {slot}, whose descriptor names no format"
+    )]
     FormatMissing { access: usize, slot: u32 },
-    #[error("access {access}: {size} bytes through format {format:?}, whose element is {element} bytes")]
-    FormatSize { access: usize, size: u32, format: Format, element: u32 },
-    #[error("access {access}: a {kind:?} access at {address:#x} goes by device address, but the dispatch names no reason the host could not know its ranges (A1); the host would have bound it")]
-    NeedsDeviceAddress { access: usize, kind: AccessKind, address: u64 },
-    #[error("access {access}: {kind:?} offset {offset:#x} + {size} bytes passes the {limit:#x} bytes the device gives it")]
-    ApertureOutOfRange { access: usize, kind: AccessKind, offset: u64, size: u32, limit: u64 },
+    #[error(
+        "access {access}: {size} bytes through format {format:?}, whose element is {element} bytes"
+    )]
+    FormatSize {
+        access: usize,
+        size: u32,
+        format: Format,
+        element: u32,
+    },
+    #[error(
+        "access {access}: a {kind:?} access at {address:#x} goes by device address, but the dispatch names no reason the host could not know its ranges (A1); the host would have bound it"
+    )]
+    NeedsDeviceAddress {
+        access: usize,
+        kind: AccessKind,
+        address: u64,
+    },
+    #[error(
+        "access {access}: {kind:?} offset {offset:#x} + {size} bytes passes the {limit:#x} bytes the device gives it"
+    )]
+    ApertureOutOfRange {
+        access: usize,
+        kind: AccessKind,
+        offset: u64,
+        size: u32,
+        limit: u64,
+    },
 }
 
 /// Words a store of `size_bytes` carries.

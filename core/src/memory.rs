@@ -33,7 +33,9 @@ pub enum Backing {
 }
 
 /// The host protection of a host page.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum HostProtection {
     /// No access.
@@ -224,7 +226,10 @@ pub enum MemoryError {
     #[error("{range} is not aligned to the {page_bytes:#x}-byte host page")]
     Unaligned { range: ByteRange, page_bytes: u64 },
     #[error("reserving {range} overlaps the reservation at {existing}")]
-    ReservationOverlap { range: ByteRange, existing: ByteRange },
+    ReservationOverlap {
+        range: ByteRange,
+        existing: ByteRange,
+    },
     #[error("{range} is empty")]
     Empty { range: ByteRange },
     #[error("no reservation starts at {base:#x}")]
@@ -450,10 +455,7 @@ impl GuestMemory {
                 backing,
             } => {
                 self.check_aligned(*range)?;
-                if let Some(existing) = self
-                    .reservations
-                    .values()
-                    .find(|r| r.range.overlaps(range))
+                if let Some(existing) = self.reservations.values().find(|r| r.range.overlaps(range))
                 {
                     return Err(MemoryError::ReservationOverlap {
                         range: *range,
@@ -726,8 +728,11 @@ pub mod bytes_hex {
     /// Decodes hex text, ignoring whitespace.
     pub fn decode(text: &str) -> Result<Vec<u8>, String> {
         let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-        if digits.len() % 2 != 0 {
-            return Err(format!("hex bytes have an odd number of digits ({})", digits.len()));
+        if !digits.len().is_multiple_of(2) {
+            return Err(format!(
+                "hex bytes have an odd number of digits ({})",
+                digits.len()
+            ));
         }
         digits
             .chunks(2)
@@ -775,7 +780,11 @@ mod tests {
         })
         .unwrap();
         assert_eq!(m.generation(), g + 1);
-        assert_eq!(m.readable_runs().len(), 2, "the unreadable page splits the run");
+        assert_eq!(
+            m.readable_runs().len(),
+            2,
+            "the unreadable page splits the run"
+        );
         m.apply(&Event::Protect {
             range: ByteRange::new(0x12000, 0x13000),
             readable: false,
@@ -811,7 +820,9 @@ mod tests {
     fn bad_events_are_named_errors() {
         let mut m = mem();
         assert!(matches!(
-            m.apply(&Event::Commit { range: ByteRange::new(0x10001, 0x11000) }),
+            m.apply(&Event::Commit {
+                range: ByteRange::new(0x10001, 0x11000)
+            }),
             Err(MemoryError::Unaligned { .. })
         ));
         assert!(matches!(
@@ -819,7 +830,10 @@ mod tests {
             Err(MemoryError::NoReservation { .. })
         ));
         assert!(matches!(
-            m.apply(&Event::Write { address: 0x1, bytes: vec![0] }),
+            m.apply(&Event::Write {
+                address: 0x1,
+                bytes: vec![0]
+            }),
             Err(MemoryError::OutsideReservation { .. })
         ));
     }

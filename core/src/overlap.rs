@@ -140,12 +140,13 @@ impl Dsu {
         }
         x
     }
-    fn union(&mut self, a: usize, b: usize) -> usize {
+    /// Joins the sets of `a` and `b`; returns whether they were apart.
+    fn union(&mut self, a: usize, b: usize) -> bool {
         let (ra, rb) = (self.find(a), self.find(b));
         if ra != rb {
             self.0[rb] = ra;
         }
-        ra
+        ra != rb
     }
 }
 
@@ -164,58 +165,90 @@ pub fn plan_bindings(
         ByteRange::new(base, base.saturating_add(s.size_bytes))
     };
     let ranges: Vec<ByteRange> = slots.iter().map(range_of).collect();
-    let pos_of_slot = |slot: u32| slots.iter().position(|s| s.slot == slot);
 
-    // O3: a copy follows the slot it copies; its writes count for that slot's joins.
-    let mut canon: Vec<usize> = (0..n).collect();
-    for (i, s) in slots.iter().enumerate() {
-        let mut c = i;
-        let mut steps = 0;
-        while let Some(of) = slots[c].alias_of.and_then(pos_of_slot) {
-            c = of;
-            steps += 1;
-            if steps > n {
-                break;
+    // O3: a copy follows the slot it copies; its writes count for that slot's joins. Without
+    // copies (the common case) every slot is its own canonical slot and nothing is allocated.
+    let has_copies = slots.iter().any(|s| s.alias_of.is_some());
+    let mut canon: Vec<usize> = Vec::new();
+    let mut written: Vec<bool> = Vec::new();
+    if has_copies {
+        // Slot number → first position, by binary search.
+        let mut by_slot: Vec<(u32, usize)> =
+            slots.iter().enumerate().map(|(i, s)| (s.slot, i)).collect();
+        by_slot.sort_unstable();
+        let pos_of_slot = |slot: u32| {
+            let k = by_slot.partition_point(|&(s, _)| s < slot);
+            by_slot.get(k).filter(|&&(s, _)| s == slot).map(|&(_, i)| i)
+        };
+        canon = (0..n)
+            .map(|i| {
+                let mut c = i;
+                let mut steps = 0;
+                while let Some(of) = slots[c].alias_of.and_then(pos_of_slot) {
+                    c = of;
+                    steps += 1;
+                    if steps > n {
+                        break;
+                    }
+                }
+                c
+            })
+            .collect();
+        written = slots.iter().map(|s| s.written).collect();
+        for i in 0..n {
+            if slots[i].resolved && slots[canon[i]].resolved && slots[i].written {
+                written[canon[i]] = true;
             }
         }
-        canon[i] = c;
-        let _ = s;
     }
-    let bound = |i: usize| slots[i].resolved && slots[canon[i]].resolved;
-    let mut written: Vec<bool> = slots.iter().map(|s| s.written).collect();
-    for i in 0..n {
-        if bound(i) && slots[i].written {
-            written[canon[i]] = true;
-        }
-    }
+    let canon_of = |i: usize| if has_copies { canon[i] } else { i };
+    let bound = |i: usize| slots[i].resolved && slots[canon_of(i)].resolved;
+    let is_written = |i: usize| if has_copies { written[i] } else { slots[i].written };
 
-    // O1, O2: sweep the canonical slots in base order.
-    let mut order: Vec<usize> = (0..n).filter(|&i| bound(i) && canon[i] == i).collect();
-    order.sort_by_key(|&i| (ranges[i].start, slots[i].slot));
+    // O1, O2: sweep the canonical slots in base order. One integer key per slot sorts by base,
+    // then slot number, then position: `(base << 64) | (slot << 32) | position` (a dispatch has
+    // fewer than 2^32 slots).
+    let mut order: Vec<u128> = Vec::with_capacity(n);
+    for i in (0..n).filter(|&i| bound(i) && canon_of(i) == i) {
+        order.push(
+            (u128::from(ranges[i].start) << 64) | (u128::from(slots[i].slot) << 32) | i as u128,
+        );
+    }
+    order.sort_unstable();
     let mut dsu = Dsu((0..n).collect());
-    let mut joins: Vec<Join> = Vec::new();
+    // Each join with the position of its first slot (later, its set and its rank), to find its
+    // set without a search. A spanning forest has fewer joins than slots.
+    let mut joins: Vec<(u64, Join)> = Vec::with_capacity(n.saturating_sub(1));
     // (end, slot position with that end) of the written slots seen; at most one entry.
     let mut active_written: Option<(u64, usize)> = None;
     // Read-only entries: (end, slot position); expired lazily.
-    let mut active_read: Vec<(u64, usize)> = Vec::new();
-    for &i in &order {
+    let mut active_read: Vec<(u64, usize)> = Vec::with_capacity(8);
+    for &key in &order {
+        let i = key as u32 as usize;
         let r = ranges[i];
         if let Some((end, j)) = active_written {
             if end > r.start {
-                dsu.union(j, i);
-                joins.push(join(slots, &ranges, j, i));
-                active_written = Some(if r.end > end && written[i] { (r.end, i) } else { (end, j) });
+                // Only a join that merges two parts is kept: the joins stay a spanning forest.
+                if dsu.union(j, i) {
+                    joins.push((j as u64, join(slots, &ranges, j, i)));
+                }
+                active_written = Some(if r.end > end && is_written(i) {
+                    (r.end, i)
+                } else {
+                    (end, j)
+                });
             } else {
                 active_written = None;
             }
         }
-        if written[i] {
+        if is_written(i) {
             // Every live read-only entry overlaps this written slot: join, then collapse them.
             let mut best: Option<(u64, usize)> = None;
             for &(end, j) in &active_read {
                 if end > r.start {
-                    dsu.union(j, i);
-                    joins.push(join(slots, &ranges, j, i));
+                    if dsu.union(j, i) {
+                        joins.push((j as u64, join(slots, &ranges, j, i)));
+                    }
                     if best.is_none_or(|(e, _)| end > e) {
                         best = Some((end, j));
                     }
@@ -232,41 +265,74 @@ pub fn plan_bindings(
         }
     }
 
-    // Components → sets.
-    let mut comp_of: Vec<Option<usize>> = vec![None; n];
-    let mut comps: Vec<Vec<usize>> = Vec::new();
-    for i in 0..n {
-        if !bound(i) {
-            continue;
-        }
-        let root = dsu.find(canon[i]);
-        let c = match comp_of[root] {
-            Some(c) => c,
-            None => {
-                comps.push(Vec::new());
-                comp_of[root] = Some(comps.len() - 1);
-                comps.len() - 1
-            }
-        };
-        comps[c].push(i);
-    }
-    let mut joins_of: Vec<Vec<Join>> = vec![Vec::new(); comps.len()];
-    for j in joins {
-        if let Some(i) = pos_of_slot(j.a)
-            && let Some(c) = comp_of[dsu.find(canon[i])]
-        {
-            joins_of[c].push(j);
+    // Components → sets, numbered in the order of their first slot.
+    const NONE: usize = usize::MAX;
+    let mut comp_of_slot: Vec<usize> = vec![NONE; n];
+    for (i, c) in comp_of_slot.iter_mut().enumerate() {
+        if bound(i) {
+            *c = dsu.find(canon_of(i));
         }
     }
+    // Every find is done: the forest's array becomes each root's component number.
+    let comp_of_root = &mut dsu.0;
+    comp_of_root.fill(NONE);
+    let mut n_comps = 0;
+    for c in comp_of_slot.iter_mut().filter(|c| **c != NONE) {
+        let root = *c;
+        if comp_of_root[root] == NONE {
+            comp_of_root[root] = n_comps;
+            n_comps += 1;
+        }
+        *c = comp_of_root[root];
+    }
+    // Each component's slots in slot order, in one flat array, by counting: after the fill,
+    // component c holds `flat[ends[c - 1]..ends[c]]` (from 0 for the first).
+    let mut ends: Vec<usize> = vec![0; n_comps + 1];
+    for &c in comp_of_slot.iter().filter(|&&c| c != NONE) {
+        ends[c + 1] += 1;
+    }
+    let n_sets = ends.iter().filter(|&&k| k > 1).count();
+    for c in 0..n_comps {
+        ends[c + 1] += ends[c];
+    }
+    let mut flat: Vec<usize> = vec![0; ends[n_comps]];
+    for (i, &c) in comp_of_slot.iter().enumerate().filter(|(_, c)| **c != NONE) {
+        flat[ends[c]] = i;
+        ends[c] += 1;
+    }
+    // The joins by set, in the order they were made.
+    for (k, (key, _)) in joins.iter_mut().enumerate() {
+        *key = ((comp_of_slot[*key as usize] as u64) << 32) | k as u64;
+    }
+    joins.sort_unstable_by_key(|&(key, _)| key);
+    let mut next_join = 0;
 
     let align = limits.min_storage_buffer_offset_alignment.max(1);
-    let mut plan = BindPlan::default();
-    let mut bindings: Vec<Option<SlotBinding>> = vec![None; n];
-    for (c, members) in comps.iter().enumerate() {
+    let mut plan = BindPlan {
+        sets: Vec::with_capacity(n_sets),
+        bindings: (0..n)
+            .map(|i| SlotBinding {
+                slot: slots[i].slot,
+                range: ranges[i],
+                written: slots[i].written,
+                base_source: slots[i].base_source,
+                resolved: false,
+                role: Role::Unbound,
+                set: None,
+                holder: None,
+                offset: 0,
+                binding: ByteRange::new(0, 0),
+                aligned: true,
+            })
+            .collect(),
+        refusals: Vec::new(),
+    };
+    for c in 0..n_comps {
+        let members = &flat[if c == 0 { 0 } else { ends[c - 1] }..ends[c]];
         let holder = members
             .iter()
             .copied()
-            .filter(|&i| canon[i] == i)
+            .filter(|&i| canon_of(i) == i)
             .min_by_key(|&i| (ranges[i].start, slots[i].slot))
             .unwrap_or(members[0]);
         let base = ranges[holder].start;
@@ -274,17 +340,29 @@ pub fn plan_bindings(
         let widened = end - base;
         let set_index = (members.len() > 1).then_some(plan.sets.len());
         if widened > limits.max_storage_buffer_range {
-            plan.refusals.push(too_wide(slots[holder].slot, base, end, members.len(), limits));
+            plan.refusals.push(too_wide(
+                slots[holder].slot,
+                base,
+                end,
+                members.len(),
+                limits,
+            ));
         }
-        let mut set_members = Vec::new();
+        let mut set_members = Vec::with_capacity(members.len() - 1);
         for &i in members {
             let offset = ranges[i].start - base;
             let binding = ByteRange::new(offset, widened);
             let aligned = offset % align == 0;
             let role = if i == holder {
-                if members.len() > 1 { Role::Holder } else { Role::Alone }
-            } else if canon[i] != i {
-                Role::Copy { of: slots[canon[i]].slot }
+                if members.len() > 1 {
+                    Role::Holder
+                } else {
+                    Role::Alone
+                }
+            } else if canon_of(i) != i {
+                Role::Copy {
+                    of: slots[canon_of(i)].slot,
+                }
             } else {
                 Role::Member
             };
@@ -305,54 +383,35 @@ pub fn plan_bindings(
                     ));
                 }
                 if offset >= widened {
-                    plan.refusals.push(outside(slots[i].slot, offset, slots[holder].slot, widened));
+                    plan.refusals
+                        .push(outside(slots[i].slot, offset, slots[holder].slot, widened));
                 }
             }
-            bindings[i] = Some(SlotBinding {
-                slot: slots[i].slot,
-                range: ranges[i],
-                written: slots[i].written,
-                base_source: slots[i].base_source,
-                resolved: true,
-                role,
-                set: set_index,
-                holder: Some(slots[holder].slot),
-                offset,
-                binding,
-                aligned,
-            });
+            let b = &mut plan.bindings[i];
+            b.resolved = true;
+            b.role = role;
+            b.set = set_index;
+            b.holder = Some(slots[holder].slot);
+            b.offset = offset;
+            b.binding = binding;
+            b.aligned = aligned;
         }
-        if let Some(_s) = set_index {
-            set_members.sort_by_key(|m| m.slot);
+        let first_join = next_join;
+        while joins.get(next_join).is_some_and(|&(key, _)| key >> 32 == c as u64) {
+            next_join += 1;
+        }
+        if set_index.is_some() {
+            set_members.sort_unstable_by_key(|m| m.slot);
             plan.sets.push(BindSet {
                 holder: slots[holder].slot,
                 base,
                 end,
                 members: set_members,
-                joins: std::mem::take(&mut joins_of[c]),
-                written: members.iter().any(|&i| written[i]),
+                joins: joins[first_join..next_join].iter().map(|&(_, j)| j).collect(),
+                written: members.iter().any(|&i| is_written(i)),
             });
         }
     }
-    plan.bindings = bindings
-        .into_iter()
-        .enumerate()
-        .map(|(i, b)| {
-            b.unwrap_or(SlotBinding {
-                slot: slots[i].slot,
-                range: ranges[i],
-                written: slots[i].written,
-                base_source: slots[i].base_source,
-                resolved: false,
-                role: Role::Unbound,
-                set: None,
-                holder: None,
-                offset: 0,
-                binding: ByteRange::new(0, 0),
-                aligned: true,
-            })
-        })
-        .collect();
 
     // O11: a bound slot on a page of the dispatch's page buffer, where either is written.
     if let Some(pb) = page_buffer {
@@ -367,7 +426,9 @@ pub fn plan_bindings(
             // First page whose end is past the slot's start.
             let k = pages.partition_point(|&p| p.saturating_add(page_bytes) <= r.start);
             if let Some(&page) = pages.get(k).filter(|&&p| p < r.end) {
-                plan.refusals.push(on_page_buffer(s.slot, r, page, page_bytes, s.written, pb.written));
+                plan.refusals.push(on_page_buffer(
+                    s.slot, r, page, page_bytes, s.written, pb.written,
+                ));
             }
         }
     }
@@ -497,7 +558,10 @@ mod tests {
 
     /// One line per case: slots as (slot, base, size, written) → sets as (holder, [members]).
     fn check(slots: &[(u32, u64, u64, bool)], expected: &[(u32, &[u32])]) {
-        let slots: Vec<Slot> = slots.iter().map(|&(i, b, s, w)| Slot::new(i, b, s, w)).collect();
+        let slots: Vec<Slot> = slots
+            .iter()
+            .map(|&(i, b, s, w)| Slot::new(i, b, s, w))
+            .collect();
         let plan = plan_bindings(&slots, &[], &limits(1), None);
         let got: Vec<(u32, Vec<u32>)> = plan
             .sets
@@ -510,7 +574,10 @@ mod tests {
 
     #[test]
     fn o1_written_overlap_joins() {
-        check(&[(0, 0x100, 0x20, true), (1, 0x110, 0x20, false)], &[(0, &[1])]);
+        check(
+            &[(0, 0x100, 0x20, true), (1, 0x110, 0x20, false)],
+            &[(0, &[1])],
+        );
     }
 
     #[test]
@@ -527,37 +594,65 @@ mod tests {
     fn o2_sets_join_through_any_member() {
         // 0 (written) overlaps 1 (read-only) overlaps 2 (written); 0 and 2 share no byte.
         check(
-            &[(0, 0x100, 0x20, true), (1, 0x118, 0x20, false), (2, 0x130, 0x20, true)],
+            &[
+                (0, 0x100, 0x20, true),
+                (1, 0x118, 0x20, false),
+                (2, 0x130, 0x20, true),
+            ],
             &[(0, &[1, 2])],
         );
         // Two read-only slots bridged by nothing written stay apart.
         check(
-            &[(0, 0x100, 0x20, true), (1, 0x118, 0x20, false), (2, 0x130, 0x20, false)],
+            &[
+                (0, 0x100, 0x20, true),
+                (1, 0x118, 0x20, false),
+                (2, 0x130, 0x20, false),
+            ],
             &[(0, &[1])],
         );
     }
 
     #[test]
     fn o4_holder_is_lowest_base_then_earliest_slot() {
-        check(&[(5, 0x200, 0x10, true), (3, 0x200, 0x10, false)], &[(3, &[5])]);
-        check(&[(1, 0x208, 0x10, true), (9, 0x200, 0x10, false)], &[(9, &[1])]);
+        check(
+            &[(5, 0x200, 0x10, true), (3, 0x200, 0x10, false)],
+            &[(3, &[5])],
+        );
+        check(
+            &[(1, 0x208, 0x10, true), (9, 0x200, 0x10, false)],
+            &[(9, &[1])],
+        );
     }
 
     #[test]
     fn o5_o6_widening_and_member_bindings() {
-        let slots = vec![Slot::new(0, 0x1000, 0x20, true), Slot::new(1, 0x1010, 0x100, true)];
+        let slots = vec![
+            Slot::new(0, 0x1000, 0x20, true),
+            Slot::new(1, 0x1010, 0x100, true),
+        ];
         let plan = plan_bindings(&slots, &[], &limits(16), None);
         let set = &plan.sets[0];
-        assert_eq!((set.base, set.end), (0x1000, 0x1110), "O5: the holder ends where slot 1 ends");
+        assert_eq!(
+            (set.base, set.end),
+            (0x1000, 0x1110),
+            "O5: the holder ends where slot 1 ends"
+        );
         let m = &set.members[0];
         assert_eq!(m.offset, 0x10);
-        assert_eq!(m.binding, ByteRange::new(0x10, 0x110), "O6: runs to the widened end");
+        assert_eq!(
+            m.binding,
+            ByteRange::new(0x10, 0x110),
+            "O6: runs to the widened end"
+        );
         assert!(plan.refusals.is_empty());
     }
 
     #[test]
     fn o7_misaligned_member_is_refused_by_name() {
-        let slots = vec![Slot::new(18, 0x1000, 0x200000, true), Slot::new(20, 0x101004, 0x1000, true)];
+        let slots = vec![
+            Slot::new(18, 0x1000, 0x200000, true),
+            Slot::new(20, 0x101004, 0x1000, true),
+        ];
         let plan = plan_bindings(&slots, &[], &limits(0x100), None);
         assert_eq!(plan.refusals.len(), 1);
         let r = &plan.refusals[0];
@@ -575,11 +670,18 @@ mod tests {
     fn o3_exact_copy_follows_its_slot() {
         let mut copy = Slot::new(2, 0x120, 0x20, false);
         copy.alias_of = Some(1);
-        let slots = vec![Slot::new(0, 0x100, 0x30, true), Slot::new(1, 0x120, 0x20, false), copy];
+        let slots = vec![
+            Slot::new(0, 0x100, 0x30, true),
+            Slot::new(1, 0x120, 0x20, false),
+            copy,
+        ];
         let plan = plan_bindings(&slots, &[], &limits(16), None);
         let b1 = plan.binding(1).unwrap();
         let b2 = plan.binding(2).unwrap();
-        assert_eq!((b2.offset, b2.binding, b2.set), (b1.offset, b1.binding, b1.set));
+        assert_eq!(
+            (b2.offset, b2.binding, b2.set),
+            (b1.offset, b1.binding, b1.set)
+        );
         assert_eq!(b2.role, Role::Copy { of: 1 });
     }
 
@@ -588,7 +690,11 @@ mod tests {
         let mut copy = Slot::new(2, 0x120, 0x20, true);
         copy.alias_of = Some(1);
         // 1 is read-only and overlaps read-only 0; its written copy makes the overlap join.
-        let slots = vec![Slot::new(0, 0x100, 0x30, false), Slot::new(1, 0x120, 0x20, false), copy];
+        let slots = vec![
+            Slot::new(0, 0x100, 0x30, false),
+            Slot::new(1, 0x120, 0x20, false),
+            copy,
+        ];
         let plan = plan_bindings(&slots, &[], &limits(16), None);
         assert_eq!(plan.sets.len(), 1);
         assert_eq!(plan.sets[0].holder, 0);
@@ -608,22 +714,41 @@ mod tests {
 
     #[test]
     fn o11_slot_on_page_buffer_is_refused_when_either_is_written() {
-        let slots = vec![Slot::new(0, 0x5000, 0x10, false), Slot::new(1, 0x9000, 0x10, true)];
-        let pb = PageBuffer { pages: vec![0x5000], written: false };
+        let slots = vec![
+            Slot::new(0, 0x5000, 0x10, false),
+            Slot::new(1, 0x9000, 0x10, true),
+        ];
+        let pb = PageBuffer {
+            pages: vec![0x5000],
+            written: false,
+        };
         let plan = plan_bindings(&slots, &[], &limits(16), Some(&pb));
         assert!(plan.refusals.is_empty(), "both read-only: no refusal");
-        let pb = PageBuffer { pages: vec![0x5000, 0x9000], written: false };
+        let pb = PageBuffer {
+            pages: vec![0x5000, 0x9000],
+            written: false,
+        };
         let plan = plan_bindings(&slots, &[], &limits(16), Some(&pb));
         assert_eq!(plan.refusals.len(), 1);
-        assert_eq!((plan.refusals[0].rule, plan.refusals[0].slot), (Rule::O11, Some(1)));
+        assert_eq!(
+            (plan.refusals[0].rule, plan.refusals[0].slot),
+            (Rule::O11, Some(1))
+        );
     }
 
     #[test]
     fn o5_holder_past_max_storage_buffer_range_is_refused_as_ours() {
-        let slots = vec![Slot::new(0, 0, 0x10, true), Slot::new(1, 0x8, 0x900_0000, true)];
+        let slots = vec![
+            Slot::new(0, 0, 0x10, true),
+            Slot::new(1, 0x8, 0x900_0000, true),
+        ];
         let plan = plan_bindings(&slots, &[], &limits(8), None);
         assert_eq!(plan.refusals.len(), 1);
         assert!(plan.refusals[0].ours);
-        assert!(plan.refusals[0].message.contains("dispatchscope's addition"));
+        assert!(
+            plan.refusals[0]
+                .message
+                .contains("dispatchscope's addition")
+        );
     }
 }

@@ -144,11 +144,18 @@ mod tests {
         ids.sort_unstable();
         ids.dedup();
         assert_eq!(ids.len(), Rule::ALL.len());
-        assert_eq!(Rule::ALL.len(), 31, "SPEC.md has 31 rules: O1–O11, A1, M1–M5, T1–T6, W1–W3, P1, C1–C3, L1");
+        assert_eq!(
+            Rule::ALL.len(),
+            31,
+            "SPEC.md has 31 rules: O1–O11, A1, M1–M5, T1–T6, W1–W3, P1, C1–C3, L1"
+        );
     }
 
     #[test]
     fn rule_serialises_as_its_id() {
-        assert_eq!(serde_json::to_string(&Rule::O7).ok().as_deref(), Some("\"O7\""));
+        assert_eq!(
+            serde_json::to_string(&Rule::O7).ok().as_deref(),
+            Some("\"O7\"")
+        );
     }
 }

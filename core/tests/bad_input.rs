@@ -1,6 +1,8 @@
 //! Bad input never panics: every truncation of every shipped sample and of its capture, and
 //! thousands of random byte flips, give a named error or the valid prefix.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests: a panic is the test failing, with its message")]
+
 use std::path::PathBuf;
 
 use dispatchscope_core::capture::CaptureReader;

@@ -2,6 +2,8 @@
 //! the CPU reference, its text explanation matches the golden file, and its JSON report validates
 //! against `samples/report.schema.json`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests: a panic is the test failing, with its message")]
+
 use std::path::PathBuf;
 
 use dispatchscope_core::explain::{Detail, explain};
@@ -22,18 +24,32 @@ fn check_sample(name: &str) {
     let mut golden = format!("{name} — {}\n", sample.title);
     for r in &reports {
         golden.push('\n');
-        golden.push_str(&explain(r, Detail { max_accesses: usize::MAX }));
+        golden.push_str(&explain(
+            r,
+            Detail {
+                max_accesses: usize::MAX,
+            },
+        ));
     }
     insta::with_settings!({ snapshot_path => "golden", prepend_module_to_snapshot => false, omit_expression => true }, {
         insta::assert_snapshot!(name.trim_end_matches(".json"), golden);
     });
 
-    let schema: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(samples_dir().join("report.schema.json")).unwrap()).unwrap();
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(samples_dir().join("report.schema.json")).unwrap(),
+    )
+    .unwrap();
     let validator = jsonschema::validator_for(&schema).unwrap();
     let doc = serde_json::json!({ "schema": SCHEMA, "file": name, "title": sample.title, "dispatches": reports });
-    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| format!("{} at {}", e, e.instance_path())).collect();
-    assert!(errors.is_empty(), "{name}: the report does not match its schema:\n{}", errors.join("\n"));
+    let errors: Vec<String> = validator
+        .iter_errors(&doc)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{name}: the report does not match its schema:\n{}",
+        errors.join("\n")
+    );
 
     // The sample survives a round trip through its own JSON form.
     let again = Sample::from_json(&sample.to_json()).unwrap();
@@ -50,5 +66,8 @@ fn every_sample_file_has_a_test() {
         .filter(|n| n.ends_with(".json") && !n.ends_with(".schema.json"))
         .collect();
     on_disk.sort();
-    assert_eq!(on_disk, SAMPLE_NAMES, "rebuild: build.rs generates one test per sample");
+    assert_eq!(
+        on_disk, SAMPLE_NAMES,
+        "rebuild: build.rs generates one test per sample"
+    );
 }
