@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # --- system packages the tests need (Debian/Ubuntu) ---------------------------------------------
 # lavapipe (Vulkan on the CPU) and the loader, Xvfb for the real-window test, ImageMagick for its
 # screenshot, the Khronos validation layer and Debian's spirv-val for the Vulkan backend's tests.
-packages=(mesa-vulkan-drivers libvulkan1 xvfb imagemagick vulkan-validationlayers spirv-tools)
+packages=(mesa-vulkan-drivers libvulkan1 xvfb x11-utils imagemagick vulkan-validationlayers spirv-tools)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -487,7 +487,8 @@ impl<B: Backend> Engine<B> {
         let (mut inserted, mut removed) = (0, 0);
         // A piece mapped and dropped again since the last dispatch may be finer than the chunk the
         // pieces now give (T1); its changes cannot be applied chunk by chunk, so the table is built.
-        let fits = |p: &crate::import::Piece| (p.guest.start | p.guest.end) & (chunk_bytes - 1) == 0;
+        let fits =
+            |p: &crate::import::Piece| (p.guest.start | p.guest.end) & (chunk_bytes - 1) == 0;
         let changes_fit = changes.iter().all(|c| match c {
             PieceChange::Added(p) | PieceChange::Removed(p) => fits(p),
         });

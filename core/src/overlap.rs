@@ -130,9 +130,53 @@ impl BindPlan {
     }
 }
 
-struct Dsu(Vec<usize>);
+/// What the set pass reads of one bound slot, gathered beside the other slots of its set, so
+/// that the pass reads one array in order instead of the slots at random.
+#[derive(Clone, Copy, Default)]
+struct Gathered {
+    /// Its position in the dispatch's slots.
+    pos: usize,
+    /// Its range (O10: from the base its accesses are read against).
+    start: u64,
+    end: u64,
+    /// Its slot number.
+    slot: u32,
+    /// The slot number it copies (O3), itself when it is no copy.
+    canon_slot: u32,
+    /// Whether it is a copy.
+    is_copy: bool,
+    /// Whether the dispatch writes through it.
+    written: bool,
+    /// Whether it, or a copy of it, is written.
+    written_with_copies: bool,
+}
 
-impl Dsu {
+/// A slot the sweep holds open: its range, number and position, so that a join needs no look
+/// at the slots.
+#[derive(Clone, Copy)]
+struct Open {
+    range: ByteRange,
+    slot: u32,
+    pos: usize,
+}
+
+/// Where the set pass placed one bound slot (in holder coordinates); the bindings are built
+/// from these in slot order.
+#[derive(Clone, Copy)]
+struct Placed {
+    offset: u64,
+    widened: u64,
+    holder: u32,
+    /// Index into the sets, or `u32::MAX` when alone.
+    set: u32,
+    /// [`Role::Unbound`] until the slot is placed.
+    role: Role,
+}
+
+/// A union-find forest over slot positions, in borrowed memory.
+struct Dsu<'a>(&'a mut [usize]);
+
+impl Dsu<'_> {
     fn find(&mut self, mut x: usize) -> usize {
         while self.0[x] != x {
             self.0[x] = self.0[self.0[x]];
@@ -203,78 +247,100 @@ pub fn plan_bindings(
     }
     let canon_of = |i: usize| if has_copies { canon[i] } else { i };
     let bound = |i: usize| slots[i].resolved && slots[canon_of(i)].resolved;
-    let is_written = |i: usize| if has_copies { written[i] } else { slots[i].written };
+    let is_written = |i: usize| {
+        if has_copies {
+            written[i]
+        } else {
+            slots[i].written
+        }
+    };
 
-    // O1, O2: sweep the canonical slots in base order. One integer key per slot sorts by base,
-    // then slot number, then position: `(base << 64) | (slot << 32) | position` (a dispatch has
-    // fewer than 2^32 slots).
-    let mut order: Vec<u128> = Vec::with_capacity(n);
+    // O1, O2: sweep the canonical slots in base order. Each slot's entry carries what the sweep
+    // reads, so that it walks one array in order: an integer key that sorts by base, then slot
+    // number, then position, `(base << 64) | (slot << 32) | (position << 1) | written` (a
+    // dispatch has fewer than 2^31 slots), and the slot's end.
+    let mut order: Vec<(u128, u64)> = Vec::with_capacity(n);
     for i in (0..n).filter(|&i| bound(i) && canon_of(i) == i) {
-        order.push(
-            (u128::from(ranges[i].start) << 64) | (u128::from(slots[i].slot) << 32) | i as u128,
-        );
+        let key = (u128::from(ranges[i].start) << 64)
+            | (u128::from(slots[i].slot) << 32)
+            | ((i as u128) << 1)
+            | u128::from(is_written(i));
+        order.push((key, ranges[i].end));
     }
-    order.sort_unstable();
-    let mut dsu = Dsu((0..n).collect());
+    order.sort_unstable_by_key(|&(key, _)| key);
+    // One allocation for the forest, each slot's component, and the ends of the components'
+    // slots: `parent`, `comp_of_slot` (n each), `ends` (at most n + 1).
+    let mut scratch: Vec<usize> = vec![0; 3 * n + 1];
+    let (parent, rest) = scratch.split_at_mut(n);
+    let (comp_of_slot, ends) = rest.split_at_mut(n);
+    for (i, p) in parent.iter_mut().enumerate() {
+        *p = i;
+    }
+    let mut dsu = Dsu(parent);
     // Each join with the position of its first slot (later, its set and its rank), to find its
     // set without a search. A spanning forest has fewer joins than slots.
     let mut joins: Vec<(u64, Join)> = Vec::with_capacity(n.saturating_sub(1));
-    // (end, slot position with that end) of the written slots seen; at most one entry.
-    let mut active_written: Option<(u64, usize)> = None;
-    // Read-only entries: (end, slot position); expired lazily.
-    let mut active_read: Vec<(u64, usize)> = Vec::with_capacity(8);
-    for &key in &order {
-        let i = key as u32 as usize;
-        let r = ranges[i];
-        if let Some((end, j)) = active_written {
-            if end > r.start {
+    // The written slot seen with the furthest end, while it is open; at most one.
+    let mut active_written: Option<Open> = None;
+    // Read-only slots, expired lazily.
+    let mut active_read: Vec<Open> = Vec::with_capacity(8);
+    for &(key, end) in &order {
+        let cur = Open {
+            range: ByteRange::new((key >> 64) as u64, end),
+            slot: (key >> 32) as u32,
+            pos: (key as u32 >> 1) as usize,
+        };
+        let cur_written = key & 1 == 1;
+        let r = cur.range;
+        if let Some(w) = active_written {
+            if w.range.end > r.start {
                 // Only a join that merges two parts is kept: the joins stay a spanning forest.
-                if dsu.union(j, i) {
-                    joins.push((j as u64, join(slots, &ranges, j, i)));
+                if dsu.union(w.pos, cur.pos) {
+                    joins.push((w.pos as u64, join(&w, &cur)));
                 }
-                active_written = Some(if r.end > end && is_written(i) {
-                    (r.end, i)
+                active_written = Some(if r.end > w.range.end && cur_written {
+                    cur
                 } else {
-                    (end, j)
+                    w
                 });
             } else {
                 active_written = None;
             }
         }
-        if is_written(i) {
+        if cur_written {
             // Every live read-only entry overlaps this written slot: join, then collapse them.
-            let mut best: Option<(u64, usize)> = None;
-            for &(end, j) in &active_read {
-                if end > r.start {
-                    if dsu.union(j, i) {
-                        joins.push((j as u64, join(slots, &ranges, j, i)));
+            let mut best: Option<Open> = None;
+            for o in &active_read {
+                if o.range.end > r.start {
+                    if dsu.union(o.pos, cur.pos) {
+                        joins.push((o.pos as u64, join(o, &cur)));
                     }
-                    if best.is_none_or(|(e, _)| end > e) {
-                        best = Some((end, j));
+                    if best.is_none_or(|b| o.range.end > b.range.end) {
+                        best = Some(*o);
                     }
                 }
             }
             active_read.clear();
             active_read.extend(best);
             match active_written {
-                Some((end, _)) if end >= r.end => {}
-                _ => active_written = Some((r.end, i)),
+                Some(w) if w.range.end >= r.end => {}
+                _ => active_written = Some(cur),
             }
         } else {
-            active_read.push((r.end, i));
+            active_read.push(cur);
         }
     }
 
     // Components → sets, numbered in the order of their first slot.
     const NONE: usize = usize::MAX;
-    let mut comp_of_slot: Vec<usize> = vec![NONE; n];
+    comp_of_slot.fill(NONE);
     for (i, c) in comp_of_slot.iter_mut().enumerate() {
         if bound(i) {
             *c = dsu.find(canon_of(i));
         }
     }
     // Every find is done: the forest's array becomes each root's component number.
-    let comp_of_root = &mut dsu.0;
+    let comp_of_root = dsu.0;
     comp_of_root.fill(NONE);
     let mut n_comps = 0;
     for c in comp_of_slot.iter_mut().filter(|c| **c != NONE) {
@@ -285,9 +351,9 @@ pub fn plan_bindings(
         }
         *c = comp_of_root[root];
     }
-    // Each component's slots in slot order, in one flat array, by counting: after the fill,
-    // component c holds `flat[ends[c - 1]..ends[c]]` (from 0 for the first).
-    let mut ends: Vec<usize> = vec![0; n_comps + 1];
+    // Each component's slots in slot order, gathered in one flat array by counting: after the
+    // fill, component c holds `flat[ends[c - 1]..ends[c]]` (from 0 for the first).
+    let ends = &mut ends[..n_comps + 1];
     for &c in comp_of_slot.iter().filter(|&&c| c != NONE) {
         ends[c + 1] += 1;
     }
@@ -295,9 +361,18 @@ pub fn plan_bindings(
     for c in 0..n_comps {
         ends[c + 1] += ends[c];
     }
-    let mut flat: Vec<usize> = vec![0; ends[n_comps]];
+    let mut flat: Vec<Gathered> = vec![Gathered::default(); ends[n_comps]];
     for (i, &c) in comp_of_slot.iter().enumerate().filter(|(_, c)| **c != NONE) {
-        flat[ends[c]] = i;
+        flat[ends[c]] = Gathered {
+            pos: i,
+            start: ranges[i].start,
+            end: ranges[i].end,
+            slot: slots[i].slot,
+            canon_slot: slots[canon_of(i)].slot,
+            is_copy: canon_of(i) != i,
+            written: slots[i].written,
+            written_with_copies: is_written(i),
+        };
         ends[c] += 1;
     }
     // The joins by set, in the order they were made.
@@ -308,110 +383,129 @@ pub fn plan_bindings(
     let mut next_join = 0;
 
     let align = limits.min_storage_buffer_offset_alignment.max(1);
+    // Vulkan's alignments are powers of two: a mask, not a division, on the common path.
+    let is_aligned = |offset: u64| {
+        if align.is_power_of_two() {
+            offset & (align - 1) == 0
+        } else {
+            offset.is_multiple_of(align)
+        }
+    };
     let mut plan = BindPlan {
         sets: Vec::with_capacity(n_sets),
-        bindings: (0..n)
-            .map(|i| SlotBinding {
-                slot: slots[i].slot,
-                range: ranges[i],
-                written: slots[i].written,
-                base_source: slots[i].base_source,
-                resolved: false,
-                role: Role::Unbound,
-                set: None,
-                holder: None,
-                offset: 0,
-                binding: ByteRange::new(0, 0),
-                aligned: true,
-            })
-            .collect(),
+        bindings: Vec::new(),
         refusals: Vec::new(),
     };
+    let mut placed: Vec<Placed> = vec![
+        Placed {
+            offset: 0,
+            widened: 0,
+            holder: 0,
+            set: u32::MAX,
+            role: Role::Unbound,
+        };
+        n
+    ];
     for c in 0..n_comps {
         let members = &flat[if c == 0 { 0 } else { ends[c - 1] }..ends[c]];
         let holder = members
             .iter()
-            .copied()
-            .filter(|&i| canon_of(i) == i)
-            .min_by_key(|&i| (ranges[i].start, slots[i].slot))
-            .unwrap_or(members[0]);
-        let base = ranges[holder].start;
-        let end = members.iter().map(|&i| ranges[i].end).max().unwrap_or(base);
+            .filter(|g| !g.is_copy)
+            .min_by_key(|g| (g.start, g.slot))
+            .unwrap_or(&members[0]);
+        let (base, holder_slot) = (holder.start, holder.slot);
+        let end = members.iter().map(|g| g.end).max().unwrap_or(base);
         let widened = end - base;
         let set_index = (members.len() > 1).then_some(plan.sets.len());
         if widened > limits.max_storage_buffer_range {
-            plan.refusals.push(too_wide(
-                slots[holder].slot,
-                base,
-                end,
-                members.len(),
-                limits,
-            ));
+            plan.refusals
+                .push(too_wide(holder_slot, base, end, members.len(), limits));
         }
         let mut set_members = Vec::with_capacity(members.len() - 1);
-        for &i in members {
-            let offset = ranges[i].start - base;
+        for g in members {
+            let is_holder = g.pos == holder.pos;
+            let offset = g.start - base;
             let binding = ByteRange::new(offset, widened);
-            let aligned = offset % align == 0;
-            let role = if i == holder {
+            let aligned = is_aligned(offset);
+            let role = if is_holder {
                 if members.len() > 1 {
                     Role::Holder
                 } else {
                     Role::Alone
                 }
-            } else if canon_of(i) != i {
-                Role::Copy {
-                    of: slots[canon_of(i)].slot,
-                }
+            } else if g.is_copy {
+                Role::Copy { of: g.canon_slot }
             } else {
                 Role::Member
             };
-            if i != holder {
+            if !is_holder {
                 set_members.push(Member {
-                    slot: slots[i].slot,
+                    slot: g.slot,
                     offset,
                     binding,
-                    written: slots[i].written,
+                    written: g.written,
                 });
                 if !aligned {
-                    plan.refusals.push(misaligned(
-                        slots[i].slot,
-                        offset,
-                        align,
-                        slots[holder].slot,
-                        base,
-                    ));
+                    plan.refusals
+                        .push(misaligned(g.slot, offset, align, holder_slot, base));
                 }
                 if offset >= widened {
                     plan.refusals
-                        .push(outside(slots[i].slot, offset, slots[holder].slot, widened));
+                        .push(outside(g.slot, offset, holder_slot, widened));
                 }
             }
-            let b = &mut plan.bindings[i];
-            b.resolved = true;
-            b.role = role;
-            b.set = set_index;
-            b.holder = Some(slots[holder].slot);
-            b.offset = offset;
-            b.binding = binding;
-            b.aligned = aligned;
+            placed[g.pos] = Placed {
+                offset,
+                widened,
+                holder: holder_slot,
+                set: set_index.map_or(u32::MAX, |k| k as u32),
+                role,
+            };
         }
         let first_join = next_join;
-        while joins.get(next_join).is_some_and(|&(key, _)| key >> 32 == c as u64) {
+        while joins
+            .get(next_join)
+            .is_some_and(|&(key, _)| key >> 32 == c as u64)
+        {
             next_join += 1;
         }
         if set_index.is_some() {
             set_members.sort_unstable_by_key(|m| m.slot);
             plan.sets.push(BindSet {
-                holder: slots[holder].slot,
+                holder: holder_slot,
                 base,
                 end,
                 members: set_members,
-                joins: joins[first_join..next_join].iter().map(|&(_, j)| j).collect(),
-                written: members.iter().any(|&i| is_written(i)),
+                joins: joins[first_join..next_join]
+                    .iter()
+                    .map(|&(_, j)| j)
+                    .collect(),
+                written: members.iter().any(|g| g.written_with_copies),
             });
         }
     }
+
+    plan.bindings = placed
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let s = &slots[i];
+            let bound = p.role != Role::Unbound;
+            SlotBinding {
+                slot: s.slot,
+                range: ranges[i],
+                written: s.written,
+                base_source: s.base_source,
+                resolved: bound,
+                role: p.role,
+                set: (p.set != u32::MAX).then_some(p.set as usize),
+                holder: bound.then_some(p.holder),
+                offset: p.offset,
+                binding: ByteRange::new(p.offset, p.widened),
+                aligned: !bound || is_aligned(p.offset),
+            }
+        })
+        .collect();
 
     // O11: a bound slot on a page of the dispatch's page buffer, where either is written.
     if let Some(pb) = page_buffer {
@@ -435,13 +529,14 @@ pub fn plan_bindings(
     plan
 }
 
-fn join(slots: &[Slot], ranges: &[ByteRange], a: usize, b: usize) -> Join {
+fn join(a: &Open, b: &Open) -> Join {
     Join {
-        a: slots[a].slot,
-        b: slots[b].slot,
-        overlap: ranges[a]
-            .intersection(&ranges[b])
-            .unwrap_or(ByteRange::new(ranges[b].start, ranges[b].start)),
+        a: a.slot,
+        b: b.slot,
+        overlap: a
+            .range
+            .intersection(&b.range)
+            .unwrap_or(ByteRange::new(b.range.start, b.range.start)),
     }
 }
 

@@ -1,0 +1,150 @@
+//! The command line, run as a user runs it: exit statuses, text, JSON, conversions.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests: a panic is the test failing, with its message")]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dispatchscope"))
+}
+
+fn samples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../samples")
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("the binary runs")
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn sample(name: &str) -> String {
+    samples().join(name).display().to_string()
+}
+
+#[test]
+fn explain_every_shipped_sample_exits_zero() {
+    for entry in std::fs::read_dir(samples()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".json") || name.ends_with(".schema.json") {
+            continue;
+        }
+        let o = run(&["explain", &path.display().to_string()]);
+        assert!(o.status.success(), "{name}: {}", err(&o));
+        assert!(text(&o).contains("dispatch 0"), "{name}");
+    }
+}
+
+#[test]
+fn refusals_are_findings_not_failures() {
+    let o = run(&["explain", &sample("d961-page-buffer.json")]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(text(&o).contains("REFUSED O11 (D961)"));
+}
+
+#[test]
+fn device_limit_flag_replans_without_editing_the_file() {
+    let path = sample("o7-alignment.json");
+    let o = run(&["explain", &path]);
+    assert!(text(&o).contains("· bound ·"), "{}", text(&o));
+    let o = run(&["explain", &path, "--min-storage-buffer-offset-alignment", "256"]);
+    assert!(o.status.success());
+    let t = text(&o);
+    assert!(t.contains("· refused ·") && t.contains("REFUSED O7 (D953)"), "{t}");
+    assert!(t.contains("not a multiple of minStorageBufferOffsetAlignment 0x100"), "{t}");
+    let o = run(&["explain", &path, "--min-storage-buffer-offset-alignment", "24"]);
+    assert_eq!(o.status.code(), Some(2), "24 is not a power of two");
+}
+
+#[test]
+fn json_carries_the_schema_fields() {
+    let o = run(&["explain", &sample("run305-d951.json"), "--json", "--dispatch", "0"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["schema"], "dispatchscope.report/1");
+    let d = &v["dispatches"][0];
+    assert_eq!(d["index"], 0);
+    assert_eq!(d["program"], "0x74005b87e400");
+    assert_eq!(d["mode"], "bound");
+    assert_eq!(d["sets"][0]["holder"], 18);
+    assert_eq!(d["sets"][0]["members"][0]["slot"], 20);
+    assert_eq!(d["sets"][0]["members"][0]["offset"], "0x100000");
+}
+
+#[test]
+fn bad_input_exits_two_naming_the_file_and_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"{"format":"dispatchscope.sample","version":1,"title":"x","steps":[{"dispatch":{"program":"0x1","slots":[{"slot":0,"base":"0xzz","size_bytes":"0x10"}]}}]}"#).unwrap();
+    let o = run(&["explain", &bad.display().to_string()]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = err(&o);
+    assert!(e.contains("bad.json") && e.contains("line 1") && e.contains("dispatch.slots[0].base"), "{e}");
+
+    let missing = dir.path().join("missing.json");
+    let o = run(&["explain", &missing.display().to_string()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("missing.json"));
+
+    let o = run(&["explain", &sample("run305-overlap.json"), "--dispatch", "9"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err(&o).contains("has 2 dispatches"), "{}", err(&o));
+}
+
+fn convert(a: &Path, b: &Path) {
+    let o = run(&["convert", &a.display().to_string(), &b.display().to_string()]);
+    assert!(o.status.success(), "{}", err(&o));
+}
+
+#[test]
+fn convert_round_trips_and_captures_explain_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = samples().join("ray-traversal.json");
+    let cap = dir.path().join("rt.dscap");
+    let back = dir.path().join("rt.json");
+    convert(&src, &cap);
+    convert(&cap, &back);
+    let a: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&src).unwrap()).unwrap();
+    let b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&back).unwrap()).unwrap();
+    let sa = dispatchscope_core::sample::Sample::from_json(&a.to_string()).unwrap();
+    let sb = dispatchscope_core::sample::Sample::from_json(&b.to_string()).unwrap();
+    assert_eq!(sa, sb, "sample → capture → sample loses nothing");
+
+    let from_sample = text(&run(&["explain", &src.display().to_string(), "--dispatch", "2"]));
+    let from_capture = text(&run(&["explain", &cap.display().to_string(), "--dispatch", "2"]));
+    let body = |t: &str| t.lines().skip(1).collect::<Vec<_>>().join("\n");
+    assert_eq!(body(&from_sample), body(&from_capture), "the recorded report explains the same");
+}
+
+#[test]
+fn a_capture_cut_short_still_explains_its_complete_dispatches() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("g.dscap");
+    convert(&samples().join("generations-revisits.json"), &cap);
+    let bytes = std::fs::read(&cap).unwrap();
+    let cut = dir.path().join("cut.dscap");
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let o = run(&["explain", &cut.display().to_string()]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(err(&o).contains("cut short"), "the torn tail is reported: {}", err(&o));
+    assert!(text(&o).contains("dispatch 0"));
+}
+
+#[test]
+fn generate_writes_a_sample_that_explains() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("gen.json");
+    let o = run(&["generate", &out.display().to_string(), "--seed", "5", "--dispatches", "3"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let o = run(&["explain", &out.display().to_string()]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(text(&o).contains("dispatch 2"));
+}
