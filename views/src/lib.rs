@@ -1,1 +1,125 @@
-//! placeholder
+//! dispatchscope-views: the debugger's egui panels, each drawing one immutable
+//! [`DispatchReport`] (and, for the chunk table, an immutable [`ChunkTable`] snapshot).
+//!
+//! A panel is a small state struct with a `ui` method that takes the report and the shared
+//! [`Selection`] and returns the person's intent as [`Action`]s; the app applies them after the
+//! frame, so a panel never changes a session, never runs the engine, and never touches a file
+//! or a device.
+//! Reading a snapshot (a lookup trace of a typed address on an immutable table) is allowed;
+//! changing one is not.
+//!
+//! [`ChunkTable`]: dispatchscope_core::chunk_table::ChunkTable
+
+pub mod accesses;
+pub mod after;
+pub mod bindings;
+pub mod chunk_table;
+pub mod dispatches;
+pub mod keys;
+pub mod memory;
+pub mod refusals;
+pub mod style;
+
+use dispatchscope_core::DispatchReport;
+use serde::{Deserialize, Serialize};
+
+pub use accesses::AccessesPanel;
+pub use after::AfterPanel;
+pub use bindings::BindingsPanel;
+pub use chunk_table::{ChunkTablePanel, TableSnapshot};
+pub use dispatches::{DispatchRow, DispatchesPanel, Filter};
+pub use memory::{MemoryPanel, MemoryView};
+pub use refusals::RefusalsPanel;
+
+/// The panels of one dispatch, as tabs of the main area.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Tab {
+    /// Slots, sets and the address line (O1–O11).
+    #[default]
+    Bindings,
+    /// A card per refusal.
+    Refusals,
+    /// Readable runs, pieces and generations (M1–M5).
+    Memory,
+    /// The chunk table's slots and lookups (T1–T6).
+    ChunkTable,
+    /// The access stream and its escapes (W1–W3, P1, T4).
+    Accesses,
+    /// Marks, hand-off, write-back and hazards (C1, C2, O8, L1).
+    After,
+}
+
+impl Tab {
+    /// Every tab, in the order the tab bar shows them.
+    pub const ALL: [Tab; 6] = [
+        Tab::Bindings,
+        Tab::Refusals,
+        Tab::Memory,
+        Tab::ChunkTable,
+        Tab::Accesses,
+        Tab::After,
+    ];
+
+    /// The tab's title.
+    pub fn title(self) -> &'static str {
+        match self {
+            Tab::Bindings => "Bindings",
+            Tab::Refusals => "Refusals",
+            Tab::Memory => "Memory",
+            Tab::ChunkTable => "Chunk table",
+            Tab::Accesses => "Accesses & escapes",
+            Tab::After => "After the dispatch",
+        }
+    }
+}
+
+/// What is selected across panels. The app owns it; panels read it and ask for changes with
+/// [`Action`]s.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Selection {
+    /// Position of the current dispatch in the session (not its report index).
+    pub dispatch: usize,
+    /// The selected slot of the current dispatch, by slot number.
+    pub slot: Option<u32>,
+    /// The selected access, by its index in the stream.
+    pub access: Option<usize>,
+    /// The selected chunk-table slot.
+    pub table_slot: Option<usize>,
+}
+
+/// What a person asked for in a panel; the app applies it after the frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Go to the dispatch at this position in the session.
+    SelectDispatch(usize),
+    /// Bookmark the dispatch at this position, or remove its bookmark.
+    ToggleBookmark(usize),
+    /// Select a slot (or clear the selection) in every panel.
+    SelectSlot(Option<u32>),
+    /// Select an access (or clear the selection) in every panel.
+    SelectAccess(Option<usize>),
+    /// Select a chunk-table slot (or clear the selection).
+    SelectTableSlot(Option<usize>),
+    /// Show a tab.
+    ShowTab(Tab),
+}
+
+/// Whether `report` is the one the selection is about and an access routes through `slot`'s
+/// bytes: a bound access whose holder and offset fall in the slot's binding.
+pub fn access_uses_slot(report: &DispatchReport, access: usize, slot: u32) -> bool {
+    use dispatchscope_core::report::Route;
+    let Some(a) = report.accesses.get(access) else {
+        return false;
+    };
+    let Some(b) = report.slots.iter().find(|b| b.slot == slot) else {
+        return false;
+    };
+    match a.route {
+        Route::Bound { holder, offset } => {
+            b.holder == Some(holder)
+                && offset >= b.offset
+                && offset < b.offset + b.range.size_bytes()
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,188 @@
+//! The After-the-dispatch panel (C1, C2, O8, L1): the marked chunks, the pages the write-watch
+//! noted written, the protected targets that lost trust, the words each holder wrote back (the
+//! words that changed highlighted), and any L1 hazard.
+
+use dispatchscope_core::DispatchReport;
+use egui::RichText;
+
+use crate::style::{self, hex, mono};
+use crate::{Action, Selection};
+
+/// The After panel's state.
+#[derive(Debug, Default)]
+pub struct AfterPanel {
+    /// Show only words whose value changed.
+    pub changed_only: bool,
+}
+
+impl AfterPanel {
+    /// Draws the panel for `report`.
+    pub fn ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        report: &DispatchReport,
+        sel: &Selection,
+    ) -> Vec<Action> {
+        puffin::profile_function!();
+        let mut actions = Vec::new();
+        egui::ScrollArea::vertical()
+            .id_salt("after-scroll")
+            .auto_shrink([false, false])
+            .show(ui, |ui| {
+                style::section(ui, "L1 hazards");
+                if report.hazards.is_empty() {
+                    style::nothing(
+                        ui,
+                        "None: no device-addressed store reached bytes a bound holder writes back.",
+                    );
+                }
+                for h in &report.hazards {
+                    egui::Frame::group(ui.style())
+                        .stroke(egui::Stroke::new(1.0, style::REFUSED))
+                        .show(ui, |ui| {
+                            ui.label(
+                                RichText::new(format!(
+                                    "{} · {} · holder slot {} · word {}",
+                                    h.rule.id(),
+                                    h.decision,
+                                    h.holder,
+                                    hex(h.address)
+                                ))
+                                .strong()
+                                .color(style::REFUSED),
+                            );
+                            ui.label(&h.message);
+                            ui.horizontal(|ui| {
+                                if ui
+                                    .link(format!("device store: access {}", h.device_store))
+                                    .clicked()
+                                {
+                                    actions.push(Action::SelectAccess(Some(h.device_store)));
+                                }
+                                if let Some(b) = h.bound_store
+                                    && ui.link(format!("bound store: access {b}")).clicked()
+                                {
+                                    actions.push(Action::SelectAccess(Some(b)));
+                                }
+                            });
+                        });
+                }
+                style::section(ui, "Marked chunks (C1)");
+                if report.marks.is_empty() {
+                    style::nothing(ui, "No device store marked a chunk.");
+                }
+                egui::Grid::new("after-marks")
+                    .striped(true)
+                    .num_columns(3)
+                    .show(ui, |ui| {
+                        if !report.marks.is_empty() {
+                            ui.strong("table slot");
+                            ui.strong("chunk's guest bytes");
+                            ui.strong("stores");
+                            ui.end_row();
+                        }
+                        for m in &report.marks {
+                            if ui
+                                .selectable_label(
+                                    sel.table_slot == Some(m.table_slot),
+                                    mono(m.table_slot.to_string()),
+                                )
+                                .on_hover_text("Select this slot on the chunk table")
+                                .clicked()
+                            {
+                                actions.push(Action::SelectTableSlot(Some(m.table_slot)));
+                            }
+                            ui.label(mono(m.guest.to_string()));
+                            ui.label(mono(m.stores.to_string()));
+                            ui.end_row();
+                        }
+                    });
+                style::section(ui, "Pages noted written (C2, D824)");
+                if report.hand_off.pages_noted_written.is_empty() {
+                    style::nothing(ui, "None.");
+                }
+                for p in &report.hand_off.pages_noted_written {
+                    ui.label(mono(p.to_string()));
+                }
+                style::section(ui, "Targets that lost trust (C2, D720)");
+                if report.hand_off.targets_distrusted.is_empty() {
+                    style::nothing(ui, "None.");
+                }
+                for t in &report.hand_off.targets_distrusted {
+                    ui.label(mono(format!(
+                        "target {} \"{}\" {}: {}",
+                        t.id, t.name, t.range, t.by
+                    )));
+                }
+                ui.horizontal(|ui| {
+                    style::section(ui, "Write-back (O8)");
+                    ui.checkbox(&mut self.changed_only, "changed words only");
+                });
+                if report.write_back.is_empty() {
+                    style::nothing(ui, "No holder was written back.");
+                }
+                for wb in &report.write_back {
+                    let selected_holder = sel
+                        .slot
+                        .and_then(|s| report.slots.iter().find(|b| b.slot == s))
+                        .and_then(|b| b.holder)
+                        == Some(wb.holder);
+                    let changed = wb.words.iter().filter(|w| w.old != w.new).count();
+                    let title = format!(
+                        "holder slot {}: {} of {} words written back, {changed} changed, over {}",
+                        wb.holder,
+                        wb.words.len(),
+                        wb.words_total,
+                        wb.range
+                    );
+                    if selected_holder && let Some(s) = sel.slot {
+                        ui.label(
+                            RichText::new(format!(
+                                "holder slot {} holds the selected slot {s}",
+                                wb.holder
+                            ))
+                            .color(style::SELECTED),
+                        );
+                    }
+                    let title = if selected_holder {
+                        RichText::new(title).color(style::SELECTED)
+                    } else {
+                        RichText::new(title)
+                    };
+                    egui::CollapsingHeader::new(title)
+                        .id_salt(("write-back", wb.holder))
+                        .default_open(wb.words.len() <= 64)
+                        .show(ui, |ui| {
+                            egui::Grid::new(("wb-grid", wb.holder))
+                                .striped(true)
+                                .num_columns(4)
+                                .show(ui, |ui| {
+                                    ui.strong("address");
+                                    ui.strong("before");
+                                    ui.strong("written");
+                                    ui.strong("bytes");
+                                    ui.end_row();
+                                    for w in wb
+                                        .words
+                                        .iter()
+                                        .filter(|w| !self.changed_only || w.old != w.new)
+                                    {
+                                        let c = w.old != w.new;
+                                        ui.label(mono(hex(w.address)));
+                                        ui.label(mono(format!("{:#010x}", w.old)));
+                                        let t = mono(format!("{:#010x}", w.new));
+                                        ui.label(if c {
+                                            t.color(style::WRITTEN).strong()
+                                        } else {
+                                            t
+                                        });
+                                        ui.label(mono(w.bytes.to_string()));
+                                        ui.end_row();
+                                    }
+                                });
+                        });
+                }
+            });
+        actions
+    }
+}

@@ -1,0 +1,368 @@
+//! The Memory panel (M1–M5, C3): the events applied before the dispatch, what was written into
+//! guest memory first, the readable runs, the pieces mapped and left out with the reason, the
+//! generation, and whether this dispatch mapped again.
+
+use dispatchscope_core::memory::{Backing, GuestMemory, PageState, ProtectedTarget};
+use dispatchscope_core::report::{LeftOutReason, Route};
+use dispatchscope_core::{ByteRange, DispatchReport};
+use egui::{Pos2, Rect, RichText, Sense, Vec2};
+
+use crate::style::{self, hex, mono};
+use crate::{Action, Selection};
+
+/// The Memory panel's state.
+#[derive(Debug, Default)]
+pub struct MemoryPanel {}
+
+/// What M1 and M3 make of one page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageClass {
+    /// The guest left it unreadable: in no readable run (M1).
+    Unreadable,
+    /// Readable, committed, private and read-write: mapped with its run (M3).
+    Mappable,
+    /// Readable but left out (M3), and why.
+    LeftOut(LeftOutReason),
+}
+
+impl PageClass {
+    /// The class of `page`.
+    pub fn of(page: &PageState) -> Self {
+        if !page.guest.readable {
+            PageClass::Unreadable
+        } else if page.mappable() {
+            PageClass::Mappable
+        } else if !page.committed {
+            PageClass::LeftOut(LeftOutReason::NotCommitted)
+        } else if page.backing == Backing::Shared {
+            PageClass::LeftOut(LeftOutReason::NotPrivate)
+        } else {
+            PageClass::LeftOut(LeftOutReason::NotReadWrite)
+        }
+    }
+
+    fn color(self) -> egui::Color32 {
+        match self {
+            PageClass::Unreadable => style::EMPTY,
+            PageClass::Mappable => style::BOUND,
+            PageClass::LeftOut(_) => style::WRITTEN,
+        }
+    }
+
+    fn text(self) -> &'static str {
+        match self {
+            PageClass::Unreadable => "not readable by the guest",
+            PageClass::Mappable => "committed, private, read-write: mappable (M3)",
+            PageClass::LeftOut(r) => r.phrase(),
+        }
+    }
+}
+
+/// Consecutive pages of one class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageRun {
+    /// Its bytes.
+    pub range: ByteRange,
+    /// Pages in it.
+    pub pages: u64,
+    /// What they are.
+    pub class: PageClass,
+}
+
+/// A reservation as a dispatch left it: its pages as runs of one class.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReservationView {
+    /// The reserved bytes.
+    pub range: ByteRange,
+    /// Its pages, as runs.
+    pub runs: Vec<PageRun>,
+    /// Pages the write-watch has noted written (D824).
+    pub written_pages: u64,
+    /// Pages a write-watch guard holds read-only (D824).
+    pub guarded_pages: u64,
+}
+
+/// Guest memory as a dispatch left it, for the Memory panel: what the report does not carry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryView {
+    /// Every reservation.
+    pub reservations: Vec<ReservationView>,
+    /// The protected targets (D720) and whether each is still trusted.
+    pub targets: Vec<ProtectedTarget>,
+}
+
+impl MemoryView {
+    /// A summary of `memory`, read (not changed).
+    pub fn of(memory: &GuestMemory) -> Self {
+        let page = memory.page_bytes().max(1);
+        let reservations = memory
+            .reservations()
+            .map(|r| {
+                let mut runs: Vec<PageRun> = Vec::new();
+                for (i, p) in r.pages.iter().enumerate() {
+                    let class = PageClass::of(p);
+                    let start = r.range.start + i as u64 * page;
+                    match runs.last_mut() {
+                        Some(last) if last.class == class && last.range.end == start => {
+                            last.range.end = start + page;
+                            last.pages += 1;
+                        }
+                        _ => runs.push(PageRun {
+                            range: ByteRange::new(start, start + page),
+                            pages: 1,
+                            class,
+                        }),
+                    }
+                }
+                ReservationView {
+                    range: r.range,
+                    runs,
+                    written_pages: r.pages.iter().filter(|p| p.written).count() as u64,
+                    guarded_pages: r.pages.iter().filter(|p| p.guarded).count() as u64,
+                }
+            })
+            .collect();
+        Self {
+            reservations,
+            targets: memory.targets().cloned().collect(),
+        }
+    }
+}
+
+fn reservations_ui(ui: &mut egui::Ui, view: &MemoryView, addr: Option<u64>) {
+    style::section(ui, "Reservations, as this dispatch left them");
+    if view.reservations.is_empty() {
+        style::nothing(ui, "No reservation.");
+    }
+    for r in &view.reservations {
+        ui.label(mono(format!(
+            "{} ({} bytes): {} pages written, {} guarded (D824)",
+            r.range,
+            hex(r.range.size_bytes()),
+            r.written_pages,
+            r.guarded_pages
+        )));
+        // A strip, one stretch per run, widths by pages.
+        let total: u64 = r.runs.iter().map(|x| x.pages).sum::<u64>().max(1);
+        let width = ui.available_width().max(100.0);
+        let (rect, response) = ui.allocate_exact_size(Vec2::new(width, 12.0), Sense::hover());
+        let painter = ui.painter_at(rect);
+        let mut done = 0u64;
+        let mut hovered = None;
+        for run in &r.runs {
+            let x0 = rect.left() + width * (done as f32 / total as f32);
+            done += run.pages;
+            let x1 = (rect.left() + width * (done as f32 / total as f32)).max(x0 + 1.0);
+            let rr = Rect::from_min_max(Pos2::new(x0, rect.top()), Pos2::new(x1, rect.bottom()));
+            painter.rect_filled(rr, 0.0, run.class.color());
+            if addr.is_some_and(|a| run.range.contains(a)) {
+                painter.rect_stroke(
+                    rr,
+                    0.0,
+                    egui::Stroke::new(2.0, style::SELECTED),
+                    egui::StrokeKind::Inside,
+                );
+            }
+            if response.hover_pos().is_some_and(|p| p.x >= x0 && p.x < x1) {
+                hovered = Some(run);
+            }
+        }
+        if let Some(run) = hovered {
+            response.on_hover_text_at_pointer(format!(
+                "{} ({} pages): {}",
+                run.range,
+                run.pages,
+                run.class.text()
+            ));
+        }
+        for run in r.runs.iter().filter(|x| x.class != PageClass::Mappable) {
+            ui.label(mono(format!("  {}: {}", run.range, run.class.text())).color(style::MUTED));
+        }
+    }
+    if !view.targets.is_empty() {
+        style::section(ui, "Protected targets (D720)");
+        for t in &view.targets {
+            let text = mono(format!(
+                "target {} \"{}\" {}: {}",
+                t.id,
+                t.name,
+                t.range,
+                if t.trusted { "trusted" } else { "lost trust" }
+            ));
+            ui.label(if t.trusted {
+                text
+            } else {
+                text.color(style::WRITTEN)
+            });
+        }
+    }
+}
+
+/// The guest address the selected access reached, if it went to guest memory.
+fn selected_address(report: &DispatchReport, sel: &Selection) -> Option<u64> {
+    let a = report.accesses.get(sel.access?)?;
+    match a.route {
+        Route::Device { address } => Some(address),
+        _ => None,
+    }
+}
+
+impl MemoryPanel {
+    /// Draws the panel for `report`; `memory` is guest memory as the dispatch left it, if the
+    /// app kept it.
+    pub fn ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        report: &DispatchReport,
+        memory: Option<&MemoryView>,
+        sel: &Selection,
+    ) -> Vec<Action> {
+        puffin::profile_function!();
+        let actions = Vec::new();
+        let addr = selected_address(report, sel);
+        egui::ScrollArea::vertical()
+            .id_salt("memory-scroll")
+            .auto_shrink([false, false])
+            .show(ui, |ui| {
+                if let Some(view) = memory {
+                    reservations_ui(ui, view, addr);
+                }
+                mappings_ui(ui, report, addr);
+                events_ui(ui, report);
+            });
+        actions
+    }
+}
+
+fn mappings_ui(ui: &mut egui::Ui, report: &DispatchReport, addr: Option<u64>) {
+    {
+        let Some(m) = &report.mappings else {
+            style::section(ui, "Mappings (M1–M5)");
+            style::nothing(
+                ui,
+                "This dispatch did not run device-addressed: nothing was mapped for it (M1–M5 apply to device-addressed dispatches).",
+            );
+            return;
+        };
+        style::section(ui, "Generation (M4)");
+        egui::Grid::new("memory-gen").num_columns(2).show(ui, |ui| {
+            ui.label("generation");
+            ui.label(mono(m.generation.to_string()));
+            ui.end_row();
+            ui.label("mapped for generation");
+            ui.label(mono(m.mapped_generation.to_string()));
+            ui.end_row();
+            ui.label("this dispatch");
+            ui.label(if m.remapped {
+                RichText::new("mapped again: the generation had moved").color(style::WRITTEN)
+            } else {
+                RichText::new("kept the mappings")
+            });
+            ui.end_row();
+            ui.label("full mappings so far");
+            ui.label(mono(m.remaps_total.to_string()));
+            ui.end_row();
+            ui.label("M2 pages committed / guards released / noted written");
+            ui.label(mono(format!(
+                "{} / {} / {}",
+                m.committed_pages, m.guards_released, m.pages_noted_written
+            )));
+            ui.end_row();
+            ui.label("imports made / dropped since the previous dispatch");
+            ui.label(mono(format!("{} / {}", m.imports_made, m.imports_dropped)));
+            ui.end_row();
+        });
+        style::section(ui, "Readable runs (M1)");
+        if m.runs.is_empty() {
+            style::nothing(ui, "No reservation has a readable run.");
+        }
+        for r in &m.runs {
+            ui.label(mono(format!(
+                "{} in reservation {}",
+                r.range,
+                hex(r.reservation)
+            )));
+        }
+        style::section(ui, "Pieces mapped (M3)");
+        if m.pieces.is_empty() {
+            style::nothing(ui, "None.");
+        }
+        egui::Grid::new("memory-pieces")
+            .striped(true)
+            .num_columns(4)
+            .show(ui, |ui| {
+                for h in [
+                    "guest bytes",
+                    "device base",
+                    "mapped before dispatch",
+                    "how",
+                ] {
+                    ui.strong(h);
+                }
+                ui.end_row();
+                for p in &m.pieces {
+                    let hit = addr.is_some_and(|a| p.guest.contains(a));
+                    let t = mono(p.guest.to_string());
+                    ui.label(if hit { t.color(style::SELECTED) } else { t });
+                    ui.label(mono(hex(p.device_base)));
+                    ui.label(mono(p.mapped_before_dispatch.to_string()));
+                    ui.label(if p.by_revisit {
+                        "M5 revisit"
+                    } else {
+                        "full mapping"
+                    });
+                    ui.end_row();
+                }
+            });
+        style::section(ui, "Pieces left out (M3)");
+        if m.left_out.is_empty() {
+            style::nothing(ui, "None.");
+        }
+        for l in &m.left_out {
+            let hit = addr.is_some_and(|a| l.guest.contains(a));
+            let t = mono(format!("{}: {}", l.guest, l.reason.phrase()));
+            ui.label(if hit {
+                t.color(style::SELECTED)
+            } else {
+                t.color(style::WRITTEN)
+            });
+        }
+    }
+}
+
+fn events_ui(ui: &mut egui::Ui, report: &DispatchReport) {
+    style::section(ui, "Events before this dispatch");
+    if report.events_before.is_empty() {
+        style::nothing(ui, "None.");
+    }
+    for e in &report.events_before {
+        let name = dispatchscope_core::sample::event_name(&e.event);
+        egui::CollapsingHeader::new(format!("event {}: {name}", e.index))
+            .id_salt(("event", e.index))
+            .default_open(!e.effects.is_empty())
+            .show(ui, |ui| {
+                if e.generation_moved {
+                    ui.label("M4: the generation moved");
+                }
+                if let Some(d) = e.waited_for {
+                    ui.label(format!("M5: waited for dispatch {d}"));
+                }
+                for line in &e.effects {
+                    ui.label(line);
+                }
+            });
+    }
+    style::section(ui, "Before the dispatch (C3)");
+    if report.before.copies.is_empty() {
+        style::nothing(ui, "No deferred copy was written.");
+    }
+    for c in &report.before.copies {
+        ui.label(mono(format!("copy written to {c}")));
+    }
+    if report.before.still_deferred > 0 {
+        ui.label(format!(
+            "{} copies still deferred",
+            report.before.still_deferred
+        ));
+    }
+}
