@@ -38,6 +38,12 @@ pub enum Command {
     },
     /// Write a random valid sample (or capture) of any size, for tests and benches.
     Generate(GenerateArgs),
+    /// Run the demo target: a game's frame loop driving the engine, for a debugger to attach to.
+    Demo(crate::live_cli::DemoArgs),
+    /// Attach to a running target: pause, step N dispatches (or run to a breakpoint), print, detach.
+    Attach(crate::live_cli::AttachArgs),
+    /// Record a running target's dispatches to a crash-safe capture.
+    Record(crate::live_cli::RecordArgs),
 }
 
 /// `generate`'s arguments.

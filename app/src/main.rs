@@ -4,6 +4,7 @@
 
 mod cli;
 mod gui;
+mod live_cli;
 
 use std::process::ExitCode;
 
@@ -15,6 +16,9 @@ fn main() -> ExitCode {
         Some(cli::Command::Explain(args)) => cli::explain_cmd(args),
         Some(cli::Command::Convert { input, output }) => cli::convert_cmd(input, output),
         Some(cli::Command::Generate(args)) => cli::generate_cmd(args),
+        Some(cli::Command::Demo(args)) => live_cli::demo_cmd(args),
+        Some(cli::Command::Attach(args)) => live_cli::attach_cmd(args),
+        Some(cli::Command::Record(args)) => live_cli::record_cmd(args),
         None => gui::run_gui(cli.files.clone()),
     };
     match result {
