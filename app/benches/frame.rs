@@ -159,7 +159,13 @@ impl Driver {
         let app = &mut self.app;
         let out = self.ctx.run_ui(input, |ui| app.ui(ui));
         let prims = self.ctx.tessellate(out.shapes, out.pixels_per_point);
-        prims.len()
+        prims
+            .iter()
+            .map(|p| match &p.primitive {
+                egui::epaint::Primitive::Mesh(m) => m.vertices.len(),
+                egui::epaint::Primitive::Callback(_) => 0,
+            })
+            .sum()
     }
 }
 
@@ -200,12 +206,20 @@ type Events = fn(&Driver, usize) -> Vec<Event>;
 
 fn scroll_table(_: &Driver, i: usize) -> Vec<Event> {
     // Down for 400 frames, then back up: always rows not seen the frame before.
-    let dy = if (i / 400) % 2 == 0 { -120.0 } else { 120.0 };
+    let dy = if (i / 400).is_multiple_of(2) {
+        -120.0
+    } else {
+        120.0
+    };
     wheel_at(Pos2::new(250.0, 450.0), dy)
 }
 
 fn scroll_grid(_: &Driver, i: usize) -> Vec<Event> {
-    let dy = if (i / 400) % 2 == 0 { -200.0 } else { 200.0 };
+    let dy = if (i / 400).is_multiple_of(2) {
+        -200.0
+    } else {
+        200.0
+    };
     wheel_at(Pos2::new(1000.0, 700.0), dy)
 }
 
@@ -219,27 +233,30 @@ fn step_next(d: &Driver, _: usize) -> Vec<Event> {
 }
 
 fn summary(name: &str, d: &mut Driver, events: Events) {
+    let mut vertices = 0;
     let mut times: Vec<Duration> = (0..600)
         .map(|i| {
             let ev = events(d, i);
             let t = Instant::now();
-            d.frame(ev);
+            vertices = d.frame(ev);
             t.elapsed()
         })
         .collect();
     times.sort_unstable();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
-        "{name}: median {:.3} ms, p95 {:.3} ms, worst {:.3} ms over {} frames",
+        "{name}: median {:.3} ms, p95 {:.3} ms, worst {:.3} ms over {} frames; {vertices} vertices in the last frame, at dispatch {}",
         ms(times[times.len() / 2]),
         ms(times[times.len() * 95 / 100]),
         ms(times[times.len() - 1]),
-        times.len()
+        times.len(),
+        d.app.sel.dispatch
     );
 }
 
 fn bench(c: &mut Criterion) {
-    let cases: [(&str, Box<dyn Fn() -> Driver>, Events); 3] = [
+    type Case = (&'static str, Box<dyn Fn() -> Driver>, Events);
+    let cases: [Case; 3] = [
         (
             "scroll_dispatch_table_100k",
             Box::new(|| Driver::new(synthetic_session(N_DISPATCHES), Tab::Bindings)),

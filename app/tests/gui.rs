@@ -54,9 +54,9 @@ fn check_sample_opens(name: &str) {
     let n = expected.len();
     let mut h = harness(app);
     h.run();
-    for pos in 0..n {
+    for (pos, report) in expected.iter().enumerate() {
         assert_eq!(h.state().sel.dispatch, pos);
-        h.get_by_label(&format!("dispatch {}", expected[pos].index));
+        h.get_by_label(&format!("dispatch {}", report.index));
         for t in Tab::ALL {
             h.state_mut().settings.tab = t;
             h.run();
@@ -224,11 +224,7 @@ fn next_escape_and_the_escape_card() {
     h.state_mut().settings.tab = Tab::Memory;
     h.run();
     h.get_by_label("Reservations, as this dispatch left them");
-    assert!(
-        h.query_all_by_label_contains("not private")
-            .count()
-            > 0
-    );
+    assert!(h.query_all_by_label_contains("not private").count() > 0);
 }
 
 #[test]

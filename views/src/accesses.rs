@@ -13,6 +13,13 @@ use crate::chunk_table::describe_trace;
 use crate::style::{self, hex, mono};
 use crate::{Action, Selection, Tab, access_uses_slot};
 
+/// What the list of visible accesses was computed for: the report (address, index, length) and
+/// the filters.
+type CacheKey = (usize, u64, usize, bool, bool, Option<u32>);
+
+/// A mapped piece: its guest bytes and the device address of its first byte.
+pub type Mapped = (dispatchscope_core::ByteRange, u64);
+
 /// The Accesses panel's state.
 #[derive(Debug, Default)]
 pub struct AccessesPanel {
@@ -20,7 +27,7 @@ pub struct AccessesPanel {
     pub escapes_only: bool,
     /// List only accesses through the selected slot.
     pub slot_only: bool,
-    cache: Option<((usize, u64, usize, bool, bool, Option<u32>), Vec<usize>)>,
+    cache: Option<(CacheKey, Vec<usize>)>,
 }
 
 /// Where an access went, in a few words.
@@ -293,13 +300,7 @@ fn card_ui(
 }
 
 /// The mapped pieces nearest below (ending at or before) and above (starting after) `address`.
-pub fn nearest_mappings(
-    report: &DispatchReport,
-    address: u64,
-) -> (
-    Option<(dispatchscope_core::ByteRange, u64)>,
-    Option<(dispatchscope_core::ByteRange, u64)>,
-) {
+pub fn nearest_mappings(report: &DispatchReport, address: u64) -> (Option<Mapped>, Option<Mapped>) {
     let Some(m) = &report.mappings else {
         return (None, None);
     };

@@ -339,25 +339,22 @@ impl ChunkTablePanel {
             area = area.vertical_scroll_offset((row * cell - 100.0).max(0.0));
         }
         area.show_viewport(ui, |ui, viewport| {
-            let size = Vec2::new(60.0 + cols as f32 * cell, rows as f32 * cell);
+            let size = Vec2::new(60.0 + cols as f32 * cell, rows as f32 * cell + 8.0);
             let (rect, response) = ui.allocate_exact_size(size, Sense::click());
-            let origin = rect.min + Vec2::new(60.0, 0.0);
-            let first = ((viewport.min.y / cell).floor().max(0.0)) as usize;
-            let last = (((viewport.max.y / cell).ceil()) as usize).min(rows);
+            let origin = rect.min + Vec2::new(60.0, 4.0);
+            let first = (((viewport.min.y - 4.0) / cell).floor().max(0.0)) as usize;
+            let last = ((((viewport.max.y - 4.0).max(0.0) / cell).ceil()) as usize).min(rows);
             let painter = ui.painter();
             let visible = Rect::from_min_max(
-                Pos2::new(origin.x, rect.top() + first as f32 * cell),
-                Pos2::new(
-                    origin.x + cols as f32 * cell,
-                    rect.top() + last as f32 * cell,
-                ),
+                Pos2::new(origin.x, origin.y + first as f32 * cell),
+                Pos2::new(origin.x + cols as f32 * cell, origin.y + last as f32 * cell),
             );
             painter.rect_filled(visible, 0.0, style::EMPTY);
             let mut mesh = Mesh::default();
             let font = egui::FontId::monospace(9.0);
             let mut mark_i = marks.partition_point(|&m| m < first * cols);
             for row in first..last {
-                let y = rect.top() + row as f32 * cell;
+                let y = origin.y + row as f32 * cell;
                 let start = row * cols;
                 let end = (start + cols).min(cap);
                 if row % 8 == 0 {
@@ -411,7 +408,7 @@ impl ChunkTablePanel {
             let cell_rect = |slot: usize| {
                 let (row, col) = (slot / cols, slot % cols);
                 Rect::from_min_size(
-                    Pos2::new(origin.x + col as f32 * cell, rect.top() + row as f32 * cell),
+                    Pos2::new(origin.x + col as f32 * cell, origin.y + row as f32 * cell),
                     Vec2::splat(cell),
                 )
             };

@@ -104,8 +104,9 @@ pub enum Action {
     ShowTab(Tab),
 }
 
-/// Whether `report` is the one the selection is about and an access routes through `slot`'s
-/// bytes: a bound access whose holder and offset fall in the slot's binding.
+/// Whether access `access` of `report` goes through `slot`'s bytes: a bound access whose holder
+/// and offset fall in the slot's own range within its holder. (Reports do not say which slot an
+/// access named; this infers it from the route.)
 pub fn access_uses_slot(report: &DispatchReport, access: usize, slot: u32) -> bool {
     use dispatchscope_core::report::Route;
     let Some(a) = report.accesses.get(access) else {
