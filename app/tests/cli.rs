@@ -1,6 +1,10 @@
 //! The command line, run as a user runs it: exit statuses, text, JSON, conversions.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests: a panic is the test failing, with its message")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests: a panic is the test failing, with its message"
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -55,18 +59,40 @@ fn device_limit_flag_replans_without_editing_the_file() {
     let path = sample("o7-alignment.json");
     let o = run(&["explain", &path]);
     assert!(text(&o).contains("· bound ·"), "{}", text(&o));
-    let o = run(&["explain", &path, "--min-storage-buffer-offset-alignment", "256"]);
+    let o = run(&[
+        "explain",
+        &path,
+        "--min-storage-buffer-offset-alignment",
+        "256",
+    ]);
     assert!(o.status.success());
     let t = text(&o);
-    assert!(t.contains("· refused ·") && t.contains("REFUSED O7 (D953)"), "{t}");
-    assert!(t.contains("not a multiple of minStorageBufferOffsetAlignment 0x100"), "{t}");
-    let o = run(&["explain", &path, "--min-storage-buffer-offset-alignment", "24"]);
+    assert!(
+        t.contains("· refused ·") && t.contains("REFUSED O7 (D953)"),
+        "{t}"
+    );
+    assert!(
+        t.contains("not a multiple of minStorageBufferOffsetAlignment 0x100"),
+        "{t}"
+    );
+    let o = run(&[
+        "explain",
+        &path,
+        "--min-storage-buffer-offset-alignment",
+        "24",
+    ]);
     assert_eq!(o.status.code(), Some(2), "24 is not a power of two");
 }
 
 #[test]
 fn json_carries_the_schema_fields() {
-    let o = run(&["explain", &sample("run305-d951.json"), "--json", "--dispatch", "0"]);
+    let o = run(&[
+        "explain",
+        &sample("run305-d951.json"),
+        "--json",
+        "--dispatch",
+        "0",
+    ]);
     assert!(o.status.success(), "{}", err(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["schema"], "dispatchscope.report/1");
@@ -87,7 +113,10 @@ fn bad_input_exits_two_naming_the_file_and_place() {
     let o = run(&["explain", &bad.display().to_string()]);
     assert_eq!(o.status.code(), Some(2));
     let e = err(&o);
-    assert!(e.contains("bad.json") && e.contains("line 1") && e.contains("dispatch.slots[0].base"), "{e}");
+    assert!(
+        e.contains("bad.json") && e.contains("line 1") && e.contains("dispatch.slots[0].base"),
+        "{e}"
+    );
 
     let missing = dir.path().join("missing.json");
     let o = run(&["explain", &missing.display().to_string()]);
@@ -100,7 +129,11 @@ fn bad_input_exits_two_naming_the_file_and_place() {
 }
 
 fn convert(a: &Path, b: &Path) {
-    let o = run(&["convert", &a.display().to_string(), &b.display().to_string()]);
+    let o = run(&[
+        "convert",
+        &a.display().to_string(),
+        &b.display().to_string(),
+    ]);
     assert!(o.status.success(), "{}", err(&o));
 }
 
@@ -112,16 +145,32 @@ fn convert_round_trips_and_captures_explain_the_same() {
     let back = dir.path().join("rt.json");
     convert(&src, &cap);
     convert(&cap, &back);
-    let a: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&src).unwrap()).unwrap();
-    let b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&back).unwrap()).unwrap();
+    let a: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&src).unwrap()).unwrap();
+    let b: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&back).unwrap()).unwrap();
     let sa = dispatchscope_core::sample::Sample::from_json(&a.to_string()).unwrap();
     let sb = dispatchscope_core::sample::Sample::from_json(&b.to_string()).unwrap();
     assert_eq!(sa, sb, "sample → capture → sample loses nothing");
 
-    let from_sample = text(&run(&["explain", &src.display().to_string(), "--dispatch", "2"]));
-    let from_capture = text(&run(&["explain", &cap.display().to_string(), "--dispatch", "2"]));
+    let from_sample = text(&run(&[
+        "explain",
+        &src.display().to_string(),
+        "--dispatch",
+        "2",
+    ]));
+    let from_capture = text(&run(&[
+        "explain",
+        &cap.display().to_string(),
+        "--dispatch",
+        "2",
+    ]));
     let body = |t: &str| t.lines().skip(1).collect::<Vec<_>>().join("\n");
-    assert_eq!(body(&from_sample), body(&from_capture), "the recorded report explains the same");
+    assert_eq!(
+        body(&from_sample),
+        body(&from_capture),
+        "the recorded report explains the same"
+    );
 }
 
 #[test]
@@ -134,7 +183,11 @@ fn a_capture_cut_short_still_explains_its_complete_dispatches() {
     std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
     let o = run(&["explain", &cut.display().to_string()]);
     assert!(o.status.success(), "{}", err(&o));
-    assert!(err(&o).contains("cut short"), "the torn tail is reported: {}", err(&o));
+    assert!(
+        err(&o).contains("cut short"),
+        "the torn tail is reported: {}",
+        err(&o)
+    );
     assert!(text(&o).contains("dispatch 0"));
 }
 
@@ -142,7 +195,14 @@ fn a_capture_cut_short_still_explains_its_complete_dispatches() {
 fn generate_writes_a_sample_that_explains() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("gen.json");
-    let o = run(&["generate", &out.display().to_string(), "--seed", "5", "--dispatches", "3"]);
+    let o = run(&[
+        "generate",
+        &out.display().to_string(),
+        "--seed",
+        "5",
+        "--dispatches",
+        "3",
+    ]);
     assert!(o.status.success(), "{}", err(&o));
     let o = run(&["explain", &out.display().to_string()]);
     assert!(o.status.success(), "{}", err(&o));

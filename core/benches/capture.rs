@@ -3,7 +3,10 @@
 //!
 //! `cargo bench -p dispatchscope-core --bench capture` (set `CAPTURE_BENCH_MIB` for another size).
 
-#![allow(clippy::expect_used, reason = "a bench binary: a failure stops it with its message")]
+#![allow(
+    clippy::expect_used,
+    reason = "a bench binary: a failure stops it with its message"
+)]
 
 use std::time::Instant;
 
@@ -12,8 +15,14 @@ use dispatchscope_core::generate::{GenConfig, random_sample};
 use dispatchscope_core::session::{CaptureFile, write_capture};
 
 fn main() {
-    let mib: u64 = std::env::var("CAPTURE_BENCH_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(1024);
-    let dir = std::env::temp_dir().join(format!("dispatchscope-capture-bench-{}", std::process::id()));
+    let mib: u64 = std::env::var("CAPTURE_BENCH_MIB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let dir = std::env::temp_dir().join(format!(
+        "dispatchscope-capture-bench-{}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join("big.dscap");
 
@@ -45,14 +54,23 @@ fn main() {
     let mut file = CaptureFile::open(&path).expect("open");
     let n = file.n_dispatches();
     let record = file.dispatch(n - 1).expect("last dispatch");
-    let text = explain(record.report.as_ref().expect("recorded report"), Detail::default());
+    let text = explain(
+        record.report.as_ref().expect("recorded report"),
+        Detail::default(),
+    );
     let open_s = t.elapsed().as_secs_f64();
     assert!(text.contains("dispatch"));
 
-    println!("capture bench: {mib} MiB of contents, {n} dispatches, file {:.1} MiB", bytes as f64 / (1 << 20) as f64);
+    println!(
+        "capture bench: {mib} MiB of contents, {n} dispatches, file {:.1} MiB",
+        bytes as f64 / (1 << 20) as f64
+    );
     println!("  generate         {gen_s:8.3} s");
     println!("  run (cpu ref)    {run_s:8.3} s");
-    println!("  write            {write_s:8.3} s  ({:.0} MiB/s)", bytes as f64 / (1 << 20) as f64 / write_s);
+    println!(
+        "  write            {write_s:8.3} s  ({:.0} MiB/s)",
+        bytes as f64 / (1 << 20) as f64 / write_s
+    );
     println!("  open + explain last dispatch {open_s:8.3} s  (goal ≤ 0.5 s)");
     let _ = std::fs::remove_dir_all(&dir);
 }

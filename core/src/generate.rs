@@ -96,9 +96,16 @@ pub fn random_sample(seed: u64, cfg: GenConfig) -> Sample {
         let n = cfg.pages_per_reservation.max(1);
         if n > 4 {
             let p = base + rng.below(n) * PAGE;
-            steps.push(Step::Event(Event::Protect { range: ByteRange::new(p, p + PAGE), readable: true, writable: false }));
+            steps.push(Step::Event(Event::Protect {
+                range: ByteRange::new(p, p + PAGE),
+                readable: true,
+                writable: false,
+            }));
             let p = base + rng.below(n) * PAGE;
-            steps.push(Step::Event(Event::SetBacking { range: ByteRange::new(p, p + PAGE), backing: Backing::Shared }));
+            steps.push(Step::Event(Event::SetBacking {
+                range: ByteRange::new(p, p + PAGE),
+                backing: Backing::Shared,
+            }));
         }
     }
     // Contents, in page-sized pieces at random places.
@@ -113,7 +120,10 @@ pub fn random_sample(seed: u64, cfg: GenConfig) -> Sample {
             let v = rng.next_u64().to_le_bytes();
             chunk.copy_from_slice(&v[..chunk.len()]);
         }
-        contents.push(Contents { address: start, bytes });
+        contents.push(Contents {
+            address: start,
+            bytes,
+        });
         left -= len;
     }
     for d in 0..cfg.dispatches {
@@ -124,26 +134,50 @@ pub fn random_sample(seed: u64, cfg: GenConfig) -> Sample {
             steps.push(Step::Event(match rng.below(5) {
                 0 => Event::Commit { range },
                 1 => Event::Decommit { range },
-                2 => Event::Protect { range, readable: rng.chance(70), writable: rng.chance(70) },
-                3 => Event::HostProtect { range, protection: HostProtection::ReadWrite },
-                _ => Event::Write { address: p + rng.below(PAGE / 4) * 4, bytes: rng.next_u64().to_le_bytes()[..4].to_vec() },
+                2 => Event::Protect {
+                    range,
+                    readable: rng.chance(70),
+                    writable: rng.chance(70),
+                },
+                3 => Event::HostProtect {
+                    range,
+                    protection: HostProtection::ReadWrite,
+                },
+                _ => Event::Write {
+                    address: p + rng.below(PAGE / 4) * 4,
+                    bytes: rng.next_u64().to_le_bytes()[..4].to_vec(),
+                },
             }));
         }
-        steps.push(Step::Dispatch(Box::new(random_dispatch(&mut rng, d, &reservations, cfg))));
+        steps.push(Step::Dispatch(Box::new(random_dispatch(
+            &mut rng,
+            d,
+            &reservations,
+            cfg,
+        ))));
     }
     Sample {
         format: SAMPLE_FORMAT.into(),
         version: SAMPLE_VERSION,
         title: format!("generated sample, seed {seed}"),
         description: format!("random valid sample: {cfg:?}"),
-        provenance: Provenance { records: Vec::new(), stated: Vec::new(), ours: vec!["everything: generated".into()] },
+        provenance: Provenance {
+            records: Vec::new(),
+            stated: Vec::new(),
+            ours: vec!["everything: generated".into()],
+        },
         device: DeviceLimits::default(),
         contents,
         steps,
     }
 }
 
-fn random_dispatch(rng: &mut Rng, d: usize, reservations: &[ByteRange], cfg: GenConfig) -> DispatchInput {
+fn random_dispatch(
+    rng: &mut Rng,
+    d: usize,
+    reservations: &[ByteRange],
+    cfg: GenConfig,
+) -> DispatchInput {
     let device_addressed = rng.chance(60);
     let mut slots = Vec::new();
     let n_slots = rng.below(cfg.slots as u64 + 1) as usize;
@@ -159,7 +193,10 @@ fn random_dispatch(rng: &mut Rng, d: usize, reservations: &[ByteRange], cfg: Gen
         if i > 0 && rng.chance(10) {
             let of = rng.below(i as u64) as usize;
             let t: &Slot = &slots[of];
-            if t.alias_of.is_none() && t.resolved == s.resolved && t.base_source == BaseSource::Descriptor {
+            if t.alias_of.is_none()
+                && t.resolved == s.resolved
+                && t.base_source == BaseSource::Descriptor
+            {
                 s.base = t.base;
                 s.size_bytes = t.size_bytes;
                 s.alias_of = Some(t.slot);
@@ -173,7 +210,13 @@ fn random_dispatch(rng: &mut Rng, d: usize, reservations: &[ByteRange], cfg: Gen
         let size = [1u32, 2, 4, 4, 4, 8, 16][rng.below(7) as usize];
         let op = if rng.chance(40) { Op::Store } else { Op::Load };
         let values = |rng: &mut Rng| -> Vec<u32> {
-            if op == Op::Store { (0..size.div_ceil(4)).map(|_| rng.next_u64() as u32).collect() } else { Vec::new() }
+            if op == Op::Store {
+                (0..size.div_ceil(4))
+                    .map(|_| rng.next_u64() as u32)
+                    .collect()
+            } else {
+                Vec::new()
+            }
         };
         let mut a = Access {
             workgroup: 0,
@@ -198,7 +241,11 @@ fn random_dispatch(rng: &mut Rng, d: usize, reservations: &[ByteRange], cfg: Gen
                 a.op = Op::Load;
             }
         } else if device_addressed && pick < 8 {
-            a.kind = if rng.chance(80) { AccessKind::Global } else { AccessKind::Flat };
+            a.kind = if rng.chance(80) {
+                AccessKind::Global
+            } else {
+                AccessKind::Flat
+            };
             let r = reservations[rng.below(reservations.len() as u64) as usize];
             // Mostly inside a reservation; now and then just past it or nowhere.
             let addr = match rng.below(20) {
@@ -225,7 +272,11 @@ fn random_dispatch(rng: &mut Rng, d: usize, reservations: &[ByteRange], cfg: Gen
         label: format!("generated dispatch {d}"),
         slots,
         push: Vec::new(),
-        reasons: if device_addressed { vec![Reason::D753] } else { Vec::new() },
+        reasons: if device_addressed {
+            vec![Reason::D753]
+        } else {
+            Vec::new()
+        },
         page_buffer: None,
         accesses,
     }
@@ -246,6 +297,9 @@ mod tests {
 
     #[test]
     fn same_seed_same_sample() {
-        assert_eq!(random_sample(7, GenConfig::default()), random_sample(7, GenConfig::default()));
+        assert_eq!(
+            random_sample(7, GenConfig::default()),
+            random_sample(7, GenConfig::default())
+        );
     }
 }

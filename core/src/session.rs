@@ -13,11 +13,15 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::capture::{CaptureError, CaptureReader, CaptureWriter, RecordKind, Torn, write_atomically};
+use crate::capture::{
+    CaptureError, CaptureReader, CaptureWriter, RecordKind, Torn, write_atomically,
+};
 use crate::input::{DeviceLimits, DispatchInput};
 use crate::memory::Event;
 use crate::report::DispatchReport;
-use crate::sample::{Contents, Provenance, SAMPLE_FORMAT, SAMPLE_VERSION, Sample, SampleError, Step};
+use crate::sample::{
+    Contents, Provenance, SAMPLE_FORMAT, SAMPLE_VERSION, Sample, SampleError, Step,
+};
 
 /// The META record of a capture.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,7 +97,9 @@ pub enum SessionError {
         message: String,
     },
     /// Neither a sample nor a capture.
-    #[error("{path}: neither a dispatchscope sample (JSON) nor a capture (it starts with {start:02x?})")]
+    #[error(
+        "{path}: neither a dispatchscope sample (JSON) nor a capture (it starts with {start:02x?})"
+    )]
     Unknown {
         /// The file.
         path: String,
@@ -123,7 +129,10 @@ pub fn open(path: &Path) -> Result<Opened, SessionError> {
     let mut start = [0u8; 8];
     let n = {
         use std::io::Read;
-        let mut f = std::fs::File::open(path).map_err(|error| SessionError::Read { path: name.clone(), error })?;
+        let mut f = std::fs::File::open(path).map_err(|error| SessionError::Read {
+            path: name.clone(),
+            error,
+        })?;
         let mut n = 0;
         while n < 8 {
             match f.read(&mut start[n..]) {
@@ -139,12 +148,18 @@ pub fn open(path: &Path) -> Result<Opened, SessionError> {
     }
     let first = start[..n].iter().find(|b| !b.is_ascii_whitespace());
     if first == Some(&b'{') {
-        let text = std::fs::read_to_string(path).map_err(|error| SessionError::Read { path: name.clone(), error })?;
+        let text = std::fs::read_to_string(path).map_err(|error| SessionError::Read {
+            path: name.clone(),
+            error,
+        })?;
         return Sample::from_json(&text)
             .map(Opened::Sample)
             .map_err(|error| SessionError::Sample { path: name, error });
     }
-    Err(SessionError::Unknown { path: name, start: start[..n].to_vec() })
+    Err(SessionError::Unknown {
+        path: name,
+        start: start[..n].to_vec(),
+    })
 }
 
 fn contents_bytes(c: &Contents) -> Vec<u8> {
@@ -161,7 +176,11 @@ fn json<T: Serialize>(value: &T) -> Vec<u8> {
 
 /// Writes `sample` (and the reports of its dispatches, if given) as a capture, atomically: a
 /// temporary file in the same folder, then a rename.
-pub fn write_capture(sample: &Sample, reports: Option<&[DispatchReport]>, dest: &Path) -> Result<(), SessionError> {
+pub fn write_capture(
+    sample: &Sample,
+    reports: Option<&[DispatchReport]>,
+    dest: &Path,
+) -> Result<(), SessionError> {
     let name = dest.display().to_string();
     let meta = CaptureMeta {
         format: CAPTURE_FORMAT.into(),
@@ -217,7 +236,10 @@ impl CaptureFile {
     /// Opens a capture; a torn tail is kept as [`CaptureFile::torn`], not an error.
     pub fn open(path: &Path) -> Result<Self, SessionError> {
         let name = path.display().to_string();
-        let reader = CaptureReader::open(path).map_err(|error| SessionError::Capture { path: name.clone(), error })?;
+        let reader = CaptureReader::open(path).map_err(|error| SessionError::Capture {
+            path: name.clone(),
+            error,
+        })?;
         CaptureFile::from_reader(name, reader)
     }
 }
@@ -225,13 +247,14 @@ impl CaptureFile {
 impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
     /// Wraps an opened container.
     pub fn from_reader(path: String, reader: CaptureReader<R>) -> Result<Self, SessionError> {
-        let meta: CaptureMeta = serde_json::from_slice(reader.header_payload()).map_err(|e| SessionError::Record {
-            path: path.clone(),
-            seq: 0,
-            kind: "header".into(),
-            offset: crate::capture::FILE_HEADER_BYTES,
-            message: format!("the header is not a capture's META: {e}"),
-        })?;
+        let meta: CaptureMeta =
+            serde_json::from_slice(reader.header_payload()).map_err(|e| SessionError::Record {
+                path: path.clone(),
+                seq: 0,
+                kind: "header".into(),
+                offset: crate::capture::FILE_HEADER_BYTES,
+                message: format!("the header is not a capture's META: {e}"),
+            })?;
         if meta.format != CAPTURE_FORMAT {
             return Err(SessionError::Record {
                 path,
@@ -260,7 +283,12 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
     }
 
     fn bad(&self, kind: RecordKind, n: usize, message: String) -> SessionError {
-        let meta = self.reader.records().iter().filter(|r| r.kind == kind).nth(n);
+        let meta = self
+            .reader
+            .records()
+            .iter()
+            .filter(|r| r.kind == kind)
+            .nth(n);
         SessionError::Record {
             path: self.path.clone(),
             seq: meta.map_or(0, |m| m.seq),
@@ -275,7 +303,10 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
         let bytes = self
             .reader
             .nth_of_kind(RecordKind::DISPATCH, n)
-            .map_err(|error| SessionError::Capture { path: self.path.clone(), error })?;
+            .map_err(|error| SessionError::Capture {
+                path: self.path.clone(),
+                error,
+            })?;
         serde_json::from_slice(&bytes).map_err(|e| self.bad(RecordKind::DISPATCH, n, e.to_string()))
     }
 
@@ -297,7 +328,10 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
             let bytes = self
                 .reader
                 .read_record(i)
-                .map_err(|error| SessionError::Capture { path: self.path.clone(), error })?;
+                .map_err(|error| SessionError::Capture {
+                    path: self.path.clone(),
+                    error,
+                })?;
             let bad = |message: String| SessionError::Record {
                 path: self.path.clone(),
                 seq: m.seq,
@@ -308,7 +342,10 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
             match m.kind {
                 RecordKind::MEMORY => {
                     if bytes.len() < 12 {
-                        return Err(bad(format!("{} bytes, less than a contents header", bytes.len())));
+                        return Err(bad(format!(
+                            "{} bytes, less than a contents header",
+                            bytes.len()
+                        )));
                     }
                     let mut a = [0u8; 8];
                     a.copy_from_slice(&bytes[..8]);
@@ -316,16 +353,24 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                     l.copy_from_slice(&bytes[8..12]);
                     let len = u32::from_le_bytes(l) as usize;
                     if bytes.len() != 12 + len {
-                        return Err(bad(format!("says {len} bytes of contents but holds {}", bytes.len() - 12)));
+                        return Err(bad(format!(
+                            "says {len} bytes of contents but holds {}",
+                            bytes.len() - 12
+                        )));
                     }
-                    sample.contents.push(Contents { address: u64::from_le_bytes(a), bytes: bytes[12..].to_vec() });
+                    sample.contents.push(Contents {
+                        address: u64::from_le_bytes(a),
+                        bytes: bytes[12..].to_vec(),
+                    });
                 }
                 RecordKind::EVENTS => {
-                    let e: Event = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+                    let e: Event =
+                        serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
                     sample.steps.push(Step::Event(e));
                 }
                 RecordKind::DISPATCH => {
-                    let d: DispatchRecord = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+                    let d: DispatchRecord =
+                        serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
                     sample.steps.push(Step::Dispatch(Box::new(d.input)));
                     reports.push(d.report);
                 }

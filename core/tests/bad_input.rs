@@ -1,7 +1,11 @@
 //! Bad input never panics: every truncation of every shipped sample and of its capture, and
 //! thousands of random byte flips, give a named error or the valid prefix.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests: a panic is the test failing, with its message")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests: a panic is the test failing, with its message"
+)]
 
 use std::path::PathBuf;
 
@@ -15,8 +19,16 @@ fn samples() -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json") && !p.to_string_lossy().ends_with(".schema.json"))
-        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read_to_string(&p).unwrap()))
+        .filter(|p| {
+            p.extension().is_some_and(|e| e == "json")
+                && !p.to_string_lossy().ends_with(".schema.json")
+        })
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read_to_string(&p).unwrap(),
+            )
+        })
         .collect();
     v.sort();
     v
@@ -33,12 +45,22 @@ fn capture_bytes(sample: &Sample) -> Vec<u8> {
 /// Opens capture bytes; on success, the steps must be a prefix of `original`'s, and running them
 /// must not panic.
 fn open_capture(bytes: Vec<u8>, original: Option<&Sample>) {
-    let Ok(reader) = CaptureReader::from_bytes(bytes) else { return };
-    let Ok(mut file) = CaptureFile::from_reader("mem".into(), reader) else { return };
-    let Ok((sample, _)) = file.to_sample() else { return };
+    let Ok(reader) = CaptureReader::from_bytes(bytes) else {
+        return;
+    };
+    let Ok(mut file) = CaptureFile::from_reader("mem".into(), reader) else {
+        return;
+    };
+    let Ok((sample, _)) = file.to_sample() else {
+        return;
+    };
     if let Some(o) = original {
         assert!(sample.steps.len() <= o.steps.len());
-        assert_eq!(sample.steps[..], o.steps[..sample.steps.len()], "a capture cut short keeps a prefix of its steps");
+        assert_eq!(
+            sample.steps[..],
+            o.steps[..sample.steps.len()],
+            "a capture cut short keeps a prefix of its steps"
+        );
     }
     let _ = sample.run();
 }
@@ -68,15 +90,29 @@ fn every_truncation_of_every_capture_opens_a_prefix_or_errs() {
         let sample = Sample::from_json(&text).unwrap();
         let bytes = capture_bytes(&sample);
         // Every cut for small captures; a dense sweep for the large one.
-        let step = if bytes.len() <= 16 << 10 { 1 } else { (bytes.len() / 4000).max(1) };
+        let step = if bytes.len() <= 16 << 10 {
+            1
+        } else {
+            (bytes.len() / 4000).max(1)
+        };
         for cut in (0..bytes.len()).step_by(step).chain([bytes.len()]) {
             open_capture(bytes[..cut].to_vec(), Some(&sample));
         }
         // The full capture gives the sample back.
         let reader = CaptureReader::from_bytes(bytes).unwrap();
-        let (back, reports) = CaptureFile::from_reader(name.clone(), reader).unwrap().to_sample().unwrap();
+        let (back, reports) = CaptureFile::from_reader(name.clone(), reader)
+            .unwrap()
+            .to_sample()
+            .unwrap();
         assert_eq!(back, sample, "{name}: capture round trip");
-        assert_eq!(reports.len(), sample.steps.iter().filter(|s| matches!(s, Step::Dispatch(_))).count());
+        assert_eq!(
+            reports.len(),
+            sample
+                .steps
+                .iter()
+                .filter(|s| matches!(s, Step::Dispatch(_)))
+                .count()
+        );
     }
 }
 

@@ -2,7 +2,11 @@
 //! the CPU reference, its text explanation matches the golden file, and its JSON report validates
 //! against `samples/report.schema.json`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests: a panic is the test failing, with its message")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests: a panic is the test failing, with its message"
+)]
 
 use std::path::PathBuf;
 
