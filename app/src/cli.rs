@@ -131,27 +131,47 @@ pub struct Loaded {
 /// Opens a sample or capture, naming the file in any error.
 pub fn load(path: &Path) -> anyhow::Result<Loaded> {
     match session::open(path).map_err(|e| BadInput(e.to_string()))? {
-        Opened::Sample(sample) => Ok(Loaded { sample, recorded: Vec::new(), torn: None }),
+        Opened::Sample(sample) => Ok(Loaded {
+            sample,
+            recorded: Vec::new(),
+            torn: None,
+        }),
         Opened::Capture(mut c) => {
-            let torn = c.torn().map(|t| format!("{}: cut short: {t}; every complete record before it was read", path.display()));
+            let torn = c.torn().map(|t| {
+                format!(
+                    "{}: cut short: {t}; every complete record before it was read",
+                    path.display()
+                )
+            });
             let (sample, recorded) = c.to_sample().map_err(|e| BadInput(e.to_string()))?;
-            Ok(Loaded { sample, recorded, torn })
+            Ok(Loaded {
+                sample,
+                recorded,
+                torn,
+            })
         }
     }
 }
 
 /// `dispatchscope explain`.
 pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
-    let overrides = args.min_storage_buffer_offset_alignment.is_some() || args.max_storage_buffer_range.is_some();
+    let overrides = args.min_storage_buffer_offset_alignment.is_some()
+        || args.max_storage_buffer_range.is_some();
     // A capture that recorded its reports explains dispatch N from its record alone.
     if let (Some(n), false) = (args.dispatch, overrides)
         && let Ok(Opened::Capture(mut c)) = session::open(&args.file)
     {
         let total = c.n_dispatches();
         if n as usize >= total {
-            return Err(BadInput(format!("{}: --dispatch {n}, but the capture has {total} dispatches", args.file.display())).into());
+            return Err(BadInput(format!(
+                "{}: --dispatch {n}, but the capture has {total} dispatches",
+                args.file.display()
+            ))
+            .into());
         }
-        let record = c.dispatch(n as usize).map_err(|e| BadInput(e.to_string()))?;
+        let record = c
+            .dispatch(n as usize)
+            .map_err(|e| BadInput(e.to_string()))?;
         if let Some(report) = record.report {
             let title = c.meta().title.clone();
             return print_reports(args, &title, &[report]);
@@ -181,20 +201,30 @@ pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
         _ => run_sample(sample, &args.file, limits)?,
     };
     let chosen: Vec<DispatchReport> = match args.dispatch {
-        Some(n) => vec![reports.iter().find(|r| r.index == n).cloned().ok_or_else(|| {
-            BadInput(format!(
-                "{}: --dispatch {n}, but it has {} dispatches (0..{})",
-                args.file.display(),
-                reports.len(),
-                reports.len().saturating_sub(1)
-            ))
-        })?],
+        Some(n) => vec![
+            reports
+                .iter()
+                .find(|r| r.index == n)
+                .cloned()
+                .ok_or_else(|| {
+                    BadInput(format!(
+                        "{}: --dispatch {n}, but it has {} dispatches (0..{})",
+                        args.file.display(),
+                        reports.len(),
+                        reports.len().saturating_sub(1)
+                    ))
+                })?,
+        ],
         None => reports,
     };
     print_reports(args, &sample.title, &chosen)
 }
 
-fn print_reports(args: &ExplainArgs, title: &str, reports: &[DispatchReport]) -> anyhow::Result<()> {
+fn print_reports(
+    args: &ExplainArgs,
+    title: &str,
+    reports: &[DispatchReport],
+) -> anyhow::Result<()> {
     if args.json {
         let doc = serde_json::json!({
             "schema": SCHEMA,
@@ -202,7 +232,10 @@ fn print_reports(args: &ExplainArgs, title: &str, reports: &[DispatchReport]) ->
             "title": title,
             "dispatches": reports,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).context("serialising the report")?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).context("serialising the report")?
+        );
     } else {
         let detail = Detail {
             max_accesses: if args.all_accesses { usize::MAX } else { 16 },
@@ -223,7 +256,9 @@ pub fn convert_cmd(input: &Path, output: &Path) -> anyhow::Result<()> {
     if let Some(t) = &loaded.torn {
         eprintln!("dispatchscope: warning: {t}");
     }
-    let to_sample = output.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let to_sample = output
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
     if to_sample {
         session::write_sample(&loaded.sample, output)?;
     } else {
@@ -254,12 +289,23 @@ pub fn generate_cmd(args: &GenerateArgs) -> anyhow::Result<()> {
         events_between: 2,
     };
     let sample = random_sample(args.seed, cfg);
-    if args.output.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
+    if args
+        .output
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+    {
         session::write_sample(&sample, &args.output)?;
     } else {
-        let reports = sample.run().context("the generated sample did not run: a generator bug")?;
+        let reports = sample
+            .run()
+            .context("the generated sample did not run: a generator bug")?;
         session::write_capture(&sample, Some(&reports), &args.output)?;
     }
-    eprintln!("wrote {} (seed {}, {} dispatches)", args.output.display(), args.seed, args.dispatches);
+    eprintln!(
+        "wrote {} (seed {}, {} dispatches)",
+        args.output.display(),
+        args.seed,
+        args.dispatches
+    );
     Ok(())
 }
