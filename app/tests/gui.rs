@@ -331,12 +331,13 @@ fn a_bad_file_shows_where_and_keeps_the_session() {
     h.run();
     assert!(h.state().error.is_none());
 
-    // A capture: not yet supported, said plainly.
+    // A capture whose header is bad: the error panel names the file and what.
     let cap = dir.join("session.dscap");
     std::fs::write(&cap, b"DSCAPTUR\x01\x00\x00\x00rest").unwrap();
     h.state_mut().open_path_blocking(cap);
     let e = h.state().error.clone().unwrap();
-    assert!(e.message.contains("not yet supported"), "{}", e.message);
+    assert!(e.message.starts_with("bad capture"), "{}", e.message);
+    assert!(e.source.contains("session.dscap"), "{e:?}");
     // A missing file.
     h.state_mut().open_path_blocking(dir.join("missing.json"));
     assert!(
@@ -487,4 +488,102 @@ fn a_dropped_file_opens() {
         h.state().error
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn write_run305_capture(dir: &std::path::Path) -> (std::path::PathBuf, usize) {
+    let text = embedded_samples()
+        .iter()
+        .find(|(n, _)| *n == "run305-overlap.json")
+        .unwrap()
+        .1;
+    let sample = Sample::from_json(text).unwrap();
+    let reports = sample.run().unwrap();
+    let p = dir.join("run305.dscap");
+    dispatchscope_core::session::write_capture(&sample, Some(&reports), &p).unwrap();
+    (p, reports.len())
+}
+
+#[test]
+fn a_capture_opens_and_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, n) = write_run305_capture(dir.path());
+    let mut app = GuiApp::new(Settings::default());
+    app.open_path_blocking(p.clone());
+    assert!(app.error.is_none(), "{:?}", app.error);
+    let s = app.session.as_ref().unwrap();
+    assert_eq!(s.reports.len(), n);
+    assert!(s.warning.is_none());
+    let expected = app_with("run305-overlap.json").session.unwrap().reports;
+    assert_eq!(s.reports, expected, "a capture replays as its sample does");
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label("Next").click();
+    h.run();
+    assert_eq!(h.state().sel.dispatch, 1);
+}
+
+#[test]
+fn a_torn_capture_opens_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, n) = write_run305_capture(dir.path());
+    let bytes = std::fs::read(&p).unwrap();
+    // Cut it well inside the records: the trailer and index go, and so does the last record.
+    let torn = dir.path().join("torn.dscap");
+    let cut = bytes.len() - bytes.len() / 4;
+    std::fs::write(&torn, &bytes[..cut]).unwrap();
+    let mut app = GuiApp::new(Settings::default());
+    app.open_path_blocking(torn);
+    assert!(
+        app.error.is_none(),
+        "a torn tail is not an error: {:?}",
+        app.error
+    );
+    let s = app.session.as_ref().unwrap();
+    let w = s.warning.clone().expect("a warning");
+    assert!(w.contains("torn at byte"), "{w}");
+    assert!(s.reports.len() < n, "{} of {n}", s.reports.len());
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label("Warning");
+    h.get_by_label_contains("torn at byte");
+    assert!(h.state().error.is_none());
+}
+
+#[test]
+fn a_capture_with_a_bad_record_names_its_offset() {
+    use dispatchscope_core::capture::{CaptureWriter, RecordKind};
+    use dispatchscope_core::session::{CAPTURE_FORMAT, CaptureMeta};
+    let dir = tempfile::tempdir().unwrap();
+    let text = embedded_samples()
+        .iter()
+        .find(|(n, _)| *n == "run305-overlap.json")
+        .unwrap()
+        .1;
+    let sample = Sample::from_json(text).unwrap();
+    let meta = CaptureMeta {
+        format: CAPTURE_FORMAT.into(),
+        sample_version: sample.version,
+        title: "bad".into(),
+        description: String::new(),
+        provenance: sample.provenance.clone(),
+        device: sample.device.clone(),
+    };
+    let bad = dir.path().join("bad.dscap");
+    let mut w = CaptureWriter::create(&bad, &serde_json::to_vec(&meta).unwrap()).unwrap();
+    w.append(RecordKind::DISPATCH, b"{\"not\": \"a dispatch\"}", false)
+        .unwrap();
+    w.finish().unwrap();
+    let mut app = app_with("l1-hazard.json");
+    app.open_path_blocking(bad);
+    let e = app.error.clone().expect("an error");
+    assert!(e.source.contains("bad.dscap"), "{e:?}");
+    assert!(e.message.starts_with("bad capture"), "{e:?}");
+    assert!(e.message.contains("DISPATCH"), "{e:?}");
+    let offset = e.offset_bytes.expect("the record's offset");
+    assert!(offset > 8, "{e:?}");
+    assert!(app.session.is_some(), "the session open before stays");
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label_contains("Could not open");
+    h.get_by_label(&format!("at byte {offset:#x} ({offset}) of the file"));
 }

@@ -34,6 +34,8 @@ pub enum Command {
     JumpToBookmark(u8),
     /// List the keys.
     Help,
+    /// Pause a running live target, or let a paused one continue (F5).
+    PauseContinue,
 }
 
 /// Every binding, in the order F1 lists them.
@@ -43,9 +45,14 @@ pub fn bindings() -> Vec<(KeyboardShortcut, Command, &'static str)> {
     let cmd = Modifiers::COMMAND;
     let mut v = vec![
         (
+            KeyboardShortcut::new(none, Key::F5),
+            Command::PauseContinue,
+            "live: pause the target, or continue it",
+        ),
+        (
             KeyboardShortcut::new(none, Key::F10),
             Command::Next,
-            "next dispatch",
+            "next dispatch (live, attached and paused: step the target)",
         ),
         (
             KeyboardShortcut::new(shift, Key::F10),

@@ -8,9 +8,11 @@
 //! The module refers to its own items only through `self::`/`super::` paths, so the tests and the
 //! bench can include it with `#[path]`.
 
+pub mod live;
 pub mod session;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 
@@ -22,6 +24,7 @@ use dispatchscope_views::{
 use egui::RichText;
 use serde::{Deserialize, Serialize};
 
+pub use self::live::{DemoTarget, LiveLink, LiveState};
 pub use self::session::{LoadError, Loader, Progress, Session, Source};
 
 mod embedded {
@@ -75,8 +78,100 @@ struct OpenDialog {
     path: String,
 }
 
+/// The Live ▸ Attach window's fields.
+#[derive(Clone, Debug)]
+pub struct AttachForm {
+    /// `host:port`.
+    pub addr: String,
+    /// The token, if the target asks for one.
+    pub token: String,
+}
+
+impl Default for AttachForm {
+    fn default() -> Self {
+        Self {
+            addr: dispatchscope_core::live::protocol::DEFAULT_LISTEN.into(),
+            token: String::new(),
+        }
+    }
+}
+
+/// The breakpoints window's fields (text fields are parsed when applied).
+#[derive(Clone, Debug, Default)]
+pub struct BreakpointForm {
+    /// Before every dispatch.
+    pub every_dispatch: bool,
+    /// After the next refused dispatch.
+    pub refusal: bool,
+    /// After the next dispatch with an escape.
+    pub escape: bool,
+    /// After a lookup of more than `probes` probes.
+    pub probes_on: bool,
+    /// The probe count.
+    pub probes: String,
+    /// Before a dispatch of `program`.
+    pub program_on: bool,
+    /// The program address.
+    pub program: String,
+    /// Before dispatch `nth`.
+    pub nth_on: bool,
+    /// The dispatch index.
+    pub nth: String,
+}
+
+impl BreakpointForm {
+    /// The breakpoints the form says, or what is wrong with it.
+    pub fn breakpoints(&self) -> Result<dispatchscope_core::live::Breakpoints, String> {
+        let num = |on: bool, text: &str, what: &str| -> Result<Option<u64>, String> {
+            if !on {
+                return Ok(None);
+            }
+            dispatchscope_core::addr::parse_u64(text.trim())
+                .map(Some)
+                .ok_or_else(|| format!("{what} {text:?} is not a number"))
+        };
+        let probes = num(self.probes_on, &self.probes, "probes")?
+            .map(|p| u32::try_from(p).map_err(|_| format!("probes {p} is too large")))
+            .transpose()?;
+        Ok(dispatchscope_core::live::Breakpoints {
+            every_dispatch: self.every_dispatch,
+            refusal: self.refusal,
+            escape: self.escape,
+            probes_over: probes,
+            programs: num(self.program_on, &self.program, "program")?
+                .into_iter()
+                .collect(),
+            dispatch: num(self.nth_on, &self.nth, "dispatch")?,
+        })
+    }
+}
+
+/// What a save window writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaveKind {
+    /// The live recording as a capture.
+    Capture,
+    /// The live recording as a sample ending with the selected dispatch.
+    Sample,
+}
+
 /// The whole app's state.
 pub struct GuiApp {
+    /// The live connection, if this session is live. (Declared before `demo` so it detaches
+    /// before the demo stops.)
+    pub live: Option<LiveLink>,
+    /// The demo target this process runs, if it started one.
+    pub demo: Option<DemoTarget>,
+    /// The Live ▸ Attach window, when open.
+    pub attach_form: Option<AttachForm>,
+    /// The breakpoints window's fields.
+    pub breakpoint_form: BreakpointForm,
+    /// Whether the breakpoints window is open.
+    pub show_breakpoints: bool,
+    /// A save window, when open: what and where.
+    pub save_form: Option<(SaveKind, String)>,
+    /// Something to tell the person that is not an error (a fallback, a saved file).
+    pub notice: Option<String>,
     /// Persisted settings.
     pub settings: Settings,
     /// The open session.
@@ -109,6 +204,13 @@ impl GuiApp {
             table.cell = c;
         }
         Self {
+            live: None,
+            demo: None,
+            attach_form: None,
+            breakpoint_form: BreakpointForm::default(),
+            show_breakpoints: false,
+            save_form: None,
+            notice: None,
             dispatches: DispatchesPanel::new(settings.filter.clone()),
             settings,
             session: None,
@@ -136,6 +238,7 @@ impl GuiApp {
                 source: name.to_owned(),
                 message: "no such built-in sample".into(),
                 at: None,
+                offset_bytes: None,
             });
             return;
         };
@@ -172,6 +275,9 @@ impl GuiApp {
                     self.settings.recent.truncate(MAX_RECENT);
                 }
                 self.error = None;
+                if let Some(mut l) = self.live.take() {
+                    l.detach();
+                }
                 self.set_session(s);
             }
             // The session already open stays as it is.
@@ -258,6 +364,9 @@ impl GuiApp {
                 }
             }
             Command::Help => self.show_keys = !self.show_keys,
+            Command::PauseContinue => self.pause_continue(),
+            // F10 steps the live target when attached and paused; otherwise it keeps its meaning.
+            Command::Next if self.live_paused() => self.live_do(|l| l.step(1)),
             _ => {
                 if let Some(p) = self.target(cmd) {
                     self.apply(Action::SelectDispatch(p));
@@ -279,6 +388,163 @@ impl GuiApp {
             ctx.request_repaint();
         });
         self.dialog.pending = Some(rx);
+    }
+
+    /// Attaches to the live target at `addr`; the open session becomes a live one. On failure
+    /// the error panel says why and the session open stays.
+    pub fn attach(&mut self, ctx: &egui::Context, addr: &str, token: Option<String>) -> bool {
+        let repaint = ctx.clone();
+        match LiveLink::attach(addr, token, Arc::new(move || repaint.request_repaint())) {
+            Ok(link) => {
+                if let Some(mut old) = self.live.take() {
+                    old.detach();
+                }
+                let title = format!("attached live to {} at {addr}", link.target_name);
+                self.set_session(Session::live(addr, title));
+                self.live = Some(link);
+                self.error = None;
+                true
+            }
+            Err(message) => {
+                self.error = Some(LoadError {
+                    source: format!("live target {addr}"),
+                    message: format!("could not attach: {message}"),
+                    at: None,
+                    offset_bytes: None,
+                });
+                false
+            }
+        }
+    }
+
+    /// Detaches from the live target, leaving it running; the dispatches received stay.
+    pub fn detach(&mut self) {
+        if let Some(l) = &mut self.live {
+            l.detach();
+        }
+    }
+
+    /// Starts the demo target on a thread of this process and attaches to it.
+    pub fn start_demo(&mut self, ctx: &egui::Context) -> Result<(), String> {
+        let demo = DemoTarget::start(Some(60.0))?;
+        let addr = demo.addr.to_string();
+        self.demo = Some(demo);
+        if self.attach(ctx, &addr, None) {
+            Ok(())
+        } else {
+            Err(self
+                .error
+                .take()
+                .map_or_else(|| "could not attach".into(), |e| e.message))
+        }
+    }
+
+    /// What the app opens with no arguments: the demo target, attached live; if it cannot start,
+    /// the built-in default sample with a notice saying why.
+    pub fn open_default(&mut self, ctx: &egui::Context) {
+        if let Err(why) = self.start_demo(ctx) {
+            self.demo = None;
+            if let Some(name) = default_sample() {
+                self.open_embedded(name);
+            }
+            self.notice = Some(format!(
+                "The demo target did not start ({why}); showing a built-in sample instead."
+            ));
+        }
+    }
+
+    fn live_attached(&self) -> bool {
+        self.live.as_ref().is_some_and(LiveLink::is_attached)
+    }
+
+    fn live_paused(&self) -> bool {
+        self.live
+            .as_ref()
+            .is_some_and(|l| l.is_attached() && l.is_paused())
+    }
+
+    fn live_do(&mut self, f: impl FnOnce(&LiveLink) -> Result<(), String>) {
+        if let Some(l) = &self.live
+            && let Err(e) = f(l)
+        {
+            self.notice = Some(format!("live: {e}"));
+        }
+    }
+
+    /// F5: pauses a running target, lets a paused one continue.
+    pub fn pause_continue(&mut self) {
+        if self.live_paused() {
+            self.live_do(LiveLink::resume);
+        } else if self.live_attached() {
+            self.live_do(LiveLink::pause);
+        }
+    }
+
+    /// Sends the breakpoints window's breakpoints to the target.
+    pub fn apply_breakpoints(&mut self) {
+        match self.breakpoint_form.breakpoints() {
+            Ok(b) => self.live_do(|l| l.set_breakpoints(&b)),
+            Err(e) => self.notice = Some(format!("breakpoints: {e}")),
+        }
+    }
+
+    /// Saves the live recording (see [`live`]) as `kind` to `dest`.
+    pub fn save_live(&mut self, kind: SaveKind, dest: &std::path::Path) -> Result<String, String> {
+        let index = self
+            .session
+            .as_ref()
+            .and_then(|s| s.reports.get(self.sel.dispatch))
+            .map(|r| r.index);
+        let l = self.live.as_mut().ok_or("no live session")?;
+        match kind {
+            SaveKind::Capture => l
+                .save_capture(dest)
+                .map(|n| format!("saved {n} dispatches as a capture: {}", dest.display())),
+            SaveKind::Sample => {
+                let index = index.ok_or("no dispatch selected")?;
+                l.save_sample(index, dest).map(|n| {
+                    format!(
+                        "saved a sample of {n} dispatches, ending with dispatch {index}: {}",
+                        dest.display()
+                    )
+                })
+            }
+        }
+    }
+
+    fn poll_live(&mut self, ctx: &egui::Context) {
+        let (Some(l), Some(s)) = (&mut self.live, &mut self.session) else {
+            return;
+        };
+        if !matches!(s.source, Source::Live(_)) {
+            return;
+        }
+        let before = s.reports.len();
+        let at_end = before == 0 || self.sel.dispatch + 1 >= before;
+        let d = l.drain(s);
+        if d.dropped_front > 0 {
+            self.sel.dispatch = self.sel.dispatch.saturating_sub(d.dropped_front);
+            if let Some(b) = self.settings.bookmarks.get_mut(&s.source.key()) {
+                b.retain_mut(|p| match p.checked_sub(d.dropped_front) {
+                    Some(q) => {
+                        *p = q;
+                        true
+                    }
+                    None => false,
+                });
+            }
+        }
+        // Follow the newest dispatch while the selection is at the end, and on every pause.
+        if (d.dispatches > 0 && at_end) || d.paused {
+            let last = s.reports.len().saturating_sub(1);
+            if last != self.sel.dispatch {
+                self.sel.dispatch = last;
+                self.sel.access = None;
+            }
+        }
+        if d.more {
+            ctx.request_repaint();
+        }
     }
 
     /// Toggles the puffin_http server.
@@ -338,6 +604,7 @@ impl GuiApp {
                 });
         }
         egui::CentralPanel::default().show(ui, |ui| {
+            self.banners_ui(ui);
             self.error_ui(ui);
             actions.extend(self.central_ui(ui));
         });
@@ -350,6 +617,7 @@ impl GuiApp {
     }
 
     fn poll(&mut self, ctx: &egui::Context) {
+        self.poll_live(ctx);
         if let Some(l) = &self.loader {
             match l.poll() {
                 Some(result) => {
@@ -448,6 +716,7 @@ impl GuiApp {
                     ctx.send_viewport_cmd(egui::ViewportCommand::Close);
                 }
             });
+            ui.menu_button("Live", |ui| self.live_menu_ui(ui));
             ui.menu_button("Go", |ui| {
                 for (label, cmd) in [
                     ("Next dispatch (F10)", Command::Next),
@@ -498,6 +767,10 @@ impl GuiApp {
         let ctx = ui.ctx().clone();
         let has = self.session.is_some();
         ui.horizontal(|ui| {
+            if self.live.is_some() {
+                self.live_controls_ui(ui);
+                ui.separator();
+            }
             for (label, cmd, tip) in [
                 ("First", Command::First, "First dispatch (Ctrl+Home)"),
                 (
@@ -587,6 +860,10 @@ impl GuiApp {
 
     fn status_ui(&self, ui: &mut egui::Ui) {
         ui.horizontal(|ui| {
+            if let Some(l) = &self.live {
+                live_status_ui(ui, l);
+                ui.separator();
+            }
             let Some(s) = &self.session else {
                 ui.label("No session open: File ▸ Open (Ctrl+O), or drop a sample on the window.");
                 return;
@@ -638,6 +915,9 @@ impl GuiApp {
                     }
                 });
                 ui.label(&e.message);
+                if let Some(o) = e.offset_bytes {
+                    ui.label(style::mono(format!("at byte {o:#x} ({o}) of the file")));
+                }
                 if let Some((line, column, text)) = &e.at {
                     let caret = format!("{}^", " ".repeat(column.saturating_sub(1).min(200)));
                     ui.label(style::mono(format!("{line:>5} | {text}\n      | {caret}")));
@@ -704,6 +984,7 @@ impl GuiApp {
     }
 
     fn windows(&mut self, ctx: &egui::Context) {
+        self.live_windows(ctx);
         if self.show_keys {
             let mut open = true;
             egui::Window::new("Keys")
@@ -752,6 +1033,7 @@ impl GuiApp {
                                 s.reports.len()
                             ),
                             at: None,
+                            offset_bytes: None,
                         })
                     }
                 }
@@ -821,8 +1103,9 @@ impl eframe::App for EframeApp {
     }
 }
 
-/// Runs the debugger window. With no path it opens the built-in default sample; with paths it
-/// opens the first (on a background thread) and remembers the others as recent files.
+/// Runs the debugger window. With no path it starts the demo target on a thread and attaches to
+/// it (or, if the demo cannot start, opens the built-in default sample with a notice); with paths
+/// it opens the first (on a background thread) and remembers the others as recent files.
 pub fn run_gui(open: Vec<PathBuf>) -> anyhow::Result<()> {
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
@@ -851,14 +1134,284 @@ pub fn run_gui(open: Vec<PathBuf>) -> anyhow::Result<()> {
                     }
                     app.open_path(&cc.egui_ctx, first);
                 }
-                None => {
-                    if let Some(name) = default_sample() {
-                        app.open_embedded(name);
-                    }
-                }
+                None => app.open_default(&cc.egui_ctx),
             }
             Ok(Box::new(EframeApp { app }))
         }),
     )
     .map_err(|e| anyhow::anyhow!("could not run the window: {e}"))
+}
+
+/// The live part of the status bar: attached, paused or running, rates and drops.
+fn live_status_ui(ui: &mut egui::Ui, l: &LiveLink) {
+    match &l.state {
+        LiveState::Disconnected { reason } => {
+            ui.label(RichText::new("disconnected").strong().color(style::REFUSED))
+                .on_hover_text(reason);
+            return;
+        }
+        LiveState::Paused { next_dispatch, why } => {
+            ui.label(
+                RichText::new("attached · paused")
+                    .strong()
+                    .color(style::SELECTED),
+            )
+            .on_hover_text(why);
+            ui.label(format!("before dispatch {next_dispatch}"));
+        }
+        LiveState::Running => {
+            ui.label(
+                RichText::new("attached · running")
+                    .strong()
+                    .color(style::BOUND),
+            )
+            .on_hover_text(format!("{} at {}", l.target_name, l.addr));
+        }
+    }
+    if let Some(st) = &l.stats {
+        ui.label(format!("{:.0} dispatches/s", st.dispatches_per_s));
+        let drops = RichText::new(format!("{} dropped", st.dropped));
+        ui.label(if st.dropped > 0 {
+            drops.color(style::SELECTED)
+        } else {
+            drops
+        })
+        .on_hover_text("dispatches the target dropped because this window was behind (its queue holds a bounded number)");
+    }
+}
+
+impl GuiApp {
+    fn live_menu_ui(&mut self, ui: &mut egui::Ui) {
+        let ctx = ui.ctx().clone();
+        let attached = self.live_attached();
+        if ui.button("Attach…").clicked() {
+            self.attach_form = Some(AttachForm::default());
+        }
+        if ui
+            .add_enabled(attached, egui::Button::new("Detach"))
+            .on_hover_text("The target keeps running")
+            .clicked()
+        {
+            self.detach();
+        }
+        if ui
+            .add_enabled(
+                self.demo.is_none(),
+                egui::Button::new("Start the demo target and attach"),
+            )
+            .clicked()
+            && let Err(e) = self.start_demo(&ctx)
+        {
+            self.demo = None;
+            self.notice = Some(format!("The demo target did not start: {e}"));
+        }
+        ui.separator();
+        let pause = if self.live_paused() {
+            "Continue (F5)"
+        } else {
+            "Pause (F5)"
+        };
+        if ui.add_enabled(attached, egui::Button::new(pause)).clicked() {
+            self.pause_continue();
+        }
+        if ui
+            .add_enabled(self.live_paused(), egui::Button::new("Step (F10)"))
+            .clicked()
+        {
+            self.live_do(|l| l.step(1));
+        }
+        if ui
+            .add_enabled(attached, egui::Button::new("Breakpoints…"))
+            .clicked()
+        {
+            self.show_breakpoints = true;
+        }
+        ui.separator();
+        let has = self.live.is_some();
+        if ui
+            .add_enabled(has, egui::Button::new("Save session as capture…"))
+            .on_hover_text(
+                "Everything received since attaching, with the memory snapshot taken at attach",
+            )
+            .clicked()
+        {
+            self.save_form = Some((SaveKind::Capture, "live-session.dscap".into()));
+        }
+        if ui
+            .add_enabled(
+                has,
+                egui::Button::new("Save as sample (up to the selected dispatch)…"),
+            )
+            .clicked()
+        {
+            self.save_form = Some((SaveKind::Sample, "live-dispatch.json".into()));
+        }
+    }
+
+    fn live_controls_ui(&mut self, ui: &mut egui::Ui) {
+        let attached = self.live_attached();
+        let paused = self.live_paused();
+        if ui
+            .add_enabled(
+                attached,
+                egui::Button::new(if paused { "Continue" } else { "Pause" }),
+            )
+            .on_hover_text("F5")
+            .clicked()
+        {
+            self.pause_continue();
+        }
+        if ui
+            .add_enabled(paused, egui::Button::new("Step"))
+            .on_hover_text("Run the target's next dispatch, then pause (F10)")
+            .clicked()
+        {
+            self.live_do(|l| l.step(1));
+        }
+        if ui
+            .add_enabled(attached, egui::Button::new("Breakpoints…"))
+            .clicked()
+        {
+            self.show_breakpoints = true;
+        }
+        if ui
+            .add_enabled(attached, egui::Button::new("Detach"))
+            .on_hover_text("Detach; the target keeps running")
+            .clicked()
+        {
+            self.detach();
+        }
+    }
+
+    fn banners_ui(&mut self, ui: &mut egui::Ui) {
+        let mut dismiss = false;
+        if let Some(n) = &self.notice {
+            ui.horizontal(|ui| {
+                ui.label(RichText::new(n).color(style::SELECTED));
+                dismiss = ui.small_button("Dismiss").clicked();
+            });
+        }
+        if dismiss {
+            self.notice = None;
+        }
+        if let Some(w) = self.session.as_ref().and_then(|s| s.warning.as_ref()) {
+            egui::Frame::group(ui.style())
+                .stroke(egui::Stroke::new(1.0, style::SELECTED))
+                .show(ui, |ui| {
+                    ui.set_width(ui.available_width());
+                    ui.label(RichText::new("Warning").strong().color(style::SELECTED));
+                    ui.label(w);
+                });
+        }
+        if let Some(l) = &self.live
+            && let LiveState::Disconnected { reason } = &l.state
+        {
+            ui.label(
+                RichText::new(format!(
+                    "disconnected ({reason}); the {} dispatches received are kept",
+                    self.n_dispatches()
+                ))
+                .color(style::MUTED),
+            );
+        }
+    }
+
+    fn live_windows(&mut self, ctx: &egui::Context) {
+        if let Some(form) = &mut self.attach_form {
+            let mut go = false;
+            let mut close = false;
+            egui::Window::new("Attach to a live target")
+                .collapsible(false)
+                .resizable(false)
+                .show(ctx, |ui| {
+                    egui::Grid::new("attach").num_columns(2).show(ui, |ui| {
+                        let l = ui.label("Address");
+                        ui.add(egui::TextEdit::singleline(&mut form.addr))
+                            .labelled_by(l.id);
+                        ui.end_row();
+                        let l = ui.label("Token");
+                        ui.add(egui::TextEdit::singleline(&mut form.token).password(true))
+                            .labelled_by(l.id);
+                        ui.end_row();
+                    });
+                    ui.horizontal(|ui| {
+                        go = ui.button("Attach").clicked();
+                        close = ui.button("Cancel").clicked();
+                    });
+                });
+            if go {
+                let form = form.clone();
+                let token = Some(form.token.trim().to_owned()).filter(|t| !t.is_empty());
+                if self.attach(ctx, form.addr.trim(), token) {
+                    close = true;
+                }
+            }
+            if close {
+                self.attach_form = None;
+            }
+        }
+        if self.show_breakpoints {
+            let mut open = true;
+            let mut apply = false;
+            let f = &mut self.breakpoint_form;
+            egui::Window::new("Breakpoints")
+                .default_pos(ctx.content_rect().right_top() + egui::vec2(-440.0, 90.0))
+                .open(&mut open)
+                .resizable(false)
+                .show(ctx, |ui| {
+                    ui.checkbox(&mut f.every_dispatch, "Before every dispatch");
+                    ui.checkbox(&mut f.refusal, "After the next refused dispatch");
+                    ui.checkbox(&mut f.escape, "After the next dispatch with an escape");
+                    ui.horizontal(|ui| {
+                        ui.checkbox(&mut f.probes_on, "After a lookup of more probes than");
+                        ui.add(egui::TextEdit::singleline(&mut f.probes).desired_width(60.0));
+                    });
+                    ui.horizontal(|ui| {
+                        ui.checkbox(&mut f.program_on, "Before a dispatch of program");
+                        ui.add(egui::TextEdit::singleline(&mut f.program).desired_width(140.0));
+                    });
+                    ui.horizontal(|ui| {
+                        ui.checkbox(&mut f.nth_on, "Before dispatch number");
+                        ui.add(egui::TextEdit::singleline(&mut f.nth).desired_width(100.0));
+                    });
+                    apply = ui.button("Set breakpoints").clicked();
+                });
+            self.show_breakpoints = open;
+            if apply {
+                self.apply_breakpoints();
+            }
+        }
+        if let Some((kind, path)) = &mut self.save_form {
+            let kind = *kind;
+            let mut save = None;
+            let mut close = false;
+            let title = match kind {
+                SaveKind::Capture => "Save the live session as a capture",
+                SaveKind::Sample => "Save as a sample, up to the selected dispatch",
+            };
+            egui::Window::new(title).collapsible(false).show(ctx, |ui| {
+                ui.horizontal(|ui| {
+                    let l = ui.label("Path");
+                    ui.add(egui::TextEdit::singleline(path).desired_width(400.0))
+                        .labelled_by(l.id);
+                });
+                ui.horizontal(|ui| {
+                    if ui.button("Save").clicked() {
+                        save = Some(PathBuf::from(path.trim()));
+                    }
+                    close = ui.button("Cancel").clicked();
+                });
+            });
+            if let Some(p) = save {
+                self.notice = Some(match self.save_live(kind, &p) {
+                    Ok(m) => m,
+                    Err(e) => format!("could not save {}: {e}", p.display()),
+                });
+                close = true;
+            }
+            if close {
+                self.save_form = None;
+            }
+        }
+    }
 }

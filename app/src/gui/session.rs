@@ -3,7 +3,9 @@
 //! it, shared between dispatches that left it unchanged).
 //!
 //! Loading runs the engine once, on a background thread for files ([`Loader`]); the views only
-//! ever read the result.
+//! ever read the result. A capture is read back as a sample (`CaptureFile::to_sample`) and
+//! replayed the same way; a torn tail becomes a warning on the session, not an error.
+//! A live session starts empty and grows with [`Session::push_live`] as dispatches arrive.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,6 +24,8 @@ pub enum Source {
     File(PathBuf),
     /// A sample built into the binary, by file name.
     Embedded(&'static str),
+    /// A live target, by the address attached to.
+    Live(String),
 }
 
 impl Source {
@@ -30,6 +34,7 @@ impl Source {
         match self {
             Source::File(p) => p.display().to_string(),
             Source::Embedded(name) => format!("{name} (built in)"),
+            Source::Live(addr) => format!("live: {addr}"),
         }
     }
 
@@ -38,6 +43,7 @@ impl Source {
         match self {
             Source::File(p) => p.display().to_string(),
             Source::Embedded(name) => format!("embedded:{name}"),
+            Source::Live(addr) => format!("live:{addr}"),
         }
     }
 }
@@ -51,6 +57,8 @@ pub struct LoadError {
     pub message: String,
     /// For a parse error: the 1-based line and column, and the text of that line.
     pub at: Option<(usize, usize, String)>,
+    /// For a bad capture record: its byte offset in the file.
+    pub offset_bytes: Option<u64>,
 }
 
 impl std::fmt::Display for LoadError {
@@ -83,10 +91,12 @@ pub struct Session {
     /// Per dispatch: guest memory as the dispatch left it, shared while unchanged (empty for a
     /// session made from reports alone).
     pub memory: Vec<Arc<MemoryView>>,
+    /// Something the person should know that did not stop the load (a capture's torn tail).
+    pub warning: Option<String>,
 }
 
 /// The magic a capture file starts with.
-const CAPTURE_MAGIC: &[u8] = b"DSCAPTUR";
+const CAPTURE_MAGIC: &[u8] = &dispatchscope_core::capture::FILE_MAGIC;
 
 impl Session {
     /// Reads `bytes` (the contents of `source`) as a sample and replays it.
@@ -97,25 +107,23 @@ impl Session {
             source: name.clone(),
             message,
             at,
+            offset_bytes: None,
         };
         if bytes.starts_with(CAPTURE_MAGIC) {
-            return Err(err(
-                format!(
-                    "this is a dispatchscope capture (format {}); opening captures is not yet supported: open a sample (.json)",
-                    capture::FORMAT_VERSION
-                ),
-                None,
-            ));
+            return Self::load_capture(source, bytes, progress);
         }
         let text = std::str::from_utf8(bytes).map_err(|e| {
             err(
-                format!("not a dispatchscope sample: not UTF-8 text ({e}); only samples (.json) can be opened, captures are not yet supported"),
+                format!("neither a dispatchscope sample (not UTF-8 text: {e}) nor a capture (it does not start with {:?})", String::from_utf8_lossy(CAPTURE_MAGIC)),
                 None,
             )
         })?;
         if !text.trim_start().starts_with('{') {
             return Err(err(
-                "not a dispatchscope sample: a sample is a JSON object; captures and other files are not yet supported".into(),
+                format!(
+                    "neither a dispatchscope sample (a JSON object) nor a capture (it does not start with {:?})",
+                    String::from_utf8_lossy(CAPTURE_MAGIC)
+                ),
                 None,
             ));
         }
@@ -134,6 +142,79 @@ impl Session {
             err(e.to_string(), at)
         })?;
         Self::replay(source, &sample, progress).map_err(|e| err(e.to_string(), None))
+    }
+
+    /// Reads `bytes` as a capture: every complete record back to a sample, then a replay. A torn
+    /// tail (a recorder that died) keeps what came before it and becomes [`Session::warning`].
+    fn load_capture(
+        source: Source,
+        bytes: &[u8],
+        progress: &Progress,
+    ) -> Result<Session, LoadError> {
+        use dispatchscope_core::session::{CaptureFile, SessionError};
+        let name = source.display();
+        let from_session = |e: SessionError| {
+            let offset_bytes = match &e {
+                SessionError::Record { offset, .. } => Some(*offset),
+                _ => None,
+            };
+            // The panel names the file already; drop the "path: " prefix of the message.
+            let text = e.to_string();
+            let message = text
+                .strip_prefix(&format!("{name}: "))
+                .unwrap_or(&text)
+                .to_owned();
+            LoadError {
+                source: name.clone(),
+                message: format!("bad capture: {message}"),
+                at: None,
+                offset_bytes,
+            }
+        };
+        let reader = capture::CaptureReader::from_bytes(bytes.to_vec()).map_err(|error| {
+            from_session(SessionError::Capture {
+                path: name.clone(),
+                error,
+            })
+        })?;
+        let mut file = CaptureFile::from_reader(name.clone(), reader).map_err(from_session)?;
+        let torn = file.torn().map(|t| {
+            format!(
+                "{t}; showing the {} dispatches before it (a recorder that stopped mid-write leaves this; nothing before it is lost)",
+                file.n_dispatches()
+            )
+        });
+        let (sample, _recorded) = file.to_sample().map_err(from_session)?;
+        let mut session = Self::replay(source, &sample, progress).map_err(|e| LoadError {
+            source: name.clone(),
+            message: format!("the capture replays with an error: {e}"),
+            at: None,
+            offset_bytes: None,
+        })?;
+        session.warning = torn;
+        Ok(session)
+    }
+
+    /// An empty live session attached to `addr`.
+    pub fn live(addr: &str, title: String) -> Session {
+        Self::from_reports(Source::Live(addr.to_owned()), title, Vec::new(), Vec::new())
+    }
+
+    /// Appends a dispatch received from a live target (no chunk table or memory view: the
+    /// target sends reports, not its engine's state).
+    pub fn push_live(&mut self, report: DispatchReport) {
+        self.rows.push(DispatchRow::from_report(&report));
+        self.reports.push(report);
+        self.tables.push(None);
+    }
+
+    /// Drops the oldest `n` dispatches (a live session keeps a bounded window).
+    pub fn drop_front(&mut self, n: usize) {
+        let n = n.min(self.reports.len());
+        self.reports.drain(..n);
+        self.rows.drain(..n);
+        self.tables.drain(..n.min(self.tables.len()));
+        self.memory.drain(..n.min(self.memory.len()));
     }
 
     /// Replays `sample` as [`Sample::run`] does, keeping a snapshot of the chunk table after each
@@ -224,6 +305,7 @@ impl Session {
             rows,
             tables,
             memory: Vec::new(),
+            warning: None,
         }
     }
 
@@ -276,6 +358,7 @@ impl Loader {
                 message: "the loading thread stopped without a result (a bug in dispatchscope)"
                     .into(),
                 at: None,
+                offset_bytes: None,
             })),
         }
     }
@@ -291,6 +374,7 @@ pub fn load_file(
         source: source.display(),
         message: format!("could not read the file: {e}"),
         at: None,
+        offset_bytes: None,
     })?;
     Session::load(source, &bytes, progress)
 }

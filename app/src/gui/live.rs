@@ -1,0 +1,370 @@
+//! The debugger side of a live session in the window, and the demo target it starts when run
+//! with no arguments.
+//!
+//! [`LiveLink`] wraps a [`LiveClient`]: each frame the app drains its channel into the open
+//! [`Session`] (dispatches become rows and reports, the same as a file's), and keeps the target's
+//! state (running, paused, disconnected) and its [`Stats`] for the status bar. Every message also
+//! goes to a shadow [`CaptureRecorder`] writing a capture in the temporary folder (the client asks
+//! for a memory snapshot at attach, so the recording replays on its own); saving the session as a
+//! capture, or as a sample up to a dispatch, reads that recording back with `to_sample`.
+//! When the target dies, what was received stays. This module never draws.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use dispatchscope_core::demo::{self, Demo, DemoConfig, RunOptions};
+use dispatchscope_core::live::protocol::Stats;
+use dispatchscope_core::live::{
+    Breakpoints, CaptureRecorder, ClientOptions, Incoming, LiveClient, Tap, TapConfig, ToDebugger,
+};
+use dispatchscope_core::sample::{Sample, Step};
+use dispatchscope_core::session::{self, Opened};
+
+use super::session::Session;
+
+/// The most dispatches a live session keeps; older ones are dropped in batches of
+/// [`LIVE_DROP_BATCH`] (a target runs for hours; the window must not grow without bound).
+pub const MAX_LIVE_DISPATCHES: usize = 20_000;
+/// How many of the oldest dispatches go at once when the window is full.
+pub const LIVE_DROP_BATCH: usize = 2_000;
+/// The most messages taken from the channel in one frame (the rest wait for the next frame).
+const DRAIN_PER_FRAME: usize = 4_096;
+
+/// What the target is doing, as far as this debugger knows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LiveState {
+    /// Running freely (or until a breakpoint).
+    Running,
+    /// Paused before `next_dispatch`.
+    Paused {
+        /// The dispatch it will run next.
+        next_dispatch: u64,
+        /// Why it paused, as a sentence.
+        why: String,
+    },
+    /// The connection is gone; what was received stays.
+    Disconnected {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What one drain changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Dispatches appended to the session.
+    pub dispatches: usize,
+    /// Dispatches dropped from the front of the session (the window was full).
+    pub dropped_front: usize,
+    /// Whether the target paused.
+    pub paused: bool,
+    /// Whether more messages wait.
+    pub more: bool,
+}
+
+/// A live session's connection; see the module docs.
+pub struct LiveLink {
+    client: Option<LiveClient>,
+    /// The address attached to.
+    pub addr: String,
+    /// What the target calls itself.
+    pub target_name: String,
+    /// Running, paused or disconnected.
+    pub state: LiveState,
+    /// The target's last figures.
+    pub stats: Option<Stats>,
+    /// Dispatches the target reported failing (index and message), newest last.
+    pub failures: Vec<(u64, String)>,
+    shadow: Option<CaptureRecorder>,
+    shadow_path: PathBuf,
+    /// Why the shadow recording stopped, if it did.
+    pub record_error: Option<String>,
+}
+
+static SHADOW_SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl LiveLink {
+    /// Attaches to the target at `addr`; `notify` is called on each message (a repaint).
+    pub fn attach(
+        addr: &str,
+        token: Option<String>,
+        notify: Arc<dyn Fn() + Send + Sync>,
+    ) -> Result<Self, String> {
+        let options = ClientOptions {
+            token,
+            timeout: Duration::from_secs(3),
+            client_name: "dispatchscope window".into(),
+            snapshot: true,
+            notify: Some(notify),
+            ..ClientOptions::default()
+        };
+        let client = LiveClient::connect_with(addr, &options).map_err(|e| e.to_string())?;
+        let shadow_path = std::env::temp_dir().join(format!(
+            "dispatchscope-live-{}-{}.dscap",
+            std::process::id(),
+            SHADOW_SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let target_name = client.target().target.clone();
+        let shadow = CaptureRecorder::new(
+            &shadow_path,
+            &format!("live session of {target_name} at {addr}"),
+            Duration::from_millis(500),
+        );
+        Ok(Self {
+            client: Some(client),
+            addr: addr.to_owned(),
+            target_name,
+            state: LiveState::Running,
+            stats: None,
+            failures: Vec::new(),
+            shadow: Some(shadow),
+            shadow_path,
+            record_error: None,
+        })
+    }
+
+    /// Whether the connection is up.
+    pub fn is_attached(&self) -> bool {
+        self.client.is_some()
+    }
+
+    /// Whether the target is paused (and attached).
+    pub fn is_paused(&self) -> bool {
+        matches!(self.state, LiveState::Paused { .. })
+    }
+
+    fn client(&self) -> Result<&LiveClient, String> {
+        self.client
+            .as_ref()
+            .ok_or_else(|| "not attached to a target".to_owned())
+    }
+
+    /// Asks the target to pause before its next dispatch.
+    pub fn pause(&self) -> Result<(), String> {
+        self.client()?.pause().map_err(|e| e.to_string())
+    }
+
+    /// Lets a paused target run on.
+    pub fn resume(&self) -> Result<(), String> {
+        self.client()?.resume().map_err(|e| e.to_string())
+    }
+
+    /// Runs `n` dispatches, then pauses.
+    pub fn step(&self, n: u64) -> Result<(), String> {
+        self.client()?.step(n).map_err(|e| e.to_string())
+    }
+
+    /// Replaces the target's breakpoints.
+    pub fn set_breakpoints(&self, breakpoints: &Breakpoints) -> Result<(), String> {
+        self.client()?
+            .set_breakpoints(breakpoints)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Detaches, leaving the target running; what was received stays.
+    pub fn detach(&mut self) {
+        if let Some(c) = self.client.take() {
+            let _ = c.detach(Duration::from_millis(500));
+        }
+        self.finish_shadow();
+        self.state = LiveState::Disconnected {
+            reason: "detached; the target runs on".into(),
+        };
+    }
+
+    fn finish_shadow(&mut self) {
+        if let Some(r) = self.shadow.take()
+            && let Err(e) = r.finish()
+        {
+            self.record_error = Some(e.to_string());
+        }
+    }
+
+    /// Takes what arrived into `session`.
+    pub fn drain(&mut self, session: &mut Session) -> Drained {
+        let mut out = Drained::default();
+        for _ in 0..DRAIN_PER_FRAME {
+            let Some(incoming) = self.client.as_ref().and_then(LiveClient::try_recv) else {
+                return out;
+            };
+            match incoming {
+                Incoming::Message(m) => {
+                    if let Some(r) = &mut self.shadow
+                        && let Err(e) = r.take(&m)
+                    {
+                        self.record_error = Some(e.to_string());
+                        self.shadow = None;
+                    }
+                    self.take(m, session, &mut out);
+                }
+                Incoming::Disconnected { reason, clean } => {
+                    self.client = None;
+                    self.finish_shadow();
+                    self.state = LiveState::Disconnected {
+                        reason: if clean {
+                            reason
+                        } else {
+                            format!("the target went away: {reason}")
+                        },
+                    };
+                    return out;
+                }
+            }
+        }
+        out.more = true;
+        out
+    }
+
+    fn take(&mut self, m: ToDebugger, session: &mut Session, out: &mut Drained) {
+        match m {
+            ToDebugger::Dispatch { report, .. } => {
+                if session.reports.len() >= MAX_LIVE_DISPATCHES {
+                    session.drop_front(LIVE_DROP_BATCH);
+                    out.dropped_front += LIVE_DROP_BATCH;
+                }
+                session.push_live(*report);
+                out.dispatches += 1;
+            }
+            ToDebugger::DispatchFailed { index, message, .. } => {
+                self.failures.push((index, message));
+            }
+            ToDebugger::Paused {
+                next_dispatch, why, ..
+            } => {
+                self.state = LiveState::Paused {
+                    next_dispatch,
+                    why: why.sentence(),
+                };
+                out.paused = true;
+            }
+            ToDebugger::Resumed { .. } => self.state = LiveState::Running,
+            ToDebugger::Stats(s) => self.stats = Some(s),
+            _ => {}
+        }
+    }
+
+    /// The recording so far, read back as a sample and the target's reports.
+    pub fn recorded(
+        &mut self,
+    ) -> Result<(Sample, Vec<Option<dispatchscope_core::DispatchReport>>), String> {
+        if let Some(r) = &mut self.shadow {
+            r.flush().map_err(|e| e.to_string())?;
+            if !r.started() {
+                return Err("nothing recorded yet: the target has not sent its memory snapshot (it sends it before its next dispatch)".into());
+            }
+        }
+        if let Some(e) = &self.record_error {
+            return Err(format!("the recording stopped: {e}"));
+        }
+        match session::open(&self.shadow_path).map_err(|e| e.to_string())? {
+            Opened::Capture(mut c) => c.to_sample().map_err(|e| e.to_string()),
+            Opened::Sample(_) => {
+                Err("the recording is not a capture (a bug in dispatchscope)".into())
+            }
+        }
+    }
+
+    /// Writes everything recorded since attaching as a capture at `dest`, with the target's
+    /// reports; returns how many dispatches it holds.
+    pub fn save_capture(&mut self, dest: &Path) -> Result<usize, String> {
+        let (sample, reports) = self.recorded()?;
+        let all: Option<Vec<_>> = reports.into_iter().collect();
+        session::write_capture(&sample, all.as_deref(), dest).map_err(|e| e.to_string())?;
+        Ok(all.map_or(0, |a| a.len()))
+    }
+
+    /// Writes the recording as a sample that ends with dispatch `index` (the target's number);
+    /// returns how many dispatches it holds.
+    pub fn save_sample(&mut self, index: u64, dest: &Path) -> Result<usize, String> {
+        let (mut sample, reports) = self.recorded()?;
+        let pos = reports
+            .iter()
+            .position(|r| r.as_ref().is_some_and(|r| r.index == index))
+            .ok_or_else(|| format!("dispatch {index} is not in the recording (it began at attach, and dispatches the target dropped are missing)"))?;
+        let mut seen = 0;
+        let cut = sample
+            .steps
+            .iter()
+            .position(|s| {
+                if matches!(s, Step::Dispatch(_)) {
+                    seen += 1;
+                }
+                seen == pos + 1
+            })
+            .map_or(sample.steps.len(), |p| p + 1);
+        sample.steps.truncate(cut);
+        sample.title = format!("{} (up to dispatch {index})", sample.title);
+        session::write_sample(&sample, dest).map_err(|e| e.to_string())?;
+        Ok(pos + 1)
+    }
+}
+
+impl Drop for LiveLink {
+    fn drop(&mut self) {
+        if let Some(c) = self.client.take() {
+            let _ = c.detach(Duration::from_millis(200));
+        }
+        self.finish_shadow();
+        let _ = std::fs::remove_file(&self.shadow_path);
+    }
+}
+
+/// The demo target running on a thread of this process (what `dispatchscope` with no arguments
+/// attaches to). Dropping it stops the frame loop.
+pub struct DemoTarget {
+    /// Where its tap listens.
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<(), String>>>,
+}
+
+impl DemoTarget {
+    /// Starts the demo on `127.0.0.1:0` at `fps` frames per second (`None`: as fast as it can).
+    pub fn start(fps: Option<f64>) -> Result<Self, String> {
+        let config = TapConfig {
+            target_name: "dispatchscope demo (in the window's process)".into(),
+            ..TapConfig::listening_on(SocketAddr::from(([127, 0, 0, 1], 0)))
+        };
+        let mut tap = Tap::listen(config).map_err(|e| format!("the demo's tap: {e}"))?;
+        let addr = tap
+            .local_addr()
+            .ok_or_else(|| "the demo's tap has no address".to_owned())?;
+        let mut demo =
+            Demo::new(DemoConfig::default()).map_err(|e| format!("the demo's engine: {e}"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("dispatchscope demo".into())
+            .spawn(move || {
+                let options = RunOptions { frames: None, fps };
+                demo::run(&mut demo, &mut tap, options, &flag, |_| {})
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e| format!("cannot start the demo's thread: {e}"))?;
+        Ok(Self {
+            addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Whether its frame loop still runs.
+    #[allow(dead_code, reason = "the tests, which include this module, use it")]
+    pub fn is_running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+}
+
+impl Drop for DemoTarget {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! GUI tests of a live session: a demo target runs on a thread of the test, the window attaches
+//! to it through the same code the menu uses, pauses, steps, sets breakpoints, saves, detaches.
+//!
+//! The app's GUI module is included by path, as the binary includes it.
+
+#![allow(
+    dead_code,
+    reason = "the binary's module is included whole; tests use part of it"
+)]
+#![allow(missing_docs, reason = "tests")]
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+#[path = "../src/gui/mod.rs"]
+mod gui;
+
+use std::time::{Duration, Instant};
+
+use dispatchscope_core::live::{ClientOptions, Incoming, LiveClient, ToDebugger};
+use egui::{Key, Modifiers};
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+use gui::{DemoTarget, GuiApp, LiveState, SaveKind, Settings};
+
+fn harness(app: GuiApp) -> Harness<'static, GuiApp> {
+    Harness::builder()
+        .with_size(egui::vec2(1280.0, 800.0))
+        .with_context_setup(dispatchscope_views::style::install_fonts)
+        .build_ui_state(|ui, app: &mut GuiApp| app.ui(ui), app)
+}
+
+/// Runs frames until `done` holds, for at most 20 s.
+fn until(h: &mut Harness<'static, GuiApp>, what: &str, done: impl Fn(&GuiApp) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done(h.state()) {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {:?}, notice {:?}, last dispatch {:?}",
+            h.state().live.as_ref().map(|l| &l.state),
+            h.state().notice,
+            indices(h.state()).last()
+        );
+        h.step();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn indices(app: &GuiApp) -> Vec<u64> {
+    app.session
+        .as_ref()
+        .map(|s| s.reports.iter().map(|r| r.index).collect())
+        .unwrap_or_default()
+}
+
+fn paused(app: &GuiApp) -> bool {
+    app.live
+        .as_ref()
+        .is_some_and(|l| matches!(l.state, LiveState::Paused { .. }))
+}
+
+#[test]
+fn attach_pause_step_and_detach_leaves_the_target_running() {
+    let demo = DemoTarget::start(Some(240.0)).unwrap();
+    let addr = demo.addr.to_string();
+    let mut h = harness(GuiApp::new(Settings::default()));
+    h.run();
+    // Live ▸ Attach… with the address typed, as a person would.
+    h.state_mut().attach_form = Some(gui::AttachForm {
+        addr: addr.clone(),
+        token: String::new(),
+    });
+    h.run_steps(3);
+    h.get_by_label("Attach").click();
+    h.step();
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    assert!(h.state().live.as_ref().unwrap().is_attached());
+    until(&mut h, "dispatches to stream in", |a| indices(a).len() >= 3);
+    h.get_by_label_contains("attached · running");
+
+    h.get_by_label("Pause").click();
+    until(&mut h, "the pause", paused);
+    h.step();
+    h.get_by_label_contains("attached · paused");
+    let before = indices(h.state());
+    let last = *before.last().unwrap();
+
+    // Step twice: the toolbar button, then F10.
+    h.get_by_label("Step").click();
+    until(&mut h, "the first step", |a| {
+        paused(a) && indices(a).last() > Some(&last)
+    });
+    let mid = *indices(h.state()).last().unwrap();
+    h.key_press_modifiers(Modifiers::NONE, Key::F10);
+    until(&mut h, "the second step", |a| {
+        paused(a) && indices(a).last() > Some(&mid)
+    });
+    h.run_steps(2);
+    let after = indices(h.state());
+    let new: Vec<u64> = after[before.len()..].to_vec();
+    assert_eq!(
+        new,
+        vec![last + 1, last + 2],
+        "each step shows the next dispatch (received before the pause: {before:?})"
+    );
+    // The selection follows the step, and the table and status bar show it.
+    let sel = h.state().sel.dispatch;
+    assert_eq!(sel, after.len() - 1);
+    h.get_by_label(&format!("dispatch {}", last + 2));
+
+    // Save as a sample up to the selected dispatch; it replays on its own.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("live.json");
+    let saved = h.state_mut().save_live(SaveKind::Sample, &p);
+    assert!(saved.is_ok(), "{saved:?}");
+    let sample =
+        dispatchscope_core::sample::Sample::from_json(&std::fs::read_to_string(&p).unwrap())
+            .unwrap();
+    let replayed = sample.run().unwrap();
+    assert!(!replayed.is_empty());
+    let cap = dir.path().join("live.dscap");
+    let saved = h.state_mut().save_live(SaveKind::Capture, &cap);
+    assert!(saved.is_ok(), "{saved:?}");
+    h.state_mut().open_path_blocking(cap);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    assert!(
+        h.state().live.is_none(),
+        "opening a file ends the live session"
+    );
+
+    // The target was detached when the file opened; it runs on: attach again and see dispatches.
+    let c = LiveClient::connect_with(&addr, &ClientOptions::default()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = false;
+    while Instant::now() < deadline && !got {
+        if let Some(Incoming::Message(ToDebugger::Dispatch { .. })) =
+            c.recv_timeout(Duration::from_millis(200))
+        {
+            got = true;
+        }
+    }
+    assert!(got, "the target keeps running after a detach");
+    drop(c);
+    assert!(demo.is_running());
+}
+
+#[test]
+fn detach_keeps_what_was_received_and_f5_toggles() {
+    let demo = DemoTarget::start(Some(240.0)).unwrap();
+    let mut h = harness(GuiApp::new(Settings::default()));
+    h.run();
+    let ctx = h.ctx.clone();
+    assert!(h.state_mut().attach(&ctx, &demo.addr.to_string(), None));
+    until(&mut h, "dispatches", |a| !indices(a).is_empty());
+    h.key_press_modifiers(Modifiers::NONE, Key::F5);
+    until(&mut h, "F5 pauses", paused);
+    h.key_press_modifiers(Modifiers::NONE, Key::F5);
+    until(&mut h, "F5 continues", |a| {
+        a.live
+            .as_ref()
+            .is_some_and(|l| l.state == LiveState::Running)
+    });
+    h.get_by_label("Detach").click();
+    h.run_steps(2);
+    let n = indices(h.state()).len();
+    assert!(n > 0);
+    assert!(!h.state().live.as_ref().unwrap().is_attached());
+    h.get_by_label("disconnected");
+    std::thread::sleep(Duration::from_millis(100));
+    h.run_steps(2);
+    assert_eq!(
+        indices(h.state()).len(),
+        n,
+        "nothing arrives after a detach"
+    );
+    assert!(demo.is_running());
+}
+
+#[test]
+fn a_breakpoint_on_the_nth_dispatch_stops_there() {
+    let demo = DemoTarget::start(None).unwrap();
+    let mut h = harness(GuiApp::new(Settings::default()));
+    h.run();
+    let ctx = h.ctx.clone();
+    assert!(h.state_mut().attach(&ctx, &demo.addr.to_string(), None));
+    until(&mut h, "dispatches", |a| !indices(a).is_empty());
+    // Pause first, so the breakpoint is set ahead of where the target is.
+    h.state_mut().pause_continue();
+    until(&mut h, "the pause", paused);
+    let Some(LiveState::Paused { next_dispatch, .. }) =
+        h.state().live.as_ref().map(|l| l.state.clone())
+    else {
+        panic!("not paused")
+    };
+    let target = next_dispatch + 50;
+    h.state_mut().show_breakpoints = true;
+    h.run_steps(3);
+    h.get_by_label("Before dispatch number").click();
+    h.state_mut().breakpoint_form.nth = target.to_string();
+    h.run_steps(1);
+    h.get_by_label("Set breakpoints").click();
+    h.run_steps(1);
+    assert!(h.state().breakpoint_form.nth_on);
+    // F5 continues (the breakpoints window may cover the toolbar).
+    h.key_press_modifiers(Modifiers::NONE, Key::F5);
+    h.run_steps(2);
+    until(&mut h, "the breakpoint", |a| {
+        a.live.as_ref().is_some_and(|l| {
+            matches!(l.state, LiveState::Paused { next_dispatch, .. } if next_dispatch == target)
+        })
+    });
+    until(&mut h, "the breakpoint", paused);
+    match &h.state().live.as_ref().unwrap().state {
+        LiveState::Paused { next_dispatch, why } => {
+            assert_eq!(*next_dispatch, target, "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_target_dying_keeps_what_was_received() {
+    let demo = DemoTarget::start(Some(240.0)).unwrap();
+    let mut h = harness(GuiApp::new(Settings::default()));
+    h.run();
+    let ctx = h.ctx.clone();
+    assert!(h.state_mut().attach(&ctx, &demo.addr.to_string(), None));
+    until(&mut h, "dispatches", |a| indices(a).len() >= 2);
+    drop(demo);
+    until(&mut h, "the disconnect", |a| {
+        a.live
+            .as_ref()
+            .is_some_and(|l| matches!(l.state, LiveState::Disconnected { .. }))
+    });
+    h.run_steps(2);
+    assert!(indices(h.state()).len() >= 2);
+    h.get_by_label("disconnected");
+    h.get_by_label("Previous").click();
+    h.run_steps(2);
+}
+
+#[test]
+fn with_no_arguments_the_window_attaches_to_the_demo() {
+    let mut h = harness(GuiApp::new(Settings::default()));
+    h.run();
+    let ctx = h.ctx.clone();
+    h.state_mut().open_default(&ctx);
+    assert!(h.state().notice.is_none(), "{:?}", h.state().notice);
+    assert!(h.state().demo.is_some());
+    assert!(h.state().live.as_ref().unwrap().is_attached());
+    until(&mut h, "dispatches", |a| !indices(a).is_empty());
+    // The built-in samples stay one menu away.
+    h.get_by_label("File").click();
+    h.run_steps(2);
+    h.get_by_label("Built-in samples");
+}
