@@ -22,6 +22,7 @@ rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup comp
 
 export CARGO_TERM_COLOR=never
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"; chmod 0700 "$XDG_RUNTIME_DIR"
+export DISPATCHSCOPE_REQUIRE_VULKAN=1
 
 echo "== format"
 cargo fmt --all --check

@@ -44,6 +44,8 @@ pub enum Command {
     Attach(crate::live_cli::AttachArgs),
     /// Record a running target's dispatches to a crash-safe capture.
     Record(crate::live_cli::RecordArgs),
+    /// Run a sample or capture on the CPU reference and on Vulkan; print every difference (exit 1 if any).
+    Verify(crate::vk_cli::VerifyArgs),
 }
 
 /// `generate`'s arguments.
@@ -88,6 +90,9 @@ pub struct ExplainArgs {
     /// Print every access, not the first 16 of each dispatch.
     #[arg(long)]
     pub all_accesses: bool,
+    /// Run on this backend: the CPU reference, or a Vulkan device (planned with its real limits).
+    #[arg(long, value_enum, default_value_t = crate::vk_cli::BackendChoice::Cpu)]
+    pub backend: crate::vk_cli::BackendChoice,
 }
 
 fn parse_number(s: &str) -> Result<u64, String> {
@@ -156,7 +161,8 @@ pub fn load(path: &Path) -> anyhow::Result<Loaded> {
 /// `dispatchscope explain`.
 pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
     let overrides = args.min_storage_buffer_offset_alignment.is_some()
-        || args.max_storage_buffer_range.is_some();
+        || args.max_storage_buffer_range.is_some()
+        || args.backend == crate::vk_cli::BackendChoice::Vulkan;
     // A capture that recorded its reports explains dispatch N from its record alone.
     if let (Some(n), false) = (args.dispatch, overrides)
         && let Ok(Opened::Capture(mut c)) = session::open(&args.file)
@@ -198,7 +204,7 @@ pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
     let recorded: Option<Vec<DispatchReport>> = loaded.recorded.iter().cloned().collect();
     let reports = match recorded {
         Some(r) if !overrides && !r.is_empty() => r,
-        _ => run_sample(sample, &args.file, limits)?,
+        _ => crate::vk_cli::run_sample_on(args.backend, sample, &args.file, limits)?,
     };
     let chosen: Vec<DispatchReport> = match args.dispatch {
         Some(n) => vec![

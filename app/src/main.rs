@@ -5,6 +5,7 @@
 mod cli;
 mod gui;
 mod live_cli;
+mod vk_cli;
 
 use std::process::ExitCode;
 
@@ -19,6 +20,7 @@ fn main() -> ExitCode {
         Some(cli::Command::Demo(args)) => live_cli::demo_cmd(args),
         Some(cli::Command::Attach(args)) => live_cli::attach_cmd(args),
         Some(cli::Command::Record(args)) => live_cli::record_cmd(args),
+        Some(cli::Command::Verify(args)) => vk_cli::verify_cmd(args),
         None => gui::run_gui(cli.files.clone()),
     };
     match result {

@@ -28,6 +28,8 @@ pub mod report;
 pub mod rules;
 pub mod sample;
 pub mod session;
+#[cfg(feature = "vulkan")]
+pub mod vk;
 
 pub use addr::ByteRange;
 pub use backend::{Backend, CpuBackend};

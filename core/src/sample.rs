@@ -202,7 +202,20 @@ impl Sample {
             error,
         })?;
         let mut reports = Vec::new();
+        self.replay(&mut engine, |_, _, report| reports.push(report))?;
+        Ok(reports)
+    }
+
+    /// Replays the steps on `engine`, handing each dispatch's report to `each` with the engine as
+    /// the dispatch left it (for a debugger that keeps per-dispatch state, such as the table), and
+    /// `done` counting the steps taken. Contents load before the first dispatch.
+    pub fn replay<B: Backend>(
+        &self,
+        engine: &mut Engine<B>,
+        mut each: impl FnMut(&Engine<B>, usize, DispatchReport),
+    ) -> Result<(), SampleError> {
         let mut contents_loaded = false;
+        let mut n = 0usize;
         for (i, step) in self.steps.iter().enumerate() {
             if !contents_loaded && matches!(step, Step::Dispatch(_)) {
                 for c in &self.contents {
@@ -219,16 +232,17 @@ impl Sample {
                     })?;
                 }
                 Step::Dispatch(d) => {
-                    let n = reports.len();
-                    reports.push(engine.dispatch(d).map_err(|error| SampleError::Step {
+                    let report = engine.dispatch(d).map_err(|error| SampleError::Step {
                         step: i,
                         what: format!("dispatch {n}"),
                         error,
-                    })?);
+                    })?;
+                    each(engine, i, report);
+                    n += 1;
                 }
             }
         }
-        Ok(reports)
+        Ok(())
     }
 
     /// Replays the sample on the CPU reference against its own device.

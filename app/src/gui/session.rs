@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use dispatchscope_core::capture;
-use dispatchscope_core::sample::{Sample, SampleError, Step};
+use dispatchscope_core::sample::{Sample, SampleError};
 use dispatchscope_core::{CpuBackend, DispatchReport, Engine};
 use dispatchscope_views::{DispatchRow, MemoryView, TableSnapshot};
 
@@ -234,57 +234,34 @@ impl Session {
                     error,
                 }
             })?;
-        let mut reports = Vec::new();
+        let mut reports: Vec<DispatchReport> = Vec::new();
         let mut tables: Vec<Option<TableSnapshot>> = Vec::new();
         let mut memory: Vec<Arc<MemoryView>> = Vec::new();
-        let mut contents_loaded = false;
-        for (i, step) in sample.steps.iter().enumerate() {
-            if !contents_loaded && matches!(step, Step::Dispatch(_)) {
-                for c in &sample.contents {
-                    engine.load_contents(c.address, &c.bytes);
+        sample.replay(&mut engine, |engine, step, report| {
+            let n = reports.len();
+            let prev = tables.last().cloned().flatten();
+            let snap = match (engine.table(), prev) {
+                (None, _) => None,
+                // A dispatch that did not use the table left it as it was.
+                (Some(_), Some(p)) if report.table.is_none() => Some(p),
+                (Some(t), Some(p))
+                    if p.table.capacity() == t.capacity() && p.table.slots() == t.slots() =>
+                {
+                    Some(p)
                 }
-                contents_loaded = true;
-            }
-            match step {
-                Step::Event(e) => {
-                    engine.apply(e).map_err(|error| SampleError::Step {
-                        step: i,
-                        what: format!("event {}", dispatchscope_core::sample::event_name(e)),
-                        error,
-                    })?;
-                }
-                Step::Dispatch(d) => {
-                    let n = reports.len();
-                    let report = engine.dispatch(d).map_err(|error| SampleError::Step {
-                        step: i,
-                        what: format!("dispatch {n}"),
-                        error,
-                    })?;
-                    let prev = tables.last().cloned().flatten();
-                    let snap = match (engine.table(), prev) {
-                        (None, _) => None,
-                        // A dispatch that did not use the table left it as it was.
-                        (Some(_), Some(p)) if report.table.is_none() => Some(p),
-                        (Some(t), Some(p))
-                            if p.table.capacity() == t.capacity()
-                                && p.table.slots() == t.slots() =>
-                        {
-                            Some(p)
-                        }
-                        (Some(t), _) => Some(TableSnapshot::new(t.clone(), n)),
-                    };
-                    tables.push(snap);
-                    let view = MemoryView::of(engine.memory());
-                    let view = match memory.last() {
-                        Some(prev) if **prev == view => Arc::clone(prev),
-                        _ => Arc::new(view),
-                    };
-                    memory.push(view);
-                    reports.push(report);
-                }
-            }
-            progress.done.store(i + 1, Ordering::Relaxed);
-        }
+                (Some(t), _) => Some(TableSnapshot::new(t.clone(), n)),
+            };
+            tables.push(snap);
+            let view = MemoryView::of(engine.memory());
+            let view = match memory.last() {
+                Some(prev) if **prev == view => Arc::clone(prev),
+                _ => Arc::new(view),
+            };
+            memory.push(view);
+            reports.push(report);
+            progress.done.store(step + 1, Ordering::Relaxed);
+        })?;
+        progress.done.store(sample.steps.len(), Ordering::Relaxed);
         let mut session = Self::from_reports(source, sample.title.clone(), reports, tables);
         session.memory = memory;
         Ok(session)
