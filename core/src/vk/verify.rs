@@ -16,7 +16,7 @@ use crate::engine::Engine;
 use crate::input::DeviceLimits;
 use crate::memory::GuestMemory;
 use crate::report::DispatchReport;
-use crate::sample::{Sample, SampleError, Step, event_name};
+use crate::sample::{Sample, SampleError};
 
 /// Replays `sample` on `backend` against `limits`, as [`Sample::run_on`] does, and keeps the engine
 /// (its guest memory afterwards, its backend).
@@ -31,32 +31,7 @@ pub fn replay<B: Backend>(
         error,
     })?;
     let mut reports = Vec::new();
-    let mut contents_loaded = false;
-    for (i, step) in sample.steps.iter().enumerate() {
-        if !contents_loaded && matches!(step, Step::Dispatch(_)) {
-            for c in &sample.contents {
-                engine.load_contents(c.address, &c.bytes);
-            }
-            contents_loaded = true;
-        }
-        match step {
-            Step::Event(e) => {
-                engine.apply(e).map_err(|error| SampleError::Step {
-                    step: i,
-                    what: format!("event {}", event_name(e)),
-                    error,
-                })?;
-            }
-            Step::Dispatch(d) => {
-                let n = reports.len();
-                reports.push(engine.dispatch(d).map_err(|error| SampleError::Step {
-                    step: i,
-                    what: format!("dispatch {n}"),
-                    error,
-                })?);
-            }
-        }
-    }
+    sample.replay(&mut engine, |_, _, report| reports.push(report))?;
     Ok((reports, engine))
 }
 
