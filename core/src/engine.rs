@@ -312,7 +312,7 @@ impl<B: Backend> Engine<B> {
             report.table = Some(self.sync_table(&limits)?);
         }
         // Routes.
-        let (job, routes) = build_job(input, &plan, &limits);
+        let (job, holder_slots, routes) = build_job(input, &plan, &limits);
         let outcome = self
             .backend
             .execute(&job, self.table.as_ref(), &mut self.memory)?;
@@ -382,7 +382,7 @@ impl<B: Backend> Engine<B> {
             if !mask.iter().any(|&m| m != 0) {
                 continue;
             }
-            let holder_slot = holder_slot_of(&plan, range.start, *range);
+            let holder_slot = holder_slots[h];
             let buf = &outcome.holders[h];
             let mut words = Vec::new();
             for (w, _) in mask.iter().enumerate().filter(|(_, m)| **m != 0) {
@@ -806,8 +806,9 @@ fn build_job<'a>(
     input: &'a DispatchInput,
     plan: &BindPlan,
     limits: &DeviceLimits,
-) -> (Job<'a>, Vec<(Route, Rule)>) {
+) -> (Job<'a>, Vec<u32>, Vec<(Route, Rule)>) {
     let mut holders: Vec<ByteRange> = Vec::new();
+    let mut holder_slots: Vec<u32> = Vec::new();
     let mut holder_index: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
     for b in &plan.bindings {
         if let Some(h) = b.holder
@@ -819,6 +820,7 @@ fn build_job<'a>(
             );
             holder_index.insert(h, holders.len());
             holders.push(widened);
+            holder_slots.push(h);
         }
     }
     let mut accesses = Vec::with_capacity(input.accesses.len());
@@ -921,19 +923,9 @@ fn build_job<'a>(
             lds_bytes: limits.lds_bytes,
             scratch_bytes_per_lane: limits.scratch_bytes_per_lane,
         },
+        holder_slots,
         routes,
     )
-}
-
-fn holder_slot_of(plan: &BindPlan, base: u64, range: ByteRange) -> u32 {
-    plan.bindings
-        .iter()
-        .find(|b| {
-            b.holder == Some(b.slot)
-                && b.range.start == base
-                && b.range.start + b.binding.end == range.end
-        })
-        .map_or(0, |b| b.slot)
 }
 
 /// L1: the guest bytes each device-addressed store reached: the part of the access in each chunk

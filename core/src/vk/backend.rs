@@ -571,22 +571,9 @@ impl VulkanBackend {
         // SAFETY: the command buffer is not pending (every submit is waited for); both buffers are
         // live and large enough.
         let recorded = unsafe {
-            check(
-                "vkResetCommandBuffer",
-                d.reset_command_buffer(self.cmd, vk::CommandBufferResetFlags::empty()),
-            )
-            .and_then(|_| {
-                check(
-                    "vkBeginCommandBuffer",
-                    d.begin_command_buffer(
-                        self.cmd,
-                        &vk::CommandBufferBeginInfo::default()
-                            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
-                    ),
-                )
-            })
-            .map(|_| d.cmd_copy_buffer(self.cmd, staging.raw, dst, &region))
-            .and_then(|_| check("vkEndCommandBuffer", d.end_command_buffer(self.cmd)))
+            super::begin_one_time(d, self.cmd)
+                .map(|_| d.cmd_copy_buffer(self.cmd, staging.raw, dst, &region))
+                .and_then(|_| check("vkEndCommandBuffer", d.end_command_buffer(self.cmd)))
         };
         let r = recorded.and_then(|_| ctx.submit_and_wait(self.cmd, self.fence));
         ctx.destroy_buffer(staging, &mut self.calls);
@@ -1118,18 +1105,7 @@ impl VulkanBackend {
             self.execute_calls += 4;
             // SAFETY: the command buffer is not pending (every submit is waited for).
             unsafe {
-                check(
-                    "vkResetCommandBuffer",
-                    d.reset_command_buffer(self.cmd, vk::CommandBufferResetFlags::empty()),
-                )?;
-                check(
-                    "vkBeginCommandBuffer",
-                    d.begin_command_buffer(
-                        self.cmd,
-                        &vk::CommandBufferBeginInfo::default()
-                            .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
-                    ),
-                )?;
+                super::begin_one_time(d, self.cmd)?;
                 d.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, ctx.replay.raw);
             }
             let barrier = [vk::MemoryBarrier::default()

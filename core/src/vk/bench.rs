@@ -263,18 +263,7 @@ impl Runner {
         // SAFETY: the command buffer is not pending (every run waits), the pipeline is live, and
         // the push block is the layout's 128 bytes.
         unsafe {
-            check(
-                "vkResetCommandBuffer",
-                d.reset_command_buffer(self.cmd, vk::CommandBufferResetFlags::empty()),
-            )?;
-            check(
-                "vkBeginCommandBuffer",
-                d.begin_command_buffer(
-                    self.cmd,
-                    &vk::CommandBufferBeginInfo::default()
-                        .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
-                ),
-            )?;
+            super::begin_one_time(d, self.cmd)?;
             d.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline.raw);
             d.cmd_push_constants(
                 self.cmd,

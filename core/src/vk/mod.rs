@@ -235,6 +235,28 @@ pub fn describe(result: vk::Result) -> (String, &'static str) {
     (name.to_owned(), meaning)
 }
 
+/// Resets `cmd` and begins it for one submit, the start every recording here shares.
+///
+/// # Safety
+/// `cmd` must come from a pool of `device` and must not be pending (its last submit waited for).
+pub unsafe fn begin_one_time(device: &ash::Device, cmd: vk::CommandBuffer) -> Result<(), VkError> {
+    // SAFETY: the caller guarantees `cmd` is `device`'s and not pending.
+    unsafe {
+        check(
+            "vkResetCommandBuffer",
+            device.reset_command_buffer(cmd, vk::CommandBufferResetFlags::empty()),
+        )?;
+        check(
+            "vkBeginCommandBuffer",
+            device.begin_command_buffer(
+                cmd,
+                &vk::CommandBufferBeginInfo::default()
+                    .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+            ),
+        )
+    }
+}
+
 /// Turns the result of the Vulkan call `call` into a named [`VkError`].
 pub fn check<T>(call: &'static str, result: Result<T, vk::Result>) -> Result<T, VkError> {
     result.map_err(|r| {
