@@ -5,7 +5,9 @@
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_main};
-use dispatchscope_core::chunk_table::{ChunkTable, DEFAULT_PROBE_BOUND};
+use dispatchscope_core::chunk_table::{
+    ChunkTable, DEFAULT_PROBE_BOUND, random_hash_probes_per_hit,
+};
 
 /// 4 KiB chunks: the host page, the chunk T1 gives when mappings are page-aligned.
 const CHUNK_BYTES: u64 = 4096;
@@ -88,12 +90,14 @@ fn print_table_stats(name: &str, t: &ChunkTable) {
     let histogram = t.probe_histogram_hits();
     let longest = histogram.iter().rposition(|&c| c > 0).unwrap_or(0);
     eprintln!(
-        "chunk_table {name}: {} chunks in {} slots ({} MiB), load {:.3}, mean probes per hit {:.3}, per miss {:.3}, longest {longest}, bound {}, {} placement pass(es); hits by probes {:?}",
+        "chunk_table {name}: {} chunks in {} slots ({} MiB), load {:.3}, multiplier {:#x}, mean probes per hit {:.3} (a random hash: {:.3}), per miss {:.3}, longest {longest}, bound {}, {} placement pass(es); hits by probes {:?}",
         t.len(),
         t.capacity(),
         (t.capacity() * 16) >> 20,
         t.load(),
+        t.multiplier(),
         t.mean_probes_hit(),
+        random_hash_probes_per_hit(t.load()),
         t.mean_probes_miss(),
         t.probe_bound(),
         t.rebuilds(),

@@ -579,6 +579,7 @@ impl<B: Backend> Engine<B> {
             n_chunks: t.len() as u64,
             load: t.load(),
             probe_bound: t.probe_bound(),
+            multiplier: t.multiplier(),
             mean_probes_hit: t.mean_probes_hit(),
             mean_probes_miss: t.mean_probes_miss(),
             probe_histogram: t.probe_histogram_hits(),

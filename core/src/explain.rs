@@ -241,12 +241,13 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
     if let Some(t) = &r.table {
         writeln!(
             o,
-            "  table: chunk {:#x} bytes, {} chunks in {} slots (load {:.3}), probe bound {}, mean probes {:.3} per hit, {:.3} per miss, {:?}, {:#x} bytes at {:#x} (push word {}, T3)",
+            "  table: chunk {:#x} bytes, {} chunks in {} slots (load {:.3}), probe bound {}, hash multiplier {:#x}, mean probes {:.3} per hit, {:.3} per miss, {:?}, {:#x} bytes at {:#x} (push word {}, T3)",
             t.chunk_bytes,
             t.n_chunks,
             t.capacity,
             t.load,
             t.probe_bound,
+            t.multiplier,
             t.mean_probes_hit,
             t.mean_probes_miss,
             t.placement,

@@ -202,6 +202,10 @@ pub struct TableReport {
     pub load: f64,
     /// T2's probe bound.
     pub probe_bound: u32,
+    /// The hash's multiplier, chosen by the build for its keys: a chunk's home slot is
+    /// `(chunk * multiplier) >> (64 - log2(capacity))`. 0 in reports written before it was recorded.
+    #[serde(default, with = "hex")]
+    pub multiplier: u64,
     /// Mean probes a stored chunk needs.
     pub mean_probes_hit: f64,
     /// Mean probes a miss needs.

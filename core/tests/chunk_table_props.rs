@@ -76,7 +76,8 @@ fn check_layout(t: &ChunkTable) -> Result<(), TestCaseError> {
             continue;
         }
         n += 1;
-        let home = home_slot(s.guest_chunk, t.capacity_log2());
+        let home = home_slot(s.guest_chunk, t.multiplier(), t.capacity_log2());
+        prop_assert_eq!(home, t.home_slot(s.guest_chunk));
         let dist = slot.wrapping_sub(home) & mask;
         prop_assert!(
             dist < t.probe_bound() as usize,

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use dispatchscope_core::DispatchReport;
-use dispatchscope_core::chunk_table::{ChunkTable, LookupOutcome, LookupTrace, home_slot};
+use dispatchscope_core::chunk_table::{ChunkTable, LookupOutcome, LookupTrace};
 use egui::{Color32, Mesh, Pos2, Rect, RichText, Sense, Shape, Stroke, StrokeKind, Vec2};
 use egui_plot::{Bar, BarChart, Plot};
 
@@ -478,7 +478,7 @@ fn slot_tooltip(
     if s.is_empty() {
         return format!("slot {slot}: empty");
     }
-    let home = home_slot(s.guest_chunk, table.capacity_log2());
+    let home = table.home_slot(s.guest_chunk);
     let distance = (slot + table.capacity() - home) % table.capacity();
     let mut t = format!(
         "slot {slot}: chunk {} (guest {}) → device {}\nhome slot {home}, found on probe {}",
@@ -526,6 +526,10 @@ fn summary_ui(ui: &mut egui::Ui, report: &DispatchReport, snap: Option<&TableSna
                                 "{:.2} / {:.2}",
                                 t.mean_probes_hit, t.mean_probes_miss
                             )));
+                            ui.end_row();
+                            ui.label("hash multiplier (T2)")
+                                .on_hover_text("home slot = (chunk × multiplier) >> (64 − log2 slots); the build chose it for these chunks");
+                            ui.label(mono(format!("{:#x}", t.multiplier)));
                             ui.end_row();
                             ui.label("built before this dispatch");
                             ui.label(t.rebuilt.as_deref().unwrap_or("no: kept"));

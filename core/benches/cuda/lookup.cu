@@ -53,10 +53,8 @@
         }                                                                               \
     } while (0)
 
-// chunk_table.rs: EMPTY_KEY, FIBONACCI_MULTIPLIER, MIX_SHIFT; spirv.rs: NO_SLOT.
+// chunk_table.rs: EMPTY_KEY; spirv.rs: NO_SLOT. The table's multiplier comes from meta.txt.
 constexpr uint64_t EMPTY_KEY = ~0ull;
-constexpr uint64_t FIBONACCI_MULTIPLIER = 0x9E3779B97F4A7C15ull;
-constexpr uint32_t MIX_SHIFT = 29;
 constexpr uint32_t NO_SLOT = 0xffffffffu;
 
 struct Hit {
@@ -65,15 +63,15 @@ struct Hit {
 };
 
 // T5: the device address of a chunk's first byte and its slot, or (0, NO_SLOT). Bit for bit
-// chunk_table::home_slot and ChunkTable::lookup: home = ((k ^ (k >> 29)) * FIB) >> (64 - log2),
+// chunk_table::home_slot and ChunkTable::lookup: home = (k * multiplier) >> (64 - log2),
 // then at most `bound` consecutive 16-byte slots, wrapping, until the key or the empty key.
 // A slot is read as one 16-byte load (key, address): the layout's point.
 __device__ __forceinline__ Hit lookup(const ulonglong2* __restrict__ table, uint32_t capacity_log2,
-                                      uint32_t probe_bound, uint64_t guest_chunk) {
+                                      uint32_t probe_bound, uint64_t multiplier,
+                                      uint64_t guest_chunk) {
     Hit hit{0, NO_SLOT};
     if (guest_chunk == EMPTY_KEY) return hit;
-    const uint64_t mixed = guest_chunk ^ (guest_chunk >> MIX_SHIFT);
-    const uint64_t h = mixed * FIBONACCI_MULTIPLIER;
+    const uint64_t h = guest_chunk * multiplier;
     const uint32_t home = capacity_log2 == 0 ? 0u : (uint32_t)(h >> (64 - capacity_log2));
     const uint32_t wrap_mask = (1u << capacity_log2) - 1u;
     uint32_t slot = home;
@@ -98,6 +96,7 @@ struct Params {
     const ulonglong2* table;
     uint32_t capacity_log2;
     uint32_t probe_bound;
+    uint64_t multiplier;
     uint32_t chunk_shift;
     const uint64_t* flat;   // one device address per 4 KiB page from flat_first_page, 0 if unmapped
     uint64_t flat_first_page;
@@ -115,9 +114,9 @@ __global__ void through_helper(Params p) {
         // aligned 4-byte load, as in the Vulkan kernel).
         const uint64_t c0 = a >> p.chunk_shift;
         const uint64_t c1 = (a + 3) >> p.chunk_shift;
-        const Hit h0 = lookup(p.table, p.capacity_log2, p.probe_bound, c0);
+        const Hit h0 = lookup(p.table, p.capacity_log2, p.probe_bound, p.multiplier, c0);
         Hit h1 = h0;
-        if (c1 != c0) h1 = lookup(p.table, p.capacity_log2, p.probe_bound, c1);
+        if (c1 != c0) h1 = lookup(p.table, p.capacity_log2, p.probe_bound, p.multiplier, c1);
         (void)h1;
         if (h0.slot != NO_SLOT) acc ^= *(const uint32_t*)(h0.device_addr + (a & chunk_mask));
     }
@@ -201,6 +200,7 @@ int main(int argc, char** argv) {
     const uint32_t capacity_log2 = (uint32_t)num("capacity_log2");
     const uint32_t chunk_shift = (uint32_t)num("chunk_shift");
     const uint32_t probe_bound = (uint32_t)num("probe_bound");
+    const uint64_t multiplier = num("multiplier");
     const uint64_t arena_bytes = num("arena_bytes");
     const uint64_t file_base = num("file_base");
 
@@ -311,6 +311,7 @@ int main(int argc, char** argv) {
         p.table = d_table;
         p.capacity_log2 = capacity_log2;
         p.probe_bound = probe_bound;
+        p.multiplier = multiplier;
         p.chunk_shift = chunk_shift;
         p.flat = d_flat;
         p.flat_first_page = first_page;

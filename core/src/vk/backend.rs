@@ -871,7 +871,7 @@ impl VulkanBackend {
             .iter()
             .any(|pa| matches!(pa.route, Planned::Device { .. }));
         // T3/T6: the table the device reads; a job without device accesses does not read it.
-        let mut table_push = (0u64, 0u32, 0u32, 0u32);
+        let mut table_push = (0u64, 0u32, 0u32, 0u32, 0u64);
         if has_device && let Some(t) = table {
             let Some(placed) = self.table.as_ref() else {
                 return Err(VkError::TableNotPlaced {
@@ -900,6 +900,7 @@ impl VulkanBackend {
                 t.chunk_shift(),
                 t.capacity_log2(),
                 t.probe_bound(),
+                t.multiplier(),
             );
         }
         if has_device {
@@ -981,7 +982,7 @@ impl VulkanBackend {
         enc: &Encoded,
         l: &AuxLayout,
         holders: &[(Buf, Buf)],
-        table: (u64, u32, u32, u32),
+        table: (u64, u32, u32, u32, u64),
         no_table: bool,
     ) -> Result<(), VkError> {
         let ctx = Arc::clone(&self.ctx);
@@ -1092,9 +1093,9 @@ impl VulkanBackend {
             put64(&mut words, push::SCRATCH, aux_addr + l.scratch);
             words[push::LDS_STRIDE as usize] = l.lds_stride as u32;
             words[push::SCRATCH_STRIDE as usize] = l.scratch_stride as u32;
-            let (t_addr, shift, log2, bound) = if no_table {
+            let (t_addr, shift, log2, bound, multiplier) = if no_table {
                 // No table: an empty one of 16 slots, so every lookup misses (T4).
-                (aux_addr + l.empty_table, 12, 4, 1)
+                (aux_addr + l.empty_table, 12, 4, 1, 1)
             } else {
                 table
             };
@@ -1102,6 +1103,7 @@ impl VulkanBackend {
             words[push::CHUNK_SHIFT as usize] = shift;
             words[push::CAPACITY_LOG2 as usize] = log2;
             words[push::PROBE_BOUND as usize] = bound;
+            put64(&mut words, push::MULTIPLIER, multiplier);
             self.execute_calls += 4;
             // SAFETY: the command buffer is not pending (every submit is waited for).
             unsafe {

@@ -414,6 +414,7 @@ pub fn lookup_bench(ctx: &Arc<Context>, cfg: &LookupConfig) -> Result<LookupFigu
         w[push::CHUNK_SHIFT as usize] = shift;
         w[push::CAPACITY_LOG2 as usize] = table.capacity_log2();
         w[push::PROBE_BOUND as usize] = table.probe_bound();
+        put64(&mut w, push::MULTIPLIER, table.multiplier());
         put64(&mut w, push::FLAT, flat_buf.address);
         put64(&mut w, push::FLAT_FIRST_PAGE, first_page);
         w[push::FLAT_PAGES as usize] = n_pages as u32;
@@ -675,6 +676,7 @@ pub fn write_cuda_inputs(
     writeln!(meta, "capacity_log2 {}", table.capacity_log2())?;
     writeln!(meta, "chunk_shift {shift}")?;
     writeln!(meta, "probe_bound {}", table.probe_bound())?;
+    writeln!(meta, "multiplier {}", table.multiplier())?;
     writeln!(meta, "pieces {}", pieces.len())?;
     writeln!(meta, "arena_bytes {at}")?;
     writeln!(meta, "file_base {CUDA_FILE_BASE}")?;

@@ -9,7 +9,8 @@
 //! # The push block (T3)
 //! 32 little-endian words (128 bytes, the least every device gives). Words 30 and 31 hold the chunk
 //! table's device address ([`crate::rules::DEVICE_TABLE_PUSH_WORD`]); the helper also reads the
-//! table's `capacity_log2` (word 19) and probe bound (word 20). Words 0 to 18 carry the replay's own
+//! table's `capacity_log2` (word 19), probe bound (word 20) and hash multiplier (words 28 and 29).
+//! Words 0 to 18 carry the replay's own
 //! buffers ([`push`]): the replay shader is not the guest's program, and the engine has already
 //! resolved every base the guest's push words carried (O10), so they are not needed on the device.
 //!
@@ -33,7 +34,7 @@ use rspirv::spirv::{
 };
 
 use super::VkError;
-use crate::chunk_table::{EMPTY_KEY, FIBONACCI_MULTIPLIER, MIX_SHIFT, SLOT_BYTES};
+use crate::chunk_table::{EMPTY_KEY, SLOT_BYTES};
 use crate::input::Format;
 use crate::rules::DEVICE_TABLE_PUSH_WORD;
 
@@ -73,6 +74,8 @@ pub mod push {
     pub const FLAT_FIRST_PAGE: u32 = 24;
     /// Bench: the flat table's pages.
     pub const FLAT_PAGES: u32 = 26;
+    /// The chunk table's hash multiplier (2 words), read by the helper (T2).
+    pub const MULTIPLIER: u32 = 28;
     /// Bench: device address of the guest addresses to load (2 words).
     pub const ADDRS: u32 = 0;
     /// T3: the chunk table's device address (2 words).
@@ -643,9 +646,9 @@ impl Asm {
 /// first byte and its table slot, or address 0 and slot `NO_SLOT` on a miss.
 ///
 /// Bit for bit [`crate::chunk_table::home_slot`] and the table's bounded probe: the home slot is
-/// `((k ^ (k >> 29)) * 0x9E3779B97F4A7C15) >> (64 - capacity_log2)` (0 when `capacity_log2` is 0);
-/// up to `probe_bound` consecutive 16-byte slots (wrapping) are read until the key (a hit) or the
-/// empty key (a miss). The table's address, `capacity_log2` and the bound come from the push block.
+/// `(k * multiplier) >> (64 - capacity_log2)` (0 when `capacity_log2` is 0); up to `probe_bound`
+/// consecutive 16-byte slots (wrapping) are read until the key (a hit) or the empty key (a miss). The
+/// table's address, `capacity_log2`, the bound and the multiplier come from the push block.
 fn emit_lookup(a: &mut Asm) -> R<Word> {
     let t = a.t;
     let (f, params) = a.begin_function(t.hit, &[t.u64], "lookup")?;
@@ -668,12 +671,10 @@ fn emit_lookup(a: &mut Asm) -> R<Word> {
     a.b.name(table, "table");
     a.b.name(log2, "capacity_log2");
     a.b.name(bound, "probe_bound");
-    // home = ((k ^ (k >> 29)) * FIB) >> (64 - log2), or 0 when log2 == 0.
-    let mix = a.c64(u64::from(MIX_SHIFT));
-    let folded = a.shr(t.u64, chunk, mix)?;
-    let mixed = a.xor(t.u64, chunk, folded)?;
-    let fib = a.c64(FIBONACCI_MULTIPLIER);
-    let h = a.mul(t.u64, mixed, fib)?;
+    let multiplier = a.push_u64(push::MULTIPLIER)?;
+    a.b.name(multiplier, "multiplier");
+    // home = (k * multiplier) >> (64 - log2), or 0 when log2 == 0.
+    let h = a.mul(t.u64, chunk, multiplier)?;
     let zero = a.c32(0);
     let one = a.c32(1);
     let is0 = a.eq(log2, zero)?;
