@@ -29,10 +29,10 @@ pub const MAX_CHUNK_BYTES: u64 = 65536;
 ///
 /// Chosen as 2/7 because at load `a` linear probing with a random hash needs `(1 + 1/(1 - a)) / 2`
 /// probes per hit on average (Knuth), which is 1.2 at `a = 2/7`.
-/// [`home_slot`] spreads consecutive chunks more evenly than a random hash. On realistic keys (16 to 256
-/// runs of consecutive chunks at scattered bases, 4 or 64 KiB chunks) the mean over many key sets at the
-/// working load measured 1.10–1.18; one key set alone ranges up to 1.48, when two runs happen to land on
-/// the same slots, and the bench's set of 262,144 chunks gives 1.21 (see `benches/README.md`).
+/// One fixed multiplier averages that on realistic keys (runs of consecutive chunks at scattered bases)
+/// but single key sets range from 1.07 to 1.35 at load 0.25, so a build chooses its multiplier
+/// ([`MULTIPLIERS`]) and keeps one no worse than a random hash: the bench's 262,144 chunks get 1.14
+/// (see `benches/README.md`), where the Fibonacci multiplier alone gave 1.21.
 /// The capacity is a power of two, so the working load lies between `MAX_LOAD / 2` and `MAX_LOAD`.
 pub const MAX_LOAD: f64 = 2.0 / 7.0;
 
