@@ -175,6 +175,17 @@ fn build_and_insert(c: &mut Criterion) {
     let mut group = c.benchmark_group(format!("table/N={N_LARGE}"));
     group.sample_size(20);
     group.bench_function("build", |b| b.iter(|| build_table(black_box(&chunks))));
+    // The same build with the multiplier the first one chose, given: what choosing it costs.
+    group.bench_function("build_multiplier_given", |b| {
+        b.iter(|| {
+            ChunkTable::build_with_multiplier(
+                CHUNK_BYTES,
+                DEFAULT_PROBE_BOUND,
+                black_box(&chunks),
+                table.multiplier(),
+            )
+        })
+    });
     group.bench_function("insert_one_new_chunk", |b| {
         b.iter_batched(
             || table.clone(),

@@ -331,42 +331,66 @@ impl fmt::Debug for ChunkTable {
     }
 }
 
-/// The table's slots, in one anonymous memory mapping of their own.
+/// The table's slots: on the heap, or, from [`HUGE_PAGE_BYTES`] up, in an anonymous memory mapping of
+/// their own.
 ///
 /// A large table is read at random, one slot per lookup: over 4 KiB pages a 16 MiB table needs more
-/// TLB entries than a core has, and a page walk per lookup doubled its cost in the bench. The mapping
-/// is page-aligned, so a table of 2 MiB or more asks the kernel for transparent huge pages
-/// (`madvise(MADV_HUGEPAGE)`, honoured where THP is `madvise` or `always`); where it is not, the
-/// table works the same, only slower.
-struct SlotMem {
-    map: memmap2::MmapMut,
+/// TLB entries than a core has, and the page walks cost a third of a lookup in the bench. The mapping
+/// is page-aligned (and, on Linux, 2 MiB-aligned for a mapping this large), so the table asks the
+/// kernel for transparent huge pages (`madvise(MADV_HUGEPAGE)`, honoured where THP is `madvise` or
+/// `always`); where it is not, the table works the same, only slower. Small tables stay on the heap:
+/// a mapping costs two system calls and counts against the process's map limit, and a debugger keeps
+/// a table per dispatch that changed it.
+enum SlotMem {
+    Heap(Vec<TableSlot>),
+    Mapped(memmap2::MmapMut),
 }
 
-/// Tables this large or larger ask for huge pages (the x86-64 and AArch64 huge page).
+/// Tables this large or larger get a mapping of their own and ask for huge pages (the x86-64 and
+/// AArch64 huge page).
 const HUGE_PAGE_BYTES: usize = 2 << 20;
 
 impl SlotMem {
     /// `capacity` empty slots.
     fn empty(capacity: usize) -> Result<SlotMem, TableError> {
         let bytes = capacity * SLOT_BYTES;
+        if bytes < HUGE_PAGE_BYTES {
+            return Ok(SlotMem::Heap(vec![TableSlot::EMPTY; capacity]));
+        }
+        let mut mem = SlotMem::Mapped(Self::map(bytes)?);
+        mem.fill(TableSlot::EMPTY);
+        Ok(mem)
+    }
+
+    /// An anonymous mapping of `bytes`, with the advice for huge pages.
+    fn map(bytes: usize) -> Result<memmap2::MmapMut, TableError> {
         let map = memmap2::MmapMut::map_anon(bytes).map_err(|e| TableError::Memory {
             bytes,
             reason: e.to_string(),
         })?;
         #[cfg(target_os = "linux")]
-        if bytes >= HUGE_PAGE_BYTES {
+        {
             // Advice only: a kernel without THP says no, and the table stays on small pages.
             let _ = map.advise(memmap2::Advice::HugePage);
         }
-        let mut mem = SlotMem { map };
-        mem.fill(TableSlot::EMPTY);
-        Ok(mem)
+        Ok(map)
     }
 
-    /// The first byte of slot 0; page-aligned.
+    /// The first byte of slot 0, aligned for a [`TableSlot`].
     #[inline]
     fn base(&self) -> *const u8 {
-        self.map.as_ptr()
+        match self {
+            SlotMem::Heap(v) => v.as_ptr().cast(),
+            SlotMem::Mapped(m) => m.as_ptr(),
+        }
+    }
+
+    /// Bytes of slots.
+    fn bytes(&self) -> usize {
+        match self {
+            SlotMem::Heap(v) => v.len() * SLOT_BYTES,
+            SlotMem::Mapped(m) => m.len(),
+        }
     }
 }
 
@@ -374,34 +398,39 @@ impl std::ops::Deref for SlotMem {
     type Target = [TableSlot];
     #[inline]
     fn deref(&self) -> &[TableSlot] {
-        bytemuck::cast_slice(&self.map)
+        match self {
+            SlotMem::Heap(v) => v,
+            SlotMem::Mapped(m) => bytemuck::cast_slice(m),
+        }
     }
 }
 
 impl std::ops::DerefMut for SlotMem {
     #[inline]
     fn deref_mut(&mut self) -> &mut [TableSlot] {
-        bytemuck::cast_slice_mut(&mut self.map)
+        match self {
+            SlotMem::Heap(v) => v,
+            SlotMem::Mapped(m) => bytemuck::cast_slice_mut(m),
+        }
     }
 }
 
 impl Clone for SlotMem {
-    /// A new mapping with the same slots. A clone that cannot get memory aborts, as a `Vec`'s does.
+    /// The same slots in new memory. A clone that cannot get memory aborts, as a `Vec`'s does.
     fn clone(&self) -> SlotMem {
-        let bytes = self.map.len();
-        let mut map = match memmap2::MmapMut::map_anon(bytes) {
-            Ok(map) => map,
-            Err(_) => std::alloc::handle_alloc_error(
-                std::alloc::Layout::from_size_align(bytes, 4096)
-                    .unwrap_or(std::alloc::Layout::new::<TableSlot>()),
-            ),
-        };
-        #[cfg(target_os = "linux")]
-        if bytes >= HUGE_PAGE_BYTES {
-            let _ = map.advise(memmap2::Advice::HugePage);
+        match self {
+            SlotMem::Heap(v) => SlotMem::Heap(v.clone()),
+            SlotMem::Mapped(m) => {
+                let Ok(mut map) = Self::map(m.len()) else {
+                    std::alloc::handle_alloc_error(
+                        std::alloc::Layout::from_size_align(m.len(), 4096)
+                            .unwrap_or(std::alloc::Layout::new::<TableSlot>()),
+                    )
+                };
+                map.copy_from_slice(m);
+                SlotMem::Mapped(map)
+            }
         }
-        map.copy_from_slice(&self.map);
-        SlotMem { map }
     }
 }
 
@@ -873,11 +902,11 @@ impl ChunkTable {
         reason = "the lookup's one unchecked read per probe, of an offset masked into the mapping (see SAFETY)"
     )]
     fn slot_at(&self, at: usize) -> &TableSlot {
-        debug_assert!(at.is_multiple_of(SLOT_BYTES) && at + SLOT_BYTES <= self.slots.map.len());
-        // SAFETY: the mapping holds `SLOT_BYTES << capacity_log2` bytes of initialised `TableSlot`s
-        // (plain old data: two u64s) from a page-aligned base (the struct invariant). Both callers'
-        // offsets are multiples of SLOT_BYTES below that length (see above), so this reads one whole,
-        // aligned slot inside the mapping, which nothing writes while `&self` lives.
+        debug_assert!(at.is_multiple_of(SLOT_BYTES) && at + SLOT_BYTES <= self.slots.bytes());
+        // SAFETY: the slots are `SLOT_BYTES << capacity_log2` bytes of initialised `TableSlot`s (plain
+        // old data: two u64s) from a base aligned for them (a Vec's, or a page-aligned mapping's).
+        // Both callers' offsets are multiples of SLOT_BYTES below that length (see above), so this
+        // reads one whole, aligned slot inside them, which nothing writes while `&self` lives.
         unsafe { &*self.slots.base().add(at).cast::<TableSlot>() }
     }
 
@@ -1594,6 +1623,31 @@ mod choice_tests {
             fixed.insert(0x7000_0000 + k, 0).unwrap();
         }
         assert_eq!(fixed.multiplier(), FIBONACCI_MULTIPLIER);
+    }
+
+    /// From 2 MiB a table lives in a mapping of its own; lookups, clones and grows work the same.
+    #[test]
+    fn t2_large_tables_live_in_their_own_mapping() {
+        let entries: Vec<(u64, u64)> = (0..30_000u64)
+            .map(|i| (0x4_0000_0000 + i, 0x1_0000_0000 + i * PAGE))
+            .collect();
+        let mut t = ChunkTable::build(PAGE, DEFAULT_PROBE_BOUND, &entries).unwrap();
+        assert_eq!(t.capacity(), 1 << 17);
+        assert!(matches!(t.slots, SlotMem::Mapped(_)));
+        let copy = t.clone();
+        assert_eq!(copy.slots(), t.slots());
+        for &(k, a) in &entries {
+            assert_eq!(t.lookup(k), Some(a));
+            assert_eq!(copy.lookup(k), Some(a));
+        }
+        assert_eq!(t.lookup(0x4_0000_0000 + 30_000), None);
+        assert!(t.remove(0x4_0000_0000));
+        assert_eq!(copy.lookup(0x4_0000_0000), Some(0x1_0000_0000));
+        for k in 0..10_000u64 {
+            t.insert(0x9_0000_0000 + k, k).unwrap();
+        }
+        assert_eq!(t.capacity(), 1 << 18);
+        assert_eq!(t.lookup(0x9_0000_0000 + 9_999), Some(9_999));
     }
 
     #[test]
