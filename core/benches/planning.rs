@@ -1,13 +1,16 @@
-//! Planning the bound path (`plan_bindings`, O1–O11) of dispatches with random overlaps: 32 slots
-//! (a large real dispatch), then 10,000 and 100,000 slots, whose ratio shows how the planner
-//! scales. See `benches/README.md` for which number matters.
+//! Planning the bound path (O1–O11) of dispatches with random overlaps: 32 slots (a large real
+//! dispatch), then 10,000 and 100,000 slots, whose ratio shows how the planner scales. The engine
+//! keeps one [`Planner`] and plans every dispatch with it, so the `plan_bindings/N` cases do too
+//! (its working arrays are reused, the plan is allocated anew each call); `plan_bindings_fresh/N`
+//! is the free function `plan_bindings`, a fresh planner per call, for comparison. See
+//! `benches/README.md` for which number matters.
 
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_main};
 use dispatchscope_core::Slot;
 use dispatchscope_core::input::DeviceLimits;
-use dispatchscope_core::overlap::plan_bindings;
+use dispatchscope_core::overlap::{Planner, plan_bindings};
 
 /// xorshift64*: a fixed, dependency-free stream of pseudo-random numbers.
 struct Rng(u64);
@@ -60,17 +63,21 @@ fn slots(n: usize, seed: u64, aligned_odds: u64) -> Vec<Slot> {
 
 fn planning(c: &mut Criterion) {
     let limits = DeviceLimits::default();
-    let mut group = c.benchmark_group("plan_bindings");
-    // 32, 10k, 100k slots with 1 % misaligned bases; and 32 slots with half of them misaligned,
-    // where the named O7 refusals (their text formatted) dominate.
-    for (name, n, odds) in [
+    let inputs: Vec<(&str, usize, Vec<Slot>)> = [
         ("32", 32usize, 100u64),
         ("10000", 10_000, 100),
         ("100000", 100_000, 100),
         ("32_half_misaligned", 32, 2),
-    ] {
-        let input = slots(n, 0xD953 + n as u64, odds);
-        let plan = plan_bindings(&input, &[], &limits, None);
+    ]
+    .into_iter()
+    .map(|(name, n, odds)| (name, n, slots(n, 0xD953 + n as u64, odds)))
+    .collect();
+    let mut group = c.benchmark_group("plan_bindings");
+    // 32, 10k, 100k slots with 1 % misaligned bases; and 32 slots with half of them misaligned,
+    // where the named O7 refusals (their text formatted) dominate.
+    for (name, n, input) in &inputs {
+        let (name, n) = (*name, *n);
+        let plan = plan_bindings(input, &[], &limits, None);
         eprintln!(
             "plan_bindings/{name}: {} sets, {} slots in sets, {} refusals",
             plan.sets.len(),
@@ -79,7 +86,18 @@ fn planning(c: &mut Criterion) {
         );
         group.sample_size(if n >= 100_000 { 20 } else { 100 });
         group.throughput(Throughput::Elements(n as u64));
-        group.bench_with_input(BenchmarkId::from_parameter(name), &input, |b, input| {
+        // The engine's path: one planner, reused from call to call.
+        let mut planner = Planner::new();
+        group.bench_with_input(BenchmarkId::from_parameter(name), input, |b, input| {
+            b.iter(|| planner.plan(black_box(input), &[], &limits, None))
+        });
+    }
+    group.finish();
+    let mut group = c.benchmark_group("plan_bindings_fresh");
+    for (name, n, input) in &inputs {
+        group.sample_size(if *n >= 100_000 { 20 } else { 100 });
+        group.throughput(Throughput::Elements(*n as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(name), input, |b, input| {
             b.iter(|| plan_bindings(black_box(input), &[], &limits, None))
         });
     }

@@ -18,7 +18,7 @@ use crate::input::{
     Access, AccessKind, DeviceLimits, DispatchInput, DispatchKind, InputError, Op, words_for,
 };
 use crate::memory::{Event, GuestMemory, MemoryChange, MemoryError};
-use crate::overlap::{BindPlan, plan_bindings};
+use crate::overlap::{BindPlan, Planner};
 use crate::report::{
     AccessReport, BeforeDispatch, Counts, DispatchReport, Escape, EscapeClass, EventReport,
     HandOff, Hazard, MappingReport, Mark, Mode, Placement, Refusal, Route, SCHEMA, TableReport,
@@ -65,6 +65,8 @@ pub struct Engine<B: Backend = CpuBackend> {
     next_event: u64,
     pending: Vec<EventReport>,
     in_flight: Option<u64>,
+    /// Plans every dispatch's bound path, keeping its working arrays between dispatches.
+    planner: Planner,
 }
 
 impl Engine<CpuBackend> {
@@ -94,6 +96,7 @@ impl<B: Backend> Engine<B> {
             next_event: 0,
             pending: Vec::new(),
             in_flight: None,
+            planner: Planner::new(),
         })
     }
 
@@ -228,7 +231,7 @@ impl<B: Backend> Engine<B> {
         let limits = self.limits.clone();
         validate(input, &limits)?;
         let index = self.next_dispatch;
-        let plan = plan_bindings(
+        let plan = self.planner.plan(
             &input.slots,
             &input.push,
             &limits,

@@ -7,6 +7,7 @@
 //! It reads no memory and runs nothing.
 
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 use crate::addr::{ByteRange, hex};
 use crate::input::{BaseSource, DeviceLimits, PageBuffer, Slot};
@@ -86,6 +87,16 @@ pub struct Member {
     pub written: bool,
 }
 
+/// How many members (and joins) a set keeps inline, without an allocation of its own: sets are
+/// mostly of two to a handful of slots.
+pub const INLINE_MEMBERS: usize = 4;
+
+/// A set's members: a vector that holds up to [`INLINE_MEMBERS`] inline.
+pub type SetMembers = SmallVec<[Member; INLINE_MEMBERS]>;
+
+/// A set's joins: a vector that holds up to [`INLINE_MEMBERS`] inline.
+pub type SetJoins = SmallVec<[Join; INLINE_MEMBERS]>;
+
 /// One set: slots bound as one buffer (O2).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BindSet {
@@ -97,10 +108,12 @@ pub struct BindSet {
     /// Where the widened binding ends (O5, guest address, exclusive).
     #[serde(with = "hex")]
     pub end: u64,
-    /// Every member but the holder, by slot.
-    pub members: Vec<Member>,
-    /// The joins that made the set (a spanning forest: each member reached once).
-    pub joins: Vec<Join>,
+    /// Every member but the holder, by slot (a plain array in JSON; a set of up to
+    /// [`INLINE_MEMBERS`] members keeps them inline).
+    pub members: SetMembers,
+    /// The joins that made the set (a spanning forest: each member reached once; a plain array
+    /// in JSON, inline up to [`INLINE_MEMBERS`]).
+    pub joins: SetJoins,
     /// Whether any member is written (the set is written back, O8).
     pub written: bool,
 }
@@ -130,173 +143,103 @@ impl BindPlan {
     }
 }
 
-/// What the set pass reads of one bound slot, gathered beside the other slots of its set, so
-/// that the pass reads one array in order instead of the slots at random.
-#[derive(Clone, Copy, Default)]
-struct Gathered {
-    /// Its position in the dispatch's slots.
-    pos: usize,
+/// What the planner reads of one slot, gathered once so that the sweep and the set pass read
+/// one compact array instead of the slots.
+#[derive(Clone, Copy, Debug, Default)]
+struct Info {
     /// Its range (O10: from the base its accesses are read against).
     start: u64,
     end: u64,
     /// Its slot number.
     slot: u32,
-    /// The slot number it copies (O3), itself when it is no copy.
-    canon_slot: u32,
-    /// Whether it is a copy.
-    is_copy: bool,
-    /// Whether the dispatch writes through it.
-    written: bool,
-    /// Whether it, or a copy of it, is written.
-    written_with_copies: bool,
+    /// [`BOUND`], [`WRITTEN`], [`JOINS_WRITTEN`], [`COPY`].
+    flags: u8,
 }
+
+/// The slot and the slot it copies are resolved: it is bound.
+const BOUND: u8 = 1;
+/// The dispatch writes through the slot.
+const WRITTEN: u8 = 2;
+/// The slot, or a copy of it, is written (O3): its joins are a written slot's.
+const JOINS_WRITTEN: u8 = 4;
+/// The slot is a copy of another (O3).
+const COPY: u8 = 8;
+
+/// No position, no set.
+const NONE: u32 = u32::MAX;
 
 /// A slot the sweep holds open: its range, number and position, so that a join needs no look
 /// at the slots.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 struct Open {
     range: ByteRange,
     slot: u32,
-    pos: usize,
+    pos: u32,
 }
 
-/// Where the set pass placed one bound slot (in holder coordinates); the bindings are built
-/// from these in slot order.
-#[derive(Clone, Copy)]
+/// A set as its later members bind it: the holder and the widened binding.
+#[derive(Clone, Copy, Debug)]
 struct Placed {
-    offset: u64,
+    base: u64,
     widened: u64,
-    holder: u32,
-    /// Index into the sets, or `u32::MAX` when alone.
+    holder_slot: u32,
+    holder_pos: u32,
     set: u32,
-    /// [`Role::Unbound`] until the slot is placed.
-    role: Role,
 }
 
 /// A union-find forest over slot positions, in borrowed memory.
-struct Dsu<'a>(&'a mut [usize]);
+struct Dsu<'a>(&'a mut [u32]);
 
 impl Dsu<'_> {
-    fn find(&mut self, mut x: usize) -> usize {
-        while self.0[x] != x {
-            self.0[x] = self.0[self.0[x]];
-            x = self.0[x];
+    fn find(&mut self, mut x: u32) -> u32 {
+        while self.0[x as usize] != x {
+            self.0[x as usize] = self.0[self.0[x as usize] as usize];
+            x = self.0[x as usize];
         }
         x
     }
     /// Joins the sets of `a` and `b`; returns whether they were apart.
-    fn union(&mut self, a: usize, b: usize) -> bool {
+    fn union(&mut self, a: u32, b: u32) -> bool {
         let (ra, rb) = (self.find(a), self.find(b));
         if ra != rb {
-            self.0[rb] = ra;
+            self.0[rb as usize] = ra;
         }
         ra != rb
     }
 }
 
-/// Plans the bound path by O1–O11. `slots` must have passed [`crate::input`] validation
-/// (effective bases exist, no overflow, copies name real slots of the same range).
-pub fn plan_bindings(
-    slots: &[Slot],
-    push: &[u32],
-    limits: &DeviceLimits,
-    page_buffer: Option<&PageBuffer>,
-) -> BindPlan {
-    puffin::profile_function!();
-    let n = slots.len();
-    let range_of = |s: &Slot| {
-        let base = s.effective_base(push).unwrap_or(s.base);
-        ByteRange::new(base, base.saturating_add(s.size_bytes))
-    };
-    let ranges: Vec<ByteRange> = slots.iter().map(range_of).collect();
-
-    // O3: a copy follows the slot it copies; its writes count for that slot's joins. Without
-    // copies (the common case) every slot is its own canonical slot and nothing is allocated.
-    let has_copies = slots.iter().any(|s| s.alias_of.is_some());
-    let mut canon: Vec<usize> = Vec::new();
-    let mut written: Vec<bool> = Vec::new();
-    if has_copies {
-        // Slot number → first position, by binary search.
-        let mut by_slot: Vec<(u32, usize)> =
-            slots.iter().enumerate().map(|(i, s)| (s.slot, i)).collect();
-        by_slot.sort_unstable();
-        let pos_of_slot = |slot: u32| {
-            let k = by_slot.partition_point(|&(s, _)| s < slot);
-            by_slot.get(k).filter(|&&(s, _)| s == slot).map(|&(_, i)| i)
-        };
-        canon = (0..n)
-            .map(|i| {
-                let mut c = i;
-                let mut steps = 0;
-                while let Some(of) = slots[c].alias_of.and_then(pos_of_slot) {
-                    c = of;
-                    steps += 1;
-                    if steps > n {
-                        break;
-                    }
-                }
-                c
-            })
-            .collect();
-        written = slots.iter().map(|s| s.written).collect();
-        for i in 0..n {
-            if slots[i].resolved && slots[canon[i]].resolved && slots[i].written {
-                written[canon[i]] = true;
-            }
-        }
-    }
-    let canon_of = |i: usize| if has_copies { canon[i] } else { i };
-    let bound = |i: usize| slots[i].resolved && slots[canon_of(i)].resolved;
-    let is_written = |i: usize| {
-        if has_copies {
-            written[i]
-        } else {
-            slots[i].written
-        }
-    };
-
-    // O1, O2: sweep the canonical slots in base order. Each slot's entry carries what the sweep
-    // reads, so that it walks one array in order: an integer key that sorts by base, then slot
-    // number, then position, `(base << 64) | (slot << 32) | (position << 1) | written` (a
-    // dispatch has fewer than 2^31 slots), and the slot's end.
-    let mut order: Vec<(u128, u64)> = Vec::with_capacity(n);
-    for i in (0..n).filter(|&i| bound(i) && canon_of(i) == i) {
-        let key = (u128::from(ranges[i].start) << 64)
-            | (u128::from(slots[i].slot) << 32)
-            | ((i as u128) << 1)
-            | u128::from(is_written(i));
-        order.push((key, ranges[i].end));
-    }
-    order.sort_unstable_by_key(|&(key, _)| key);
-    // One allocation for the forest, each slot's component, and the ends of the components'
-    // slots: `parent`, `comp_of_slot` (n each), `ends` (at most n + 1).
-    let mut scratch: Vec<usize> = vec![0; 3 * n + 1];
-    let (parent, rest) = scratch.split_at_mut(n);
-    let (comp_of_slot, ends) = rest.split_at_mut(n);
-    for (i, p) in parent.iter_mut().enumerate() {
-        *p = i;
-    }
-    let mut dsu = Dsu(parent);
-    // Each join with the position of its first slot (later, its set and its rank), to find its
-    // set without a search. A spanning forest has fewer joins than slots.
-    let mut joins: Vec<(u64, Join)> = Vec::with_capacity(n.saturating_sub(1));
+/// O1, O2: sweeps the canonical bound slots at `order` (positions, in the order of base, slot
+/// number, position), joining every overlap with a written slot into `dsu`. It keeps at most one
+/// written entry and a lazily expired list of read-only entries, each collapsed into its set as
+/// soon as a written slot joins it. Only a join that merges two parts is kept (the joins stay a
+/// spanning forest), with the position of its first slot in `join_pos`.
+fn sweep(
+    order: impl Iterator<Item = u32>,
+    info: &[Info],
+    dsu: &mut Dsu<'_>,
+    joins: &mut Vec<Join>,
+    join_pos: &mut Vec<u32>,
+    active_read: &mut Vec<Open>,
+) {
     // The written slot seen with the furthest end, while it is open; at most one.
     let mut active_written: Option<Open> = None;
-    // Read-only slots, expired lazily.
-    let mut active_read: Vec<Open> = Vec::with_capacity(8);
-    for &(key, end) in &order {
-        let cur = Open {
-            range: ByteRange::new((key >> 64) as u64, end),
-            slot: (key >> 32) as u32,
-            pos: (key as u32 >> 1) as usize,
+    for pos in order {
+        let g = info[pos as usize];
+        let r = ByteRange {
+            start: g.start,
+            end: g.end,
         };
-        let cur_written = key & 1 == 1;
-        let r = cur.range;
+        let cur = Open {
+            range: r,
+            slot: g.slot,
+            pos,
+        };
+        let cur_written = g.flags & JOINS_WRITTEN != 0;
         if let Some(w) = active_written {
             if w.range.end > r.start {
-                // Only a join that merges two parts is kept: the joins stay a spanning forest.
                 if dsu.union(w.pos, cur.pos) {
-                    joins.push((w.pos as u64, join(&w, &cur)));
+                    joins.push(join(&w, &cur));
+                    join_pos.push(w.pos);
                 }
                 active_written = Some(if r.end > w.range.end && cur_written {
                     cur
@@ -310,10 +253,11 @@ pub fn plan_bindings(
         if cur_written {
             // Every live read-only entry overlaps this written slot: join, then collapse them.
             let mut best: Option<Open> = None;
-            for o in &active_read {
+            for o in active_read.iter() {
                 if o.range.end > r.start {
                     if dsu.union(o.pos, cur.pos) {
-                        joins.push((o.pos as u64, join(o, &cur)));
+                        joins.push(join(o, &cur));
+                        join_pos.push(o.pos);
                     }
                     if best.is_none_or(|b| o.range.end > b.range.end) {
                         best = Some(*o);
@@ -330,203 +274,468 @@ pub fn plan_bindings(
             active_read.push(cur);
         }
     }
+}
 
-    // Components → sets, numbered in the order of their first slot.
-    const NONE: usize = usize::MAX;
-    comp_of_slot.fill(NONE);
-    for (i, c) in comp_of_slot.iter_mut().enumerate() {
-        if bound(i) {
-            *c = dsu.find(canon_of(i));
-        }
-    }
-    // Every find is done: the forest's array becomes each root's component number.
-    let comp_of_root = dsu.0;
-    comp_of_root.fill(NONE);
-    let mut n_comps = 0;
-    for c in comp_of_slot.iter_mut().filter(|c| **c != NONE) {
-        let root = *c;
-        if comp_of_root[root] == NONE {
-            comp_of_root[root] = n_comps;
-            n_comps += 1;
-        }
-        *c = comp_of_root[root];
-    }
-    // Each component's slots in slot order, gathered in one flat array by counting: after the
-    // fill, component c holds `flat[ends[c - 1]..ends[c]]` (from 0 for the first).
-    let ends = &mut ends[..n_comps + 1];
-    for &c in comp_of_slot.iter().filter(|&&c| c != NONE) {
-        ends[c + 1] += 1;
-    }
-    let n_sets = ends.iter().filter(|&&k| k > 1).count();
-    for c in 0..n_comps {
-        ends[c + 1] += ends[c];
-    }
-    let mut flat: Vec<Gathered> = vec![Gathered::default(); ends[n_comps]];
-    for (i, &c) in comp_of_slot.iter().enumerate().filter(|(_, c)| **c != NONE) {
-        flat[ends[c]] = Gathered {
-            pos: i,
-            start: ranges[i].start,
-            end: ranges[i].end,
-            slot: slots[i].slot,
-            canon_slot: slots[canon_of(i)].slot,
-            is_copy: canon_of(i) != i,
-            written: slots[i].written,
-            written_with_copies: is_written(i),
-        };
-        ends[c] += 1;
-    }
-    // The joins by set, in the order they were made.
-    for (k, (key, _)) in joins.iter_mut().enumerate() {
-        *key = ((comp_of_slot[*key as usize] as u64) << 32) | k as u64;
-    }
-    joins.sort_unstable_by_key(|&(key, _)| key);
-    let mut next_join = 0;
+/// Plans the bound path by O1–O11, keeping its working arrays from one call to the next.
+///
+/// The engine plans every dispatch, so it owns one `Planner` and calls [`Planner::plan`]: the
+/// arrays the sweep and the set pass work in are cleared, not freed, and a dispatch allocates
+/// only what its [`BindPlan`] holds. Nothing else carries over: a call's plan is the plan
+/// [`plan_bindings`] makes of the same input.
+#[derive(Debug, Default)]
+pub struct Planner {
+    /// What the planner reads of each slot.
+    info: Vec<Info>,
+    /// Slot number → first position, sorted (only with copies).
+    by_slot: Vec<(u32, u32)>,
+    /// Each slot's canonical position (only with copies).
+    canon: Vec<u32>,
+    /// The sweep's order as `(base - lowest base) << bits | position`, where that is exact.
+    keys: Vec<u64>,
+    /// The sweep's order as `base << 64 | slot << 32 | position`, where the short keys are not.
+    wide_keys: Vec<u128>,
+    /// The forest over positions.
+    parent: Vec<u32>,
+    /// Each bound slot's root in the forest.
+    root_of: Vec<u32>,
+    /// The next slot of the same set, in position order.
+    next: Vec<u32>,
+    /// Per root: its set's first slot.
+    head: Vec<u32>,
+    /// Per root: its set's first join; once the set is placed, its index in `placed`.
+    join_head: Vec<u32>,
+    /// The joins, in the order they were made.
+    joins: Vec<Join>,
+    /// Each join's first slot's position; later the next join of the same set.
+    join_pos: Vec<u32>,
+    /// The sweep's open read-only slots.
+    active_read: Vec<Open>,
+    /// The sets placed so far.
+    placed: Vec<Placed>,
+    /// The page buffer's pages, sorted.
+    pages: Vec<u64>,
+}
 
-    let align = limits.min_storage_buffer_offset_alignment.max(1);
-    // Vulkan's alignments are powers of two: a mask, not a division, on the common path.
-    let is_aligned = |offset: u64| {
-        if align.is_power_of_two() {
-            offset & (align - 1) == 0
-        } else {
-            offset.is_multiple_of(align)
+impl Planner {
+    /// A planner whose arrays are not allocated yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Plans the bound path by O1–O11. `slots` must have passed [`crate::input`] validation
+    /// (effective bases exist, no overflow, copies name real slots of the same range); a
+    /// dispatch has fewer than 2^31 slots.
+    pub fn plan(
+        &mut self,
+        slots: &[Slot],
+        push: &[u32],
+        limits: &DeviceLimits,
+        page_buffer: Option<&PageBuffer>,
+    ) -> BindPlan {
+        puffin::profile_function!();
+        let Self {
+            info,
+            by_slot,
+            canon,
+            keys,
+            wide_keys,
+            parent,
+            root_of,
+            next,
+            head,
+            join_head,
+            joins,
+            join_pos,
+            active_read,
+            placed,
+            pages,
+        } = self;
+        let n = slots.len();
+        let n32 = n as u32;
+
+        // Each slot's range, number and flags; whether slot numbers never fall in position
+        // order, and the lowest and highest base, which say whether the short keys are exact.
+        // The short keys without copies, `base << bits | position`, made in the same pass; they
+        // are exact when the highest base fits in 64 - bits bits. The arrays are sized first and
+        // written by index, so that the loop keeps their lengths in registers.
+        let bits = u64::BITS - (n as u64).leading_zeros();
+        info.clear();
+        info.resize(n, Info::default());
+        keys.clear();
+        keys.resize(n, 0);
+        let mut n_keys = 0;
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
+        let mut prev_slot = 0u32;
+        let mut slots_rise = true;
+        let mut has_copies = false;
+        for (i, (s, g)) in slots.iter().zip(info.iter_mut()).enumerate() {
+            let start = s.effective_base(push).unwrap_or(s.base);
+            let end = start.saturating_add(s.size_bytes);
+            lo = lo.min(start);
+            hi = hi.max(start);
+            slots_rise &= s.slot >= prev_slot;
+            prev_slot = s.slot;
+            has_copies |= s.alias_of.is_some();
+            let written = if s.written {
+                WRITTEN | JOINS_WRITTEN
+            } else {
+                0
+            };
+            *g = Info {
+                start,
+                end,
+                slot: s.slot,
+                flags: written | (u8::from(s.resolved) * BOUND),
+            };
+            // Written always, kept only for a resolved slot.
+            if let Some(k) = keys.get_mut(n_keys) {
+                *k = start.wrapping_shl(bits) | i as u64;
+            }
+            n_keys += usize::from(s.resolved);
         }
-    };
-    let mut plan = BindPlan {
-        sets: Vec::with_capacity(n_sets),
-        bindings: Vec::new(),
-        refusals: Vec::new(),
-    };
-    let mut placed: Vec<Placed> = vec![
-        Placed {
-            offset: 0,
-            widened: 0,
-            holder: 0,
-            set: u32::MAX,
-            role: Role::Unbound,
-        };
-        n
-    ];
-    for c in 0..n_comps {
-        let members = &flat[if c == 0 { 0 } else { ends[c - 1] }..ends[c]];
-        let holder = members
-            .iter()
-            .filter(|g| !g.is_copy)
-            .min_by_key(|g| (g.start, g.slot))
-            .unwrap_or(&members[0]);
-        let (base, holder_slot) = (holder.start, holder.slot);
-        let end = members.iter().map(|g| g.end).max().unwrap_or(base);
-        let widened = end - base;
-        let set_index = (members.len() > 1).then_some(plan.sets.len());
-        if widened > limits.max_storage_buffer_range {
-            plan.refusals
-                .push(too_wide(holder_slot, base, end, members.len(), limits));
-        }
-        let mut set_members = Vec::with_capacity(members.len() - 1);
-        for g in members {
-            let is_holder = g.pos == holder.pos;
-            let offset = g.start - base;
-            let binding = ByteRange::new(offset, widened);
-            let aligned = is_aligned(offset);
-            let role = if is_holder {
-                if members.len() > 1 {
-                    Role::Holder
-                } else {
-                    Role::Alone
+        keys.truncate(n_keys);
+
+        // O3: a copy follows the slot it copies; its writes count for that slot's joins.
+        // Without copies (the common case) every slot is its own canonical slot.
+        canon.clear();
+        if has_copies {
+            // Slot number → first position, by binary search.
+            by_slot.clear();
+            by_slot.extend(slots.iter().enumerate().map(|(i, s)| (s.slot, i as u32)));
+            by_slot.sort_unstable();
+            let by_slot = &by_slot[..];
+            let pos_of_slot = |slot: u32| {
+                let k = by_slot.partition_point(|&(s, _)| s < slot);
+                by_slot
+                    .get(k)
+                    .filter(|&&(s, _)| s == slot)
+                    .map(|&(_, i)| i as usize)
+            };
+            canon.extend((0..n).map(|i| {
+                let mut c = i;
+                let mut steps = 0;
+                while let Some(of) = slots[c].alias_of.and_then(pos_of_slot) {
+                    c = of;
+                    steps += 1;
+                    if steps > n {
+                        break;
+                    }
                 }
-            } else if g.is_copy {
-                Role::Copy { of: g.canon_slot }
+                c as u32
+            }));
+            for i in 0..n {
+                let c = canon[i] as usize;
+                if slots[i].resolved && slots[c].resolved && slots[i].written {
+                    info[c].flags |= JOINS_WRITTEN;
+                }
+            }
+            for i in 0..n {
+                let c = canon[i] as usize;
+                if !slots[c].resolved {
+                    info[i].flags &= !BOUND;
+                }
+                if c != i {
+                    info[i].flags |= COPY;
+                }
+            }
+        }
+        let info = &info[..];
+        let canon_of = |i: usize| if has_copies { canon[i] } else { i as u32 };
+        let canonical_bound =
+            |i: usize| info[i].flags & BOUND != 0 && (!has_copies || canon[i] as usize == i);
+
+        // O1, O2: the sweep visits the canonical bound slots by base, then slot number, then
+        // position. When slot numbers never fall in position order, position breaks ties as
+        // slot number does, and when the bases span fewer than 2^(64 - bits) bytes one u64
+        // `(base - lo) << bits | position` sorts exactly (`lo` is 0 when the highest base fits);
+        // otherwise a u128 key `base << 64 | slot << 32 | position` does.
+        parent.clear();
+        parent.extend(0..n32);
+        let mut dsu = Dsu(parent);
+        joins.clear();
+        join_pos.clear();
+        active_read.clear();
+        let fits = |span: u64| bits == 0 || span >> (64 - bits) == 0;
+        if slots_rise && fits(hi.saturating_sub(lo)) {
+            // The keys made with the ranges hold every resolved slot from base 0; with copies,
+            // or bases too high for them, they are made again.
+            if has_copies || !fits(hi) {
+                keys.clear();
+                keys.extend(
+                    (0..n)
+                        .filter(|&i| canonical_bound(i))
+                        .map(|i| ((info[i].start - lo) << bits) | i as u64),
+                );
+            }
+            keys.sort_unstable();
+            let mask = (1u64 << bits) - 1;
+            let order = keys.iter().map(|&k| (k & mask) as u32);
+            sweep(order, info, &mut dsu, joins, join_pos, active_read);
+        } else {
+            wide_keys.clear();
+            wide_keys.extend((0..n).filter(|&i| canonical_bound(i)).map(|i| {
+                (u128::from(info[i].start) << 64) | (u128::from(info[i].slot) << 32) | i as u128
+            }));
+            wide_keys.sort_unstable();
+            let order = wide_keys.iter().map(|&k| k as u32);
+            sweep(order, info, &mut dsu, joins, join_pos, active_read);
+        }
+
+        // Each set's slots in position order, as lists through `next` from `head[root]`; its
+        // joins in the order they were made, through `join_pos` from `join_head[root]`.
+        root_of.clear();
+        root_of.resize(n, NONE);
+        next.clear();
+        next.resize(n, NONE);
+        head.clear();
+        head.resize(n, NONE);
+        join_head.clear();
+        join_head.resize(n, NONE);
+        let mut n_sets = 0;
+        for i in (0..n).rev() {
+            if info[i].flags & BOUND != 0 {
+                let r = dsu.find(canon_of(i));
+                root_of[i] = r;
+                let h = head[r as usize];
+                // A set is counted when it gets its second slot.
+                n_sets += usize::from(h != NONE && next[h as usize] == NONE);
+                next[i] = h;
+                head[r as usize] = i as u32;
+            }
+        }
+        for k in (0..join_pos.len()).rev() {
+            let r = root_of[join_pos[k] as usize] as usize;
+            join_pos[k] = join_head[r];
+            join_head[r] = k as u32;
+        }
+
+        let align = limits.min_storage_buffer_offset_alignment.max(1);
+        // Vulkan's alignments are powers of two: a mask, not a division, on the common path.
+        let align_mask = align.is_power_of_two().then(|| align - 1);
+        let is_aligned = |offset: u64| match align_mask {
+            Some(mask) => offset & mask == 0,
+            None => offset.is_multiple_of(align),
+        };
+        let mut plan = BindPlan {
+            sets: Vec::with_capacity(n_sets),
+            bindings: Vec::with_capacity(n),
+            refusals: Vec::new(),
+        };
+        // Sets are numbered, and their refusals made, in the order of their first slot: each is
+        // placed when the pass in position order reaches its first slot.
+        placed.clear();
+        let BindPlan {
+            sets,
+            bindings,
+            refusals,
+        } = &mut plan;
+        bindings.extend(slots.iter().enumerate().map(|(i, s)| {
+            let g = info[i];
+            let range = ByteRange {
+                start: g.start,
+                end: g.end,
+            };
+            let mut b = SlotBinding {
+                slot: s.slot,
+                range,
+                written: s.written,
+                base_source: s.base_source,
+                resolved: false,
+                role: Role::Unbound,
+                set: None,
+                holder: None,
+                offset: 0,
+                binding: ByteRange::new(0, 0),
+                aligned: true,
+            };
+            if g.flags & BOUND == 0 {
+                return b;
+            }
+            b.resolved = true;
+            let r = root_of[i] as usize;
+            if head[r] == i as u32 && next[i] == NONE {
+                // Alone: it holds itself.
+                let widened = g.end - g.start;
+                if widened > limits.max_storage_buffer_range {
+                    refusals.push(too_wide(g.slot, g.start, g.end, 1, limits));
+                }
+                b.role = Role::Alone;
+                b.holder = Some(g.slot);
+                b.binding = ByteRange::new(0, widened);
+                return b;
+            }
+            if head[r] == i as u32 {
+                let set = SetOf {
+                    first: i as u32,
+                    next,
+                    joins,
+                    join_next: join_pos,
+                    first_join: join_head[r],
+                };
+                let p = place_set(set, info, limits, align, is_aligned, sets, refusals);
+                join_head[r] = placed.len() as u32;
+                placed.push(p);
+            }
+            let p = placed[join_head[r] as usize];
+            let offset = g.start - p.base;
+            b.role = if i as u32 == p.holder_pos {
+                Role::Holder
+            } else if g.flags & COPY != 0 {
+                Role::Copy {
+                    of: slots[canon_of(i) as usize].slot,
+                }
             } else {
                 Role::Member
             };
-            if !is_holder {
-                set_members.push(Member {
-                    slot: g.slot,
-                    offset,
-                    binding,
-                    written: g.written,
-                });
-                if !aligned {
-                    plan.refusals
-                        .push(misaligned(g.slot, offset, align, holder_slot, base));
-                }
-                if offset >= widened {
-                    plan.refusals
-                        .push(outside(g.slot, offset, holder_slot, widened));
-                }
-            }
-            placed[g.pos] = Placed {
-                offset,
-                widened,
-                holder: holder_slot,
-                set: set_index.map_or(u32::MAX, |k| k as u32),
-                role,
-            };
-        }
-        let first_join = next_join;
-        while joins
-            .get(next_join)
-            .is_some_and(|&(key, _)| key >> 32 == c as u64)
-        {
-            next_join += 1;
-        }
-        if set_index.is_some() {
-            set_members.sort_unstable_by_key(|m| m.slot);
-            plan.sets.push(BindSet {
-                holder: holder_slot,
-                base,
-                end,
-                members: set_members,
-                joins: joins[first_join..next_join]
-                    .iter()
-                    .map(|&(_, j)| j)
-                    .collect(),
-                written: members.iter().any(|g| g.written_with_copies),
-            });
-        }
-    }
+            b.set = Some(p.set as usize);
+            b.holder = Some(p.holder_slot);
+            b.offset = offset;
+            b.binding = ByteRange::new(offset, p.widened);
+            b.aligned = is_aligned(offset);
+            b
+        }));
 
-    plan.bindings = placed
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let s = &slots[i];
-            let bound = p.role != Role::Unbound;
-            SlotBinding {
-                slot: s.slot,
-                range: ranges[i],
-                written: s.written,
-                base_source: s.base_source,
-                resolved: bound,
-                role: p.role,
-                set: (p.set != u32::MAX).then_some(p.set as usize),
-                holder: bound.then_some(p.holder),
-                offset: p.offset,
-                binding: ByteRange::new(p.offset, p.widened),
-                aligned: !bound || is_aligned(p.offset),
+        // O11: a bound slot on a page of the dispatch's page buffer, where either is written.
+        if let Some(pb) = page_buffer {
+            pages.clear();
+            pages.extend_from_slice(&pb.pages);
+            pages.sort_unstable();
+            let page_bytes = limits.host_page_bytes;
+            for (i, s) in slots.iter().enumerate() {
+                if info[i].flags & BOUND == 0 || !(s.written || pb.written) {
+                    continue;
+                }
+                let r = ByteRange {
+                    start: info[i].start,
+                    end: info[i].end,
+                };
+                // First page whose end is past the slot's start.
+                let k = pages.partition_point(|&p| p.saturating_add(page_bytes) <= r.start);
+                if let Some(&page) = pages.get(k).filter(|&&p| p < r.end) {
+                    plan.refusals.push(on_page_buffer(
+                        s.slot, r, page, page_bytes, s.written, pb.written,
+                    ));
+                }
             }
+        }
+        plan
+    }
+}
+
+/// The slots and joins of one set: the list through `next` from `first`, and the list through
+/// `join_next` from `first_join` (or none).
+struct SetOf<'a> {
+    first: u32,
+    next: &'a [u32],
+    joins: &'a [Join],
+    join_next: &'a [u32],
+    first_join: u32,
+}
+
+/// Places the set of two or more slots `set` (O4–O8): chooses its holder, widens its end,
+/// refuses what cannot bind (O5, O7), and adds it to `sets`.
+fn place_set(
+    set: SetOf<'_>,
+    info: &[Info],
+    limits: &DeviceLimits,
+    align: u64,
+    is_aligned: impl Fn(u64) -> bool,
+    sets: &mut Vec<BindSet>,
+    refusals: &mut Vec<Refusal>,
+) -> Placed {
+    let SetOf {
+        first,
+        next,
+        joins,
+        join_next,
+        first_join,
+    } = set;
+    let slots_of = || {
+        std::iter::successors(Some(first), |&j| {
+            Some(next[j as usize]).filter(|&k| k != NONE)
         })
-        .collect();
-
-    // O11: a bound slot on a page of the dispatch's page buffer, where either is written.
-    if let Some(pb) = page_buffer {
-        let mut pages = pb.pages.clone();
-        pages.sort_unstable();
-        let page_bytes = limits.host_page_bytes;
-        for (i, s) in slots.iter().enumerate() {
-            if !bound(i) || !(s.written || pb.written) {
-                continue;
-            }
-            let r = ranges[i];
-            // First page whose end is past the slot's start.
-            let k = pages.partition_point(|&p| p.saturating_add(page_bytes) <= r.start);
-            if let Some(&page) = pages.get(k).filter(|&&p| p < r.end) {
-                plan.refusals.push(on_page_buffer(
-                    s.slot, r, page, page_bytes, s.written, pb.written,
-                ));
-            }
+    };
+    // O4: the lowest base, then the lowest slot number, among the slots that are no copies; the
+    // first in position order on a tie.
+    let mut holder: Option<(u32, Info)> = None;
+    let mut end = 0u64;
+    let mut len = 0usize;
+    let mut written = false;
+    for j in slots_of() {
+        let g = info[j as usize];
+        if g.flags & COPY == 0 && holder.is_none_or(|(_, h)| (g.start, g.slot) < (h.start, h.slot))
+        {
+            holder = Some((j, g));
+        }
+        end = end.max(g.end);
+        len += 1;
+        written |= g.flags & JOINS_WRITTEN != 0;
+    }
+    let (holder_pos, h) = holder.unwrap_or((first, info[first as usize]));
+    let (base, holder_slot) = (h.start, h.slot);
+    let end = end.max(base);
+    let widened = end - base;
+    if widened > limits.max_storage_buffer_range {
+        refusals.push(too_wide(holder_slot, base, end, len, limits));
+    }
+    let index = sets.len() as u32;
+    // Built in place: a set is a few hundred bytes.
+    sets.push(BindSet {
+        holder: holder_slot,
+        base,
+        end,
+        members: SetMembers::new(),
+        joins: SetJoins::new(),
+        written,
+    });
+    let bind_set = &mut sets[index as usize];
+    bind_set.members.reserve_exact(len - 1);
+    for j in slots_of() {
+        if j == holder_pos {
+            continue;
+        }
+        let g = info[j as usize];
+        let offset = g.start - base;
+        bind_set.members.push(Member {
+            slot: g.slot,
+            offset,
+            binding: ByteRange::new(offset, widened),
+            written: g.flags & WRITTEN != 0,
+        });
+        if !is_aligned(offset) {
+            refusals.push(misaligned(g.slot, offset, align, holder_slot, base));
+        }
+        if offset >= widened {
+            refusals.push(outside(g.slot, offset, holder_slot, widened));
         }
     }
-    plan
+    bind_set.members.sort_unstable_by_key(|m| m.slot);
+    // A spanning forest: one join per member.
+    bind_set.joins.reserve_exact(len - 1);
+    let mut k = first_join;
+    while k != NONE {
+        bind_set.joins.push(joins[k as usize]);
+        k = join_next[k as usize];
+    }
+    Placed {
+        base,
+        widened,
+        holder_slot,
+        holder_pos,
+        set: index,
+    }
+}
+
+/// Plans the bound path by O1–O11 with a fresh [`Planner`]. `slots` must have passed
+/// [`crate::input`] validation (effective bases exist, no overflow, copies name real slots of the
+/// same range). A caller that plans many dispatches keeps a [`Planner`] instead.
+pub fn plan_bindings(
+    slots: &[Slot],
+    push: &[u32],
+    limits: &DeviceLimits,
+    page_buffer: Option<&PageBuffer>,
+) -> BindPlan {
+    Planner::new().plan(slots, push, limits, page_buffer)
 }
 
 fn join(a: &Open, b: &Open) -> Join {
@@ -845,5 +1054,103 @@ mod tests {
                 .message
                 .contains("dispatchscope's addition")
         );
+    }
+
+    /// A reused [`Planner`] plans every dispatch as a fresh one does: nothing of one plan (sets,
+    /// lists, keys) leaks into the next. Random dispatches of every shape, one after another:
+    /// copies (also of missing slots), unresolved slots, push-block bases, page buffers,
+    /// misaligned bases, falling and repeated slot numbers, bases far apart, odd limits.
+    #[test]
+    fn a_reused_planner_plans_as_a_fresh_one() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut below = move |n: u64| {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            state.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
+        };
+        let mut planner = Planner::new();
+        for _ in 0..3000 {
+            let n = match below(8) {
+                0 => below(3),
+                1..=5 => below(40),
+                6 => below(200),
+                _ => below(1500),
+            } as usize;
+            let density = 1 + below(600);
+            let span = (n as u64 + 1) * density;
+            let region = [0, 0x1000, 0x4000_0000_0000, 0x7400_5b80_0000][below(4) as usize];
+            let far = below(6) == 0;
+            let misaligned = below(3) == 0;
+            let numbering = below(5);
+            let mut push: Vec<u32> = Vec::new();
+            let mut slots: Vec<Slot> = Vec::with_capacity(n);
+            for i in 0..n {
+                let mut base = region + below(span);
+                if far && below(3) == 0 {
+                    base = base.wrapping_add(below(1 << 20) << 40) & 0x00ff_ffff_ffff_ffff;
+                }
+                if !misaligned || below(4) != 0 {
+                    base &= !0xf;
+                }
+                let size = match below(20) {
+                    0 => 0,
+                    1 => 1 + below(0x10_0000),
+                    _ => 1 + below(density * 3 + 16),
+                };
+                let slot = match numbering {
+                    0 => (n - i) as u32,
+                    1 => below(n as u64 + 1) as u32,
+                    2 => i as u32 / 2,
+                    _ => i as u32 * 3,
+                };
+                let mut s = Slot::new(slot, base, size, below(2) == 0);
+                match below(25) {
+                    0 | 1 if i > 0 => {
+                        // A valid copy: of the first slot of its number.
+                        let number = slots[below(i as u64) as usize].slot;
+                        let Some(of) = slots.iter().find(|o| o.slot == number) else {
+                            continue;
+                        };
+                        (s.base, s.size_bytes, s.base_source) =
+                            (of.base, of.size_bytes, of.base_source);
+                        s.alias_of = Some(of.slot);
+                    }
+                    2 => s.resolved = false,
+                    3 => {
+                        s.base_source = BaseSource::PushBlock {
+                            word: push.len() as u32,
+                        };
+                        push.extend([base as u32, (base >> 32) as u32]);
+                        s.base = 0xdead_0000;
+                    }
+                    4 => s.alias_of = Some(u32::MAX - below(2) as u32),
+                    _ => {}
+                }
+                slots.push(s);
+            }
+            let limits = DeviceLimits {
+                min_storage_buffer_offset_alignment: [1, 4, 12, 16, 64, 256][below(6) as usize],
+                max_storage_buffer_range: if below(4) == 0 {
+                    0x1000 + below(0x1_0000)
+                } else {
+                    DeviceLimits::default().max_storage_buffer_range
+                },
+                ..DeviceLimits::default()
+            };
+            let page_buffer = (below(3) == 0).then(|| PageBuffer {
+                pages: (0..below(20))
+                    .map(|_| (region + below(span + 0x2000)) & !0xfff)
+                    .collect(),
+                written: below(2) == 0,
+            });
+            let reused = planner.plan(&slots, &push, &limits, page_buffer.as_ref());
+            let fresh = plan_bindings(&slots, &push, &limits, page_buffer.as_ref());
+            assert_eq!(reused, fresh);
+            assert_eq!(
+                serde_json::to_string(&reused).unwrap(),
+                serde_json::to_string(&fresh).unwrap()
+            );
+        }
     }
 }
