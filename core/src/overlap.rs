@@ -531,27 +531,27 @@ impl Planner {
         } = &mut plan;
         bindings.extend(slots.iter().enumerate().map(|(i, s)| {
             let g = info[i];
-            let range = ByteRange {
-                start: g.start,
-                end: g.end,
-            };
-            let mut b = SlotBinding {
-                slot: s.slot,
-                range,
-                written: s.written,
-                base_source: s.base_source,
-                resolved: false,
-                role: Role::Unbound,
-                set: None,
-                holder: None,
-                offset: 0,
-                binding: ByteRange::new(0, 0),
-                aligned: true,
-            };
+            // Each path makes the binding in one expression, so that it is written once, in place.
+            let binding =
+                |role, set: Option<usize>, holder, offset, widened, aligned| SlotBinding {
+                    slot: s.slot,
+                    range: ByteRange {
+                        start: g.start,
+                        end: g.end,
+                    },
+                    written: s.written,
+                    base_source: s.base_source,
+                    resolved: role != Role::Unbound,
+                    role,
+                    set,
+                    holder,
+                    offset,
+                    binding: ByteRange::new(offset, widened),
+                    aligned,
+                };
             if g.flags & BOUND == 0 {
-                return b;
+                return binding(Role::Unbound, None, None, 0, 0, true);
             }
-            b.resolved = true;
             let r = root_of[i] as usize;
             if head[r] == i as u32 && next[i] == NONE {
                 // Alone: it holds itself.
@@ -559,10 +559,7 @@ impl Planner {
                 if widened > limits.max_storage_buffer_range {
                     refusals.push(too_wide(g.slot, g.start, g.end, 1, limits));
                 }
-                b.role = Role::Alone;
-                b.holder = Some(g.slot);
-                b.binding = ByteRange::new(0, widened);
-                return b;
+                return binding(Role::Alone, None, Some(g.slot), 0, widened, true);
             }
             if head[r] == i as u32 {
                 let set = SetOf {
@@ -578,7 +575,7 @@ impl Planner {
             }
             let p = placed[join_head[r] as usize];
             let offset = g.start - p.base;
-            b.role = if i as u32 == p.holder_pos {
+            let role = if i as u32 == p.holder_pos {
                 Role::Holder
             } else if g.flags & COPY != 0 {
                 Role::Copy {
@@ -587,12 +584,14 @@ impl Planner {
             } else {
                 Role::Member
             };
-            b.set = Some(p.set as usize);
-            b.holder = Some(p.holder_slot);
-            b.offset = offset;
-            b.binding = ByteRange::new(offset, p.widened);
-            b.aligned = is_aligned(offset);
-            b
+            binding(
+                role,
+                Some(p.set as usize),
+                Some(p.holder_slot),
+                offset,
+                p.widened,
+                is_aligned(offset),
+            )
         }));
 
         // O11: a bound slot on a page of the dispatch's page buffer, where either is written.
@@ -689,7 +688,6 @@ fn place_set(
         written,
     });
     let bind_set = &mut sets[index as usize];
-    bind_set.members.reserve_exact(len - 1);
     for j in slots_of() {
         if j == holder_pos {
             continue;
@@ -711,7 +709,6 @@ fn place_set(
     }
     bind_set.members.sort_unstable_by_key(|m| m.slot);
     // A spanning forest: one join per member.
-    bind_set.joins.reserve_exact(len - 1);
     let mut k = first_join;
     while k != NONE {
         bind_set.joins.push(joins[k as usize]);
