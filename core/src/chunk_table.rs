@@ -384,14 +384,6 @@ impl SlotMem {
             SlotMem::Mapped(m) => m.as_ptr(),
         }
     }
-
-    /// Bytes of slots.
-    fn bytes(&self) -> usize {
-        match self {
-            SlotMem::Heap(v) => v.len() * SLOT_BYTES,
-            SlotMem::Mapped(m) => m.len(),
-        }
-    }
 }
 
 impl std::ops::Deref for SlotMem {
@@ -902,7 +894,9 @@ impl ChunkTable {
         reason = "the lookup's one unchecked read per probe, of an offset masked into the mapping (see SAFETY)"
     )]
     fn slot_at(&self, at: usize) -> &TableSlot {
-        debug_assert!(at.is_multiple_of(SLOT_BYTES) && at + SLOT_BYTES <= self.slots.bytes());
+        debug_assert!(
+            at.is_multiple_of(SLOT_BYTES) && at + SLOT_BYTES <= self.slots.len() * SLOT_BYTES
+        );
         // SAFETY: the slots are `SLOT_BYTES << capacity_log2` bytes of initialised `TableSlot`s (plain
         // old data: two u64s) from a base aligned for them (a Vec's, or a page-aligned mapping's).
         // Both callers' offsets are multiples of SLOT_BYTES below that length (see above), so this

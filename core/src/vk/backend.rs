@@ -128,6 +128,18 @@ fn align_up(x: u64, a: u64) -> u64 {
     x.div_ceil(a) * a
 }
 
+/// What the lookup helper reads of the placed table from the push block (T2, T3).
+#[derive(Clone, Copy)]
+struct TablePush {
+    /// The table's device address.
+    address: u64,
+    chunk_shift: u32,
+    capacity_log2: u32,
+    probe_bound: u32,
+    /// The hash's multiplier ([`ChunkTable::multiplier`]).
+    multiplier: u64,
+}
+
 impl VulkanBackend {
     /// Opens a context and a backend on it.
     pub fn new(opts: &ContextOptions) -> Result<Self, VkError> {
@@ -871,7 +883,7 @@ impl VulkanBackend {
             .iter()
             .any(|pa| matches!(pa.route, Planned::Device { .. }));
         // T3/T6: the table the device reads; a job without device accesses does not read it.
-        let mut table_push = (0u64, 0u32, 0u32, 0u32, 0u64);
+        let mut table_push = None;
         if has_device && let Some(t) = table {
             let Some(placed) = self.table.as_ref() else {
                 return Err(VkError::TableNotPlaced {
@@ -895,13 +907,13 @@ impl VulkanBackend {
                     p.checked_epoch = self.epoch;
                 }
             }
-            table_push = (
-                self.table.as_ref().map_or(0, |p| p.buf.address),
-                t.chunk_shift(),
-                t.capacity_log2(),
-                t.probe_bound(),
-                t.multiplier(),
-            );
+            table_push = Some(TablePush {
+                address: self.table.as_ref().map_or(0, |p| p.buf.address),
+                chunk_shift: t.chunk_shift(),
+                capacity_log2: t.capacity_log2(),
+                probe_bound: t.probe_bound(),
+                multiplier: t.multiplier(),
+            });
         }
         if has_device {
             self.sync_mirrors(memory);
@@ -933,7 +945,7 @@ impl VulkanBackend {
             }
             self.fill_aux(&enc, &layout, table.is_none() && has_device)?;
             if !job.accesses.is_empty() {
-                self.submit(&enc, &layout, &holders, table_push, table.is_none())?;
+                self.submit(&enc, &layout, &holders, table_push)?;
             }
             Ok(())
         })();
@@ -982,8 +994,7 @@ impl VulkanBackend {
         enc: &Encoded,
         l: &AuxLayout,
         holders: &[(Buf, Buf)],
-        table: (u64, u32, u32, u32, u64),
-        no_table: bool,
+        table: Option<TablePush>,
     ) -> Result<(), VkError> {
         let ctx = Arc::clone(&self.ctx);
         let d = &ctx.device;
@@ -1093,17 +1104,20 @@ impl VulkanBackend {
             put64(&mut words, push::SCRATCH, aux_addr + l.scratch);
             words[push::LDS_STRIDE as usize] = l.lds_stride as u32;
             words[push::SCRATCH_STRIDE as usize] = l.scratch_stride as u32;
-            let (t_addr, shift, log2, bound, multiplier) = if no_table {
-                // No table: an empty one of 16 slots, so every lookup misses (T4).
-                (aux_addr + l.empty_table, 12, 4, 1, 1)
-            } else {
-                table
-            };
-            put64(&mut words, push::TABLE, t_addr);
-            words[push::CHUNK_SHIFT as usize] = shift;
-            words[push::CAPACITY_LOG2 as usize] = log2;
-            words[push::PROBE_BOUND as usize] = bound;
-            put64(&mut words, push::MULTIPLIER, multiplier);
+            // No table: an empty one of 16 slots, so every lookup misses (T4). A job without device
+            // accesses reads neither.
+            let t = table.unwrap_or(TablePush {
+                address: aux_addr + l.empty_table,
+                chunk_shift: 12,
+                capacity_log2: 4,
+                probe_bound: 1,
+                multiplier: 1,
+            });
+            put64(&mut words, push::TABLE, t.address);
+            words[push::CHUNK_SHIFT as usize] = t.chunk_shift;
+            words[push::CAPACITY_LOG2 as usize] = t.capacity_log2;
+            words[push::PROBE_BOUND as usize] = t.probe_bound;
+            put64(&mut words, push::MULTIPLIER, t.multiplier);
             self.execute_calls += 4;
             // SAFETY: the command buffer is not pending (every submit is waited for).
             unsafe {
