@@ -208,6 +208,69 @@ impl Dsu<'_> {
     }
 }
 
+/// What the first pass over a dispatch's slots finds besides each slot's [`Info`].
+struct Gathered {
+    /// How many slots are resolved: the first `n_keys` keys are theirs.
+    n_keys: usize,
+    /// The lowest and the highest base.
+    lo: u64,
+    hi: u64,
+    /// Whether slot numbers never fall in position order.
+    slots_rise: bool,
+    /// Whether any slot is a copy (O3).
+    has_copies: bool,
+}
+
+/// The first pass: each slot's range, number and flags into `info`, and the short keys
+/// `base << bits | position` of the resolved slots into the front of `keys` (exact when the
+/// highest base fits in `64 - bits` bits). Both are as long as `slots`. A function of its own
+/// over slices, so that the loop keeps its lengths and running values in registers.
+fn gather(
+    slots: &[Slot],
+    push: &[u32],
+    bits: u32,
+    info: &mut [Info],
+    keys: &mut [u64],
+) -> Gathered {
+    let mut n_keys = 0;
+    let (mut lo, mut hi) = (u64::MAX, 0u64);
+    let mut prev_slot = 0u32;
+    let mut slots_rise = true;
+    let mut has_copies = false;
+    for (i, (s, g)) in slots.iter().zip(info.iter_mut()).enumerate() {
+        let start = s.effective_base(push).unwrap_or(s.base);
+        let end = start.saturating_add(s.size_bytes);
+        lo = lo.min(start);
+        hi = hi.max(start);
+        slots_rise &= s.slot >= prev_slot;
+        prev_slot = s.slot;
+        has_copies |= s.alias_of.is_some();
+        let written = if s.written {
+            WRITTEN | JOINS_WRITTEN
+        } else {
+            0
+        };
+        *g = Info {
+            start,
+            end,
+            slot: s.slot,
+            flags: written | (u8::from(s.resolved) * BOUND),
+        };
+        // Written always, kept only for a resolved slot.
+        if let Some(k) = keys.get_mut(n_keys) {
+            *k = start.wrapping_shl(bits) | i as u64;
+        }
+        n_keys += usize::from(s.resolved);
+    }
+    Gathered {
+        n_keys,
+        lo,
+        hi,
+        slots_rise,
+        has_copies,
+    }
+}
+
 /// O1, O2: sweeps the canonical bound slots at `order` (positions, in the order of base, slot
 /// number, position), joining every overlap with a written slot into `dsu`. It keeps at most one
 /// written entry and a lazily expired list of read-only entries, each collapsed into its set as
@@ -355,44 +418,19 @@ impl Planner {
 
         // Each slot's range, number and flags; whether slot numbers never fall in position
         // order, and the lowest and highest base, which say whether the short keys are exact.
-        // The short keys without copies, `base << bits | position`, made in the same pass; they
-        // are exact when the highest base fits in 64 - bits bits. The arrays are sized first and
-        // written by index, so that the loop keeps their lengths in registers.
+        // The short keys without copies, `base << bits | position`, made in the same pass.
         let bits = u64::BITS - (n as u64).leading_zeros();
         info.clear();
         info.resize(n, Info::default());
         keys.clear();
         keys.resize(n, 0);
-        let mut n_keys = 0;
-        let (mut lo, mut hi) = (u64::MAX, 0u64);
-        let mut prev_slot = 0u32;
-        let mut slots_rise = true;
-        let mut has_copies = false;
-        for (i, (s, g)) in slots.iter().zip(info.iter_mut()).enumerate() {
-            let start = s.effective_base(push).unwrap_or(s.base);
-            let end = start.saturating_add(s.size_bytes);
-            lo = lo.min(start);
-            hi = hi.max(start);
-            slots_rise &= s.slot >= prev_slot;
-            prev_slot = s.slot;
-            has_copies |= s.alias_of.is_some();
-            let written = if s.written {
-                WRITTEN | JOINS_WRITTEN
-            } else {
-                0
-            };
-            *g = Info {
-                start,
-                end,
-                slot: s.slot,
-                flags: written | (u8::from(s.resolved) * BOUND),
-            };
-            // Written always, kept only for a resolved slot.
-            if let Some(k) = keys.get_mut(n_keys) {
-                *k = start.wrapping_shl(bits) | i as u64;
-            }
-            n_keys += usize::from(s.resolved);
-        }
+        let Gathered {
+            n_keys,
+            lo,
+            hi,
+            slots_rise,
+            has_copies,
+        } = gather(slots, push, bits, info, keys);
         keys.truncate(n_keys);
 
         // O3: a copy follows the slot it copies; its writes count for that slot's joins.
