@@ -15,7 +15,8 @@ use crate::chunk_table::{ChunkTable, TableError, chunk_bytes_for};
 use crate::exec::{Job, Planned, PlannedAccess};
 use crate::import::{Mappings, PieceChange};
 use crate::input::{
-    Access, AccessKind, DeviceLimits, DispatchInput, DispatchKind, InputError, Op, words_for,
+    Access, AccessKind, DeviceLimits, DispatchInput, DispatchKind, InputError, Op, Slot, SlotIndex,
+    words_for,
 };
 use crate::memory::{Event, GuestMemory, MemoryChange, MemoryError};
 use crate::overlap::{BindPlan, Planner};
@@ -229,7 +230,7 @@ impl<B: Backend> Engine<B> {
     pub fn dispatch(&mut self, input: &DispatchInput) -> Result<DispatchReport, EngineError> {
         puffin::profile_function!();
         let limits = self.limits.clone();
-        validate(input, &limits)?;
+        let slot_index = validate_indexed(input, &limits)?;
         let index = self.next_dispatch;
         let plan = self.planner.plan(
             &input.slots,
@@ -243,7 +244,7 @@ impl<B: Backend> Engine<B> {
             refusals.push(graphics_refusal(input));
         }
         if device_addressed {
-            refusals.extend(format_store_refusals(input));
+            refusals.extend(format_store_refusals(input, &slot_index));
         }
         let mode = if !refusals.is_empty() {
             Mode::Refused
@@ -315,7 +316,7 @@ impl<B: Backend> Engine<B> {
             report.table = Some(self.sync_table(&limits)?);
         }
         // Routes.
-        let (job, holder_slots, routes) = build_job(input, &plan, &limits);
+        let (job, holder_slots, routes) = build_job(input, &slot_index, &plan, &limits);
         let outcome = self
             .backend
             .execute(&job, self.table.as_ref(), &mut self.memory)?;
@@ -721,7 +722,7 @@ fn graphics_refusal(input: &DispatchInput) -> Refusal {
     }
 }
 
-fn format_store_refusals(input: &DispatchInput) -> Vec<Refusal> {
+fn format_store_refusals(input: &DispatchInput, index: &SlotIndex) -> Vec<Refusal> {
     let mut out = Vec::new();
     for (i, a) in input.accesses.iter().enumerate() {
         if a.kind != AccessKind::FormatBuffer || a.op != Op::Store {
@@ -729,7 +730,8 @@ fn format_store_refusals(input: &DispatchInput) -> Vec<Refusal> {
         }
         let Some(slot) = a
             .slot
-            .and_then(|s| input.slots.iter().find(|x| x.slot == s))
+            .and_then(|s| index.position(&input.slots, s))
+            .map(|p| &input.slots[p])
         else {
             continue;
         };
@@ -808,6 +810,7 @@ fn access_report(
 /// Decides each access's route and the holders to upload.
 fn build_job<'a>(
     input: &'a DispatchInput,
+    index: &SlotIndex,
     plan: &BindPlan,
     limits: &DeviceLimits,
 ) -> (Job<'a>, Vec<u32>, Vec<(Route, Rule)>) {
@@ -830,9 +833,9 @@ fn build_job<'a>(
     let mut accesses = Vec::with_capacity(input.accesses.len());
     let mut routes = Vec::with_capacity(input.accesses.len());
     for a in &input.accesses {
-        let slot = a
-            .slot
-            .and_then(|s| input.slots.iter().find(|x| x.slot == s));
+        // The slot's position: its binding is the plan's at the same position.
+        let pos = a.slot.and_then(|s| index.position(&input.slots, s));
+        let slot = pos.map(|p| &input.slots[p]);
         let format = if a.kind == AccessKind::FormatBuffer {
             slot.and_then(|s| s.format)
         } else {
@@ -877,7 +880,10 @@ fn build_job<'a>(
                 match (slot, a.address) {
                     (Some(s), _) => {
                         let off = s.addressed_offset(a.index, a.offset.unwrap_or(0), a.lane);
-                        match plan.binding(s.slot).filter(|b| b.resolved) {
+                        match pos
+                            .and_then(|p| plan.bindings.get(p))
+                            .filter(|b| b.resolved)
+                        {
                             Some(b) => {
                                 let holder = b.holder.unwrap_or(s.slot);
                                 let offset = b.offset + off;
@@ -1005,15 +1011,21 @@ fn counts(r: &DispatchReport) -> Counts {
 
 /// Checks a dispatch before anything runs: every malformed value is a named [`InputError`].
 pub fn validate(input: &DispatchInput, limits: &DeviceLimits) -> Result<(), InputError> {
+    validate_indexed(input, limits).map(drop)
+}
+
+/// [`validate`], returning the index of the slots by number the checks made.
+fn validate_indexed(input: &DispatchInput, limits: &DeviceLimits) -> Result<SlotIndex, InputError> {
+    let index = SlotIndex::new(&input.slots);
+    let slot_numbered = |slot: u32| index.position(&input.slots, slot).map(|p| &input.slots[p]);
     let device_addressed = !input.reasons.is_empty();
     if device_addressed && input.push.len() > DEVICE_TABLE_PUSH_WORD as usize {
         return Err(InputError::PushBlockTooLong {
             len: input.push.len(),
         });
     }
-    let mut seen = std::collections::HashSet::new();
-    for s in &input.slots {
-        if !seen.insert(s.slot) {
+    for (pos, s) in input.slots.iter().enumerate() {
+        if index.first_repeat() == Some(pos) {
             return Err(InputError::DuplicateSlot { slot: s.slot });
         }
         if s.size_bytes == 0 {
@@ -1051,7 +1063,7 @@ pub fn validate(input: &DispatchInput, limits: &DeviceLimits) -> Result<(), Inpu
     };
     for s in &input.slots {
         let Some(of) = s.alias_of else { continue };
-        let Some(target) = input.slots.iter().find(|t| t.slot == of) else {
+        let Some(target) = slot_numbered(of) else {
             return Err(InputError::AliasUnknown { slot: s.slot, of });
         };
         if range_of(s) != range_of(target) {
@@ -1064,10 +1076,7 @@ pub fn validate(input: &DispatchInput, limits: &DeviceLimits) -> Result<(), Inpu
         }
         let mut c = target;
         for _ in 0..=input.slots.len() {
-            match c
-                .alias_of
-                .and_then(|o| input.slots.iter().find(|t| t.slot == o))
-            {
+            match c.alias_of.and_then(slot_numbered) {
                 Some(next) => c = next,
                 None => break,
             }
@@ -1080,15 +1089,22 @@ pub fn validate(input: &DispatchInput, limits: &DeviceLimits) -> Result<(), Inpu
         }
     }
     for (i, a) in input.accesses.iter().enumerate() {
-        validate_access(i, a, input, limits, device_addressed)?;
+        let slot = match a.slot {
+            Some(s) => {
+                Some(slot_numbered(s).ok_or(InputError::UnknownSlot { access: i, slot: s })?)
+            }
+            None => None,
+        };
+        validate_access(i, a, slot, limits, device_addressed)?;
     }
-    Ok(())
+    Ok(index)
 }
 
+/// Checks access `i`, whose slot, when it names one, is `slot` (known to exist).
 fn validate_access(
     i: usize,
     a: &Access,
-    input: &DispatchInput,
+    slot: Option<&Slot>,
     limits: &DeviceLimits,
     device_addressed: bool,
 ) -> Result<(), InputError> {
@@ -1103,16 +1119,6 @@ fn validate_access(
             size: a.size_bytes,
         });
     }
-    let slot = match a.slot {
-        Some(s) => Some(
-            input
-                .slots
-                .iter()
-                .find(|x| x.slot == s)
-                .ok_or(InputError::UnknownSlot { access: i, slot: s })?,
-        ),
-        None => None,
-    };
     let format = if a.kind == AccessKind::FormatBuffer {
         let s = slot.ok_or(missing("a slot and an offset"))?;
         let f = s.format.ok_or(InputError::FormatMissing {

@@ -202,6 +202,68 @@ impl Format {
     }
 }
 
+/// Slot number → position in a dispatch's slots, for the lookups every access makes (validation,
+/// routing). When slot numbers rise in position order, as they mostly do, the slots are searched
+/// as they are; otherwise pairs sorted once per dispatch are. Neither scans the slots per access.
+#[derive(Clone, Debug)]
+pub struct SlotIndex {
+    /// `(slot number, position)` sorted, when slot numbers do not rise strictly; else empty.
+    sorted: Vec<(u32, u32)>,
+    /// Whether slot numbers rise strictly in position order.
+    rising: bool,
+    /// The position of the first slot whose number an earlier slot has, if any.
+    first_repeat: Option<usize>,
+}
+
+impl SlotIndex {
+    /// The index of `slots`.
+    pub fn new(slots: &[Slot]) -> Self {
+        let rising = slots.windows(2).all(|w| w[0].slot < w[1].slot);
+        if rising {
+            return Self {
+                sorted: Vec::new(),
+                rising,
+                first_repeat: None,
+            };
+        }
+        let mut sorted: Vec<(u32, u32)> = (0..)
+            .zip(slots)
+            .map(|(i, s): (u32, &Slot)| (s.slot, i))
+            .collect();
+        sorted.sort_unstable();
+        // In a run of one number, the second position is where a pass in position order
+        // first meets the number again.
+        let first_repeat = sorted
+            .windows(2)
+            .filter(|w| w[0].0 == w[1].0)
+            .map(|w| w[1].1 as usize)
+            .min();
+        Self {
+            sorted,
+            rising,
+            first_repeat,
+        }
+    }
+
+    /// The position of the first slot numbered `slot` in `slots` (the slots it was made of).
+    pub fn position(&self, slots: &[Slot], slot: u32) -> Option<usize> {
+        if self.rising {
+            slots.binary_search_by_key(&slot, |s| s.slot).ok()
+        } else {
+            let k = self.sorted.partition_point(|&(s, _)| s < slot);
+            self.sorted
+                .get(k)
+                .filter(|&&(s, _)| s == slot)
+                .map(|&(_, i)| i as usize)
+        }
+    }
+
+    /// The position of the first slot whose number an earlier slot already has.
+    pub fn first_repeat(&self) -> Option<usize> {
+        self.first_repeat
+    }
+}
+
 /// A descriptor's swizzled addressing (D967 carries it out for unresolved descriptors too).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -533,4 +595,45 @@ pub enum InputError {
 /// Words a store of `size_bytes` carries.
 pub fn words_for(size_bytes: u32) -> usize {
     (size_bytes as usize).div_ceil(4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Slot, SlotIndex};
+
+    /// The index finds what a scan finds, and its first repeat is where a pass in position order
+    /// first meets a number again: rising, falling, shuffled and repeated numbers.
+    #[test]
+    fn slot_index_agrees_with_a_scan() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut below = move |n: u64| {
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            state.wrapping_mul(0x9e37_79b9_7f4a_7c15) % n.max(1)
+        };
+        for round in 0..2000 {
+            let n = below(40) as u32;
+            let numbers: Vec<u32> = (0..n)
+                .map(|i| match round % 4 {
+                    0 => i * 2,
+                    1 => n - i,
+                    2 => below(u64::from(n) * 4) as u32,
+                    _ => below(u64::from(n / 2 + 1)) as u32,
+                })
+                .collect();
+            let slots: Vec<Slot> = numbers.iter().map(|&s| Slot::new(s, 0, 1, false)).collect();
+            let index = SlotIndex::new(&slots);
+            for probe in 0..n * 4 + 2 {
+                assert_eq!(
+                    index.position(&slots, probe),
+                    slots.iter().position(|s| s.slot == probe),
+                    "{numbers:?} {probe}"
+                );
+            }
+            let mut seen = std::collections::HashSet::new();
+            let first_repeat = numbers.iter().position(|&s| !seen.insert(s));
+            assert_eq!(index.first_repeat(), first_repeat, "{numbers:?}");
+        }
+    }
 }
