@@ -19,7 +19,7 @@ use crate::input::{
     words_for,
 };
 use crate::memory::{Event, GuestMemory, MemoryChange, MemoryError};
-use crate::overlap::{BindPlan, Planner};
+use crate::overlap::{BindPlan, Planner, SlotBinding};
 use crate::report::{
     AccessReport, BeforeDispatch, Counts, DispatchReport, Escape, EscapeClass, EventReport,
     HandOff, Hazard, MappingReport, Mark, Mode, Placement, Refusal, Route, SCHEMA, TableReport,
@@ -238,7 +238,12 @@ impl<B: Backend> Engine<B> {
             &limits,
             input.page_buffer.as_ref(),
         );
-        let mut refusals = plan.refusals.clone();
+        // The plan moves into the report; routing reads its bindings there.
+        let BindPlan {
+            sets,
+            bindings,
+            mut refusals,
+        } = plan;
         let device_addressed = !input.reasons.is_empty();
         if device_addressed && input.kind == DispatchKind::Graphics {
             refusals.push(graphics_refusal(input));
@@ -265,8 +270,8 @@ impl<B: Backend> Engine<B> {
             device: limits.clone(),
             reasons: input.reasons.clone(),
             mode_reason,
-            slots: plan.bindings.clone(),
-            sets: plan.sets.clone(),
+            slots: bindings,
+            sets,
             refusals,
             events_before: std::mem::take(&mut self.pending),
             before: BeforeDispatch {
@@ -316,7 +321,7 @@ impl<B: Backend> Engine<B> {
             report.table = Some(self.sync_table(&limits)?);
         }
         // Routes.
-        let (job, holder_slots, routes) = build_job(input, &slot_index, &plan, &limits);
+        let (job, holder_slots, routes) = build_job(input, &slot_index, &report.slots, &limits);
         let outcome = self
             .backend
             .execute(&job, self.table.as_ref(), &mut self.memory)?;
@@ -811,13 +816,13 @@ fn access_report(
 fn build_job<'a>(
     input: &'a DispatchInput,
     index: &SlotIndex,
-    plan: &BindPlan,
+    bindings: &[SlotBinding],
     limits: &DeviceLimits,
 ) -> (Job<'a>, Vec<u32>, Vec<(Route, Rule)>) {
     let mut holders: Vec<ByteRange> = Vec::new();
     let mut holder_slots: Vec<u32> = Vec::new();
     let mut holder_index: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
-    for b in &plan.bindings {
+    for b in bindings {
         if let Some(h) = b.holder
             && !holder_index.contains_key(&h)
         {
@@ -833,7 +838,7 @@ fn build_job<'a>(
     let mut accesses = Vec::with_capacity(input.accesses.len());
     let mut routes = Vec::with_capacity(input.accesses.len());
     for a in &input.accesses {
-        // The slot's position: its binding is the plan's at the same position.
+        // The slot's position: its binding is at the same position.
         let pos = a.slot.and_then(|s| index.position(&input.slots, s));
         let slot = pos.map(|p| &input.slots[p]);
         let format = if a.kind == AccessKind::FormatBuffer {
@@ -880,10 +885,7 @@ fn build_job<'a>(
                 match (slot, a.address) {
                     (Some(s), _) => {
                         let off = s.addressed_offset(a.index, a.offset.unwrap_or(0), a.lane);
-                        match pos
-                            .and_then(|p| plan.bindings.get(p))
-                            .filter(|b| b.resolved)
-                        {
+                        match pos.and_then(|p| bindings.get(p)).filter(|b| b.resolved) {
                             Some(b) => {
                                 let holder = b.holder.unwrap_or(s.slot);
                                 let offset = b.offset + off;
