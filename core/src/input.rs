@@ -605,13 +605,7 @@ mod tests {
     /// first meets a number again: rising, falling, shuffled and repeated numbers.
     #[test]
     fn slot_index_agrees_with_a_scan() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut below = move |n: u64| {
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            state.wrapping_mul(0x9e37_79b9_7f4a_7c15) % n.max(1)
-        };
+        let mut below = crate::test_rng(0x5107_1de5);
         for round in 0..2000 {
             let n = below(40) as u32;
             let numbers: Vec<u32> = (0..n)

@@ -38,3 +38,16 @@ pub use input::{Access, AccessKind, DeviceLimits, DispatchInput, DispatchKind, S
 pub use memory::{Event, GuestMemory};
 pub use report::DispatchReport;
 pub use rules::Rule;
+
+/// A fixed stream of pseudo-random numbers below a bound (xorshift64*) for the unit tests' random
+/// inputs: the same seed, the same inputs, on every run.
+#[cfg(test)]
+pub(crate) fn test_rng(seed: u64) -> impl FnMut(u64) -> u64 {
+    let mut state = seed | 1;
+    move |n: u64| {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
+    }
+}

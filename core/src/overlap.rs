@@ -1110,13 +1110,7 @@ mod tests {
     /// misaligned bases, falling and repeated slot numbers, bases far apart, odd limits.
     #[test]
     fn a_reused_planner_plans_as_a_fresh_one() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut below = move |n: u64| {
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            state.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
-        };
+        let mut below = crate::test_rng(0x9e37_79b9_7f4a_7c15);
         let mut planner = Planner::new();
         for _ in 0..3000 {
             let n = match below(8) {
