@@ -179,18 +179,10 @@ fn words(w: &[u32]) -> Vec<u8> {
 
 fn access(lane: u32, pc: u64, kind: AccessKind, op: Op, size_bytes: u32) -> Access {
     Access {
-        workgroup: 0,
         wave: lane / 32,
         lane: lane % 32,
         pc,
-        kind,
-        op,
-        address: None,
-        slot: None,
-        offset: None,
-        index: None,
-        size_bytes,
-        values: Vec::new(),
+        ..Access::new(kind, op, size_bytes)
     }
 }
 

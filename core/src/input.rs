@@ -451,6 +451,27 @@ pub struct Access {
     pub values: Vec<u32>,
 }
 
+impl Access {
+    /// An access of `kind` by lane 0 of wave 0 at pc 0, with no operand and no stored values: the
+    /// start of one, for tests and generators, which set what they need.
+    pub fn new(kind: AccessKind, op: Op, size_bytes: u32) -> Self {
+        Self {
+            workgroup: 0,
+            wave: 0,
+            lane: 0,
+            pc: 0,
+            kind,
+            op,
+            address: None,
+            slot: None,
+            offset: None,
+            index: None,
+            size_bytes,
+            values: Vec::new(),
+        }
+    }
+}
+
 /// Everything the engine needs about one dispatch.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

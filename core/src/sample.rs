@@ -196,6 +196,16 @@ impl Sample {
         limits: DeviceLimits,
         backend: B,
     ) -> Result<Vec<DispatchReport>, SampleError> {
+        self.run_on_keeping_engine(limits, backend)
+            .map(|(reports, _)| reports)
+    }
+
+    /// [`Sample::run_on`], keeping the engine too: its guest memory afterwards, its backend.
+    pub fn run_on_keeping_engine<B: Backend>(
+        &self,
+        limits: DeviceLimits,
+        backend: B,
+    ) -> Result<(Vec<DispatchReport>, Engine<B>), SampleError> {
         let mut engine = Engine::new(limits, backend).map_err(|error| SampleError::Step {
             step: 0,
             what: "device".into(),
@@ -203,7 +213,7 @@ impl Sample {
         })?;
         let mut reports = Vec::new();
         self.replay(&mut engine, |_, _, report| reports.push(report))?;
-        Ok(reports)
+        Ok((reports, engine))
     }
 
     /// Replays the steps on `engine`, handing each dispatch's report to `each` with the engine as

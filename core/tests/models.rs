@@ -49,18 +49,9 @@ fn r(start: u64, end: u64) -> ByteRange {
 
 fn access(kind: AccessKind, op: Op, address: u64, size_bytes: u32, values: Vec<u32>) -> Access {
     Access {
-        workgroup: 0,
-        wave: 0,
-        lane: 0,
-        pc: 0,
-        kind,
-        op,
         address: Some(address),
-        slot: None,
-        offset: None,
-        index: None,
-        size_bytes,
         values,
+        ..Access::new(kind, op, size_bytes)
     }
 }
 

@@ -104,18 +104,9 @@ fn with_format(s: Slot, format: Format) -> Slot {
 
 fn access(kind: AccessKind, op: Op, size_bytes: u32, values: Vec<u32>) -> Access {
     Access {
-        workgroup: 0,
-        wave: 0,
-        lane: 0,
         pc: 0x100,
-        kind,
-        op,
-        address: None,
-        slot: None,
-        offset: None,
-        index: None,
-        size_bytes,
         values,
+        ..Access::new(kind, op, size_bytes)
     }
 }
 

@@ -39,18 +39,8 @@ fn engine(alignment: u64) -> Engine {
 
 fn access(kind: AccessKind, op: Op, size_bytes: u32, values: Vec<u32>) -> Access {
     Access {
-        workgroup: 0,
-        wave: 0,
-        lane: 0,
-        pc: 0,
-        kind,
-        op,
-        address: None,
-        slot: None,
-        offset: None,
-        index: None,
-        size_bytes,
         values,
+        ..Access::new(kind, op, size_bytes)
     }
 }
 

@@ -27,7 +27,7 @@ use dispatchscope_core::report::{DispatchReport, Mode, Route};
 use dispatchscope_core::sample::{
     Contents, Provenance, SAMPLE_FORMAT, SAMPLE_VERSION, Sample, Step,
 };
-use dispatchscope_core::vk::verify::{compare, replay};
+use dispatchscope_core::vk::verify::compare;
 use dispatchscope_core::vk::{Context, ContextOptions, VkError, VulkanBackend, spirv};
 
 fn required() -> bool {
@@ -215,18 +215,8 @@ fn random_bytes(rng: &mut Rng, n: usize) -> Vec<u8> {
 
 fn access(kind: AccessKind, op: Op, size_bytes: u32) -> Access {
     Access {
-        workgroup: 0,
-        wave: 0,
-        lane: 0,
         pc: 0x4000_0000_0100,
-        kind,
-        op,
-        address: None,
-        slot: None,
-        offset: None,
-        index: None,
-        size_bytes,
-        values: Vec::new(),
+        ..Access::new(kind, op, size_bytes)
     }
 }
 
@@ -381,7 +371,7 @@ fn forty_slots_run_as_several_dispatches_in_order() {
     );
     assert_agree(&s, &ctx, "forty slots");
     let vk = VulkanBackend::on(Arc::clone(&ctx)).expect("a backend");
-    let (_, engine) = replay(&s, s.device.clone(), vk).expect("runs");
+    let (_, engine) = s.run_on_keeping_engine(s.device.clone(), vk).expect("runs");
     assert!(
         engine.backend().dispatches() >= 3,
         "{} replay dispatches",

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use ash::vk;
 
-use super::device::{Buf, Context, ContextOptions};
+use super::device::{Buf, Commands, Context, ContextOptions};
 use super::host::HostAlloc;
 use super::spirv::{push, record};
 use super::{VkError, check};
@@ -52,9 +52,8 @@ pub struct VulkanBackend {
     imports: BTreeMap<u64, Import>,
     by_guest: BTreeMap<u64, u64>,
     table: Option<PlacedTable>,
-    pool: vk::CommandPool,
-    cmd: vk::CommandBuffer,
-    fence: vk::Fence,
+    /// The one command buffer every upload and dispatch is recorded into, and its fence.
+    commands: Commands,
     aux: Option<Buf>,
     dummy: Option<Buf>,
     calls: u64,
@@ -148,52 +147,13 @@ impl VulkanBackend {
 
     /// A fresh backend (no imports, no table) on an open context.
     pub fn on(ctx: Arc<Context>) -> Result<Self, VkError> {
-        let d = &ctx.device;
-        // SAFETY: plain object creation on a live device; destroyed in Drop.
-        let pool = check("vkCreateCommandPool", unsafe {
-            d.create_command_pool(
-                &vk::CommandPoolCreateInfo::default()
-                    .queue_family_index(ctx.queue_family)
-                    .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER),
-                None,
-            )
-        })?;
-        // SAFETY: the pool was just made on this device.
-        let cmd = check("vkAllocateCommandBuffers", unsafe {
-            d.allocate_command_buffers(
-                &vk::CommandBufferAllocateInfo::default()
-                    .command_pool(pool)
-                    .level(vk::CommandBufferLevel::PRIMARY)
-                    .command_buffer_count(1),
-            )
-        });
-        let cmd = match cmd {
-            Ok(c) => c.first().copied().unwrap_or_default(),
-            Err(e) => {
-                // SAFETY: unused.
-                unsafe { d.destroy_command_pool(pool, None) };
-                return Err(e);
-            }
-        };
-        // SAFETY: plain object creation.
-        let fence = match check("vkCreateFence", unsafe {
-            d.create_fence(&vk::FenceCreateInfo::default(), None)
-        }) {
-            Ok(f) => f,
-            Err(e) => {
-                // SAFETY: unused.
-                unsafe { d.destroy_command_pool(pool, None) };
-                return Err(e);
-            }
-        };
+        let commands = Commands::new(&ctx)?;
         Ok(Self {
             ctx,
             imports: BTreeMap::new(),
             by_guest: BTreeMap::new(),
             table: None,
-            pool,
-            cmd,
-            fence,
+            commands,
             aux: None,
             dummy: None,
             calls: 0,
@@ -254,7 +214,7 @@ impl VulkanBackend {
         check("vkWaitForFences", unsafe {
             self.ctx
                 .device
-                .wait_for_fences(&[self.fence], true, 60_000_000_000)
+                .wait_for_fences(&[self.commands.fence], true, 60_000_000_000)
         })?;
         self.in_flight = false;
         Ok(())
@@ -579,15 +539,16 @@ impl VulkanBackend {
         }
         let d = &ctx.device;
         let region = [vk::BufferCopy::default().size(bytes.len() as u64)];
+        let cmd = self.commands.cmd;
         self.calls += 5;
         // SAFETY: the command buffer is not pending (every submit is waited for); both buffers are
         // live and large enough.
         let recorded = unsafe {
-            super::begin_one_time(d, self.cmd)
-                .map(|_| d.cmd_copy_buffer(self.cmd, staging.raw, dst, &region))
-                .and_then(|_| check("vkEndCommandBuffer", d.end_command_buffer(self.cmd)))
+            super::begin_one_time(d, cmd)
+                .map(|_| d.cmd_copy_buffer(cmd, staging.raw, dst, &region))
+                .and_then(|_| check("vkEndCommandBuffer", d.end_command_buffer(cmd)))
         };
-        let r = recorded.and_then(|_| ctx.submit_and_wait(self.cmd, self.fence));
+        let r = recorded.and_then(|_| self.commands.submit_and_wait());
         ctx.destroy_buffer(staging, &mut self.calls);
         r
     }
@@ -1119,10 +1080,11 @@ impl VulkanBackend {
             words[push::PROBE_BOUND as usize] = t.probe_bound;
             put64(&mut words, push::MULTIPLIER, t.multiplier);
             self.execute_calls += 4;
+            let cmd = self.commands.cmd;
             // SAFETY: the command buffer is not pending (every submit is waited for).
             unsafe {
-                super::begin_one_time(d, self.cmd)?;
-                d.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, ctx.replay.raw);
+                super::begin_one_time(d, cmd)?;
+                d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, ctx.replay.raw);
             }
             let barrier = [vk::MemoryBarrier::default()
                 .src_access_mask(vk::AccessFlags::SHADER_WRITE)
@@ -1140,7 +1102,7 @@ impl VulkanBackend {
                 // objects; the push block is 128 bytes, the layout's range.
                 unsafe {
                     d.cmd_bind_descriptor_sets(
-                        self.cmd,
+                        cmd,
                         vk::PipelineBindPoint::COMPUTE,
                         ctx.replay.layout,
                         0,
@@ -1148,15 +1110,15 @@ impl VulkanBackend {
                         &[],
                     );
                     d.cmd_push_constants(
-                        self.cmd,
+                        cmd,
                         ctx.replay.layout,
                         vk::ShaderStageFlags::COMPUTE,
                         0,
                         &bytes,
                     );
-                    d.cmd_dispatch(self.cmd, 1, 1, 1);
+                    d.cmd_dispatch(cmd, 1, 1, 1);
                     d.cmd_pipeline_barrier(
-                        self.cmd,
+                        cmd,
                         vk::PipelineStageFlags::COMPUTE_SHADER,
                         vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::HOST,
                         vk::DependencyFlags::empty(),
@@ -1169,11 +1131,9 @@ impl VulkanBackend {
             }
             self.execute_calls += 3;
             // SAFETY: the command buffer is in the recording state.
-            check("vkEndCommandBuffer", unsafe {
-                d.end_command_buffer(self.cmd)
-            })?;
+            check("vkEndCommandBuffer", unsafe { d.end_command_buffer(cmd) })?;
             self.in_flight = true;
-            let r = ctx.submit_and_wait(self.cmd, self.fence);
+            let r = self.commands.submit_and_wait();
             if r.is_ok() {
                 self.in_flight = false;
             }
@@ -1344,10 +1304,6 @@ impl Drop for VulkanBackend {
         if let Some(b) = self.dummy.take() {
             ctx.destroy_buffer(b, &mut n);
         }
-        // SAFETY: nothing is pending on the fence or the command buffer (waited above).
-        unsafe {
-            ctx.device.destroy_fence(self.fence, None);
-            ctx.device.destroy_command_pool(self.pool, None);
-        }
+        // The commands are destroyed with the fields: nothing is pending on them (waited above).
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use ash::vk;
 
-use super::device::{Buf, Context};
+use super::device::{Buf, Commands, Context};
 use super::spirv::{self, BENCH_LOCAL_SIZE, BenchKernel, push};
 use super::{VkError, VulkanBackend, check};
 use crate::addr::ByteRange;
@@ -211,44 +211,15 @@ impl LookupFigures {
 /// A command pool, a command buffer and a fence of the benchmark's own.
 struct Runner {
     ctx: Arc<Context>,
-    pool: vk::CommandPool,
-    cmd: vk::CommandBuffer,
-    fence: vk::Fence,
+    commands: Commands,
 }
 
 impl Runner {
     fn new(ctx: &Arc<Context>) -> Result<Self, VkError> {
-        let d = &ctx.device;
-        // SAFETY: plain object creation on a live device; destroyed in Drop.
-        let pool = check("vkCreateCommandPool", unsafe {
-            d.create_command_pool(
-                &vk::CommandPoolCreateInfo::default()
-                    .queue_family_index(ctx.queue_family)
-                    .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER),
-                None,
-            )
-        })?;
-        let mut runner = Runner {
+        Ok(Runner {
             ctx: Arc::clone(ctx),
-            pool,
-            cmd: vk::CommandBuffer::null(),
-            fence: vk::Fence::null(),
-        };
-        // SAFETY: the pool is live.
-        let cmds = check("vkAllocateCommandBuffers", unsafe {
-            d.allocate_command_buffers(
-                &vk::CommandBufferAllocateInfo::default()
-                    .command_pool(pool)
-                    .level(vk::CommandBufferLevel::PRIMARY)
-                    .command_buffer_count(1),
-            )
-        })?;
-        runner.cmd = cmds.first().copied().unwrap_or_default();
-        // SAFETY: plain object creation.
-        runner.fence = check("vkCreateFence", unsafe {
-            d.create_fence(&vk::FenceCreateInfo::default(), None)
-        })?;
-        Ok(runner)
+            commands: Commands::new(ctx)?,
+        })
     }
 
     /// Runs `groups` workgroups of `pipeline` with `words` as the push block, and times it.
@@ -259,22 +230,23 @@ impl Runner {
         groups: u32,
     ) -> Result<Duration, VkError> {
         let d = &self.ctx.device;
+        let cmd = self.commands.cmd;
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         // SAFETY: the command buffer is not pending (every run waits), the pipeline is live, and
         // the push block is the layout's 128 bytes.
         unsafe {
-            super::begin_one_time(d, self.cmd)?;
-            d.cmd_bind_pipeline(self.cmd, vk::PipelineBindPoint::COMPUTE, pipeline.raw);
+            super::begin_one_time(d, cmd)?;
+            d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipeline.raw);
             d.cmd_push_constants(
-                self.cmd,
+                cmd,
                 pipeline.layout,
                 vk::ShaderStageFlags::COMPUTE,
                 0,
                 &bytes,
             );
-            d.cmd_dispatch(self.cmd, groups, 1, 1);
+            d.cmd_dispatch(cmd, groups, 1, 1);
             d.cmd_pipeline_barrier(
-                self.cmd,
+                cmd,
                 vk::PipelineStageFlags::COMPUTE_SHADER,
                 vk::PipelineStageFlags::HOST,
                 vk::DependencyFlags::empty(),
@@ -284,21 +256,11 @@ impl Runner {
                 &[],
                 &[],
             );
-            check("vkEndCommandBuffer", d.end_command_buffer(self.cmd))?;
+            check("vkEndCommandBuffer", d.end_command_buffer(cmd))?;
         }
         let started = Instant::now();
-        self.ctx.submit_and_wait(self.cmd, self.fence)?;
+        self.commands.submit_and_wait()?;
         Ok(started.elapsed())
-    }
-}
-
-impl Drop for Runner {
-    fn drop(&mut self) {
-        // SAFETY: every submit was waited for, so nothing is pending.
-        unsafe {
-            self.ctx.device.destroy_fence(self.fence, None);
-            self.ctx.device.destroy_command_pool(self.pool, None);
-        }
     }
 }
 

@@ -37,6 +37,24 @@ struct ValidationLog {
 /// The most messages kept as text (all are counted).
 const KEPT_MESSAGES: usize = 32;
 
+/// What the validation messenger reports (warnings and errors of every type) and where: to
+/// [`on_message`], with `log` as its user data. Used twice: chained into the instance's creation,
+/// so that instance creation is reported too, and for the messenger itself.
+fn messenger_info(log: &Arc<ValidationLog>) -> vk::DebugUtilsMessengerCreateInfoEXT<'static> {
+    vk::DebugUtilsMessengerCreateInfoEXT::default()
+        .message_severity(
+            vk::DebugUtilsMessageSeverityFlagsEXT::WARNING
+                | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR,
+        )
+        .message_type(
+            vk::DebugUtilsMessageTypeFlagsEXT::GENERAL
+                | vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
+                | vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE,
+        )
+        .pfn_user_callback(Some(on_message))
+        .user_data(Arc::as_ptr(log) as *mut c_void)
+}
+
 unsafe extern "system" fn on_message(
     severity: vk::DebugUtilsMessageSeverityFlagsEXT,
     types: vk::DebugUtilsMessageTypeFlagsEXT,
@@ -207,24 +225,13 @@ impl Context {
             .api_version(vk::API_VERSION_1_2);
         let layer_ptrs = [VALIDATION_LAYER.as_ptr()];
         let ext_ptrs = [ash::ext::debug_utils::NAME.as_ptr()];
-        let mut messenger_info = vk::DebugUtilsMessengerCreateInfoEXT::default()
-            .message_severity(
-                vk::DebugUtilsMessageSeverityFlagsEXT::WARNING
-                    | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR,
-            )
-            .message_type(
-                vk::DebugUtilsMessageTypeFlagsEXT::GENERAL
-                    | vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
-                    | vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE,
-            )
-            .pfn_user_callback(Some(on_message))
-            .user_data(Arc::as_ptr(&log) as *mut c_void);
+        let mut chained = messenger_info(&log);
         let mut create = vk::InstanceCreateInfo::default().application_info(&app);
         if opts.validation {
             create = create
                 .enabled_layer_names(&layer_ptrs)
                 .enabled_extension_names(&ext_ptrs)
-                .push_next(&mut messenger_info);
+                .push_next(&mut chained);
         }
         // SAFETY: the create info and everything it points at live until the call returns; the
         // messenger's user data (the log) outlives the instance, which the Context owns.
@@ -242,18 +249,7 @@ impl Context {
         };
         let messenger = if opts.validation {
             let du = ash::ext::debug_utils::Instance::new(&entry, &instance);
-            let info = vk::DebugUtilsMessengerCreateInfoEXT::default()
-                .message_severity(
-                    vk::DebugUtilsMessageSeverityFlagsEXT::WARNING
-                        | vk::DebugUtilsMessageSeverityFlagsEXT::ERROR,
-                )
-                .message_type(
-                    vk::DebugUtilsMessageTypeFlagsEXT::GENERAL
-                        | vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
-                        | vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE,
-                )
-                .pfn_user_callback(Some(on_message))
-                .user_data(Arc::as_ptr(&log) as *mut c_void);
+            let info = messenger_info(&log);
             // SAFETY: the instance was made with VK_EXT_debug_utils; the log outlives the messenger.
             match check("vkCreateDebugUtilsMessengerEXT", unsafe {
                 du.create_debug_utils_messenger(&info, None)
@@ -268,33 +264,20 @@ impl Context {
         } else {
             None
         };
-        let picked = Self::pick(&instance);
-        let (physical, queue_family, info) = match picked {
-            Ok(p) => p,
-            Err(e) => {
-                // SAFETY: destroying what was made above, child before parent.
-                unsafe {
-                    if let Some((du, m)) = &messenger {
-                        du.destroy_debug_utils_messenger(*m, None);
-                    }
-                    instance.destroy_instance(None);
+        // On a failure below: what was made above, child before parent.
+        let undo = || {
+            // SAFETY: the messenger and the instance were made above and nothing else refers to
+            // them yet.
+            unsafe {
+                if let Some((du, m)) = &messenger {
+                    du.destroy_debug_utils_messenger(*m, None);
                 }
-                return Err(e);
+                instance.destroy_instance(None);
             }
         };
-        let device = match Self::open_device(&instance, physical, queue_family) {
-            Ok(d) => d,
-            Err(e) => {
-                // SAFETY: as above.
-                unsafe {
-                    if let Some((du, m)) = &messenger {
-                        du.destroy_debug_utils_messenger(*m, None);
-                    }
-                    instance.destroy_instance(None);
-                }
-                return Err(e);
-            }
-        };
+        let (physical, queue_family, info) = Self::pick(&instance).inspect_err(|_| undo())?;
+        let device =
+            Self::open_device(&instance, physical, queue_family).inspect_err(|_| undo())?;
         // SAFETY: the queue family was created with one queue.
         let queue = unsafe { device.get_device_queue(queue_family, 0) };
         let host_import = ash::ext::external_memory_host::Device::new(&instance, &device);
@@ -802,6 +785,71 @@ impl Drop for Context {
                 du.destroy_debug_utils_messenger(*m, None);
             }
             self.instance.destroy_instance(None);
+        }
+    }
+}
+
+/// A command pool with one primary command buffer and a fence: what one submission at a time
+/// needs. Made on a context, destroyed on drop; whoever submits waits before it is dropped.
+pub(crate) struct Commands {
+    ctx: Arc<Context>,
+    pool: vk::CommandPool,
+    /// The command buffer, re-recorded for each submission.
+    pub(crate) cmd: vk::CommandBuffer,
+    /// The fence a submission signals.
+    pub(crate) fence: vk::Fence,
+}
+
+impl Commands {
+    /// A pool whose buffer can be reset, its buffer and an unsignalled fence.
+    pub(crate) fn new(ctx: &Arc<Context>) -> Result<Self, VkError> {
+        let d = &ctx.device;
+        // SAFETY: plain object creation on a live device; destroyed in Drop.
+        let pool = check("vkCreateCommandPool", unsafe {
+            d.create_command_pool(
+                &vk::CommandPoolCreateInfo::default()
+                    .queue_family_index(ctx.queue_family)
+                    .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER),
+                None,
+            )
+        })?;
+        // Owned from here: a failure below destroys the pool (and a null fence is no object).
+        let mut commands = Commands {
+            ctx: Arc::clone(ctx),
+            pool,
+            cmd: vk::CommandBuffer::null(),
+            fence: vk::Fence::null(),
+        };
+        // SAFETY: the pool is live.
+        let cmds = check("vkAllocateCommandBuffers", unsafe {
+            d.allocate_command_buffers(
+                &vk::CommandBufferAllocateInfo::default()
+                    .command_pool(pool)
+                    .level(vk::CommandBufferLevel::PRIMARY)
+                    .command_buffer_count(1),
+            )
+        })?;
+        commands.cmd = cmds.first().copied().unwrap_or_default();
+        // SAFETY: plain object creation.
+        commands.fence = check("vkCreateFence", unsafe {
+            d.create_fence(&vk::FenceCreateInfo::default(), None)
+        })?;
+        Ok(commands)
+    }
+
+    /// Submits the recorded command buffer and waits for it ([`Context::submit_and_wait`]).
+    pub(crate) fn submit_and_wait(&self) -> Result<(), VkError> {
+        self.ctx.submit_and_wait(self.cmd, self.fence)
+    }
+}
+
+impl Drop for Commands {
+    fn drop(&mut self) {
+        // SAFETY: the owner waited for every submission, so nothing is pending on the fence or the
+        // buffer; destroying a null fence does nothing; the pool frees its buffer.
+        unsafe {
+            self.ctx.device.destroy_fence(self.fence, None);
+            self.ctx.device.destroy_command_pool(self.pool, None);
         }
     }
 }

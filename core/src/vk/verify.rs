@@ -12,28 +12,9 @@ use serde_json::Value;
 
 use crate::backend::Backend;
 use crate::chunk_table::LookupOutcome;
-use crate::engine::Engine;
-use crate::input::DeviceLimits;
 use crate::memory::GuestMemory;
 use crate::report::DispatchReport;
 use crate::sample::{Sample, SampleError};
-
-/// Replays `sample` on `backend` against `limits`, as [`Sample::run_on`] does, and keeps the engine
-/// (its guest memory afterwards, its backend).
-pub fn replay<B: Backend>(
-    sample: &Sample,
-    limits: DeviceLimits,
-    backend: B,
-) -> Result<(Vec<DispatchReport>, Engine<B>), SampleError> {
-    let mut engine = Engine::new(limits, backend).map_err(|error| SampleError::Step {
-        step: 0,
-        what: "device".into(),
-        error,
-    })?;
-    let mut reports = Vec::new();
-    sample.replay(&mut engine, |_, _, report| reports.push(report))?;
-    Ok((reports, engine))
-}
 
 /// The report with its device addresses in guest terms and the device's names blanked.
 pub fn normalized(report: &DispatchReport) -> DispatchReport {
@@ -200,8 +181,8 @@ pub fn compare<L: Backend, R: Backend>(
         limits.min_storage_buffer_offset_alignment = real.min_storage_buffer_offset_alignment;
         limits.max_storage_buffer_range = real.max_storage_buffer_range;
     }
-    let (l_reports, l_engine) = replay(sample, limits.clone(), left)?;
-    let (r_reports, r_engine) = replay(sample, limits, right)?;
+    let (l_reports, l_engine) = sample.run_on_keeping_engine(limits.clone(), left)?;
+    let (r_reports, r_engine) = sample.run_on_keeping_engine(limits, right)?;
     let mut differences = report_differences(&l_reports, &r_reports);
     differences.extend(memory_differences(l_engine.memory(), r_engine.memory()));
     Ok(Comparison {
@@ -230,7 +211,9 @@ mod tests {
     #[test]
     fn differences_name_the_field_and_both_values() {
         let s = crate::generate::random_sample(5, crate::generate::GenConfig::default());
-        let (a, _) = replay(&s, s.device.clone(), CpuBackend::new()).unwrap();
+        let (a, _) = s
+            .run_on_keeping_engine(s.device.clone(), CpuBackend::new())
+            .unwrap();
         let mut b = a.clone();
         b[1].counts.accesses += 1;
         let d = report_differences(&a, &b);
