@@ -98,11 +98,12 @@ impl CpuBackend {
         Self::default()
     }
 
-    /// The guest address behind device address `device`, if an import holds it.
-    pub fn guest_from_device(&self, device: u64) -> Option<u64> {
+    /// The guest address behind device address `device`, and how many bytes from there the same
+    /// import holds, if an import holds it.
+    pub fn guest_from_device(&self, device: u64) -> Option<(u64, u64)> {
         let (base, guest) = self.imports.range(..=device).next_back()?;
         let off = device - base;
-        (off < guest.size_bytes()).then_some(guest.start + off)
+        (off < guest.size_bytes()).then(|| (guest.start + off, guest.size_bytes() - off))
     }
 }
 

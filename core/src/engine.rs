@@ -52,6 +52,17 @@ struct TableSync {
     builds: u64,
     address: u64,
     placement: Placement,
+    /// The table's statistics as of its last change: each is a walk over every slot, too dear to
+    /// repeat for every dispatch of a large table that did not change.
+    stats: Option<TableStats>,
+}
+
+/// What the table report says about the table's shape, computed when the table changes.
+#[derive(Debug)]
+struct TableStats {
+    mean_probes_hit: f64,
+    mean_probes_miss: f64,
+    probe_histogram: Vec<u64>,
 }
 
 /// The dispatch path of one emulated device.
@@ -362,15 +373,13 @@ impl<B: Backend> Engine<B> {
         }
         if let Some(t) = table {
             let mask = t.chunk_bytes() - 1;
-            for (slot, &n) in outcome.marks.iter().enumerate() {
-                if n > 0 {
-                    let start = t.slots()[slot].guest_chunk << t.chunk_shift();
-                    report.marks.push(Mark {
-                        table_slot: slot,
-                        guest: ByteRange::new(start, start + mask + 1),
-                        stores: n,
-                    });
-                }
+            for &(slot, n) in &outcome.marks {
+                let start = t.slots()[slot].guest_chunk << t.chunk_shift();
+                report.marks.push(Mark {
+                    table_slot: slot,
+                    guest: ByteRange::new(start, start + mask + 1),
+                    stores: n,
+                });
             }
         }
         // C2: each marked chunk is a host write to the command processor.
@@ -563,7 +572,13 @@ impl<B: Backend> Engine<B> {
                 .place_table(t, limits.device_local_table_budget_bytes)?;
             self.sync.address = address;
             self.sync.placement = placement;
+            self.sync.stats = None;
         }
+        let stats = self.sync.stats.get_or_insert_with(|| TableStats {
+            mean_probes_hit: t.mean_probes_hit(),
+            mean_probes_miss: t.mean_probes_miss(),
+            probe_histogram: t.probe_histogram_hits(),
+        });
         self.sync.rebuilt = rebuilt.clone();
         self.sync.inserted = inserted;
         self.sync.removed = removed;
@@ -589,9 +604,9 @@ impl<B: Backend> Engine<B> {
             load: t.load(),
             probe_bound: t.probe_bound(),
             multiplier: t.multiplier(),
-            mean_probes_hit: t.mean_probes_hit(),
-            mean_probes_miss: t.mean_probes_miss(),
-            probe_histogram: t.probe_histogram_hits(),
+            mean_probes_hit: stats.mean_probes_hit,
+            mean_probes_miss: stats.mean_probes_miss,
+            probe_histogram: stats.probe_histogram.clone(),
             rebuilt,
             inserted,
             removed,

@@ -81,8 +81,9 @@ pub struct AccessOutcome {
 pub struct Outcome {
     /// One per access.
     pub accesses: Vec<AccessOutcome>,
-    /// C1: one mark word per table slot, counting the stores that marked it.
-    pub marks: Vec<u32>,
+    /// C1: the table slots stores marked, in slot order, each with the number of stores that
+    /// marked it (the device's mark words that are not zero).
+    pub marks: Vec<(usize, u32)>,
     /// Each holder's buffer after the dispatch.
     pub holders: Vec<Vec<u8>>,
     /// Each holder's write mask: one word per data word (O9).
@@ -115,17 +116,19 @@ fn values_of(bytes: &[u8], format: Option<Format>) -> Vec<u32> {
 }
 
 /// Runs a job on the CPU. `translate` turns a device address into the guest address behind it
-/// (the CPU reference's simulated address space).
+/// and how many bytes from there stay contiguous in the same import (the CPU reference's simulated
+/// address space), so that a device access is read or written a contiguous run at a time, with each
+/// byte going where translating it alone would send it.
 pub fn run_job(
     job: &Job<'_>,
     table: Option<&ChunkTable>,
     memory: &mut GuestMemory,
-    translate: &dyn Fn(u64) -> Option<u64>,
+    translate: &dyn Fn(u64) -> Option<(u64, u64)>,
 ) -> Outcome {
     puffin::profile_function!();
     let mut out = Outcome {
         accesses: Vec::with_capacity(job.accesses.len()),
-        marks: vec![0; table.map_or(0, |t| t.capacity())],
+        marks: Vec::new(),
         holders: Vec::with_capacity(job.holders.len()),
         masks: Vec::with_capacity(job.holders.len()),
     };
@@ -137,6 +140,8 @@ pub fn run_job(
         out.holders.push(buf);
         out.masks.push(vec![0; size.div_ceil(4)]);
     }
+    // C1: the slot of each chunk each store hit, counted per slot at the end.
+    let mut marked: Vec<usize> = Vec::new();
     let mut lds: HashMap<u32, Vec<u8>> = HashMap::new();
     let mut scratch: HashMap<(u32, u32, u32), Vec<u8>> = HashMap::new();
     for pa in &job.accesses {
@@ -195,45 +200,54 @@ pub fn run_job(
                     slot.map(|s| table.slots()[s].device_addr + (addr & ((1u64 << shift) - 1)))
                 };
                 res.device_address = dev(s0, address);
-                let byte_home = |i: usize| {
+                let mut bytes = match a.op {
+                    Op::Load => vec![0u8; size],
+                    Op::Store => bytes_of(a, pa.format),
+                };
+                // Byte `i` goes through the first byte's slot if it is in the first byte's chunk, else
+                // through the last byte's. Each step covers the bytes from `i` that stay in one chunk
+                // and one contiguous import, so each goes where it would alone; a byte with no slot or
+                // no import escapes (T4): it reads zero and stores nothing.
+                let mut i = 0usize;
+                while i < bytes.len() {
                     let addr = address + i as u64;
                     let slot = if addr >> shift == c0 { s0 } else { s1 };
-                    dev(slot, addr).and_then(translate)
-                };
-                match a.op {
-                    Op::Load => {
-                        let mut bytes = vec![0u8; size];
-                        for (i, b) in bytes.iter_mut().enumerate() {
-                            match byte_home(i) {
-                                Some(g) => memory.read_bytes(g, std::slice::from_mut(b)),
-                                None => {
-                                    res.escaped_at.get_or_insert(address + i as u64);
-                                }
-                            }
-                        }
-                        res.values = values_of(&bytes, pa.format);
+                    let chunk_mask = (1u64 << shift) - 1;
+                    let in_chunk = ((addr | chunk_mask) - addr + 1) as usize;
+                    let in_chunk = in_chunk.min(bytes.len() - i);
+                    let Some((g, contiguous)) = dev(slot, addr).and_then(translate) else {
+                        res.escaped_at.get_or_insert(addr);
+                        i += if slot.is_none() { in_chunk } else { 1 };
+                        continue;
+                    };
+                    let n = in_chunk
+                        .min(usize::try_from(contiguous).unwrap_or(usize::MAX))
+                        .max(1);
+                    match a.op {
+                        Op::Load => memory.read_bytes(g, &mut bytes[i..i + n]),
+                        Op::Store => memory.write_bytes(g, &bytes[i..i + n]),
                     }
+                    i += n;
+                }
+                match a.op {
+                    Op::Load => res.values = values_of(&bytes, pa.format),
                     Op::Store => {
-                        let bytes = bytes_of(a, pa.format);
-                        for (i, b) in bytes.iter().enumerate() {
-                            match byte_home(i) {
-                                Some(g) => memory.write_bytes(g, std::slice::from_ref(b)),
-                                None => {
-                                    res.escaped_at.get_or_insert(address + i as u64);
-                                }
-                            }
-                        }
                         // C1: each store marks its chunks' slots.
                         let second = if c1 == c0 { None } else { s1 };
-                        for s in [s0, second].into_iter().flatten() {
-                            out.marks[s] += 1;
-                        }
+                        marked.extend([s0, second].into_iter().flatten());
                         res.values = a.values.clone();
                     }
                 }
             }
         }
         out.accesses.push(res);
+    }
+    marked.sort_unstable();
+    for slot in marked {
+        match out.marks.last_mut() {
+            Some((last, n)) if *last == slot => *n += 1,
+            _ => out.marks.push((slot, 1)),
+        }
     }
     out
 }

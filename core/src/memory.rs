@@ -5,8 +5,9 @@
 //! [`GuestMemory::apply`] applies one [`Event`] and says what changed in a [`MemoryChange`]; it
 //! never maps anything (that is [`crate::import`]'s) and never looks at a dispatch.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
+use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -266,6 +267,8 @@ pub struct GuestMemory {
     page_bytes: u64,
     page_shift: u32,
     reservations: BTreeMap<u64, Reservation>,
+    /// Page number to the page's bytes. hashbrown's default hasher: the CPU reference looks pages
+    /// up per contiguous run of every device access, where std's SipHash was a fifth of a dispatch.
     contents: HashMap<u64, Box<[u8]>>,
     targets: BTreeMap<u32, ProtectedTarget>,
     deferred: Vec<(u64, Vec<u8>)>,

@@ -685,11 +685,16 @@ fn check_lookups(e: &mut Engine) -> Result<(), TestCaseError> {
     }
     let held: u64 = pieces.iter().map(|(g, _)| g.size_bytes() / chunk).sum();
     prop_assert_eq!(t.len() as u64, held, "no stale chunk stays in the table");
-    // The CPU reference's device address space leads back to the same guest bytes.
+    // The CPU reference's device address space leads back to the same guest bytes, contiguous to
+    // the piece's end.
     for &(g, d) in &pieces {
         prop_assert_eq!(
+            e.backend().guest_from_device(d),
+            Some((g.start, g.size_bytes()))
+        );
+        prop_assert_eq!(
             e.backend().guest_from_device(d + g.size_bytes() - 1),
-            Some(g.end - 1)
+            Some((g.end - 1, 1))
         );
     }
     Ok(())

@@ -599,16 +599,15 @@ impl VulkanBackend {
     }
 
     /// C1: copies back into guest memory the bytes of every marked chunk that differ from it.
-    fn copy_back(&mut self, marks: &[u32], chunk: u64, memory: &mut GuestMemory) {
+    fn copy_back(&mut self, marks: &[(usize, u32)], chunk: u64, memory: &mut GuestMemory) {
         let page = memory.page_bytes();
         let mut old = vec![0u8; chunk as usize];
         // The chunks the device stored to, by the placed copy of the table (the one it read).
         let marked: Vec<u64> = match &self.table {
             Some(t) => marks
                 .iter()
-                .zip(&t.slots)
-                .filter(|(n, _)| **n > 0)
-                .map(|(_, s)| s.device_addr)
+                .filter_map(|&(slot, _)| t.slots.get(slot))
+                .map(|s| s.device_addr)
                 .collect(),
             None => Vec::new(),
         };
@@ -1199,8 +1198,11 @@ impl VulkanBackend {
             accesses.push(res);
         }
         let marks = match table {
-            Some(t) => (0..t.capacity() as u64)
-                .map(|s| word(l.marks + s * 4))
+            Some(t) => (0..t.capacity())
+                .filter_map(|s| {
+                    let n = word(l.marks + s as u64 * 4);
+                    (n > 0).then_some((s, n))
+                })
                 .collect(),
             None => Vec::new(),
         };
