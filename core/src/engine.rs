@@ -18,12 +18,12 @@ use crate::input::{
     Access, AccessKind, DeviceLimits, DispatchInput, DispatchKind, InputError, Op, Slot, SlotIndex,
     words_for,
 };
-use crate::memory::{Event, GuestMemory, MemoryChange, MemoryError};
+use crate::memory::{Event, GuestMemory, MemoryChange, MemoryError, ReadableRun};
 use crate::overlap::{BindPlan, Planner, SlotBinding};
 use crate::report::{
     AccessReport, BeforeDispatch, Counts, DispatchReport, Escape, EscapeClass, EventReport,
-    HandOff, Hazard, MappingReport, Mark, Mode, Placement, Refusal, Route, SCHEMA, TableReport,
-    TargetLost, Value, When, WordWritten, WriteBack,
+    HandOff, Hazard, LeftOutReport, MappingReport, Mark, Mode, PieceReport, Placement, Refusal,
+    Route, SCHEMA, TableReport, TargetLost, Value, When, WordWritten, WriteBack,
 };
 use crate::rules::{DEVICE_TABLE_PUSH_WORD, Rule};
 
@@ -57,6 +57,36 @@ struct TableSync {
     stats: Option<TableStats>,
 }
 
+/// The mapping state as of `key` (the memory's generation, the mappings' version): what each
+/// report copies, and the chunk size T1 gives.
+#[derive(Debug, Default, PartialEq)]
+struct MappingState {
+    key: Option<(u64, u64)>,
+    runs: Vec<ReadableRun>,
+    pieces: Vec<PieceReport>,
+    left_out: Vec<LeftOutReport>,
+    /// T1: the chunk the pieces allow.
+    chunk_bytes: u64,
+    /// The finest alignment of any piece's ends, if any piece is mapped.
+    min_align: Option<u64>,
+}
+
+impl MappingState {
+    fn derive(key: (u64, u64), memory: &GuestMemory, mappings: &Mappings) -> Self {
+        Self {
+            key: Some(key),
+            runs: memory.readable_runs(),
+            pieces: mappings.piece_reports(),
+            left_out: mappings.left_out().cloned().collect(),
+            chunk_bytes: chunk_bytes_for(mappings.pieces().map(|p| (p.guest.start, p.guest.end))),
+            min_align: mappings
+                .pieces()
+                .map(|p| 1u64 << (p.guest.start | p.guest.end).trailing_zeros().min(63))
+                .min(),
+        }
+    }
+}
+
 /// What the table report says about the table's shape, computed when the table changes.
 #[derive(Debug)]
 struct TableStats {
@@ -79,6 +109,8 @@ pub struct Engine<B: Backend = CpuBackend> {
     in_flight: Option<u64>,
     /// Plans every dispatch's bound path, keeping its working arrays between dispatches.
     planner: Planner,
+    /// The mapping state the reports copy, kept until the memory or the mappings move.
+    mapping_state: MappingState,
 }
 
 impl Engine<CpuBackend> {
@@ -109,6 +141,7 @@ impl<B: Backend> Engine<B> {
             pending: Vec::new(),
             in_flight: None,
             planner: Planner::new(),
+            mapping_state: MappingState::default(),
         })
     }
 
@@ -490,17 +523,35 @@ impl<B: Backend> Engine<B> {
         report.imports_dropped = dropped;
         report.mapped_generation = self.mappings.mapped_generation().unwrap_or(generation);
         report.remaps_total = self.mappings.remaps();
-        report.runs = self.memory.readable_runs();
-        report.pieces = self.mappings.piece_reports();
-        report.left_out = self.mappings.left_out().cloned().collect();
+        let state = self.mapping_state();
+        report.runs = state.runs.clone();
+        report.pieces = state.pieces.clone();
+        report.left_out = state.left_out.clone();
         Ok(report)
+    }
+
+    /// What the reports copy of the mapping state and what T1 derives from it, brought up to date
+    /// only when the memory's generation (the readable runs, M4) or the mappings have moved since
+    /// they were last derived: a dispatch over an unchanged large mapping then walks none of it.
+    fn mapping_state(&mut self) -> &MappingState {
+        let key = (self.memory.generation(), self.mappings.version());
+        if self.mapping_state.key != Some(key) {
+            self.mapping_state = MappingState::derive(key, &self.memory, &self.mappings);
+        }
+        debug_assert!(
+            self.mapping_state == MappingState::derive(key, &self.memory, &self.mappings),
+            "the mapping state moved without the generation or the mappings' version"
+        );
+        &self.mapping_state
     }
 
     fn sync_table(&mut self, limits: &DeviceLimits) -> Result<TableReport, EngineError> {
         puffin::profile_function!();
+        let (chunk_bytes, min_align) = {
+            let state = self.mapping_state();
+            (state.chunk_bytes, state.min_align)
+        };
         let changes = self.mappings.take_changes();
-        let chunk_bytes =
-            chunk_bytes_for(self.mappings.pieces().map(|p| (p.guest.start, p.guest.end)));
         let mut rebuilt = None;
         let (mut inserted, mut removed) = (0, 0);
         // A piece mapped and dropped again since the last dispatch may be finer than the chunk the
@@ -582,11 +633,6 @@ impl<B: Backend> Engine<B> {
         self.sync.rebuilt = rebuilt.clone();
         self.sync.inserted = inserted;
         self.sync.removed = removed;
-        let min_align = self
-            .mappings
-            .pieces()
-            .map(|p| 1u64 << (p.guest.start | p.guest.end).trailing_zeros().min(63))
-            .min();
         Ok(TableReport {
             chunk_bytes: t.chunk_bytes(),
             chunk_reason: match min_align {

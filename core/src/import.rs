@@ -69,6 +69,8 @@ pub struct Mappings {
     imports_made: u64,
     imports_dropped: u64,
     changes: Vec<PieceChange>,
+    /// Moves whenever the pieces or the left-out pieces may have changed ([`Mappings::version`]).
+    version: u64,
 }
 
 fn category(p: &PageState) -> Option<LeftOutReason> {
@@ -117,6 +119,13 @@ impl Mappings {
     /// Full mappings made so far.
     pub fn remaps(&self) -> u64 {
         self.remaps
+    }
+
+    /// A number that moves whenever the pieces or the left-out pieces may have changed (every
+    /// mapping, revisit, drop and import), so that what is derived from them can be kept until it
+    /// moves.
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// Mapped pieces, by guest address.
@@ -183,6 +192,7 @@ impl Mappings {
             by_revisit,
         };
         self.imports_made += 1;
+        self.version += 1;
         self.dropped.retain(|d| !d.guest.overlaps(&guest));
         self.pieces.insert(guest.start, piece);
         self.changes.push(PieceChange::Added(piece));
@@ -197,6 +207,7 @@ impl Mappings {
         let Some(piece) = self.pieces.remove(&start) else {
             return Ok(None);
         };
+        self.version += 1;
         backend.release(piece.device_base)?;
         self.imports_dropped += 1;
         self.changes.push(PieceChange::Removed(piece));
@@ -213,6 +224,7 @@ impl Mappings {
         backend: &mut dyn Backend,
         before: u64,
     ) -> Result<MapStats, BackendError> {
+        self.version += 1;
         puffin::profile_function!();
         let mut stats = MapStats::default();
         let runs = memory.readable_runs();
@@ -261,6 +273,7 @@ impl Mappings {
         range: ByteRange,
         before: u64,
     ) -> Result<Vec<ByteRange>, BackendError> {
+        self.version += 1;
         let hits: Vec<LeftOutReport> = self
             .left_out
             .values()
@@ -299,6 +312,7 @@ impl Mappings {
         when: When,
         released: bool,
     ) -> Result<Vec<Piece>, BackendError> {
+        self.version += 1;
         let starts: Vec<u64> = self
             .pieces
             .values()
@@ -331,6 +345,7 @@ impl Mappings {
         range: ByteRange,
         released: bool,
     ) -> Result<(), BackendError> {
+        self.version += 1;
         for p in dropped {
             for part in [
                 ByteRange::new(
