@@ -79,7 +79,10 @@ pub fn hex(value: u64) -> String {
 
 /// Parses `0x…` (hex) or plain decimal, as samples and CLI flags write numbers.
 pub fn parse_u64(text: &str) -> Option<u64> {
-    let t = text.trim().replace('_', "");
+    let t = text.trim();
+    if t.contains('_') {
+        return parse_u64(&t.replace('_', ""));
+    }
     if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
         u64::from_str_radix(h, 16).ok()
     } else {
@@ -90,26 +93,38 @@ pub fn parse_u64(text: &str) -> Option<u64> {
 /// serde helpers: a `u64` as a `"0x…"` string; reading also accepts a JSON number or a decimal
 /// string.
 pub mod hex {
-    use serde::{Deserialize, Deserializer, Serializer, de};
+    use serde::{Deserializer, Serializer, de};
 
     /// Writes `value` as `"0x…"`.
     pub fn serialize<S: Serializer>(value: &u64, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&format!("{value:#x}"))
     }
 
-    /// Reads `"0x…"`, a decimal string, or a JSON number.
+    /// Reads `"0x…"`, a decimal string, or a JSON number, straight from the deserializer (no
+    /// buffering through an untagged enum: a report holds thousands of these).
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Either {
-            N(u64),
-            S(String),
+        d.deserialize_any(HexVisitor)
+    }
+
+    struct HexVisitor;
+
+    impl de::Visitor<'_> for HexVisitor {
+        type Value = u64;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a \"0x…\" or decimal number")
         }
-        match Either::deserialize(d)? {
-            Either::N(n) => Ok(n),
-            Either::S(s) => super::parse_u64(&s).ok_or_else(|| {
-                de::Error::invalid_value(de::Unexpected::Str(&s), &"a \"0x…\" or decimal number")
-            }),
+
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+        }
+
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<u64, E> {
+            super::parse_u64(s).ok_or_else(|| E::invalid_value(de::Unexpected::Str(s), &self))
         }
     }
 
@@ -172,5 +187,57 @@ mod tests {
         assert_eq!(parse_u64("256"), Some(256));
         assert_eq!(parse_u64("0x4000_03e1"), Some(0x4000_03e1));
         assert_eq!(parse_u64("zz"), None);
+        assert_eq!(parse_u64("_"), None);
+    }
+
+    #[derive(Debug, serde::Deserialize, PartialEq)]
+    struct Hexes {
+        #[serde(with = "hex")]
+        a: u64,
+        #[serde(with = "hex::option")]
+        b: Option<u64>,
+        #[serde(with = "hex::vec")]
+        c: Vec<u64>,
+    }
+
+    #[test]
+    fn hex_reads_strings_and_numbers_and_names_what_it_refuses() {
+        let ok: Hexes =
+            serde_json::from_str(r#"{"a": "0x10", "b": 17, "c": ["18", 19, "0x1_4"]}"#).unwrap();
+        assert_eq!(
+            ok,
+            Hexes {
+                a: 16,
+                b: Some(17),
+                c: vec![18, 19, 20]
+            }
+        );
+        let none: Hexes = serde_json::from_str(r#"{"a": 0, "b": null, "c": []}"#).unwrap();
+        assert_eq!(none.b, None);
+        for (bad, says) in [
+            (
+                r#"{"a": "0xg", "b": null, "c": []}"#,
+                r#"invalid value: string "0xg""#,
+            ),
+            (
+                r#"{"a": -1, "b": null, "c": []}"#,
+                "invalid value: integer `-1`",
+            ),
+            (
+                r#"{"a": true, "b": null, "c": []}"#,
+                "invalid type: boolean `true`",
+            ),
+            (
+                r#"{"a": 1.5, "b": null, "c": []}"#,
+                "invalid type: floating point `1.5`",
+            ),
+        ] {
+            let e = serde_json::from_str::<Hexes>(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+            assert!(
+                e.contains(r#"expected a "0x…" or decimal number"#),
+                "{bad}: {e}"
+            );
+        }
     }
 }
