@@ -95,9 +95,10 @@ pub fn parse_u64(text: &str) -> Option<u64> {
 pub mod hex {
     use serde::{Deserializer, Serializer, de};
 
-    /// Writes `value` as `"0x…"`.
+    /// Writes `value` as `"0x…"`, formatted straight into the serializer's output (no `String` per
+    /// address).
     pub fn serialize<S: Serializer>(value: &u64, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&format!("{value:#x}"))
+        s.collect_str(&format_args!("{value:#x}"))
     }
 
     /// Reads `"0x…"`, a decimal string, or a JSON number, straight from the deserializer (no
