@@ -224,8 +224,8 @@ impl Mappings {
         backend: &mut dyn Backend,
         before: u64,
     ) -> Result<MapStats, BackendError> {
-        self.version += 1;
         puffin::profile_function!();
+        self.version += 1;
         let mut stats = MapStats::default();
         let runs = memory.readable_runs();
         let page = memory.page_bytes();
