@@ -366,13 +366,13 @@ impl<B: Backend> Engine<B> {
         }
         // Routes.
         let (job, holder_slots, routes) = build_job(input, &slot_index, &report.slots, &limits);
-        let outcome = self
+        let mut outcome = self
             .backend
             .execute(&job, self.table.as_ref(), &mut self.memory)?;
         // Access reports, escapes, marks.
         let table = self.table.as_ref();
         for (i, (a, (route, rule))) in input.accesses.iter().zip(routes).enumerate() {
-            let o = &outcome.accesses[i];
+            let o = &mut outcome.accesses[i];
             let mut lookups = Vec::new();
             if let (Route::Device { address }, Some(t)) = (&route, table) {
                 let last = address.saturating_add(u64::from(a.size_bytes) - 1);
@@ -383,7 +383,7 @@ impl<B: Backend> Engine<B> {
                 }
             }
             let mut ar = access_report(i, a, route, rule, lookups);
-            ar.values = o.values.clone();
+            ar.values = std::mem::take(&mut o.values);
             ar.device_address = o.device_address;
             ar.escaped = o.escaped_at.is_some();
             if let Some(at) = o.escaped_at {

@@ -164,19 +164,29 @@ pub fn run_job(
                 }
             }
             Planned::Lds { offset } | Planned::Scratch { offset } => {
-                let mem = match pa.route {
-                    Planned::Lds { .. } => lds
-                        .entry(a.workgroup)
-                        .or_insert_with(|| vec![0; job.lds_bytes as usize]),
-                    _ => scratch
-                        .entry((a.workgroup, a.wave, a.lane))
-                        .or_insert_with(|| vec![0; job.scratch_bytes_per_lane as usize]),
+                let (mem, capacity) = match pa.route {
+                    Planned::Lds { .. } => {
+                        (lds.entry(a.workgroup).or_default(), job.lds_bytes as usize)
+                    }
+                    _ => (
+                        scratch.entry((a.workgroup, a.wave, a.lane)).or_default(),
+                        job.scratch_bytes_per_lane as usize,
+                    ),
                 };
                 let o = offset as usize;
+                let bytes = match a.op {
+                    Op::Load => Vec::new(),
+                    Op::Store => bytes_of(a, pa.format),
+                };
+                // Each workgroup's LDS and each lane's scratch start zeroed and grow, up to their
+                // size, only as far as an access reaches: the bytes past that would read zero.
+                let end = (o + size.max(bytes.len())).min(capacity);
+                if mem.len() < end {
+                    mem.resize(end, 0);
+                }
                 match a.op {
                     Op::Load => res.values = values_of(&mem[o..o + size], pa.format),
                     Op::Store => {
-                        let bytes = bytes_of(a, pa.format);
                         mem[o..o + bytes.len()].copy_from_slice(&bytes);
                         res.values = a.values.clone();
                     }
