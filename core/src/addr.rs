@@ -158,8 +158,7 @@ pub mod hex {
 
         /// Writes each value as `"0x…"`.
         pub fn serialize<S: Serializer>(values: &[u64], s: S) -> Result<S::Ok, S::Error> {
-            let w: Vec<W> = values.iter().map(|v| W(*v)).collect();
-            w.serialize(s)
+            s.collect_seq(values.iter().map(|v| W(*v)))
         }
 
         /// Reads a list of numbers as [`super::deserialize`] does.

@@ -67,8 +67,6 @@ struct MappingState {
     left_out: Vec<LeftOutReport>,
     /// T1: the chunk the pieces allow.
     chunk_bytes: u64,
-    /// The finest alignment of any piece's ends, if any piece is mapped.
-    min_align: Option<u64>,
 }
 
 impl MappingState {
@@ -79,10 +77,6 @@ impl MappingState {
             pieces: mappings.piece_reports(),
             left_out: mappings.left_out().cloned().collect(),
             chunk_bytes: chunk_bytes_for(mappings.pieces().map(|p| (p.guest.start, p.guest.end))),
-            min_align: mappings
-                .pieces()
-                .map(|p| 1u64 << (p.guest.start | p.guest.end).trailing_zeros().min(63))
-                .min(),
         }
     }
 }
@@ -547,10 +541,7 @@ impl<B: Backend> Engine<B> {
 
     fn sync_table(&mut self, limits: &DeviceLimits) -> Result<TableReport, EngineError> {
         puffin::profile_function!();
-        let (chunk_bytes, min_align) = {
-            let state = self.mapping_state();
-            (state.chunk_bytes, state.min_align)
-        };
+        let chunk_bytes = self.mapping_state().chunk_bytes;
         let changes = self.mappings.take_changes();
         let mut rebuilt = None;
         let (mut inserted, mut removed) = (0, 0);
@@ -635,10 +626,10 @@ impl<B: Backend> Engine<B> {
         self.sync.removed = removed;
         Ok(TableReport {
             chunk_bytes: t.chunk_bytes(),
-            chunk_reason: match min_align {
-                Some(a) if a < crate::chunk_table::MAX_CHUNK_BYTES => format!(
-                    "T1: the finest mapping is aligned to {a:#x} bytes, so a chunk is {:#x} bytes and lies in one mapping",
-                    t.chunk_bytes()
+            // T1's chunk is the finest alignment of the pieces' ends, capped at 64 KiB.
+            chunk_reason: match t.chunk_bytes() {
+                a if a < crate::chunk_table::MAX_CHUNK_BYTES => format!(
+                    "T1: the finest mapping is aligned to {a:#x} bytes, so a chunk is {a:#x} bytes and lies in one mapping"
                 ),
                 _ => format!(
                     "T1: every mapping is aligned to at least 64 KiB, so a chunk is the largest allowed, {:#x} bytes",

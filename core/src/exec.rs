@@ -206,8 +206,9 @@ pub fn run_job(
                 let s0 = table.lookup_slot(c0);
                 let s1 = if c1 == c0 { s0 } else { table.lookup_slot(c1) };
                 res.slots = [s0, if c1 == c0 { None } else { s1 }];
+                let chunk_mask = (1u64 << shift) - 1;
                 let dev = |slot: Option<usize>, addr: u64| {
-                    slot.map(|s| table.slots()[s].device_addr + (addr & ((1u64 << shift) - 1)))
+                    slot.map(|s| table.slots()[s].device_addr + (addr & chunk_mask))
                 };
                 res.device_address = dev(s0, address);
                 let mut bytes = match a.op {
@@ -222,7 +223,6 @@ pub fn run_job(
                 while i < bytes.len() {
                     let addr = address + i as u64;
                     let slot = if addr >> shift == c0 { s0 } else { s1 };
-                    let chunk_mask = (1u64 << shift) - 1;
                     let in_chunk = ((addr | chunk_mask) - addr + 1) as usize;
                     let in_chunk = in_chunk.min(bytes.len() - i);
                     let Some((g, contiguous)) = dev(slot, addr).and_then(translate) else {
