@@ -10,8 +10,8 @@ use clap::{Args, Parser, Subcommand};
 use dispatchscope_core::explain::{Detail, explain};
 use dispatchscope_core::input::DeviceLimits;
 use dispatchscope_core::report::{DispatchReport, SCHEMA};
-use dispatchscope_core::sample::Sample;
-use dispatchscope_core::session::{self, Opened};
+use dispatchscope_formats::sample::Sample;
+use dispatchscope_formats::session::{self, Opened};
 
 /// dispatchscope: a debugger for a console emulator's GPU compute dispatches.
 #[derive(Debug, Parser)]
@@ -283,7 +283,7 @@ pub fn convert_cmd(input: &Path, output: &Path) -> anyhow::Result<()> {
 
 /// `dispatchscope generate`.
 pub fn generate_cmd(args: &GenerateArgs) -> anyhow::Result<()> {
-    use dispatchscope_core::generate::{GenConfig, random_sample};
+    use dispatchscope_formats::generate::{GenConfig, random_sample};
     let reservations = 16;
     let cfg = GenConfig {
         dispatches: args.dispatches,

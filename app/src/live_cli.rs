@@ -1,7 +1,7 @@
 //! The live subcommands: `demo` (a running target to attach to), `attach` (pause, step or run to a
 //! breakpoint, print each report, detach) and `record` (a live session to a crash-safe capture).
 //!
-//! All the work is `dispatchscope_core::live`'s and `dispatchscope_core::demo`'s; this module only
+//! All the work is `dispatchscope_live`'s and `dispatchscope_demo`'s; this module only
 //! parses flags and prints.
 
 use std::net::SocketAddr;
@@ -11,14 +11,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use dispatchscope_core::demo::{self, Demo, DemoConfig, RunOptions};
 use dispatchscope_core::explain::{Detail, explain};
-use dispatchscope_core::live::protocol::{DEFAULT_LISTEN, PROTOCOL, VERSION};
-use dispatchscope_core::live::{
+use dispatchscope_core::report::{DispatchReport, SCHEMA};
+use dispatchscope_demo::{Demo, DemoConfig, RunOptions};
+use dispatchscope_live::protocol::{DEFAULT_LISTEN, PROTOCOL, VERSION};
+use dispatchscope_live::{
     Breakpoints, ClientError, ClientOptions, LiveClient, PauseReason, RecordOptions, Tap,
     TapConfig, TapError, ToDebugger, record,
 };
-use dispatchscope_core::report::{DispatchReport, SCHEMA};
 
 use crate::cli::BadInput;
 
@@ -166,7 +166,7 @@ pub fn demo_cmd(args: &DemoArgs) -> anyhow::Result<()> {
         frames: args.frames,
         fps: (args.fps > 0.0).then_some(args.fps),
     };
-    demo::run(&mut demo, &mut tap, options, &stop, |rate| {
+    dispatchscope_demo::run(&mut demo, &mut tap, options, &stop, |rate| {
         for n in handle.take_notices() {
             println!("  {n}");
         }
@@ -330,7 +330,7 @@ pub fn record_cmd(args: &RecordArgs) -> anyhow::Result<()> {
         },
     )
     .map_err(|e| match e {
-        dispatchscope_core::live::record::RecordError::Client(c) => client_error(c),
+        dispatchscope_live::record::RecordError::Client(c) => client_error(c),
         other => anyhow::Error::new(other),
     })?;
     let span = match (summary.first_dispatch, summary.last_dispatch) {

@@ -12,8 +12,8 @@ use clap::{Args, ValueEnum};
 use dispatchscope_core::CpuBackend;
 use dispatchscope_core::input::DeviceLimits;
 use dispatchscope_core::report::DispatchReport;
-use dispatchscope_core::sample::Sample;
-use dispatchscope_core::vk::{ContextOptions, VulkanBackend, verify};
+use dispatchscope_formats::sample::Sample;
+use dispatchscope_vk::{ContextOptions, VulkanBackend, verify};
 
 use crate::cli::BadInput;
 

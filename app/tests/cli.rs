@@ -149,8 +149,8 @@ fn convert_round_trips_and_captures_explain_the_same() {
         serde_json::from_str(&std::fs::read_to_string(&src).unwrap()).unwrap();
     let b: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&back).unwrap()).unwrap();
-    let sa = dispatchscope_core::sample::Sample::from_json(&a.to_string()).unwrap();
-    let sb = dispatchscope_core::sample::Sample::from_json(&b.to_string()).unwrap();
+    let sa = dispatchscope_formats::sample::Sample::from_json(&a.to_string()).unwrap();
+    let sb = dispatchscope_formats::sample::Sample::from_json(&b.to_string()).unwrap();
     assert_eq!(sa, sb, "sample → capture → sample loses nothing");
 
     let from_sample = text(&run(&[

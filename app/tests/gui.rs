@@ -14,7 +14,7 @@
 #[path = "../src/gui/mod.rs"]
 mod gui;
 
-use dispatchscope_core::sample::Sample;
+use dispatchscope_formats::sample::Sample;
 use dispatchscope_views::Tab;
 use egui::{Key, Modifiers};
 use egui_kittest::Harness;
@@ -68,7 +68,10 @@ fn check_sample_opens(name: &str) {
     }
 }
 
-include!(concat!(env!("OUT_DIR"), "/gui_sample_tests.rs"));
+/// One test per shipped sample: it opens and every dispatch and tab draws.
+mod opens {
+    dispatchscope_formats::shipped_sample_tests!(super::check_sample_opens);
+}
 
 #[test]
 fn with_no_arguments_the_default_is_run_305() {
@@ -499,7 +502,7 @@ fn write_run305_capture(dir: &std::path::Path) -> (std::path::PathBuf, usize) {
     let sample = Sample::from_json(text).unwrap();
     let reports = sample.run().unwrap();
     let p = dir.join("run305.dscap");
-    dispatchscope_core::session::write_capture(&sample, Some(&reports), &p).unwrap();
+    dispatchscope_formats::session::write_capture(&sample, Some(&reports), &p).unwrap();
     (p, reports.len())
 }
 
@@ -551,8 +554,8 @@ fn a_torn_capture_opens_with_a_warning() {
 
 #[test]
 fn a_capture_with_a_bad_record_names_its_offset() {
-    use dispatchscope_core::capture::{CaptureWriter, RecordKind};
-    use dispatchscope_core::session::{CAPTURE_FORMAT, CaptureMeta};
+    use dispatchscope_formats::capture::{CaptureWriter, RecordKind};
+    use dispatchscope_formats::session::{CAPTURE_FORMAT, CaptureMeta};
     let dir = tempfile::tempdir().unwrap();
     let text = embedded_samples()
         .iter()

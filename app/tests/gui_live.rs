@@ -15,7 +15,7 @@ mod gui;
 
 use std::time::{Duration, Instant};
 
-use dispatchscope_core::live::{ClientOptions, Incoming, LiveClient, ToDebugger};
+use dispatchscope_live::{ClientOptions, Incoming, LiveClient, ToDebugger};
 use egui::{Key, Modifiers};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
@@ -112,7 +112,7 @@ fn attach_pause_step_and_detach_leaves_the_target_running() {
     let saved = h.state_mut().save_live(SaveKind::Sample, &p);
     assert!(saved.is_ok(), "{saved:?}");
     let sample =
-        dispatchscope_core::sample::Sample::from_json(&std::fs::read_to_string(&p).unwrap())
+        dispatchscope_formats::sample::Sample::from_json(&std::fs::read_to_string(&p).unwrap())
             .unwrap();
     let replayed = sample.run().unwrap();
     assert!(!replayed.is_empty());

@@ -336,7 +336,7 @@ fn events_ui(ui: &mut egui::Ui, report: &DispatchReport) {
         style::nothing(ui, "None.");
     }
     for e in &report.events_before {
-        let name = dispatchscope_core::sample::event_name(&e.event);
+        let name = e.event.name();
         egui::CollapsingHeader::new(format!("event {}: {name}", e.index))
             .id_salt(("event", e.index))
             .default_open(!e.effects.is_empty())

@@ -16,13 +16,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use dispatchscope_core::demo::{self, Demo, DemoConfig, RunOptions};
-use dispatchscope_core::live::protocol::Stats;
-use dispatchscope_core::live::{
+use dispatchscope_demo::{Demo, DemoConfig, RunOptions};
+use dispatchscope_formats::sample::{Sample, Step};
+use dispatchscope_formats::session::{self, Opened};
+use dispatchscope_live::protocol::Stats;
+use dispatchscope_live::{
     Breakpoints, CaptureRecorder, ClientOptions, Incoming, LiveClient, Tap, TapConfig, ToDebugger,
 };
-use dispatchscope_core::sample::{Sample, Step};
-use dispatchscope_core::session::{self, Opened};
 
 use super::session::Session;
 
@@ -341,7 +341,7 @@ impl DemoTarget {
             .name("dispatchscope demo".into())
             .spawn(move || {
                 let options = RunOptions { frames: None, fps };
-                demo::run(&mut demo, &mut tap, options, &flag, |_| {})
+                dispatchscope_demo::run(&mut demo, &mut tap, options, &flag, |_| {})
                     .map(|_| ())
                     .map_err(|e| e.to_string())
             })

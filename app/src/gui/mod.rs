@@ -27,13 +27,9 @@ use serde::{Deserialize, Serialize};
 pub use self::live::{DemoTarget, LiveLink, LiveState};
 pub use self::session::{LoadError, Loader, Progress, Session, Source};
 
-mod embedded {
-    include!(concat!(env!("OUT_DIR"), "/embedded_samples.rs"));
-}
-
 /// The shipped samples built into the binary: `(file name, JSON text)`.
 pub fn embedded_samples() -> &'static [(&'static str, &'static str)] {
-    embedded::EMBEDDED
+    dispatchscope_formats::shipped::SAMPLES
 }
 
 /// The sample the app opens with no arguments: run 305's overlap if shipped, else the first.
@@ -90,7 +86,7 @@ pub struct AttachForm {
 impl Default for AttachForm {
     fn default() -> Self {
         Self {
-            addr: dispatchscope_core::live::protocol::DEFAULT_LISTEN.into(),
+            addr: dispatchscope_live::protocol::DEFAULT_LISTEN.into(),
             token: String::new(),
         }
     }
@@ -121,7 +117,7 @@ pub struct BreakpointForm {
 
 impl BreakpointForm {
     /// The breakpoints the form says, or what is wrong with it.
-    pub fn breakpoints(&self) -> Result<dispatchscope_core::live::Breakpoints, String> {
+    pub fn breakpoints(&self) -> Result<dispatchscope_live::Breakpoints, String> {
         let num = |on: bool, text: &str, what: &str| -> Result<Option<u64>, String> {
             if !on {
                 return Ok(None);
@@ -133,7 +129,7 @@ impl BreakpointForm {
         let probes = num(self.probes_on, &self.probes, "probes")?
             .map(|p| u32::try_from(p).map_err(|_| format!("probes {p} is too large")))
             .transpose()?;
-        Ok(dispatchscope_core::live::Breakpoints {
+        Ok(dispatchscope_live::Breakpoints {
             every_dispatch: self.every_dispatch,
             refusal: self.refusal,
             escape: self.escape,

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
-use dispatchscope_core::capture;
-use dispatchscope_core::sample::{Sample, SampleError};
 use dispatchscope_core::{CpuBackend, DispatchReport, Engine};
+use dispatchscope_formats::capture;
+use dispatchscope_formats::sample::{Sample, SampleError};
 use dispatchscope_views::{DispatchRow, MemoryView, TableSnapshot};
 
 /// Where a session came from.
@@ -96,7 +96,7 @@ pub struct Session {
 }
 
 /// The magic a capture file starts with.
-const CAPTURE_MAGIC: &[u8] = &dispatchscope_core::capture::FILE_MAGIC;
+const CAPTURE_MAGIC: &[u8] = &dispatchscope_formats::capture::FILE_MAGIC;
 
 impl Session {
     /// Reads `bytes` (the contents of `source`) as a sample and replays it.
@@ -151,7 +151,7 @@ impl Session {
         bytes: &[u8],
         progress: &Progress,
     ) -> Result<Session, LoadError> {
-        use dispatchscope_core::session::{CaptureFile, SessionError};
+        use dispatchscope_formats::session::{CaptureFile, SessionError};
         let name = source.display();
         let from_session = |e: SessionError| {
             let offset_bytes = match &e {

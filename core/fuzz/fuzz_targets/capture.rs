@@ -1,8 +1,8 @@
 //! Fuzzes the capture decoder: the container, its records, and the sample they rebuild.
 #![no_main]
 
-use dispatchscope_core::capture::CaptureReader;
-use dispatchscope_core::session::CaptureFile;
+use dispatchscope_formats::capture::CaptureReader;
+use dispatchscope_formats::session::CaptureFile;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

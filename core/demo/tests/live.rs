@@ -1,0 +1,1160 @@
+//! Live debugging over real sockets on 127.0.0.1 (ephemeral ports): the demo target runs in a thread
+//! of this process (or, to be killed, in a child process), and the debugger is a [`LiveClient`] or a
+//! raw socket speaking the framing by hand. Every wait is bounded.
+//!
+//! The tests take one lock, so that one target at a time runs and the thread and memory counts of
+//! the attach/detach test see only their own threads.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests: a failure is the test failing, with its message"
+)]
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use dispatchscope_core::memory::GuestMemory;
+use dispatchscope_core::report::{DispatchReport, EscapeClass, Mode};
+use dispatchscope_core::rules::Rule;
+use dispatchscope_demo::{Demo, DemoConfig};
+use dispatchscope_formats::session::CaptureFile;
+use dispatchscope_live::protocol::{
+    Breakpoints, FrameReader, MAX_FRAME_BYTES, PauseReason, RefusalReason, ResumeReason,
+    ToDebugger, VERSION, decode, encode_frame,
+};
+use dispatchscope_live::snapshot::snapshot_of;
+use dispatchscope_live::{
+    CaptureRecorder, ClientError, ClientOptions, Incoming, LiveClient, RecordOptions, Tap,
+    TapConfig, TapError, TapHandle, record,
+};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+const T: Duration = Duration::from_secs(10);
+
+fn loopback() -> TapConfig {
+    TapConfig {
+        target_name: "test target".into(),
+        ..TapConfig::listening_on("127.0.0.1:0".parse().unwrap())
+    }
+}
+
+/// The demo target in a thread of this process.
+struct Target {
+    addr: SocketAddr,
+    handle: TapHandle,
+    frames: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn spawn_target(config: TapConfig, demo_config: DemoConfig, fps: f64) -> Target {
+    let (tx, rx) = mpsc::channel();
+    let frames = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let (frames, stop) = (Arc::clone(&frames), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut tap = Tap::listen(config).unwrap();
+            tx.send((tap.local_addr().unwrap(), tap.handle())).unwrap();
+            let mut demo = Demo::new(demo_config).unwrap();
+            let frame_time = Duration::from_secs_f64(1.0 / fps);
+            let mut next = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                demo.frame(&mut tap).unwrap();
+                frames.fetch_add(1, Ordering::Relaxed);
+                next += frame_time;
+                let now = Instant::now();
+                if next > now {
+                    std::thread::sleep(next - now);
+                } else {
+                    next = now;
+                }
+            }
+        })
+    };
+    let (addr, handle) = rx.recv_timeout(T).unwrap();
+    Target {
+        addr,
+        handle,
+        frames,
+        stop,
+        thread: Some(thread),
+    }
+}
+
+impl Target {
+    fn addr(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// Waits until the game has run `n` more frames; panics after `within`.
+    fn runs(&self, n: u64, within: Duration) -> Duration {
+        let t0 = Instant::now();
+        let start = self.frames.load(Ordering::Relaxed);
+        while self.frames.load(Ordering::Relaxed) < start + n {
+            assert!(
+                t0.elapsed() < within,
+                "the target ran {} frames in {within:?}, not {n}",
+                self.frames.load(Ordering::Relaxed) - start
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        t0.elapsed()
+    }
+
+    /// Asserts that no frame completes for `d` (the game is paused).
+    fn stays_paused(&self, d: Duration) {
+        let start = self.frames.load(Ordering::Relaxed);
+        std::thread::sleep(d);
+        let after = self.frames.load(Ordering::Relaxed);
+        assert!(
+            after <= start + 1,
+            "the target ran {} frames while paused",
+            after - start
+        );
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn fast_faults() -> DemoConfig {
+    DemoConfig {
+        refusal_every: 10,
+        escape_every: 10,
+        ..DemoConfig::default()
+    }
+}
+
+fn is_paused(m: &ToDebugger) -> bool {
+    matches!(m, ToDebugger::Paused { .. })
+}
+
+fn dispatches(seen: &[ToDebugger]) -> Vec<(u64, &DispatchReport)> {
+    seen.iter()
+        .filter_map(|m| match m {
+            ToDebugger::Dispatch { index, report, .. } => Some((*index, &**report)),
+            _ => None,
+        })
+        .collect()
+}
+
+// --- raw sockets --------------------------------------------------------------------------------
+
+struct Raw {
+    stream: TcpStream,
+    reader: FrameReader,
+}
+
+impl Raw {
+    fn connect(addr: SocketAddr) -> Self {
+        let stream = TcpStream::connect_timeout(&addr, T).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        Self {
+            stream,
+            reader: FrameReader::new(MAX_FRAME_BYTES),
+        }
+    }
+
+    fn send_bytes(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    fn send(&mut self, v: &serde_json::Value) {
+        let f = encode_frame(v, MAX_FRAME_BYTES).unwrap();
+        self.send_bytes(&f);
+    }
+
+    /// The next message, or None when the target closed the connection.
+    fn next(&mut self, within: Duration) -> Option<ToDebugger> {
+        let deadline = Instant::now() + within;
+        loop {
+            match self.reader.read_frame(&mut self.stream) {
+                Ok(Some(p)) => return Some(decode(&p).unwrap()),
+                Ok(None) => assert!(
+                    Instant::now() < deadline,
+                    "nothing from the target within {within:?}"
+                ),
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Reads until the target's refusal and the close that follows it.
+    fn refusal(&mut self) -> (RefusalReason, String) {
+        let mut refused = None;
+        while let Some(m) = self.next(T) {
+            if let ToDebugger::Refused { reason, message } = m {
+                refused = Some((reason, message));
+            }
+        }
+        refused.expect("a refusal before the close")
+    }
+
+    fn hello(version: u32, token: Option<&str>) -> serde_json::Value {
+        serde_json::json!({"type": "hello", "protocol": "dispatchscope.live", "version": version, "token": token, "client": "raw test"})
+    }
+}
+
+// --- tests --------------------------------------------------------------------------------------
+
+#[test]
+fn attach_pause_and_step_three_consecutive_dispatches() {
+    let _g = serial();
+    let t = spawn_target(loopback(), DemoConfig::default(), 200.0);
+    t.runs(3, T);
+    let c = LiveClient::connect(&t.addr(), None, T).unwrap();
+    assert_eq!(c.target().target, "test target");
+    assert_eq!(c.target().version, VERSION);
+    c.pause().unwrap();
+    let mut seen = Vec::new();
+    let ToDebugger::Paused {
+        next_dispatch: first,
+        why,
+        upcoming,
+    } = c.wait_for(T, &mut seen, is_paused).unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!(why, PauseReason::Requested);
+    let upcoming = upcoming.expect("a pause before a dispatch carries the dispatch about to run");
+    t.stays_paused(Duration::from_millis(300));
+    let mut indices = Vec::new();
+    for i in 0..3 {
+        c.step(1).unwrap();
+        let mut seen = Vec::new();
+        let ToDebugger::Paused {
+            next_dispatch, why, ..
+        } = c.wait_for(T, &mut seen, is_paused).unwrap()
+        else {
+            unreachable!()
+        };
+        assert_eq!(why, PauseReason::Step { n: 1 });
+        let d = dispatches(&seen);
+        assert_eq!(
+            d.len(),
+            1,
+            "one step, one dispatch: {:?}",
+            seen.iter().map(ToDebugger::kind).collect::<Vec<_>>()
+        );
+        let (index, report) = d[0];
+        assert_eq!(report.index, index);
+        assert_eq!(
+            next_dispatch,
+            index + 1,
+            "it pauses before the next dispatch"
+        );
+        if i == 0 {
+            assert_eq!(
+                report.program, upcoming.program,
+                "the dispatch that ran is the one the pause announced"
+            );
+        }
+        assert!(seen.iter().any(|m| matches!(
+            m,
+            ToDebugger::Resumed {
+                why: ResumeReason::Step { n: 1 },
+                ..
+            }
+        )));
+        indices.push(index);
+    }
+    assert_eq!(
+        indices,
+        vec![first, first + 1, first + 2],
+        "three consecutive dispatches"
+    );
+    c.detach(T).unwrap();
+    t.runs(10, T);
+}
+
+#[test]
+fn step_n_runs_n_dispatches_and_events_come_between() {
+    let _g = serial();
+    let t = spawn_target(loopback(), DemoConfig::default(), 200.0);
+    let c = LiveClient::connect(&t.addr(), None, T).unwrap();
+    c.pause().unwrap();
+    let mut seen = Vec::new();
+    let ToDebugger::Paused {
+        next_dispatch: first,
+        ..
+    } = c.wait_for(T, &mut seen, is_paused).unwrap()
+    else {
+        unreachable!()
+    };
+    c.step(12).unwrap();
+    let mut seen = Vec::new();
+    let ToDebugger::Paused {
+        next_dispatch, why, ..
+    } = c.wait_for(T, &mut seen, is_paused).unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!(why, PauseReason::Step { n: 12 });
+    let idx: Vec<u64> = dispatches(&seen).iter().map(|d| d.0).collect();
+    assert_eq!(idx, (first..first + 12).collect::<Vec<_>>());
+    assert_eq!(next_dispatch, first + 12);
+    assert!(
+        seen.iter().any(|m| matches!(m, ToDebugger::Event { .. })),
+        "12 dispatches span frames, so events come between"
+    );
+    drop(c);
+    t.runs(5, T);
+}
+
+#[test]
+fn break_on_next_refusal_stops_after_a_refusing_dispatch() {
+    let _g = serial();
+    let t = spawn_target(loopback(), fast_faults(), 200.0);
+    let c = LiveClient::connect(&t.addr(), None, T).unwrap();
+    c.set_breakpoints(&Breakpoints {
+        refusal: true,
+        ..Breakpoints::default()
+    })
+    .unwrap();
+    let mut rules_seen = BTreeSet::new();
+    for _ in 0..2 {
+        let mut seen = Vec::new();
+        let ToDebugger::Paused {
+            next_dispatch,
+            why,
+            upcoming,
+        } = c.wait_for(T, &mut seen, is_paused).unwrap()
+        else {
+            unreachable!()
+        };
+        let PauseReason::Refusal { dispatch, rules } = why else {
+            panic!("paused for {why:?}")
+        };
+        assert_eq!(
+            next_dispatch,
+            dispatch + 1,
+            "it stops after the refusing dispatch, before the next"
+        );
+        assert!(upcoming.is_none(), "the next dispatch is not made yet");
+        let d = dispatches(&seen);
+        let (index, report) = *d.last().unwrap();
+        assert_eq!(
+            index, dispatch,
+            "the last report before the pause is the refusing dispatch"
+        );
+        assert_eq!(report.mode, Mode::Refused);
+        assert!(!report.refusals.is_empty());
+        assert!(
+            d[..d.len() - 1]
+                .iter()
+                .all(|(_, r)| r.mode != Mode::Refused),
+            "it stopped at the first refusal"
+        );
+        rules_seen.extend(rules);
+        t.stays_paused(Duration::from_millis(200));
+        c.resume().unwrap();
+    }
+    assert!(
+        rules_seen.contains(&Rule::O7) && rules_seen.contains(&Rule::W2),
+        "the demo alternates O7 and W2 refusals: {rules_seen:?}"
+    );
+    c.detach(T).unwrap();
+    t.runs(5, T);
+}
+
+#[test]
+fn other_breakpoints_stop_where_documented() {
+    let _g = serial();
+    let t = spawn_target(loopback(), fast_faults(), 200.0);
+    let c = LiveClient::connect(&t.addr(), None, T).unwrap();
+    let mut seen = Vec::new();
+    // Escape: after the dispatch that escaped.
+    c.set_breakpoints(&Breakpoints {
+        escape: true,
+        ..Breakpoints::default()
+    })
+    .unwrap();
+    let ToDebugger::Paused {
+        next_dispatch, why, ..
+    } = c.wait_for(T, &mut seen, is_paused).unwrap()
+    else {
+        unreachable!()
+    };
+    let PauseReason::Escape { dispatch, escapes } = why else {
+        panic!("{why:?}")
+    };
+    assert_eq!(next_dispatch, dispatch + 1);
+    let (_, r) = *dispatches(&seen).last().unwrap();
+    assert_eq!((r.index, r.escapes.len()), (dispatch, escapes));
+    assert!(
+        r.escapes
+            .iter()
+            .any(|e| e.class == EscapeClass::NoReservation)
+    );
+    // Nth dispatch: before it.
+    let nth = next_dispatch + 7;
+    c.set_breakpoints(&Breakpoints {
+        dispatch: Some(nth),
+        ..Breakpoints::default()
+    })
+    .unwrap();
+    c.resume().unwrap();
+    seen.clear();
+    let ToDebugger::Paused {
+        next_dispatch,
+        why,
+        upcoming,
+    } = c.wait_for(T, &mut seen, is_paused).unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        (next_dispatch, why),
+        (nth, PauseReason::Nth { dispatch: nth })
+    );
+    assert!(upcoming.is_some());
+    assert_eq!(dispatches(&seen).last().unwrap().0, nth - 1);
+    // Program: before a dispatch of it.
+    c.set_breakpoints(&Breakpoints {
+        programs: vec![dispatchscope_demo::SHADE],
+        ..Breakpoints::default()
+    })
+    .unwrap();
+    c.resume().unwrap();
+    let ToDebugger::Paused { why, upcoming, .. } = c.wait_for(T, &mut seen, is_paused).unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        why,
+        PauseReason::Program {
+            program: dispatchscope_demo::SHADE
+        }
+    );
+    assert_eq!(upcoming.unwrap().program, dispatchscope_demo::SHADE);
+    // Every dispatch: before the very next one.
+    c.set_breakpoints(&Breakpoints {
+        every_dispatch: true,
+        ..Breakpoints::default()
+    })
+    .unwrap();
+    c.resume().unwrap();
+    let ToDebugger::Paused { why, .. } = c.wait_for(T, &mut seen, is_paused).unwrap() else {
+        unreachable!()
+    };
+    assert_eq!(why, PauseReason::EveryDispatch);
+    // A lookup of more than 0 probes: after the first device-addressed dispatch.
+    c.set_breakpoints(&Breakpoints {
+        probes_over: Some(0),
+        ..Breakpoints::default()
+    })
+    .unwrap();
+    c.resume().unwrap();
+    seen.clear();
+    let ToDebugger::Paused { why, .. } = c.wait_for(T, &mut seen, is_paused).unwrap() else {
+        unreachable!()
+    };
+    let PauseReason::Probes {
+        dispatch,
+        access,
+        probes,
+        more_than,
+    } = why
+    else {
+        panic!("{why:?}")
+    };
+    assert_eq!(more_than, 0);
+    let (_, r) = *dispatches(&seen).last().unwrap();
+    assert_eq!(r.index, dispatch);
+    assert_eq!(r.mode, Mode::DeviceAddressed);
+    assert!(
+        r.accesses[access]
+            .lookups
+            .iter()
+            .any(|l| l.probes.len() == probes)
+    );
+    c.detach(T).unwrap();
+    t.runs(5, T);
+}
+
+#[test]
+fn a_debugger_killed_while_the_target_is_paused_lets_it_resume() {
+    let _g = serial();
+    let t = spawn_target(loopback(), DemoConfig::default(), 200.0);
+    // Dropped without a detach: the socket closes and the target runs on at once.
+    let c = LiveClient::connect(&t.addr(), None, T).unwrap();
+    c.set_breakpoints(&Breakpoints {
+        every_dispatch: true,
+        ..Breakpoints::default()
+    })
+    .unwrap();
+    c.pause().unwrap();
+    c.wait_for(T, &mut Vec::new(), is_paused).unwrap();
+    t.stays_paused(Duration::from_millis(1500)); // the heartbeat keeps it paused past the pause timeout
+    drop(c);
+    let took = t.runs(5, Duration::from_secs(1));
+    assert!(
+        t.handle
+            .take_notices()
+            .iter()
+            .any(|n| n.contains("closed the connection"))
+    );
+    eprintln!("resumed 5 frames {took:?} after the debugger's socket closed");
+
+    // Silent: connected, paused, then nothing; it resumes after the pause timeout and forgets the
+    // debugger's breakpoints.
+    let mut raw = Raw::connect(t.addr);
+    assert!(matches!(raw.next(T), Some(ToDebugger::Hello(_))));
+    raw.send(&Raw::hello(VERSION, None));
+    assert!(matches!(raw.next(T), Some(ToDebugger::Attached { .. })));
+    let bp =
+        serde_json::json!({"type": "set-breakpoints", "breakpoints": {"every_dispatch": true}});
+    raw.send(&bp);
+    raw.send(&serde_json::json!({"type": "pause"}));
+    while !matches!(raw.next(T), Some(ToDebugger::Paused { .. })) {}
+    let paused_at = Instant::now();
+    let resumed = loop {
+        match raw.next(T) {
+            Some(ToDebugger::Resumed {
+                why: ResumeReason::Silent { silent_ms },
+                ..
+            }) => break silent_ms,
+            Some(_) => {}
+            None => panic!("closed before resuming"),
+        }
+    };
+    let waited = paused_at.elapsed();
+    assert!(
+        resumed >= 1000 && waited < Duration::from_millis(1500),
+        "resumed after {waited:?} ({resumed} ms of silence)"
+    );
+    t.runs(20, Duration::from_secs(2)); // and no breakpoint stops it again
+    assert!(
+        t.handle
+            .take_notices()
+            .iter()
+            .any(|n| n.contains("said nothing"))
+    );
+}
+
+/// Not a test on its own: the child process of `a_killed_target_leaves_the_client_what_it_received`.
+#[test]
+fn child_target_process() {
+    if std::env::var("DS_LIVE_CHILD").as_deref() != Ok("1") {
+        return;
+    }
+    let mut tap = Tap::listen(loopback()).unwrap();
+    println!("LISTENING {}", tap.local_addr().unwrap());
+    std::io::stdout().flush().unwrap();
+    let mut demo = Demo::new(DemoConfig::default()).unwrap();
+    let stop = AtomicBool::new(false);
+    let options = dispatchscope_demo::RunOptions {
+        frames: Some(60 * 200),
+        fps: Some(200.0),
+    };
+    dispatchscope_demo::run(&mut demo, &mut tap, options, &stop, |_| {}).unwrap();
+}
+
+#[test]
+fn a_killed_target_leaves_the_client_what_it_received() {
+    let _g = serial();
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "child_target_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env("DS_LIVE_CHILD", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut child = KillOnDrop(child);
+    let addr = loop {
+        let line = lines.next().expect("the child prints its address").unwrap();
+        // The harness writes "test child_target_process ... " before the test's own output.
+        if let Some((_, a)) = line.split_once("LISTENING ") {
+            break a.trim().to_owned();
+        }
+    };
+    let c = LiveClient::connect(&addr, None, T).unwrap();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + T;
+    while dispatches(&got).len() < 20 {
+        assert!(Instant::now() < deadline);
+        if let Some(Incoming::Message(m)) = c.recv_timeout(Duration::from_millis(100)) {
+            got.push(m);
+        }
+    }
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    let mut disconnect = None;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while disconnect.is_none() && Instant::now() < deadline {
+        match c.recv_timeout(Duration::from_millis(100)) {
+            Some(Incoming::Message(m)) => got.push(m),
+            Some(Incoming::Disconnected { reason, clean }) => disconnect = Some((reason, clean)),
+            None => {}
+        }
+    }
+    let (reason, clean) = disconnect.expect("the client reports the disconnect");
+    assert!(!clean, "{reason}");
+    assert!(!c.is_connected());
+    let d = dispatches(&got);
+    assert!(d.len() >= 20);
+    assert!(
+        d.windows(2).all(|w| w[1].0 == w[0].0 + 1),
+        "what was received is kept, in order"
+    );
+    assert!(matches!(c.pause(), Err(ClientError::Disconnected { .. })));
+}
+
+fn our_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("ds-"))
+        .count()
+}
+
+fn vm_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn two_hundred_attach_detach_cycles_grow_neither_threads_nor_memory() {
+    let _g = serial();
+    let t = spawn_target(loopback(), DemoConfig::default(), 200.0);
+    let cycle = |i: usize| {
+        let c = LiveClient::connect(&t.addr(), None, T).unwrap();
+        if i.is_multiple_of(4) {
+            c.pause().unwrap();
+            c.wait_for(T, &mut Vec::new(), is_paused).unwrap();
+            c.step(1).unwrap();
+        }
+        c.detach(T).unwrap();
+    };
+    for i in 0..20 {
+        cycle(i);
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    let (threads0, rss0) = (our_threads(), vm_rss_kib());
+    let t0 = Instant::now();
+    for i in 0..200 {
+        cycle(i);
+    }
+    let took = t0.elapsed();
+    std::thread::sleep(Duration::from_millis(400));
+    // Sessions end and are joined; one extra connection lets the accept thread join the last.
+    drop(LiveClient::connect(&t.addr(), None, T).unwrap());
+    std::thread::sleep(Duration::from_millis(400));
+    let (threads1, rss1) = (our_threads(), vm_rss_kib());
+    eprintln!(
+        "200 cycles in {took:?}; ds- threads {threads0} → {threads1}; VmRSS {rss0} → {rss1} KiB"
+    );
+    assert!(
+        threads1 <= threads0,
+        "threads grew: {threads0} → {threads1}"
+    );
+    assert!(
+        rss1 < rss0 + 8 * 1024,
+        "VmRSS grew by {} KiB",
+        rss1.saturating_sub(rss0)
+    );
+    t.runs(5, T);
+}
+
+#[test]
+fn bad_frames_versions_and_tokens_are_refused_and_the_target_keeps_running() {
+    let _g = serial();
+    let t = spawn_target(
+        TapConfig {
+            token: Some("s3cret".into()),
+            ..loopback()
+        },
+        DemoConfig::default(),
+        200.0,
+    );
+    let check = |mut raw: Raw, send: &dyn Fn(&mut Raw), want: RefusalReason, says: &[&str]| {
+        assert!(matches!(raw.next(T), Some(ToDebugger::Hello(h)) if h.token_required));
+        send(&mut raw);
+        let (reason, message) = raw.refusal();
+        assert_eq!(reason, want, "{message}");
+        for s in says {
+            assert!(message.contains(s), "{message:?} does not say {s:?}");
+        }
+        t.runs(3, T);
+    };
+    // A malformed frame.
+    check(
+        Raw::connect(t.addr),
+        &|r| {
+            r.send_bytes(&[
+                9, 0, 0, 0, b'{', b'n', b'o', b't', b' ', b'j', b's', b'o', b'n',
+            ])
+        },
+        RefusalReason::Malformed,
+        &["malformed"],
+    );
+    // An oversize frame: refused on its header, before any payload.
+    check(
+        Raw::connect(t.addr),
+        &|r| r.send_bytes(&u32::MAX.to_le_bytes()),
+        RefusalReason::Oversize,
+        &["4294967295", "65536"],
+    );
+    // A wrong version.
+    check(
+        Raw::connect(t.addr),
+        &|r| r.send(&Raw::hello(99, Some("s3cret"))),
+        RefusalReason::Version,
+        &["version 99", "version 1"],
+    );
+    // A wrong token, and none.
+    check(
+        Raw::connect(t.addr),
+        &|r| r.send(&Raw::hello(VERSION, Some("guess"))),
+        RefusalReason::Token,
+        &["wrong token"],
+    );
+    let e = LiveClient::connect(&t.addr(), None, T).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ClientError::Refused {
+                reason: RefusalReason::Token,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Not a hello first.
+    check(
+        Raw::connect(t.addr),
+        &|r| r.send(&serde_json::json!({"type": "pause"})),
+        RefusalReason::NotHello,
+        &["hello"],
+    );
+    // A bad frame after the handshake ends the session, and the game runs on.
+    let mut raw = Raw::connect(t.addr);
+    assert!(matches!(raw.next(T), Some(ToDebugger::Hello(_))));
+    raw.send(&Raw::hello(VERSION, Some("s3cret")));
+    assert!(matches!(raw.next(T), Some(ToDebugger::Attached { .. })));
+    raw.send(&serde_json::json!({"type": "pause"}));
+    raw.send(&serde_json::json!({"type": "jump", "to": 3}));
+    let (reason, message) = raw.refusal();
+    assert_eq!(reason, RefusalReason::Malformed, "{message}");
+    t.runs(10, T);
+    // The log names each refusal, and a proper debugger still attaches.
+    let notices = t.handle.take_notices().join("\n");
+    for s in [
+        "malformed",
+        "larger than",
+        "version 99",
+        "wrong token",
+        "gave none",
+        "must be a hello",
+        "jump",
+    ] {
+        let s = if s == "larger than" { "longer than" } else { s };
+        assert!(
+            notices.contains(s),
+            "the target's log does not mention {s:?}:\n{notices}"
+        );
+    }
+    let c = LiveClient::connect(&t.addr(), Some("s3cret"), T).unwrap();
+    // One debugger at a time: a second is refused as busy, and the first keeps its session.
+    let e = LiveClient::connect(&t.addr(), Some("s3cret"), T).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ClientError::Refused {
+                reason: RefusalReason::Busy,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    c.pause().unwrap();
+    c.wait_for(T, &mut Vec::new(), is_paused).unwrap();
+    c.detach(T).unwrap();
+    t.runs(3, T);
+}
+
+#[test]
+fn bad_dispatches_and_events_are_reported_not_fatal() {
+    let _g = serial();
+    let mut tap = Tap::listen(loopback()).unwrap();
+    let c = LiveClient::connect(&tap.local_addr().unwrap().to_string(), None, T).unwrap();
+    let mut engine = dispatchscope_core::Engine::cpu(dispatchscope_demo::demo_limits()).unwrap();
+    let bad_event = dispatchscope_core::Event::Release { base: 0x1234_0000 };
+    assert!(tap.apply(&mut engine, &bad_event).is_err());
+    let bad = dispatchscope_core::DispatchInput {
+        program: 0xdead_0000,
+        slots: vec![dispatchscope_core::Slot::new(0, 0x1000, 0, false)],
+        ..Default::default()
+    };
+    assert!(tap.dispatch(&mut engine, &bad).is_err());
+    let mut seen = Vec::new();
+    let failed = c
+        .wait_for(T, &mut seen, |m| {
+            matches!(m, ToDebugger::DispatchFailed { .. })
+        })
+        .unwrap();
+    let ToDebugger::DispatchFailed {
+        index,
+        program,
+        message,
+    } = failed
+    else {
+        unreachable!()
+    };
+    assert_eq!((index, program), (0, 0xdead_0000));
+    assert!(message.contains("size 0"), "{message}");
+    assert!(seen.iter().any(|m| matches!(m, ToDebugger::EventFailed { message, .. } if message.contains("0x12340000"))), "{seen:?}");
+    drop(c);
+    drop(tap);
+}
+
+#[test]
+fn a_debugger_of_another_version_names_the_mismatch_too() {
+    let _g = serial();
+    // A fake target of version 2.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let hello = serde_json::json!({"type": "hello", "protocol": "dispatchscope.live", "version": 2, "target": "future", "pid": 1, "token_required": false, "new_field": [1, 2]});
+        s.write_all(&encode_frame(&hello, MAX_FRAME_BYTES).unwrap())
+            .unwrap();
+        s.set_read_timeout(Some(T)).unwrap();
+        let mut r = FrameReader::new(MAX_FRAME_BYTES);
+        let payload = r.read_frame(&mut s).unwrap().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+        v["version"].as_u64()
+    });
+    let e = LiveClient::connect(&addr.to_string(), None, T).unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, ClientError::Version { .. }), "{text}");
+    assert!(
+        text.contains("version 2") && text.contains("version 1"),
+        "{text}"
+    );
+    assert_eq!(
+        fake.join().unwrap(),
+        Some(u64::from(VERSION)),
+        "the debugger still said its version, so the target can name it too"
+    );
+}
+
+#[test]
+fn a_slow_debugger_never_makes_the_game_wait_and_sees_the_drops() {
+    let _g = serial();
+    let t = spawn_target(
+        TapConfig {
+            queue_capacity: 16,
+            ..loopback()
+        },
+        DemoConfig::default(),
+        400.0,
+    );
+    let mut raw = Raw::connect(t.addr);
+    assert!(matches!(raw.next(T), Some(ToDebugger::Hello(_))));
+    raw.send(&Raw::hello(VERSION, None));
+    assert!(matches!(raw.next(T), Some(ToDebugger::Attached { .. })));
+    // Read nothing for a while (the socket buffers fill), pinging so as not to be silent.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) {
+        raw.send(&serde_json::json!({"type": "ping"}));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ran = t.runs(100, Duration::from_secs(2));
+    assert!(t.handle.figures().dropped > 0, "{:?}", t.handle.figures());
+    // Now read: a stats message counts the drops, and dispatch indices have gaps.
+    let mut dropped = 0;
+    let mut last: Option<u64> = None;
+    let mut gaps = 0;
+    let t1 = Instant::now();
+    while t1.elapsed() < Duration::from_secs(3) && (dropped == 0 || gaps == 0) {
+        match raw.next(T) {
+            Some(ToDebugger::Stats(s)) => dropped = dropped.max(s.dropped),
+            Some(ToDebugger::Dispatch { index, .. }) => {
+                gaps += u64::from(last.is_some_and(|l| index != l + 1));
+                last = Some(index);
+            }
+            Some(_) => {}
+            None => panic!("closed"),
+        }
+    }
+    eprintln!(
+        "100 frames in {ran:?} with a debugger that read nothing; it then saw {dropped} drops and {gaps} gaps"
+    );
+    assert!(dropped > 0 && gaps > 0);
+}
+
+#[test]
+fn listening_beyond_loopback_requires_a_token() {
+    let _g = serial();
+    let e = Tap::listen(TapConfig::listening_on("0.0.0.0:0".parse().unwrap()))
+        .err()
+        .expect("refused");
+    assert!(matches!(e, TapError::TokenRequired { .. }), "{e}");
+    assert!(e.to_string().contains("token"));
+    let tap = Tap::listen(TapConfig {
+        token: Some("t".into()),
+        ..TapConfig::listening_on("0.0.0.0:0".parse().unwrap())
+    })
+    .unwrap();
+    let port = tap.local_addr().unwrap().port();
+    let c = LiveClient::connect(&format!("127.0.0.1:{port}"), Some("t"), T).unwrap();
+    drop(c);
+    drop(tap);
+}
+
+#[test]
+fn record_writes_a_capture_that_opens_explains_and_replays() {
+    let _g = serial();
+    let t = spawn_target(loopback(), fast_faults(), 200.0);
+    t.runs(40, T); // start mid-game: the snapshot carries memory as it stands
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("live.dscap");
+    let stop = AtomicBool::new(false);
+    let options = RecordOptions {
+        dispatches: Some(120),
+        batch: 32,
+        ..RecordOptions::default()
+    };
+    let summary = record(&t.addr(), None, &path, &options, &stop, |_| {}).unwrap();
+    assert_eq!(summary.dispatches, 120);
+    assert_eq!(summary.missing, 0, "stepping in batches drops nothing");
+    assert!(
+        summary.snapshot_events > 0 && summary.contents > 0 && summary.events > 0,
+        "{summary:?}"
+    );
+    t.runs(10, T); // the recorder detached: the game runs on
+
+    let mut file = CaptureFile::open(&path).unwrap();
+    assert!(file.torn().is_none());
+    assert_eq!(file.n_dispatches(), 120);
+    let first = file.dispatch(0).unwrap();
+    assert_eq!(first.report.unwrap().index, summary.first_dispatch.unwrap());
+    let (sample, recorded) = file.to_sample().unwrap();
+    let replayed = sample.run().unwrap();
+    assert_eq!(replayed.len(), 120);
+    for (r, rec) in replayed.iter().zip(&recorded) {
+        let rec = rec.as_ref().unwrap();
+        assert_eq!(
+            (r.program, r.mode, r.escapes.len(), r.refusals.len()),
+            (rec.program, rec.mode, rec.escapes.len(), rec.refusals.len()),
+            "dispatch {}",
+            rec.index
+        );
+    }
+    assert!(recorded.iter().flatten().any(|r| r.mode == Mode::Refused));
+}
+
+#[test]
+fn a_recorder_killed_mid_way_leaves_a_capture_that_opens() {
+    let _g = serial();
+    let t = spawn_target(loopback(), DemoConfig::default(), 200.0);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cut.dscap");
+    let c = LiveClient::connect_with(
+        &t.addr(),
+        &ClientOptions {
+            snapshot: true,
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    let mut rec = CaptureRecorder::new(&path, "cut short", Duration::from_secs(3600));
+    let mut flushed = 0;
+    let deadline = Instant::now() + T;
+    while rec.summary().dispatches < 60 {
+        assert!(Instant::now() < deadline);
+        if let Some(Incoming::Message(m)) = c.recv_timeout(Duration::from_millis(100)) {
+            rec.take(&m).unwrap();
+            if rec.summary().dispatches == 30 && flushed == 0 {
+                rec.flush().unwrap();
+                flushed = 30;
+            }
+        }
+    }
+    // Killed: no finish, no index, no trailer.
+    drop(rec);
+    drop(c);
+    let mut file = CaptureFile::open(&path).unwrap();
+    assert!(
+        file.n_dispatches() >= flushed,
+        "{} dispatches after a flush of {flushed}",
+        file.n_dispatches()
+    );
+    let (sample, _) = file.to_sample().unwrap();
+    sample.run().unwrap();
+}
+
+#[test]
+fn the_snapshot_rebuilds_guest_memory() {
+    let _g = serial();
+    let mut tap = Tap::detached();
+    let mut demo = Demo::new(DemoConfig::default()).unwrap();
+    for _ in 0..45 {
+        demo.frame(&mut tap).unwrap();
+    }
+    let memory = demo.engine().memory();
+    let (events, contents) = snapshot_of(memory);
+    let mut rebuilt = GuestMemory::new(memory.page_bytes()).unwrap();
+    for e in &events {
+        rebuilt.apply(e).unwrap();
+    }
+    for c in &contents {
+        rebuilt.write_bytes(c.address, &c.bytes);
+    }
+    let a: Vec<_> = memory.reservations().cloned().collect();
+    let b: Vec<_> = rebuilt.reservations().cloned().collect();
+    assert_eq!(a, b, "reservations and every page state");
+    let ta: Vec<_> = memory.targets().cloned().collect();
+    let tb: Vec<_> = rebuilt.targets().cloned().collect();
+    assert_eq!(ta, tb);
+    assert_eq!(memory.deferred_copies(), rebuilt.deferred_copies());
+    // Contents: the same bytes wherever either holds a page (an absent page reads as zeros).
+    let pages: BTreeSet<u64> = memory
+        .content_pages()
+        .chain(rebuilt.content_pages())
+        .map(|(a, _)| a)
+        .collect();
+    let page = memory.page_bytes() as usize;
+    let differ: Vec<String> = pages
+        .iter()
+        .filter(|&&a| {
+            let (mut x, mut y) = (vec![0u8; page], vec![0u8; page]);
+            memory.read_bytes(a, &mut x);
+            rebuilt.read_bytes(a, &mut y);
+            x != y
+        })
+        .map(|a| format!("{a:#x}"))
+        .collect();
+    assert!(differ.is_empty(), "contents differ in pages {differ:?}");
+}
+
+#[test]
+fn the_demo_shows_every_case_it_promises() {
+    let _g = serial();
+    let mut tap = Tap::detached();
+    let mut demo = Demo::new(DemoConfig::default()).unwrap();
+    let mut reports = Vec::new();
+    let t0 = Instant::now();
+    for _ in 0..120 {
+        demo.frame_with(&mut tap, |_, r| reports.push(r.clone()))
+            .unwrap();
+    }
+    let dt = t0.elapsed();
+    eprintln!(
+        "120 frames, {} dispatches in {dt:?} ({:.0} dispatches/s, detached)",
+        reports.len(),
+        reports.len() as f64 / dt.as_secs_f64()
+    );
+    let accesses: Vec<usize> = reports.iter().map(|r| r.accesses.len()).collect();
+    assert!(
+        accesses.iter().all(|&n| (8..=400).contains(&n)),
+        "tens to hundreds of accesses: {accesses:?}"
+    );
+    let any = |f: &dyn Fn(&DispatchReport) -> bool| reports.iter().any(f);
+    assert!(any(&|r| r.mode == Mode::Bound
+        && r.sets
+            .iter()
+            .any(|s| s.members.len() == 1 && s.end > s.base + 0xe40f)
+        && r.program == dispatchscope_demo::UPDATE_A));
+    assert!(any(
+        &|r| r.mode == Mode::Bound && r.program == dispatchscope_demo::UPDATE_B
+    ));
+    assert!(any(
+        &|r| r.mode == Mode::DeviceAddressed && r.program == dispatchscope_demo::PRIMARY
+    ));
+    assert!(
+        any(&|r| r.refusals.iter().any(|f| f.rule == Rule::O7)),
+        "an O7 refusal"
+    );
+    assert!(
+        any(&|r| r.refusals.iter().any(|f| f.rule == Rule::W2)),
+        "a W2 refusal"
+    );
+    assert!(
+        any(&|r| r
+            .escapes
+            .iter()
+            .any(|e| e.class == EscapeClass::NoReservation)),
+        "an escape"
+    );
+    let maps = |f: &dyn Fn(&dispatchscope_core::report::MappingReport) -> bool| {
+        reports.iter().filter_map(|r| r.mappings.as_ref()).any(f)
+    };
+    assert!(
+        maps(&|m| m.remapped && m.remaps_total > 2),
+        "the generation moves and mappings are made again"
+    );
+    assert!(
+        maps(&|m| m.pieces.iter().any(|p| p.by_revisit)),
+        "a D968 revisit"
+    );
+    assert!(maps(&|m| !m.left_out.is_empty()), "a left-out piece (M3)");
+    let events: Vec<_> = reports.iter().flat_map(|r| &r.events_before).collect();
+    assert!(events.iter().any(|e| e.generation_moved));
+    assert!(
+        events.iter().any(|e| e.waited_for.is_some()),
+        "a release that waits for the dispatch in flight (M5)"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.effects.iter().any(|x| x.contains("D968")))
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.effects.iter().any(|x| x.starts_with("M4: dropped")))
+    );
+    assert!(any(&|r| !r.before.copies.is_empty()), "C3");
+    assert!(any(&|r| !r.hand_off.targets_distrusted.is_empty()), "C2");
+    assert!(any(&|r| r.accesses.iter().any(|a| matches!(
+        a.route,
+        dispatchscope_core::report::Route::Lds { .. }
+    ))));
+    assert!(any(&|r| r.accesses.iter().any(|a| matches!(
+        a.route,
+        dispatchscope_core::report::Route::Scratch { .. }
+    ))));
+    assert!(
+        !any(&|r| !r.hazards.is_empty()),
+        "no L1 hazard: no program met so far does both"
+    );
+}

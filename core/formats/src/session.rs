@@ -1,0 +1,382 @@
+//! Sessions on disk: a sample (`.json`) or a capture (binary, [`crate::capture`]), opened the same
+//! way, converted either way without loss.
+//!
+//! A capture holds, in [`crate::capture`] records: a META header (the sample's title, provenance
+//! and device as JSON), MEMORY records (initial contents: address, length, bytes; lz4), then one
+//! EVENTS record per memory event and one DISPATCH record per dispatch, in the order they happened.
+//! A DISPATCH record carries the dispatch's input and, when the recorder had it, its report, so
+//! dispatch N can be explained without replaying the rest. This module never draws and never runs
+//! a window; it runs the engine only when asked to replay.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::capture::{
+    CaptureError, CaptureReader, CaptureWriter, RecordKind, Torn, write_atomically,
+};
+use crate::sample::{
+    Contents, Provenance, SAMPLE_FORMAT, SAMPLE_VERSION, Sample, SampleError, Step,
+};
+use dispatchscope_core::input::{DeviceLimits, DispatchInput};
+use dispatchscope_core::memory::Event;
+use dispatchscope_core::report::DispatchReport;
+
+/// The META record of a capture.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureMeta {
+    /// Always `"dispatchscope.capture"`.
+    pub format: String,
+    /// The sample version its steps follow.
+    pub sample_version: u32,
+    /// Title.
+    pub title: String,
+    /// Description.
+    #[serde(default)]
+    pub description: String,
+    /// Provenance.
+    #[serde(default)]
+    pub provenance: Provenance,
+    /// The device it ran against.
+    pub device: DeviceLimits,
+}
+
+/// A DISPATCH record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DispatchRecord {
+    /// The dispatch.
+    pub input: DispatchInput,
+    /// Its report, as the recorder saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<DispatchReport>,
+}
+
+/// The `format` of a capture's META record.
+pub const CAPTURE_FORMAT: &str = "dispatchscope.capture";
+
+/// Why a session file could not be opened or written.
+#[derive(Debug, Error)]
+pub enum SessionError {
+    /// The file could not be read.
+    #[error("{path}: cannot read: {error}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// A bad sample.
+    #[error("{path}: {error}")]
+    Sample {
+        /// The file.
+        path: String,
+        /// Why.
+        error: SampleError,
+    },
+    /// A bad capture container.
+    #[error("{path}: {error}")]
+    Capture {
+        /// The file.
+        path: String,
+        /// Why.
+        error: CaptureError,
+    },
+    /// A record whose payload is not what its kind says.
+    #[error("{path}: record {seq} ({kind}) at byte {offset:#x}: {message}")]
+    Record {
+        /// The file.
+        path: String,
+        /// Its sequence number.
+        seq: u64,
+        /// Its kind.
+        kind: String,
+        /// Its byte offset.
+        offset: u64,
+        /// What was wrong.
+        message: String,
+    },
+    /// Neither a sample nor a capture.
+    #[error(
+        "{path}: neither a dispatchscope sample (JSON) nor a capture (it starts with {start:02x?})"
+    )]
+    Unknown {
+        /// The file.
+        path: String,
+        /// Its first bytes.
+        start: Vec<u8>,
+    },
+}
+
+/// An opened capture.
+pub struct CaptureFile<R = std::io::BufReader<std::fs::File>> {
+    path: String,
+    reader: CaptureReader<R>,
+    meta: CaptureMeta,
+}
+
+/// What a session file turned out to be.
+pub enum Opened {
+    /// A sample.
+    Sample(Sample),
+    /// A capture.
+    Capture(CaptureFile),
+}
+
+/// Opens a sample or a capture, by its first bytes.
+pub fn open(path: &Path) -> Result<Opened, SessionError> {
+    let name = path.display().to_string();
+    let mut start = [0u8; 8];
+    let n = {
+        use std::io::Read;
+        let mut f = std::fs::File::open(path).map_err(|error| SessionError::Read {
+            path: name.clone(),
+            error,
+        })?;
+        let mut n = 0;
+        while n < 8 {
+            match f.read(&mut start[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(error) => return Err(SessionError::Read { path: name, error }),
+            }
+        }
+        n
+    };
+    if n == 8 && start == crate::capture::FILE_MAGIC {
+        return Ok(Opened::Capture(CaptureFile::open(path)?));
+    }
+    let first = start[..n].iter().find(|b| !b.is_ascii_whitespace());
+    if first == Some(&b'{') {
+        let text = std::fs::read_to_string(path).map_err(|error| SessionError::Read {
+            path: name.clone(),
+            error,
+        })?;
+        return Sample::from_json(&text)
+            .map(Opened::Sample)
+            .map_err(|error| SessionError::Sample { path: name, error });
+    }
+    Err(SessionError::Unknown {
+        path: name,
+        start: start[..n].to_vec(),
+    })
+}
+
+fn contents_bytes(c: &Contents) -> Vec<u8> {
+    let mut v = Vec::with_capacity(12 + c.bytes.len());
+    v.extend_from_slice(&c.address.to_le_bytes());
+    v.extend_from_slice(&(c.bytes.len() as u32).to_le_bytes());
+    v.extend_from_slice(&c.bytes);
+    v
+}
+
+fn json<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+/// Writes `sample` (and the reports of its dispatches, if given) as a capture, atomically: a
+/// temporary file in the same folder, then a rename.
+pub fn write_capture(
+    sample: &Sample,
+    reports: Option<&[DispatchReport]>,
+    dest: &Path,
+) -> Result<(), SessionError> {
+    let name = dest.display().to_string();
+    let meta = CaptureMeta {
+        format: CAPTURE_FORMAT.into(),
+        sample_version: sample.version,
+        title: sample.title.clone(),
+        description: sample.description.clone(),
+        provenance: sample.provenance.clone(),
+        device: sample.device.clone(),
+    };
+    write_atomically(dest, |file| {
+        let mut w = CaptureWriter::to_sink(&mut *file, &json(&meta))?;
+        for c in &sample.contents {
+            w.append(RecordKind::MEMORY, &contents_bytes(c), true)?;
+        }
+        let mut n = 0usize;
+        for step in &sample.steps {
+            match step {
+                Step::Event(e) => {
+                    w.append(RecordKind::EVENTS, &json(e), false)?;
+                }
+                Step::Dispatch(d) => {
+                    let record = DispatchRecord {
+                        input: (**d).clone(),
+                        report: reports.and_then(|r| r.get(n)).cloned(),
+                    };
+                    n += 1;
+                    w.append(RecordKind::DISPATCH, &json(&record), true)?;
+                }
+            }
+        }
+        w.finish()?;
+        Ok(())
+    })
+    .map_err(|error| SessionError::Capture { path: name, error })
+}
+
+/// Writes `sample` as pretty JSON, atomically.
+pub fn write_sample(sample: &Sample, dest: &Path) -> Result<(), SessionError> {
+    let name = dest.display().to_string();
+    write_atomically(dest, |file| {
+        use std::io::Write;
+        file.write_all(sample.to_json().as_bytes())
+            .and_then(|()| file.write_all(b"\n"))
+            .map_err(|source| CaptureError::Io {
+                action: "writing the sample".into(),
+                source,
+            })
+    })
+    .map_err(|error| SessionError::Capture { path: name, error })
+}
+
+impl CaptureFile {
+    /// Opens a capture; a torn tail is kept as [`CaptureFile::torn`], not an error.
+    pub fn open(path: &Path) -> Result<Self, SessionError> {
+        let name = path.display().to_string();
+        let reader = CaptureReader::open(path).map_err(|error| SessionError::Capture {
+            path: name.clone(),
+            error,
+        })?;
+        CaptureFile::from_reader(name, reader)
+    }
+}
+
+impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
+    /// Wraps an opened container.
+    pub fn from_reader(path: String, reader: CaptureReader<R>) -> Result<Self, SessionError> {
+        let meta: CaptureMeta =
+            serde_json::from_slice(reader.header_payload()).map_err(|e| SessionError::Record {
+                path: path.clone(),
+                seq: 0,
+                kind: "header".into(),
+                offset: crate::capture::FILE_HEADER_BYTES,
+                message: format!("the header is not a capture's META: {e}"),
+            })?;
+        if meta.format != CAPTURE_FORMAT {
+            return Err(SessionError::Record {
+                path,
+                seq: 0,
+                kind: "header".into(),
+                offset: crate::capture::FILE_HEADER_BYTES,
+                message: format!("format is {:?}, not {CAPTURE_FORMAT:?}", meta.format),
+            });
+        }
+        Ok(Self { path, reader, meta })
+    }
+
+    /// The header.
+    pub fn meta(&self) -> &CaptureMeta {
+        &self.meta
+    }
+
+    /// Where a capture cut short stops being readable, if it was.
+    pub fn torn(&self) -> Option<&Torn> {
+        self.reader.torn()
+    }
+
+    /// Dispatches the capture holds.
+    pub fn n_dispatches(&self) -> usize {
+        self.reader.len_of_kind(RecordKind::DISPATCH)
+    }
+
+    fn bad(&self, kind: RecordKind, n: usize, message: String) -> SessionError {
+        let meta = self
+            .reader
+            .records()
+            .iter()
+            .filter(|r| r.kind == kind)
+            .nth(n);
+        SessionError::Record {
+            path: self.path.clone(),
+            seq: meta.map_or(0, |m| m.seq),
+            kind: kind.to_string(),
+            offset: meta.map_or(0, |m| m.offset_bytes),
+            message,
+        }
+    }
+
+    /// Dispatch `n` (its input and recorded report), reading only its record.
+    pub fn dispatch(&mut self, n: usize) -> Result<DispatchRecord, SessionError> {
+        let bytes = self
+            .reader
+            .nth_of_kind(RecordKind::DISPATCH, n)
+            .map_err(|error| SessionError::Capture {
+                path: self.path.clone(),
+                error,
+            })?;
+        serde_json::from_slice(&bytes).map_err(|e| self.bad(RecordKind::DISPATCH, n, e.to_string()))
+    }
+
+    /// Reads the whole capture back as a sample (every complete record; a torn tail is dropped).
+    pub fn to_sample(&mut self) -> Result<(Sample, Vec<Option<DispatchReport>>), SessionError> {
+        let mut sample = Sample {
+            format: SAMPLE_FORMAT.into(),
+            version: self.meta.sample_version.clamp(1, SAMPLE_VERSION),
+            title: self.meta.title.clone(),
+            description: self.meta.description.clone(),
+            provenance: self.meta.provenance.clone(),
+            device: self.meta.device.clone(),
+            contents: Vec::new(),
+            steps: Vec::new(),
+        };
+        let mut reports = Vec::new();
+        let records = self.reader.records().to_vec();
+        for (i, m) in records.iter().enumerate() {
+            let bytes = self
+                .reader
+                .read_record(i)
+                .map_err(|error| SessionError::Capture {
+                    path: self.path.clone(),
+                    error,
+                })?;
+            let bad = |message: String| SessionError::Record {
+                path: self.path.clone(),
+                seq: m.seq,
+                kind: m.kind.to_string(),
+                offset: m.offset_bytes,
+                message,
+            };
+            match m.kind {
+                RecordKind::MEMORY => {
+                    if bytes.len() < 12 {
+                        return Err(bad(format!(
+                            "{} bytes, less than a contents header",
+                            bytes.len()
+                        )));
+                    }
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(&bytes[..8]);
+                    let mut l = [0u8; 4];
+                    l.copy_from_slice(&bytes[8..12]);
+                    let len = u32::from_le_bytes(l) as usize;
+                    if bytes.len() != 12 + len {
+                        return Err(bad(format!(
+                            "says {len} bytes of contents but holds {}",
+                            bytes.len() - 12
+                        )));
+                    }
+                    sample.contents.push(Contents {
+                        address: u64::from_le_bytes(a),
+                        bytes: bytes[12..].to_vec(),
+                    });
+                }
+                RecordKind::EVENTS => {
+                    let e: Event =
+                        serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+                    sample.steps.push(Step::Event(e));
+                }
+                RecordKind::DISPATCH => {
+                    let d: DispatchRecord =
+                        serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+                    sample.steps.push(Step::Dispatch(Box::new(d.input)));
+                    reports.push(d.report);
+                }
+                _ => {}
+            }
+        }
+        Ok((sample, reports))
+    }
+}

@@ -1,0 +1,743 @@
+//! The live protocol between a target (an emulator with a [`crate::Tap`]) and a debugger.
+//!
+//! # Transport and framing
+//!
+//! TCP. Every message is one frame: a `u32` little-endian payload length, then that many bytes of
+//! UTF-8 JSON (serde, the same encoding as samples and the report schema, so a frame is readable
+//! in a packet dump). A length above the reader's limit is refused *before* anything is allocated
+//! for it: a target reads at most [`MAX_COMMAND_FRAME_BYTES`] from a debugger, a debugger at most
+//! [`MAX_FRAME_BYTES`] from a target (a target never sends a bigger frame: it drops the message and
+//! counts it). A zero length is malformed.
+//!
+//! # Address, port and token
+//!
+//! A target listens on `127.0.0.1:`[`DEFAULT_PORT`] (27953) unless told otherwise.
+//! Listening on any address that is not loopback requires a token, and a debugger must present it
+//! in its hello; a target on loopback requires one only if it was given one.
+//! The token is compared in constant time; it keeps out other people's debuggers and stray
+//! connections, it is not encryption (the stream is plain TCP).
+//!
+//! # Handshake and version rule
+//!
+//! 1. On accept the target sends [`ToDebugger::Hello`] ([`TargetHello`]).
+//! 2. The debugger answers [`ToTarget::Hello`] ([`DebuggerHello`]) with its version and token.
+//! 3. The target answers [`ToDebugger::Attached`], or [`ToDebugger::Refused`] and closes.
+//!
+//! Both sides speak exactly one version, [`VERSION`], and talk only to the same version.
+//! The framing, both hellos' `type`, `protocol` and `version` fields, and [`ToDebugger::Refused`]
+//! never change in any version, so a mismatch is always detected and named on both sides: the
+//! debugger sees the target's version in its hello and says so; the target sees the debugger's in
+//! its hello, refuses it with a message naming both versions, and keeps running.
+//!
+//! # What happens to bad input
+//!
+//! A malformed frame, an oversize frame, a first frame that is not a hello, a wrong protocol name,
+//! a wrong version and a wrong or missing token are each answered with [`ToDebugger::Refused`]
+//! (a [`RefusalReason`] and a sentence naming the values), the connection is closed, and the
+//! target keeps running and keeps listening. After the handshake a bad frame ends the session the
+//! same way. This module only encodes and decodes; it never opens sockets and never runs anything.
+
+use std::io::{self, Read, Write};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use dispatchscope_core::addr::hex;
+use dispatchscope_core::input::{DeviceLimits, DispatchInput};
+use dispatchscope_core::memory::Event;
+use dispatchscope_core::report::{DispatchReport, EventReport};
+use dispatchscope_core::rules::Rule;
+use dispatchscope_formats::sample::Contents;
+
+/// The `protocol` field of both hellos.
+pub const PROTOCOL: &str = "dispatchscope.live";
+/// The protocol version this build speaks; a target and a debugger talk only when theirs are equal.
+pub const VERSION: u32 = 1;
+/// The port a target listens on by default (on 127.0.0.1).
+pub const DEFAULT_PORT: u16 = 27953;
+/// The address a target listens on by default.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:27953";
+/// Bytes of a frame header (the payload length).
+pub const FRAME_HEADER_BYTES: usize = 4;
+/// The largest payload a debugger accepts from a target (a dispatch with its report).
+pub const MAX_FRAME_BYTES: u32 = 32 << 20;
+/// The largest payload a target accepts from a debugger (commands are small).
+pub const MAX_COMMAND_FRAME_BYTES: u32 = 64 << 10;
+/// The most events one [`ToDebugger::SnapshotEvents`] frame carries.
+pub const SNAPSHOT_EVENTS_PER_FRAME: usize = 4096;
+/// The most guest bytes one [`ToDebugger::SnapshotContents`] frame carries.
+pub const SNAPSHOT_CONTENTS_BYTES: usize = 1 << 20;
+
+/// Why a frame could not be read or written.
+#[derive(Debug, Error)]
+pub enum ProtocolError {
+    /// The socket failed.
+    #[error("{action}: {error}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The error.
+        error: io::Error,
+    },
+    /// The peer closed the connection.
+    #[error("the peer closed the connection{}", if *mid_frame { " in the middle of a frame" } else { "" })]
+    Closed {
+        /// Whether part of a frame had arrived.
+        mid_frame: bool,
+    },
+    /// A frame longer than the reader accepts; refused before anything was allocated for it.
+    #[error("a frame of {len_bytes} bytes is longer than the {max_bytes} bytes this side accepts")]
+    Oversize {
+        /// The length the header announced.
+        len_bytes: u32,
+        /// The limit.
+        max_bytes: u32,
+    },
+    /// A frame whose payload is not the JSON of a message.
+    #[error("malformed frame: {message}")]
+    Malformed {
+        /// What was wrong, with serde's line and column.
+        message: String,
+    },
+    /// A message too large to send; it was not sent.
+    #[error("a message of {len_bytes} bytes is longer than the {max_bytes}-byte frame limit")]
+    TooLargeToSend {
+        /// Its encoded length.
+        len_bytes: usize,
+        /// The limit.
+        max_bytes: u32,
+    },
+}
+
+/// What a target says first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TargetHello {
+    /// Always [`PROTOCOL`].
+    pub protocol: String,
+    /// The version the target speaks.
+    pub version: u32,
+    /// What the target is ("dispatchscope demo", an emulator's name).
+    pub target: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Whether a debugger must present a token.
+    pub token_required: bool,
+}
+
+/// What a debugger answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DebuggerHello {
+    /// Always [`PROTOCOL`].
+    pub protocol: String,
+    /// The version the debugger speaks.
+    pub version: u32,
+    /// The token, if the debugger has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// What the debugger is ("dispatchscope attach", "dispatchscope app").
+    #[serde(default)]
+    pub client: String,
+    /// Ask for a [`Snapshot`] of guest memory before the next dispatch (a recorder needs one).
+    #[serde(default)]
+    pub snapshot: bool,
+}
+
+impl DebuggerHello {
+    /// A hello of this build's version.
+    pub fn new(client: &str, token: Option<String>, snapshot: bool) -> Self {
+        Self {
+            protocol: PROTOCOL.to_owned(),
+            version: VERSION,
+            token,
+            client: client.to_owned(),
+            snapshot,
+        }
+    }
+}
+
+/// Why a target refused a debugger or ended its session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RefusalReason {
+    /// The versions differ.
+    Version,
+    /// The token is wrong or missing.
+    Token,
+    /// A frame is not the JSON of a message.
+    Malformed,
+    /// A frame is longer than the target accepts.
+    Oversize,
+    /// The first frame is not a hello, or a second hello came.
+    NotHello,
+    /// The hello names another protocol.
+    Protocol,
+    /// Another debugger is attached.
+    Busy,
+    /// No hello came in time.
+    Timeout,
+    /// The target is shutting down.
+    ShuttingDown,
+}
+
+impl RefusalReason {
+    /// The reason as the protocol writes it (`"version"`, `"token"` …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::Version => "version",
+            RefusalReason::Token => "token",
+            RefusalReason::Malformed => "malformed",
+            RefusalReason::Oversize => "oversize",
+            RefusalReason::NotHello => "not-hello",
+            RefusalReason::Protocol => "protocol",
+            RefusalReason::Busy => "busy",
+            RefusalReason::Timeout => "timeout",
+            RefusalReason::ShuttingDown => "shutting-down",
+        }
+    }
+}
+
+impl std::fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The breakpoints a debugger sets; each is documented where it stops.
+///
+/// Stops *before* a dispatch (the dispatch is known, it has not run; the events the emulator
+/// applied since the previous dispatch have been applied and sent):
+/// - `every_dispatch`: before every dispatch.
+/// - `dispatch`: before the dispatch with this index (the engine's count from 0).
+/// - `programs`: before any dispatch of one of these programs.
+///
+/// Stops *after* a dispatch, because what they look for is only known once it was planned and run:
+/// the target stops inside the tap's call for dispatch N, after the engine returned its report and
+/// the report was sent, before the report goes back to the emulator. Nothing has happened since
+/// dispatch N (no event, no dispatch); the pause says "before dispatch N+1" and names N:
+/// - `refusal`: after a dispatch with at least one refusal (planning refused it, O7, O11, W2 …).
+/// - `escape`: after a dispatch with at least one escape (T4; known only after it ran).
+/// - `probes_over`: after a dispatch in which some lookup (T5) read more than k table slots.
+///
+/// The refusal, escape and probe breakpoints stay set: each stops at the next such dispatch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Breakpoints {
+    /// Stop before every dispatch.
+    pub every_dispatch: bool,
+    /// Stop after a dispatch that was refused.
+    pub refusal: bool,
+    /// Stop after a dispatch that had an escape.
+    pub escape: bool,
+    /// Stop after a dispatch with a lookup of more than this many probes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probes_over: Option<u32>,
+    /// Stop before a dispatch of one of these programs.
+    #[serde(with = "hex::vec", skip_serializing_if = "Vec::is_empty")]
+    pub programs: Vec<u64>,
+    /// Stop before the dispatch with this index.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dispatch: Option<u64>,
+}
+
+impl Breakpoints {
+    /// Whether none is set.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// Why a target paused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum PauseReason {
+    /// The debugger sent [`ToTarget::Pause`].
+    Requested,
+    /// The dispatches of a [`ToTarget::Step`] ran.
+    Step {
+        /// How many the step ran.
+        n: u64,
+    },
+    /// The every-dispatch breakpoint.
+    EveryDispatch,
+    /// The Nth-dispatch breakpoint.
+    Nth {
+        /// Its index.
+        dispatch: u64,
+    },
+    /// A program breakpoint.
+    Program {
+        /// The program.
+        #[serde(with = "hex")]
+        program: u64,
+    },
+    /// Dispatch `dispatch` was refused.
+    Refusal {
+        /// The dispatch.
+        dispatch: u64,
+        /// The rules its refusals cite.
+        rules: Vec<Rule>,
+    },
+    /// Dispatch `dispatch` had escapes.
+    Escape {
+        /// The dispatch.
+        dispatch: u64,
+        /// How many.
+        escapes: usize,
+    },
+    /// A lookup of dispatch `dispatch` read more than `more_than` slots.
+    Probes {
+        /// The dispatch.
+        dispatch: u64,
+        /// The access whose lookup it was.
+        access: usize,
+        /// Slots it read.
+        probes: usize,
+        /// The breakpoint's k.
+        more_than: u32,
+    },
+}
+
+impl PauseReason {
+    /// One sentence for a status line.
+    pub fn sentence(&self) -> String {
+        match self {
+            PauseReason::Requested => "paused at the debugger's request".into(),
+            PauseReason::Step { n } => {
+                format!("stepped {n} dispatch{}", if *n == 1 { "" } else { "es" })
+            }
+            PauseReason::EveryDispatch => "breakpoint: before every dispatch".into(),
+            PauseReason::Nth { dispatch } => format!("breakpoint: before dispatch {dispatch}"),
+            PauseReason::Program { program } => {
+                format!("breakpoint: before a dispatch of program {program:#x}")
+            }
+            PauseReason::Refusal { dispatch, rules } => {
+                let ids: Vec<&str> = rules.iter().map(|r| r.id()).collect();
+                format!(
+                    "breakpoint: dispatch {dispatch} was refused ({})",
+                    ids.join(", ")
+                )
+            }
+            PauseReason::Escape { dispatch, escapes } => {
+                format!(
+                    "breakpoint: dispatch {dispatch} had {escapes} escape{} (T4)",
+                    if *escapes == 1 { "" } else { "s" }
+                )
+            }
+            PauseReason::Probes {
+                dispatch,
+                access,
+                probes,
+                more_than,
+            } => format!(
+                "breakpoint: access {access} of dispatch {dispatch} looked up a chunk in {probes} probes (more than {more_than})"
+            ),
+        }
+    }
+
+    /// The dispatch that made an after-dispatch breakpoint stop, if this is one.
+    pub fn after_dispatch(&self) -> Option<u64> {
+        match self {
+            PauseReason::Refusal { dispatch, .. }
+            | PauseReason::Escape { dispatch, .. }
+            | PauseReason::Probes { dispatch, .. } => Some(*dispatch),
+            _ => None,
+        }
+    }
+}
+
+/// Why a paused target runs again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum ResumeReason {
+    /// [`ToTarget::Continue`].
+    Continue,
+    /// [`ToTarget::Step`].
+    Step {
+        /// Dispatches it will run before pausing again.
+        n: u64,
+    },
+    /// The debugger said nothing for the pause timeout: the target resumed on its own and cleared
+    /// every breakpoint, so that a silent debugger cannot stop it again.
+    Silent {
+        /// Milliseconds of silence.
+        silent_ms: u64,
+    },
+}
+
+/// The target's figures, sent about twice a second while a debugger is attached.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Dispatches since this debugger attached.
+    pub dispatches: u64,
+    /// Events since this debugger attached.
+    pub events: u64,
+    /// Dispatches per second over the last interval.
+    pub dispatches_per_s: f64,
+    /// Messages sent to this debugger.
+    pub sent: u64,
+    /// Messages dropped because the queue to this debugger was full (a slow debugger), since it
+    /// attached. Dropped dispatches leave gaps in the indices the debugger sees.
+    pub dropped: u64,
+    /// Messages waiting in the queue.
+    pub queued: usize,
+    /// The queue's bound.
+    pub queue_capacity: usize,
+    /// Whether the target is paused.
+    pub paused: bool,
+}
+
+/// Guest memory as it stood before dispatch `next_dispatch`: `n_event_frames`
+/// [`ToDebugger::SnapshotEvents`] frames follow, whose events rebuild it on an empty engine, then
+/// `n_contents` [`ToDebugger::SnapshotContents`] frames (see [`crate::snapshot`] for what it
+/// restores exactly).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The dispatch it was taken before. Every [`ToDebugger::Event`] and [`ToDebugger::Dispatch`]
+    /// sent after the snapshot happened after it; those sent before it are in it.
+    pub next_dispatch: u64,
+    /// The device.
+    pub device: DeviceLimits,
+    /// Events frames that follow.
+    pub n_event_frames: u64,
+    /// Contents frames that follow them.
+    pub n_contents: u64,
+}
+
+/// What a target sends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum ToDebugger {
+    /// The first frame on every connection.
+    Hello(TargetHello),
+    /// The target refuses the debugger, or ends its session; the connection closes after it.
+    Refused {
+        /// Why.
+        reason: RefusalReason,
+        /// One sentence naming the values.
+        message: String,
+    },
+    /// The handshake succeeded.
+    Attached {
+        /// The session's number in this target's life.
+        session: u64,
+    },
+    /// Guest memory before `next_dispatch` (only when the debugger's hello asked for it).
+    Snapshot(Box<Snapshot>),
+    /// Events of a snapshot (reservations, page states, guards, write-watch notes, targets,
+    /// deferred copies), at most [`SNAPSHOT_EVENTS_PER_FRAME`] a frame.
+    SnapshotEvents {
+        /// The events, in order.
+        events: Vec<Event>,
+    },
+    /// Guest bytes of a snapshot.
+    SnapshotContents {
+        /// The bytes.
+        contents: Contents,
+    },
+    /// A memory event the emulator applied, and what it did.
+    Event {
+        /// The engine's report of it.
+        report: Box<EventReport>,
+    },
+    /// A memory event the engine refused as bad input.
+    EventFailed {
+        /// The event.
+        event: Box<Event>,
+        /// Why.
+        message: String,
+    },
+    /// A dispatch ran.
+    Dispatch {
+        /// Its index.
+        index: u64,
+        /// Its input.
+        input: Box<DispatchInput>,
+        /// Its report.
+        report: Box<DispatchReport>,
+    },
+    /// A dispatch the engine refused as bad input; it did not run and took no index.
+    DispatchFailed {
+        /// The index it would have had.
+        index: u64,
+        /// Its program.
+        #[serde(with = "hex")]
+        program: u64,
+        /// Why.
+        message: String,
+    },
+    /// The target paused before dispatch `next_dispatch`.
+    Paused {
+        /// The dispatch it will run next.
+        next_dispatch: u64,
+        /// Why it paused.
+        why: PauseReason,
+        /// The dispatch about to run, for a pause before a dispatch; `None` after one (the
+        /// refusal, escape and probe breakpoints stop before the emulator made the next one).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upcoming: Option<Box<DispatchInput>>,
+    },
+    /// A paused target runs again.
+    Resumed {
+        /// The dispatch it will run next.
+        next_dispatch: u64,
+        /// Why.
+        why: ResumeReason,
+    },
+    /// Figures.
+    Stats(Stats),
+}
+
+impl ToDebugger {
+    /// The message's `type`, for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ToDebugger::Hello(_) => "hello",
+            ToDebugger::Refused { .. } => "refused",
+            ToDebugger::Attached { .. } => "attached",
+            ToDebugger::Snapshot(_) => "snapshot",
+            ToDebugger::SnapshotEvents { .. } => "snapshot-events",
+            ToDebugger::SnapshotContents { .. } => "snapshot-contents",
+            ToDebugger::Event { .. } => "event",
+            ToDebugger::EventFailed { .. } => "event-failed",
+            ToDebugger::Dispatch { .. } => "dispatch",
+            ToDebugger::DispatchFailed { .. } => "dispatch-failed",
+            ToDebugger::Paused { .. } => "paused",
+            ToDebugger::Resumed { .. } => "resumed",
+            ToDebugger::Stats(_) => "stats",
+        }
+    }
+}
+
+/// What a debugger sends.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum ToTarget {
+    /// The answer to the target's hello; only as the first frame.
+    Hello(DebuggerHello),
+    /// Pause before the next dispatch.
+    Pause,
+    /// Run freely (until a breakpoint).
+    Continue,
+    /// Run `n` dispatches, then pause before the next one; `n = 0` does nothing.
+    Step {
+        /// Dispatches to run.
+        n: u64,
+    },
+    /// Replace every breakpoint.
+    SetBreakpoints {
+        /// The new set.
+        breakpoints: Breakpoints,
+    },
+    /// Nothing but "still here": a paused target resumes after the pause timeout without any frame.
+    Ping,
+    /// End the session: breakpoints go, a paused target runs, the target closes the connection.
+    Detach,
+}
+
+/// Encodes `message` as one frame (header and payload) into `out`, which is cleared first.
+pub fn encode_frame_into<T: Serialize>(
+    message: &T,
+    max_bytes: u32,
+    out: &mut Vec<u8>,
+) -> Result<(), ProtocolError> {
+    out.clear();
+    out.extend_from_slice(&[0; FRAME_HEADER_BYTES]);
+    serde_json::to_writer(&mut *out, message).map_err(|e| ProtocolError::Malformed {
+        message: e.to_string(),
+    })?;
+    let len = out.len() - FRAME_HEADER_BYTES;
+    let len32 = u32::try_from(len).ok().filter(|&l| l <= max_bytes).ok_or(
+        ProtocolError::TooLargeToSend {
+            len_bytes: len,
+            max_bytes,
+        },
+    )?;
+    out[..FRAME_HEADER_BYTES].copy_from_slice(&len32.to_le_bytes());
+    Ok(())
+}
+
+/// Encodes `message` as one frame.
+pub fn encode_frame<T: Serialize>(message: &T, max_bytes: u32) -> Result<Vec<u8>, ProtocolError> {
+    let mut out = Vec::new();
+    encode_frame_into(message, max_bytes, &mut out)?;
+    Ok(out)
+}
+
+/// Writes `message` as one frame.
+pub fn write_frame<T: Serialize>(
+    w: &mut impl Write,
+    message: &T,
+    max_bytes: u32,
+) -> Result<(), ProtocolError> {
+    let frame = encode_frame(message, max_bytes)?;
+    w.write_all(&frame).map_err(|error| ProtocolError::Io {
+        action: "writing a frame",
+        error,
+    })
+}
+
+/// Decodes a frame's payload.
+pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, ProtocolError> {
+    serde_json::from_slice(payload).map_err(|e| ProtocolError::Malformed {
+        message: e.to_string(),
+    })
+}
+
+/// Decodes a frame from a target. A dispatch frame (the bulk of a session) is decoded straight into
+/// its fields rather than through the tagged enum, which would first buffer the whole report.
+pub fn decode_to_debugger(payload: &[u8]) -> Result<ToDebugger, ProtocolError> {
+    /// What [`ToDebugger::Dispatch`] holds, as its own struct; the `type` field is ignored.
+    #[derive(Deserialize)]
+    struct DispatchFrame {
+        index: u64,
+        input: Box<DispatchInput>,
+        report: Box<DispatchReport>,
+    }
+    if payload.starts_with(br#"{"type":"dispatch","#) {
+        let f: DispatchFrame = decode(payload)?;
+        return Ok(ToDebugger::Dispatch {
+            index: f.index,
+            input: f.input,
+            report: f.report,
+        });
+    }
+    decode(payload)
+}
+
+/// The `type`, `protocol` and `version` of a hello, read without knowing its version's shape
+/// (these three fields never change). `None` fields are absent or of the wrong type.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HelloHeader {
+    /// The `type` field.
+    pub kind: Option<String>,
+    /// The `protocol` field.
+    pub protocol: Option<String>,
+    /// The `version` field.
+    pub version: Option<u64>,
+}
+
+/// Reads a frame's [`HelloHeader`]; `Err` when the payload is not a JSON object.
+pub fn hello_header(payload: &[u8]) -> Result<HelloHeader, ProtocolError> {
+    let v: serde_json::Value = decode(payload)?;
+    let obj = v.as_object().ok_or_else(|| ProtocolError::Malformed {
+        message: "the frame is JSON but not an object".into(),
+    })?;
+    Ok(HelloHeader {
+        kind: obj.get("type").and_then(|t| t.as_str()).map(str::to_owned),
+        protocol: obj
+            .get("protocol")
+            .and_then(|t| t.as_str())
+            .map(str::to_owned),
+        version: obj.get("version").and_then(serde_json::Value::as_u64),
+    })
+}
+
+/// Reads frames from a stream that may time out, keeping a partial frame across timeouts.
+///
+/// The header's length is checked against the limit before the payload buffer grows, so a peer
+/// cannot make the reader allocate more than the limit.
+#[derive(Debug)]
+pub struct FrameReader {
+    max_bytes: u32,
+    header: [u8; FRAME_HEADER_BYTES],
+    header_filled: usize,
+    payload: Vec<u8>,
+    payload_len: Option<usize>,
+    payload_filled: usize,
+}
+
+impl FrameReader {
+    /// A reader accepting payloads of at most `max_bytes`.
+    pub fn new(max_bytes: u32) -> Self {
+        Self {
+            max_bytes,
+            header: [0; FRAME_HEADER_BYTES],
+            header_filled: 0,
+            payload: Vec::new(),
+            payload_len: None,
+            payload_filled: 0,
+        }
+    }
+
+    /// Whether part of a frame has been read.
+    pub fn mid_frame(&self) -> bool {
+        self.header_filled > 0
+    }
+
+    /// Reads until one whole frame is in and returns its payload; `Ok(None)` when the stream's
+    /// read timeout passed first (what was read is kept for the next call).
+    pub fn read_frame(&mut self, r: &mut impl Read) -> Result<Option<Vec<u8>>, ProtocolError> {
+        loop {
+            let step = match self.payload_len {
+                None => r.read(&mut self.header[self.header_filled..]),
+                Some(len) => r.read(&mut self.payload[self.payload_filled..len]),
+            };
+            let n = match step {
+                Ok(0) => {
+                    return Err(ProtocolError::Closed {
+                        mid_frame: self.mid_frame(),
+                    });
+                }
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Ok(None);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    return Err(ProtocolError::Io {
+                        action: "reading a frame",
+                        error,
+                    });
+                }
+            };
+            match self.payload_len {
+                None => {
+                    self.header_filled += n;
+                    if self.header_filled == FRAME_HEADER_BYTES {
+                        let len = u32::from_le_bytes(self.header);
+                        if len > self.max_bytes {
+                            return Err(ProtocolError::Oversize {
+                                len_bytes: len,
+                                max_bytes: self.max_bytes,
+                            });
+                        }
+                        if len == 0 {
+                            return Err(ProtocolError::Malformed {
+                                message: "an empty frame (length 0)".into(),
+                            });
+                        }
+                        self.payload.clear();
+                        self.payload.resize(len as usize, 0);
+                        self.payload_len = Some(len as usize);
+                        self.payload_filled = 0;
+                    }
+                }
+                Some(len) => {
+                    self.payload_filled += n;
+                    if self.payload_filled == len {
+                        self.header_filled = 0;
+                        self.payload_len = None;
+                        let payload = std::mem::take(&mut self.payload);
+                        return Ok(Some(payload));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Compares two tokens in time independent of where they differ.
+pub fn tokens_match(expected: &str, given: &str) -> bool {
+    let (a, b) = (expected.as_bytes(), given.as_bytes());
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
+    }
+    diff == 0
+}

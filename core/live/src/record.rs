@@ -1,0 +1,362 @@
+//! Recording a live session to a capture ([`dispatchscope_formats::session`]'s layout), crash-safe.
+//!
+//! [`CaptureRecorder`] takes the messages a [`LiveClient`] receives and appends records: the
+//! snapshot's contents as MEMORY records and its events as EVENTS records (they rebuild guest
+//! memory as it stood when recording began, see [`crate::snapshot`]), then one EVENTS record
+//! per event and one DISPATCH record (input and report) per dispatch, in the target's order. The
+//! META header is written when the snapshot arrives (it needs the device). It flushes (records and
+//! a checkpoint, made durable) at least every [`RecordOptions::flush_every`], so a recorder killed
+//! at any moment leaves a capture that opens with every record up to its last flush.
+//! Messages before the snapshot are ignored: the snapshot already holds their effects.
+//!
+//! [`record`] is the headless recorder: it asks for a snapshot, then makes the target run in steps
+//! of [`RecordOptions::batch`] dispatches, asking for the next step as soon as one ends, so no
+//! message is ever dropped: the game runs at most one batch ahead of the recorder, and waits only
+//! when the recorder is that far behind. A window that streams instead feeds its messages to a
+//! [`CaptureRecorder`] itself, and gaps from drops are counted in [`RecordSummary::missing`].
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use crate::client::{ClientError, ClientOptions, Incoming, LiveClient};
+use crate::protocol::{ResumeReason, ToDebugger};
+use dispatchscope_formats::capture::{CaptureError, CaptureWriter, RecordKind};
+use dispatchscope_formats::sample::{Contents, Provenance, SAMPLE_VERSION};
+use dispatchscope_formats::session::{CAPTURE_FORMAT, CaptureMeta, DispatchRecord};
+
+/// Why a recording failed.
+#[derive(Debug, Error)]
+pub enum RecordError {
+    /// The capture could not be written.
+    #[error("{path}: {error}")]
+    Capture {
+        /// The file.
+        path: String,
+        /// Why.
+        error: CaptureError,
+    },
+    /// The live session failed.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// A message could not be encoded.
+    #[error("encoding a {kind} record: {message}")]
+    Encode {
+        /// The record kind.
+        kind: &'static str,
+        /// Why.
+        message: String,
+    },
+}
+
+/// How [`record`] records.
+#[derive(Clone, Debug)]
+pub struct RecordOptions {
+    /// Stop after this many dispatches; `None` records until the target goes or `stop` is set.
+    pub dispatches: Option<u64>,
+    /// Dispatches per step.
+    pub batch: u64,
+    /// Flush at least this often.
+    pub flush_every: Duration,
+    /// How long to wait for the target at any one point.
+    pub timeout: Duration,
+}
+
+impl Default for RecordOptions {
+    fn default() -> Self {
+        Self {
+            dispatches: None,
+            batch: 64,
+            flush_every: Duration::from_millis(500),
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What a recording holds so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordSummary {
+    /// DISPATCH records.
+    pub dispatches: u64,
+    /// EVENTS records after the snapshot.
+    pub events: u64,
+    /// Events that rebuild the snapshot.
+    pub snapshot_events: u64,
+    /// MEMORY records.
+    pub contents: u64,
+    /// Dispatches the target dropped (gaps in the indices), with events dropped likewise.
+    pub missing: u64,
+    /// Index of the first dispatch recorded.
+    pub first_dispatch: Option<u64>,
+    /// Index of the last dispatch recorded.
+    pub last_dispatch: Option<u64>,
+    /// Bytes written so far.
+    pub bytes: u64,
+}
+
+/// Appends a live session's messages to a capture; see the module docs.
+pub struct CaptureRecorder {
+    path: String,
+    title: String,
+    writer: Option<CaptureWriter>,
+    event_frames_left: u64,
+    contents_left: u64,
+    next_dispatch: Option<u64>,
+    next_event: Option<u64>,
+    summary: RecordSummary,
+    last_flush: Instant,
+    flush_every: Duration,
+}
+
+fn json<T: serde::Serialize>(kind: &'static str, value: &T) -> Result<Vec<u8>, RecordError> {
+    serde_json::to_vec(value).map_err(|e| RecordError::Encode {
+        kind,
+        message: e.to_string(),
+    })
+}
+
+fn contents_bytes(c: &Contents) -> Vec<u8> {
+    let mut v = Vec::with_capacity(12 + c.bytes.len());
+    v.extend_from_slice(&c.address.to_le_bytes());
+    v.extend_from_slice(&(c.bytes.len() as u32).to_le_bytes());
+    v.extend_from_slice(&c.bytes);
+    v
+}
+
+impl CaptureRecorder {
+    /// A recorder that will write `dest` once the snapshot arrives; `title` names the session.
+    pub fn new(dest: &Path, title: &str, flush_every: Duration) -> Self {
+        Self {
+            path: dest.display().to_string(),
+            title: title.to_owned(),
+            writer: None,
+            event_frames_left: 0,
+            contents_left: 0,
+            next_dispatch: None,
+            next_event: None,
+            summary: RecordSummary::default(),
+            last_flush: Instant::now(),
+            flush_every,
+        }
+    }
+
+    /// Whether the snapshot has arrived and records are being written.
+    pub fn started(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    /// What was recorded so far.
+    pub fn summary(&self) -> &RecordSummary {
+        &self.summary
+    }
+
+    fn err(&self) -> impl Fn(CaptureError) -> RecordError + '_ {
+        move |error| RecordError::Capture {
+            path: self.path.clone(),
+            error,
+        }
+    }
+
+    fn append(
+        &mut self,
+        kind: RecordKind,
+        payload: &[u8],
+        compress: bool,
+    ) -> Result<(), RecordError> {
+        let path = self.path.clone();
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        w.append(kind, payload, compress)
+            .map_err(|error| RecordError::Capture { path, error })?;
+        self.summary.bytes = w.len_bytes();
+        Ok(())
+    }
+
+    /// Takes one message: records it if it belongs in the capture, and flushes when it is time.
+    pub fn take(&mut self, message: &ToDebugger) -> Result<(), RecordError> {
+        match message {
+            ToDebugger::Snapshot(s) if self.writer.is_none() => {
+                let meta = CaptureMeta {
+                    format: CAPTURE_FORMAT.into(),
+                    sample_version: SAMPLE_VERSION,
+                    title: self.title.clone(),
+                    description: format!(
+                        "Recorded live from dispatch {} on. The first records rebuild guest memory as it stood then (a snapshot: reservations, page states, guards, write-watch notes, targets, deferred copies, contents); mappings and the chunk table are not part of it, so a replay maps afresh. Reports are the target's, with its dispatch numbers.",
+                        s.next_dispatch
+                    ),
+                    provenance: Provenance {
+                        records: Vec::new(),
+                        stated: Vec::new(),
+                        ours: vec!["everything: recorded live from a running target".into()],
+                    },
+                    device: s.device.clone(),
+                };
+                let header = json("META", &meta)?;
+                let w =
+                    CaptureWriter::create(Path::new(&self.path), &header).map_err(self.err())?;
+                self.writer = Some(w);
+                self.event_frames_left = s.n_event_frames;
+                self.contents_left = s.n_contents;
+                self.next_dispatch = Some(s.next_dispatch);
+            }
+            ToDebugger::SnapshotEvents { events } if self.event_frames_left > 0 => {
+                self.event_frames_left -= 1;
+                for e in events {
+                    let payload = json("EVENTS", e)?;
+                    self.append(RecordKind::EVENTS, &payload, false)?;
+                    self.summary.snapshot_events += 1;
+                }
+            }
+            ToDebugger::SnapshotContents { contents } if self.contents_left > 0 => {
+                self.contents_left -= 1;
+                self.append(RecordKind::MEMORY, &contents_bytes(contents), true)?;
+                self.summary.contents += 1;
+            }
+            ToDebugger::Event { report } if self.writer.is_some() => {
+                if let Some(n) = self.next_event
+                    && report.index > n
+                {
+                    self.summary.missing += report.index - n;
+                }
+                self.next_event = Some(report.index + 1);
+                let payload = json("EVENTS", &report.event)?;
+                self.append(RecordKind::EVENTS, &payload, false)?;
+                self.summary.events += 1;
+            }
+            ToDebugger::Dispatch {
+                index,
+                input,
+                report,
+            } if self.writer.is_some() => {
+                if let Some(n) = self.next_dispatch
+                    && *index > n
+                {
+                    self.summary.missing += index - n;
+                }
+                self.next_dispatch = Some(index + 1);
+                let record = DispatchRecord {
+                    input: (**input).clone(),
+                    report: Some((**report).clone()),
+                };
+                let payload = json("DISPATCH", &record)?;
+                self.append(RecordKind::DISPATCH, &payload, true)?;
+                self.summary.dispatches += 1;
+                self.summary.first_dispatch.get_or_insert(*index);
+                self.summary.last_dispatch = Some(*index);
+            }
+            _ => {}
+        }
+        if self.last_flush.elapsed() >= self.flush_every {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Makes every record so far durable.
+    pub fn flush(&mut self) -> Result<(), RecordError> {
+        self.last_flush = Instant::now();
+        let path = self.path.clone();
+        if let Some(w) = self.writer.as_mut() {
+            w.flush()
+                .map_err(|error| RecordError::Capture { path, error })?;
+        }
+        Ok(())
+    }
+
+    /// Writes the index and trailer and closes the file.
+    pub fn finish(mut self) -> Result<RecordSummary, RecordError> {
+        let path = self.path.clone();
+        if let Some(w) = self.writer.take() {
+            self.summary.bytes = w.len_bytes();
+            w.finish()
+                .map_err(|error| RecordError::Capture { path, error })?;
+        }
+        Ok(self.summary)
+    }
+}
+
+/// Records the target at `addr` to `dest` (see the module docs) until `options.dispatches` were
+/// recorded, `stop` is set, or the target goes; then finishes the capture and detaches, leaving
+/// the target running. `progress` is called after each batch.
+pub fn record(
+    addr: &str,
+    token: Option<&str>,
+    dest: &Path,
+    options: &RecordOptions,
+    stop: &AtomicBool,
+    mut progress: impl FnMut(&RecordSummary),
+) -> Result<RecordSummary, RecordError> {
+    let client = LiveClient::connect_with(
+        addr,
+        &ClientOptions {
+            token: token.map(str::to_owned),
+            timeout: options.timeout,
+            client_name: "dispatchscope record".into(),
+            snapshot: true,
+            ..ClientOptions::default()
+        },
+    )?;
+    let title = format!("live recording of {} at {addr}", client.target().target);
+    let mut rec = CaptureRecorder::new(dest, &title, options.flush_every);
+    client.pause()?;
+    let want = options.dispatches;
+    let batch = options.batch.max(1);
+    let mut outstanding = false;
+    let mut ended: Option<String> = None;
+    loop {
+        if want.is_some_and(|n| rec.summary().dispatches >= n)
+            || (stop.load(Ordering::Relaxed) && !outstanding)
+        {
+            break;
+        }
+        let item = match client.receiver().recv_timeout(options.timeout) {
+            Ok(item) => item,
+            Err(_) => {
+                return Err(ClientError::Timeout {
+                    what: format!("{addr}: recording"),
+                    ms: options.timeout.as_millis(),
+                }
+                .into());
+            }
+        };
+        let message = match item {
+            Incoming::Message(m) => m,
+            Incoming::Disconnected { reason, .. } => {
+                ended = Some(reason);
+                break;
+            }
+        };
+        rec.take(&message)?;
+        match &message {
+            ToDebugger::Paused { .. } => {
+                outstanding = false;
+                let left = want.map_or(batch, |n| {
+                    n.saturating_sub(rec.summary().dispatches).min(batch)
+                });
+                if left > 0 && !stop.load(Ordering::Relaxed) {
+                    client.step(left)?;
+                    outstanding = true;
+                }
+                progress(rec.summary());
+            }
+            ToDebugger::Resumed {
+                why: ResumeReason::Silent { .. },
+                ..
+            } => {
+                // We were too slow to answer: pause again (a gap, if any, is counted).
+                client.pause()?;
+                outstanding = true;
+            }
+            _ => {}
+        }
+    }
+    let summary = rec.finish()?;
+    progress(&summary);
+    if ended.is_none() {
+        let _ = client.detach(Duration::from_secs(2));
+    }
+    Ok(summary)
+}

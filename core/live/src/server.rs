@@ -1,0 +1,575 @@
+//! The target's listener: accepts debuggers, shakes hands, and runs one session at a time.
+//!
+//! Threads: one accept thread for the tap's life, and for each session a reader thread (commands,
+//! heartbeats, the silence timeout) and a writer thread (drains the queue to the socket, sends
+//! [`Stats`]). The handshake runs on the accept thread, bounded by the handshake timeout.
+//! A session's threads end with it and are joined; none of them ever blocks the game thread: the
+//! game only takes the control lock, which no thread holds across socket I/O.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::protocol::{
+    DebuggerHello, FrameReader, MAX_COMMAND_FRAME_BYTES, MAX_FRAME_BYTES, PROTOCOL, ProtocolError,
+    RefusalReason, Stats, TargetHello, ToDebugger, ToTarget, VERSION, decode, encode_frame_into,
+    hello_header, tokens_match,
+};
+use crate::tap::{Link, Popped, Queue, Release, Shared, TapError, lock};
+
+/// How often a session's reader wakes to look at the clock when nothing arrives.
+const READ_TICK: Duration = Duration::from_millis(50);
+
+/// A running listener.
+pub(crate) struct Server {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    accept: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+}
+
+impl Server {
+    pub(crate) fn start(shared: Arc<Shared>) -> Result<Self, TapError> {
+        let want = shared.config.listen;
+        let listener =
+            TcpListener::bind(want).map_err(|error| TapError::Bind { addr: want, error })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|error| TapError::Bind { addr: want, error })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let accept = {
+            let (shared, stop) = (Arc::clone(&shared), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .name("ds-live-accept".into())
+                .spawn(move || accept_loop(&listener, &shared, &stop))
+                .map_err(|error| TapError::Thread {
+                    what: "accept",
+                    error,
+                })?
+        };
+        Ok(Self {
+            addr,
+            stop,
+            accept: Some(accept),
+            shared,
+        })
+    }
+
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Ends the session, stops accepting and joins every thread.
+    pub(crate) fn stop(mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let id = lock(&self.shared.control).link.as_ref().map(|l| {
+            let message = "the target is shutting down".to_owned();
+            l.queue.push_control(ToDebugger::Refused {
+                reason: RefusalReason::ShuttingDown,
+                message,
+            });
+            l.id
+        });
+        if let Some(id) = id {
+            self.shared.end_session(id, "the target is shutting down");
+        }
+        // Wake the accept call with a connection of our own.
+        let mut wake = self.addr;
+        if wake.ip().is_unspecified() {
+            wake.set_ip(if wake.is_ipv4() {
+                [127, 0, 0, 1].into()
+            } else {
+                std::net::Ipv6Addr::LOCALHOST.into()
+            });
+        }
+        let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn accept_loop(listener: &TcpListener, shared: &Arc<Shared>, stop: &AtomicBool) {
+    let mut sessions: Vec<JoinHandle<()>> = Vec::new();
+    let next_id = AtomicU64::new(1);
+    for conn in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        // Join the sessions that have ended.
+        let (done, live): (Vec<_>, Vec<_>) = sessions.drain(..).partition(|h| h.is_finished());
+        sessions = live;
+        for h in done {
+            let _ = h.join();
+        }
+        match conn {
+            Ok(stream) => {
+                let id = next_id.fetch_add(1, Ordering::Relaxed);
+                if let Some(h) = handshake(stream, shared, id) {
+                    sessions.push(h);
+                }
+            }
+            Err(e) => {
+                shared.notice(format!("accept failed: {e}"));
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    for h in sessions {
+        let _ = h.join();
+    }
+}
+
+/// Sends a refusal, lets the peer read it, and closes.
+fn refuse(
+    mut stream: TcpStream,
+    shared: &Shared,
+    peer: SocketAddr,
+    reason: RefusalReason,
+    message: String,
+) {
+    shared.notice(format!("refused debugger {peer}: {message}"));
+    let mut frame = Vec::new();
+    if encode_frame_into(
+        &ToDebugger::Refused { reason, message },
+        MAX_FRAME_BYTES,
+        &mut frame,
+    )
+    .is_ok()
+    {
+        let _ = stream.write_all(&frame);
+    }
+    linger_close(stream);
+}
+
+/// Half-closes, then reads what the peer still sends for a moment, so that closing does not reset
+/// the connection before the peer has read the last frame.
+fn linger_close(mut stream: TcpStream) {
+    let _ = stream.shutdown(Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(50)));
+    let deadline = Instant::now() + Duration::from_millis(250);
+    let mut sink = [0u8; 4096];
+    let mut total = 0usize;
+    while Instant::now() < deadline && total < (1 << 20) {
+        match stream.read(&mut sink) {
+            Ok(0) => break,
+            Ok(n) => total += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+}
+
+fn refusal_for(e: &ProtocolError) -> RefusalReason {
+    match e {
+        ProtocolError::Oversize { .. } => RefusalReason::Oversize,
+        _ => RefusalReason::Malformed,
+    }
+}
+
+/// The handshake, on the accept thread; on success, starts the session's threads.
+fn handshake(mut stream: TcpStream, shared: &Arc<Shared>, id: u64) -> Option<JoinHandle<()>> {
+    let cfg = &shared.config;
+    let peer = stream.peer_addr().ok()?;
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_write_timeout(Some(cfg.handshake_timeout));
+    let _ = stream.set_read_timeout(Some(READ_TICK));
+    let hello = TargetHello {
+        protocol: PROTOCOL.into(),
+        version: VERSION,
+        target: cfg.target_name.clone(),
+        pid: std::process::id(),
+        token_required: cfg.token.is_some(),
+    };
+    let mut frame = Vec::new();
+    if encode_frame_into(&ToDebugger::Hello(hello), MAX_FRAME_BYTES, &mut frame).is_err()
+        || stream.write_all(&frame).is_err()
+    {
+        return None;
+    }
+    let deadline = Instant::now() + cfg.handshake_timeout;
+    let mut reader = FrameReader::new(MAX_COMMAND_FRAME_BYTES);
+    let payload = loop {
+        match reader.read_frame(&mut stream) {
+            Ok(Some(p)) => break p,
+            Ok(None) if Instant::now() < deadline => {}
+            Ok(None) => {
+                let ms = cfg.handshake_timeout.as_millis();
+                refuse(
+                    stream,
+                    shared,
+                    peer,
+                    RefusalReason::Timeout,
+                    format!("no hello within {ms} ms"),
+                );
+                return None;
+            }
+            Err(ProtocolError::Closed { .. }) => {
+                shared.notice(format!(
+                    "debugger {peer} closed the connection before its hello"
+                ));
+                return None;
+            }
+            Err(e) => {
+                refuse(
+                    stream,
+                    shared,
+                    peer,
+                    refusal_for(&e),
+                    format!("the hello frame was refused: {e}"),
+                );
+                return None;
+            }
+        }
+    };
+    let header = match hello_header(&payload) {
+        Ok(h) => h,
+        Err(e) => {
+            refuse(
+                stream,
+                shared,
+                peer,
+                RefusalReason::Malformed,
+                format!("the hello frame was refused: {e}"),
+            );
+            return None;
+        }
+    };
+    if header.kind.as_deref() != Some("hello") {
+        let kind = header.kind.unwrap_or_else(|| "no type".into());
+        refuse(
+            stream,
+            shared,
+            peer,
+            RefusalReason::NotHello,
+            format!("the first frame must be a hello, not {kind:?}"),
+        );
+        return None;
+    }
+    if header.protocol.as_deref() != Some(PROTOCOL) {
+        let p = header.protocol.unwrap_or_else(|| "none".into());
+        refuse(
+            stream,
+            shared,
+            peer,
+            RefusalReason::Protocol,
+            format!("the hello names protocol {p:?}, not {PROTOCOL:?}"),
+        );
+        return None;
+    }
+    if header.version != Some(u64::from(VERSION)) {
+        let v = header
+            .version
+            .map_or_else(|| "no version".to_owned(), |v| format!("version {v}"));
+        refuse(
+            stream,
+            shared,
+            peer,
+            RefusalReason::Version,
+            format!(
+                "version mismatch: this target speaks {PROTOCOL} version {VERSION}, the debugger speaks {v}; attach with a dispatchscope of the same protocol version"
+            ),
+        );
+        return None;
+    }
+    let hello: DebuggerHello = match decode::<ToTarget>(&payload) {
+        Ok(ToTarget::Hello(h)) => h,
+        Ok(_) => {
+            refuse(
+                stream,
+                shared,
+                peer,
+                RefusalReason::NotHello,
+                "the first frame must be a hello".into(),
+            );
+            return None;
+        }
+        Err(e) => {
+            refuse(
+                stream,
+                shared,
+                peer,
+                RefusalReason::Malformed,
+                format!("the hello frame was refused: {e}"),
+            );
+            return None;
+        }
+    };
+    if let Some(expected) = &cfg.token {
+        match &hello.token {
+            None => {
+                refuse(
+                    stream,
+                    shared,
+                    peer,
+                    RefusalReason::Token,
+                    "this target requires a token (--token) and the debugger gave none".into(),
+                );
+                return None;
+            }
+            Some(t) if !tokens_match(expected, t) => {
+                refuse(
+                    stream,
+                    shared,
+                    peer,
+                    RefusalReason::Token,
+                    "wrong token".into(),
+                );
+                return None;
+            }
+            Some(_) => {}
+        }
+    }
+    // Register, unless another debugger is attached.
+    let queue = Arc::new(Queue::new(cfg.queue_capacity));
+    {
+        let mut c = lock(&shared.control);
+        if let Some(other) = c.link.as_ref().map(|l| l.peer) {
+            drop(c);
+            refuse(
+                stream,
+                shared,
+                peer,
+                RefusalReason::Busy,
+                format!("another debugger ({other}) is attached"),
+            );
+            return None;
+        }
+        c.disarm();
+        c.snapshot_wanted = hello.snapshot;
+        c.link = Some(Link {
+            id,
+            queue: Arc::clone(&queue),
+            last_heard: Instant::now(),
+            peer,
+        });
+        queue.push_control(ToDebugger::Attached { session: id });
+        shared.dispatches.store(0, Ordering::Relaxed);
+        shared.events.store(0, Ordering::Relaxed);
+        shared.attached.store(true, Ordering::Relaxed);
+    }
+    let client = if hello.client.is_empty() {
+        "a debugger".to_owned()
+    } else {
+        hello.client.clone()
+    };
+    shared.notice(format!("debugger {peer} attached ({client}, session {id})"));
+    let session_shared = Arc::clone(shared);
+    let spawned = std::thread::Builder::new()
+        .name("ds-live-read".into())
+        .spawn(move || session(stream, &session_shared, id, queue));
+    match spawned {
+        Ok(h) => Some(h),
+        Err(e) => {
+            shared.end_session(id, &format!("cannot start its thread: {e}"));
+            None
+        }
+    }
+}
+
+/// One session: starts the writer, reads commands until the session ends, then joins the writer.
+fn session(stream: TcpStream, shared: &Arc<Shared>, id: u64, queue: Arc<Queue>) {
+    let writer = stream.try_clone().ok().and_then(|w| {
+        let (shared, queue) = (Arc::clone(shared), Arc::clone(&queue));
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("ds-live-write".into())
+            .spawn(move || {
+                write_loop(w, &shared, id, &queue);
+                let _ = done_tx.send(());
+            })
+            .ok()
+            .map(|h| (h, done_rx))
+    });
+    let Some((writer, writer_done)) = writer else {
+        shared.end_session(id, "cannot start its writer thread");
+        return;
+    };
+    let why = read_loop(&stream, shared, id, &queue);
+    shared.end_session(id, &why);
+    // The writer sends what is queued (a refusal last), then stops; a debugger that reads nothing
+    // does not hold it: the socket closes under it.
+    if writer_done
+        .recv_timeout(Duration::from_millis(500))
+        .is_err()
+    {
+        let _ = stream.shutdown(Shutdown::Both);
+    }
+    let _ = writer.join();
+    linger_close(stream);
+}
+
+/// Reads commands until the session ends; returns why it ended.
+fn read_loop(stream: &TcpStream, shared: &Shared, id: u64, queue: &Queue) -> String {
+    let mut stream_r = stream;
+    let _ = stream.set_read_timeout(Some(READ_TICK));
+    let mut reader = FrameReader::new(MAX_COMMAND_FRAME_BYTES);
+    let session_timeout = shared.config.session_timeout;
+    let mut last_heard = Instant::now();
+    loop {
+        if lock(&shared.control)
+            .link
+            .as_ref()
+            .is_none_or(|l| l.id != id)
+        {
+            return "its session was ended by the target".into();
+        }
+        let payload = match reader.read_frame(&mut stream_r) {
+            Ok(Some(p)) => p,
+            Ok(None) => {
+                if last_heard.elapsed() >= session_timeout {
+                    return format!("it said nothing for {} s", last_heard.elapsed().as_secs());
+                }
+                continue;
+            }
+            Err(ProtocolError::Closed { mid_frame }) => {
+                return if mid_frame {
+                    "it closed the connection in the middle of a frame".into()
+                } else {
+                    "it closed the connection".into()
+                };
+            }
+            Err(e @ (ProtocolError::Oversize { .. } | ProtocolError::Malformed { .. })) => {
+                let message = format!("frame refused: {e}");
+                queue.push_control(ToDebugger::Refused {
+                    reason: refusal_for(&e),
+                    message: message.clone(),
+                });
+                return message;
+            }
+            Err(e) => return e.to_string(),
+        };
+        last_heard = Instant::now();
+        let command = match decode::<ToTarget>(&payload) {
+            Ok(c) => c,
+            Err(e) => {
+                let message = format!("frame refused: {e}");
+                queue.push_control(ToDebugger::Refused {
+                    reason: RefusalReason::Malformed,
+                    message: message.clone(),
+                });
+                return message;
+            }
+        };
+        let mut c = lock(&shared.control);
+        match c.link.as_mut() {
+            Some(l) if l.id == id => l.last_heard = last_heard,
+            _ => return "its session was ended by the target".into(),
+        }
+        // Paused for this session (not for one that just ended).
+        let paused = c.paused_for == Some(id);
+        match command {
+            ToTarget::Hello(_) => {
+                drop(c);
+                let message = "a second hello in one session".to_owned();
+                queue.push_control(ToDebugger::Refused {
+                    reason: RefusalReason::NotHello,
+                    message: message.clone(),
+                });
+                return message;
+            }
+            ToTarget::Pause => {
+                // Already paused and not yet released: nothing to do.
+                if !(paused && c.release.is_none()) {
+                    c.pause_requested = true;
+                }
+            }
+            ToTarget::Continue => {
+                c.pause_requested = false;
+                c.steps = None;
+                if paused {
+                    c.release = Some(Release::Continue);
+                }
+            }
+            ToTarget::Step { n: 0 } => {}
+            ToTarget::Step { n } => {
+                c.pause_requested = false;
+                if paused {
+                    c.release = Some(match c.release {
+                        Some(Release::Step(k)) => Release::Step(k.saturating_add(n)),
+                        _ => Release::Step(n),
+                    });
+                } else {
+                    c.steps = Some(match c.steps {
+                        Some((left, size)) if left > 0 => {
+                            (left.saturating_add(n), size.saturating_add(n))
+                        }
+                        _ => (n, n),
+                    });
+                }
+            }
+            ToTarget::SetBreakpoints { breakpoints } => c.breakpoints = breakpoints,
+            ToTarget::Ping => {}
+            ToTarget::Detach => return "it detached".into(),
+        }
+        drop(c);
+        shared.wake.notify_all();
+    }
+}
+
+/// Drains the queue to the socket and sends stats, until the queue closes or the socket fails.
+fn write_loop(mut stream: TcpStream, shared: &Shared, id: u64, queue: &Queue) {
+    let interval = shared.config.stats_interval;
+    let _ = stream.set_write_timeout(Some(shared.config.session_timeout));
+    let mut batch = Vec::new();
+    let mut out = Vec::with_capacity(1 << 16);
+    let mut frame = Vec::new();
+    let mut sent = 0u64;
+    let mut last_stats = Instant::now();
+    let mut last_count = 0u64;
+    loop {
+        let wait = interval.saturating_sub(last_stats.elapsed());
+        let state = queue.pop_all(wait, &mut batch);
+        out.clear();
+        for message in batch.drain(..) {
+            match encode_frame_into(&message, MAX_FRAME_BYTES, &mut frame) {
+                Ok(()) => {
+                    out.extend_from_slice(&frame);
+                    sent += 1;
+                }
+                Err(e) => shared.notice(format!("a {} message was not sent: {e}", message.kind())),
+            }
+        }
+        if last_stats.elapsed() >= interval {
+            let elapsed = last_stats.elapsed().as_secs_f64();
+            let dispatches = shared.dispatches.load(Ordering::Relaxed);
+            let (queued, dropped) = queue.figures();
+            let stats = Stats {
+                dispatches,
+                events: shared.events.load(Ordering::Relaxed),
+                dispatches_per_s: (dispatches - last_count.min(dispatches)) as f64
+                    / elapsed.max(1e-9),
+                sent,
+                dropped,
+                queued,
+                queue_capacity: queue.capacity(),
+                paused: lock(&shared.control).paused,
+            };
+            if encode_frame_into(&ToDebugger::Stats(stats), MAX_FRAME_BYTES, &mut frame).is_ok() {
+                out.extend_from_slice(&frame);
+                sent += 1;
+            }
+            last_stats = Instant::now();
+            last_count = dispatches;
+        }
+        if !out.is_empty()
+            && let Err(e) = stream.write_all(&out)
+        {
+            shared.end_session(id, &format!("writing to it failed: {e}"));
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
+        if matches!(state, Popped::Closed) {
+            let _ = stream.flush();
+            return;
+        }
+    }
+}
