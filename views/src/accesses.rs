@@ -4,7 +4,7 @@
 //! address, and the probe trace.
 
 use dispatchscope_core::DispatchReport;
-use dispatchscope_core::chunk_table::LookupOutcome;
+use dispatchscope_core::report::LookupOutcome;
 use dispatchscope_core::report::{AccessReport, Escape, Route};
 use egui::{RichText, Sense};
 use egui_extras::{Column, TableBuilder};

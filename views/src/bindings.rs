@@ -5,7 +5,7 @@
 
 use dispatchscope_core::DispatchReport;
 use dispatchscope_core::input::BaseSource;
-use dispatchscope_core::overlap::{Role, SlotBinding};
+use dispatchscope_core::report::{Role, SlotBinding};
 use egui::{Align2, Color32, FontId, Pos2, Rect, RichText, Sense, Stroke, StrokeKind, Vec2};
 
 use crate::style::{self, hex, mono};

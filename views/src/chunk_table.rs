@@ -9,7 +9,8 @@
 use std::sync::Arc;
 
 use dispatchscope_core::DispatchReport;
-use dispatchscope_core::chunk_table::{ChunkTable, LookupOutcome, LookupTrace};
+use dispatchscope_core::chunk_table::ChunkTable;
+use dispatchscope_core::report::{LookupOutcome, LookupTrace};
 use egui::{Color32, Mesh, Pos2, Rect, RichText, Sense, Shape, Stroke, StrokeKind, Vec2};
 use egui_plot::{Bar, BarChart, Plot};
 

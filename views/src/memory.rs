@@ -2,7 +2,8 @@
 //! guest memory first, the readable runs, the pieces mapped and left out with the reason, the
 //! generation, and whether this dispatch mapped again.
 
-use dispatchscope_core::memory::{Backing, GuestMemory, PageState, ProtectedTarget};
+use dispatchscope_core::input::Backing;
+use dispatchscope_core::memory::{GuestMemory, PageState, ProtectedTarget};
 use dispatchscope_core::report::{LeftOutReason, Route};
 use dispatchscope_core::{ByteRange, DispatchReport};
 use egui::{Pos2, Rect, RichText, Sense, Vec2};

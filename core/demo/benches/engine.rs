@@ -23,7 +23,7 @@ use criterion::Criterion;
 use dispatchscope_core::Engine;
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::input::{Access, AccessKind, DeviceLimits, DispatchInput, Op, Reason};
-use dispatchscope_core::memory::{Backing, Event};
+use dispatchscope_core::input::{Backing, Event};
 use dispatchscope_demo::{Demo, DemoConfig};
 use dispatchscope_live::Tap;
 

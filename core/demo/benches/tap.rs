@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::input::{Access, AccessKind, DeviceLimits, DispatchInput, Op, Slot};
-use dispatchscope_core::memory::{Backing, Event};
+use dispatchscope_core::input::{Backing, Event};
 use dispatchscope_core::{CpuBackend, Engine};
 use dispatchscope_demo::{Demo, DemoConfig};
 use dispatchscope_live::protocol::{MAX_FRAME_BYTES, decode, decode_to_debugger, encode_frame};

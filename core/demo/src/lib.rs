@@ -51,7 +51,7 @@ use dispatchscope_core::engine::{Engine, EngineError};
 use dispatchscope_core::input::{
     Access, AccessKind, DeviceLimits, DispatchInput, DispatchKind, Format, Op, Reason, Slot,
 };
-use dispatchscope_core::memory::{Backing, Event, HostProtection};
+use dispatchscope_core::input::{Backing, Event, HostProtection};
 use dispatchscope_core::report::{DispatchReport, Mode};
 use dispatchscope_formats::generate::Rng;
 use dispatchscope_live::Tap;

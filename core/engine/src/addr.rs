@@ -168,6 +168,47 @@ pub mod hex {
     }
 }
 
+/// serde helper: bytes as a hex string (`"deadbeef"`), so samples stay readable in a diff.
+pub mod bytes_hex {
+    use serde::{Deserialize, Deserializer, Serializer, de};
+
+    /// Writes bytes as lowercase hex.
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        let mut text = String::with_capacity(bytes.len() * 2);
+        for b in bytes {
+            text.push_str(&format!("{b:02x}"));
+        }
+        s.serialize_str(&text)
+    }
+
+    /// Reads hex text; spaces are ignored.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        decode(&text).map_err(de::Error::custom)
+    }
+
+    /// Decodes hex text, ignoring whitespace.
+    pub fn decode(text: &str) -> Result<Vec<u8>, String> {
+        let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+        if !digits.len().is_multiple_of(2) {
+            return Err(format!(
+                "hex bytes have an odd number of digits ({})",
+                digits.len()
+            ));
+        }
+        digits
+            .chunks(2)
+            .enumerate()
+            .map(|(i, pair)| {
+                std::str::from_utf8(pair)
+                    .ok()
+                    .and_then(|p| u8::from_str_radix(p, 16).ok())
+                    .ok_or_else(|| format!("byte {i} of the hex bytes is not hex"))
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

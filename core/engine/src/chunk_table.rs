@@ -14,6 +14,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::report::{LookupOutcome, LookupTrace, ProbeStep};
+
 /// Bytes of one [`TableSlot`] in the device's copy of the table: the key, then the address, each a
 /// little-endian `u64` (T2: "consecutive 16-byte slots").
 pub const SLOT_BYTES: usize = 16;
@@ -243,55 +245,6 @@ pub enum InsertOutcome {
         /// Slots after.
         to_capacity: usize,
     },
-}
-
-/// One slot a lookup read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct ProbeStep {
-    /// The slot index.
-    pub slot: usize,
-    /// The key found there; `None` when the slot is empty.
-    pub key: Option<u64>,
-}
-
-/// How a lookup ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(
-    tag = "kind",
-    rename_all = "kebab-case",
-    rename_all_fields = "kebab-case"
-)]
-pub enum LookupOutcome {
-    /// The key was found.
-    Hit {
-        /// Its slot.
-        slot: usize,
-        /// The device address of the chunk's first byte.
-        device_addr: u64,
-    },
-    /// The lookup stopped at an empty slot: the chunk is not mapped (T4: an escape if an access reached it).
-    MissEmpty {
-        /// The empty slot.
-        slot: usize,
-    },
-    /// The lookup read `probe_bound` slots without finding the key or an empty slot. If the chunk is
-    /// mapped, this is a table defect (T2 promises it never happens).
-    MissBound,
-}
-
-/// One lookup, probe by probe, for the debugger.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub struct LookupTrace {
-    /// The chunk looked up.
-    pub guest_chunk: u64,
-    /// Its home slot ([`home_slot`]).
-    pub home_slot: usize,
-    /// Every slot read, in order, starting at the home slot.
-    pub probes: Vec<ProbeStep>,
-    /// How it ended.
-    pub outcome: LookupOutcome,
 }
 
 /// T1–T2: the chunk table. Each mapped guest chunk has one [`TableSlot`]; a chunk is found by reading

@@ -9,17 +9,20 @@
 use thiserror::Error;
 
 use crate::addr::ByteRange;
-use crate::aperture::{FlatRoute, route_flat};
+use crate::aperture::route_flat;
 use crate::backend::{Backend, BackendError, CpuBackend};
 use crate::chunk_table::{ChunkTable, TableError, chunk_bytes_for};
 use crate::exec::{Job, Planned, PlannedAccess};
 use crate::import::{Mappings, PieceChange};
+use crate::input::Event;
 use crate::input::{
     Access, AccessKind, DeviceLimits, DispatchInput, DispatchKind, InputError, Op, Slot, SlotIndex,
     words_for,
 };
-use crate::memory::{Event, GuestMemory, MemoryChange, MemoryError, ReadableRun};
-use crate::overlap::{BindPlan, Planner, SlotBinding};
+use crate::memory::{GuestMemory, MemoryChange, MemoryError};
+use crate::overlap::{BindPlan, Planner};
+use crate::report::ReadableRun;
+use crate::report::SlotBinding;
 use crate::report::{
     AccessReport, BeforeDispatch, Counts, DispatchReport, Escape, EscapeClass, EventReport,
     HandOff, Hazard, LeftOutReport, MappingReport, Mark, Mode, PieceReport, Placement, Refusal,
@@ -387,11 +390,11 @@ impl<B: Backend> Engine<B> {
                     }
                     (_, [_, second]) => second.clone(),
                     (Some(t), _) => t.trace(at >> t.chunk_shift()),
-                    (None, _) => crate::chunk_table::LookupTrace {
+                    (None, _) => crate::report::LookupTrace {
                         guest_chunk: at >> 12,
                         home_slot: 0,
                         probes: Vec::new(),
-                        outcome: crate::chunk_table::LookupOutcome::MissBound,
+                        outcome: crate::report::LookupOutcome::MissBound,
                     },
                 };
                 report.escapes.push(self.escape(i, a, at, lookup));
@@ -660,7 +663,7 @@ impl<B: Backend> Engine<B> {
         index: usize,
         a: &Access,
         at: u64,
-        lookup: crate::chunk_table::LookupTrace,
+        lookup: crate::report::LookupTrace,
     ) -> Escape {
         let (class, reason, since) = self.mappings.classify_miss(&self.memory, at);
         let (below, above) = self.mappings.neighbours(at);
@@ -844,7 +847,7 @@ fn access_report(
     a: &Access,
     route: Route,
     rule: Rule,
-    lookups: Vec<crate::chunk_table::LookupTrace>,
+    lookups: Vec<crate::report::LookupTrace>,
 ) -> AccessReport {
     AccessReport {
         index: i,
@@ -912,17 +915,14 @@ fn build_job<'a>(
                 )
             }
             AccessKind::Flat => {
-                let r = route_flat(
-                    a.address.unwrap_or(0),
-                    limits.lds_aperture,
-                    limits.scratch_aperture,
-                );
-                let planned = match r {
-                    FlatRoute::Lds { offset } => Planned::Lds { offset },
-                    FlatRoute::Scratch { offset } => Planned::Scratch { offset },
-                    FlatRoute::Guest { address } => Planned::Device { address },
+                let address = a.address.unwrap_or(0);
+                let route = route_flat(address, limits.lds_aperture, limits.scratch_aperture);
+                let planned = match route {
+                    Route::Lds { offset } => Planned::Lds { offset },
+                    Route::Scratch { offset } => Planned::Scratch { offset },
+                    _ => Planned::Device { address },
                 };
-                (planned, Route::from(r), Rule::P1)
+                (planned, route, Rule::P1)
             }
             AccessKind::Global | AccessKind::RayIntersection => {
                 let address = a.address.unwrap_or(0);
@@ -1006,7 +1006,7 @@ fn device_store_ranges(report: &DispatchReport) -> Vec<(ByteRange, usize)> {
         };
         let whole = ByteRange::new(address, address.saturating_add(u64::from(a.size_bytes)));
         for l in &a.lookups {
-            if !matches!(l.outcome, crate::chunk_table::LookupOutcome::Hit { .. }) {
+            if !matches!(l.outcome, crate::report::LookupOutcome::Hit { .. }) {
                 continue;
             }
             let start = l.guest_chunk << shift;
@@ -1249,11 +1249,11 @@ fn validate_access(
         AccessKind::Flat => {
             let address = a.address.ok_or(missing("an address"))?;
             match route_flat(address, limits.lds_aperture, limits.scratch_aperture) {
-                FlatRoute::Lds { offset } => aperture(AccessKind::Lds, offset, limits.lds_bytes)?,
-                FlatRoute::Scratch { offset } => {
+                Route::Lds { offset } => aperture(AccessKind::Lds, offset, limits.lds_bytes)?,
+                Route::Scratch { offset } => {
                     aperture(AccessKind::Scratch, offset, limits.scratch_bytes_per_lane)?
                 }
-                FlatRoute::Guest { address } => needs_device(address)?,
+                _ => needs_device(address)?,
             }
         }
         AccessKind::Global | AccessKind::RayIntersection => {

@@ -5,9 +5,9 @@
 
 use std::fmt::Write;
 
-use crate::chunk_table::{LookupOutcome, LookupTrace};
-use crate::overlap::Role;
+use crate::report::Role;
 use crate::report::{DispatchReport, Mode, Route};
+use crate::report::{LookupOutcome, LookupTrace};
 
 /// How much of the access stream to print.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -76,7 +76,7 @@ pub struct Mappings {
 fn category(p: &PageState) -> Option<LeftOutReason> {
     if !p.committed {
         Some(LeftOutReason::NotCommitted)
-    } else if p.backing != crate::memory::Backing::Private {
+    } else if p.backing != crate::input::Backing::Private {
         Some(LeftOutReason::NotPrivate)
     } else if !p.mappable() {
         Some(LeftOutReason::NotReadWrite)

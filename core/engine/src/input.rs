@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::addr::{ByteRange, hex};
+use crate::addr::{ByteRange, bytes_hex, hex};
 use crate::rules::DEVICE_TABLE_PUSH_WORD;
 
 /// The limits a dispatch is planned and run against. A real device reports its own; samples state
@@ -616,6 +616,158 @@ pub enum InputError {
 /// Words a store of `size_bytes` carries.
 pub fn words_for(size_bytes: u32) -> usize {
     (size_bytes as usize).div_ceil(4)
+}
+
+// --- Memory events: what the emulator does to guest memory between dispatches. ---
+
+/// Whether the host page behind a guest page is the guest's alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backing {
+    /// Private to this guest page.
+    #[default]
+    Private,
+    /// Aliased with another mapping (shared).
+    Shared,
+}
+
+/// The host protection of a host page.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostProtection {
+    /// No access.
+    #[default]
+    None,
+    /// Read only.
+    Read,
+    /// Read and write.
+    ReadWrite,
+}
+
+/// Something that happens to guest memory between dispatches.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Event {
+    /// Reserve a range; every page starts with the states given.
+    Reserve {
+        /// Page-aligned range to reserve.
+        range: ByteRange,
+        /// Guest may read.
+        #[serde(default)]
+        readable: bool,
+        /// Guest may write.
+        #[serde(default)]
+        writable: bool,
+        /// Host pages committed.
+        #[serde(default)]
+        committed: bool,
+        /// Private or shared.
+        #[serde(default)]
+        backing: Backing,
+    },
+    /// Release a reservation (M4: its mappings are dropped first; M5: after in-flight dispatches).
+    Release {
+        /// Start of the reservation.
+        #[serde(with = "hex")]
+        base: u64,
+    },
+    /// Commit host pages (M5 revisits left-out pieces over them).
+    Commit {
+        /// Pages to commit.
+        range: ByteRange,
+    },
+    /// Decommit host pages: their contents are lost and any mapping over them is dropped first.
+    Decommit {
+        /// Pages to decommit.
+        range: ByteRange,
+    },
+    /// The guest changes its view of pages; the host protection follows it.
+    Protect {
+        /// Pages to protect.
+        range: ByteRange,
+        /// Guest may read.
+        readable: bool,
+        /// Guest may write.
+        writable: bool,
+    },
+    /// The host changes a page's protection without the guest (M5 revisits).
+    HostProtect {
+        /// Pages to reprotect.
+        range: ByteRange,
+        /// The new host protection.
+        protection: HostProtection,
+    },
+    /// Host pages become shared (aliased) or private again.
+    SetBacking {
+        /// Pages.
+        range: ByteRange,
+        /// Private or shared.
+        backing: Backing,
+    },
+    /// D824: the write-watch places read-only guards and clears its notes.
+    Guard {
+        /// Pages to guard.
+        range: ByteRange,
+    },
+    /// A CPU write into guest memory: noted by the write-watch, distrusts targets over it (D720).
+    Write {
+        /// First byte written.
+        #[serde(with = "hex")]
+        address: u64,
+        /// The bytes, as hex text.
+        #[serde(with = "bytes_hex")]
+        bytes: Vec<u8>,
+    },
+    /// A copy the command processor deferred; C3 writes it into guest memory before a
+    /// device-addressed dispatch.
+    DeferCopy {
+        /// Destination.
+        #[serde(with = "hex")]
+        address: u64,
+        /// The bytes, as hex text.
+        #[serde(with = "bytes_hex")]
+        bytes: Vec<u8>,
+    },
+    /// A protected target is made from guest pages (D720).
+    AddTarget {
+        /// Its id.
+        id: u32,
+        /// What it is.
+        #[serde(default)]
+        name: String,
+        /// Its bytes.
+        range: ByteRange,
+    },
+    /// A protected target is dropped.
+    RemoveTarget {
+        /// Its id.
+        id: u32,
+    },
+    /// The emulator waited on every fence: no dispatch is in flight any more.
+    Retire,
+}
+
+impl Event {
+    /// The event's name as samples and captures write it (`"commit"`, `"defer-copy"`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Reserve { .. } => "reserve",
+            Event::Release { .. } => "release",
+            Event::Commit { .. } => "commit",
+            Event::Decommit { .. } => "decommit",
+            Event::Protect { .. } => "protect",
+            Event::HostProtect { .. } => "host-protect",
+            Event::SetBacking { .. } => "set-backing",
+            Event::Guard { .. } => "guard",
+            Event::Write { .. } => "write",
+            Event::DeferCopy { .. } => "defer-copy",
+            Event::AddTarget { .. } => "add-target",
+            Event::RemoveTarget { .. } => "remove-target",
+            Event::Retire => "retire",
+        }
+    }
 }
 
 #[cfg(test)]

@@ -28,8 +28,9 @@ pub mod rules;
 pub use addr::ByteRange;
 pub use backend::{Backend, CpuBackend};
 pub use engine::{Engine, EngineError};
+pub use input::Event;
 pub use input::{Access, AccessKind, DeviceLimits, DispatchInput, DispatchKind, Slot};
-pub use memory::{Event, GuestMemory};
+pub use memory::GuestMemory;
 pub use report::DispatchReport;
 pub use rules::Rule;
 

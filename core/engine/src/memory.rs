@@ -11,7 +11,9 @@ use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::addr::{ByteRange, hex};
+use crate::addr::ByteRange;
+use crate::input::{Backing, Event, HostProtection};
+use crate::report::ReadableRun;
 
 /// What the guest last set for a page.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,32 +22,6 @@ pub struct GuestView {
     pub readable: bool,
     /// The guest may write the page.
     pub writable: bool,
-}
-
-/// Whether the host page behind a guest page is the guest's alone.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Backing {
-    /// Private to this guest page.
-    #[default]
-    Private,
-    /// Aliased with another mapping (shared).
-    Shared,
-}
-
-/// The host protection of a host page.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum HostProtection {
-    /// No access.
-    #[default]
-    None,
-    /// Read only.
-    Read,
-    /// Read and write.
-    ReadWrite,
 }
 
 /// One page: the guest's view and the host's state.
@@ -104,141 +80,6 @@ pub struct ProtectedTarget {
     pub range: ByteRange,
     /// Whether it is still trusted.
     pub trusted: bool,
-}
-
-/// A readable run (SPEC.md, Words): a maximal stretch of pages in one reservation that the guest
-/// last left readable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReadableRun {
-    /// Start of the reservation it lies in.
-    #[serde(with = "hex")]
-    pub reservation: u64,
-    /// Its bytes.
-    pub range: ByteRange,
-}
-
-/// Something that happens to guest memory between dispatches.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "kebab-case", deny_unknown_fields)]
-pub enum Event {
-    /// Reserve a range; every page starts with the states given.
-    Reserve {
-        /// Page-aligned range to reserve.
-        range: ByteRange,
-        /// Guest may read.
-        #[serde(default)]
-        readable: bool,
-        /// Guest may write.
-        #[serde(default)]
-        writable: bool,
-        /// Host pages committed.
-        #[serde(default)]
-        committed: bool,
-        /// Private or shared.
-        #[serde(default)]
-        backing: Backing,
-    },
-    /// Release a reservation (M4: its mappings are dropped first; M5: after in-flight dispatches).
-    Release {
-        /// Start of the reservation.
-        #[serde(with = "hex")]
-        base: u64,
-    },
-    /// Commit host pages (M5 revisits left-out pieces over them).
-    Commit {
-        /// Pages to commit.
-        range: ByteRange,
-    },
-    /// Decommit host pages: their contents are lost and any mapping over them is dropped first.
-    Decommit {
-        /// Pages to decommit.
-        range: ByteRange,
-    },
-    /// The guest changes its view of pages; the host protection follows it.
-    Protect {
-        /// Pages to protect.
-        range: ByteRange,
-        /// Guest may read.
-        readable: bool,
-        /// Guest may write.
-        writable: bool,
-    },
-    /// The host changes a page's protection without the guest (M5 revisits).
-    HostProtect {
-        /// Pages to reprotect.
-        range: ByteRange,
-        /// The new host protection.
-        protection: HostProtection,
-    },
-    /// Host pages become shared (aliased) or private again.
-    SetBacking {
-        /// Pages.
-        range: ByteRange,
-        /// Private or shared.
-        backing: Backing,
-    },
-    /// D824: the write-watch places read-only guards and clears its notes.
-    Guard {
-        /// Pages to guard.
-        range: ByteRange,
-    },
-    /// A CPU write into guest memory: noted by the write-watch, distrusts targets over it (D720).
-    Write {
-        /// First byte written.
-        #[serde(with = "hex")]
-        address: u64,
-        /// The bytes, as hex text.
-        #[serde(with = "bytes_hex")]
-        bytes: Vec<u8>,
-    },
-    /// A copy the command processor deferred; C3 writes it into guest memory before a
-    /// device-addressed dispatch.
-    DeferCopy {
-        /// Destination.
-        #[serde(with = "hex")]
-        address: u64,
-        /// The bytes, as hex text.
-        #[serde(with = "bytes_hex")]
-        bytes: Vec<u8>,
-    },
-    /// A protected target is made from guest pages (D720).
-    AddTarget {
-        /// Its id.
-        id: u32,
-        /// What it is.
-        #[serde(default)]
-        name: String,
-        /// Its bytes.
-        range: ByteRange,
-    },
-    /// A protected target is dropped.
-    RemoveTarget {
-        /// Its id.
-        id: u32,
-    },
-    /// The emulator waited on every fence: no dispatch is in flight any more.
-    Retire,
-}
-
-impl Event {
-    /// The event's name as samples and captures write it (`"commit"`, `"defer-copy"`).
-    pub fn name(&self) -> &'static str {
-        match self {
-            Event::Reserve { .. } => "reserve",
-            Event::Release { .. } => "release",
-            Event::Commit { .. } => "commit",
-            Event::Decommit { .. } => "decommit",
-            Event::Protect { .. } => "protect",
-            Event::HostProtect { .. } => "host-protect",
-            Event::SetBacking { .. } => "set-backing",
-            Event::Guard { .. } => "guard",
-            Event::Write { .. } => "write",
-            Event::DeferCopy { .. } => "defer-copy",
-            Event::AddTarget { .. } => "add-target",
-            Event::RemoveTarget { .. } => "remove-target",
-            Event::Retire => "retire",
-        }
-    }
 }
 
 /// Bad events: each names what was wrong.
@@ -727,47 +568,6 @@ fn protection_for(readable: bool, writable: bool) -> HostProtection {
         (_, true) => HostProtection::ReadWrite,
         (true, false) => HostProtection::Read,
         (false, false) => HostProtection::None,
-    }
-}
-
-/// serde helper: bytes as a hex string (`"deadbeef"`), so samples stay readable in a diff.
-pub mod bytes_hex {
-    use serde::{Deserialize, Deserializer, Serializer, de};
-
-    /// Writes bytes as lowercase hex.
-    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        let mut text = String::with_capacity(bytes.len() * 2);
-        for b in bytes {
-            text.push_str(&format!("{b:02x}"));
-        }
-        s.serialize_str(&text)
-    }
-
-    /// Reads hex text; spaces are ignored.
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        let text = String::deserialize(d)?;
-        decode(&text).map_err(de::Error::custom)
-    }
-
-    /// Decodes hex text, ignoring whitespace.
-    pub fn decode(text: &str) -> Result<Vec<u8>, String> {
-        let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-        if !digits.len().is_multiple_of(2) {
-            return Err(format!(
-                "hex bytes have an odd number of digits ({})",
-                digits.len()
-            ));
-        }
-        digits
-            .chunks(2)
-            .enumerate()
-            .map(|(i, pair)| {
-                std::str::from_utf8(pair)
-                    .ok()
-                    .and_then(|p| u8::from_str_radix(p, 16).ok())
-                    .ok_or_else(|| format!("byte {i} of the hex bytes is not hex"))
-            })
-            .collect()
     }
 }
 

@@ -7,123 +7,13 @@
 //! It reads no memory and runs nothing.
 
 use serde::{Deserialize, Serialize};
-use smallvec::SmallVec;
 
-use crate::addr::{ByteRange, hex};
-use crate::input::{BaseSource, DeviceLimits, PageBuffer, Slot};
-use crate::report::{Refusal, Value};
+use crate::addr::ByteRange;
+use crate::input::{DeviceLimits, PageBuffer, Slot};
+use crate::report::{
+    BindSet, Join, Member, Refusal, Role, SetJoins, SetMembers, SlotBinding, Value,
+};
 use crate::rules::Rule;
-
-/// A slot's part in its set.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", tag = "role")]
-pub enum Role {
-    /// In no set: bound on its own.
-    Alone,
-    /// Holds its set (O4).
-    Holder,
-    /// Binds the holder's buffer at an offset (O6).
-    Member,
-    /// D937: binds exactly `of`'s range and follows it (O3).
-    Copy {
-        /// The slot it copies.
-        of: u32,
-    },
-    /// Not resolved by the host: not bound; its accesses go by device address (W1).
-    Unbound,
-}
-
-/// How one slot is bound.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SlotBinding {
-    /// The slot index.
-    pub slot: u32,
-    /// Its range from the base its accesses are read against (O10).
-    pub range: ByteRange,
-    /// Whether the dispatch writes through it.
-    pub written: bool,
-    /// Where the base came from.
-    pub base_source: BaseSource,
-    /// Whether the host resolved it.
-    pub resolved: bool,
-    /// Its part in its set.
-    #[serde(flatten)]
-    pub role: Role,
-    /// Index into [`BindPlan::sets`], if it is in a set.
-    pub set: Option<usize>,
-    /// The slot whose buffer it binds (itself when alone or holder).
-    pub holder: Option<u32>,
-    /// Offset in the holder's buffer (O6).
-    #[serde(with = "hex")]
-    pub offset: u64,
-    /// Bytes of the holder's buffer it binds, in holder coordinates: `offset..widened end` (O6).
-    pub binding: ByteRange,
-    /// Whether `offset` meets minStorageBufferOffsetAlignment (O7).
-    pub aligned: bool,
-}
-
-/// A join that made a set: two slots sharing bytes, at least one written (O1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Join {
-    /// One slot.
-    pub a: u32,
-    /// The other slot.
-    pub b: u32,
-    /// The bytes they share (guest addresses).
-    pub overlap: ByteRange,
-}
-
-/// A member of a set.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Member {
-    /// The slot index.
-    pub slot: u32,
-    /// Its offset in the holder's buffer.
-    #[serde(with = "hex")]
-    pub offset: u64,
-    /// Its binding, in holder coordinates.
-    pub binding: ByteRange,
-    /// Whether the dispatch writes through it.
-    pub written: bool,
-}
-
-/// How many members (and joins) a set keeps inline, without an allocation of its own: sets are
-/// mostly of two to a handful of slots.
-pub const INLINE_MEMBERS: usize = 4;
-
-/// A set's members: a vector that holds up to [`INLINE_MEMBERS`] inline.
-pub type SetMembers = SmallVec<[Member; INLINE_MEMBERS]>;
-
-/// A set's joins: a vector that holds up to [`INLINE_MEMBERS`] inline.
-pub type SetJoins = SmallVec<[Join; INLINE_MEMBERS]>;
-
-/// One set: slots bound as one buffer (O2).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BindSet {
-    /// The holding slot (O4).
-    pub holder: u32,
-    /// The holder's base (guest address).
-    #[serde(with = "hex")]
-    pub base: u64,
-    /// Where the widened binding ends (O5, guest address, exclusive).
-    #[serde(with = "hex")]
-    pub end: u64,
-    /// Every member but the holder, by slot (a plain array in JSON; a set of up to
-    /// [`INLINE_MEMBERS`] members keeps them inline).
-    pub members: SetMembers,
-    /// The joins that made the set (a spanning forest: each member reached once; a plain array
-    /// in JSON, inline up to [`INLINE_MEMBERS`]).
-    pub joins: SetJoins,
-    /// Whether any member is written (the set is written back, O8).
-    pub written: bool,
-}
-
-impl BindSet {
-    /// The widened range the holder is uploaded from (O8).
-    pub fn range(&self) -> ByteRange {
-        ByteRange::new(self.base, self.end)
-    }
-}
 
 /// The bound path of one dispatch.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -900,6 +790,7 @@ fn on_page_buffer(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::input::BaseSource;
 
     fn limits(align: u64) -> DeviceLimits {
         DeviceLimits {

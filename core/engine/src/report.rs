@@ -3,16 +3,15 @@
 //!
 //! The JSON form is the schema [`SCHEMA`] that the CLI's `--json` and the app share; addresses
 //! are `"0x…"` strings, rule ids are SPEC.md's (`"O7"`), enums are kebab-case strings. Fields are
-//! only ever added within a schema version. Nothing here computes anything.
+//! only ever added within a schema version. Nothing here computes anything, and
+//! no type here belongs to a rule module: the planner, the table and the memory model build these
+//! values, they do not own them.
 
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 use crate::addr::{ByteRange, hex};
-use crate::aperture::FlatRoute;
-use crate::chunk_table::LookupTrace;
-use crate::input::{AccessKind, DeviceLimits, DispatchKind, Op, Reason};
-use crate::memory::{Event, ReadableRun};
-use crate::overlap::{BindSet, SlotBinding};
+use crate::input::{AccessKind, BaseSource, DeviceLimits, DispatchKind, Event, Op, Reason};
 use crate::rules::Rule;
 
 /// The report schema's version string.
@@ -72,6 +71,183 @@ pub struct Refusal {
     /// True where the refusal is dispatchscope's addition to the records, not theirs.
     #[serde(default)]
     pub ours: bool,
+}
+
+// --- The bound path (O1–O11): what the planner decided for each slot and set. ---
+
+/// A slot's part in its set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "role")]
+pub enum Role {
+    /// In no set: bound on its own.
+    Alone,
+    /// Holds its set (O4).
+    Holder,
+    /// Binds the holder's buffer at an offset (O6).
+    Member,
+    /// D937: binds exactly `of`'s range and follows it (O3).
+    Copy {
+        /// The slot it copies.
+        of: u32,
+    },
+    /// Not resolved by the host: not bound; its accesses go by device address (W1).
+    Unbound,
+}
+
+/// How one slot is bound.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotBinding {
+    /// The slot index.
+    pub slot: u32,
+    /// Its range from the base its accesses are read against (O10).
+    pub range: ByteRange,
+    /// Whether the dispatch writes through it.
+    pub written: bool,
+    /// Where the base came from.
+    pub base_source: BaseSource,
+    /// Whether the host resolved it.
+    pub resolved: bool,
+    /// Its part in its set.
+    #[serde(flatten)]
+    pub role: Role,
+    /// Index into `DispatchReport::sets` (the plan's sets), if it is in a set.
+    pub set: Option<usize>,
+    /// The slot whose buffer it binds (itself when alone or holder).
+    pub holder: Option<u32>,
+    /// Offset in the holder's buffer (O6).
+    #[serde(with = "hex")]
+    pub offset: u64,
+    /// Bytes of the holder's buffer it binds, in holder coordinates: `offset..widened end` (O6).
+    pub binding: ByteRange,
+    /// Whether `offset` meets minStorageBufferOffsetAlignment (O7).
+    pub aligned: bool,
+}
+
+/// A join that made a set: two slots sharing bytes, at least one written (O1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Join {
+    /// One slot.
+    pub a: u32,
+    /// The other slot.
+    pub b: u32,
+    /// The bytes they share (guest addresses).
+    pub overlap: ByteRange,
+}
+
+/// A member of a set.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// The slot index.
+    pub slot: u32,
+    /// Its offset in the holder's buffer.
+    #[serde(with = "hex")]
+    pub offset: u64,
+    /// Its binding, in holder coordinates.
+    pub binding: ByteRange,
+    /// Whether the dispatch writes through it.
+    pub written: bool,
+}
+
+/// How many members (and joins) a set keeps inline, without an allocation of its own: sets are
+/// mostly of two to a handful of slots.
+pub const INLINE_MEMBERS: usize = 4;
+
+/// A set's members: a vector that holds up to [`INLINE_MEMBERS`] inline.
+pub type SetMembers = SmallVec<[Member; INLINE_MEMBERS]>;
+
+/// A set's joins: a vector that holds up to [`INLINE_MEMBERS`] inline.
+pub type SetJoins = SmallVec<[Join; INLINE_MEMBERS]>;
+
+/// One set: slots bound as one buffer (O2).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BindSet {
+    /// The holding slot (O4).
+    pub holder: u32,
+    /// The holder's base (guest address).
+    #[serde(with = "hex")]
+    pub base: u64,
+    /// Where the widened binding ends (O5, guest address, exclusive).
+    #[serde(with = "hex")]
+    pub end: u64,
+    /// Every member but the holder, by slot (a plain array in JSON; a set of up to
+    /// [`INLINE_MEMBERS`] members keeps them inline).
+    pub members: SetMembers,
+    /// The joins that made the set (a spanning forest: each member reached once; a plain array
+    /// in JSON, inline up to [`INLINE_MEMBERS`]).
+    pub joins: SetJoins,
+    /// Whether any member is written (the set is written back, O8).
+    pub written: bool,
+}
+
+impl BindSet {
+    /// The widened range the holder is uploaded from (O8).
+    pub fn range(&self) -> ByteRange {
+        ByteRange::new(self.base, self.end)
+    }
+}
+
+// --- The chunk table (T2, T5): one lookup, probe by probe. ---
+
+/// One slot a lookup read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct ProbeStep {
+    /// The slot index.
+    pub slot: usize,
+    /// The key found there; `None` when the slot is empty.
+    pub key: Option<u64>,
+}
+
+/// How a lookup ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "kebab-case",
+    rename_all_fields = "kebab-case"
+)]
+pub enum LookupOutcome {
+    /// The key was found.
+    Hit {
+        /// Its slot.
+        slot: usize,
+        /// The device address of the chunk's first byte.
+        device_addr: u64,
+    },
+    /// The lookup stopped at an empty slot: the chunk is not mapped (T4: an escape if an access reached it).
+    MissEmpty {
+        /// The empty slot.
+        slot: usize,
+    },
+    /// The lookup read `probe_bound` slots without finding the key or an empty slot. If the chunk is
+    /// mapped, this is a table defect (T2 promises it never happens).
+    MissBound,
+}
+
+/// One lookup, probe by probe, for the debugger.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct LookupTrace {
+    /// The chunk looked up.
+    pub guest_chunk: u64,
+    /// Its home slot (`chunk_table::home_slot`).
+    pub home_slot: usize,
+    /// Every slot read, in order, starting at the home slot.
+    pub probes: Vec<ProbeStep>,
+    /// How it ended.
+    pub outcome: LookupOutcome,
+}
+
+// --- Guest memory (M1, M4). ---
+
+/// A readable run (SPEC.md, Words): a maximal stretch of pages in one reservation that the guest
+/// last left readable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadableRun {
+    /// Start of the reservation it lies in.
+    #[serde(with = "hex")]
+    pub reservation: u64,
+    /// Its bytes.
+    pub range: ByteRange,
 }
 
 /// How a dispatch ran.
@@ -264,16 +440,6 @@ pub enum Route {
     },
     /// Not run: the dispatch was refused.
     NotRun,
-}
-
-impl From<FlatRoute> for Route {
-    fn from(r: FlatRoute) -> Self {
-        match r {
-            FlatRoute::Lds { offset } => Route::Lds { offset },
-            FlatRoute::Scratch { offset } => Route::Scratch { offset },
-            FlatRoute::Guest { address } => Route::Device { address },
-        }
-    }
 }
 
 /// One access as it ran.

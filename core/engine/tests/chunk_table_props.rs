@@ -2,9 +2,10 @@
 //! `(guest_chunk, device_addr)` pairs searched linearly.
 
 use dispatchscope_core::chunk_table::{
-    ChunkTable, EMPTY_KEY, InsertOutcome, LookupOutcome, MAX_CHUNK_BYTES, MAX_LOAD, TableError,
-    chunk_bytes_for, home_slot,
+    ChunkTable, EMPTY_KEY, InsertOutcome, MAX_CHUNK_BYTES, MAX_LOAD, TableError, chunk_bytes_for,
+    home_slot,
 };
+use dispatchscope_core::report::LookupOutcome;
 use proptest::prelude::*;
 
 /// The model: mapped chunks in insertion order, found by a linear scan.

@@ -17,10 +17,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use dispatchscope_core::addr::ByteRange;
-use dispatchscope_core::aperture::{FlatRoute, route_flat};
+use dispatchscope_core::aperture::route_flat;
+use dispatchscope_core::input::{Backing, HostProtection};
 use dispatchscope_core::input::{InputError, Op, Reason};
-use dispatchscope_core::memory::{Backing, HostProtection, PageState};
-use dispatchscope_core::overlap::{Role, plan_bindings};
+use dispatchscope_core::memory::PageState;
+use dispatchscope_core::overlap::plan_bindings;
+use dispatchscope_core::report::Role;
 use dispatchscope_core::report::{LeftOutReason, Mode, Route};
 use dispatchscope_core::{
     Access, AccessKind, DeviceLimits, DispatchInput, DispatchReport, Engine, EngineError, Event,
@@ -968,11 +970,11 @@ proptest! {
     ) {
         let (high, low) = (address >> 32, address & 0xffff_ffff);
         let want = if high == lds {
-            FlatRoute::Lds { offset: low }
+            Route::Lds { offset: low }
         } else if high == scratch {
-            FlatRoute::Scratch { offset: low }
+            Route::Scratch { offset: low }
         } else {
-            FlatRoute::Guest { address }
+            Route::Device { address }
         };
         prop_assert_eq!(route_flat(address, lds, scratch), want);
     }
@@ -995,11 +997,7 @@ proptest! {
             (Err(EngineError::Input(InputError::ApertureOutOfRange { access, .. })), Some(i)) => prop_assert_eq!(access, i),
             (Ok(report), None) => {
                 for (a, &address) in report.accesses.iter().zip(&addresses) {
-                    let want = match route_flat(address, lds, scratch) {
-                        FlatRoute::Lds { offset } => Route::Lds { offset },
-                        FlatRoute::Scratch { offset } => Route::Scratch { offset },
-                        FlatRoute::Guest { address } => Route::Device { address },
-                    };
+                    let want = route_flat(address, lds, scratch);
                     prop_assert_eq!(&a.route, &want);
                     prop_assert_eq!(a.rule, Rule::P1);
                     // Nothing is reserved: every guest access escapes, LDS and scratch never do.

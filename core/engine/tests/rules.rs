@@ -12,10 +12,10 @@
 )]
 
 use dispatchscope_core::addr::ByteRange;
-use dispatchscope_core::chunk_table::LookupOutcome;
+use dispatchscope_core::input::{Backing, HostProtection};
 use dispatchscope_core::input::{BaseSource, Format, InputError, Op, PageBuffer, Reason, Swizzle};
-use dispatchscope_core::memory::{Backing, HostProtection};
-use dispatchscope_core::overlap::Role;
+use dispatchscope_core::report::LookupOutcome;
+use dispatchscope_core::report::Role;
 use dispatchscope_core::report::{EscapeClass, EventReport, LeftOutReason, Mode, Placement, Route};
 use dispatchscope_core::rules::DEVICE_TABLE_PUSH_WORD;
 use dispatchscope_core::{

@@ -13,9 +13,9 @@
 )]
 
 use dispatchscope_core::addr::ByteRange;
+use dispatchscope_core::input::Backing;
 use dispatchscope_core::input::{BaseSource, Op, Reason};
-use dispatchscope_core::memory::Backing;
-use dispatchscope_core::overlap::Role;
+use dispatchscope_core::report::Role;
 use dispatchscope_core::report::{EscapeClass, LeftOutReason, Mode, Route};
 use dispatchscope_core::{
     Access, AccessKind, DeviceLimits, DispatchInput, DispatchReport, Engine, Event, Rule, Slot,

@@ -10,7 +10,7 @@ use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::input::{
     Access, AccessKind, BaseSource, DeviceLimits, DispatchInput, Op, Reason, Slot,
 };
-use dispatchscope_core::memory::{Backing, Event, HostProtection};
+use dispatchscope_core::input::{Backing, Event, HostProtection};
 
 /// How big a sample to make.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

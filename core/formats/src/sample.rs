@@ -9,11 +9,12 @@
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 use thiserror::Error;
 
+use dispatchscope_core::addr::bytes_hex;
 use dispatchscope_core::addr::hex;
 use dispatchscope_core::backend::Backend;
 use dispatchscope_core::engine::{Engine, EngineError};
+use dispatchscope_core::input::Event;
 use dispatchscope_core::input::{DeviceLimits, DispatchInput};
-use dispatchscope_core::memory::{Event, bytes_hex};
 use dispatchscope_core::report::DispatchReport;
 
 /// The `format` field of every sample.

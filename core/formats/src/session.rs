@@ -19,8 +19,8 @@ use crate::capture::{
 use crate::sample::{
     Contents, Provenance, SAMPLE_FORMAT, SAMPLE_VERSION, Sample, SampleError, Step,
 };
+use dispatchscope_core::input::Event;
 use dispatchscope_core::input::{DeviceLimits, DispatchInput};
-use dispatchscope_core::memory::Event;
 use dispatchscope_core::report::DispatchReport;
 
 /// The META record of a capture.

@@ -44,8 +44,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use dispatchscope_core::addr::hex;
+use dispatchscope_core::input::Event;
 use dispatchscope_core::input::{DeviceLimits, DispatchInput};
-use dispatchscope_core::memory::Event;
 use dispatchscope_core::report::{DispatchReport, EventReport};
 use dispatchscope_core::rules::Rule;
 use dispatchscope_formats::sample::Contents;

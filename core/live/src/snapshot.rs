@@ -16,7 +16,8 @@
 
 use crate::protocol::SNAPSHOT_CONTENTS_BYTES;
 use dispatchscope_core::addr::ByteRange;
-use dispatchscope_core::memory::{Event, GuestMemory, HostProtection, PageState};
+use dispatchscope_core::input::{Event, HostProtection};
+use dispatchscope_core::memory::{GuestMemory, PageState};
 use dispatchscope_formats::sample::Contents;
 
 /// The events that rebuild `memory` on an empty engine with the same page size, and its contents in

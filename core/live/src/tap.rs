@@ -35,7 +35,7 @@ use crate::snapshot::snapshot_of;
 use dispatchscope_core::backend::Backend;
 use dispatchscope_core::engine::{Engine, EngineError};
 use dispatchscope_core::input::DispatchInput;
-use dispatchscope_core::memory::Event;
+use dispatchscope_core::input::Event;
 use dispatchscope_core::report::{DispatchReport, EventReport, Mode};
 
 /// How a tap listens and how patient it is.

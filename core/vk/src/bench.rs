@@ -23,7 +23,8 @@ use dispatchscope_core::backend::Backend;
 use dispatchscope_core::chunk_table::{ChunkTable, chunk_bytes_for};
 use dispatchscope_core::engine::Engine;
 use dispatchscope_core::input::{Access, AccessKind, DeviceLimits, DispatchInput, Op, Reason};
-use dispatchscope_core::memory::{Backing, Event, GuestMemory};
+use dispatchscope_core::input::{Backing, Event};
+use dispatchscope_core::memory::GuestMemory;
 use dispatchscope_formats::generate::Rng;
 
 /// Where the benchmark's guest pieces start.

@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use dispatchscope_core::backend::Backend;
-use dispatchscope_core::chunk_table::LookupOutcome;
 use dispatchscope_core::memory::GuestMemory;
 use dispatchscope_core::report::DispatchReport;
+use dispatchscope_core::report::LookupOutcome;
 use dispatchscope_formats::sample::{Sample, SampleError};
 
 /// The report with its device addresses in guest terms and the device's names blanked.

@@ -20,7 +20,7 @@ use dispatchscope_core::backend::{Backend, CpuBackend};
 use dispatchscope_core::input::{
     Access, AccessKind, DeviceLimits, DispatchInput, Format, Op, Reason, Slot,
 };
-use dispatchscope_core::memory::{Backing, Event};
+use dispatchscope_core::input::{Backing, Event};
 use dispatchscope_core::report::{DispatchReport, Mode, Route};
 use dispatchscope_formats::generate::{GenConfig, Rng, random_sample};
 use dispatchscope_formats::sample::{
