@@ -10,6 +10,7 @@ use std::hint::black_box;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_main};
 use dispatchscope_core::Slot;
 use dispatchscope_core::input::DeviceLimits;
+use dispatchscope_core::input::slot_bases;
 use dispatchscope_core::overlap::{Planner, plan_bindings};
 
 /// xorshift64*: a fixed, dependency-free stream of pseudo-random numbers.
@@ -87,9 +88,11 @@ fn planning(c: &mut Criterion) {
         group.sample_size(if n >= 100_000 { 20 } else { 100 });
         group.throughput(Throughput::Elements(n as u64));
         // The engine's path: one planner, reused from call to call.
+        // The bases are validation's (the engine finds them once per dispatch, before planning).
+        let bases = slot_bases(input, &[]);
         let mut planner = Planner::new();
         group.bench_with_input(BenchmarkId::from_parameter(name), input, |b, input| {
-            b.iter(|| planner.plan(black_box(input), &[], &limits, None))
+            b.iter(|| planner.plan(black_box(input), &bases, &limits, None))
         });
     }
     group.finish();

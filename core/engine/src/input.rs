@@ -379,6 +379,16 @@ impl Slot {
     }
 }
 
+/// Each slot's base (O10, [`Slot::effective_base`]), by position; a D951 slot whose push words are
+/// missing falls back to its descriptor's base. Validation finds the same bases and refuses the
+/// missing words instead; this is for callers that plan slots they checked themselves.
+pub fn slot_bases(slots: &[Slot], push: &[u32]) -> Vec<u64> {
+    slots
+        .iter()
+        .map(|s| s.effective_base(push).unwrap_or(s.base))
+        .collect()
+}
+
 /// What kind of instruction made an access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::addr::ByteRange;
-use crate::input::{DeviceLimits, PageBuffer, Slot};
+use crate::input::{DeviceLimits, PageBuffer, Slot, slot_bases};
 use crate::report::{
     BindSet, Join, Member, Refusal, Role, SetJoins, SetMembers, SlotBinding, Value,
 };
@@ -117,7 +117,7 @@ struct Gathered {
 /// over slices, so that the loop keeps its lengths and running values in registers.
 fn gather(
     slots: &[Slot],
-    push: &[u32],
+    bases: &[u64],
     bits: u32,
     info: &mut [Info],
     keys: &mut [u64],
@@ -127,8 +127,7 @@ fn gather(
     let mut prev_slot = 0u32;
     let mut slots_rise = true;
     let mut has_copies = false;
-    for (i, (s, g)) in slots.iter().zip(info.iter_mut()).enumerate() {
-        let start = s.effective_base(push).unwrap_or(s.base);
+    for (i, ((s, &start), g)) in slots.iter().zip(bases).zip(info.iter_mut()).enumerate() {
         let end = start.saturating_add(s.size_bytes);
         lo = lo.min(start);
         hi = hi.max(start);
@@ -275,13 +274,14 @@ impl Planner {
         Self::default()
     }
 
-    /// Plans the bound path by O1–O11. `slots` must have passed [`crate::input`] validation
-    /// (effective bases exist, no overflow, copies name real slots of the same range); a
-    /// dispatch has fewer than 2^31 slots.
+    /// Plans the bound path by O1–O11. `bases[i]` is the base `slots[i]`'s accesses are read
+    /// against (O10: its descriptor's, or the push block's for a D951 slot), as validation found
+    /// it ([`crate::engine::validate`]); `slots` must have passed that validation (no overflow,
+    /// copies name real slots of the same range), and a dispatch has fewer than 2^31 slots.
     pub fn plan(
         &mut self,
         slots: &[Slot],
-        push: &[u32],
+        bases: &[u64],
         limits: &DeviceLimits,
         page_buffer: Option<&PageBuffer>,
     ) -> BindPlan {
@@ -320,7 +320,7 @@ impl Planner {
             hi,
             slots_rise,
             has_copies,
-        } = gather(slots, push, bits, info, keys);
+        } = gather(slots, bases, bits, info, keys);
         keys.truncate(n_keys);
 
         // O3: a copy follows the slot it copies; its writes count for that slot's joins.
@@ -673,7 +673,8 @@ pub fn plan_bindings(
     limits: &DeviceLimits,
     page_buffer: Option<&PageBuffer>,
 ) -> BindPlan {
-    Planner::new().plan(slots, push, limits, page_buffer)
+    let bases = slot_bases(slots, push);
+    Planner::new().plan(slots, &bases, limits, page_buffer)
 }
 
 fn join(a: &Open, b: &Open) -> Join {
@@ -1077,7 +1078,12 @@ mod tests {
                     .collect(),
                 written: below(2) == 0,
             });
-            let reused = planner.plan(&slots, &push, &limits, page_buffer.as_ref());
+            let reused = planner.plan(
+                &slots,
+                &slot_bases(&slots, &push),
+                &limits,
+                page_buffer.as_ref(),
+            );
             let fresh = plan_bindings(&slots, &push, &limits, page_buffer.as_ref());
             assert_eq!(reused, fresh);
             assert_eq!(

@@ -1,0 +1,132 @@
+//! Each access's part of the report: its route and rule, its two lookups (T5) traced probe by
+//! probe, the values it read or wrote, and, where it reached no mapping, its escape (T4).
+
+use super::Engine;
+use crate::backend::Backend;
+use crate::chunk_table::ChunkTable;
+use crate::exec::Outcome;
+use crate::input::{Access, DispatchInput};
+use crate::report::{AccessReport, Escape, LookupOutcome, LookupTrace, Route};
+use crate::rules::Rule;
+
+/// A refused dispatch's accesses: none ran (A1).
+pub(super) fn not_run(input: &DispatchInput) -> Vec<AccessReport> {
+    input
+        .accesses
+        .iter()
+        .enumerate()
+        .map(|(i, a)| access_report(i, a, Route::NotRun, Rule::A1, Vec::new()))
+        .collect()
+}
+
+/// T5: the lookups of each access by device address, probe by probe: the chunk of its first byte,
+/// and the chunk of its last byte where that is another.
+pub(super) fn trace_lookups(
+    input: &DispatchInput,
+    routes: &[(Route, Rule)],
+    table: Option<&ChunkTable>,
+) -> Vec<Vec<LookupTrace>> {
+    input
+        .accesses
+        .iter()
+        .zip(routes)
+        .map(|(a, (route, _))| {
+            let mut lookups = Vec::new();
+            if let (Route::Device { address }, Some(t)) = (route, table) {
+                let last = address.saturating_add(u64::from(a.size_bytes) - 1);
+                let (c0, c1) = (address >> t.chunk_shift(), last >> t.chunk_shift());
+                lookups.push(t.trace(c0));
+                if c1 != c0 {
+                    lookups.push(t.trace(c1));
+                }
+            }
+            lookups
+        })
+        .collect()
+}
+
+/// The report of every access, its route, lookups and values moved in.
+pub(super) fn reports(
+    input: &DispatchInput,
+    routes: Vec<(Route, Rule)>,
+    lookups: Vec<Vec<LookupTrace>>,
+    outcome: &mut Outcome,
+) -> Vec<AccessReport> {
+    input
+        .accesses
+        .iter()
+        .zip(routes)
+        .zip(lookups)
+        .zip(&mut outcome.accesses)
+        .enumerate()
+        .map(|(i, (((a, (route, rule)), lookups), o))| {
+            let mut ar = access_report(i, a, route, rule, lookups);
+            ar.values = std::mem::take(&mut o.values);
+            ar.device_address = o.device_address;
+            ar.escaped = o.escaped_at.is_some();
+            ar
+        })
+        .collect()
+}
+
+impl<B: Backend> Engine<B> {
+    /// T4: every access that reached an address no mapping holds, with the lookup that missed.
+    pub(super) fn escapes(
+        &self,
+        input: &DispatchInput,
+        outcome: &Outcome,
+        lookups: &[Vec<LookupTrace>],
+    ) -> Vec<Escape> {
+        let table = self.table.as_ref();
+        let mut escapes = Vec::new();
+        for (i, ((a, o), lookups)) in input
+            .accesses
+            .iter()
+            .zip(&outcome.accesses)
+            .zip(lookups)
+            .enumerate()
+        {
+            let Some(at) = o.escaped_at else { continue };
+            let lookup = match (table, lookups.as_slice()) {
+                (Some(t), [first, ..]) if at >> t.chunk_shift() == first.guest_chunk => {
+                    first.clone()
+                }
+                (_, [_, second]) => second.clone(),
+                (Some(t), _) => t.trace(at >> t.chunk_shift()),
+                (None, _) => LookupTrace {
+                    guest_chunk: at >> 12,
+                    home_slot: 0,
+                    probes: Vec::new(),
+                    outcome: LookupOutcome::MissBound,
+                },
+            };
+            escapes.push(self.escape(i, a, at, lookup));
+        }
+        escapes
+    }
+}
+
+fn access_report(
+    i: usize,
+    a: &Access,
+    route: Route,
+    rule: Rule,
+    lookups: Vec<LookupTrace>,
+) -> AccessReport {
+    AccessReport {
+        index: i,
+        workgroup: a.workgroup,
+        wave: a.wave,
+        lane: a.lane,
+        pc: a.pc,
+        kind: a.kind,
+        op: a.op,
+        size_bytes: a.size_bytes,
+        route,
+        rule,
+        lookups,
+        device_address: None,
+        values: Vec::new(),
+        escaped: false,
+    }
+}

@@ -1,0 +1,214 @@
+//! After the dispatch: the marks (C1), their hand-off to the command processor (C2), the one
+//! masked write-back of each written holder (O8, O9), and the known limit where a write-back lands
+//! over a device store to the same bytes (L1).
+
+use super::Engine;
+use super::route::Routed;
+use crate::addr::ByteRange;
+use crate::backend::Backend;
+use crate::chunk_table::ChunkTable;
+use crate::exec::Outcome;
+use crate::input::{DispatchInput, Op};
+use crate::memory::MemoryChange;
+use crate::report::{
+    HandOff, Hazard, LookupOutcome, LookupTrace, Mark, Route, WordWritten, WriteBack,
+};
+use crate::rules::Rule;
+
+/// C1: the chunks the dispatch's stores marked, in table-slot order, with their store counts.
+pub(super) fn marks(outcome: &Outcome, table: Option<&ChunkTable>) -> Vec<Mark> {
+    let Some(t) = table else {
+        return Vec::new();
+    };
+    outcome
+        .marks
+        .iter()
+        .map(|&(slot, stores)| {
+            let start = t.slots()[slot].guest_chunk << t.chunk_shift();
+            Mark {
+                table_slot: slot,
+                guest: ByteRange::new(start, start + t.chunk_bytes()),
+                stores,
+            }
+        })
+        .collect()
+}
+
+impl<B: Backend> Engine<B> {
+    /// C2: each marked chunk goes to the command processor as a host write: the write-watch notes
+    /// its pages written (D824) and a protected target over it loses its trust (D720).
+    pub(super) fn hand_off(
+        &mut self,
+        marks: &[Mark],
+        change: &mut MemoryChange,
+        hand_off: &mut HandOff,
+    ) {
+        for m in marks {
+            let before = change.distrusted.len();
+            self.memory.note_written(m.guest, change);
+            for &id in &change.distrusted[before..] {
+                hand_off
+                    .targets_distrusted
+                    .push(self.target_lost(id, format!("marked chunk {} (C2)", m.guest)));
+            }
+        }
+    }
+
+    /// O8: each written holder is written back once, only the words its write mask marks (O9),
+    /// as host writes (they note pages written and distrust targets like any other).
+    pub(super) fn write_back(
+        &mut self,
+        routed: &Routed<'_>,
+        outcome: &Outcome,
+        change: &mut MemoryChange,
+        hand_off: &mut HandOff,
+    ) -> Vec<WriteBack> {
+        let mut write_back = Vec::new();
+        for (h, range) in routed.job.holders.iter().enumerate() {
+            let mask = &outcome.masks[h];
+            if !mask.iter().any(|&m| m != 0) {
+                continue;
+            }
+            let holder = routed.holder_slots[h];
+            let buf = &outcome.holders[h];
+            let mut words = Vec::new();
+            for (w, _) in mask.iter().enumerate().filter(|(_, m)| **m != 0) {
+                let address = range.start + 4 * w as u64;
+                let bytes = (range.end - address).min(4) as usize;
+                let mut old = [0u8; 4];
+                self.memory.read_bytes(address, &mut old[..bytes]);
+                let new = &buf[4 * w..4 * w + bytes];
+                let before = change.distrusted.len();
+                self.memory.host_write(address, new, change);
+                for &id in &change.distrusted[before..] {
+                    hand_off.targets_distrusted.push(
+                        self.target_lost(id, format!("write-back of holder slot {holder} (O8)")),
+                    );
+                }
+                let mut n = [0u8; 4];
+                n[..bytes].copy_from_slice(new);
+                words.push(WordWritten {
+                    address,
+                    old: u64::from(u32::from_le_bytes(old)),
+                    new: u64::from(u32::from_le_bytes(n)),
+                    bytes: bytes as u8,
+                });
+            }
+            write_back.push(WriteBack {
+                holder,
+                range: *range,
+                words_total: range.size_bytes().div_ceil(4),
+                words,
+            });
+        }
+        write_back
+    }
+}
+
+/// L1's input: the guest bytes each device-addressed store reached, with its access index: the
+/// part of the access in each chunk whose lookup hit (T5). A chunk that missed stored nothing (T4).
+pub(super) fn device_stores(
+    input: &DispatchInput,
+    routes: &[(Route, Rule)],
+    lookups: &[Vec<LookupTrace>],
+    table: Option<&ChunkTable>,
+) -> Vec<(ByteRange, usize)> {
+    let Some(chunk_bytes) = table.map(ChunkTable::chunk_bytes) else {
+        return Vec::new();
+    };
+    let shift = chunk_bytes.trailing_zeros();
+    let mut out = Vec::new();
+    for (i, ((a, (route, _)), lookups)) in
+        input.accesses.iter().zip(routes).zip(lookups).enumerate()
+    {
+        let (Op::Store, Route::Device { address }) = (a.op, route) else {
+            continue;
+        };
+        let whole = ByteRange::new(*address, address.saturating_add(u64::from(a.size_bytes)));
+        for l in lookups {
+            if !matches!(l.outcome, LookupOutcome::Hit { .. }) {
+                continue;
+            }
+            let start = l.guest_chunk << shift;
+            if let Some(landed) =
+                ByteRange::new(start, start.saturating_add(chunk_bytes)).intersection(&whole)
+            {
+                out.push((landed, i));
+            }
+        }
+    }
+    out
+}
+
+/// L1: a word written back that a device store also reached. The write-back lands last and the
+/// device store is lost; each such word is a hazard, named with the two stores.
+pub(super) fn detect_l1(
+    input: &DispatchInput,
+    routed: &Routed<'_>,
+    write_back: &[WriteBack],
+    device_stores: &[(ByteRange, usize)],
+) -> Vec<Hazard> {
+    let mut hazards = Vec::new();
+    if device_stores.is_empty() {
+        return hazards;
+    }
+    for wb in write_back {
+        for w in &wb.words {
+            let (address, holder) = (w.address, wb.holder);
+            let word = ByteRange::new(address, address + u64::from(w.bytes));
+            let Some(&(_, store)) = device_stores.iter().rev().find(|(r, _)| r.overlaps(&word))
+            else {
+                continue;
+            };
+            hazards.push(Hazard {
+                rule: Rule::L1,
+                decision: Rule::L1.decision().into(),
+                holder,
+                address,
+                device_store: store,
+                bound_store: last_bound_store(input, &routed.routes, holder, wb.range.start, address),
+                message: format!(
+                    "access {store} stored to {address:#x} by device address, and holder slot {holder} writes the same word back after the dispatch: the write-back lands last and the device store is lost (L1)"
+                ),
+            });
+        }
+    }
+    hazards
+}
+
+/// The last store through holder `holder` (based at `holder_base`) to the word at `address`.
+fn last_bound_store(
+    input: &DispatchInput,
+    routes: &[(Route, Rule)],
+    holder: u32,
+    holder_base: u64,
+    address: u64,
+) -> Option<usize> {
+    let word = ByteRange::new(address, address + 4);
+    input
+        .accesses
+        .iter()
+        .zip(routes)
+        .enumerate()
+        .rev()
+        .find(|(_, (a, (route, _)))| {
+            a.op == Op::Store
+                && matches!(*route, Route::Bound { holder: h, offset } if h == holder
+                    && ByteRange::new(holder_base + offset, holder_base + offset + u64::from(a.size_bytes))
+                        .overlaps(&word))
+        })
+        .map(|(i, _)| i)
+}
+
+/// Sorted, with touching and overlapping ranges merged.
+pub(super) fn merge_ranges(mut v: Vec<ByteRange>) -> Vec<ByteRange> {
+    v.sort_unstable();
+    let mut out: Vec<ByteRange> = Vec::new();
+    for r in v {
+        match out.last_mut() {
+            Some(l) if l.end >= r.start => l.end = l.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}

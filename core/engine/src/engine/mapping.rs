@@ -1,0 +1,221 @@
+//! Mapping (M1–M5) and the table (T1–T3, T6) for a device-addressed dispatch: the readable runs
+//! mapped again when the generation moved, the chunk table brought up to the mappings (changed
+//! chunk by chunk, or built when T1's chunk or the probe bound changed) and placed, and what the
+//! report copies of them, kept until the memory or the mappings move.
+
+use super::{Engine, EngineError};
+use crate::backend::Backend;
+use crate::chunk_table::{ChunkTable, MAX_CHUNK_BYTES, SLOT_BYTES, chunk_bytes_for};
+use crate::import::{Mappings, Piece, PieceChange};
+use crate::input::DeviceLimits;
+use crate::memory::GuestMemory;
+use crate::report::{
+    LeftOutReport, MappingReport, PieceReport, Placement, ReadableRun, TableReport,
+};
+use crate::rules::DEVICE_TABLE_PUSH_WORD;
+
+#[derive(Debug, Default)]
+pub(super) struct TableSync {
+    rebuilt: Option<String>,
+    inserted: u64,
+    removed: u64,
+    builds: u64,
+    address: u64,
+    placement: Placement,
+    /// The table's statistics as of its last change: each is a walk over every slot, too dear to
+    /// repeat for every dispatch of a large table that did not change.
+    stats: Option<TableStats>,
+}
+
+/// The mapping state as of `key` (the memory's generation, the mappings' version): what each
+/// report copies, and the chunk size T1 gives.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct MappingState {
+    key: Option<(u64, u64)>,
+    runs: Vec<ReadableRun>,
+    pieces: Vec<PieceReport>,
+    left_out: Vec<LeftOutReport>,
+    /// T1: the chunk the pieces allow.
+    chunk_bytes: u64,
+}
+
+impl MappingState {
+    fn derive(key: (u64, u64), memory: &GuestMemory, mappings: &Mappings) -> Self {
+        Self {
+            key: Some(key),
+            runs: memory.readable_runs(),
+            pieces: mappings.piece_reports(),
+            left_out: mappings.left_out().cloned().collect(),
+            chunk_bytes: chunk_bytes_for(mappings.pieces().map(|p| (p.guest.start, p.guest.end))),
+        }
+    }
+}
+
+/// What the table report says about the table's shape, computed when the table changes.
+#[derive(Debug)]
+pub(super) struct TableStats {
+    mean_probes_hit: f64,
+    mean_probes_miss: f64,
+    probe_histogram: Vec<u64>,
+}
+
+impl<B: Backend> Engine<B> {
+    /// M1–M5: maps what the generation needs and reports the mapping state.
+    pub(super) fn map(&mut self, index: u64) -> Result<MappingReport, EngineError> {
+        let generation = self.memory.generation();
+        let mut report = MappingReport {
+            generation,
+            ..MappingReport::default()
+        };
+        if self.mappings.stale(&self.memory) {
+            let stats = self
+                .mappings
+                .map_all(&mut self.memory, &mut self.backend, index)?;
+            report.remapped = true;
+            report.committed_pages = stats.committed_pages;
+            report.guards_released = stats.guards_released;
+            report.pages_noted_written = stats.pages_noted_written;
+        }
+        let (made, dropped) = self.mappings.take_import_counts();
+        report.imports_made = made;
+        report.imports_dropped = dropped;
+        report.mapped_generation = self.mappings.mapped_generation().unwrap_or(generation);
+        report.remaps_total = self.mappings.remaps();
+        let state = self.mapping_state();
+        report.runs = state.runs.clone();
+        report.pieces = state.pieces.clone();
+        report.left_out = state.left_out.clone();
+        Ok(report)
+    }
+
+    /// What the reports copy of the mapping state and what T1 derives from it, brought up to date
+    /// only when the memory's generation (the readable runs, M4) or the mappings have moved since
+    /// they were last derived: a dispatch over an unchanged large mapping then walks none of it.
+    pub(super) fn mapping_state(&mut self) -> &MappingState {
+        let key = (self.memory.generation(), self.mappings.version());
+        if self.mapping_state.key != Some(key) {
+            self.mapping_state = MappingState::derive(key, &self.memory, &self.mappings);
+        }
+        debug_assert!(
+            self.mapping_state == MappingState::derive(key, &self.memory, &self.mappings),
+            "the mapping state moved without the generation or the mappings' version"
+        );
+        &self.mapping_state
+    }
+
+    /// T1–T3, T6: brings the chunk table up to the mappings, places it, and reports it.
+    pub(super) fn sync_table(&mut self, limits: &DeviceLimits) -> Result<TableReport, EngineError> {
+        puffin::profile_function!();
+        let chunk_bytes = self.mapping_state().chunk_bytes;
+        let changes = self.mappings.take_changes();
+        let mut rebuilt = None;
+        let (mut inserted, mut removed) = (0, 0);
+        // A piece mapped and dropped again since the last dispatch may be finer than the chunk the
+        // pieces now give (T1); its changes cannot be applied chunk by chunk, so the table is built.
+        let fits = |p: &Piece| (p.guest.start | p.guest.end) & (chunk_bytes - 1) == 0;
+        let changes_fit = changes.iter().all(|c| match c {
+            PieceChange::Added(p) | PieceChange::Removed(p) => fits(p),
+        });
+        let t: &ChunkTable = match &mut self.table {
+            Some(t)
+                if t.chunk_bytes() == chunk_bytes
+                    && t.probe_bound() == limits.probe_bound
+                    && changes_fit =>
+            {
+                let shift = t.chunk_shift();
+                for c in &changes {
+                    match c {
+                        PieceChange::Removed(p) => {
+                            for chunk in p.guest.start >> shift..p.guest.end >> shift {
+                                if t.remove(chunk) {
+                                    removed += 1;
+                                }
+                            }
+                        }
+                        PieceChange::Added(p) => {
+                            for chunk in p.guest.start >> shift..p.guest.end >> shift {
+                                let device = p.device_base + ((chunk << shift) - p.guest.start);
+                                t.insert(chunk, device)?;
+                                inserted += 1;
+                            }
+                        }
+                    }
+                }
+                t
+            }
+            existing => {
+                rebuilt = Some(match existing {
+                    None => "first device-addressed dispatch".to_owned(),
+                    Some(t) if t.chunk_bytes() != chunk_bytes => format!(
+                        "T1: the chunk changed from {:#x} to {chunk_bytes:#x} bytes to follow the mappings' alignment",
+                        t.chunk_bytes()
+                    ),
+                    Some(t) if t.probe_bound() != limits.probe_bound => {
+                        "the probe bound changed".to_owned()
+                    }
+                    Some(_) => "T1: a piece mapped and dropped since the last dispatch was finer than the chunk".to_owned(),
+                });
+                let shift = chunk_bytes.trailing_zeros();
+                let entries: Vec<(u64, u64)> = self
+                    .mappings
+                    .pieces()
+                    .flat_map(|p| {
+                        (p.guest.start >> shift..p.guest.end >> shift)
+                            .map(move |c| (c, p.device_base + ((c << shift) - p.guest.start)))
+                    })
+                    .collect();
+                self.sync.builds += 1;
+                existing.insert(ChunkTable::build(
+                    chunk_bytes,
+                    limits.probe_bound,
+                    &entries,
+                )?)
+            }
+        };
+        if rebuilt.is_some() || inserted > 0 || removed > 0 || self.sync.address == 0 {
+            let (address, placement) = self
+                .backend
+                .place_table(t, limits.device_local_table_budget_bytes)?;
+            self.sync.address = address;
+            self.sync.placement = placement;
+            self.sync.stats = None;
+        }
+        let stats = self.sync.stats.get_or_insert_with(|| TableStats {
+            mean_probes_hit: t.mean_probes_hit(),
+            mean_probes_miss: t.mean_probes_miss(),
+            probe_histogram: t.probe_histogram_hits(),
+        });
+        self.sync.rebuilt = rebuilt.clone();
+        self.sync.inserted = inserted;
+        self.sync.removed = removed;
+        Ok(TableReport {
+            chunk_bytes: t.chunk_bytes(),
+            // T1's chunk is the finest alignment of the pieces' ends, capped at 64 KiB.
+            chunk_reason: match t.chunk_bytes() {
+                a if a < MAX_CHUNK_BYTES => format!(
+                    "T1: the finest mapping is aligned to {a:#x} bytes, so a chunk is {a:#x} bytes and lies in one mapping"
+                ),
+                _ => format!(
+                    "T1: every mapping is aligned to at least 64 KiB, so a chunk is the largest allowed, {:#x} bytes",
+                    t.chunk_bytes()
+                ),
+            },
+            capacity: t.capacity() as u64,
+            n_chunks: t.len() as u64,
+            load: t.load(),
+            probe_bound: t.probe_bound(),
+            multiplier: t.multiplier(),
+            mean_probes_hit: stats.mean_probes_hit,
+            mean_probes_miss: stats.mean_probes_miss,
+            probe_histogram: stats.probe_histogram.clone(),
+            rebuilt,
+            inserted,
+            removed,
+            builds_total: self.sync.builds,
+            placement: self.sync.placement,
+            table_bytes: (t.capacity() * SLOT_BYTES) as u64,
+            device_address: self.sync.address,
+            push_word: DEVICE_TABLE_PUSH_WORD,
+        })
+    }
+}

@@ -1,0 +1,338 @@
+//! [`Engine`]: the whole dispatch path, in the order an emulator runs it.
+//!
+//! Between dispatches the emulator applies [`Event`](crate::input::Event)s ([`Engine::apply`],
+//! `events.rs`); each dispatch goes through [`Engine::dispatch`], one phase a rule group, each in a
+//! file of its own:
+//!
+//! | phase | rules | where |
+//! |---|---|---|
+//! | validate | input | `validate::check` |
+//! | plan the bound path | O1–O11 | `overlap::Planner::plan` |
+//! | choose the mode | A1, W2 | `mode::choose` |
+//! | write deferred copies | C3 | `Engine::write_deferred` (here) |
+//! | map, keep the table | M1–M5, T1–T3, T6 | `mapping.rs`: `Engine::map`, `Engine::sync_table` |
+//! | route each access | W1–W3, P1, O6 | `route::route` |
+//! | run on the backend | T4, T5, C1, O8, O9 | `Backend::execute` (`exec.rs` on the CPU) |
+//! | trace lookups, escapes | T5, T4 | `accesses.rs`, `escape.rs` |
+//! | marks, hand-off | C1, C2 | `after::marks`, `Engine::hand_off` |
+//! | write back | O8, O9 | `Engine::write_back` |
+//! | the known limit | L1 | `after::detect_l1` |
+//!
+//! The engine keeps its state across dispatches as the emulator does; it never draws anything.
+
+use thiserror::Error;
+
+use crate::addr::ByteRange;
+use crate::backend::{Backend, BackendError, CpuBackend};
+use crate::chunk_table::{ChunkTable, TableError};
+use crate::import::Mappings;
+use crate::input::{DeviceLimits, DispatchInput, InputError};
+use crate::memory::{GuestMemory, MemoryChange, MemoryError};
+use crate::overlap::{BindPlan, Planner};
+use crate::report::{
+    AccessReport, BeforeDispatch, Counts, DispatchReport, Escape, EventReport, HandOff, Hazard,
+    MappingReport, Mark, Mode, SCHEMA, SlotBinding, TableReport, TargetLost, WriteBack,
+};
+
+mod accesses;
+mod after;
+mod escape;
+mod events;
+mod mapping;
+mod mode;
+mod route;
+mod validate;
+
+use mapping::{MappingState, TableSync};
+pub use validate::validate;
+
+/// Why the engine could not take an event or a dispatch. Nothing changed when it returns one.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// The dispatch input is malformed.
+    #[error("bad dispatch input: {0}")]
+    Input(#[from] InputError),
+    /// The event is malformed.
+    #[error("bad memory event: {0}")]
+    Memory(#[from] MemoryError),
+    /// The device failed.
+    #[error("device: {0}")]
+    Backend(#[from] BackendError),
+    /// The chunk table could not be built.
+    #[error("chunk table: {0}")]
+    Table(#[from] TableError),
+}
+
+/// The dispatch path of one emulated device.
+pub struct Engine<B: Backend = CpuBackend> {
+    limits: DeviceLimits,
+    memory: GuestMemory,
+    backend: B,
+    mappings: Mappings,
+    table: Option<ChunkTable>,
+    sync: TableSync,
+    next_dispatch: u64,
+    next_event: u64,
+    pending: Vec<EventReport>,
+    in_flight: Option<u64>,
+    /// Plans every dispatch's bound path, keeping its working arrays between dispatches.
+    planner: Planner,
+    /// The mapping state the reports copy, kept until the memory or the mappings move.
+    mapping_state: MappingState,
+}
+
+impl Engine<CpuBackend> {
+    /// An engine on the CPU reference with `limits`.
+    pub fn cpu(limits: DeviceLimits) -> Result<Self, EngineError> {
+        Self::new(limits, CpuBackend::new())
+    }
+}
+
+impl<B: Backend> Engine<B> {
+    /// An engine on `backend`. The backend's real limits, if it has any, take the place of the
+    /// storage-buffer limits in `limits`.
+    pub fn new(mut limits: DeviceLimits, backend: B) -> Result<Self, EngineError> {
+        if let Some(real) = backend.limits() {
+            limits.name = real.name;
+            limits.min_storage_buffer_offset_alignment = real.min_storage_buffer_offset_alignment;
+            limits.max_storage_buffer_range = real.max_storage_buffer_range;
+        }
+        Ok(Self {
+            memory: GuestMemory::new(limits.host_page_bytes)?,
+            limits,
+            backend,
+            mappings: Mappings::new(),
+            table: None,
+            sync: TableSync::default(),
+            next_dispatch: 0,
+            next_event: 0,
+            pending: Vec::new(),
+            in_flight: None,
+            planner: Planner::new(),
+            mapping_state: MappingState::default(),
+        })
+    }
+
+    /// The limits dispatches are planned against.
+    pub fn limits(&self) -> &DeviceLimits {
+        &self.limits
+    }
+
+    /// Guest memory as it stands.
+    pub fn memory(&self) -> &GuestMemory {
+        &self.memory
+    }
+
+    /// The mappings as they stand.
+    pub fn mappings(&self) -> &Mappings {
+        &self.mappings
+    }
+
+    /// The chunk table, once a device-addressed dispatch has needed one.
+    pub fn table(&self) -> Option<&ChunkTable> {
+        self.table.as_ref()
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The index the next dispatch will get.
+    pub fn next_dispatch(&self) -> u64 {
+        self.next_dispatch
+    }
+
+    /// Loads guest bytes without any write-watch effect (a sample's or capture's contents).
+    pub fn load_contents(&mut self, address: u64, bytes: &[u8]) {
+        self.memory.write_bytes(address, bytes);
+    }
+
+    /// Plans, maps, runs and hands off one dispatch, and reports everything it did.
+    ///
+    /// One phase a rule group, in the order an emulator runs them; each hands what it found to the
+    /// next, and the report is made of their results at the end (nothing is read back from it).
+    pub fn dispatch(&mut self, input: &DispatchInput) -> Result<DispatchReport, EngineError> {
+        puffin::profile_function!();
+        let limits = self.limits.clone();
+        let checked = validate::check(input, &limits)?;
+        let BindPlan {
+            sets,
+            bindings,
+            refusals,
+        } = self.planner.plan(
+            &input.slots,
+            &checked.bases,
+            &limits,
+            input.page_buffer.as_ref(),
+        );
+        let decision = mode::choose(input, &checked, refusals);
+        let index = self.next_dispatch;
+        self.next_dispatch += 1;
+        let events_before = std::mem::take(&mut self.pending);
+        let ran = match decision.mode {
+            Mode::Refused => Ran::not_run(input, self.memory.deferred_copies().len()),
+            mode => self.run(index, input, &checked, &bindings, &limits, mode)?,
+        };
+        let mut report = DispatchReport {
+            schema: SCHEMA.to_owned(),
+            index,
+            program: input.program,
+            label: input.label.clone(),
+            kind: input.kind,
+            mode: decision.mode,
+            backend: self.backend.name(),
+            device: limits,
+            reasons: input.reasons.clone(),
+            mode_reason: decision.reason,
+            slots: bindings,
+            sets,
+            refusals: decision.refusals,
+            events_before,
+            before: ran.before,
+            mappings: ran.mappings,
+            table: ran.table,
+            accesses: ran.accesses,
+            escapes: ran.escapes,
+            marks: ran.marks,
+            hand_off: ran.hand_off,
+            write_back: ran.write_back,
+            hazards: ran.hazards,
+            counts: Counts::default(),
+        };
+        report.counts = counts(&report);
+        Ok(report)
+    }
+
+    /// The phases of a dispatch that runs, bound or device-addressed.
+    fn run(
+        &mut self,
+        index: u64,
+        input: &DispatchInput,
+        checked: &validate::Checked,
+        bindings: &[SlotBinding],
+        limits: &DeviceLimits,
+        mode: Mode,
+    ) -> Result<Ran, EngineError> {
+        let device_addressed = mode == Mode::DeviceAddressed;
+        let (before, mappings, table) = if device_addressed {
+            let before = self.write_deferred();
+            let mappings = self.map(index)?;
+            (before, Some(mappings), Some(self.sync_table(limits)?))
+        } else {
+            (
+                left_deferred(self.memory.deferred_copies().len()),
+                None,
+                None,
+            )
+        };
+        let routed = route::route(input, checked, bindings, limits);
+        let mut outcome =
+            self.backend
+                .execute(&routed.job, self.table.as_ref(), &mut self.memory)?;
+        let lookups = accesses::trace_lookups(input, &routed.routes, self.table.as_ref());
+        let escapes = self.escapes(input, &outcome, &lookups);
+        let marks = after::marks(&outcome, self.table.as_ref());
+        let device_stores =
+            after::device_stores(input, &routed.routes, &lookups, self.table.as_ref());
+        let mut change = MemoryChange::default();
+        let mut hand_off = HandOff::default();
+        self.hand_off(&marks, &mut change, &mut hand_off);
+        let write_back = self.write_back(&routed, &outcome, &mut change, &mut hand_off);
+        hand_off.pages_noted_written = after::merge_ranges(change.noted_written);
+        let hazards = after::detect_l1(input, &routed, &write_back, &device_stores);
+        let accesses = accesses::reports(input, routed.routes, lookups, &mut outcome);
+        if device_addressed {
+            self.in_flight = Some(index);
+        }
+        Ok(Ran {
+            before,
+            mappings,
+            table,
+            accesses,
+            escapes,
+            marks,
+            hand_off,
+            write_back,
+            hazards,
+        })
+    }
+
+    /// C3: the dispatch may read anywhere, so the frame pending and every deferred copy land in
+    /// guest memory first, as host writes (D824 notes, D720 distrust).
+    fn write_deferred(&mut self) -> BeforeDispatch {
+        let mut c3 = MemoryChange::default();
+        let copies = self.memory.flush_deferred(&mut c3);
+        BeforeDispatch {
+            copies: copies
+                .iter()
+                .map(|(a, b)| ByteRange::new(*a, a + b.len() as u64))
+                .collect(),
+            still_deferred: 0,
+            pages_noted_written: after::merge_ranges(c3.noted_written),
+            targets_distrusted: c3
+                .distrusted
+                .into_iter()
+                .map(|id| self.target_lost(id, "a deferred copy written first (C3)".into()))
+                .collect(),
+        }
+    }
+
+    /// Names protected target `id`, which lost its trust by `by` (D720).
+    fn target_lost(&self, id: u32, by: String) -> TargetLost {
+        let t = self.memory.targets().find(|t| t.id == id);
+        TargetLost {
+            id,
+            name: t.map(|t| t.name.clone()).unwrap_or_default(),
+            range: t.map_or(ByteRange::new(0, 0), |t| t.range),
+            by,
+        }
+    }
+}
+
+/// What the phases of one dispatch found, in the report's words.
+#[derive(Default)]
+struct Ran {
+    before: BeforeDispatch,
+    mappings: Option<MappingReport>,
+    table: Option<TableReport>,
+    accesses: Vec<AccessReport>,
+    escapes: Vec<Escape>,
+    marks: Vec<Mark>,
+    hand_off: HandOff,
+    write_back: Vec<WriteBack>,
+    hazards: Vec<Hazard>,
+}
+
+impl Ran {
+    /// A refused dispatch: nothing ran; each access is reported as not run (A1), and the deferred
+    /// copies stay deferred.
+    fn not_run(input: &DispatchInput, still_deferred: usize) -> Self {
+        Self {
+            before: left_deferred(still_deferred),
+            accesses: accesses::not_run(input),
+            ..Self::default()
+        }
+    }
+}
+
+fn counts(r: &DispatchReport) -> Counts {
+    Counts {
+        sets: r.sets.len(),
+        refusals: r.refusals.len(),
+        escapes: r.escapes.len(),
+        marks: r.marks.len(),
+        accesses: r.accesses.len(),
+        words_written_back: r.write_back.iter().map(|w| w.words.len()).sum(),
+        hazards: r.hazards.len(),
+    }
+}
+
+/// The copies a dispatch leaves deferred: a bound or refused one reads only its bindings, so they
+/// wait (C3 is for device-addressed dispatches).
+fn left_deferred(still_deferred: usize) -> BeforeDispatch {
+    BeforeDispatch {
+        still_deferred,
+        ..BeforeDispatch::default()
+    }
+}
