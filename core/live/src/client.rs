@@ -24,7 +24,7 @@ use crate::protocol::{
     ProtocolError, RefusalReason, TargetHello, ToDebugger, ToTarget, VERSION, decode,
     decode_to_debugger, hello_header, write_frame,
 };
-use crate::tap::lock;
+use crate::shared::lock;
 
 /// How a client connects.
 #[derive(Clone)]

@@ -14,10 +14,12 @@ pub mod client;
 pub mod protocol;
 pub mod record;
 mod server;
+mod shared;
 pub mod snapshot;
 pub mod tap;
 
 pub use client::{ClientError, ClientOptions, Incoming, LiveClient};
 pub use protocol::{Breakpoints, PauseReason, ToDebugger, ToTarget};
 pub use record::{CaptureRecorder, RecordOptions, RecordSummary, record};
-pub use tap::{Tap, TapConfig, TapError, TapFigures, TapHandle};
+pub use shared::{TapConfig, TapError};
+pub use tap::{Tap, TapFigures, TapHandle};

@@ -19,7 +19,7 @@ use crate::protocol::{
     RefusalReason, Stats, TargetHello, ToDebugger, ToTarget, VERSION, decode, encode_frame_into,
     hello_header, tokens_match,
 };
-use crate::tap::{Link, Popped, Queue, Release, Shared, TapError, lock};
+use crate::shared::{Link, Popped, Queue, Release, Shared, TapError, lock};
 
 /// How often a session's reader wakes to look at the clock when nothing arrives.
 const READ_TICK: Duration = Duration::from_millis(50);
@@ -195,167 +195,24 @@ fn handshake(mut stream: TcpStream, shared: &Arc<Shared>, id: u64) -> Option<Joi
     {
         return None;
     }
-    let deadline = Instant::now() + cfg.handshake_timeout;
-    let mut reader = FrameReader::new(MAX_COMMAND_FRAME_BYTES);
-    let payload = loop {
-        match reader.read_frame(&mut stream) {
-            Ok(Some(p)) => break p,
-            Ok(None) if Instant::now() < deadline => {}
-            Ok(None) => {
-                let ms = cfg.handshake_timeout.as_millis();
-                refuse(
-                    stream,
-                    shared,
-                    peer,
-                    RefusalReason::Timeout,
-                    format!("no hello within {ms} ms"),
-                );
-                return None;
-            }
-            Err(ProtocolError::Closed { .. }) => {
-                shared.notice(format!(
-                    "debugger {peer} closed the connection before its hello"
-                ));
-                return None;
-            }
-            Err(e) => {
-                refuse(
-                    stream,
-                    shared,
-                    peer,
-                    refusal_for(&e),
-                    format!("the hello frame was refused: {e}"),
-                );
-                return None;
-            }
-        }
-    };
-    let header = match hello_header(&payload) {
+    let hello = match receive_hello(&mut stream, shared, peer).and_then(|h| {
+        check_token(cfg.token.as_deref(), h.token.as_deref())?;
+        Ok(h)
+    }) {
         Ok(h) => h,
-        Err(e) => {
-            refuse(
-                stream,
-                shared,
-                peer,
-                RefusalReason::Malformed,
-                format!("the hello frame was refused: {e}"),
-            );
+        Err(Some(Refused(reason, message))) => {
+            refuse(stream, shared, peer, reason, message);
+            return None;
+        }
+        Err(None) => return None,
+    };
+    let queue = match register(shared, &hello, id, peer) {
+        Ok(q) => q,
+        Err(Refused(reason, message)) => {
+            refuse(stream, shared, peer, reason, message);
             return None;
         }
     };
-    if header.kind.as_deref() != Some("hello") {
-        let kind = header.kind.unwrap_or_else(|| "no type".into());
-        refuse(
-            stream,
-            shared,
-            peer,
-            RefusalReason::NotHello,
-            format!("the first frame must be a hello, not {kind:?}"),
-        );
-        return None;
-    }
-    if header.protocol.as_deref() != Some(PROTOCOL) {
-        let p = header.protocol.unwrap_or_else(|| "none".into());
-        refuse(
-            stream,
-            shared,
-            peer,
-            RefusalReason::Protocol,
-            format!("the hello names protocol {p:?}, not {PROTOCOL:?}"),
-        );
-        return None;
-    }
-    if header.version != Some(u64::from(VERSION)) {
-        let v = header
-            .version
-            .map_or_else(|| "no version".to_owned(), |v| format!("version {v}"));
-        refuse(
-            stream,
-            shared,
-            peer,
-            RefusalReason::Version,
-            format!(
-                "version mismatch: this target speaks {PROTOCOL} version {VERSION}, the debugger speaks {v}; attach with a dispatchscope of the same protocol version"
-            ),
-        );
-        return None;
-    }
-    let hello: DebuggerHello = match decode::<ToTarget>(&payload) {
-        Ok(ToTarget::Hello(h)) => h,
-        Ok(_) => {
-            refuse(
-                stream,
-                shared,
-                peer,
-                RefusalReason::NotHello,
-                "the first frame must be a hello".into(),
-            );
-            return None;
-        }
-        Err(e) => {
-            refuse(
-                stream,
-                shared,
-                peer,
-                RefusalReason::Malformed,
-                format!("the hello frame was refused: {e}"),
-            );
-            return None;
-        }
-    };
-    if let Some(expected) = &cfg.token {
-        match &hello.token {
-            None => {
-                refuse(
-                    stream,
-                    shared,
-                    peer,
-                    RefusalReason::Token,
-                    "this target requires a token (--token) and the debugger gave none".into(),
-                );
-                return None;
-            }
-            Some(t) if !tokens_match(expected, t) => {
-                refuse(
-                    stream,
-                    shared,
-                    peer,
-                    RefusalReason::Token,
-                    "wrong token".into(),
-                );
-                return None;
-            }
-            Some(_) => {}
-        }
-    }
-    // Register, unless another debugger is attached.
-    let queue = Arc::new(Queue::new(cfg.queue_capacity));
-    {
-        let mut c = lock(&shared.control);
-        if let Some(other) = c.link.as_ref().map(|l| l.peer) {
-            drop(c);
-            refuse(
-                stream,
-                shared,
-                peer,
-                RefusalReason::Busy,
-                format!("another debugger ({other}) is attached"),
-            );
-            return None;
-        }
-        c.disarm();
-        c.snapshot_wanted = hello.snapshot;
-        c.link = Some(Link {
-            id,
-            queue: Arc::clone(&queue),
-            last_heard: Instant::now(),
-            peer,
-        });
-        queue.push_control(ToDebugger::Attached { session: id });
-        shared.dispatches.store(0, Ordering::Relaxed);
-        shared.events.store(0, Ordering::Relaxed);
-        shared.attached.store(true, Ordering::Relaxed);
-    }
     let client = if hello.client.is_empty() {
         "a debugger".to_owned()
     } else {
@@ -373,6 +230,134 @@ fn handshake(mut stream: TcpStream, shared: &Arc<Shared>, id: u64) -> Option<Joi
             None
         }
     }
+}
+
+/// Why a handshake is refused: the reason the debugger is told, and the sentence.
+struct Refused(RefusalReason, String);
+
+/// Reads the debugger's hello within the handshake timeout and checks its header (type, protocol,
+/// version) before its body. `Err(None)` when the peer closed first (nothing to tell it).
+fn receive_hello(
+    stream: &mut TcpStream,
+    shared: &Shared,
+    peer: SocketAddr,
+) -> Result<DebuggerHello, Option<Refused>> {
+    let cfg = &shared.config;
+    let deadline = Instant::now() + cfg.handshake_timeout;
+    let mut reader = FrameReader::new(MAX_COMMAND_FRAME_BYTES);
+    let refused = |reason, message: String| Some(Refused(reason, message));
+    let payload = loop {
+        match reader.read_frame(stream) {
+            Ok(Some(p)) => break p,
+            Ok(None) if Instant::now() < deadline => {}
+            Ok(None) => {
+                let ms = cfg.handshake_timeout.as_millis();
+                return Err(refused(
+                    RefusalReason::Timeout,
+                    format!("no hello within {ms} ms"),
+                ));
+            }
+            Err(ProtocolError::Closed { .. }) => {
+                shared.notice(format!(
+                    "debugger {peer} closed the connection before its hello"
+                ));
+                return Err(None);
+            }
+            Err(e) => {
+                return Err(refused(
+                    refusal_for(&e),
+                    format!("the hello frame was refused: {e}"),
+                ));
+            }
+        }
+    };
+    let header = hello_header(&payload).map_err(|e| {
+        refused(
+            RefusalReason::Malformed,
+            format!("the hello frame was refused: {e}"),
+        )
+    })?;
+    if header.kind.as_deref() != Some("hello") {
+        let kind = header.kind.unwrap_or_else(|| "no type".into());
+        return Err(refused(
+            RefusalReason::NotHello,
+            format!("the first frame must be a hello, not {kind:?}"),
+        ));
+    }
+    if header.protocol.as_deref() != Some(PROTOCOL) {
+        let p = header.protocol.unwrap_or_else(|| "none".into());
+        return Err(refused(
+            RefusalReason::Protocol,
+            format!("the hello names protocol {p:?}, not {PROTOCOL:?}"),
+        ));
+    }
+    if header.version != Some(u64::from(VERSION)) {
+        let v = header
+            .version
+            .map_or_else(|| "no version".to_owned(), |v| format!("version {v}"));
+        return Err(refused(
+            RefusalReason::Version,
+            format!(
+                "version mismatch: this target speaks {PROTOCOL} version {VERSION}, the debugger speaks {v}; attach with a dispatchscope of the same protocol version"
+            ),
+        ));
+    }
+    match decode::<ToTarget>(&payload) {
+        Ok(ToTarget::Hello(h)) => Ok(h),
+        Ok(_) => Err(refused(
+            RefusalReason::NotHello,
+            "the first frame must be a hello".into(),
+        )),
+        Err(e) => Err(refused(
+            RefusalReason::Malformed,
+            format!("the hello frame was refused: {e}"),
+        )),
+    }
+}
+
+/// The token rule: a target that has a token admits only a debugger that presents it.
+fn check_token(expected: Option<&str>, given: Option<&str>) -> Result<(), Option<Refused>> {
+    match (expected, given) {
+        (None, _) => Ok(()),
+        (Some(_), None) => Err(Some(Refused(
+            RefusalReason::Token,
+            "this target requires a token (--token) and the debugger gave none".into(),
+        ))),
+        (Some(e), Some(t)) if !tokens_match(e, t) => {
+            Err(Some(Refused(RefusalReason::Token, "wrong token".into())))
+        }
+        (Some(_), Some(_)) => Ok(()),
+    }
+}
+
+/// Links session `id` to the game thread, unless another debugger is attached.
+fn register(
+    shared: &Shared,
+    hello: &DebuggerHello,
+    id: u64,
+    peer: SocketAddr,
+) -> Result<Arc<Queue>, Refused> {
+    let queue = Arc::new(Queue::new(shared.config.queue_capacity));
+    let mut c = lock(&shared.control);
+    if let Some(other) = c.link.as_ref().map(|l| l.peer) {
+        return Err(Refused(
+            RefusalReason::Busy,
+            format!("another debugger ({other}) is attached"),
+        ));
+    }
+    c.disarm();
+    c.snapshot_wanted = hello.snapshot;
+    c.link = Some(Link {
+        id,
+        queue: Arc::clone(&queue),
+        last_heard: Instant::now(),
+        peer,
+    });
+    queue.push_control(ToDebugger::Attached { session: id });
+    shared.dispatches.store(0, Ordering::Relaxed);
+    shared.events.store(0, Ordering::Relaxed);
+    shared.attached.store(true, Ordering::Relaxed);
+    Ok(queue)
 }
 
 /// One session: starts the writer, reads commands until the session ends, then joins the writer.

@@ -1,0 +1,297 @@
+//! The state a tap's game thread and its server threads share: the control block (attached,
+//! paused, breakpoints, stepping), the bounded queue to the debugger's writer thread, the link
+//! between them, the figures and the notices. Both `tap.rs` (the game thread) and `server.rs` (the
+//! socket threads) import it; neither imports the other's internals.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+
+use crate::protocol::{Breakpoints, DEFAULT_LISTEN, ToDebugger};
+
+/// How a tap listens and how patient it is.
+#[derive(Clone, Debug)]
+pub struct TapConfig {
+    /// Where to listen; `127.0.0.1:27953` by default. Any address that is not loopback requires
+    /// `token`.
+    pub listen: SocketAddr,
+    /// The token a debugger must present; required when `listen` is not loopback.
+    pub token: Option<String>,
+    /// What the target calls itself in its hello.
+    pub target_name: String,
+    /// How long a paused target waits after the debugger's last frame before it resumes on its own.
+    pub pause_timeout: Duration,
+    /// How long a debugger may stay silent (no frame, not even a ping) before its session ends,
+    /// paused or not.
+    pub session_timeout: Duration,
+    /// How long a connecting debugger has to complete the handshake.
+    pub handshake_timeout: Duration,
+    /// Messages the queue to the debugger holds before it drops dispatches and events.
+    pub queue_capacity: usize,
+    /// How often the target sends [`crate::protocol::Stats`].
+    pub stats_interval: Duration,
+}
+
+impl Default for TapConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], crate::protocol::DEFAULT_PORT)),
+            token: None,
+            target_name: "dispatchscope target".to_owned(),
+            pause_timeout: Duration::from_secs(1),
+            session_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(2),
+            queue_capacity: 1024,
+            stats_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+impl TapConfig {
+    /// The default configuration listening on `listen`.
+    pub fn listening_on(listen: SocketAddr) -> Self {
+        Self {
+            listen,
+            ..Self::default()
+        }
+    }
+}
+
+/// Why a tap could not start listening.
+#[derive(Debug, Error)]
+pub enum TapError {
+    /// A non-loopback address without a token.
+    #[error(
+        "listening on {addr} lets other machines attach, so it needs a token (--token); only a loopback address (like {DEFAULT_LISTEN}) may go without one"
+    )]
+    TokenRequired {
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// The socket could not be bound.
+    #[error("cannot listen on {addr}: {error}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// A thread could not be started.
+    #[error("cannot start the {what} thread: {error}")]
+    Thread {
+        /// Which.
+        what: &'static str,
+        /// Why.
+        error: std::io::Error,
+    },
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The bounded queue from the game thread to one debugger's writer thread.
+///
+/// Dispatches and events are dropped (and counted) when it is full; control messages (pause,
+/// resume, snapshot, refusal) always go in, and are few.
+pub(crate) struct Queue {
+    inner: Mutex<QueueInner>,
+    ready: Condvar,
+    capacity: usize,
+}
+
+struct QueueInner {
+    items: VecDeque<ToDebugger>,
+    closed: bool,
+    dropped: u64,
+}
+
+pub(crate) enum Popped {
+    Some,
+    Empty,
+    Closed,
+}
+
+impl Queue {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            inner: Mutex::new(QueueInner {
+                items: VecDeque::new(),
+                closed: false,
+                dropped: 0,
+            }),
+            ready: Condvar::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Queues a dispatch or event; drops it when the queue is full.
+    pub(crate) fn push(&self, message: ToDebugger) -> bool {
+        let mut q = lock(&self.inner);
+        if q.closed {
+            return false;
+        }
+        if q.items.len() >= self.capacity {
+            q.dropped += 1;
+            return false;
+        }
+        q.items.push_back(message);
+        drop(q);
+        self.ready.notify_one();
+        true
+    }
+
+    /// Queues a control message, whatever the queue holds.
+    pub(crate) fn push_control(&self, message: ToDebugger) {
+        let mut q = lock(&self.inner);
+        if q.closed {
+            return;
+        }
+        q.items.push_back(message);
+        drop(q);
+        self.ready.notify_one();
+    }
+
+    /// Moves every queued message into `out`, waiting up to `wait` for the first. After
+    /// [`Queue::close`], what was queued still comes out, then `Closed`.
+    pub(crate) fn pop_all(&self, wait: Duration, out: &mut Vec<ToDebugger>) -> Popped {
+        let mut q = lock(&self.inner);
+        if q.items.is_empty() && !q.closed {
+            q = self
+                .ready
+                .wait_timeout(q, wait)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        if !q.items.is_empty() {
+            out.extend(q.items.drain(..));
+            return Popped::Some;
+        }
+        if q.closed {
+            Popped::Closed
+        } else {
+            Popped::Empty
+        }
+    }
+
+    pub(crate) fn close(&self) {
+        lock(&self.inner).closed = true;
+        self.ready.notify_all();
+    }
+
+    /// (queued, dropped so far).
+    pub(crate) fn figures(&self) -> (usize, u64) {
+        let q = lock(&self.inner);
+        (q.items.len(), q.dropped)
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+/// The attached debugger, as the game thread sees it.
+pub(crate) struct Link {
+    pub(crate) id: u64,
+    pub(crate) queue: Arc<Queue>,
+    pub(crate) last_heard: Instant,
+    pub(crate) peer: SocketAddr,
+}
+
+/// What a paused target was told.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Release {
+    Continue,
+    Step(u64),
+}
+
+/// Everything the game thread and the session threads share, under one lock.
+#[derive(Default)]
+pub(crate) struct Control {
+    pub(crate) link: Option<Link>,
+    pub(crate) pause_requested: bool,
+    /// Dispatches left to run before pausing, and the step's size.
+    pub(crate) steps: Option<(u64, u64)>,
+    pub(crate) release: Option<Release>,
+    pub(crate) breakpoints: Breakpoints,
+    pub(crate) snapshot_wanted: bool,
+    pub(crate) paused: bool,
+    /// The session the game is paused for: a pause outlives its session for the moment the game
+    /// thread takes to wake, and the next session's commands must not be taken for its.
+    pub(crate) paused_for: Option<u64>,
+}
+
+impl Control {
+    /// Forgets everything the debugger asked for.
+    pub(crate) fn disarm(&mut self) {
+        self.pause_requested = false;
+        self.steps = None;
+        self.release = None;
+        self.breakpoints = Breakpoints::default();
+        self.snapshot_wanted = false;
+    }
+}
+
+/// State shared by the tap, its server threads and every [`TapHandle`].
+pub(crate) struct Shared {
+    /// The one flag the detached path reads.
+    pub(crate) attached: AtomicBool,
+    pub(crate) control: Mutex<Control>,
+    /// The game thread waits on it while paused.
+    pub(crate) wake: Condvar,
+    pub(crate) config: TapConfig,
+    notices: Mutex<VecDeque<String>>,
+    /// Counted only while attached.
+    pub(crate) dispatches: AtomicU64,
+    pub(crate) events: AtomicU64,
+}
+
+const MAX_NOTICES: usize = 256;
+
+impl Shared {
+    pub(crate) fn new(config: TapConfig) -> Self {
+        Self {
+            attached: AtomicBool::new(false),
+            control: Mutex::new(Control::default()),
+            wake: Condvar::new(),
+            config,
+            notices: Mutex::new(VecDeque::new()),
+            dispatches: AtomicU64::new(0),
+            events: AtomicU64::new(0),
+        }
+    }
+
+    /// Keeps a line for the target's log (the demo prints them; tests read them).
+    pub(crate) fn notice(&self, line: String) {
+        tracing::info!(target: "dispatchscope::live", "{line}");
+        let mut n = lock(&self.notices);
+        if n.len() == MAX_NOTICES {
+            n.pop_front();
+        }
+        n.push_back(line);
+    }
+
+    /// Takes the lines kept since the last call.
+    pub(crate) fn take_notices(&self) -> Vec<String> {
+        lock(&self.notices).drain(..).collect()
+    }
+
+    /// Ends session `id` if it is the attached one: the game runs on, the queue closes.
+    pub(crate) fn end_session(&self, id: u64, why: &str) {
+        let mut c = lock(&self.control);
+        if c.link.as_ref().is_some_and(|l| l.id == id) {
+            if let Some(link) = c.link.take() {
+                link.queue.close();
+                self.notice(format!("debugger {} detached: {why}", link.peer));
+            }
+            self.attached.store(false, Ordering::Relaxed);
+            c.disarm();
+            drop(c);
+            self.wake.notify_all();
+        }
+    }
+}
