@@ -1,0 +1,250 @@
+//! [`CaptureWriter`]: appends records, checkpoints on flush, and the index and trailer on finish.
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use super::format::{
+    BUFFER_BYTES, CHECKPOINT_PAYLOAD_BYTES, CaptureError, FILE_HEADER_BYTES, FILE_MAGIC, FLAG_LZ4,
+    FORMAT_VERSION, INDEX_ENTRY_BYTES, MAX_HEADER_PAYLOAD_BYTES, MAX_RECORD_BYTES, RecordHeader,
+    RecordKind, RecordMeta, Result, TRAILER_BYTES, TRAILER_MAGIC, crc_of, io_error,
+};
+
+/// Something a [`CaptureWriter`] can write to and make durable.
+pub trait CaptureSink: Write {
+    /// Makes every byte written so far durable (`fsync` of the data for a file).
+    fn sync_data(&mut self) -> io::Result<()>;
+}
+
+impl CaptureSink for File {
+    fn sync_data(&mut self) -> io::Result<()> {
+        File::sync_data(self)
+    }
+}
+
+impl CaptureSink for Vec<u8> {
+    fn sync_data(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<S: CaptureSink + ?Sized> CaptureSink for &mut S {
+    fn sync_data(&mut self) -> io::Result<()> {
+        (**self).sync_data()
+    }
+}
+
+/// Appends records to a capture; see the module docs for the layout.
+///
+/// Dropping a writer without [`CaptureWriter::finish`] leaves an unfinished capture, which
+/// [`CaptureReader`] opens by walking its records.
+pub struct CaptureWriter<W: CaptureSink = File> {
+    out: BufWriter<W>,
+    /// Offset of the next record header.
+    offset_bytes: u64,
+    /// Every record written, checkpoints included; the next seq is its length.
+    written: Vec<RecordMeta>,
+    /// Seq of the first record the next checkpoint covers.
+    segment_first_seq: u64,
+    /// crc32 over the headers of the records the next checkpoint covers.
+    segment_headers: crc32fast::Hasher,
+    /// The first error that left the sink in an unknown state.
+    poisoned: Option<String>,
+}
+
+impl CaptureWriter<File> {
+    /// Creates (or truncates) the file at `path` and writes the file header with `header_payload`.
+    pub fn create(path: &Path, header_payload: &[u8]) -> Result<Self> {
+        let file = File::create(path).map_err(io_error(format!("creating capture {path:?}")))?;
+        Self::to_sink(file, header_payload)
+    }
+}
+
+impl<W: CaptureSink> CaptureWriter<W> {
+    /// Writes the file header with `header_payload` to `sink` and returns a writer appending to it.
+    pub fn to_sink(sink: W, header_payload: &[u8]) -> Result<Self> {
+        let payload_len = u32::try_from(header_payload.len())
+            .ok()
+            .filter(|&len| len <= MAX_HEADER_PAYLOAD_BYTES)
+            .ok_or(CaptureError::HeaderPayloadTooLarge {
+                len_bytes: header_payload.len() as u64,
+                max_bytes: MAX_HEADER_PAYLOAD_BYTES,
+            })?;
+        let mut fixed = [0u8; FILE_HEADER_BYTES as usize];
+        fixed[0..8].copy_from_slice(&FILE_MAGIC);
+        fixed[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        fixed[16..20].copy_from_slice(&payload_len.to_le_bytes());
+        let crc = crc_of(&[&fixed[..20], header_payload]);
+        fixed[20..24].copy_from_slice(&crc.to_le_bytes());
+
+        let mut out = BufWriter::with_capacity(BUFFER_BYTES, sink);
+        out.write_all(&fixed)
+            .and_then(|()| out.write_all(header_payload))
+            .map_err(io_error("writing the capture header"))?;
+        Ok(Self {
+            out,
+            offset_bytes: FILE_HEADER_BYTES + u64::from(payload_len),
+            written: Vec::new(),
+            segment_first_seq: 0,
+            segment_headers: crc32fast::Hasher::new(),
+            poisoned: None,
+        })
+    }
+
+    /// Appends one record and returns its seq.
+    ///
+    /// With `compress`, the payload is stored lz4 compressed when that makes it smaller.
+    /// The record reaches the sink when the buffer fills, and disk on [`Self::flush`].
+    pub fn append(&mut self, kind: RecordKind, payload: &[u8], compress: bool) -> Result<u64> {
+        self.check_usable()?;
+        if kind.is_reserved() {
+            return Err(CaptureError::ReservedKind { kind });
+        }
+        self.write_record(kind, payload, compress)
+    }
+
+    /// Writes buffered records, makes them durable, then appends a checkpoint covering them and makes
+    /// that durable too (two `fsync`s when records were appended since the last flush, else one).
+    pub fn flush(&mut self) -> Result<()> {
+        self.check_usable()?;
+        let n_covered = self.written.len() as u64 - self.segment_first_seq;
+        self.sync()?;
+        if n_covered > 0 {
+            let mut payload = [0u8; CHECKPOINT_PAYLOAD_BYTES as usize];
+            payload[0..8].copy_from_slice(&self.segment_first_seq.to_le_bytes());
+            payload[8..16].copy_from_slice(&n_covered.to_le_bytes());
+            payload[16..20].copy_from_slice(&self.segment_headers.clone().finalize().to_le_bytes());
+            self.write_record(RecordKind::CHECKPOINT, &payload, false)?;
+            self.segment_first_seq = self.written.len() as u64;
+            self.segment_headers = crc32fast::Hasher::new();
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Appends the index and the trailer, makes everything durable, and returns the sink.
+    pub fn finish(mut self) -> Result<W> {
+        self.check_usable()?;
+        let index_offset = self.offset_bytes;
+        let index_seq = self.written.len() as u64;
+        let index_len = index_seq
+            .checked_mul(INDEX_ENTRY_BYTES)
+            .and_then(|len| len.checked_add(8))
+            .filter(|&len| len <= u64::from(MAX_RECORD_BYTES))
+            .ok_or(CaptureError::RecordTooLarge {
+                len_bytes: index_seq
+                    .saturating_mul(INDEX_ENTRY_BYTES)
+                    .saturating_add(8),
+                max_bytes: MAX_RECORD_BYTES,
+            })?;
+        let mut index = Vec::with_capacity(index_len as usize);
+        index.extend_from_slice(&index_seq.to_le_bytes());
+        for meta in &self.written {
+            index.push(meta.kind.0);
+            index.push(meta.flags());
+            index.extend_from_slice(&[0, 0]);
+            index.extend_from_slice(&meta.stored_len_bytes.to_le_bytes());
+            index.extend_from_slice(&meta.seq.to_le_bytes());
+            index.extend_from_slice(&meta.offset_bytes.to_le_bytes());
+        }
+        self.write_record(RecordKind::INDEX, &index, true)?;
+
+        let mut trailer = [0u8; TRAILER_BYTES as usize];
+        trailer[0..8].copy_from_slice(&TRAILER_MAGIC);
+        trailer[8..16].copy_from_slice(&index_offset.to_le_bytes());
+        trailer[16..24].copy_from_slice(&index_seq.to_le_bytes());
+        let crc = crc_of(&[&trailer[..24]]);
+        trailer[24..28].copy_from_slice(&crc.to_le_bytes());
+        let at = self.offset_bytes;
+        self.out
+            .write_all(&trailer)
+            .map_err(io_error(format!("writing the trailer at byte 0x{at:x}")))?;
+        self.sync()?;
+        self.out
+            .into_inner()
+            .map_err(|e| io_error("flushing the finished capture")(e.into_error()))
+    }
+
+    /// Writes buffered records and makes them durable without an index: what a crash right after
+    /// [`Self::flush`] leaves. For tests and for handing over a capture that is still open.
+    pub fn into_unfinished(mut self) -> Result<W> {
+        self.check_usable()?;
+        self.sync()?;
+        self.out
+            .into_inner()
+            .map_err(|e| io_error("flushing the unfinished capture")(e.into_error()))
+    }
+
+    /// Records appended so far, container records included; the seq the next record gets.
+    pub fn n_records(&self) -> u64 {
+        self.written.len() as u64
+    }
+
+    /// Bytes of the capture so far, buffered ones included.
+    pub fn len_bytes(&self) -> u64 {
+        self.offset_bytes
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        match &self.poisoned {
+            Some(first_error) => Err(CaptureError::WriterPoisoned {
+                first_error: first_error.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn poison(&mut self, error: CaptureError) -> CaptureError {
+        self.poisoned = Some(error.to_string());
+        error
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        let result = self
+            .out
+            .flush()
+            .and_then(|()| self.out.get_mut().sync_data())
+            .map_err(io_error("flushing and syncing the capture"));
+        result.map_err(|e| self.poison(e))
+    }
+
+    fn write_record(&mut self, kind: RecordKind, payload: &[u8], compress: bool) -> Result<u64> {
+        if payload.len() as u64 > u64::from(MAX_RECORD_BYTES) {
+            return Err(CaptureError::RecordTooLarge {
+                len_bytes: payload.len() as u64,
+                max_bytes: MAX_RECORD_BYTES,
+            });
+        }
+        let mut flags = 0;
+        let mut stored = Cow::Borrowed(payload);
+        if compress {
+            let block = lz4_flex::block::compress(payload);
+            if block.len() + 4 < payload.len() {
+                let mut with_len = Vec::with_capacity(block.len() + 4);
+                with_len.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+                with_len.extend_from_slice(&block);
+                stored = Cow::Owned(with_len);
+                flags = FLAG_LZ4;
+            }
+        }
+        let seq = self.written.len() as u64;
+        let header = RecordHeader::new(kind, flags, seq, &stored)?;
+        let offset_bytes = self.offset_bytes;
+        if let Err(source) = self
+            .out
+            .write_all(&header.bytes)
+            .and_then(|()| self.out.write_all(&stored))
+        {
+            let action = format!("writing record {seq} at byte 0x{offset_bytes:x}");
+            return Err(self.poison(CaptureError::Io { action, source }));
+        }
+        let meta = header.meta(offset_bytes);
+        if kind != RecordKind::CHECKPOINT {
+            self.segment_headers.update(&header.bytes);
+        }
+        self.offset_bytes = meta.end_offset_bytes();
+        self.written.push(meta);
+        Ok(seq)
+    }
+}
