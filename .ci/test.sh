@@ -27,19 +27,31 @@ export DISPATCHSCOPE_REQUIRE_VULKAN=1
 echo "== format"
 cargo fmt --all --check
 
-echo "== layering: core never depends on egui, eframe or winit; views never on ash"
-if cargo tree -p dispatchscope-core -e normal,build --prefix none | grep -E '^(egui|eframe|winit|egui_[a-z]+) ' ; then
-    echo "layering violated: dispatchscope-core depends on a UI crate (above)"; exit 1
-fi
-if cargo tree -p dispatchscope-views -e normal --prefix none | grep -E '^(ash|rfd) ' ; then
-    echo "layering violated: dispatchscope-views depends on ash or rfd (above)"; exit 1
-fi
+echo "== layering: which crate may depend on which (ARCHITECTURE.md)"
+# deps CRATE PATTERN WHY: fails when CRATE depends (normal or build edges, any depth) on a crate
+# whose name matches PATTERN.
+deps() {
+    local found
+    found=$(cargo tree -p "$1" -e normal,build --prefix none --locked | sed 's/ .*//' | sort -u | grep -E "^($2)$" || true)
+    if [ -n "$found" ]; then
+        echo "layering violated: $1 depends on $(echo $found) ($3)"; exit 1
+    fi
+}
+ui='egui|eframe|winit|egui_[a-z_]+|wgpu|glow|rfd'
+deps dispatchscope-core "$ui|ash|rspirv|spirv-tools|dispatchscope-(formats|live|vk|demo|views)" \
+    "the engine draws nothing, opens no file or socket and calls no Vulkan"
+deps dispatchscope-formats "$ui|ash|dispatchscope-(live|vk|demo|views)" "files only"
+deps dispatchscope-live "$ui|ash|dispatchscope-(vk|demo|views)" "the live protocol draws nothing"
+deps dispatchscope-vk "$ui|dispatchscope-(live|demo|views)" "the backend draws nothing"
+deps dispatchscope-demo "$ui|ash|dispatchscope-(vk|views)" "the demo target is a game, not a debugger"
+deps dispatchscope-views "ash|rfd|dispatchscope-(formats|live|vk|demo)" \
+    "views draw reports: no file, socket or device"
 
 echo "== clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 
 echo "== tests"
-cargo test --workspace --locked
+cargo test --workspace --all-features --locked
 
 if [ -x .ci/window-test.sh ]; then
     echo "== the real binary in a real window"

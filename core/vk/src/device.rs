@@ -1,9 +1,10 @@
-//! The Vulkan context: instance (optionally with the Khronos validation layer and a messenger that
-//! counts every message), the physical device chosen for what D964 needs, the logical device, the
-//! queue, the replay pipeline, and the small buffer helpers the backend and the benchmark share.
+//! The Vulkan context: the instance (optionally with the Khronos validation layer and a messenger
+//! that counts every message), the physical device chosen for what D964 needs, the logical device,
+//! its one queue, and the limits the planner reads (O7, M1).
 //!
 //! One [`Context`] may serve many [`crate::VulkanBackend`]s (each with its own imports, table and
-//! command buffer); it never plans or runs a job itself.
+//! command buffer); it never plans or runs a job itself. Pipelines, buffers and submissions made on
+//! it live in `pipeline`, `buffer` and `commands`.
 
 use std::ffi::{CStr, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use ash::vk;
 
+use crate::pipeline::Pipeline;
 use crate::spirv;
 use crate::{VkError, check};
 use dispatchscope_core::input::DeviceLimits;
@@ -105,62 +107,6 @@ pub struct DeviceInfo {
     pub memory_types: Vec<vk::MemoryPropertyFlags>,
     /// The heap of each memory type.
     pub memory_heaps: Vec<u32>,
-}
-
-/// The replay pipeline: one compute pipeline over the translated module.
-pub(crate) struct Pipeline {
-    pub(crate) set_layout: vk::DescriptorSetLayout,
-    pub(crate) layout: vk::PipelineLayout,
-    pub(crate) raw: vk::Pipeline,
-}
-
-/// A buffer with its own host-visible, coherent, mapped memory and a device address.
-pub(crate) struct Buf {
-    pub(crate) raw: vk::Buffer,
-    pub(crate) memory: vk::DeviceMemory,
-    ptr: *mut u8,
-    pub(crate) size: u64,
-    pub(crate) address: u64,
-}
-
-// SAFETY: a Buf owns its mapping exclusively; the pointer is only dereferenced through &self/&mut self
-// while no dispatch that writes the buffer is in flight (the owner waits on the fence first).
-unsafe impl Send for Buf {}
-
-impl Buf {
-    /// Whether the memory is mapped on the host.
-    pub(crate) fn mapped(&self) -> bool {
-        !self.ptr.is_null()
-    }
-
-    /// The mapped bytes (none when the memory is not mapped).
-    pub(crate) fn bytes(&self) -> &[u8] {
-        if self.ptr.is_null() {
-            return &[];
-        }
-        // SAFETY: ptr maps `size` bytes of host-coherent memory owned by this Buf, and no dispatch
-        // writing them is in flight while the host reads (the backend waits on its fence).
-        unsafe { std::slice::from_raw_parts(self.ptr, self.size as usize) }
-    }
-
-    /// The mapped bytes, writable (none when the memory is not mapped).
-    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
-        if self.ptr.is_null() {
-            return &mut [];
-        }
-        // SAFETY: as in `bytes`; &mut self makes this the only host reference.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.size as usize) }
-    }
-
-    /// Little-endian u32 at word index `w`.
-    pub(crate) fn word(&self, w: usize) -> u32 {
-        let b = self.bytes();
-        let mut x = [0u8; 4];
-        if let Some(s) = b.get(w * 4..w * 4 + 4) {
-            x.copy_from_slice(s);
-        }
-        u32::from_le_bytes(x)
-    }
 }
 
 /// An open Vulkan device with the replay pipeline built.
@@ -281,11 +227,9 @@ impl Context {
         // SAFETY: the queue family was created with one queue.
         let queue = unsafe { device.get_device_queue(queue_family, 0) };
         let host_import = ash::ext::external_memory_host::Device::new(&instance, &device);
-        let replay = Pipeline {
-            set_layout: vk::DescriptorSetLayout::null(),
-            layout: vk::PipelineLayout::null(),
-            raw: vk::Pipeline::null(),
-        };
+        // Built below, once the context can build pipelines; if that fails, dropping the context
+        // destroys the null handles, which Vulkan allows.
+        let replay = Pipeline::null();
         let mut ctx = Context {
             _entry: entry,
             instance,
@@ -300,7 +244,7 @@ impl Context {
             stage_table: opts.stage_table,
         };
         let words = spirv::replay_module(ctx.info.slot_descriptors)?;
-        ctx.replay = ctx.pipeline(&words, c"main", ctx.info.slot_descriptors)?;
+        ctx.replay = Pipeline::new(&ctx.device, &words, c"main", ctx.info.slot_descriptors)?;
         Ok(Arc::new(ctx))
     }
 
@@ -434,288 +378,6 @@ impl Context {
         })
     }
 
-    /// Builds a compute pipeline from a validated module, with the replay's descriptor set layout
-    /// (two arrays of `slots` storage buffers) and a 128-byte push block.
-    pub(crate) fn pipeline(
-        &self,
-        words: &[u32],
-        entry: &CStr,
-        slots: u32,
-    ) -> Result<Pipeline, VkError> {
-        let d = &self.device;
-        let bindings = [
-            vk::DescriptorSetLayoutBinding::default()
-                .binding(0)
-                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                .descriptor_count(slots)
-                .stage_flags(vk::ShaderStageFlags::COMPUTE),
-            vk::DescriptorSetLayoutBinding::default()
-                .binding(1)
-                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                .descriptor_count(slots)
-                .stage_flags(vk::ShaderStageFlags::COMPUTE),
-        ];
-        // SAFETY: the create info lives across the call; the layout is destroyed in Drop.
-        let set_layout = check("vkCreateDescriptorSetLayout", unsafe {
-            d.create_descriptor_set_layout(
-                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-                None,
-            )
-        })?;
-        let ranges = [vk::PushConstantRange::default()
-            .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            .offset(0)
-            .size(128)];
-        let set_layouts = [set_layout];
-        // SAFETY: as above.
-        let layout = check("vkCreatePipelineLayout", unsafe {
-            d.create_pipeline_layout(
-                &vk::PipelineLayoutCreateInfo::default()
-                    .set_layouts(&set_layouts)
-                    .push_constant_ranges(&ranges),
-                None,
-            )
-        });
-        let layout = match layout {
-            Ok(l) => l,
-            Err(e) => {
-                // SAFETY: made above, used by nothing.
-                unsafe { d.destroy_descriptor_set_layout(set_layout, None) };
-                return Err(e);
-            }
-        };
-        // SAFETY: `words` is a module spirv-val accepted for this environment.
-        let module = check("vkCreateShaderModule", unsafe {
-            d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(words), None)
-        });
-        let module = match module {
-            Ok(m) => m,
-            Err(e) => {
-                // SAFETY: made above, used by nothing.
-                unsafe {
-                    d.destroy_pipeline_layout(layout, None);
-                    d.destroy_descriptor_set_layout(set_layout, None);
-                }
-                return Err(e);
-            }
-        };
-        let stage = vk::PipelineShaderStageCreateInfo::default()
-            .stage(vk::ShaderStageFlags::COMPUTE)
-            .module(module)
-            .name(entry);
-        let create = [vk::ComputePipelineCreateInfo::default()
-            .stage(stage)
-            .layout(layout)];
-        // SAFETY: the module and layout are valid; the shader module may go once the pipeline exists.
-        let made = unsafe {
-            let r = d.create_compute_pipelines(vk::PipelineCache::null(), &create, None);
-            d.destroy_shader_module(module, None);
-            r
-        };
-        match check("vkCreateComputePipelines", made.map_err(|(_, e)| e)) {
-            Ok(p) => Ok(Pipeline {
-                set_layout,
-                layout,
-                raw: p.first().copied().unwrap_or_default(),
-            }),
-            Err(e) => {
-                // SAFETY: made above, used by nothing.
-                unsafe {
-                    d.destroy_pipeline_layout(layout, None);
-                    d.destroy_descriptor_set_layout(set_layout, None);
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Destroys a pipeline made by [`Context::pipeline`].
-    pub(crate) fn destroy_pipeline(&self, p: &Pipeline) {
-        // SAFETY: the pipeline's objects were made on this device, and no command buffer using
-        // them is pending (callers wait on their fences first).
-        unsafe {
-            self.device.destroy_pipeline(p.raw, None);
-            self.device.destroy_pipeline_layout(p.layout, None);
-            self.device
-                .destroy_descriptor_set_layout(p.set_layout, None);
-        }
-    }
-
-    /// The first memory type among `type_bits` with all of `flags`.
-    pub(crate) fn memory_type(
-        &self,
-        type_bits: u32,
-        flags: vk::MemoryPropertyFlags,
-    ) -> Option<u32> {
-        self.info
-            .memory_types
-            .iter()
-            .enumerate()
-            .find(|(i, f)| type_bits & (1 << i) != 0 && f.contains(flags))
-            .map(|(i, _)| i as u32)
-    }
-
-    /// A buffer of `size` bytes with its own host-visible, coherent memory, mapped, with a device
-    /// address; usage STORAGE_BUFFER | SHADER_DEVICE_ADDRESS | TRANSFER_SRC | TRANSFER_DST.
-    pub(crate) fn host_buffer(
-        &self,
-        size: u64,
-        what: &'static str,
-        calls: &mut u64,
-    ) -> Result<Buf, VkError> {
-        self.buffer(
-            size,
-            what,
-            vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT,
-            true,
-            calls,
-        )
-    }
-
-    /// A buffer with its own memory of the given properties; mapped when `mapped`.
-    pub(crate) fn buffer(
-        &self,
-        size: u64,
-        what: &'static str,
-        flags: vk::MemoryPropertyFlags,
-        mapped: bool,
-        calls: &mut u64,
-    ) -> Result<Buf, VkError> {
-        let d = &self.device;
-        let size = size.max(16);
-        let create = vk::BufferCreateInfo::default()
-            .size(size)
-            .usage(
-                vk::BufferUsageFlags::STORAGE_BUFFER
-                    | vk::BufferUsageFlags::SHADER_DEVICE_ADDRESS
-                    | vk::BufferUsageFlags::TRANSFER_SRC
-                    | vk::BufferUsageFlags::TRANSFER_DST,
-            )
-            .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        *calls += 1;
-        // SAFETY: the create info lives across the call.
-        let raw = check("vkCreateBuffer", unsafe { d.create_buffer(&create, None) })?;
-        *calls += 1;
-        // SAFETY: raw is a buffer of this device.
-        let req = unsafe { d.get_buffer_memory_requirements(raw) };
-        let Some(type_index) = self.memory_type(req.memory_type_bits, flags) else {
-            // SAFETY: raw is unused.
-            unsafe { d.destroy_buffer(raw, None) };
-            return Err(VkError::NoMemoryType {
-                what,
-                type_bits: req.memory_type_bits,
-                wanted: if mapped {
-                    "host-visible and coherent"
-                } else {
-                    "device-local"
-                },
-            });
-        };
-        let mut flags_info =
-            vk::MemoryAllocateFlagsInfo::default().flags(vk::MemoryAllocateFlags::DEVICE_ADDRESS);
-        let alloc = vk::MemoryAllocateInfo::default()
-            .allocation_size(req.size)
-            .memory_type_index(type_index)
-            .push_next(&mut flags_info);
-        *calls += 1;
-        // SAFETY: the allocate info and its chain live across the call.
-        let memory = match check("vkAllocateMemory", unsafe {
-            d.allocate_memory(&alloc, None)
-        }) {
-            Ok(m) => m,
-            Err(e) => {
-                // SAFETY: raw is unused.
-                unsafe { d.destroy_buffer(raw, None) };
-                return Err(e);
-            }
-        };
-        let bound = (|| {
-            *calls += 1;
-            // SAFETY: memory fits the buffer's requirements (size, type, alignment at offset 0).
-            check("vkBindBufferMemory", unsafe {
-                d.bind_buffer_memory(raw, memory, 0)
-            })?;
-            let ptr = if mapped {
-                *calls += 1;
-                // SAFETY: the memory is host-visible and not mapped yet.
-                check("vkMapMemory", unsafe {
-                    d.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty())
-                })? as *mut u8
-            } else {
-                std::ptr::null_mut()
-            };
-            *calls += 1;
-            // SAFETY: the buffer has SHADER_DEVICE_ADDRESS usage and bound memory allocated with
-            // the DEVICE_ADDRESS flag.
-            let address = unsafe {
-                d.get_buffer_device_address(&vk::BufferDeviceAddressInfo::default().buffer(raw))
-            };
-            Ok::<_, VkError>((ptr, address))
-        })();
-        match bound {
-            Ok((ptr, address)) => {
-                let mut b = Buf {
-                    raw,
-                    memory,
-                    ptr,
-                    size,
-                    address,
-                };
-                if mapped {
-                    b.bytes_mut().fill(0);
-                }
-                Ok(b)
-            }
-            Err(e) => {
-                // SAFETY: neither is in use.
-                unsafe {
-                    d.destroy_buffer(raw, None);
-                    d.free_memory(memory, None);
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Destroys a buffer made by [`Context::buffer`]; the caller has waited for every dispatch using it.
-    pub(crate) fn destroy_buffer(&self, b: Buf, calls: &mut u64) {
-        *calls += 2;
-        // SAFETY: the buffer and memory were made on this device and are no longer in use; freeing
-        // the memory unmaps it.
-        unsafe {
-            self.device.destroy_buffer(b.raw, None);
-            self.device.free_memory(b.memory, None);
-        }
-    }
-
-    /// Submits one command buffer and waits for it, holding the queue.
-    pub(crate) fn submit_and_wait(
-        &self,
-        cmd: vk::CommandBuffer,
-        fence: vk::Fence,
-    ) -> Result<(), VkError> {
-        let cmds = [cmd];
-        let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
-        let queue = self.queue.lock().map_err(|_| VkError::Call {
-            call: "vkQueueSubmit",
-            code: "a poisoned queue lock".to_owned(),
-            meaning: "another thread panicked while it held the queue",
-        })?;
-        // SAFETY: the command buffer is recorded and executable; the fence is unsignalled; the
-        // queue is externally synchronised by the lock held here.
-        check("vkQueueSubmit", unsafe {
-            self.device.queue_submit(*queue, &submit, fence)
-        })?;
-        // SAFETY: the fence belongs to this device; a minute is far longer than any replay takes.
-        check("vkWaitForFences", unsafe {
-            self.device.wait_for_fences(&[fence], true, 60_000_000_000)
-        })?;
-        // SAFETY: the fence has signalled, so nothing waits on it.
-        check("vkResetFences", unsafe {
-            self.device.reset_fences(&[fence])
-        })
-    }
-
     /// What the device reports, for reports and the planner.
     pub fn info(&self) -> &DeviceInfo {
         &self.info
@@ -775,7 +437,7 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        self.destroy_pipeline(&self.replay);
+        self.replay.destroy(&self.device);
         // SAFETY: every backend holding this context has been dropped (they hold an Arc), so nothing
         // made from the device remains; children go before their parents.
         unsafe {
@@ -785,71 +447,6 @@ impl Drop for Context {
                 du.destroy_debug_utils_messenger(*m, None);
             }
             self.instance.destroy_instance(None);
-        }
-    }
-}
-
-/// A command pool with one primary command buffer and a fence: what one submission at a time
-/// needs. Made on a context, destroyed on drop; whoever submits waits before it is dropped.
-pub(crate) struct Commands {
-    ctx: Arc<Context>,
-    pool: vk::CommandPool,
-    /// The command buffer, re-recorded for each submission.
-    pub(crate) cmd: vk::CommandBuffer,
-    /// The fence a submission signals.
-    pub(crate) fence: vk::Fence,
-}
-
-impl Commands {
-    /// A pool whose buffer can be reset, its buffer and an unsignalled fence.
-    pub(crate) fn new(ctx: &Arc<Context>) -> Result<Self, VkError> {
-        let d = &ctx.device;
-        // SAFETY: plain object creation on a live device; destroyed in Drop.
-        let pool = check("vkCreateCommandPool", unsafe {
-            d.create_command_pool(
-                &vk::CommandPoolCreateInfo::default()
-                    .queue_family_index(ctx.queue_family)
-                    .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER),
-                None,
-            )
-        })?;
-        // Owned from here: a failure below destroys the pool (and a null fence is no object).
-        let mut commands = Commands {
-            ctx: Arc::clone(ctx),
-            pool,
-            cmd: vk::CommandBuffer::null(),
-            fence: vk::Fence::null(),
-        };
-        // SAFETY: the pool is live.
-        let cmds = check("vkAllocateCommandBuffers", unsafe {
-            d.allocate_command_buffers(
-                &vk::CommandBufferAllocateInfo::default()
-                    .command_pool(pool)
-                    .level(vk::CommandBufferLevel::PRIMARY)
-                    .command_buffer_count(1),
-            )
-        })?;
-        commands.cmd = cmds.first().copied().unwrap_or_default();
-        // SAFETY: plain object creation.
-        commands.fence = check("vkCreateFence", unsafe {
-            d.create_fence(&vk::FenceCreateInfo::default(), None)
-        })?;
-        Ok(commands)
-    }
-
-    /// Submits the recorded command buffer and waits for it ([`Context::submit_and_wait`]).
-    pub(crate) fn submit_and_wait(&self) -> Result<(), VkError> {
-        self.ctx.submit_and_wait(self.cmd, self.fence)
-    }
-}
-
-impl Drop for Commands {
-    fn drop(&mut self) {
-        // SAFETY: the owner waited for every submission, so nothing is pending on the fence or the
-        // buffer; destroying a null fence does nothing; the pool frees its buffer.
-        unsafe {
-            self.ctx.device.destroy_fence(self.fence, None);
-            self.ctx.device.destroy_command_pool(self.pool, None);
         }
     }
 }

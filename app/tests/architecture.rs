@@ -1,0 +1,235 @@
+//! The architecture invariants that a compiler does not check, checked over the sources of every
+//! crate of the workspace (ARCHITECTURE.md states them):
+//!
+//! - no import circle between the files of one crate: an edge runs from a file to every module it
+//!   names by `crate::…` or `super::…` (or, from a parent, by a child's name); a file naming the
+//!   module it is declared in (its ancestor) is the module tree, not an edge, so a phase of the
+//!   engine may be an `impl Engine` block in a file of its own;
+//! - `unsafe` only in `dispatchscope-vk`, and outside it only in `ChunkTable::slot_at`.
+//!
+//! The crates' own dependencies (views on no file or socket crate, the engine on no UI or Vulkan
+//! crate) are `.ci/test.sh`'s `cargo tree` checks.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests: a panic is the test failing, with its message"
+)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Every crate's source folder, relative to the workspace root.
+const CRATES: &[&str] = &[
+    "core/engine/src",
+    "core/formats/src",
+    "core/live/src",
+    "core/vk/src",
+    "core/demo/src",
+    "views/src",
+    "app/src",
+];
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// `a/b.rs` and `a/b/mod.rs` → `["a", "b"]`; `lib.rs` and `main.rs` → `[]`.
+fn module_of(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).unwrap().with_extension("");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+        parts.pop();
+    }
+    parts
+}
+
+/// The code of a file without comments and without its unit tests (`#[cfg(test)]` to the end:
+/// a file's tests come last), so that doc links and test imports make no edges.
+fn code_of(text: &str) -> String {
+    let text = match text.find("#[cfg(test)]") {
+        Some(i) => &text[..i],
+        None => text,
+    };
+    text.lines()
+        .map(|l| match l.find("//") {
+            Some(i) if !l[..i].contains('"') => &l[..i],
+            _ => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The paths that follow `prefix` (`crate::`, `super::`) in `code`, as segments.
+fn paths_after<'a>(code: &'a str, prefix: &str) -> Vec<Vec<&'a str>> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find(prefix) {
+        let before = rest[..i].chars().next_back();
+        rest = &rest[i + prefix.len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+            continue;
+        }
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(rest.len());
+        out.push(rest[..end].split("::").filter(|s| !s.is_empty()).collect());
+    }
+    out
+}
+
+type Graph = BTreeMap<Vec<String>, BTreeSet<Vec<String>>>;
+
+fn import_graph(src: &Path) -> Graph {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let modules: BTreeMap<Vec<String>, PathBuf> =
+        files.iter().map(|f| (module_of(src, f), f.clone())).collect();
+    // The longest prefix of `path` that is a module of the crate.
+    let resolve = |path: &[String]| -> Option<Vec<String>> {
+        (1..=path.len())
+            .rev()
+            .map(|k| path[..k].to_vec())
+            .find(|m| modules.contains_key(m))
+    };
+    let mut graph = Graph::new();
+    for (m, file) in &modules {
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        let mut to = BTreeSet::new();
+        for p in paths_after(&code, "crate::") {
+            let p: Vec<String> = p.iter().map(|s| (*s).to_owned()).collect();
+            to.extend(resolve(&p));
+        }
+        let parent: Vec<String> = m[..m.len().saturating_sub(1)].to_vec();
+        for p in paths_after(&code, "super::") {
+            let mut full = parent.clone();
+            full.extend(p.iter().map(|s| (*s).to_owned()));
+            to.extend(resolve(&full));
+        }
+        // A parent naming its child (`route::route(…)`, `use mapping::MappingState`).
+        for (child, _) in modules.range(m.clone()..) {
+            if child.len() == m.len() + 1 && child.starts_with(m) {
+                let name = child.last().unwrap();
+                if !paths_after(&code, &format!("{name}::")).is_empty() {
+                    to.insert(child.clone());
+                }
+            }
+        }
+        // The module tree is not an edge: a file naming itself or one of its ancestors.
+        to.retain(|t| !m.starts_with(t));
+        graph.insert(m.clone(), to);
+    }
+    graph
+}
+
+/// Every circle in `graph`, each as the modules along it.
+fn circles(graph: &Graph) -> Vec<Vec<String>> {
+    fn visit(
+        g: &Graph,
+        m: &Vec<String>,
+        state: &mut BTreeMap<Vec<String>, u8>,
+        stack: &mut Vec<Vec<String>>,
+        found: &mut Vec<Vec<String>>,
+    ) {
+        state.insert(m.clone(), 1);
+        stack.push(m.clone());
+        for t in g.get(m).into_iter().flatten() {
+            match state.get(t) {
+                Some(1) => {
+                    let at = stack.iter().position(|s| s == t).unwrap();
+                    let mut c: Vec<String> = stack[at..].iter().map(|s| name(s)).collect();
+                    c.push(name(t));
+                    found.push(c);
+                }
+                Some(_) => {}
+                None => visit(g, t, state, stack, found),
+            }
+        }
+        stack.pop();
+        state.insert(m.clone(), 2);
+    }
+    fn name(m: &[String]) -> String {
+        if m.is_empty() {
+            "crate".into()
+        } else {
+            m.join("::")
+        }
+    }
+    let mut state = BTreeMap::new();
+    let mut found = Vec::new();
+    for m in graph.keys() {
+        if !state.contains_key(m) {
+            visit(graph, m, &mut state, &mut Vec::new(), &mut found);
+        }
+    }
+    found
+}
+
+#[test]
+fn no_import_circle_between_the_files_of_a_crate() {
+    let mut all = Vec::new();
+    for src in CRATES {
+        let graph = import_graph(&root().join(src));
+        assert!(!graph.is_empty(), "{src}: no modules found");
+        for c in circles(&graph) {
+            all.push(format!("{src}: {}", c.join(" → ")));
+        }
+    }
+    assert!(all.is_empty(), "import circles:\n{}", all.join("\n"));
+}
+
+#[test]
+fn the_checker_finds_a_circle() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = |f: &str, t: &str| std::fs::write(dir.path().join(f), t).unwrap();
+    w("lib.rs", "mod a;\nmod b;\nmod c;\n");
+    w("a.rs", "use crate::b::B;\n// crate::c::C in a comment makes no edge\n");
+    w("b.rs", "pub struct B;\nfn f() { crate::a::g() }\n");
+    w("c.rs", "#[cfg(test)]\nmod tests { use crate::a::A; }\n");
+    let found = circles(&import_graph(dir.path()));
+    assert_eq!(found, vec![vec!["a", "b", "a"]]);
+}
+
+#[test]
+fn unsafe_only_in_the_vulkan_crate_and_the_tables_one_read() {
+    let mut found = Vec::new();
+    for src in CRATES.iter().filter(|s| !s.starts_with("core/vk")) {
+        let mut files = Vec::new();
+        rust_files(&root().join(src), &mut files);
+        for f in files {
+            let code = code_of(&std::fs::read_to_string(&f).unwrap());
+            let allowed = f.ends_with("core/engine/src/chunk_table.rs")
+                .then(|| {
+                    let start = code.find("fn slot_at(").unwrap();
+                    let end = start + code[start..].find("\n    }\n").unwrap();
+                    // The function's `#[allow(unsafe_code)]` stands just above it.
+                    (code[..start].rfind("#[allow(").unwrap(), end)
+                });
+            for (at, _) in code.match_indices("unsafe") {
+                if !allowed.is_some_and(|(s, e)| (s..e).contains(&at)) {
+                    let line = code[..at].lines().count();
+                    found.push(format!("{}:{line}", f.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "unsafe outside dispatchscope-vk and ChunkTable::slot_at:\n{}",
+        found.join("\n")
+    );
+}

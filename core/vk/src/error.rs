@@ -1,0 +1,278 @@
+//! The one error type of the backend, [`VkError`], and [`check`], the one mapping every `vk::Result`
+//! passes through on its way to a [`VkError::Call`] that names the call, the code and its meaning.
+//!
+//! Each message names the offending value (the piece, the slot, the module); nothing here calls Vulkan.
+
+use ash::vk;
+use thiserror::Error;
+
+use dispatchscope_core::addr::ByteRange;
+
+/// A failure of the Vulkan backend. Each message names the call, the piece, the module or the value.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum VkError {
+    /// The Vulkan loader library could not be loaded.
+    #[error("no Vulkan loader could be loaded (libvulkan.so.1; Debian: libvulkan1): {why}")]
+    NoLoader {
+        /// The loader's error.
+        why: String,
+    },
+    /// No device has what the backend needs.
+    #[error(
+        "no Vulkan device supports Vulkan 1.2 with VK_EXT_external_memory_host, bufferDeviceAddress, shaderInt64 and shaderStorageBufferArrayDynamicIndexing (Debian: mesa-vulkan-drivers gives lavapipe); devices seen: {seen}"
+    )]
+    NoDevice {
+        /// Each device seen and what it lacked.
+        seen: String,
+    },
+    /// Validation was asked for, but the layer is not installed.
+    #[error(
+        "the validation layer VK_LAYER_KHRONOS_validation was asked for but is not installed (Debian: vulkan-validationlayers)"
+    )]
+    NoValidationLayer,
+    /// A Vulkan call failed.
+    #[error("{call} failed with {code}: {meaning}")]
+    Call {
+        /// The Vulkan function.
+        call: &'static str,
+        /// The `VkResult` name.
+        code: String,
+        /// What the code means.
+        meaning: &'static str,
+    },
+    /// The driver refused to import a piece (M1, M3).
+    #[error(
+        "importing guest piece {piece} ({bytes:#x} bytes at host address {host:#x}) failed: {why}"
+    )]
+    ImportRefused {
+        /// The guest piece.
+        piece: ByteRange,
+        /// Bytes imported (the piece rounded up to minImportedHostPointerAlignment).
+        bytes: u64,
+        /// The host address of the mirror.
+        host: u64,
+        /// Why.
+        why: String,
+    },
+    /// No memory type fits.
+    #[error(
+        "no memory type for {what}: the driver allows types {type_bits:#b}, none of them {wanted}"
+    )]
+    NoMemoryType {
+        /// What the memory is for.
+        what: &'static str,
+        /// The allowed memory-type bits.
+        type_bits: u32,
+        /// The properties wanted.
+        wanted: &'static str,
+    },
+    /// The host could not allocate a page-aligned mirror.
+    #[error("the host could not allocate {bytes:#x} bytes aligned to {align:#x}")]
+    HostAlloc {
+        /// Bytes.
+        bytes: u64,
+        /// Alignment.
+        align: u64,
+    },
+    /// A module could not be built.
+    #[error("building SPIR-V module {module}: {why}")]
+    Build {
+        /// The module.
+        module: &'static str,
+        /// Why.
+        why: String,
+    },
+    /// A module failed spirv-val.
+    #[error("SPIR-V module {module} failed validation (spirv-val, Debian: spirv-tools): {why}")]
+    Invalid {
+        /// The module.
+        module: &'static str,
+        /// spirv-val's message.
+        why: String,
+    },
+    /// A table entry points outside every live import: the shader would dereference a dangling host
+    /// pointer (on lavapipe a device address is the raw host pointer), so the job is not run.
+    #[error(
+        "table slot {slot} maps guest chunk {guest_chunk:#x} to device {device_addr:#x}..{end:#x}, which no live import holds (T2)",
+        end = device_addr + chunk_bytes
+    )]
+    DanglingChunk {
+        /// The table slot.
+        slot: usize,
+        /// The chunk.
+        guest_chunk: u64,
+        /// Its device address.
+        device_addr: u64,
+        /// Bytes per chunk.
+        chunk_bytes: u64,
+    },
+    /// The job addresses the chunk table, but the table differs from the one placed.
+    #[error(
+        "the chunk table of {capacity} slots handed to execute is not the one placed on the device (T6: place_table after every change)"
+    )]
+    TableNotPlaced {
+        /// Slots of the table handed over.
+        capacity: usize,
+    },
+    /// An access the replay cannot carry out safely: it would leave its buffer.
+    #[error("access {access}: {why}")]
+    BadAccess {
+        /// The access index.
+        access: usize,
+        /// Why.
+        why: String,
+    },
+    /// No import starts at this device address.
+    #[error("no import starts at device address {device_base:#x}")]
+    UnknownImport {
+        /// The address.
+        device_base: u64,
+    },
+}
+
+/// The name and meaning of a `VkResult`: the one mapping every Vulkan error passes through.
+pub fn describe(result: vk::Result) -> (String, &'static str) {
+    let (name, meaning) = match result {
+        vk::Result::SUCCESS => ("VK_SUCCESS", "success"),
+        vk::Result::NOT_READY => ("VK_NOT_READY", "a fence or query has not yet completed"),
+        vk::Result::TIMEOUT => ("VK_TIMEOUT", "a wait did not complete in the time allowed"),
+        vk::Result::INCOMPLETE => ("VK_INCOMPLETE", "a return array was too small"),
+        vk::Result::ERROR_OUT_OF_HOST_MEMORY => (
+            "VK_ERROR_OUT_OF_HOST_MEMORY",
+            "a host memory allocation failed",
+        ),
+        vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => (
+            "VK_ERROR_OUT_OF_DEVICE_MEMORY",
+            "a device memory allocation failed",
+        ),
+        vk::Result::ERROR_INITIALIZATION_FAILED => (
+            "VK_ERROR_INITIALIZATION_FAILED",
+            "initialization of an object could not be completed",
+        ),
+        vk::Result::ERROR_DEVICE_LOST => (
+            "VK_ERROR_DEVICE_LOST",
+            "the logical or physical device has been lost",
+        ),
+        vk::Result::ERROR_MEMORY_MAP_FAILED => (
+            "VK_ERROR_MEMORY_MAP_FAILED",
+            "mapping a memory object failed",
+        ),
+        vk::Result::ERROR_LAYER_NOT_PRESENT => (
+            "VK_ERROR_LAYER_NOT_PRESENT",
+            "a requested layer is not present",
+        ),
+        vk::Result::ERROR_EXTENSION_NOT_PRESENT => (
+            "VK_ERROR_EXTENSION_NOT_PRESENT",
+            "a requested extension is not supported",
+        ),
+        vk::Result::ERROR_FEATURE_NOT_PRESENT => (
+            "VK_ERROR_FEATURE_NOT_PRESENT",
+            "a requested feature is not supported",
+        ),
+        vk::Result::ERROR_INCOMPATIBLE_DRIVER => (
+            "VK_ERROR_INCOMPATIBLE_DRIVER",
+            "the requested Vulkan version is not supported by the driver",
+        ),
+        vk::Result::ERROR_TOO_MANY_OBJECTS => (
+            "VK_ERROR_TOO_MANY_OBJECTS",
+            "too many objects of the type have been created",
+        ),
+        vk::Result::ERROR_FORMAT_NOT_SUPPORTED => (
+            "VK_ERROR_FORMAT_NOT_SUPPORTED",
+            "a requested format is not supported",
+        ),
+        vk::Result::ERROR_FRAGMENTED_POOL => (
+            "VK_ERROR_FRAGMENTED_POOL",
+            "a pool allocation failed due to fragmentation",
+        ),
+        vk::Result::ERROR_OUT_OF_POOL_MEMORY => (
+            "VK_ERROR_OUT_OF_POOL_MEMORY",
+            "a descriptor pool has no room left",
+        ),
+        vk::Result::ERROR_INVALID_EXTERNAL_HANDLE => (
+            "VK_ERROR_INVALID_EXTERNAL_HANDLE",
+            "the driver refused the external handle (here: the host pointer of an import)",
+        ),
+        vk::Result::ERROR_INVALID_OPAQUE_CAPTURE_ADDRESS => (
+            "VK_ERROR_INVALID_OPAQUE_CAPTURE_ADDRESS",
+            "a buffer could not be given the device address asked for",
+        ),
+        vk::Result::ERROR_UNKNOWN => (
+            "VK_ERROR_UNKNOWN",
+            "an unknown error, from the driver or the application",
+        ),
+        other => {
+            return (
+                format!("VkResult({})", other.as_raw()),
+                "a result this backend does not name",
+            );
+        }
+    };
+    (name.to_owned(), meaning)
+}
+
+/// Turns the result of the Vulkan call `call` into a named [`VkError`].
+pub fn check<T>(call: &'static str, result: Result<T, vk::Result>) -> Result<T, VkError> {
+    result.map_err(|r| {
+        let (code, meaning) = describe(r);
+        VkError::Call {
+            call,
+            code,
+            meaning,
+        }
+    })
+}
+
+impl From<VkError> for dispatchscope_core::backend::BackendError {
+    fn from(e: VkError) -> Self {
+        match e {
+            VkError::ImportRefused { piece, .. } => {
+                dispatchscope_core::backend::BackendError::Import {
+                    piece,
+                    why: e.to_string(),
+                }
+            }
+            VkError::UnknownImport { device_base } => {
+                dispatchscope_core::backend::BackendError::UnknownImport { device_base }
+            }
+            other => dispatchscope_core::backend::BackendError::Execute(other.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_vulkan_error_is_named() {
+        let e = check::<()>(
+            "vkAllocateMemory",
+            Err(vk::Result::ERROR_INVALID_EXTERNAL_HANDLE),
+        );
+        assert_eq!(
+            e.map_err(|e| e.to_string()),
+            Err("vkAllocateMemory failed with VK_ERROR_INVALID_EXTERNAL_HANDLE: the driver refused the external handle (here: the host pointer of an import)".to_owned())
+        );
+        let (code, _) = describe(vk::Result::from_raw(-12345));
+        assert_eq!(code, "VkResult(-12345)");
+    }
+
+    #[test]
+    fn a_refused_import_names_the_piece() {
+        let piece = ByteRange::new(0x7400_5b80_0000, 0x7400_5b90_0000);
+        let e: dispatchscope_core::backend::BackendError = VkError::ImportRefused {
+            piece,
+            bytes: 0x10_0000,
+            host: 0x7f00_0000_0000,
+            why: "vkAllocateMemory failed with VK_ERROR_INVALID_EXTERNAL_HANDLE: the driver refused the external handle (here: the host pointer of an import)".into(),
+        }
+        .into();
+        let dispatchscope_core::backend::BackendError::Import { piece: p, why } = &e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(*p, piece);
+        assert!(why.contains("importing guest piece"), "{why}");
+        assert!(why.contains("VK_ERROR_INVALID_EXTERNAL_HANDLE"), "{why}");
+    }
+}

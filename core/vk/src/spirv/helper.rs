@@ -1,0 +1,137 @@
+//! T5: the one lookup helper, `Hit lookup(u64 guest_chunk)`, emitted by one function,
+//! [`emit_lookup`], into every module that needs it (the replay, the bench), and alone in the small
+//! module whose golden disassembly is `core/vk/tests/golden/lookup_helper.spvasm`.
+//!
+//! It is bit for bit the engine's probe of the chunk table (T2), reading the table's address and
+//! shape from the push block (T3); a miss gives slot `NO_SLOT` (T4). Nothing here calls Vulkan.
+
+use rspirv::spirv::{Op, StorageClass, Word};
+
+use super::asm::Asm;
+use super::{R, push, record};
+use dispatchscope_core::chunk_table::{EMPTY_KEY, SLOT_BYTES};
+
+/// T5: emits the lookup helper, `Hit lookup(u64 guest_chunk)`: the device address of the chunk's
+/// first byte and its table slot, or address 0 and slot `NO_SLOT` on a miss.
+///
+/// Bit for bit [`dispatchscope_core::chunk_table::home_slot`] and the table's bounded probe: the home slot is
+/// `(k * multiplier) >> (64 - capacity_log2)` (0 when `capacity_log2` is 0); up to `probe_bound`
+/// consecutive 16-byte slots (wrapping) are read until the key (a hit) or the empty key (a miss). The
+/// table's address, `capacity_log2`, the bound and the multiplier come from the push block.
+pub(super) fn emit_lookup(a: &mut Asm) -> R<Word> {
+    let t = a.t;
+    let (f, params) = a.begin_function(t.hit, &[t.u64], "lookup")?;
+    let chunk = params.first().copied().unwrap_or_default();
+    a.b.name(chunk, "guest_chunk");
+    let v_slot = a.var(t.p_fn_u32)?;
+    let v_dev = a.var(t.p_fn_u64)?;
+    let v_probe = a.var(t.p_fn_u32)?;
+    let v_n = a.var(t.p_fn_u32)?;
+    let p_fn_bool = a.b.type_pointer(None, StorageClass::Function, t.bool_);
+    let v_live = a.var(p_fn_bool)?;
+    a.b.name(v_slot, "slot");
+    a.b.name(v_dev, "device_addr");
+    a.b.name(v_probe, "probe");
+    a.b.name(v_n, "probes_read");
+    a.b.name(v_live, "searching");
+    let table = a.push_u64(push::TABLE)?;
+    let log2 = a.push_word(push::CAPACITY_LOG2)?;
+    let bound = a.push_word(push::PROBE_BOUND)?;
+    a.b.name(table, "table");
+    a.b.name(log2, "capacity_log2");
+    a.b.name(bound, "probe_bound");
+    let multiplier = a.push_u64(push::MULTIPLIER)?;
+    a.b.name(multiplier, "multiplier");
+    // home = (k * multiplier) >> (64 - log2), or 0 when log2 == 0.
+    let h = a.mul(t.u64, chunk, multiplier)?;
+    let zero = a.c32(0);
+    let one = a.c32(1);
+    let is0 = a.eq(log2, zero)?;
+    let safe_log2 = a.select(t.u32, is0, one, log2)?;
+    let c64_ = a.c32(64);
+    let shift = a.sub(t.u32, c64_, safe_log2)?;
+    let top = a.shr(t.u64, h, shift)?;
+    let top = a.narrow(top)?;
+    let home = a.select(t.u32, is0, zero, top)?;
+    let cap = a.shl(t.u32, one, log2)?;
+    let mask = a.sub(t.u32, cap, one)?;
+    a.b.name(home, "home");
+    a.b.name(mask, "wrap_mask");
+    let none = a.c32(record::NO_SLOT);
+    let z64 = a.c64(0);
+    a.set(v_probe, home)?;
+    a.set(v_n, zero)?;
+    a.set(v_slot, none)?;
+    a.set(v_dev, z64)?;
+    let empty = a.c64(EMPTY_KEY);
+    let not_empty_key = a.ne(chunk, empty)?;
+    a.set(v_live, not_empty_key)?;
+    a.while_(
+        |a| {
+            let live = a.get(t.bool_, v_live)?;
+            let n = a.get(t.u32, v_n)?;
+            let more = a.ult(n, bound)?;
+            a.land(live, more)
+        },
+        |a| {
+            let slot = a.get(t.u32, v_probe)?;
+            let at = a.index(table, slot, SLOT_BYTES as u64)?;
+            let key = a.ld64(at)?;
+            let found = a.eq(key, chunk)?;
+            a.if_else(
+                found,
+                |a| {
+                    let at8 = a.add64c(at, 8)?;
+                    let dev = a.ld64(at8)?;
+                    a.set(v_dev, dev)?;
+                    a.set(v_slot, slot)?;
+                    let f = a.cbool(false);
+                    a.set(v_live, f)
+                },
+                |a| {
+                    let is_empty = a.eq(key, empty)?;
+                    a.if_else(
+                        is_empty,
+                        |a| {
+                            let f = a.cbool(false);
+                            a.set(v_live, f)
+                        },
+                        |a| {
+                            let one = a.c32(1);
+                            let next = a.add(t.u32, slot, one)?;
+                            let next = a.and(t.u32, next, mask)?;
+                            a.set(v_probe, next)
+                        },
+                    )
+                },
+            )?;
+            let n = a.get(t.u32, v_n)?;
+            let one = a.c32(1);
+            let n1 = a.add(t.u32, n, one)?;
+            a.set(v_n, n1)
+        },
+    )?;
+    let dev = a.get(t.u64, v_dev)?;
+    let slot = a.get(t.u32, v_slot)?;
+    let hit = a.inst(Op::CompositeConstruct, t.hit, &[dev, slot])?;
+    a.b.ret_value(hit).map_err(|e| a.err(e))?;
+    a.end_function()?;
+    Ok(f)
+}
+
+/// The helper alone in a minimal module (a compute entry point that calls it once): what the
+/// golden `lookup_helper.spvasm` holds.
+pub fn lookup_helper_module() -> R<Vec<u32>> {
+    let mut a = Asm::new("lookup_helper");
+    let lookup = emit_lookup(&mut a)?;
+    let t = a.t;
+    let (main, _) = a.begin_function(t.void, &[], "main")?;
+    let chunk = a.push_u64(push::RECORDS)?;
+    let hit = a.call(t.hit, lookup, &[chunk])?;
+    let slot = a.extract(hit, 1)?;
+    let out = a.push_u64(push::OUT)?;
+    a.st32(out, slot)?;
+    a.end_void_function()?;
+    a.entry(main, "main", 1);
+    a.finish()
+}

@@ -1,0 +1,125 @@
+//! Memory access over [`Asm`]: loads and stores through pointers, device addresses as
+//! PhysicalStorageBuffer pointers (the table, the replay's buffers, guest memory), single bytes
+//! through their aligned 32-bit words (no 8-bit storage feature is needed), the device-scope atomic
+//! counter of the escape log and the marks (T4, C1), and the words of the push block (T3).
+
+use rspirv::dr::Operand;
+use rspirv::spirv::{self, MemoryAccess, Op, Word};
+
+use super::R;
+use super::asm::Asm;
+
+impl Asm {
+    pub(super) fn load(&mut self, ty: Word, ptr: Word, align: Option<u32>) -> R<Word> {
+        let (ma, extra) = memory_access(align);
+        self.b
+            .load(ty, None, ptr, ma, extra)
+            .map_err(|e| self.err(e))
+    }
+
+    pub(super) fn store(&mut self, ptr: Word, val: Word, align: Option<u32>) -> R<()> {
+        let (ma, extra) = memory_access(align);
+        self.b.store(ptr, val, ma, extra).map_err(|e| self.err(e))
+    }
+
+    /// `addr` as a PhysicalStorageBuffer pointer of type `ptr_ty`.
+    fn device_ptr(&mut self, ptr_ty: Word, addr: Word) -> R<Word> {
+        self.inst(Op::ConvertUToPtr, ptr_ty, &[addr])
+    }
+
+    /// A u32 at device address `addr` (4-byte aligned).
+    pub(super) fn ld32(&mut self, addr: Word) -> R<Word> {
+        let p = self.device_ptr(self.t.p_psb_u32, addr)?;
+        self.load(self.t.u32, p, Some(4))
+    }
+
+    /// A u64 at device address `addr` (8-byte aligned).
+    pub(super) fn ld64(&mut self, addr: Word) -> R<Word> {
+        let p = self.device_ptr(self.t.p_psb_u64, addr)?;
+        self.load(self.t.u64, p, Some(8))
+    }
+
+    pub(super) fn st32(&mut self, addr: Word, val: Word) -> R<()> {
+        let p = self.device_ptr(self.t.p_psb_u32, addr)?;
+        self.store(p, val, Some(4))
+    }
+
+    /// `*addr += 1` atomically (device scope, relaxed); returns the old value.
+    pub(super) fn atomic_inc(&mut self, addr: Word) -> R<Word> {
+        let p = self.device_ptr(self.t.p_psb_u32, addr)?;
+        let scope = self.c32(spirv::Scope::Device as u32);
+        let sem = self.c32(0);
+        let one = self.c32(1);
+        self.b
+            .atomic_i_add(self.t.u32, None, p, scope, sem, one)
+            .map_err(|e| self.err(e))
+    }
+
+    /// The byte at device address `addr`, read through its aligned word.
+    pub(super) fn load_byte(&mut self, addr: Word) -> R<Word> {
+        let m = self.c64(!3);
+        let wa = self.and(self.t.u64, addr, m)?;
+        let w = self.ld32(wa)?;
+        let sh = self.byte_shift64(addr)?;
+        let v = self.shr(self.t.u32, w, sh)?;
+        let ff = self.c32(0xff);
+        self.and(self.t.u32, v, ff)
+    }
+
+    /// Writes the byte `byte` at device address `addr`, through its aligned word.
+    pub(super) fn store_byte(&mut self, addr: Word, byte: Word) -> R<()> {
+        let m = self.c64(!3);
+        let wa = self.and(self.t.u64, addr, m)?;
+        let w = self.ld32(wa)?;
+        let sh = self.byte_shift64(addr)?;
+        let nw = self.merge_byte(w, byte, sh)?;
+        self.st32(wa, nw)
+    }
+
+    /// `(addr & 3) * 8` as u32.
+    pub(super) fn byte_shift64(&mut self, addr: Word) -> R<Word> {
+        let lo = self.narrow(addr)?;
+        self.byte_shift32(lo)
+    }
+
+    pub(super) fn byte_shift32(&mut self, x: Word) -> R<Word> {
+        let three = self.c32(3);
+        let low = self.and(self.t.u32, x, three)?;
+        self.shl(self.t.u32, low, three)
+    }
+
+    /// `(word & !(0xff << sh)) | (byte << sh)`.
+    pub(super) fn merge_byte(&mut self, word: Word, byte: Word, sh: Word) -> R<Word> {
+        let ff = self.c32(0xff);
+        let m = self.shl(self.t.u32, ff, sh)?;
+        let nm = self.not(self.t.u32, m)?;
+        let kept = self.and(self.t.u32, word, nm)?;
+        let b = self.shl(self.t.u32, byte, sh)?;
+        self.or(self.t.u32, kept, b)
+    }
+
+    pub(super) fn push_word(&mut self, k: u32) -> R<Word> {
+        let zero = self.c32(0);
+        let kk = self.c32(k);
+        let p = self.inst(
+            Op::AccessChain,
+            self.t.p_push_u32,
+            &[self.push_var, zero, kk],
+        )?;
+        self.load(self.t.u32, p, None)
+    }
+
+    pub(super) fn push_u64(&mut self, k: u32) -> R<Word> {
+        let lo = self.push_word(k)?;
+        let hi = self.push_word(k + 1)?;
+        self.join(lo, hi)
+    }
+}
+
+/// The memory operands of an access: `Aligned` with its alignment, or none.
+fn memory_access(align: Option<u32>) -> (Option<MemoryAccess>, Vec<Operand>) {
+    match align {
+        Some(a) => (Some(MemoryAccess::ALIGNED), vec![Operand::LiteralBit32(a)]),
+        None => (None, Vec::new()),
+    }
+}
