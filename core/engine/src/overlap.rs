@@ -111,6 +111,22 @@ struct Gathered {
     has_copies: bool,
 }
 
+/// What the later phases of a plan need to know of the dispatch's slots as a whole.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    /// How many slots.
+    n: usize,
+    /// Bits a position takes in a short sort key.
+    bits: u32,
+    /// The lowest and the highest base.
+    lo: u64,
+    hi: u64,
+    /// Whether slot numbers never fall in position order.
+    slots_rise: bool,
+    /// Whether any slot is a copy (O3).
+    has_copies: bool,
+}
+
 /// The first pass: each slot's range, number and flags into `info`, and the short keys
 /// `base << bits | position` of the resolved slots into the front of `keys` (exact when the
 /// highest base fits in `64 - bits` bits). Both are as long as `slots`. A function of its own
@@ -278,6 +294,9 @@ impl Planner {
     /// against (O10: its descriptor's, or the push block's for a D951 slot), as validation found
     /// it ([`crate::engine::validate`]); `slots` must have passed that validation (no overflow,
     /// copies name real slots of the same range), and a dispatch has fewer than 2^31 slots.
+    ///
+    /// One phase a rule: gather (O10), follow copies (O3), join (O1, O2), link the sets, bind
+    /// (O4–O7, O5's range limit), and the page buffer (O11).
     pub fn plan(
         &mut self,
         slots: &[Slot],
@@ -286,26 +305,27 @@ impl Planner {
         page_buffer: Option<&PageBuffer>,
     ) -> BindPlan {
         puffin::profile_function!();
-        let Self {
-            info,
-            by_slot,
-            canon,
-            keys,
-            wide_keys,
-            parent,
-            root_of,
-            next,
-            head,
-            join_head,
-            joins,
-            join_pos,
-            active_read,
-            placed,
-            pages,
-        } = self;
-        let n = slots.len();
-        let n32 = n as u32;
+        let shape = self.gather(slots, bases);
+        if shape.has_copies {
+            self.follow_copies(slots);
+        } else {
+            self.canon.clear();
+        }
+        self.join(&shape);
+        let n_sets = self.link_sets(&shape);
+        let mut plan = self.bind(slots, &shape, limits, n_sets);
+        if let Some(pb) = page_buffer {
+            self.refuse_on_page_buffer(slots, pb, limits, &mut plan.refusals);
+        }
+        plan
+    }
 
+    /// O10: each slot's range from its base, its number and flags, and the short sort keys of the
+    /// resolved slots; whether slot numbers rise, the lowest and highest base, whether any slot
+    /// is a copy.
+    fn gather(&mut self, slots: &[Slot], bases: &[u64]) -> Shape {
+        let Self { info, keys, .. } = self;
+        let n = slots.len();
         // Each slot's range, number and flags; whether slot numbers never fall in position
         // order, and the lowest and highest base, which say whether the short keys are exact.
         // The short keys without copies, `base << bits | position`, made in the same pass.
@@ -314,69 +334,96 @@ impl Planner {
         info.resize(n, Info::default());
         keys.clear();
         keys.resize(n, 0);
-        let Gathered {
-            n_keys,
+        let gathered = gather(slots, bases, bits, info, keys);
+        keys.truncate(gathered.n_keys);
+        Shape {
+            n,
+            bits,
+            lo: gathered.lo,
+            hi: gathered.hi,
+            slots_rise: gathered.slots_rise,
+            has_copies: gathered.has_copies,
+        }
+    }
+
+    /// O3: a copy follows the slot it copies; its writes count for that slot's joins. Only
+    /// called with copies; without, every slot is its own canonical slot.
+    fn follow_copies(&mut self, slots: &[Slot]) {
+        let Self {
+            info,
+            by_slot,
+            canon,
+            ..
+        } = self;
+        let n = slots.len();
+        canon.clear();
+        // Slot number → first position, by binary search.
+        by_slot.clear();
+        by_slot.extend(slots.iter().enumerate().map(|(i, s)| (s.slot, i as u32)));
+        by_slot.sort_unstable();
+        let by_slot = &by_slot[..];
+        let pos_of_slot = |slot: u32| {
+            let k = by_slot.partition_point(|&(s, _)| s < slot);
+            by_slot
+                .get(k)
+                .filter(|&&(s, _)| s == slot)
+                .map(|&(_, i)| i as usize)
+        };
+        canon.extend((0..n).map(|i| {
+            let mut c = i;
+            let mut steps = 0;
+            while let Some(of) = slots[c].alias_of.and_then(pos_of_slot) {
+                c = of;
+                steps += 1;
+                if steps > n {
+                    break;
+                }
+            }
+            c as u32
+        }));
+        for i in 0..n {
+            let c = canon[i] as usize;
+            if slots[i].resolved && slots[c].resolved && slots[i].written {
+                info[c].flags |= JOINS_WRITTEN;
+            }
+        }
+        for i in 0..n {
+            let c = canon[i] as usize;
+            if !slots[c].resolved {
+                info[i].flags &= !BOUND;
+            }
+            if c != i {
+                info[i].flags |= COPY;
+            }
+        }
+    }
+
+    /// O1, O2: joins every two bound slots that share a byte where one is written, in one sweep
+    /// by base over a union-find forest; the joins that made each set are kept (a spanning forest).
+    fn join(&mut self, shape: &Shape) {
+        let Self {
+            info,
+            canon,
+            keys,
+            wide_keys,
+            parent,
+            joins,
+            join_pos,
+            active_read,
+            ..
+        } = self;
+        let &Shape {
+            n,
+            bits,
             lo,
             hi,
             slots_rise,
             has_copies,
-        } = gather(slots, bases, bits, info, keys);
-        keys.truncate(n_keys);
-
-        // O3: a copy follows the slot it copies; its writes count for that slot's joins.
-        // Without copies (the common case) every slot is its own canonical slot.
-        canon.clear();
-        if has_copies {
-            // Slot number → first position, by binary search.
-            by_slot.clear();
-            by_slot.extend(slots.iter().enumerate().map(|(i, s)| (s.slot, i as u32)));
-            by_slot.sort_unstable();
-            let by_slot = &by_slot[..];
-            let pos_of_slot = |slot: u32| {
-                let k = by_slot.partition_point(|&(s, _)| s < slot);
-                by_slot
-                    .get(k)
-                    .filter(|&&(s, _)| s == slot)
-                    .map(|&(_, i)| i as usize)
-            };
-            canon.extend((0..n).map(|i| {
-                let mut c = i;
-                let mut steps = 0;
-                while let Some(of) = slots[c].alias_of.and_then(pos_of_slot) {
-                    c = of;
-                    steps += 1;
-                    if steps > n {
-                        break;
-                    }
-                }
-                c as u32
-            }));
-            for i in 0..n {
-                let c = canon[i] as usize;
-                if slots[i].resolved && slots[c].resolved && slots[i].written {
-                    info[c].flags |= JOINS_WRITTEN;
-                }
-            }
-            for i in 0..n {
-                let c = canon[i] as usize;
-                if !slots[c].resolved {
-                    info[i].flags &= !BOUND;
-                }
-                if c != i {
-                    info[i].flags |= COPY;
-                }
-            }
-        }
+        } = shape;
+        let n32 = n as u32;
         let info = &info[..];
-        let canon_of = |i: usize| if has_copies { canon[i] } else { i as u32 };
         let canonical_bound =
             |i: usize| info[i].flags & BOUND != 0 && (!has_copies || canon[i] as usize == i);
-
-        // O1, O2: the sweep visits the canonical bound slots by base, then slot number, then
-        // position. When slot numbers never fall in position order, position breaks ties as
-        // slot number does, and when the bases span fewer than 2^(64 - bits) bytes one u64
-        // `(base - lo) << bits | position` sorts exactly (`lo` is 0 when the highest base fits);
-        // otherwise a u128 key `base << 64 | slot << 32 | position` does.
         parent.clear();
         parent.extend(0..n32);
         let mut dsu = Dsu(parent);
@@ -408,7 +455,27 @@ impl Planner {
             let order = wide_keys.iter().map(|&k| k as u32);
             sweep(order, info, &mut dsu, joins, join_pos, active_read);
         }
+    }
 
+    /// Each set's slots in position order, as lists through `next` from `head[root]`, and its
+    /// joins in the order they were made, through `join_pos` from `join_head[root]`. Returns the
+    /// number of sets (of two or more slots).
+    fn link_sets(&mut self, shape: &Shape) -> usize {
+        let n = shape.n;
+        let Self {
+            info,
+            canon,
+            parent,
+            root_of,
+            next,
+            head,
+            join_head,
+            join_pos,
+            ..
+        } = self;
+        let has_copies = shape.has_copies;
+        let canon_of = |i: usize| if has_copies { canon[i] } else { i as u32 };
+        let mut dsu = Dsu(parent);
         // Each set's slots in position order, as lists through `next` from `head[root]`; its
         // joins in the order they were made, through `join_pos` from `join_head[root]`.
         root_of.clear();
@@ -437,6 +504,35 @@ impl Planner {
             join_head[r] = k as u32;
         }
 
+        n_sets
+    }
+
+    /// O4–O7: each set placed when the pass in position order reaches its first slot (holder,
+    /// widened end, member offsets and their alignment, O5's range limit), and every slot's binding.
+    fn bind(
+        &mut self,
+        slots: &[Slot],
+        shape: &Shape,
+        limits: &DeviceLimits,
+        n_sets: usize,
+    ) -> BindPlan {
+        let n = shape.n;
+        let slots_rise = shape.slots_rise;
+        let has_copies = shape.has_copies;
+        let Self {
+            info,
+            canon,
+            root_of,
+            next,
+            head,
+            join_head,
+            joins,
+            join_pos,
+            placed,
+            ..
+        } = self;
+        let info = &info[..];
+        let canon_of = |i: usize| if has_copies { canon[i] } else { i as u32 };
         let align = limits.min_storage_buffer_offset_alignment.max(1);
         // Vulkan's alignments are powers of two: a mask, not a division, on the common path.
         let align_mask = align.is_power_of_two().then(|| align - 1);
@@ -524,30 +620,40 @@ impl Planner {
             )
         }));
 
+        plan
+    }
+
+    /// O11: a bound slot on a page of the dispatch's page buffer, where either is written, is
+    /// refused.
+    fn refuse_on_page_buffer(
+        &mut self,
+        slots: &[Slot],
+        pb: &PageBuffer,
+        limits: &DeviceLimits,
+        refusals: &mut Vec<Refusal>,
+    ) {
+        let Self { info, pages, .. } = self;
         // O11: a bound slot on a page of the dispatch's page buffer, where either is written.
-        if let Some(pb) = page_buffer {
-            pages.clear();
-            pages.extend_from_slice(&pb.pages);
-            pages.sort_unstable();
-            let page_bytes = limits.host_page_bytes;
-            for (i, s) in slots.iter().enumerate() {
-                if info[i].flags & BOUND == 0 || !(s.written || pb.written) {
-                    continue;
-                }
-                let r = ByteRange {
-                    start: info[i].start,
-                    end: info[i].end,
-                };
-                // First page whose end is past the slot's start.
-                let k = pages.partition_point(|&p| p.saturating_add(page_bytes) <= r.start);
-                if let Some(&page) = pages.get(k).filter(|&&p| p < r.end) {
-                    plan.refusals.push(on_page_buffer(
-                        s.slot, r, page, page_bytes, s.written, pb.written,
-                    ));
-                }
+        pages.clear();
+        pages.extend_from_slice(&pb.pages);
+        pages.sort_unstable();
+        let page_bytes = limits.host_page_bytes;
+        for (i, s) in slots.iter().enumerate() {
+            if info[i].flags & BOUND == 0 || !(s.written || pb.written) {
+                continue;
+            }
+            let r = ByteRange {
+                start: info[i].start,
+                end: info[i].end,
+            };
+            // First page whose end is past the slot's start.
+            let k = pages.partition_point(|&p| p.saturating_add(page_bytes) <= r.start);
+            if let Some(&page) = pages.get(k).filter(|&&p| p < r.end) {
+                refusals.push(on_page_buffer(
+                    s.slot, r, page, page_bytes, s.written, pb.written,
+                ));
             }
         }
-        plan
     }
 }
 
