@@ -17,6 +17,8 @@
 
 #[path = "../src/gui/mod.rs"]
 mod gui;
+#[path = "../src/load.rs"]
+mod load;
 
 use std::time::{Duration, Instant};
 

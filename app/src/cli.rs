@@ -1,4 +1,4 @@
-//! The command line: `explain`, `convert`, and what the app prints without a window.
+//! The file subcommands: `explain`, `convert` and `generate`, and what the app prints without a window.
 //!
 //! Exit status: 0 when a file was explained (refusals are findings, not failures); 2 for bad
 //! input, with a message naming the file, the line and column or byte offset, and what was wrong.
@@ -6,47 +6,12 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::Args;
 use dispatchscope_core::explain::{Detail, explain};
-use dispatchscope_core::input::DeviceLimits;
 use dispatchscope_core::report::{DispatchReport, SCHEMA};
-use dispatchscope_formats::sample::Sample;
 use dispatchscope_formats::session::{self, Opened};
 
-/// dispatchscope: a debugger for a console emulator's GPU compute dispatches.
-#[derive(Debug, Parser)]
-#[command(name = "dispatchscope", version, about)]
-pub struct Cli {
-    /// What to do; with none, open the debugger window (on FILE, or on the shipped samples).
-    #[command(subcommand)]
-    pub command: Option<Command>,
-    /// A sample or capture to open in the debugger.
-    pub files: Vec<PathBuf>,
-}
-
-/// A subcommand.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Explain every dispatch of a sample or capture: modes, sets, refusals, mappings, table, escapes.
-    Explain(ExplainArgs),
-    /// Convert a sample (`.json`) to a capture (`.dscap`) or back, without loss.
-    Convert {
-        /// The file to read (sample or capture, told apart by its first bytes).
-        input: PathBuf,
-        /// The file to write: `.json` writes a sample, anything else a capture.
-        output: PathBuf,
-    },
-    /// Write a random valid sample (or capture) of any size, for tests and benches.
-    Generate(GenerateArgs),
-    /// Run the demo target: a game's frame loop driving the engine, for a debugger to attach to.
-    Demo(crate::live_cli::DemoArgs),
-    /// Attach to a running target: pause, step N dispatches (or run to a breakpoint), print, detach.
-    Attach(crate::live_cli::AttachArgs),
-    /// Record a running target's dispatches to a crash-safe capture.
-    Record(crate::live_cli::RecordArgs),
-    /// Run a sample or capture on the CPU reference and on Vulkan; print every difference (exit 1 if any).
-    Verify(crate::vk_cli::VerifyArgs),
-}
+use crate::load::{BackendChoice, BadInput, load, run_sample};
 
 /// `generate`'s arguments.
 #[derive(Debug, Args)]
@@ -91,8 +56,8 @@ pub struct ExplainArgs {
     #[arg(long)]
     pub all_accesses: bool,
     /// Run on this backend: the CPU reference, or a Vulkan device (planned with its real limits).
-    #[arg(long, value_enum, default_value_t = crate::vk_cli::BackendChoice::Cpu)]
-    pub backend: crate::vk_cli::BackendChoice,
+    #[arg(long, value_enum, default_value_t = BackendChoice::Cpu)]
+    pub backend: BackendChoice,
 }
 
 fn parse_number(s: &str) -> Result<u64, String> {
@@ -100,69 +65,11 @@ fn parse_number(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{s:?} is not a number (decimal or 0x…)"))
 }
 
-/// An error that is the user's input, not ours: exit status 2.
-#[derive(Debug)]
-pub struct BadInput(pub String);
-
-impl std::fmt::Display for BadInput {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadInput {}
-
-/// Runs a sample on the CPU reference with optional limit overrides.
-pub fn run_sample(
-    sample: &Sample,
-    path: &Path,
-    limits: DeviceLimits,
-) -> anyhow::Result<Vec<DispatchReport>> {
-    sample
-        .run_on(limits, dispatchscope_core::CpuBackend::new())
-        .map_err(|e| BadInput(format!("{}: {e}", path.display())).into())
-}
-
-/// A session file opened for the CLI: its sample (inputs) and any reports it recorded.
-pub struct Loaded {
-    /// The steps.
-    pub sample: Sample,
-    /// Reports a capture recorded, one per dispatch (None for samples).
-    pub recorded: Vec<Option<DispatchReport>>,
-    /// A note for a capture cut short.
-    pub torn: Option<String>,
-}
-
-/// Opens a sample or capture, naming the file in any error.
-pub fn load(path: &Path) -> anyhow::Result<Loaded> {
-    match session::open(path).map_err(|e| BadInput(e.to_string()))? {
-        Opened::Sample(sample) => Ok(Loaded {
-            sample,
-            recorded: Vec::new(),
-            torn: None,
-        }),
-        Opened::Capture(mut c) => {
-            let torn = c.torn().map(|t| {
-                format!(
-                    "{}: cut short: {t}; every complete record before it was read",
-                    path.display()
-                )
-            });
-            let (sample, recorded) = c.to_sample().map_err(|e| BadInput(e.to_string()))?;
-            Ok(Loaded {
-                sample,
-                recorded,
-                torn,
-            })
-        }
-    }
-}
-
 /// `dispatchscope explain`.
 pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
     let overrides = args.min_storage_buffer_offset_alignment.is_some()
         || args.max_storage_buffer_range.is_some()
-        || args.backend == crate::vk_cli::BackendChoice::Vulkan;
+        || args.backend == BackendChoice::Vulkan;
     // A capture that recorded its reports explains dispatch N from its record alone.
     if let (Some(n), false) = (args.dispatch, overrides)
         && let Ok(Opened::Capture(mut c)) = session::open(&args.file)
@@ -184,9 +91,6 @@ pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
         }
     }
     let loaded = load(&args.file)?;
-    if let Some(t) = &loaded.torn {
-        eprintln!("dispatchscope: warning: {t}");
-    }
     let sample = &loaded.sample;
     let mut limits = sample.device.clone();
     if let Some(a) = args.min_storage_buffer_offset_alignment {
@@ -204,7 +108,7 @@ pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
     let recorded: Option<Vec<DispatchReport>> = loaded.recorded.iter().cloned().collect();
     let reports = match recorded {
         Some(r) if !overrides && !r.is_empty() => r,
-        _ => crate::vk_cli::run_sample_on(args.backend, sample, &args.file, limits)?,
+        _ => run_sample(args.backend, sample, &args.file, limits)?,
     };
     let chosen: Vec<DispatchReport> = match args.dispatch {
         Some(n) => vec![
@@ -259,16 +163,18 @@ fn print_reports(
 /// records each dispatch's report (CPU reference) so that explaining dispatch N reads one record.
 pub fn convert_cmd(input: &Path, output: &Path) -> anyhow::Result<()> {
     let loaded = load(input)?;
-    if let Some(t) = &loaded.torn {
-        eprintln!("dispatchscope: warning: {t}");
-    }
     let to_sample = output
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
     if to_sample {
         session::write_sample(&loaded.sample, output)?;
     } else {
-        let reports = run_sample(&loaded.sample, input, loaded.sample.device.clone())?;
+        let reports = run_sample(
+            BackendChoice::Cpu,
+            &loaded.sample,
+            input,
+            loaded.sample.device.clone(),
+        )?;
         session::write_capture(&loaded.sample, Some(&reports), output)?;
     }
     eprintln!(

@@ -20,7 +20,7 @@ use dispatchscope_live::{
     TapConfig, TapError, ToDebugger, record,
 };
 
-use crate::cli::BadInput;
+use crate::load::BadInput;
 
 /// `demo`'s arguments.
 #[derive(Debug, Args)]

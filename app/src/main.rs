@@ -1,33 +1,72 @@
 //! The dispatchscope binary: the debugger window, and the command line beside it.
 //!
 //! This crate only wires things together: `dispatchscope_core` plans and runs, the views draw.
+//! This file holds the command line (its flags and which module runs each subcommand); the
+//! loading the subcommands and the window share is `load`'s.
 
 mod cli;
 mod gui;
 mod live_cli;
+mod load;
 mod vk_cli;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+
+/// dispatchscope: a debugger for a console emulator's GPU compute dispatches.
+#[derive(Debug, Parser)]
+#[command(name = "dispatchscope", version, about)]
+struct Cli {
+    /// What to do; with none, open the debugger window (on FILE, or on the shipped samples).
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// A sample or capture to open in the debugger.
+    files: Vec<PathBuf>,
+}
+
+/// A subcommand.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Explain every dispatch of a sample or capture: modes, sets, refusals, mappings, table, escapes.
+    Explain(cli::ExplainArgs),
+    /// Convert a sample (`.json`) to a capture (`.dscap`) or back, without loss.
+    Convert {
+        /// The file to read (sample or capture, told apart by its first bytes).
+        input: PathBuf,
+        /// The file to write: `.json` writes a sample, anything else a capture.
+        output: PathBuf,
+    },
+    /// Write a random valid sample (or capture) of any size, for tests and benches.
+    Generate(cli::GenerateArgs),
+    /// Run the demo target: a game's frame loop driving the engine, for a debugger to attach to.
+    Demo(live_cli::DemoArgs),
+    /// Attach to a running target: pause, step N dispatches (or run to a breakpoint), print, detach.
+    Attach(live_cli::AttachArgs),
+    /// Record a running target's dispatches to a crash-safe capture.
+    Record(live_cli::RecordArgs),
+    /// Run a sample or capture on the CPU reference and on Vulkan; print every difference (exit 1 if any).
+    Verify(vk_cli::VerifyArgs),
+}
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = Cli::parse();
     let result = match &cli.command {
-        Some(cli::Command::Explain(args)) => cli::explain_cmd(args),
-        Some(cli::Command::Convert { input, output }) => cli::convert_cmd(input, output),
-        Some(cli::Command::Generate(args)) => cli::generate_cmd(args),
-        Some(cli::Command::Demo(args)) => live_cli::demo_cmd(args),
-        Some(cli::Command::Attach(args)) => live_cli::attach_cmd(args),
-        Some(cli::Command::Record(args)) => live_cli::record_cmd(args),
-        Some(cli::Command::Verify(args)) => vk_cli::verify_cmd(args),
+        Some(Command::Explain(args)) => cli::explain_cmd(args),
+        Some(Command::Convert { input, output }) => cli::convert_cmd(input, output),
+        Some(Command::Generate(args)) => cli::generate_cmd(args),
+        Some(Command::Demo(args)) => live_cli::demo_cmd(args),
+        Some(Command::Attach(args)) => live_cli::attach_cmd(args),
+        Some(Command::Record(args)) => live_cli::record_cmd(args),
+        Some(Command::Verify(args)) => vk_cli::verify_cmd(args),
         None => gui::run_gui(cli.files.clone()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("dispatchscope: {e:#}");
-            if e.downcast_ref::<cli::BadInput>().is_some() {
+            if e.downcast_ref::<load::BadInput>().is_some() {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE

@@ -1,50 +1,19 @@
-//! The Vulkan backend from the command line: `explain --backend vulkan` and `verify`.
+//! The Vulkan backend from the command line: `verify` (`explain --backend vulkan` is
+//! `load::run_sample`'s).
 //!
 //! `verify FILE` replays a sample or capture on the CPU reference and on the Vulkan device, with
 //! the device's real storage-buffer limits for both, and prints every difference in the reports
 //! (device addresses put in guest terms) and in guest memory afterwards; it exits with status 1 if
 //! there is any, or if the device cannot run. It only wires the core's `vk::verify` to the terminal.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context as _;
-use clap::{Args, ValueEnum};
+use clap::Args;
 use dispatchscope_core::CpuBackend;
-use dispatchscope_core::input::DeviceLimits;
-use dispatchscope_core::report::DispatchReport;
-use dispatchscope_formats::sample::Sample;
 use dispatchscope_vk::{ContextOptions, VulkanBackend, verify};
 
-use crate::cli::BadInput;
-
-/// Which backend runs the dispatches.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum BackendChoice {
-    /// The CPU reference.
-    #[default]
-    Cpu,
-    /// The first Vulkan device with VK_EXT_external_memory_host and bufferDeviceAddress.
-    Vulkan,
-}
-
-/// Replays a sample on the chosen backend.
-pub fn run_sample_on(
-    choice: BackendChoice,
-    sample: &Sample,
-    path: &Path,
-    limits: DeviceLimits,
-) -> anyhow::Result<Vec<DispatchReport>> {
-    match choice {
-        BackendChoice::Cpu => crate::cli::run_sample(sample, path, limits),
-        BackendChoice::Vulkan => {
-            let vk = VulkanBackend::new(&ContextOptions::default())
-                .context("opening the Vulkan backend")?;
-            sample
-                .run_on(limits, vk)
-                .map_err(|e| BadInput(format!("{}: {e}", path.display())).into())
-        }
-    }
-}
+use crate::load::{BadInput, load};
 
 /// `verify`'s arguments.
 #[derive(Debug, Args)]
@@ -58,10 +27,7 @@ pub struct VerifyArgs {
 
 /// `dispatchscope verify FILE`.
 pub fn verify_cmd(args: &VerifyArgs) -> anyhow::Result<()> {
-    let loaded = crate::cli::load(&args.file)?;
-    if let Some(t) = &loaded.torn {
-        eprintln!("dispatchscope: warning: {t}");
-    }
+    let loaded = load(&args.file)?;
     let vk = VulkanBackend::new(&ContextOptions {
         validation: args.validation,
         ..ContextOptions::default()

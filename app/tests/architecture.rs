@@ -5,7 +5,8 @@
 //!   names by `crate::…` or `super::…` (or, from a parent, by a child's name); a file naming the
 //!   module it is declared in (its ancestor) is the module tree, not an edge, so a phase of the
 //!   engine may be an `impl Engine` block in a file of its own;
-//! - `unsafe` only in `dispatchscope-vk`, and outside it only in `ChunkTable::slot_at`.
+//! - `unsafe` only in `dispatchscope-vk`, and outside it only in `ChunkTable::slot_at`;
+//! - the engine (`dispatchscope-core`) opens no file or socket and starts no thread.
 //!
 //! The crates' own dependencies (views on no file or socket crate, the engine on no UI or Vulkan
 //! crate) are `.ci/test.sh`'s `cargo tree` checks.
@@ -52,7 +53,10 @@ fn module_of(src: &Path, file: &Path) -> Vec<String> {
         .components()
         .map(|c| c.as_os_str().to_string_lossy().into_owned())
         .collect();
-    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
         parts.pop();
     }
     parts
@@ -97,8 +101,10 @@ type Graph = BTreeMap<Vec<String>, BTreeSet<Vec<String>>>;
 fn import_graph(src: &Path) -> Graph {
     let mut files = Vec::new();
     rust_files(src, &mut files);
-    let modules: BTreeMap<Vec<String>, PathBuf> =
-        files.iter().map(|f| (module_of(src, f), f.clone())).collect();
+    let modules: BTreeMap<Vec<String>, PathBuf> = files
+        .iter()
+        .map(|f| (module_of(src, f), f.clone()))
+        .collect();
     // The longest prefix of `path` that is a module of the crate.
     let resolve = |path: &[String]| -> Option<Vec<String>> {
         (1..=path.len())
@@ -197,7 +203,10 @@ fn the_checker_finds_a_circle() {
     let dir = tempfile::tempdir().unwrap();
     let w = |f: &str, t: &str| std::fs::write(dir.path().join(f), t).unwrap();
     w("lib.rs", "mod a;\nmod b;\nmod c;\n");
-    w("a.rs", "use crate::b::B;\n// crate::c::C in a comment makes no edge\n");
+    w(
+        "a.rs",
+        "use crate::b::B;\n// crate::c::C in a comment makes no edge\n",
+    );
     w("b.rs", "pub struct B;\nfn f() { crate::a::g() }\n");
     w("c.rs", "#[cfg(test)]\nmod tests { use crate::a::A; }\n");
     let found = circles(&import_graph(dir.path()));
@@ -212,13 +221,12 @@ fn unsafe_only_in_the_vulkan_crate_and_the_tables_one_read() {
         rust_files(&root().join(src), &mut files);
         for f in files {
             let code = code_of(&std::fs::read_to_string(&f).unwrap());
-            let allowed = f.ends_with("core/engine/src/chunk_table.rs")
-                .then(|| {
-                    let start = code.find("fn slot_at(").unwrap();
-                    let end = start + code[start..].find("\n    }\n").unwrap();
-                    // The function's `#[allow(unsafe_code)]` stands just above it.
-                    (code[..start].rfind("#[allow(").unwrap(), end)
-                });
+            let allowed = f.ends_with("core/engine/src/chunk_table.rs").then(|| {
+                let start = code.find("fn slot_at(").unwrap();
+                let end = start + code[start..].find("\n    }\n").unwrap();
+                // The function's `#[allow(unsafe_code)]` stands just above it.
+                (code[..start].rfind("#[allow(").unwrap(), end)
+            });
             for (at, _) in code.match_indices("unsafe") {
                 if !allowed.is_some_and(|(s, e)| (s..e).contains(&at)) {
                     let line = code[..at].lines().count();
@@ -230,6 +238,32 @@ fn unsafe_only_in_the_vulkan_crate_and_the_tables_one_read() {
     assert!(
         found.is_empty(),
         "unsafe outside dispatchscope-vk and ChunkTable::slot_at:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_engine_opens_no_file_or_socket_and_starts_no_thread() {
+    let mut files = Vec::new();
+    rust_files(&root().join("core/engine/src"), &mut files);
+    let mut found = Vec::new();
+    for f in files {
+        let code = code_of(&std::fs::read_to_string(&f).unwrap());
+        for what in [
+            "std::fs",
+            "std::net",
+            "std::thread",
+            "std::process",
+            "File::",
+        ] {
+            if code.contains(what) {
+                found.push(format!("{}: {what}", f.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "dispatchscope-core does I/O or starts threads:\n{}",
         found.join("\n")
     );
 }

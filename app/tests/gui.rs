@@ -2,7 +2,8 @@
 //! toolbar and the keys, select a slot and see it in the other panels, open a refusal card, open
 //! bad files; and a few image snapshots of the main panels (`UPDATE_SNAPSHOTS=1` to create them).
 //!
-//! The app's GUI module is included by path, as the binary includes it.
+//! The app's GUI module (and the `load` module it uses) is included by path, as the binary
+//! includes it; the harness is `common`'s.
 
 #![allow(
     dead_code,
@@ -11,22 +12,18 @@
 #![allow(missing_docs, reason = "tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+mod common;
 #[path = "../src/gui/mod.rs"]
 mod gui;
+#[path = "../src/load.rs"]
+mod load;
 
+use common::harness;
 use dispatchscope_formats::sample::Sample;
 use dispatchscope_views::Tab;
 use egui::{Key, Modifiers};
-use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use gui::{GuiApp, Settings, embedded_samples};
-
-fn harness(app: GuiApp) -> Harness<'static, GuiApp> {
-    Harness::builder()
-        .with_size(egui::vec2(1280.0, 800.0))
-        .with_context_setup(dispatchscope_views::style::install_fonts)
-        .build_ui_state(|ui, app: &mut GuiApp| app.ui(ui), app)
-}
 
 fn app_with(name: &str) -> GuiApp {
     let mut app = GuiApp::new(Settings::default());

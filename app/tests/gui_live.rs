@@ -1,7 +1,8 @@
 //! GUI tests of a live session: a demo target runs on a thread of the test, the window attaches
 //! to it through the same code the menu uses, pauses, steps, sets breakpoints, saves, detaches.
 //!
-//! The app's GUI module is included by path, as the binary includes it.
+//! The app's GUI module (and the `load` module it uses) is included by path, as the binary
+//! includes it; the harness is `common`'s.
 
 #![allow(
     dead_code,
@@ -10,23 +11,20 @@
 #![allow(missing_docs, reason = "tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
+mod common;
 #[path = "../src/gui/mod.rs"]
 mod gui;
+#[path = "../src/load.rs"]
+mod load;
 
 use std::time::{Duration, Instant};
 
+use common::harness;
 use dispatchscope_live::{ClientOptions, Incoming, LiveClient, ToDebugger};
 use egui::{Key, Modifiers};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use gui::{DemoTarget, GuiApp, LiveState, SaveKind, Settings};
-
-fn harness(app: GuiApp) -> Harness<'static, GuiApp> {
-    Harness::builder()
-        .with_size(egui::vec2(1280.0, 800.0))
-        .with_context_setup(dispatchscope_views::style::install_fonts)
-        .build_ui_state(|ui, app: &mut GuiApp| app.ui(ui), app)
-}
 
 /// Runs frames until `done` holds, for at most 20 s.
 fn until(h: &mut Harness<'static, GuiApp>, what: &str, done: impl Fn(&GuiApp) -> bool) {

@@ -4,7 +4,8 @@
 //!
 //! Loading runs the engine once, on a background thread for files ([`Loader`]); the views only
 //! ever read the result. A capture is read back as a sample (`CaptureFile::to_sample`) and
-//! replayed the same way; a torn tail becomes a warning on the session, not an error.
+//! replayed the same way; a torn tail becomes a warning on the session, not an error. Which of
+//! the two a file is, and the warning's words, are `crate::load`'s, shared with the CLI.
 //! A live session starts empty and grows with [`Session::push_live`] as dispatches arrive.
 
 use std::path::PathBuf;
@@ -13,9 +14,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use dispatchscope_core::{CpuBackend, DispatchReport, Engine};
-use dispatchscope_formats::capture;
+use dispatchscope_formats::capture::{self, FILE_MAGIC};
 use dispatchscope_formats::sample::{Sample, SampleError};
 use dispatchscope_views::{DispatchRow, MemoryView, TableSnapshot};
+
+use crate::load::torn_note;
+use dispatchscope_formats::session::{Kind, kind_of};
 
 /// Where a session came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,11 +99,9 @@ pub struct Session {
     pub warning: Option<String>,
 }
 
-/// The magic a capture file starts with.
-const CAPTURE_MAGIC: &[u8] = &dispatchscope_formats::capture::FILE_MAGIC;
-
 impl Session {
-    /// Reads `bytes` (the contents of `source`) as a sample and replays it.
+    /// Reads `bytes` (the contents of `source`) as a sample or a capture ([`kind_of`] tells
+    /// which) and replays it.
     pub fn load(source: Source, bytes: &[u8], progress: &Progress) -> Result<Session, LoadError> {
         puffin::profile_function!();
         let name = source.display();
@@ -109,20 +111,21 @@ impl Session {
             at,
             offset_bytes: None,
         };
-        if bytes.starts_with(CAPTURE_MAGIC) {
+        let kind = kind_of(bytes);
+        if kind == Some(Kind::Capture) {
             return Self::load_capture(source, bytes, progress);
         }
+        let magic = String::from_utf8_lossy(&FILE_MAGIC);
         let text = std::str::from_utf8(bytes).map_err(|e| {
             err(
-                format!("neither a dispatchscope sample (not UTF-8 text: {e}) nor a capture (it does not start with {:?})", String::from_utf8_lossy(CAPTURE_MAGIC)),
+                format!("neither a dispatchscope sample (not UTF-8 text: {e}) nor a capture (it does not start with {magic:?})"),
                 None,
             )
         })?;
-        if !text.trim_start().starts_with('{') {
+        if kind.is_none() {
             return Err(err(
                 format!(
-                    "neither a dispatchscope sample (a JSON object) nor a capture (it does not start with {:?})",
-                    String::from_utf8_lossy(CAPTURE_MAGIC)
+                    "neither a dispatchscope sample (a JSON object) nor a capture (it does not start with {magic:?})"
                 ),
                 None,
             ));
@@ -178,12 +181,7 @@ impl Session {
             })
         })?;
         let mut file = CaptureFile::from_reader(name.clone(), reader).map_err(from_session)?;
-        let torn = file.torn().map(|t| {
-            format!(
-                "{t}; showing the {} dispatches before it (a recorder that stopped mid-write leaves this; nothing before it is lost)",
-                file.n_dispatches()
-            )
-        });
+        let torn = torn_note(&file);
         let (sample, _recorded) = file.to_sample().map_err(from_session)?;
         let mut session = Self::replay(source, &sample, progress).map_err(|e| LoadError {
             source: name.clone(),

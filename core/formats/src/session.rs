@@ -123,43 +123,57 @@ pub enum Opened {
     Capture(CaptureFile),
 }
 
-/// Opens a sample or a capture, by its first bytes.
+/// What a session file is, by its first bytes ([`kind_of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A sample: JSON text whose first byte that is not ASCII white space is `{`.
+    Sample,
+    /// A capture: it starts with [`FILE_MAGIC`](crate::capture::FILE_MAGIC).
+    Capture,
+}
+
+/// How many bytes of a file [`kind_of`] looks at, at most.
+pub const SNIFF_BYTES: usize = 4096;
+
+/// What a file whose first bytes are `start` is: a capture if it starts with the capture magic, a
+/// sample if its first byte that is not ASCII white space (within [`SNIFF_BYTES`]) is `{`, else
+/// neither. The one rule [`open`], the CLI and the app tell the two apart by.
+pub fn kind_of(start: &[u8]) -> Option<Kind> {
+    let start = &start[..start.len().min(SNIFF_BYTES)];
+    if start.starts_with(&crate::capture::FILE_MAGIC) {
+        Some(Kind::Capture)
+    } else if start.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        Some(Kind::Sample)
+    } else {
+        None
+    }
+}
+
+/// Opens a sample or a capture, by its first bytes ([`kind_of`]).
 pub fn open(path: &Path) -> Result<Opened, SessionError> {
+    use std::io::Read;
     let name = path.display().to_string();
-    let mut start = [0u8; 8];
-    let n = {
-        use std::io::Read;
-        let mut f = std::fs::File::open(path).map_err(|error| SessionError::Read {
-            path: name.clone(),
-            error,
-        })?;
-        let mut n = 0;
-        while n < 8 {
-            match f.read(&mut start[n..]) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(error) => return Err(SessionError::Read { path: name, error }),
-            }
-        }
-        n
+    let read_error = |error| SessionError::Read {
+        path: name.clone(),
+        error,
     };
-    if n == 8 && start == crate::capture::FILE_MAGIC {
-        return Ok(Opened::Capture(CaptureFile::open(path)?));
+    let mut start = Vec::with_capacity(SNIFF_BYTES);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(SNIFF_BYTES as u64).read_to_end(&mut start))
+        .map_err(read_error)?;
+    match kind_of(&start) {
+        Some(Kind::Capture) => Ok(Opened::Capture(CaptureFile::open(path)?)),
+        Some(Kind::Sample) => {
+            let text = std::fs::read_to_string(path).map_err(read_error)?;
+            Sample::from_json(&text)
+                .map(Opened::Sample)
+                .map_err(|error| SessionError::Sample { path: name, error })
+        }
+        None => Err(SessionError::Unknown {
+            path: name,
+            start: start[..start.len().min(8)].to_vec(),
+        }),
     }
-    let first = start[..n].iter().find(|b| !b.is_ascii_whitespace());
-    if first == Some(&b'{') {
-        let text = std::fs::read_to_string(path).map_err(|error| SessionError::Read {
-            path: name.clone(),
-            error,
-        })?;
-        return Sample::from_json(&text)
-            .map(Opened::Sample)
-            .map_err(|error| SessionError::Sample { path: name, error });
-    }
-    Err(SessionError::Unknown {
-        path: name,
-        start: start[..n].to_vec(),
-    })
 }
 
 fn contents_bytes(c: &Contents) -> Vec<u8> {

@@ -1,0 +1,95 @@
+//! Loading shared by the command line and the window: a sample or capture read from a path,
+//! told apart by its first bytes, replayed on the chosen backend, with the one warning a capture
+//! cut short gets and the one error type, [`BadInput`], that makes the exit status 2.
+//!
+//! The subcommand modules and `gui` take what they share from here, never from each other.
+//! This module never draws and never parses flags.
+
+use std::io::{Read, Seek};
+use std::path::Path;
+
+use anyhow::Context as _;
+use clap::ValueEnum;
+use dispatchscope_core::input::DeviceLimits;
+use dispatchscope_core::report::DispatchReport;
+use dispatchscope_formats::sample::Sample;
+use dispatchscope_formats::session::{self, CaptureFile, Opened};
+use dispatchscope_vk::{ContextOptions, VulkanBackend};
+
+/// An error that is the user's input, not ours: exit status 2.
+#[derive(Debug)]
+pub struct BadInput(pub String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+/// The note for a capture cut short (a recorder that died mid-write), if `file` was; the CLI
+/// prints it as a warning, the window shows it above the panels.
+pub fn torn_note<R: Read + Seek>(file: &CaptureFile<R>) -> Option<String> {
+    file.torn().map(|t| {
+        format!(
+            "cut short: {t}; the {} dispatches before it were read (a recorder that stopped mid-write leaves this; nothing before it is lost)",
+            file.n_dispatches()
+        )
+    })
+}
+
+/// Which backend runs the dispatches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum BackendChoice {
+    /// The CPU reference.
+    #[default]
+    Cpu,
+    /// The first Vulkan device with VK_EXT_external_memory_host and bufferDeviceAddress.
+    Vulkan,
+}
+
+/// Replays `sample` (read from `path`, which errors name) on the chosen backend against `limits`.
+pub fn run_sample(
+    choice: BackendChoice,
+    sample: &Sample,
+    path: &Path,
+    limits: DeviceLimits,
+) -> anyhow::Result<Vec<DispatchReport>> {
+    let reports = match choice {
+        BackendChoice::Cpu => sample.run_on(limits, dispatchscope_core::CpuBackend::new()),
+        BackendChoice::Vulkan => {
+            let vk = VulkanBackend::new(&ContextOptions::default())
+                .context("opening the Vulkan backend")?;
+            sample.run_on(limits, vk)
+        }
+    };
+    reports.map_err(|e| BadInput(format!("{}: {e}", path.display())).into())
+}
+
+/// A session file opened for the CLI: its sample (inputs) and any reports it recorded.
+pub struct Loaded {
+    /// The steps.
+    pub sample: Sample,
+    /// Reports a capture recorded, one per dispatch (empty for samples).
+    pub recorded: Vec<Option<DispatchReport>>,
+}
+
+/// Opens a sample or capture, naming the file in any error; a capture cut short is read up to
+/// where it stops, with [`torn_note`] printed as a warning.
+pub fn load(path: &Path) -> anyhow::Result<Loaded> {
+    match session::open(path).map_err(|e| BadInput(e.to_string()))? {
+        Opened::Sample(sample) => Ok(Loaded {
+            sample,
+            recorded: Vec::new(),
+        }),
+        Opened::Capture(mut c) => {
+            let torn = torn_note(&c);
+            let (sample, recorded) = c.to_sample().map_err(|e| BadInput(e.to_string()))?;
+            if let Some(note) = torn {
+                eprintln!("dispatchscope: warning: {}: {note}", path.display());
+            }
+            Ok(Loaded { sample, recorded })
+        }
+    }
+}
