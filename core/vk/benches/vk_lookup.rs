@@ -4,7 +4,7 @@
 //!
 //! `cargo bench --bench vk_lookup` runs everything (about a minute on lavapipe, 3 GiB of memory);
 //! `-- --quick` maps 256 MiB and does fewer loads;
-//! `-- --write-cuda-inputs DIR` writes the CUDA port's inputs (`core/benches/cuda/`) and exits.
+//! `-- --write-cuda-inputs DIR` writes the CUDA port's inputs (`core/vk/benches/cuda/`) and exits.
 
 #![allow(clippy::print_stdout, reason = "a benchmark prints its figures")]
 

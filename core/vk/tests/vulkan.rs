@@ -185,7 +185,7 @@ fn sample(host_page_bytes: u64, contents: Vec<Contents>, steps: Vec<Step>) -> Sa
     Sample {
         format: SAMPLE_FORMAT.into(),
         version: SAMPLE_VERSION,
-        title: "made by core/tests/vulkan.rs".into(),
+        title: "made by core/vk/tests/vulkan.rs".into(),
         description: String::new(),
         provenance: Provenance::default(),
         device: DeviceLimits {
@@ -221,7 +221,7 @@ fn access(kind: AccessKind, op: Op, size_bytes: u32) -> Access {
 fn dispatch(slots: Vec<Slot>, accesses: Vec<Access>, device_addressed: bool) -> Step {
     Step::Dispatch(Box::new(DispatchInput {
         program: 0x4000_0000_1000,
-        label: "made by core/tests/vulkan.rs".into(),
+        label: "made by core/vk/tests/vulkan.rs".into(),
         slots,
         reasons: if device_addressed {
             vec![Reason::D753]

@@ -5,8 +5,8 @@
 #   bash run.sh [INPUTS] [LOADS] [THREADS] [REPEATS]
 #
 # INPUTS holds 4k/, 64k/ and scattered/ (table.bin, pieces.bin, meta.txt), written on a machine with Rust by
-#   cargo bench -p dispatchscope-core --bench vk_lookup -- --write-cuda-inputs benches/cuda/inputs
-# (cargo runs a bench in its package's directory, core/, so the path is relative to core/)
+#   cargo bench -p dispatchscope-vk --features bench --bench vk_lookup -- --write-cuda-inputs benches/cuda/inputs
+# (cargo runs a bench in its package's directory, core/vk/, so the path is relative to core/vk/)
 # (default: inputs/ beside this script). LOADS defaults to 2^26, THREADS to 2^20, REPEATS to 10.
 # CUDA_ARCH picks the GPU architecture (default sm_90, the H200). Without nvcc, CPU_CHECK=1 builds
 # the same source with g++ against cpu_shim.h and runs a small check of the port's results.
