@@ -323,6 +323,7 @@ impl Planner {
     /// O10: each slot's range from its base, its number and flags, and the short sort keys of the
     /// resolved slots; whether slot numbers rise, the lowest and highest base, whether any slot
     /// is a copy.
+    #[inline(always)]
     fn gather(&mut self, slots: &[Slot], bases: &[u64]) -> Shape {
         let Self { info, keys, .. } = self;
         let n = slots.len();
@@ -400,6 +401,7 @@ impl Planner {
 
     /// O1, O2: joins every two bound slots that share a byte where one is written, in one sweep
     /// by base over a union-find forest; the joins that made each set are kept (a spanning forest).
+    #[inline(always)]
     fn join(&mut self, shape: &Shape) {
         let Self {
             info,
@@ -460,6 +462,7 @@ impl Planner {
     /// Each set's slots in position order, as lists through `next` from `head[root]`, and its
     /// joins in the order they were made, through `join_pos` from `join_head[root]`. Returns the
     /// number of sets (of two or more slots).
+    #[inline(always)]
     fn link_sets(&mut self, shape: &Shape) -> usize {
         let n = shape.n;
         let Self {
@@ -509,6 +512,7 @@ impl Planner {
 
     /// O4–O7: each set placed when the pass in position order reaches its first slot (holder,
     /// widened end, member offsets and their alignment, O5's range limit), and every slot's binding.
+    #[inline(always)]
     fn bind(
         &mut self,
         slots: &[Slot],
