@@ -4,7 +4,7 @@
 //! `verify FILE` replays a sample or capture on the CPU reference and on the Vulkan device, with
 //! the device's real storage-buffer limits for both, and prints every difference in the reports
 //! (device addresses put in guest terms) and in guest memory afterwards; it exits with status 1 if
-//! there is any, or if the device cannot run. It only wires the core's `vk::verify` to the terminal.
+//! there is any, or if the device cannot run. It only wires `dispatchscope_vk::verify` to the terminal.
 
 use std::path::PathBuf;
 

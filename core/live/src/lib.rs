@@ -1,12 +1,15 @@
 //! Live debugging: attach to a running game, pause before a dispatch, step, break, record.
 //!
-//! The target side is a [`Tap`] that the emulator wraps around [`crate::Engine::dispatch`] and
-//! [`crate::Engine::apply`]; it listens for one debugger at a time ([`TapConfig`], port
-//! [`protocol::DEFAULT_PORT`] on 127.0.0.1 by default). The debugger side is a [`LiveClient`],
+//! The target side is a [`Tap`] that the emulator wraps around
+//! [`dispatchscope_core::Engine::dispatch`] and [`dispatchscope_core::Engine::apply`]; it listens
+//! for one debugger at a time ([`TapConfig`], port [`protocol::DEFAULT_PORT`] on 127.0.0.1 by
+//! default). The debugger side is a [`LiveClient`],
 //! which the CLI (`dispatchscope attach`, `record`) and the app share, and [`record()`] writes a
 //! session to a crash-safe capture. The wire format is [`protocol`]'s.
 //!
-//! This module uses std threads and std::net only; it never draws and never depends on a UI crate.
+//! This crate uses std threads and std::net only; the state the game thread and the socket
+//! threads share is `shared.rs`'s, which both `tap.rs` and `server.rs` import. It never draws and
+//! never depends on a UI crate.
 //! The target never waits for a debugger that did not ask it to pause, and never longer than the
 //! pause timeout after the debugger's last word.
 

@@ -1,6 +1,6 @@
-//! The compute pipelines: the replay's (built once per [`crate::Context`]) and the benchmark's, each over a
-//! validated module with the replay's descriptor set layout (two arrays of storage buffers, O6–O9)
-//! and the 128-byte push block (T3).
+//! The compute pipelines: the replay's (built once per [`crate::Context`]) and the benchmark's,
+//! each over a validated module with the replay's descriptor set layout (two arrays of storage
+//! buffers, O6–O9) and the 128-byte push block (T3).
 
 use std::ffi::CStr;
 
