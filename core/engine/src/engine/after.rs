@@ -105,9 +105,9 @@ impl<B: Backend> Engine<B> {
     }
 }
 
-/// L1's input: the guest bytes each device-addressed store reached, with its access index: the
+/// The guest bytes each device-addressed store reached, with its access index: the
 /// part of the access in each chunk whose lookup hit (T5). A chunk that missed stored nothing (T4).
-pub(super) fn device_stores(
+fn device_stores(
     input: &DispatchInput,
     routes: &[(Route, Rule)],
     lookups: &[Vec<LookupTrace>],
@@ -141,14 +141,21 @@ pub(super) fn device_stores(
 }
 
 /// L1: a word written back that a device store also reached. The write-back lands last and the
-/// device store is lost; each such word is a hazard, named with the two stores.
+/// device store is lost; each such word is a hazard, named with the two stores. The device stores
+/// are gathered only when something is written back: most dispatches write back nothing, or store
+/// nothing by device address.
 pub(super) fn detect_l1(
     input: &DispatchInput,
     routed: &Routed<'_>,
+    lookups: &[Vec<LookupTrace>],
+    table: Option<&ChunkTable>,
     write_back: &[WriteBack],
-    device_stores: &[(ByteRange, usize)],
 ) -> Vec<Hazard> {
     let mut hazards = Vec::new();
+    if write_back.is_empty() {
+        return hazards;
+    }
+    let device_stores = device_stores(input, &routed.routes, lookups, table);
     if device_stores.is_empty() {
         return hazards;
     }

@@ -233,14 +233,12 @@ impl<B: Backend> Engine<B> {
         let lookups = accesses::trace_lookups(input, &routed.routes, self.table.as_ref());
         let escapes = self.escapes(input, &outcome, &lookups);
         let marks = after::marks(&outcome, self.table.as_ref());
-        let device_stores =
-            after::device_stores(input, &routed.routes, &lookups, self.table.as_ref());
         let mut change = MemoryChange::default();
         let mut hand_off = HandOff::default();
         self.hand_off(&marks, &mut change, &mut hand_off);
         let write_back = self.write_back(&routed, &outcome, &mut change, &mut hand_off);
         hand_off.pages_noted_written = after::merge_ranges(change.noted_written);
-        let hazards = after::detect_l1(input, &routed, &write_back, &device_stores);
+        let hazards = after::detect_l1(input, &routed, &lookups, self.table.as_ref(), &write_back);
         let accesses = accesses::reports(input, routed.routes, lookups, &mut outcome);
         if device_addressed {
             self.in_flight = Some(index);

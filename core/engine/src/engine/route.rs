@@ -90,11 +90,11 @@ pub(super) fn route<'a>(
                 (Planned::Device { address }, Route::Device { address }, rule)
             }
             AccessKind::Scalar | AccessKind::UntypedBuffer | AccessKind::FormatBuffer => {
-                match (slot, a.address) {
-                    (Some(s), _) => {
-                        let base = pos.map_or(s.base, |p| checked.bases[p]);
+                match (pos, a.address) {
+                    (Some(p), _) => {
+                        let s = &input.slots[p];
                         let off = s.addressed_offset(a.index, a.offset.unwrap_or(0), a.lane);
-                        match pos.and_then(|p| bindings.get(p)).filter(|b| b.resolved) {
+                        match bindings.get(p).filter(|b| b.resolved) {
                             Some(b) => {
                                 let holder = b.holder.unwrap_or(s.slot);
                                 let offset = b.offset + off;
@@ -109,7 +109,7 @@ pub(super) fn route<'a>(
                                 )
                             }
                             None => {
-                                let address = base + off;
+                                let address = checked.bases[p] + off;
                                 let rule = if a.kind == AccessKind::FormatBuffer {
                                     Rule::W2
                                 } else {
