@@ -6,8 +6,9 @@ cd "$(dirname "$0")/.."
 
 # --- system packages the tests need (Debian/Ubuntu) ---------------------------------------------
 # lavapipe (Vulkan on the CPU) and the loader, Xvfb for the real-window test, ImageMagick for its
-# screenshot, the Khronos validation layer and Debian's spirv-val for the Vulkan backend's tests.
-packages=(mesa-vulkan-drivers libvulkan1 xvfb x11-utils imagemagick vulkan-validationlayers spirv-tools)
+# screenshot, the Khronos validation layer and Debian's spirv-val and spirv-link for the Vulkan
+# backend's tests, and LLVM 14's llvm-mc as the RDNA2 decoder's oracle.
+packages=(mesa-vulkan-drivers libvulkan1 xvfb x11-utils xdotool imagemagick vulkan-validationlayers spirv-tools llvm-14)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
