@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 # --- system packages the tests need (Debian/Ubuntu) ---------------------------------------------
 # lavapipe (Vulkan on the CPU) and the loader, Xvfb for the real-window test, ImageMagick for its
 # screenshot, the Khronos validation layer and Debian's spirv-val and spirv-link for the Vulkan
-# backend's tests, and LLVM 14's llvm-mc as the RDNA2 decoder's oracle.
-packages=(mesa-vulkan-drivers libvulkan1 xvfb x11-utils xdotool imagemagick vulkan-validationlayers spirv-tools llvm-14)
+# backend's tests, LLVM 14's llvm-mc as the RDNA2 decoder's oracle, and g++, CMake and the Vulkan
+# headers for the C++ target that embeds the C ABI (examples/cpp-target).
+packages=(mesa-vulkan-drivers libvulkan1 libvulkan-dev xvfb x11-utils xdotool imagemagick vulkan-validationlayers spirv-tools llvm-14 g++ cmake)
 missing=()
 for p in "${packages[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -45,6 +46,9 @@ deps dispatchscope-formats "$ui|ash|dispatchscope-(live|vk|demo|views)" "files o
 deps dispatchscope-live "$ui|ash|dispatchscope-(vk|demo|views)" "the live protocol draws nothing"
 deps dispatchscope-vk "$ui|dispatchscope-(live|demo|views)" "the backend draws nothing"
 deps dispatchscope-demo "$ui|ash|dispatchscope-(vk|views)" "the demo target is a game, not a debugger"
+deps dispatchscope-rdna "$ui|ash|dispatchscope-(core|formats|live|vk|demo|views|capi)" \
+    "the decoder knows machine code, not the engine"
+deps dispatchscope-capi "$ui|dispatchscope-(demo|views)" "the C ABI is what an emulator embeds"
 deps dispatchscope-views "ash|rfd|dispatchscope-(formats|live|vk|demo)" \
     "views draw reports: no file, socket or device"
 

@@ -9,6 +9,8 @@ use anyhow::Context;
 use clap::Args;
 use dispatchscope_core::explain::{Detail, explain};
 use dispatchscope_core::report::{DispatchReport, SCHEMA};
+use dispatchscope_formats::checkpoint;
+use dispatchscope_formats::sample::Sample;
 use dispatchscope_formats::session::{self, Opened};
 
 use crate::load::{BackendChoice, BadInput, load, run_sample};
@@ -169,13 +171,7 @@ pub fn convert_cmd(input: &Path, output: &Path) -> anyhow::Result<()> {
     if to_sample {
         session::write_sample(&loaded.sample, output)?;
     } else {
-        let reports = run_sample(
-            BackendChoice::Cpu,
-            &loaded.sample,
-            input,
-            loaded.sample.device.clone(),
-        )?;
-        session::write_capture(&loaded.sample, Some(&reports), output)?;
+        write_capture_replayed(&loaded.sample, input, output)?;
     }
     eprintln!(
         "wrote {} ({} steps, {} dispatches) as a {}",
@@ -184,6 +180,20 @@ pub fn convert_cmd(input: &Path, output: &Path) -> anyhow::Result<()> {
         loaded.sample.dispatches().count(),
         if to_sample { "sample" } else { "capture" }
     );
+    Ok(())
+}
+
+/// Replays `sample` (read from `input`, which errors name) on the CPU reference and writes it to
+/// `output` as a capture with every report and the checkpoints of engine state the window's
+/// Memory and Chunk table panels read (`dispatchscope_formats::checkpoint`), one report at a time.
+fn write_capture_replayed(sample: &Sample, input: &Path, output: &Path) -> anyhow::Result<()> {
+    use dispatchscope_formats::session::SessionError;
+    checkpoint::write_replayed_capture(sample, output, |_| {}).map_err(|e| match e {
+        SessionError::Sample { error, .. } => {
+            BadInput(format!("{}: {error}", input.display())).into()
+        }
+        other => anyhow::Error::new(other),
+    })?;
     Ok(())
 }
 
@@ -208,10 +218,8 @@ pub fn generate_cmd(args: &GenerateArgs) -> anyhow::Result<()> {
     {
         session::write_sample(&sample, &args.output)?;
     } else {
-        let reports = sample
-            .run()
-            .context("the generated sample did not run: a generator bug")?;
-        session::write_capture(&sample, Some(&reports), &args.output)?;
+        write_capture_replayed(&sample, Path::new("the generated sample"), &args.output)
+            .context("a generator bug")?;
     }
     eprintln!(
         "wrote {} (seed {}, {} dispatches)",
@@ -220,4 +228,195 @@ pub fn generate_cmd(args: &GenerateArgs) -> anyhow::Result<()> {
         args.dispatches
     );
     Ok(())
+}
+
+/// `export`'s arguments.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The sample (`.json`) or capture (`.dscap`) to export.
+    pub file: PathBuf,
+    /// Write the session as a Chrome/Perfetto trace (Trace Event Format JSON) here; open it in
+    /// ui.perfetto.dev or chrome://tracing.
+    #[arg(long, value_name = "OUT.json")]
+    pub trace: PathBuf,
+}
+
+/// Microseconds each dispatch takes on the trace's time axis: reports carry no times, so the
+/// axis counts dispatches (the order is the session's; widths say nothing about cost).
+pub const TRACE_DISPATCH_US: u64 = 10;
+
+/// `dispatchscope export --trace OUT.json FILE`: the session as a Trace Event Format file, one
+/// `"X"` slice per frame (frames end at `retire` events) with its dispatches as slices nested in
+/// it, and `"C"` counters of each dispatch's escapes and refusals. A capture that recorded its
+/// reports is read one record at a time; a sample (or a capture without reports) is replayed on
+/// the CPU reference first.
+pub fn export_cmd(args: &ExportArgs) -> anyhow::Result<()> {
+    let (title, reports) = export_reports(&args.file)?;
+    let n = trace_to(&args.trace, &title, reports).map_err(|e| {
+        if e.is::<BadInput>() {
+            e
+        } else {
+            BadInput(format!(
+                "{}: cannot write the trace: {e:#}",
+                args.trace.display()
+            ))
+            .into()
+        }
+    })?;
+    eprintln!(
+        "wrote {} ({n} dispatches as a Chrome/Perfetto trace; open it in ui.perfetto.dev)",
+        args.trace.display()
+    );
+    Ok(())
+}
+
+/// What the export reads: the title and each report, in order, one at a time.
+type ReportStream = Box<dyn Iterator<Item = anyhow::Result<DispatchReport>>>;
+
+fn export_reports(file: &Path) -> anyhow::Result<(String, ReportStream)> {
+    if let Opened::Capture(mut c) = session::open(file).map_err(|e| BadInput(e.to_string()))? {
+        let n = c.n_dispatches();
+        let all_recorded = n > 0
+            && c.dispatch(0)
+                .map_err(|e| BadInput(e.to_string()))?
+                .report
+                .is_some();
+        if all_recorded {
+            let title = c.meta().title.clone();
+            let stream = (0..n).map(move |i| {
+                let record = c.dispatch(i).map_err(|e| BadInput(e.to_string()))?;
+                record.report.ok_or_else(|| {
+                    BadInput(format!("dispatch {i} of the capture carries no report")).into()
+                })
+            });
+            return Ok((title, Box::new(stream)));
+        }
+    }
+    let loaded = load(file)?;
+    let reports = run_sample(
+        BackendChoice::Cpu,
+        &loaded.sample,
+        file,
+        loaded.sample.device.clone(),
+    )?;
+    Ok((loaded.sample.title, Box::new(reports.into_iter().map(Ok))))
+}
+
+/// Writes the trace of `reports` to `dest` (atomically); returns how many dispatches it holds.
+fn trace_to(dest: &Path, title: &str, reports: ReportStream) -> anyhow::Result<usize> {
+    use std::io::Write;
+    let tmp = dest.with_extension("json.tmp");
+    let file =
+        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut out = std::io::BufWriter::new(file);
+    let result = (|| -> anyhow::Result<usize> {
+        write!(out, "{{\"displayTimeUnit\":\"ms\",\"otherData\":")?;
+        serde_json::to_writer(
+            &mut out,
+            &serde_json::json!({
+                "title": title,
+                "time axis": format!("synthetic: each dispatch {TRACE_DISPATCH_US} µs, in session order (reports carry no times)"),
+            }),
+        )?;
+        write!(out, ",\"traceEvents\":[")?;
+        let mut first = true;
+        let mut event = |out: &mut std::io::BufWriter<std::fs::File>,
+                         v: serde_json::Value|
+         -> anyhow::Result<()> {
+            if !std::mem::take(&mut first) {
+                out.write_all(b",\n")?;
+            }
+            serde_json::to_writer(&mut *out, &v)?;
+            Ok(())
+        };
+        for (tid, name) in [(1, "frames and dispatches")] {
+            event(
+                &mut out,
+                serde_json::json!({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": name}}),
+            )?;
+        }
+        event(
+            &mut out,
+            serde_json::json!({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": format!("dispatchscope: {title}")}}),
+        )?;
+        let mut prev: Option<dispatchscope_views::DispatchRow> = None;
+        let mut frame_start: Option<(u64, u64, usize)> = None;
+        let mut n = 0usize;
+        let end_frame = |out: &mut std::io::BufWriter<std::fs::File>,
+                         event: &mut dyn FnMut(
+            &mut std::io::BufWriter<std::fs::File>,
+            serde_json::Value,
+        ) -> anyhow::Result<()>,
+                         frame: (u64, u64, usize),
+                         end_us: u64|
+         -> anyhow::Result<()> {
+            let (f, ts, count) = frame;
+            event(
+                out,
+                serde_json::json!({"name": format!("frame {f}"), "cat": "frame", "ph": "X", "pid": 1, "tid": 1,
+                    "ts": ts, "dur": end_us - ts, "args": {"dispatches": count}}),
+            )
+        };
+        for report in reports {
+            let report = report?;
+            let row = dispatchscope_views::DispatchRow::after(&report, prev.as_ref());
+            let ts = n as u64 * TRACE_DISPATCH_US;
+            match frame_start {
+                Some((f, _, _)) if f == row.frame => {}
+                Some(done) => {
+                    end_frame(&mut out, &mut event, done, ts)?;
+                    frame_start = Some((row.frame, ts, 0));
+                }
+                None => frame_start = Some((row.frame, ts, 0)),
+            }
+            if let Some(f) = &mut frame_start {
+                f.2 += 1;
+            }
+            let name = if report.label.is_empty() {
+                format!("dispatch {}", report.index)
+            } else {
+                format!("dispatch {}: {}", report.index, report.label)
+            };
+            let rules: Vec<&str> = row.rules.iter().map(|r| r.id()).collect();
+            event(
+                &mut out,
+                serde_json::json!({"name": name, "cat": report.mode.as_str(), "ph": "X", "pid": 1, "tid": 1,
+                    "ts": ts, "dur": TRACE_DISPATCH_US,
+                    "args": {"index": report.index, "program": format!("{:#x}", report.program),
+                        "mode": report.mode.as_str(), "sets": report.counts.sets,
+                        "refusals": report.counts.refusals, "escapes": report.counts.escapes,
+                        "marks": report.counts.marks, "rules": rules}}),
+            )?;
+            for (counter, value) in [
+                ("escapes", report.counts.escapes),
+                ("refusals", report.counts.refusals),
+            ] {
+                event(
+                    &mut out,
+                    serde_json::json!({"name": counter, "ph": "C", "pid": 1, "ts": ts, "args": {counter: value}}),
+                )?;
+            }
+            prev = Some(row);
+            n += 1;
+        }
+        if let Some(done) = frame_start {
+            end_frame(&mut out, &mut event, done, n as u64 * TRACE_DISPATCH_US)?;
+        }
+        write!(out, "]}}")?;
+        out.flush()?;
+        Ok(n)
+    })();
+    match result {
+        Ok(n) => {
+            drop(out);
+            std::fs::rename(&tmp, dest)
+                .with_context(|| format!("renaming {} to {}", tmp.display(), dest.display()))?;
+            Ok(n)
+        }
+        Err(e) => {
+            drop(out);
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
 }

@@ -49,6 +49,10 @@ pub struct DemoArgs {
     /// Seconds a paused demo waits for a debugger that says nothing before it runs on.
     #[arg(long, default_value_t = 1.0)]
     pub pause_timeout: f64,
+    /// Dispatches a frame makes (at least the scene's own 5); 200 at 60 frames a second is a
+    /// game's 12,000 dispatches a second.
+    #[arg(long, default_value_t = dispatchscope_demo::GAME_DISPATCHES_PER_FRAME)]
+    pub dispatches_per_frame: u32,
 }
 
 /// What `attach --break-on` runs to.
@@ -157,6 +161,7 @@ pub fn demo_cmd(args: &DemoArgs) -> anyhow::Result<()> {
         seed: args.seed,
         refusal_every: args.refusal_every,
         escape_every: args.escape_every,
+        dispatches_per_frame: args.dispatches_per_frame,
         ..DemoConfig::default()
     })
     .context("starting the demo's engine")?;
@@ -352,5 +357,9 @@ pub fn record_cmd(args: &RecordArgs) -> anyhow::Result<()> {
             summary.missing
         );
     }
+    println!(
+        "received {}, dropped {}",
+        summary.dispatches, summary.dropped
+    );
     Ok(())
 }

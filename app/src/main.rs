@@ -5,6 +5,7 @@
 //! loading the subcommands and the window share is `load`'s.
 
 mod cli;
+mod disasm_cli;
 mod gui;
 mod live_cli;
 mod load;
@@ -48,6 +49,12 @@ enum Command {
     Record(live_cli::RecordArgs),
     /// Run a sample or capture on the CPU reference and on Vulkan; print every difference (exit 1 if any).
     Verify(vk_cli::VerifyArgs),
+    /// Write the lookup helper as a linkable SPIR-V library (`-o helper.spv`), for a translator to link with spirv-link.
+    SpirvHelper(vk_cli::SpirvHelperArgs),
+    /// Export a sample or capture: `--trace OUT.json` writes a Chrome/Perfetto trace (ui.perfetto.dev).
+    Export(cli::ExportArgs),
+    /// List a sample's programs as RDNA2 code (`--program ADDR` for one), or decode raw code (`--raw CODE.bin`).
+    Disasm(disasm_cli::DisasmArgs),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +67,9 @@ fn main() -> ExitCode {
         Some(Command::Attach(args)) => live_cli::attach_cmd(args),
         Some(Command::Record(args)) => live_cli::record_cmd(args),
         Some(Command::Verify(args)) => vk_cli::verify_cmd(args),
+        Some(Command::SpirvHelper(args)) => vk_cli::spirv_helper_cmd(args),
+        Some(Command::Export(args)) => cli::export_cmd(args),
+        Some(Command::Disasm(args)) => disasm_cli::disasm_cmd(args),
         None => gui::run_gui(cli.files.clone()),
     };
     match result {

@@ -1,10 +1,14 @@
 //! The Vulkan backend from the command line: `verify` (`explain --backend vulkan` is
-//! `load::run_sample`'s).
+//! `load::run_sample`'s) and `spirv-helper`.
 //!
 //! `verify FILE` replays a sample or capture on the CPU reference and on the Vulkan device, with
 //! the device's real storage-buffer limits for both, and prints every difference in the reports
 //! (device addresses put in guest terms) and in guest memory afterwards; it exits with status 1 if
 //! there is any, or if the device cannot run. It only wires `dispatchscope_vk::verify` to the terminal.
+//!
+//! `spirv-helper -o helper.spv [--variant helper|instrumented|raw]` writes the lookup helper as a
+//! linkable SPIR-V library (`dispatchscope_vk::spirv::library`), for a translator in another
+//! language to link its module against with `spirv-link`; no device is needed.
 
 use std::path::PathBuf;
 
@@ -74,4 +78,48 @@ pub fn verify_cmd(args: &VerifyArgs) -> anyhow::Result<()> {
             }
         ))
     }
+}
+
+/// `spirv-helper`'s arguments.
+#[derive(Debug, Args)]
+pub struct SpirvHelperArgs {
+    /// Where to write the library module.
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Which helper: `helper` (T5 through the chunk table), `instrumented` (with the device-side
+    /// instrumentation), or `raw` (guest address plus one constant).
+    #[arg(long, default_value = "helper")]
+    pub variant: String,
+}
+
+/// `dispatchscope spirv-helper -o FILE`: the helper library, validated, written whole or not at all.
+pub fn spirv_helper_cmd(args: &SpirvHelperArgs) -> anyhow::Result<()> {
+    use dispatchscope_vk::spirv::library::{Variant, helper_library};
+    let variant = Variant::ALL
+        .into_iter()
+        .find(|v| v.name() == args.variant)
+        .ok_or_else(|| {
+            BadInput(format!(
+                "--variant {:?}: not one of helper, instrumented, raw",
+                args.variant
+            ))
+        })?;
+    let words = helper_library(variant).context("building the helper library")?;
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    dispatchscope_formats::capture::write_atomically(&args.output, |f| {
+        use std::io::Write as _;
+        f.write_all(&bytes)
+            .map_err(|source| dispatchscope_formats::capture::CaptureError::Io {
+                action: "writing the helper library".into(),
+                source,
+            })
+    })
+    .with_context(|| format!("writing {}", args.output.display()))?;
+    println!(
+        "{}: the {} helper library, {} bytes (SPIR-V 1.5, Linkage; link with spirv-link)",
+        args.output.display(),
+        variant.name(),
+        bytes.len()
+    );
+    Ok(())
 }

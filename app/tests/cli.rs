@@ -208,3 +208,111 @@ fn generate_writes_a_sample_that_explains() {
     assert!(o.status.success(), "{}", err(&o));
     assert!(text(&o).contains("dispatch 2"));
 }
+
+/// `export --trace`: a Trace Event Format file (what ui.perfetto.dev opens): metadata, a frame
+/// slice holding its dispatch slices, a counter pair per dispatch; from a sample and from a
+/// capture, the same slices. Bad input exits 2 and names what was wrong.
+#[test]
+fn export_trace_writes_frames_dispatches_and_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = sample("generations-revisits.json");
+    let n_dispatches = {
+        let o = run(&["explain", &input, "--json"]);
+        assert!(o.status.success(), "{}", err(&o));
+        let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        doc["dispatches"].as_array().unwrap().len()
+    };
+    let out = dir.path().join("trace.json");
+    let o = run(&["export", "--trace", out.to_str().unwrap(), &input]);
+    assert!(o.status.success(), "{}", err(&o));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().expect("traceEvents");
+    let of = |ph: &str| events.iter().filter(|e| e["ph"] == ph).collect::<Vec<_>>();
+    let slices = of("X");
+    let dispatches: Vec<_> = slices.iter().filter(|e| e["cat"] != "frame").collect();
+    let frames: Vec<_> = slices.iter().filter(|e| e["cat"] == "frame").collect();
+    assert_eq!(dispatches.len(), n_dispatches);
+    assert!(!frames.is_empty());
+    // Every dispatch slice lies inside a frame slice of the same track, and the frames hold them all.
+    for d in &dispatches {
+        let (ts, dur) = (d["ts"].as_u64().unwrap(), d["dur"].as_u64().unwrap());
+        assert!(dur > 0);
+        assert!(
+            frames.iter().any(|f| {
+                let (fts, fdur) = (f["ts"].as_u64().unwrap(), f["dur"].as_u64().unwrap());
+                f["tid"] == d["tid"] && fts <= ts && ts + dur <= fts + fdur
+            }),
+            "{d} lies in no frame"
+        );
+        assert!(d["args"]["program"].as_str().unwrap().starts_with("0x"));
+    }
+    let total: u64 = frames
+        .iter()
+        .map(|f| f["args"]["dispatches"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total as usize, n_dispatches);
+    let counters = of("C");
+    assert_eq!(counters.len(), 2 * n_dispatches);
+    for name in ["escapes", "refusals"] {
+        assert!(
+            counters
+                .iter()
+                .any(|c| c["name"] == name && c["args"][name].is_u64())
+        );
+    }
+    assert!(of("M").iter().any(|m| m["name"] == "process_name"));
+
+    // From a capture (its recorded reports, read one record at a time): the same dispatch slices.
+    let cap = dir.path().join("s.dscap");
+    let o = run(&["convert", &input, cap.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", err(&o));
+    let out2 = dir.path().join("trace2.json");
+    let o = run(&[
+        "export",
+        "--trace",
+        out2.to_str().unwrap(),
+        cap.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", err(&o));
+    let doc2: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out2).unwrap()).unwrap();
+    let names = |d: &serde_json::Value| -> Vec<serde_json::Value> {
+        d["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(names(&doc), names(&doc2));
+
+    // Bad input: exit 2, the file and the reason named, no trace left behind.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, b"not a session").unwrap();
+    let out3 = dir.path().join("trace3.json");
+    let o = run(&[
+        "export",
+        "--trace",
+        out3.to_str().unwrap(),
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(
+        err(&o).contains("bad.json") && err(&o).contains("neither"),
+        "{}",
+        err(&o)
+    );
+    assert!(!out3.exists());
+    let o = run(&["export", "--trace", "/nonexistent-dir/t.json", &input]);
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
+    assert!(err(&o).contains("cannot write the trace"), "{}", err(&o));
+    let o = run(&["export", &input]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "a missing --trace is a usage error: {}",
+        err(&o)
+    );
+}

@@ -22,7 +22,7 @@ use common::harness;
 use dispatchscope_formats::sample::Sample;
 use dispatchscope_views::Tab;
 use egui::{Key, Modifiers};
-use egui_kittest::kittest::Queryable;
+use egui_kittest::kittest::{self, Queryable};
 use gui::{GuiApp, Settings, embedded_samples};
 
 fn app_with(name: &str) -> GuiApp {
@@ -44,10 +44,11 @@ fn check_sample_opens(name: &str) {
     let app = app_with(name);
     let session = app.session.as_ref().unwrap();
     assert_eq!(
-        session.reports, expected,
+        session.reports.in_memory_reports(),
+        expected.as_slice(),
         "{name}: the session's replay differs from Sample::run"
     );
-    assert_eq!(session.tables.len(), expected.len());
+    assert_eq!(session.tables_in_memory().len(), expected.len());
     let n = expected.len();
     let mut h = harness(app);
     h.run();
@@ -113,7 +114,14 @@ fn next_and_previous_step_and_the_status_bar_follows() {
 fn selecting_a_dispatch_in_the_table() {
     let mut h = harness(app_with("generations-revisits.json"));
     h.run();
-    let reports = h.state().session.as_ref().unwrap().reports.clone();
+    let reports = h
+        .state()
+        .session
+        .as_ref()
+        .unwrap()
+        .reports
+        .in_memory_reports()
+        .to_vec();
     // A dispatch other than the current one whose label no other dispatch has: its table cell is
     // the only widget with that text.
     let target = (1..reports.len())
@@ -136,7 +144,13 @@ fn selecting_a_dispatch_in_the_table() {
 fn selecting_a_slot_shows_in_the_other_panels() {
     let mut h = harness(app_with("run305-overlap.json"));
     h.run();
-    let r = &h.state().session.as_ref().unwrap().reports[0];
+    let r = &h
+        .state()
+        .session
+        .as_ref()
+        .unwrap()
+        .reports
+        .in_memory_reports()[0];
     let set = r.sets.first().expect("run 305's overlap makes a set");
     let member = set.members[0].slot;
     let holder = set.holder;
@@ -176,7 +190,15 @@ fn a_refusal_card_names_its_rule() {
     h.get_by_label("Next refusal").click();
     h.run();
     let pos = h.state().sel.dispatch;
-    let refusal = h.state().session.as_ref().unwrap().reports[pos].refusals[0].clone();
+    let refusal = h
+        .state()
+        .session
+        .as_ref()
+        .unwrap()
+        .reports
+        .in_memory_reports()[pos]
+        .refusals[0]
+        .clone();
     assert_eq!(refusal.rule.id(), "O11");
     h.get_by_label_contains("Refusals").click();
     h.run();
@@ -207,7 +229,14 @@ fn next_escape_and_the_escape_card() {
     h.key_press(Key::F9);
     h.run();
     let pos = h.state().sel.dispatch;
-    let r = h.state().session.as_ref().unwrap().reports[pos].clone();
+    let r = h
+        .state()
+        .session
+        .as_ref()
+        .unwrap()
+        .reports
+        .in_memory_reports()[pos]
+        .clone();
     assert!(!r.escapes.is_empty());
     let e = r.escapes[0].clone();
     h.state_mut().settings.tab = Tab::Accesses;
@@ -232,7 +261,14 @@ fn a_typed_address_is_traced_on_the_table() {
     let mut h = harness(app_with("ray-traversal.json"));
     h.state_mut().settings.tab = Tab::ChunkTable;
     h.run();
-    let r = h.state().session.as_ref().unwrap().reports[0].clone();
+    let r = h
+        .state()
+        .session
+        .as_ref()
+        .unwrap()
+        .reports
+        .in_memory_reports()[0]
+        .clone();
     let addr = r
         .accesses
         .iter()
@@ -415,7 +451,7 @@ fn snapshot_chunk_table_ray_traversal() {
     let mut app = app_with("ray-traversal.json");
     app.settings.tab = Tab::ChunkTable;
     // An escaped access: its lookup's probes are outlined on the grid.
-    let r = &app.session.as_ref().unwrap().reports[0];
+    let r = &app.session.as_ref().unwrap().reports.in_memory_reports()[0];
     app.sel.access = Some(r.escapes[0].access);
     let mut h = harness(app);
     h.run();
@@ -430,7 +466,15 @@ fn snapshot_refusal_card_w2() {
     h.run();
     h.get_by_label("Next refusal").click();
     h.run();
-    let r = h.state().session.as_ref().unwrap().reports[h.state().sel.dispatch].refusals[0].clone();
+    let r = h
+        .state()
+        .session
+        .as_ref()
+        .unwrap()
+        .reports
+        .in_memory_reports()[h.state().sel.dispatch]
+        .refusals[0]
+        .clone();
     h.get_by_label(&dispatchscope_views::refusals::card_title(&r))
         .click();
     h.run();
@@ -513,8 +557,17 @@ fn a_capture_opens_and_replays() {
     let s = app.session.as_ref().unwrap();
     assert_eq!(s.reports.len(), n);
     assert!(s.warning.is_none());
-    let expected = app_with("run305-overlap.json").session.unwrap().reports;
-    assert_eq!(s.reports, expected, "a capture replays as its sample does");
+    let expected = app_with("run305-overlap.json")
+        .session
+        .unwrap()
+        .reports
+        .in_memory_reports()
+        .to_vec();
+    assert_eq!(
+        s.reports.in_memory_reports(),
+        expected.as_slice(),
+        "a capture replays as its sample does"
+    );
     let mut h = harness(app);
     h.run();
     h.get_by_label("Next").click();
@@ -567,6 +620,7 @@ fn a_capture_with_a_bad_record_names_its_offset() {
         description: String::new(),
         provenance: sample.provenance.clone(),
         device: sample.device.clone(),
+        programs: Vec::new(),
     };
     let bad = dir.path().join("bad.dscap");
     let mut w = CaptureWriter::create(&bad, &serde_json::to_vec(&meta).unwrap()).unwrap();
@@ -586,4 +640,251 @@ fn a_capture_with_a_bad_record_names_its_offset() {
     h.run();
     h.get_by_label_contains("Could not open");
     h.get_by_label(&format!("at byte {offset:#x} ({offset}) of the file"));
+}
+
+/// Writes `name` as a capture with checkpoints of engine state (what `generate` and `convert`
+/// write), returning its path and the in-memory replay to compare against.
+fn write_checkpointed(dir: &std::path::Path, name: &str) -> (std::path::PathBuf, gui::Session) {
+    let text = embedded_samples()
+        .iter()
+        .find(|(n, _)| *n == name)
+        .unwrap()
+        .1;
+    let sample = Sample::from_json(text).unwrap();
+    let p = dir.join(name.replace(".json", ".dscap"));
+    let written =
+        dispatchscope_formats::checkpoint::write_replayed_capture(&sample, &p, |_| {}).unwrap();
+    assert!(written.memory_states > 0);
+    let replayed = gui::Session::replay(
+        gui::Source::Embedded("x"),
+        &sample,
+        &gui::Progress::default(),
+    )
+    .unwrap();
+    (p, replayed)
+}
+
+/// A capture with checkpoints opens through its index (nothing replayed): every dispatch's
+/// report, memory view and chunk table, read when it is selected, are what the replay makes.
+#[test]
+fn a_checkpointed_capture_opens_through_its_index() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "ray-traversal.json",
+        "generations-revisits.json",
+        "run305-overlap.json",
+    ] {
+        let (p, replayed) = write_checkpointed(dir.path(), name);
+        let mut app = GuiApp::new(Settings::default());
+        app.open_path_blocking(p);
+        assert!(app.error.is_none(), "{name}: {:?}", app.error);
+        let expected = replayed.reports.in_memory_reports().to_vec();
+        {
+            let s = app.session.as_ref().unwrap();
+            assert!(s.reports.on_disk(), "{name}: read through the index");
+            assert!(s.reports.in_memory_reports().is_empty(), "nothing replayed");
+            assert_eq!(s.reports.len(), expected.len());
+            assert_eq!(s.rows, replayed.rows, "{name}: the rows");
+            assert!(s.state_note.is_none());
+        }
+        // Backwards, so that each selection reads again.
+        for pos in (0..expected.len()).rev() {
+            app.apply(dispatchscope_views::Action::SelectDispatch(pos));
+            assert_eq!(app.sel.dispatch, pos);
+            let s = app.session.as_ref().unwrap();
+            assert_eq!(
+                s.reports.get(pos),
+                Some(&expected[pos]),
+                "{name} dispatch {pos}"
+            );
+            assert_eq!(s.memory(pos), replayed.memory(pos), "{name} memory {pos}");
+            match (s.table(pos), replayed.table(pos)) {
+                (None, None) => {}
+                (Some(a), Some(b)) => {
+                    assert_eq!(a.table.slots(), b.table.slots(), "{name} table {pos}");
+                    assert_eq!(a.table.multiplier(), b.table.multiplier());
+                    assert_eq!(a.probe_histogram, b.probe_histogram);
+                }
+                (a, b) => panic!(
+                    "{name} table {pos}: {:?} against {:?}",
+                    a.is_some(),
+                    b.is_some()
+                ),
+            }
+        }
+        // And it draws, every tab, at the window's size.
+        let mut h = harness(app);
+        h.run();
+        for t in Tab::ALL {
+            h.state_mut().settings.tab = t;
+            h.run();
+        }
+        h.get_by_label("Last").click();
+        h.run();
+        h.get_by_label(&format!("dispatch {}", expected.last().unwrap().index));
+    }
+}
+
+/// A bad DISPATCH record in the middle of a checkpointed capture: opening works, selecting it
+/// names the record in the error panel and keeps the session.
+#[test]
+fn a_bad_record_read_on_demand_is_named() {
+    use dispatchscope_formats::capture::{CaptureReader, CaptureWriter, RecordKind};
+    let dir = tempfile::tempdir().unwrap();
+    let (good, replayed) = write_checkpointed(dir.path(), "generations-revisits.json");
+    let n = replayed.reports.len();
+    assert!(n >= 3);
+    // Copy it record by record, spoiling dispatch 2's payload.
+    let mut r = CaptureReader::open(&good).unwrap();
+    let bad = dir.path().join("bad.dscap");
+    let mut w = CaptureWriter::create(&bad, r.header_payload()).unwrap();
+    let metas = r.records().to_vec();
+    let mut d = 0;
+    for (i, m) in metas.iter().enumerate() {
+        let mut bytes = r.read_record(i).unwrap();
+        if m.kind == RecordKind::DISPATCH {
+            if d == 2 {
+                bytes = b"{\"not\": \"a dispatch\"}".to_vec();
+            }
+            d += 1;
+        }
+        w.append(m.kind, &bytes, true).unwrap();
+    }
+    w.finish().unwrap();
+    let mut app = GuiApp::new(Settings::default());
+    app.open_path_blocking(bad);
+    assert!(app.error.is_none(), "{:?}", app.error);
+    let s = app.session.as_ref().unwrap();
+    assert_eq!(s.rows.len(), 2, "the list stops at the bad record");
+    assert!(
+        s.warning.as_ref().unwrap().contains("DISPATCH"),
+        "{:?}",
+        s.warning
+    );
+    app.apply(dispatchscope_views::Action::SelectDispatch(2));
+    let e = app.error.clone().expect("an error");
+    assert!(
+        e.message.starts_with("bad capture") && e.message.contains("DISPATCH"),
+        "{e:?}"
+    );
+    assert!(e.offset_bytes.is_some());
+    let mut h = harness(app);
+    h.run();
+    h.get_by_label_contains("Could not open");
+    h.get_by_label_contains("could not be read");
+    h.get_by_label("First").click();
+    h.run();
+    assert_eq!(h.state().sel.dispatch, 0);
+}
+
+/// The timeline: one bar per frame (frames end at retire events); a click on a bar selects the
+/// first dispatch of its frame.
+#[test]
+fn a_click_on_the_timeline_selects_a_frame() {
+    use dispatchscope_core::input::Event;
+    use dispatchscope_core::report::EventReport;
+    let app = app_with("generations-revisits.json");
+    let mut reports = app
+        .session
+        .as_ref()
+        .unwrap()
+        .reports
+        .in_memory_reports()
+        .to_vec();
+    // Three frames: a retire before every third dispatch.
+    for (i, r) in reports.iter_mut().enumerate() {
+        if i > 0 && i % 3 == 0 {
+            r.events_before.push(EventReport {
+                index: 1000 + i as u64,
+                event: Event::Retire,
+                generation_moved: false,
+                waited_for: None,
+                effects: Vec::new(),
+            });
+        }
+    }
+    let n = reports.len();
+    let session = gui::Session::from_reports(
+        gui::Source::Embedded("frames"),
+        "frames".into(),
+        reports,
+        Vec::new(),
+    );
+    let frames: Vec<u64> = session.rows.iter().map(|r| r.frame).collect();
+    assert_eq!(frames.first(), Some(&0));
+    assert_eq!(*frames.last().unwrap(), ((n - 1) / 3) as u64);
+    let starts: Vec<usize> = (0..n).filter(|p| p % 3 == 0).collect();
+    let mut app = GuiApp::new(Settings::default());
+    app.set_session(session);
+    let mut h = harness(app);
+    h.run();
+    let title = h.get_by_label("Timeline").rect();
+    let mut picked = std::collections::BTreeSet::new();
+    for frac in [0.15, 0.35, 0.55, 0.75, 0.95] {
+        let pos = egui::pos2(
+            title.left() + (1280.0 - title.left()) * frac,
+            title.bottom() + 40.0,
+        );
+        h.hover_at(pos);
+        h.run();
+        h.drag_at(pos);
+        h.run();
+        h.drop_at(pos);
+        h.run();
+        picked.insert(h.state().sel.dispatch);
+    }
+    assert!(
+        picked.len() >= 2,
+        "clicks at different frames select different dispatches: {picked:?}"
+    );
+    // Each is its frame's first dispatch, or its first refused or escaped one (a click on that
+    // part of the bar).
+    let rows = h.state().session.as_ref().unwrap().rows.clone();
+    for &p in &picked {
+        let start = *starts.iter().rev().find(|&&s| s <= p).unwrap();
+        let first_with = |f: &dyn Fn(&dispatchscope_views::DispatchRow) -> bool| {
+            (start..n)
+                .take_while(|&q| rows[q].frame == rows[start].frame)
+                .find(|&q| f(&rows[q]))
+        };
+        assert!(
+            p == start
+                || Some(p) == first_with(&|r| r.counts.refusals > 0)
+                || Some(p) == first_with(&|r| r.counts.escapes > 0),
+            "{p} is the first dispatch of its frame, or its first refused or escaped ({starts:?})"
+        );
+    }
+}
+
+/// An address in the accesses table is one line at the narrow window width (1250 points): it
+/// never wraps in the middle.
+#[test]
+fn addresses_do_not_wrap_at_1250_points() {
+    let mut app = app_with("ray-traversal.json");
+    app.settings.tab = Tab::Accesses;
+    let mut h = egui_kittest::Harness::builder()
+        .with_size(egui::vec2(1250.0, 800.0))
+        .with_context_setup(dispatchscope_views::style::install_fonts)
+        .build_ui_state(|ui, app: &mut GuiApp| app.ui(ui), app);
+    h.run();
+    h.run();
+    let mut n = 0;
+    for node in h.query_all_by_label_contains("0x") {
+        let ak = kittest::NodeT::accesskit_node(&node);
+        let label = ak.value().or(ak.label()).unwrap_or_default();
+        let is_address = label.len() >= 10
+            && label.starts_with("0x")
+            && label[2..].chars().all(|c| c.is_ascii_hexdigit());
+        if !is_address {
+            continue;
+        }
+        n += 1;
+        let r = node.rect();
+        assert!(
+            r.height() < 22.0,
+            "{label} takes {} points of height: wrapped",
+            r.height()
+        );
+    }
+    assert!(n > 5, "the table shows addresses ({n})");
 }

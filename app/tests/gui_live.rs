@@ -45,7 +45,13 @@ fn until(h: &mut Harness<'static, GuiApp>, what: &str, done: impl Fn(&GuiApp) ->
 fn indices(app: &GuiApp) -> Vec<u64> {
     app.session
         .as_ref()
-        .map(|s| s.reports.iter().map(|r| r.index).collect())
+        .map(|s| {
+            s.reports
+                .in_memory_reports()
+                .iter()
+                .map(|r| r.index)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -249,4 +255,35 @@ fn with_no_arguments_the_window_attaches_to_the_demo() {
     h.get_by_label("File").click();
     h.run_steps(2);
     h.get_by_label("Built-in samples");
+}
+
+#[test]
+fn a_live_session_is_recorded_whole_and_reads_back_from_its_file() {
+    let demo = DemoTarget::start(Some(240.0)).unwrap();
+    let mut h = harness(GuiApp::new(Settings::default()));
+    h.run();
+    let ctx = h.ctx.clone();
+    assert!(h.state_mut().attach(&ctx, &demo.addr.to_string(), None));
+    until(&mut h, "dispatches", |a| indices(a).len() >= 20);
+    h.get_by_label_contains("recorded");
+    let first = h
+        .state()
+        .session
+        .as_ref()
+        .unwrap()
+        .reports
+        .in_memory_reports()[0]
+        .clone();
+    let live = h.state_mut().live.as_mut().unwrap();
+    assert!(live.stored() >= 20, "{} recorded", live.stored());
+    let back = live.stored_report(0).unwrap();
+    assert_eq!(
+        back, first,
+        "the store's file gives back what the window showed"
+    );
+    live.detach();
+    assert!(
+        live.stored_report(live.stored() - 1).is_ok(),
+        "and after a detach"
+    );
 }

@@ -123,8 +123,10 @@ impl AccessesPanel {
         }
         let visible = self.visible(report, sel);
         let row_h = ui.text_style_height(&egui::TextStyle::Body) + 4.0;
-        // A label that can be selected takes the click from the row.
+        // A label that can be selected takes the click from the row; and no cell wraps: an address
+        // split over two lines reads as two numbers (the columns grow to their text instead).
         ui.style_mut().interaction.selectable_labels = false;
+        ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
         TableBuilder::new(ui)
             .id_salt("accesses-table")
             .striped(true)
@@ -137,7 +139,7 @@ impl AccessesPanel {
             .column(Column::auto().at_least(130.0))
             .column(Column::auto().at_least(70.0))
             .column(Column::auto().at_least(40.0))
-            .column(Column::remainder().at_least(90.0))
+            .column(Column::remainder().at_least(90.0).clip(true))
             .min_scrolled_height(0.0)
             .auto_shrink([false, false])
             .header(row_h, |mut h| {
@@ -211,7 +213,7 @@ impl AccessesPanel {
                         }));
                     });
                     row.col(|ui| {
-                        ui.label(result_text(a, escape));
+                        ui.add(egui::Label::new(result_text(a, escape)).truncate());
                     });
                     if row.response().clicked() {
                         let again = sel.access == Some(a.index);

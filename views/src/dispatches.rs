@@ -9,9 +9,39 @@ use egui_extras::{Column, TableBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::Action;
+use crate::find::Finder;
 use crate::style::{self, hex, mono};
 
-/// What the table shows of one dispatch: computed once when a session loads.
+/// The rules a dispatch cites, as one bit per [`Rule::ALL`] entry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RuleSet(u64);
+
+impl RuleSet {
+    fn bit(rule: Rule) -> u64 {
+        Rule::ALL
+            .iter()
+            .position(|r| *r == rule)
+            .map_or(0, |i| 1u64 << (i % 64))
+    }
+
+    /// The set of `rules`.
+    pub fn of(rules: &[Rule]) -> Self {
+        Self(rules.iter().fold(0, |m, r| m | Self::bit(*r)))
+    }
+
+    /// Whether `rule` is in the set.
+    pub fn contains(self, rule: Rule) -> bool {
+        self.0 & Self::bit(rule) != 0
+    }
+
+    /// The rules in the set, in [`Rule::ALL`]'s order.
+    pub fn iter(self) -> impl Iterator<Item = Rule> {
+        Rule::ALL.iter().copied().filter(move |r| self.contains(*r))
+    }
+}
+
+/// What the table, the timeline and the search show of one dispatch: computed once when a
+/// session loads, small (no report), so that a session of a million dispatches keeps a million.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DispatchRow {
     /// The report's index in the session.
@@ -25,35 +55,73 @@ pub struct DispatchRow {
     /// Its counts.
     pub counts: Counts,
     /// The rules its refusals, escapes and hazards cite.
-    pub rules: Vec<Rule>,
-    /// Lower-case text the search box matches: index, program, label, mode, rule ids.
-    pub search_text: String,
+    pub rules: RuleSet,
+    /// The frame it belongs to: how many `retire` events (the emulator's end of a frame) came
+    /// before it in the session.
+    pub frame: u64,
 }
 
 impl DispatchRow {
-    /// The row of `report`.
+    /// The row of `report`, the first of a session (frame 0 unless a retire came before it).
     pub fn from_report(report: &DispatchReport) -> Self {
-        let rules = report.rules_cited();
-        let mut search_text = format!(
-            "{} {:#x} {} {}",
-            report.index,
-            report.program,
-            report.label,
-            report.mode.as_str()
-        );
-        for r in &rules {
-            search_text.push(' ');
-            search_text.push_str(r.id());
-        }
+        Self::after(report, None)
+    }
+
+    /// The row of `report`, which follows `prev` in the session: its frame counts on from
+    /// `prev`'s by the retire events before it.
+    pub fn after(report: &DispatchReport, prev: Option<&DispatchRow>) -> Self {
+        let retires = report
+            .events_before
+            .iter()
+            .filter(|e| matches!(e.event, dispatchscope_core::input::Event::Retire))
+            .count() as u64;
         Self {
             index: report.index,
             program: report.program,
             label: report.label.clone(),
             mode: report.mode,
             counts: report.counts,
-            rules,
-            search_text: search_text.to_lowercase(),
+            rules: RuleSet::of(&report.rules_cited()),
+            frame: prev.map_or(0, |p| p.frame) + retires,
         }
+    }
+
+    /// Whether the dispatch cites `rule`.
+    pub fn cites(&self, rule: Rule) -> bool {
+        self.rules.contains(rule)
+    }
+
+    /// Appends the lower-case text the search box matches: index, program, label, mode, rule ids.
+    pub fn write_search_text(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let start = out.len();
+        let _ = write!(
+            out,
+            "{} {:#x} {} {}",
+            self.index,
+            self.program,
+            self.label,
+            self.mode.as_str()
+        );
+        for r in self.rules.iter() {
+            out.push(' ');
+            out.push_str(r.id());
+        }
+        if out[start..]
+            .bytes()
+            .any(|b| b.is_ascii_uppercase() || !b.is_ascii())
+        {
+            let lower = out[start..].to_lowercase();
+            out.truncate(start);
+            out.push_str(&lower);
+        }
+    }
+
+    /// The search text alone (tests).
+    pub fn search_text(&self) -> String {
+        let mut s = String::new();
+        self.write_search_text(&mut s);
+        s
     }
 }
 
@@ -76,29 +144,12 @@ pub struct Filter {
 }
 
 impl Filter {
-    /// Whether the row at `pos` passes.
+    /// Whether the row at `pos` passes (one row; [`crate::find::Finder`] answers a session).
     pub fn passes(&self, pos: usize, row: &DispatchRow, bookmarks: &[usize]) -> bool {
-        if self.mode.is_some_and(|m| m != row.mode) {
-            return false;
-        }
-        if self.rule.is_some_and(|r| !row.rules.contains(&r)) {
-            return false;
-        }
-        if self.has_escapes && row.counts.escapes == 0 {
-            return false;
-        }
-        if self.bookmarked && !bookmarks.contains(&pos) {
-            return false;
-        }
-        let program = self.program.trim().trim_start_matches("0x").to_lowercase();
-        if !program.is_empty() && !format!("{:x}", row.program).contains(&program) {
-            return false;
-        }
-        let search = self.search.trim().to_lowercase();
-        search.is_empty()
-            || search
-                .split_whitespace()
-                .all(|w| row.search_text.contains(w))
+        let mut finder = crate::find::Finder::default();
+        let one = std::slice::from_ref(row);
+        let marks: Vec<usize> = bookmarks.contains(&pos).then_some(0).into_iter().collect();
+        !finder.find(one, self, &marks).is_empty()
     }
 
     /// Whether any condition is set.
@@ -107,21 +158,13 @@ impl Filter {
     }
 }
 
-#[derive(Clone, PartialEq)]
-struct CacheKey {
-    filter: Filter,
-    rows_ptr: usize,
-    rows_len: usize,
-    bookmarks: Vec<usize>,
-}
-
-/// The Dispatches panel's state: its filter, the cached list of rows that pass, and whether the
-/// search box should take the keyboard.
+/// The Dispatches panel's state: its filter, the finder that answers it, and whether the search
+/// box should take the keyboard.
 #[derive(Default)]
 pub struct DispatchesPanel {
     /// The filter (persisted by the app).
     pub filter: Filter,
-    cache: Option<(CacheKey, Vec<usize>)>,
+    finder: Finder,
     focus_search: bool,
     last_current: Option<usize>,
 }
@@ -145,31 +188,10 @@ impl DispatchesPanel {
         self.focus_search = true;
     }
 
-    /// The positions of the rows that pass the filter, computed again only when the filter, the
-    /// rows or the bookmarks change.
+    /// The positions of the rows that pass the filter, from the [`Finder`]: the index is built
+    /// once, and answers are reused, extended or narrowed when they can be.
     pub fn visible(&mut self, rows: &[DispatchRow], bookmarks: &[usize]) -> &[usize] {
-        let key = CacheKey {
-            filter: self.filter.clone(),
-            rows_ptr: rows.as_ptr() as usize,
-            rows_len: rows.len(),
-            bookmarks: if self.filter.bookmarked {
-                bookmarks.to_vec()
-            } else {
-                Vec::new()
-            },
-        };
-        let stale = self.cache.as_ref().is_none_or(|(k, _)| *k != key);
-        if stale {
-            puffin::profile_scope!("filter dispatches");
-            let list = rows
-                .iter()
-                .enumerate()
-                .filter(|(pos, row)| key.filter.passes(*pos, row, bookmarks))
-                .map(|(pos, _)| pos)
-                .collect();
-            self.cache = Some((key, list));
-        }
-        self.cache.as_ref().map_or(&[], |(_, v)| v.as_slice())
+        self.finder.find(rows, &self.filter, bookmarks)
     }
 
     /// Draws the filters and the table. `current` is the position of the dispatch shown.
@@ -182,17 +204,19 @@ impl DispatchesPanel {
     ) -> Vec<Action> {
         puffin::profile_function!();
         let mut actions = Vec::new();
+        let mut clear = false;
         self.filters_ui(ui);
         let n_total = rows.len();
-        let visible: Vec<usize> = self.visible(rows, bookmarks).to_vec();
+        let filter = self.filter.clone();
+        let visible: &[usize] = self.finder.find(rows, &filter, bookmarks);
         ui.horizontal(|ui| {
             ui.label(
                 RichText::new(format!("{} of {} dispatches", visible.len(), n_total))
                     .small()
                     .color(style::MUTED),
             );
-            if self.filter.is_active() && ui.small_button("Clear filters").clicked() {
-                self.filter = Filter::default();
+            if filter.is_active() && ui.small_button("Clear filters").clicked() {
+                clear = true;
             }
         });
         let scroll_to = if self.last_current != Some(current) {
@@ -202,8 +226,10 @@ impl DispatchesPanel {
             None
         };
         let row_height = ui.text_style_height(&egui::TextStyle::Body) + 4.0;
-        // A label that can be selected takes the click from the row.
+        // A label that can be selected takes the click from the row; no cell wraps (the label
+        // column is clipped instead).
         ui.style_mut().interaction.selectable_labels = false;
+        ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
         let mut table = TableBuilder::new(ui)
             .id_salt("dispatches-table")
             .striped(true)
@@ -252,7 +278,7 @@ impl DispatchesPanel {
                         ui.label(mono(d.index.to_string()));
                     });
                     row.col(|ui| {
-                        ui.label(mono(hex(d.program)));
+                        style::addr_label(ui, mono(hex(d.program)));
                     });
                     row.col(|ui| {
                         ui.label(style::mode_text(d.mode));
@@ -273,13 +299,16 @@ impl DispatchesPanel {
                         });
                     }
                     row.col(|ui| {
-                        ui.label(&d.label);
+                        ui.add(egui::Label::new(&d.label).truncate());
                     });
                     if row.response().clicked() {
                         actions.push(Action::SelectDispatch(pos));
                     }
                 });
             });
+        if clear {
+            self.filter = Filter::default();
+        }
         actions
     }
 

@@ -15,10 +15,13 @@ pub mod after;
 pub mod bindings;
 pub mod chunk_table;
 pub mod dispatches;
+pub mod find;
 pub mod keys;
+pub mod listing;
 pub mod memory;
 pub mod refusals;
 pub mod style;
+pub mod timeline;
 
 use dispatchscope_core::DispatchReport;
 use serde::{Deserialize, Serialize};
@@ -27,9 +30,11 @@ pub use accesses::AccessesPanel;
 pub use after::AfterPanel;
 pub use bindings::BindingsPanel;
 pub use chunk_table::{ChunkTablePanel, TableSnapshot};
-pub use dispatches::{DispatchRow, DispatchesPanel, Filter};
+pub use dispatches::{DispatchRow, DispatchesPanel, Filter, RuleSet};
+pub use find::{DispatchIndex, Finder};
 pub use memory::{MemoryPanel, MemoryView};
 pub use refusals::RefusalsPanel;
+pub use timeline::TimelinePanel;
 
 /// The panels of one dispatch, as tabs of the main area.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

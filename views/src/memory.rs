@@ -93,39 +93,68 @@ pub struct MemoryView {
 }
 
 impl MemoryView {
-    /// A summary of `memory`, read (not changed).
+    /// A summary of `memory`, read (not changed): one step per run of equal pages.
     pub fn of(memory: &GuestMemory) -> Self {
-        let page = memory.page_bytes().max(1);
-        let reservations = memory
-            .reservations()
-            .map(|r| {
+        let page = memory.page_bytes();
+        Self::from_runs(
+            page,
+            memory.reservations().map(|r| {
+                (
+                    r.range,
+                    r.pages
+                        .runs()
+                        .map(|(first, end, p)| (end.saturating_sub(first), *p)),
+                )
+            }),
+            memory.targets().cloned().collect(),
+        )
+    }
+
+    /// A summary of reservations given as `(range, runs)`, each run `(pages, state)` in address
+    /// order from the reservation's start (as a capture's memory checkpoint keeps them), with the
+    /// protected targets.
+    pub fn from_runs<R, P>(page_bytes: u64, reservations: R, targets: Vec<ProtectedTarget>) -> Self
+    where
+        R: IntoIterator<Item = (ByteRange, P)>,
+        P: IntoIterator<Item = (u64, PageState)>,
+    {
+        let page = page_bytes.max(1);
+        let reservations = reservations
+            .into_iter()
+            .map(|(range, pages)| {
                 let mut runs: Vec<PageRun> = Vec::new();
-                for (i, p) in r.pages.iter().enumerate() {
-                    let class = PageClass::of(p);
-                    let start = r.range.start + i as u64 * page;
+                let (mut written_pages, mut guarded_pages) = (0u64, 0u64);
+                let mut start = range.start;
+                for (n, p) in pages {
+                    let class = PageClass::of(&p);
+                    let end = start.saturating_add(n.saturating_mul(page));
+                    written_pages += if p.written { n } else { 0 };
+                    guarded_pages += if p.guarded { n } else { 0 };
                     match runs.last_mut() {
                         Some(last) if last.class == class && last.range.end == start => {
-                            last.range.end = start + page;
-                            last.pages += 1;
+                            last.range.end = end;
+                            last.pages += n;
                         }
-                        _ => runs.push(PageRun {
-                            range: ByteRange::new(start, start + page),
-                            pages: 1,
+                        _ if n > 0 => runs.push(PageRun {
+                            range: ByteRange::new(start, end),
+                            pages: n,
                             class,
                         }),
+                        _ => {}
                     }
+                    start = end;
                 }
                 ReservationView {
-                    range: r.range,
+                    range,
                     runs,
-                    written_pages: r.pages.iter().filter(|p| p.written).count() as u64,
-                    guarded_pages: r.pages.iter().filter(|p| p.guarded).count() as u64,
+                    written_pages,
+                    guarded_pages,
                 }
             })
             .collect();
         Self {
             reservations,
-            targets: memory.targets().cloned().collect(),
+            targets,
         }
     }
 }

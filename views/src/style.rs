@@ -40,6 +40,12 @@ pub fn mono(text: impl Into<String>) -> RichText {
     RichText::new(text.into()).monospace()
 }
 
+/// A label that never wraps (an address split over two lines reads as two numbers): it takes
+/// the width it needs, and a table column holding it grows to fit.
+pub fn addr_label(ui: &mut egui::Ui, text: impl Into<egui::WidgetText>) -> egui::Response {
+    ui.add(egui::Label::new(text).wrap_mode(egui::TextWrapMode::Extend))
+}
+
 /// `0x…`.
 pub fn hex(v: u64) -> String {
     format!("{v:#x}")

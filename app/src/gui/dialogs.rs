@@ -107,16 +107,23 @@ impl GuiApp {
                 self.goto = None;
             }
             if let (Some(n), Some(s)) = (go, &self.session) {
-                let pos = s.reports.iter().position(|r| r.index == n);
+                let pos = s.rows.iter().position(|r| r.index == n);
                 match pos {
                     Some(p) => self.apply(Action::SelectDispatch(p)),
                     None => {
                         self.error = Some(LoadError {
                             source: s.source.display(),
-                            message: format!(
-                                "there is no dispatch {n} in this session (it has {})",
-                                s.reports.len()
-                            ),
+                            message: if s.scanning() {
+                                format!(
+                                    "dispatch {n} is not among the {} listed yet (the list is still being read)",
+                                    s.rows.len()
+                                )
+                            } else {
+                                format!(
+                                    "there is no dispatch {n} in this session (it has {})",
+                                    s.reports.len()
+                                )
+                            },
                             at: None,
                             offset_bytes: None,
                         })

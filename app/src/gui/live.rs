@@ -4,10 +4,13 @@
 //! [`LiveLink`] wraps a [`LiveClient`]: each frame the app drains its channel into the open
 //! [`Session`] (dispatches become rows and reports, the same as a file's), and keeps the target's
 //! state (running, paused, disconnected) and its [`Stats`] for the status bar. Every message also
-//! goes to a shadow [`CaptureRecorder`] writing a capture in the temporary folder (the client asks
-//! for a memory snapshot at attach, so the recording replays on its own); saving the session as a
-//! capture, or as a sample up to a dispatch, reads that recording back with `to_sample`.
-//! When the target dies, what was received stays. This module never draws.
+//! goes to a [`LiveStore`] writing the whole session to a crash-safe capture in the temporary
+//! folder as it arrives, with an index of every dispatch (the client asks for a memory snapshot at
+//! attach, so the recording replays on its own). The window keeps only the latest
+//! [`MAX_LIVE_DISPATCHES`] reports in memory; every older one stays in the store's file and is read
+//! back on demand ([`LiveLink::stored_report`]), so memory is bounded however long the game runs.
+//! Saving the session as a capture, or as a sample up to a dispatch, reads that recording back with
+//! `to_sample`. When the target dies, what was received stays. This module never draws.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -21,13 +24,15 @@ use dispatchscope_formats::sample::{Sample, Step};
 use dispatchscope_formats::session::{self, Opened};
 use dispatchscope_live::protocol::Stats;
 use dispatchscope_live::{
-    Breakpoints, CaptureRecorder, ClientOptions, Incoming, LiveClient, Tap, TapConfig, ToDebugger,
+    Breakpoints, ClientOptions, Incoming, LiveClient, LiveStore, StoreOptions, Tap, TapConfig,
+    ToDebugger,
 };
 
 use super::session::Session;
 
-/// The most dispatches a live session keeps; older ones are dropped in batches of
-/// [`LIVE_DROP_BATCH`] (a target runs for hours; the window must not grow without bound).
+/// The most dispatches a live session keeps in memory; older ones leave the window in batches of
+/// [`LIVE_DROP_BATCH`] and stay in the store's file (a target runs for hours; memory must not grow
+/// without bound).
 pub const MAX_LIVE_DISPATCHES: usize = 20_000;
 /// How many of the oldest dispatches go at once when the window is full.
 pub const LIVE_DROP_BATCH: usize = 2_000;
@@ -58,7 +63,8 @@ pub enum LiveState {
 pub struct Drained {
     /// Dispatches appended to the session.
     pub dispatches: usize,
-    /// Dispatches dropped from the front of the session (the window was full).
+    /// Dispatches that left the window at its front (the window was full); they stay in the
+    /// store's file.
     pub dropped_front: usize,
     /// Whether the target paused.
     pub paused: bool,
@@ -79,7 +85,7 @@ pub struct LiveLink {
     pub stats: Option<Stats>,
     /// Dispatches the target reported failing (index and message), newest last.
     pub failures: Vec<(u64, String)>,
-    shadow: Option<CaptureRecorder>,
+    shadow: Option<LiveStore>,
     shadow_path: PathBuf,
     /// Why the shadow recording stopped, if it did.
     pub record_error: Option<String>,
@@ -109,10 +115,14 @@ impl LiveLink {
             SHADOW_SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         let target_name = client.target().target.clone();
-        let shadow = CaptureRecorder::new(
+        let shadow = LiveStore::create(
             &shadow_path,
             &format!("live session of {target_name} at {addr}"),
-            Duration::from_millis(500),
+            &StoreOptions {
+                // The window below keeps the reports it shows; the store keeps the index and file.
+                window: 0,
+                flush_every: Duration::from_millis(500),
+            },
         );
         Ok(Self {
             client: Some(client),
@@ -170,10 +180,20 @@ impl LiveLink {
         if let Some(c) = self.client.take() {
             let _ = c.detach(Duration::from_millis(500));
         }
-        self.finish_shadow();
+        self.flush_shadow();
         self.state = LiveState::Disconnected {
             reason: "detached; the target runs on".into(),
         };
+    }
+
+    /// Makes the recording durable when the connection ends; the store stays open for reading
+    /// back (it is finished, index and all, when the link is dropped).
+    fn flush_shadow(&mut self) {
+        if let Some(r) = &mut self.shadow
+            && let Err(e) = r.flush()
+        {
+            self.record_error = Some(e.to_string());
+        }
     }
 
     fn finish_shadow(&mut self) {
@@ -194,7 +214,7 @@ impl LiveLink {
             match incoming {
                 Incoming::Message(m) => {
                     if let Some(r) = &mut self.shadow
-                        && let Err(e) = r.take(&m)
+                        && let Err(e) = r.take_ref(&m)
                     {
                         self.record_error = Some(e.to_string());
                         self.shadow = None;
@@ -203,7 +223,7 @@ impl LiveLink {
                 }
                 Incoming::Disconnected { reason, clean } => {
                     self.client = None;
-                    self.finish_shadow();
+                    self.flush_shadow();
                     self.state = LiveState::Disconnected {
                         reason: if clean {
                             reason
@@ -245,6 +265,24 @@ impl LiveLink {
             ToDebugger::Stats(s) => self.stats = Some(s),
             _ => {}
         }
+    }
+
+    /// Dispatches in the whole session (the store's index), the window's and the older ones.
+    pub fn stored(&self) -> usize {
+        self.shadow.as_ref().map_or(0, LiveStore::len)
+    }
+
+    /// The report of the session's dispatch at position `pos` (from 0 at attach), read back from
+    /// the store's file: how a dispatch that left the window is shown again.
+    pub fn stored_report(
+        &mut self,
+        pos: usize,
+    ) -> Result<dispatchscope_core::DispatchReport, String> {
+        let store = self
+            .shadow
+            .as_mut()
+            .ok_or_else(|| "the session's recording has stopped".to_owned())?;
+        store.report(pos).map_err(|e| e.to_string())
     }
 
     /// The recording so far, read back as a sample and the target's reports.

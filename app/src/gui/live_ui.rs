@@ -520,4 +520,7 @@ pub(super) fn live_status_ui(ui: &mut egui::Ui, l: &LiveLink) {
         })
         .on_hover_text("dispatches the target dropped because this window was behind (its queue holds a bounded number)");
     }
+    ui.label(format!("{} recorded", l.stored())).on_hover_text(
+        "dispatches in this session's recording (a crash-safe capture written as they arrive); the window keeps the latest in memory and reads older ones back from the file",
+    );
 }

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use dispatchscope_views::keys::{self, Command};
 use dispatchscope_views::{
     AccessesPanel, Action, AfterPanel, BindingsPanel, ChunkTablePanel, DispatchesPanel, Filter,
-    MemoryPanel, RefusalsPanel, Selection, Tab, style,
+    MemoryPanel, RefusalsPanel, Selection, Tab, TimelinePanel, style,
 };
 use egui::RichText;
 use serde::{Deserialize, Serialize};
@@ -105,6 +105,7 @@ pub struct GuiApp {
     table: ChunkTablePanel,
     accesses: AccessesPanel,
     after: AfterPanel,
+    timeline: TimelinePanel,
 }
 
 impl GuiApp {
@@ -139,6 +140,7 @@ impl GuiApp {
             table,
             accesses: AccessesPanel::default(),
             after: AfterPanel::default(),
+            timeline: TimelinePanel::default(),
         }
     }
 
@@ -160,7 +162,11 @@ impl GuiApp {
     /// Opens the file at `path` on this thread (tests; the window loads on a thread).
     #[allow(dead_code, reason = "the tests, which include this module, use it")]
     pub fn open_path_blocking(&mut self, path: PathBuf) {
-        let result = session::load_file(&path, Source::File(path.clone()), &Progress::default());
+        let result = session::load_file(&path, Source::File(path.clone()), &Progress::default())
+            .map(|mut s| {
+                s.finish_rows();
+                s
+            });
         self.finish_load(result);
     }
 
@@ -174,6 +180,16 @@ impl GuiApp {
     pub fn set_session(&mut self, session: Session) {
         self.sel = Selection::default();
         self.session = Some(session);
+        self.prepare_selected();
+    }
+
+    /// Reads what the selected dispatch's panels need (a capture's report and checkpoints, through
+    /// its index); a record that cannot be read is shown in the error panel, the session stays.
+    fn prepare_selected(&mut self) {
+        let Some(s) = &mut self.session else { return };
+        if let Err(e) = s.prepare(self.sel.dispatch) {
+            self.error = Some(session::capture_error(&s.source.display(), e));
+        }
     }
 
     fn finish_load(&mut self, result: Result<Session, LoadError>) {
@@ -216,6 +232,7 @@ impl GuiApp {
                 if pos < self.n_dispatches() && pos != self.sel.dispatch {
                     self.sel.dispatch = pos;
                     self.sel.access = None;
+                    self.prepare_selected();
                 }
             }
             Action::ToggleBookmark(pos) => {
@@ -240,12 +257,14 @@ impl GuiApp {
     /// The position `cmd` moves to, if it moves.
     fn target(&self, cmd: Command) -> Option<usize> {
         let s = self.session.as_ref()?;
-        let n = s.rows.len();
+        let n = s.reports.len();
         let cur = self.sel.dispatch;
-        let find_fwd = |f: &dyn Fn(usize) -> bool| (cur + 1..n).find(|&p| f(p));
-        let find_back = |f: &dyn Fn(usize) -> bool| (0..cur).rev().find(|&p| f(p));
-        let refused = |p: usize| s.rows[p].counts.refusals > 0;
-        let escaped = |p: usize| s.rows[p].counts.escapes > 0;
+        // Rows a capture's background scan has not sent yet are not searched.
+        let find_fwd = |f: &dyn Fn(usize) -> bool| (cur + 1..s.rows.len()).find(|&p| f(p));
+        let find_back =
+            |f: &dyn Fn(usize) -> bool| (0..cur.min(s.rows.len())).rev().find(|&p| f(p));
+        let refused = |p: usize| s.rows.get(p).is_some_and(|r| r.counts.refusals > 0);
+        let escaped = |p: usize| s.rows.get(p).is_some_and(|r| r.counts.escapes > 0);
         match cmd {
             Command::Next => (cur + 1 < n).then_some(cur + 1),
             Command::Previous => cur.checked_sub(1),
@@ -324,6 +343,18 @@ impl GuiApp {
         egui::Panel::top("menu").show(ui, |ui| self.menu_ui(ui));
         egui::Panel::top("toolbar").show(ui, |ui| self.toolbar_ui(ui));
         egui::Panel::bottom("status").show(ui, |ui| self.status_ui(ui));
+        if let Some(s) = &self.session
+            && !s.rows.is_empty()
+        {
+            egui::Panel::bottom("timeline")
+                .resizable(true)
+                .default_size(110.0)
+                .min_size(60.0)
+                .show(ui, |ui| {
+                    let h = ui.available_height().max(50.0);
+                    actions.extend(self.timeline.ui(ui, &s.rows, self.sel.dispatch, h));
+                });
+        }
         if self.session.is_some() {
             let bookmarks = self.bookmarks();
             egui::Panel::left("dispatches")
@@ -357,6 +388,12 @@ impl GuiApp {
 
     fn poll(&mut self, ctx: &egui::Context) {
         self.poll_live(ctx);
+        if let Some(s) = &mut self.session
+            && s.scanning()
+        {
+            s.poll_rows();
+            ctx.request_repaint_after(std::time::Duration::from_millis(50));
+        }
         if let Some(l) = &self.loader {
             match l.poll() {
                 Some(result) => {
@@ -480,7 +517,14 @@ impl GuiApp {
             return Vec::new();
         };
         let Some(r) = s.reports.get(self.sel.dispatch) else {
-            style::nothing(ui, "This session has no dispatches.");
+            style::nothing(
+                ui,
+                if s.reports.is_empty() {
+                    "This session has no dispatches."
+                } else {
+                    "This dispatch's record could not be read (see the error above)."
+                },
+            );
             return Vec::new();
         };
         ui.horizontal_wrapped(|ui| {
@@ -511,6 +555,11 @@ impl GuiApp {
             }
         });
         ui.separator();
+        if let Some(note) = &s.state_note
+            && matches!(self.settings.tab, Tab::Memory | Tab::ChunkTable)
+        {
+            ui.label(RichText::new(note).color(style::MUTED));
+        }
         let sel = &self.sel;
         let more = match self.settings.tab {
             Tab::Bindings => self.bindings.ui(ui, r, sel),
@@ -534,6 +583,18 @@ impl GuiApp {
         }
         if dismiss {
             self.notice = None;
+        }
+        if let Some(s) = &self.session
+            && s.scanning()
+        {
+            ui.label(
+                RichText::new(format!(
+                    "reading the dispatch list: {} of {}",
+                    s.rows.len(),
+                    s.reports.len()
+                ))
+                .color(style::MUTED),
+            );
         }
         if let Some(w) = self.session.as_ref().and_then(|s| s.warning.as_ref()) {
             egui::Frame::group(ui.style())
@@ -580,7 +641,12 @@ pub fn run_gui(open: Vec<PathBuf>) -> anyhow::Result<()> {
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
             .with_title("dispatchscope")
-            .with_inner_size([1440.0, 900.0])
+            // With no size remembered, the screen's: eframe clamps the inner size to the largest
+            // monitor, and a window manager maximizes it; a remembered size (persist_window)
+            // replaces both.
+            .with_inner_size([16384.0, 16384.0])
+            .with_maximized(true)
+            .with_min_inner_size([800.0, 500.0])
             .with_drag_and_drop(true),
         persist_window: true,
         ..Default::default()

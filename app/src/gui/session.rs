@@ -1,25 +1,30 @@
-//! A session: the reports of every dispatch of one opened sample, computed once when it loads,
-//! plus what the panels need that a report does not carry (the chunk table as each dispatch left
-//! it, shared between dispatches that left it unchanged).
+//! A session: the reports of every dispatch of one opened sample or capture, plus what the panels
+//! need that a report does not carry (guest memory and the chunk table as each dispatch left them).
 //!
-//! Loading runs the engine once, on a background thread for files ([`Loader`]); the views only
-//! ever read the result. A capture is read back as a sample (`CaptureFile::to_sample`) and
-//! replayed the same way; a torn tail becomes a warning on the session, not an error. Which of
-//! the two a file is, and the warning's words, are `crate::load`'s, shared with the CLI.
+//! A sample (JSON, small) is replayed once, on a background thread for files ([`Loader`]), and
+//! everything is kept in memory. A capture is read through its index: opening it reads dispatch
+//! 0's report and checkpoints, and selecting dispatch N reads its DISPATCH record and the engine
+//! state checkpoints that cover it (`dispatchscope_formats::checkpoint`), a few kept; a background
+//! thread reads every report once for the dispatch list's rows. Nothing replays the capture,
+//! except a small one that keeps no checkpoints (it is replayed as a sample is). A torn tail
+//! becomes a warning on the session, not an error. Which of the two a file is, and the warning's
+//! words, are `crate::load`'s, shared with the CLI.
 //! A live session starts empty and grows with [`Session::push_live`] as dispatches arrive.
 
-use std::path::PathBuf;
+use std::io::{Read, Seek};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use dispatchscope_core::{CpuBackend, DispatchReport, Engine};
 use dispatchscope_formats::capture::{self, FILE_MAGIC};
+use dispatchscope_formats::checkpoint::StateIndex;
 use dispatchscope_formats::sample::{Sample, SampleError};
+use dispatchscope_formats::session::{CaptureFile, Kind, SNIFF_BYTES, SessionError, kind_of};
 use dispatchscope_views::{DispatchRow, MemoryView, TableSnapshot};
 
 use crate::load::torn_note;
-use dispatchscope_formats::session::{Kind, kind_of};
 
 /// Where a session came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,28 +85,122 @@ pub struct Progress {
     pub total: AtomicUsize,
 }
 
-/// Everything the panels draw for one opened sample.
+/// How many reports read from a capture stay in memory (the selection and the last few visited).
+const REPORT_CACHE: usize = 16;
+
+/// A capture without checkpoints of engine state at most this large is replayed up front, as a
+/// sample is, so that its Memory and Chunk table panels are drawn; a larger one is not (opening
+/// it must not take the whole session's replay).
+pub const REPLAY_UP_FRONT_BYTES: u64 = 64 << 20;
+
+/// Rows are sent from the scanning thread in batches of this many.
+const ROW_BATCH: usize = 256;
+
+/// What a capture is read through: a file, or bytes already in memory (tests, a dropped file).
+pub trait CaptureSource: Read + Seek + Send {}
+impl<T: Read + Seek + Send> CaptureSource for T {}
+
+/// An open capture read on demand.
+type Capture = CaptureFile<Box<dyn CaptureSource>>;
+
+/// Opens a capture again, for the thread that scans its rows.
+type Reopen = Box<dyn Fn() -> Result<Capture, SessionError> + Send>;
+
+/// The reports of a session: all in memory (a sample, a live session), or read from a capture
+/// through its index when a dispatch is selected ([`Session::prepare`]), a few kept.
+pub struct Reports {
+    /// Every report, for a session held in memory.
+    kept: Vec<DispatchReport>,
+    /// The capture they are read from, otherwise.
+    disk: Option<Disk>,
+}
+
+/// A capture's reports and checkpoints, read on demand.
+struct Disk {
+    file: Capture,
+    n: usize,
+    /// Recently read reports, newest last.
+    cache: Vec<(usize, DispatchReport)>,
+    states: StateIndex,
+    /// The memory checkpoint last read: its record, and the view made from it.
+    memory: Option<(usize, Arc<MemoryView>)>,
+    /// The table checkpoint last read: its record, and the snapshot made from it.
+    table: Option<(usize, TableSnapshot)>,
+}
+
+impl Reports {
+    fn in_memory(kept: Vec<DispatchReport>) -> Self {
+        Self { kept, disk: None }
+    }
+
+    /// Dispatches in the session.
+    pub fn len(&self) -> usize {
+        self.disk.as_ref().map_or(self.kept.len(), |d| d.n)
+    }
+
+    /// Whether the session has no dispatch.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The report at `pos`, if it is in memory: always for a session held in memory; for a
+    /// capture, once [`Session::prepare`] read it.
+    pub fn get(&self, pos: usize) -> Option<&DispatchReport> {
+        match &self.disk {
+            None => self.kept.get(pos),
+            Some(d) => d
+                .cache
+                .iter()
+                .rev()
+                .find(|(p, _)| *p == pos)
+                .map(|(_, r)| r),
+        }
+    }
+
+    /// Every report held in memory, in order (a capture's are read one at a time instead).
+    #[allow(dead_code, reason = "the tests, which include this module, use it")]
+    pub fn in_memory_reports(&self) -> &[DispatchReport] {
+        &self.kept
+    }
+
+    /// Whether reports are read from a capture on demand.
+    #[allow(dead_code, reason = "the tests, which include this module, use it")]
+    pub fn on_disk(&self) -> bool {
+        self.disk.is_some()
+    }
+}
+
+/// Rows arriving from the thread that scans a capture's reports.
+struct RowScan {
+    rx: mpsc::Receiver<Result<Vec<DispatchRow>, String>>,
+}
+
+/// Everything the panels draw for one opened session.
 pub struct Session {
     /// Where it came from.
     pub source: Source,
     /// The sample's title.
     pub title: String,
-    /// One report per dispatch, in order.
-    pub reports: Vec<DispatchReport>,
-    /// One table row per dispatch.
+    /// The reports, in order.
+    pub reports: Reports,
+    /// One table row per dispatch (for a capture, filled in by a background scan).
     pub rows: Vec<DispatchRow>,
-    /// Per dispatch: the chunk table as it stood after the dispatch, if one existed yet.
-    pub tables: Vec<Option<TableSnapshot>>,
-    /// Per dispatch: guest memory as the dispatch left it, shared while unchanged (empty for a
-    /// session made from reports alone).
-    pub memory: Vec<Arc<MemoryView>>,
+    /// Per dispatch: the chunk table as it stood after the dispatch, if one existed yet (a
+    /// session held in memory; a capture's come from its checkpoints).
+    tables: Vec<Option<TableSnapshot>>,
+    /// Per dispatch: guest memory as the dispatch left it, shared while unchanged (a session held
+    /// in memory).
+    memory: Vec<Arc<MemoryView>>,
     /// Something the person should know that did not stop the load (a capture's torn tail).
     pub warning: Option<String>,
+    /// Why the Memory and Chunk table panels lack engine state, when they do.
+    pub state_note: Option<String>,
+    rows_scan: Option<RowScan>,
 }
 
 impl Session {
     /// Reads `bytes` (the contents of `source`) as a sample or a capture ([`kind_of`] tells
-    /// which) and replays it.
+    /// which); a sample is replayed, a capture read through its index.
     pub fn load(source: Source, bytes: &[u8], progress: &Progress) -> Result<Session, LoadError> {
         puffin::profile_function!();
         let name = source.display();
@@ -113,7 +212,13 @@ impl Session {
         };
         let kind = kind_of(bytes);
         if kind == Some(Kind::Capture) {
-            return Self::load_capture(source, bytes, progress);
+            let bytes: Arc<[u8]> = Arc::from(bytes);
+            let reopen: Reopen = {
+                let (bytes, name) = (Arc::clone(&bytes), name.clone());
+                Box::new(move || open_capture_bytes(&name, Arc::clone(&bytes)))
+            };
+            let file = open_capture_bytes(&name, bytes).map_err(|e| capture_error(&name, e))?;
+            return Self::load_capture(source, file, reopen, progress);
         }
         let magic = String::from_utf8_lossy(&FILE_MAGIC);
         let text = std::str::from_utf8(bytes).map_err(|e| {
@@ -147,49 +252,66 @@ impl Session {
         Self::replay(source, &sample, progress).map_err(|e| err(e.to_string(), None))
     }
 
-    /// Reads `bytes` as a capture: every complete record back to a sample, then a replay. A torn
-    /// tail (a recorder that died) keeps what came before it and becomes [`Session::warning`].
+    /// Opens a capture: with checkpoints of engine state (or too large to replay), through its
+    /// index: dispatch 0's report and checkpoints now, every row from a background scan; a small
+    /// capture without checkpoints is read back as a sample and replayed. A torn tail (a
+    /// recorder that died) keeps what came before it and becomes [`Session::warning`].
     fn load_capture(
         source: Source,
-        bytes: &[u8],
+        mut file: Capture,
+        reopen: Reopen,
         progress: &Progress,
     ) -> Result<Session, LoadError> {
-        use dispatchscope_formats::session::{CaptureFile, SessionError};
+        puffin::profile_function!();
         let name = source.display();
-        let from_session = |e: SessionError| {
-            let offset_bytes = match &e {
-                SessionError::Record { offset, .. } => Some(*offset),
-                _ => None,
-            };
-            // The panel names the file already; drop the "path: " prefix of the message.
-            let text = e.to_string();
-            let message = text
-                .strip_prefix(&format!("{name}: "))
-                .unwrap_or(&text)
-                .to_owned();
-            LoadError {
-                source: name.clone(),
-                message: format!("bad capture: {message}"),
-                at: None,
-                offset_bytes,
-            }
-        };
-        let reader = capture::CaptureReader::from_bytes(bytes.to_vec()).map_err(|error| {
-            from_session(SessionError::Capture {
-                path: name.clone(),
-                error,
-            })
-        })?;
-        let mut file = CaptureFile::from_reader(name.clone(), reader).map_err(from_session)?;
         let torn = torn_note(&file);
-        let (sample, _recorded) = file.to_sample().map_err(from_session)?;
-        let mut session = Self::replay(source, &sample, progress).map_err(|e| LoadError {
-            source: name.clone(),
-            message: format!("the capture replays with an error: {e}"),
-            at: None,
-            offset_bytes: None,
-        })?;
-        session.warning = torn;
+        let states = file.states();
+        let size = file.len_bytes();
+        if !states.has_memory() && size <= REPLAY_UP_FRONT_BYTES {
+            let (sample, _recorded) = file.to_sample().map_err(|e| capture_error(&name, e))?;
+            let mut session = Self::replay(source, &sample, progress).map_err(|e| LoadError {
+                source: name.clone(),
+                message: format!("the capture replays with an error: {e}"),
+                at: None,
+                offset_bytes: None,
+            })?;
+            session.warning = torn;
+            return Ok(session);
+        }
+        let n = file.n_dispatches();
+        let title = file.meta().title.clone();
+        let state_note = (!states.has_memory()).then(|| {
+            format!(
+                "This capture ({} MiB) keeps no checkpoints of engine state, so the Memory and Chunk table panels show what the report carries only; `dispatchscope convert` it to a new capture to add them.",
+                size >> 20
+            )
+        });
+        let mut session = Session {
+            source,
+            title,
+            reports: Reports {
+                kept: Vec::new(),
+                disk: Some(Disk {
+                    file,
+                    n,
+                    cache: Vec::new(),
+                    states,
+                    memory: None,
+                    table: None,
+                }),
+            },
+            rows: Vec::new(),
+            tables: Vec::new(),
+            memory: Vec::new(),
+            warning: torn,
+            state_note,
+            rows_scan: None,
+        };
+        if n > 0 {
+            session.prepare(0).map_err(|e| capture_error(&name, e))?;
+        }
+        session.rows_scan = Some(scan_rows(reopen, n));
+        progress.total.store(n, Ordering::Relaxed);
         Ok(session)
     }
 
@@ -201,16 +323,17 @@ impl Session {
     /// Appends a dispatch received from a live target (no chunk table or memory view: the
     /// target sends reports, not its engine's state).
     pub fn push_live(&mut self, report: DispatchReport) {
-        self.rows.push(DispatchRow::from_report(&report));
-        self.reports.push(report);
+        let row = DispatchRow::after(&report, self.rows.last());
+        self.rows.push(row);
+        self.reports.kept.push(report);
         self.tables.push(None);
     }
 
     /// Drops the oldest `n` dispatches (a live session keeps a bounded window).
     pub fn drop_front(&mut self, n: usize) {
-        let n = n.min(self.reports.len());
-        self.reports.drain(..n);
-        self.rows.drain(..n);
+        let n = n.min(self.reports.kept.len());
+        self.reports.kept.drain(..n);
+        self.rows.drain(..n.min(self.rows.len()));
         self.tables.drain(..n.min(self.tables.len()));
         self.memory.drain(..n.min(self.memory.len()));
     }
@@ -265,33 +388,269 @@ impl Session {
         Ok(session)
     }
 
-    /// A session of already computed reports (tests, benches, a capture later).
+    /// A session of already computed reports (tests, benches, a live session).
     pub fn from_reports(
         source: Source,
         title: String,
         reports: Vec<DispatchReport>,
         tables: Vec<Option<TableSnapshot>>,
     ) -> Session {
-        let rows = reports.iter().map(DispatchRow::from_report).collect();
+        let rows = rows_of(&reports);
         Session {
             source,
             title,
-            reports,
+            reports: Reports::in_memory(reports),
             rows,
             tables,
             memory: Vec::new(),
             warning: None,
+            state_note: None,
+            rows_scan: None,
         }
+    }
+
+    /// Makes what the panels of dispatch `pos` draw ready: for a capture, its report and its
+    /// checkpoints, read through the index unless already read; for a session in memory, nothing.
+    pub fn prepare(&mut self, pos: usize) -> Result<(), SessionError> {
+        puffin::profile_function!();
+        let Some(d) = &mut self.reports.disk else {
+            return Ok(());
+        };
+        if pos >= d.n {
+            return Ok(());
+        }
+        if let Some(i) = d.cache.iter().position(|(p, _)| *p == pos) {
+            let hit = d.cache.remove(i);
+            d.cache.push(hit);
+        } else {
+            let record = d.file.dispatch(pos)?;
+            let report = match record.report {
+                Some(r) => r,
+                None => {
+                    let idx = dispatch_record(&d.file, pos);
+                    return Err(d.file.bad_record(
+                        idx,
+                        format!("dispatch {pos} carries no report (the recorder did not have it); replay it with `dispatchscope explain`"),
+                    ));
+                }
+            };
+            if d.cache.len() >= REPORT_CACHE {
+                d.cache.remove(0);
+            }
+            d.cache.push((pos, report));
+        }
+        if let Some((_, idx)) = d.states.memory_at(pos)
+            && d.memory.as_ref().is_none_or(|(i, _)| *i != idx)
+        {
+            let m = d.file.memory_state(idx)?;
+            let view = MemoryView::from_runs(
+                m.page_bytes,
+                m.reservations
+                    .into_iter()
+                    .map(|r| (r.range, r.runs.into_iter().map(|x| (x.pages, x.page)))),
+                m.targets,
+            );
+            d.memory = Some((idx, Arc::new(view)));
+        }
+        if let Some((_, idx)) = d.states.table_at(pos)
+            && d.table.as_ref().is_none_or(|(i, _)| *i != idx)
+            && let Some((from, idx, t)) = d.file.table_at(&d.states, pos)?
+        {
+            d.table = Some((idx, TableSnapshot::new(t.table, from)));
+        }
+        Ok(())
     }
 
     /// Guest memory as the dispatch at `pos` left it, if the session kept it.
     pub fn memory(&self, pos: usize) -> Option<&MemoryView> {
-        self.memory.get(pos).map(|m| &**m)
+        match &self.reports.disk {
+            None => self.memory.get(pos).map(|m| &**m),
+            Some(d) => {
+                let (_, idx) = d.states.memory_at(pos)?;
+                d.memory
+                    .as_ref()
+                    .filter(|(i, _)| *i == idx)
+                    .map(|(_, m)| &**m)
+            }
+        }
     }
 
     /// The chunk table as the dispatch at `pos` left it.
     pub fn table(&self, pos: usize) -> Option<&TableSnapshot> {
-        self.tables.get(pos).and_then(Option::as_ref)
+        match &self.reports.disk {
+            None => self.tables.get(pos).and_then(Option::as_ref),
+            Some(d) => {
+                let (_, idx) = d.states.table_at(pos)?;
+                d.table.as_ref().filter(|(i, _)| *i == idx).map(|(_, t)| t)
+            }
+        }
+    }
+
+    /// Per dispatch, the chunk table kept in memory (empty for a capture read on demand).
+    #[allow(dead_code, reason = "the tests, which include this module, use it")]
+    pub fn tables_in_memory(&self) -> &[Option<TableSnapshot>] {
+        &self.tables
+    }
+
+    /// Whether rows are still arriving from the background scan.
+    pub fn scanning(&self) -> bool {
+        self.rows_scan.is_some()
+    }
+
+    /// Takes the rows the background scan has sent; a bad record ends the scan with a warning
+    /// (the rows before it stay). Returns whether any arrived.
+    pub fn poll_rows(&mut self) -> bool {
+        let Some(scan) = &self.rows_scan else {
+            return false;
+        };
+        let mut any = false;
+        loop {
+            match scan.rx.try_recv() {
+                Ok(Ok(batch)) => {
+                    any = true;
+                    self.rows.extend(batch);
+                }
+                Ok(Err(message)) => {
+                    self.warning = Some(format!(
+                        "the dispatch list stops at {}: {message}",
+                        self.rows.len()
+                    ));
+                    self.rows_scan = None;
+                    return true;
+                }
+                Err(mpsc::TryRecvError::Empty) => return any,
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    self.rows_scan = None;
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// Waits until every row has arrived (tests, and a window that must have them all).
+    #[allow(dead_code, reason = "the tests, which include this module, use it")]
+    pub fn finish_rows(&mut self) {
+        while let Some(scan) = &self.rows_scan {
+            match scan.rx.recv() {
+                Ok(Ok(batch)) => self.rows.extend(batch),
+                Ok(Err(message)) => {
+                    self.warning = Some(format!(
+                        "the dispatch list stops at {}: {message}",
+                        self.rows.len()
+                    ));
+                    self.rows_scan = None;
+                }
+                Err(_) => self.rows_scan = None,
+            }
+        }
+    }
+}
+
+/// The rows of `reports`, in order (frames counted on from one to the next).
+fn rows_of(reports: &[DispatchReport]) -> Vec<DispatchRow> {
+    let mut rows: Vec<DispatchRow> = Vec::with_capacity(reports.len());
+    for r in reports {
+        let row = DispatchRow::after(r, rows.last());
+        rows.push(row);
+    }
+    rows
+}
+
+/// The index in `file.records()` of DISPATCH record `pos`, for an error's offset.
+fn dispatch_record(file: &Capture, pos: usize) -> usize {
+    file.records()
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.kind == capture::RecordKind::DISPATCH)
+        .nth(pos)
+        .map_or(0, |(i, _)| i)
+}
+
+/// Reads every report of the capture `reopen` opens, in order, on a thread of its own, and sends
+/// their rows in batches; the window shows the first dispatch meanwhile.
+fn scan_rows(reopen: Reopen, n: usize) -> RowScan {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut file = match reopen() {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = tx.send(Err(e.to_string()));
+                return;
+            }
+        };
+        let mut batch: Vec<DispatchRow> = Vec::with_capacity(ROW_BATCH.min(n));
+        let mut prev: Option<DispatchRow> = None;
+        for pos in 0..n {
+            let row = file.dispatch(pos).map_err(|e| e.to_string()).and_then(|r| {
+                r.report
+                    .as_ref()
+                    .map(|r| DispatchRow::after(r, batch.last().or(prev.as_ref())))
+                    .ok_or_else(|| format!("dispatch {pos} carries no report"))
+            });
+            match row {
+                Ok(row) => batch.push(row),
+                Err(e) => {
+                    let _ = tx.send(Ok(std::mem::take(&mut batch)));
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            }
+            if batch.len() == ROW_BATCH {
+                prev = batch.last().cloned();
+                if tx.send(Ok(std::mem::take(&mut batch))).is_err() {
+                    return;
+                }
+            }
+        }
+        let _ = tx.send(Ok(batch));
+    });
+    RowScan { rx }
+}
+
+/// Opens the capture at `path` through its index (reading nothing else).
+fn open_capture_path(path: &Path) -> Result<Capture, SessionError> {
+    let name = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|error| SessionError::Read {
+        path: name.clone(),
+        error,
+    })?;
+    let inner: Box<dyn CaptureSource> = Box::new(std::io::BufReader::new(file));
+    let reader =
+        capture::CaptureReader::from_reader(inner).map_err(|error| SessionError::Capture {
+            path: name.clone(),
+            error,
+        })?;
+    CaptureFile::from_reader(name, reader)
+}
+
+/// Opens a capture held in memory.
+fn open_capture_bytes(name: &str, bytes: Arc<[u8]>) -> Result<Capture, SessionError> {
+    let inner: Box<dyn CaptureSource> = Box::new(std::io::Cursor::new(bytes));
+    let reader =
+        capture::CaptureReader::from_reader(inner).map_err(|error| SessionError::Capture {
+            path: name.to_owned(),
+            error,
+        })?;
+    CaptureFile::from_reader(name.to_owned(), reader)
+}
+
+/// A capture's error as the error panel shows it: "bad capture: …", the record's offset.
+pub fn capture_error(name: &str, e: SessionError) -> LoadError {
+    let offset_bytes = match &e {
+        SessionError::Record { offset, .. } => Some(*offset),
+        _ => None,
+    };
+    // The panel names the file already; drop the "path: " prefix of the message.
+    let text = e.to_string();
+    let message = text
+        .strip_prefix(&format!("{name}: "))
+        .unwrap_or(&text)
+        .to_owned();
+    LoadError {
+        source: name.to_owned(),
+        message: format!("bad capture: {message}"),
+        at: None,
+        offset_bytes,
     }
 }
 
@@ -339,17 +698,27 @@ impl Loader {
     }
 }
 
-/// Reads and replays the file at `path` on this thread.
-pub fn load_file(
-    path: &std::path::Path,
-    source: Source,
-    progress: &Progress,
-) -> Result<Session, LoadError> {
-    let bytes = std::fs::read(path).map_err(|e| LoadError {
+/// Opens the file at `path` on this thread: a sample is read and replayed; a capture is opened
+/// through its index, never read whole.
+pub fn load_file(path: &Path, source: Source, progress: &Progress) -> Result<Session, LoadError> {
+    use std::io::Read as _;
+    let read_error = |e: std::io::Error| LoadError {
         source: source.display(),
         message: format!("could not read the file: {e}"),
         at: None,
         offset_bytes: None,
-    })?;
+    };
+    let mut start = Vec::with_capacity(SNIFF_BYTES);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(SNIFF_BYTES as u64).read_to_end(&mut start))
+        .map_err(read_error)?;
+    if kind_of(&start) == Some(Kind::Capture) {
+        let name = source.display();
+        let file = open_capture_path(path).map_err(|e| capture_error(&name, e))?;
+        let again = path.to_path_buf();
+        let reopen: Reopen = Box::new(move || open_capture_path(&again));
+        return Session::load_capture(source, file, reopen, progress);
+    }
+    let bytes = std::fs::read(path).map_err(read_error)?;
     Session::load(source, &bytes, progress)
 }

@@ -33,6 +33,7 @@ use dispatchscope_core::input::{Backing, Event};
 use dispatchscope_core::{CpuBackend, Engine};
 use dispatchscope_demo::{Demo, DemoConfig};
 use dispatchscope_live::protocol::{MAX_FRAME_BYTES, decode, decode_to_debugger, encode_frame};
+use dispatchscope_live::wire::{Decoder, Encoder};
 use dispatchscope_live::{Incoming, LiveClient, Tap, TapConfig, ToDebugger};
 
 fn tiny() -> (Engine<CpuBackend>, DispatchInput) {
@@ -237,6 +238,8 @@ fn codec(c: &mut Criterion) {
         index: report.index,
         input: Box::new(input.clone()),
         report: Box::new(report.clone()),
+        mapping_state: None,
+        accesses_left_out: 0,
     };
     let frame = encode_frame(&message, MAX_FRAME_BYTES).unwrap();
     println!(
@@ -257,6 +260,29 @@ fn codec(c: &mut Criterion) {
     });
     g.bench_function("decode_direct", |b| {
         b.iter(|| decode_to_debugger(black_box(payload)).unwrap())
+    });
+    // Version 2: one binary frame of this dispatch (its mapping state first, as a new session's).
+    let v2 = |m: &ToDebugger| {
+        let mut enc = Encoder::new(usize::MAX, MAX_FRAME_BYTES);
+        let mut out = Vec::new();
+        enc.push(m.clone(), &mut out, &mut |_, _| {}).unwrap();
+        enc.finish_frame(&mut out);
+        out
+    };
+    let v2_frame = v2(&message);
+    println!(
+        "codec: the same dispatch is a {} KiB binary (v2) frame",
+        v2_frame.len() / 1024
+    );
+    g.bench_function("encode_v2_frame", |b| b.iter(|| v2(black_box(&message))));
+    g.bench_function("decode_v2_frame", |b| {
+        b.iter(|| {
+            let mut out = Vec::new();
+            Decoder::new()
+                .decode(black_box(&v2_frame[4..]), &mut out)
+                .unwrap();
+            out
+        })
     });
     g.bench_function("decode_untyped_json_value", |b| {
         b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(payload)).unwrap())

@@ -35,6 +35,9 @@
 //! 6. Every 32nd frame the upload ring is released (it waits for the shading dispatch, M5) and
 //!    reserved again; every frame ends with a retire.
 //!
+//! 7. With [`DemoConfig::dispatches_per_frame`] above the scene's own 5, passes 2–5 again in turn
+//!    (update, inside, primary, secondary, shade) until the frame has made that many.
+//!
 //! Now and then (every [`DemoConfig::refusal_every`] frames, at the middle of the period) a
 //! refusal: alternately the update pass's member misaligned by 4 bytes (O7) and an extra compaction
 //! pass storing through a format descriptor it cannot resolve (W2); and every
@@ -111,7 +114,17 @@ pub struct DemoConfig {
     pub rays: u32,
     /// Levels each ray walks.
     pub depth: u32,
+    /// Dispatches a frame makes: the scene's own passes (5, or 6 with a compaction pass), then
+    /// its update, inside, ray and shading passes again in turn until there are this many (a
+    /// game's frame makes hundreds; `dispatchscope demo` makes [`GAME_DISPATCHES_PER_FRAME`]).
+    pub dispatches_per_frame: u32,
 }
+
+/// Dispatches a frame of the scene's own passes makes (without the compaction pass).
+pub const BASE_DISPATCHES_PER_FRAME: u32 = 5;
+/// What `dispatchscope demo` makes a frame by default: at 60 frames a second, 12,000 dispatches a
+/// second, a game's rate.
+pub const GAME_DISPATCHES_PER_FRAME: u32 = 200;
 
 impl Default for DemoConfig {
     fn default() -> Self {
@@ -121,6 +134,7 @@ impl Default for DemoConfig {
             escape_every: 50,
             rays: 16,
             depth: 3,
+            dispatches_per_frame: BASE_DISPATCHES_PER_FRAME,
         }
     }
 }
@@ -380,6 +394,18 @@ impl Demo {
         ];
         if compact {
             inputs.push(self.compact_pass());
+        }
+        let mut extra = 0u32;
+        while inputs.len() < self.config.dispatches_per_frame as usize {
+            let input = match extra % 5 {
+                0 => self.update_pass(f, false),
+                1 => self.inside_pass(f),
+                2 => self.ray_pass(PRIMARY, "primary rays", rays, 0, false),
+                3 => self.ray_pass(SECONDARY, "secondary rays", (rays / 2).max(1), 64, false),
+                _ => self.shade_pass(f),
+            };
+            inputs.push(input);
+            extra += 1;
         }
         for input in &inputs {
             let report = tap.dispatch(&mut self.engine, input)?;

@@ -35,7 +35,8 @@ impl ByteRange {
 
     /// Number of bytes in the range.
     pub fn size_bytes(&self) -> u64 {
-        self.end - self.start
+        // A range read from a file may have its ends the wrong way round: it holds no byte.
+        self.end.saturating_sub(self.start)
     }
 
     /// Whether the range holds no byte.

@@ -122,8 +122,19 @@ impl Backend for CpuBackend {
         }
         // Keep the guest's offset within 64 KiB so that device addresses share the guest's low
         // bits (as a host pointer to a page-aligned allocation would), then leave a gap.
+        // Checked: a piece of most of the 64-bit space does not fit the simulated address space.
         let base = self.next_device + (piece.start & 0xffff);
-        self.next_device = (base + piece.size_bytes() + 0x1_0000 + 0xffff) & !0xffff;
+        let next = base
+            .checked_add(piece.size_bytes())
+            .and_then(|end| end.checked_add(0x1_0000 + 0xffff))
+            .ok_or_else(|| BackendError::Import {
+                piece,
+                why: format!(
+                    "{:#x} bytes do not fit the CPU reference's device address space above {base:#x}",
+                    piece.size_bytes()
+                ),
+            })?;
+        self.next_device = next & !0xffff;
         self.imports.insert(base, piece);
         Ok(base)
     }

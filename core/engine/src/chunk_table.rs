@@ -45,12 +45,11 @@ pub const MIN_CAPACITY: usize = 16;
 /// more is refused ([`TableError::TooLarge`]).
 pub const MAX_CAPACITY_LOG2: u32 = 28;
 
-/// How many times a build may double the capacity beyond the working size ([`MAX_LOAD`]) to fit every key
-/// within the probe bound before it gives up ([`TableError::NoRoom`]). Each doubling halves the load;
-/// four of them mean a load under 1.8 %, and keys that still do not fit mean a probe bound too small
-/// for them (a bound of 1 needs every key on its own home slot).
-pub const MAX_EXTRA_DOUBLINGS: u32 = 4;
-
+/// T2 grows the table until every key fits within the probe bound: a build or insert that finds no room
+/// doubles the capacity and places the keys again, as many times as it takes, up to the capacity limit
+/// (2^[`MAX_CAPACITY_LOG2`] slots, or the smaller limit given to [`ChunkTable::build_within`]). Keys
+/// that fit at no capacity up to the limit are refused by name ([`TableError::NoRoom`]), with the sizes.
+/// (An earlier build stopped after four extra doublings; T2 names no such cap.)
 /// A probe bound for callers with no bound of their own. Our choice (D964 names no number): on realistic
 /// keys at the working load the longest probe sequence measured is 4–11, so 16 rarely forces a grow,
 /// while a miss still stops at the first empty slot (1.4 probes on average).
@@ -182,9 +181,10 @@ pub enum TableError {
         /// The chunk ([`EMPTY_KEY`]).
         guest_chunk: u64,
     },
-    /// T2: even after [`MAX_EXTRA_DOUBLINGS`] doublings a key found no empty slot within the bound.
+    /// T2: a key found no empty slot within the bound at any capacity up to the table's limit.
     #[error(
-        "guest chunk {guest_chunk:#x} finds no empty slot within probe bound {probe_bound} even at capacity {capacity} ({n_entries} chunks); the bound is too small for these keys (T2)"
+        "guest chunk {guest_chunk:#x} finds no empty slot within probe bound {probe_bound} even at capacity {capacity} ({n_entries} chunks), the largest table allowed ({} bytes); T2 grows the table until the keys fit, and these keys fit no table up to that limit",
+        (*capacity as u128) * SLOT_BYTES as u128
     )]
     NoRoom {
         /// A chunk that could not be placed.
@@ -214,6 +214,12 @@ pub enum TableError {
         n_entries: usize,
         /// The capacity, as a power of two, that was needed.
         capacity_log2: u32,
+    },
+    /// [`ChunkTable::from_slots`]: slots that no table could have left (a damaged or foreign image).
+    #[error("not a chunk table's slots: {reason}")]
+    BadImage {
+        /// What was wrong, with the values.
+        reason: String,
     },
 }
 
@@ -259,6 +265,8 @@ pub enum InsertOutcome {
 #[derive(Clone)]
 pub struct ChunkTable {
     chunk_shift: u32,
+    /// The most slots, as a power of two, a grow may reach ([`ChunkTable::build_within`]).
+    max_capacity_log2: u32,
     capacity_log2: u32,
     probe_bound: u32,
     /// The hash's multiplier ([`home_slot`]), one of [`MULTIPLIERS`].
@@ -390,6 +398,22 @@ enum PlaceError {
 /// The most keys a table of `capacity` slots holds at [`MAX_LOAD`].
 fn max_len(capacity: usize) -> usize {
     (capacity as f64 * MAX_LOAD) as usize
+}
+
+/// Checks, before anything is allocated, that `n_entries` chunks fit a table of at most
+/// 2^[`MAX_CAPACITY_LOG2`] slots at [`MAX_LOAD`]: a caller that would list every chunk of its mappings
+/// first counts them, so that a mapping of terabytes in small chunks is refused by name, with the sizes,
+/// instead of being listed.
+pub fn check_entries(n_entries: u64) -> Result<(), TableError> {
+    let most = max_len(1usize << MAX_CAPACITY_LOG2) as u64;
+    if n_entries > most {
+        let n = usize::try_from(n_entries).unwrap_or(usize::MAX);
+        return Err(TableError::TooLarge {
+            n_entries: n,
+            capacity_log2: working_log2(n),
+        });
+    }
+    Ok(())
 }
 
 /// The capacity, as a power of two, of a table holding `n_entries` at no more than [`MAX_LOAD`].
@@ -553,6 +577,7 @@ fn place_growing<I>(
     entries: impl Fn() -> I,
     n_entries: usize,
     start_log2: u32,
+    max_log2: u32,
     probe_bound: u32,
     fixed: Option<u64>,
     rebuilds: &mut u64,
@@ -560,11 +585,11 @@ fn place_growing<I>(
 where
     I: Iterator<Item = (u64, u64)>,
 {
-    let last_log2 = start_log2.saturating_add(MAX_EXTRA_DOUBLINGS);
+    let last_log2 = max_log2.min(MAX_CAPACITY_LOG2);
     let mut log2 = start_log2;
     let mut homes = Vec::new();
     loop {
-        if log2 > MAX_CAPACITY_LOG2 {
+        if log2 > last_log2 {
             return Err(TableError::TooLarge {
                 n_entries,
                 capacity_log2: log2,
@@ -627,7 +652,22 @@ impl ChunkTable {
         probe_bound: u32,
         entries: &[(u64, u64)],
     ) -> Result<ChunkTable, TableError> {
-        Self::build_inner(chunk_bytes, probe_bound, entries, None)
+        Self::build_inner(chunk_bytes, probe_bound, entries, None, MAX_CAPACITY_LOG2)
+    }
+
+    /// [`ChunkTable::build`] with a capacity limit of at most 2^`max_capacity_log2` slots (and never
+    /// above 2^[`MAX_CAPACITY_LOG2`]), kept through every grow: a device with less room for the table
+    /// states its own limit.
+    ///
+    /// # Errors
+    /// As [`ChunkTable::build`], with this limit.
+    pub fn build_within(
+        chunk_bytes: u64,
+        probe_bound: u32,
+        entries: &[(u64, u64)],
+        max_capacity_log2: u32,
+    ) -> Result<ChunkTable, TableError> {
+        Self::build_inner(chunk_bytes, probe_bound, entries, None, max_capacity_log2)
     }
 
     /// [`ChunkTable::build`] with a multiplier of the caller's (odd, or it is made odd), kept through
@@ -641,7 +681,13 @@ impl ChunkTable {
         entries: &[(u64, u64)],
         multiplier: u64,
     ) -> Result<ChunkTable, TableError> {
-        Self::build_inner(chunk_bytes, probe_bound, entries, Some(multiplier | 1))
+        Self::build_inner(
+            chunk_bytes,
+            probe_bound,
+            entries,
+            Some(multiplier | 1),
+            MAX_CAPACITY_LOG2,
+        )
     }
 
     fn build_inner(
@@ -649,6 +695,7 @@ impl ChunkTable {
         probe_bound: u32,
         entries: &[(u64, u64)],
         fixed: Option<u64>,
+        max_capacity_log2: u32,
     ) -> Result<ChunkTable, TableError> {
         let chunk_shift = chunk_shift_of(chunk_bytes)?;
         if probe_bound == 0 {
@@ -659,12 +706,14 @@ impl ChunkTable {
             || entries.iter().copied(),
             entries.len(),
             working_log2(entries.len()),
+            max_capacity_log2,
             probe_bound,
             fixed,
             &mut rebuilds,
         )?;
         Ok(ChunkTable {
             chunk_shift,
+            max_capacity_log2: max_capacity_log2.min(MAX_CAPACITY_LOG2),
             capacity_log2: placed.capacity_log2,
             probe_bound,
             multiplier: placed.multiplier,
@@ -743,6 +792,7 @@ impl ChunkTable {
             },
             n_entries,
             start_log2,
+            self.max_capacity_log2,
             self.probe_bound,
             self.fixed_multiplier.then_some(self.multiplier),
             &mut rebuilds,
@@ -907,7 +957,7 @@ impl ChunkTable {
         let mut probes = Vec::new();
         let mut slot = home;
         let mut outcome = LookupOutcome::MissBound;
-        for _ in 0..self.probe_bound {
+        for _ in 0..self.bound() {
             let Some(s) = self.slots.get(slot) else { break };
             if s.is_empty() {
                 probes.push(ProbeStep { slot, key: None });
@@ -944,6 +994,90 @@ impl ChunkTable {
             bytes.extend_from_slice(&s.device_addr.to_le_bytes());
         }
         bytes
+    }
+
+    /// A table from the image [`ChunkTable::slots`] and its parameters gave (a debugger's saved
+    /// copy of the table a dispatch left), checked slot by slot so that the lookup's unchecked reads
+    /// stay in bounds: the capacity a power of two from [`MIN_CAPACITY`] to 2^[`MAX_CAPACITY_LOG2`],
+    /// the multiplier odd, every stored chunk within `probe_bound - 1` slots of its home with no
+    /// empty slot between (T2), no chunk twice, and the load at most [`MAX_LOAD`].
+    ///
+    /// # Errors
+    /// A bad chunk size or bound as in [`ChunkTable::build`], or [`TableError::BadImage`] naming the
+    /// first slot that breaks a rule.
+    pub fn from_slots(
+        chunk_bytes: u64,
+        probe_bound: u32,
+        multiplier: u64,
+        image: &[TableSlot],
+    ) -> Result<ChunkTable, TableError> {
+        let chunk_shift = chunk_shift_of(chunk_bytes)?;
+        if probe_bound == 0 {
+            return Err(TableError::ZeroProbeBound);
+        }
+        let bad = |reason: String| Err(TableError::BadImage { reason });
+        let capacity = image.len();
+        if !capacity.is_power_of_two()
+            || capacity < MIN_CAPACITY
+            || capacity.trailing_zeros() > MAX_CAPACITY_LOG2
+        {
+            return bad(format!(
+                "{capacity} slots: not a power of two from {MIN_CAPACITY} to 2^{MAX_CAPACITY_LOG2}"
+            ));
+        }
+        if multiplier & 1 == 0 {
+            return bad(format!("multiplier {multiplier:#x} is even"));
+        }
+        let capacity_log2 = capacity.trailing_zeros();
+        let mask = capacity - 1;
+        let bound = (probe_bound as usize).min(capacity);
+        let mut seen = hashbrown::HashSet::new();
+        let mut len = 0usize;
+        for (slot, s) in image.iter().enumerate() {
+            if s.is_empty() {
+                continue;
+            }
+            len += 1;
+            if !seen.insert(s.guest_chunk) {
+                return bad(format!(
+                    "chunk {:#x} is stored twice (slot {slot})",
+                    s.guest_chunk
+                ));
+            }
+            let home = home_slot(s.guest_chunk, multiplier, capacity_log2);
+            let distance = slot.wrapping_sub(home) & mask;
+            if distance >= bound {
+                return bad(format!(
+                    "chunk {:#x} at slot {slot} is {distance} slots from its home slot {home}, past probe bound {probe_bound}",
+                    s.guest_chunk
+                ));
+            }
+            if let Some(gap) = (0..distance).find(|d| image[(home + d) & mask].is_empty()) {
+                return bad(format!(
+                    "chunk {:#x} at slot {slot} has an empty slot {} between it and its home slot {home}",
+                    s.guest_chunk,
+                    (home + gap) & mask
+                ));
+            }
+        }
+        if len > max_len(capacity) {
+            return bad(format!(
+                "{len} chunks in {capacity} slots, over the load limit {MAX_LOAD:.3}"
+            ));
+        }
+        let mut slots = SlotMem::empty(capacity)?;
+        slots.copy_from_slice(image);
+        Ok(ChunkTable {
+            chunk_shift,
+            max_capacity_log2: MAX_CAPACITY_LOG2,
+            capacity_log2,
+            probe_bound,
+            multiplier,
+            fixed_multiplier: true,
+            slots,
+            len,
+            rebuilds: 0,
+        })
     }
 
     /// Slots, a power of two.
@@ -1014,7 +1148,7 @@ impl ChunkTable {
     /// How many stored keys a hit needs each number of probes for: index `p` counts the keys found on
     /// the `p`-th slot read (index 0 is always 0). The length is `probe_bound() + 1`.
     pub fn probe_histogram_hits(&self) -> Vec<u64> {
-        let mut histogram = vec![0u64; self.probe_bound as usize + 1];
+        let mut histogram = vec![0u64; self.bound() as usize + 1];
         for (slot, s) in self.slots.iter().enumerate() {
             if !s.is_empty()
                 && let Some(n) = histogram.get_mut(self.probes_at(slot, s.guest_chunk))
@@ -1142,6 +1276,7 @@ mod tests {
             for m in MULTIPLIERS {
                 let t = ChunkTable {
                     chunk_shift: 12,
+                    max_capacity_log2: MAX_CAPACITY_LOG2,
                     capacity_log2: log2,
                     probe_bound: 1,
                     multiplier: m,
@@ -1264,20 +1399,35 @@ mod tests {
         check_invariants(&t);
     }
 
-    #[test]
-    fn t2_build_gives_up_by_name_when_no_capacity_fits() {
-        // Bound 1 needs 2000 distinct home slots; at 2^17 slots (the working 2^13 doubled four times)
-        // some 15 pairs of scattered keys still share one, whichever multiplier is chosen.
+    /// Scattered keys that need far more than the working capacity under probe bound 1.
+    fn scattered_keys(n: usize) -> Vec<(u64, u64)> {
         let mut x = 0x000D_9640u64;
-        let entries: Vec<(u64, u64)> = (0..2000)
+        (0..n)
             .map(|_| {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
                 (x >> 16, 0)
             })
-            .collect();
-        let e = ChunkTable::build(PAGE, 1, &entries).unwrap_err();
+            .collect()
+    }
+
+    #[test]
+    fn t2_build_grows_until_the_keys_fit() {
+        // Bound 1 needs 2000 distinct home slots: at 2^17 slots (the working 2^13 doubled four
+        // times) some 15 pairs of these keys still share one. T2 grows on until they fit.
+        let entries = scattered_keys(2000);
+        let t = ChunkTable::build(PAGE, 1, &entries).unwrap();
+        assert!(t.capacity() > 131_072, "{}", t.capacity());
+        for &(k, _) in &entries {
+            assert_eq!(t.lookup_slot(k), Some(t.home_slot(k)), "{k:#x}");
+        }
+    }
+
+    #[test]
+    fn t2_build_gives_up_by_name_at_the_stated_limit() {
+        let entries = scattered_keys(2000);
+        let e = ChunkTable::build_within(PAGE, 1, &entries, 17).unwrap_err();
         assert!(
             matches!(
                 e,
@@ -1290,9 +1440,11 @@ mod tests {
             ),
             "{e:?}"
         );
+        let text = e.to_string();
         assert!(
-            e.to_string()
-                .contains("within probe bound 1 even at capacity 131072 (2000 chunks)")
+            text.contains("within probe bound 1 even at capacity 131072 (2000 chunks)")
+                && text.contains("2097152 bytes"),
+            "{text}"
         );
     }
 
@@ -1602,5 +1754,42 @@ mod choice_tests {
         let t = ChunkTable::build(PAGE, 4, &[(1, 0x1000)]).unwrap();
         assert_eq!(t.lookup(EMPTY_KEY), None);
         assert_eq!(t.device_from_guest(u64::MAX), None);
+    }
+
+    #[test]
+    fn from_slots_rebuilds_the_same_table_and_refuses_a_bad_image() {
+        let entries: Vec<(u64, u64)> = (0..500u64)
+            .map(|k| (k * 7 + 3, 0x10_0000 + k * PAGE))
+            .collect();
+        let t = ChunkTable::build(PAGE, 8, &entries).unwrap();
+        let back = ChunkTable::from_slots(PAGE, 8, t.multiplier(), t.slots()).unwrap();
+        assert_eq!(back.slots(), t.slots());
+        assert_eq!(back.len(), t.len());
+        for &(k, d) in &entries {
+            assert_eq!(back.lookup(k), Some(d));
+            assert_eq!(back.trace(k), t.trace(k));
+        }
+        // A stored chunk moved away from its run breaks T2.
+        let mut image = t.slots().to_vec();
+        let (at, moved) = image
+            .iter()
+            .enumerate()
+            .find(|(_, s)| !s.is_empty())
+            .map(|(i, s)| (i, *s))
+            .unwrap();
+        image[at] = TableSlot::EMPTY;
+        let far = (at + t.capacity() / 2) & (t.capacity() - 1);
+        image[far] = moved;
+        let e = ChunkTable::from_slots(PAGE, 8, t.multiplier(), &image).unwrap_err();
+        assert!(matches!(e, TableError::BadImage { .. }), "{e}");
+        // Not a power of two, an even multiplier.
+        assert!(matches!(
+            ChunkTable::from_slots(PAGE, 8, 1, &image[..48]),
+            Err(TableError::BadImage { .. })
+        ));
+        assert!(matches!(
+            ChunkTable::from_slots(PAGE, 8, 2, t.slots()),
+            Err(TableError::BadImage { .. })
+        ));
     }
 }

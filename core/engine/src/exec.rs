@@ -133,12 +133,16 @@ pub fn run_job(
         masks: Vec::with_capacity(job.holders.len()),
     };
     // O8: each holder uploaded once, from its widened range.
+    // A holder is at most maxStorageBufferRange bytes (O5's range limit refuses a wider one, and
+    // that limit is a 32-bit value), so its size fits a `usize` and rounds up to words without
+    // overflow. Only the pages whose contents are held are copied into the zeroed buffer.
     for h in &job.holders {
-        let size = h.size_bytes() as usize;
-        let mut buf = vec![0u8; size.div_ceil(4) * 4];
-        memory.read_bytes(h.start, &mut buf[..size]);
+        let size = usize::try_from(h.size_bytes()).unwrap_or(usize::MAX);
+        let words = size.div_ceil(4);
+        let mut buf = vec![0u8; words.saturating_mul(4)];
+        memory.read_bytes_into_zeroed(h.start, &mut buf[..size]);
         out.holders.push(buf);
-        out.masks.push(vec![0; size.div_ceil(4)]);
+        out.masks.push(vec![0; words]);
     }
     // C1: the slot of each chunk each store hit, counted per slot at the end.
     let mut marked: Vec<usize> = Vec::new();

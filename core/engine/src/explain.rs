@@ -143,6 +143,21 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
             set.end - set.base,
             if set.written { "" } else { ", read only" }
         )?;
+        let tied: Vec<String> = r
+            .slots
+            .iter()
+            .filter(|b| b.set == Some(i) && b.offset == 0 && b.role == Role::Member)
+            .map(|b| b.slot.to_string())
+            .collect();
+        if !tied.is_empty() {
+            writeln!(
+                o,
+                "    O4 tie: slot {} and slot {} share the lowest base {:#x}; the earliest slot holds the set, read as the lowest slot number (whatever order the slots are listed in)",
+                set.holder,
+                tied.join(", slot "),
+                set.base
+            )?;
+        }
         for m in &set.members {
             writeln!(
                 o,
@@ -181,9 +196,14 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
     }
     if !r.before.copies.is_empty() {
         let copies: Vec<String> = r.before.copies.iter().map(|c| c.to_string()).collect();
+        let why = if r.mode == Mode::Bound {
+            "a holder's binding covers them (the last such copy and every older one, in order)"
+        } else {
+            "the dispatch may read anywhere"
+        };
         writeln!(
             o,
-            "  C3: deferred copies written into guest memory first: {}",
+            "  C3: deferred copies written into guest memory first, because {why}: {}",
             copies.join(", ")
         )?;
         for t in &r.before.targets_distrusted {
@@ -193,10 +213,16 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
                 t.id, t.name, t.range, t.by
             )?;
         }
-    } else if r.before.still_deferred > 0 {
+    }
+    if r.before.still_deferred > 0 {
+        let why = if r.mode == Mode::Refused {
+            "the dispatch did not run"
+        } else {
+            "no binding of this bound dispatch covers them, and it reads only its bindings"
+        };
         writeln!(
             o,
-            "  C3: {} deferred copies stay deferred: a bound dispatch reads only its bindings",
+            "  C3: {} deferred copies stay deferred: {why}",
             r.before.still_deferred
         )?;
     }

@@ -85,21 +85,37 @@ fn category(p: &PageState) -> Option<LeftOutReason> {
     }
 }
 
+/// [`category`] for a page already mapped: a guard does not drop it ([`PageState::keeps_mapping`]).
+fn mapped_category(p: &PageState) -> Option<LeftOutReason> {
+    match category(p) {
+        Some(LeftOutReason::NotReadWrite) if p.keeps_mapping() => None,
+        c => c,
+    }
+}
+
 /// Splits `range` into maximal stretches of pages with the same M3 category. Pages the guest left
 /// unreadable lie in no readable run (M1): they are skipped and end a stretch, so that a revisit
 /// (M5) or a re-import after a decommit (M4) never maps them between a protect and the remap that
 /// follows it.
 fn stretches(memory: &GuestMemory, range: ByteRange) -> Vec<(ByteRange, Option<LeftOutReason>)> {
-    let page = memory.page_bytes();
+    stretches_by(memory, range, category)
+}
+
+/// [`stretches`] by `category`.
+fn stretches_by(
+    memory: &GuestMemory,
+    range: ByteRange,
+    category: fn(&PageState) -> Option<LeftOutReason>,
+) -> Vec<(ByteRange, Option<LeftOutReason>)> {
     let mut out: Vec<(ByteRange, Option<LeftOutReason>)> = Vec::new();
-    memory.for_pages(range, |addr, p| {
+    memory.for_page_runs(range, |run, p| {
         if !p.guest.readable {
             return;
         }
         let c = category(p);
         match out.last_mut() {
-            Some((r, last)) if *last == c && r.end == addr => r.end = addr + page,
-            _ => out.push((ByteRange::new(addr, addr + page), c)),
+            Some((r, last)) if *last == c && r.end == run.start => r.end = run.end,
+            _ => out.push((run, c)),
         }
     });
     out
@@ -300,6 +316,54 @@ impl Mappings {
             }
         }
         Ok(mapped)
+    }
+
+    /// M3 after the mapping: a page's state may change after its piece was mapped (the guest
+    /// protects it read-only, the host lowers its protection, it becomes shared). The mapping follows
+    /// the page's state: every mapped piece over `range` is looked at again, the parts of it that no
+    /// longer qualify are dropped and left out with their reason, and what still qualifies is mapped
+    /// again. Returns the dropped ranges and why.
+    pub fn requalify(
+        &mut self,
+        memory: &GuestMemory,
+        backend: &mut dyn Backend,
+        range: ByteRange,
+    ) -> Result<Vec<(ByteRange, LeftOutReason)>, BackendError> {
+        let over: Vec<Piece> = self
+            .pieces
+            .values()
+            .filter(|p| p.guest.overlaps(&range))
+            .copied()
+            .collect();
+        let mut dropped = Vec::new();
+        for p in over {
+            // Pages the guest made unreadable move the generation (M1, M4): the next dispatch maps
+            // again, so only a readable page that no longer qualifies drops the piece now.
+            let parts = stretches_by(memory, p.guest, mapped_category);
+            if parts.iter().all(|(_, cat)| cat.is_none()) {
+                continue;
+            }
+            self.version += 1;
+            self.release_piece(backend, p.guest.start)?;
+            for (r, cat) in parts {
+                match cat {
+                    None => self.import(
+                        backend,
+                        memory,
+                        r,
+                        p.reservation,
+                        p.mapped_before_dispatch,
+                        p.by_revisit,
+                    )?,
+                    Some(reason) => {
+                        self.left_out
+                            .insert(r.start, LeftOutReport { guest: r, reason });
+                        dropped.push((r, reason));
+                    }
+                }
+            }
+        }
+        Ok(dropped)
     }
 
     /// M4: drops every mapping over `range` before its host memory goes (decommit or release).

@@ -61,6 +61,98 @@ impl Default for DeviceLimits {
     }
 }
 
+/// The largest host page a device may state: 64 KiB, the largest page of the hosts an emulator runs
+/// on. Guest contents are kept a host page at a time, so a page size is an allocation size.
+pub const MAX_HOST_PAGE_BYTES: u64 = 0x1_0000;
+
+/// The most bytes of LDS a workgroup may state: 1 MiB (AMD's workgroups have 64 KiB; the CPU
+/// reference grows a workgroup's LDS to the furthest byte an access reaches, up to this size).
+pub const MAX_LDS_BYTES: u32 = 1 << 20;
+
+/// The most bytes of scratch a lane may state: 1 MiB (the CPU reference grows a lane's scratch to
+/// the furthest byte an access reaches, up to this size).
+pub const MAX_SCRATCH_BYTES_PER_LANE: u32 = 1 << 20;
+
+/// The largest probe bound (T2) a device may state. A lookup never probes more slots than the
+/// table has, and the table's probe histogram has one bucket per probe: a larger bound is no
+/// bound at all.
+pub const MAX_PROBE_BOUND: u32 = 4096;
+
+/// A device description that no device can have: each message names the field and its value.
+#[derive(Clone, Debug, PartialEq, Eq, Error, Serialize, Deserialize)]
+#[allow(missing_docs, reason = "the messages document the fields")]
+pub enum LimitsError {
+    #[error(
+        "minStorageBufferOffsetAlignment {value:#x} is not a power of two from 1 to 0x100 (Vulkan's limit, O7)"
+    )]
+    Alignment { value: u64 },
+    #[error(
+        "maxStorageBufferRange {value:#x} is 0 or above 0xffffffff (Vulkan states it as a 32-bit value)"
+    )]
+    StorageBufferRange { value: u64 },
+    #[error(
+        "host page size {value:#x} is not a power of two from 0x100 to {MAX_HOST_PAGE_BYTES:#x}"
+    )]
+    HostPage { value: u64 },
+    #[error("probe bound {value} is not from 1 to {MAX_PROBE_BOUND} (T2)")]
+    ProbeBound { value: u32 },
+    #[error(
+        "LDS of {value:#x} bytes per workgroup is above the {MAX_LDS_BYTES:#x} bytes the CPU reference keeps"
+    )]
+    Lds { value: u32 },
+    #[error(
+        "scratch of {value:#x} bytes per lane is above the {MAX_SCRATCH_BYTES_PER_LANE:#x} bytes the CPU reference keeps"
+    )]
+    Scratch { value: u32 },
+    #[error(
+        "the {name} aperture {value:#x} is not a 32-bit value (P1 compares an address's high 32 bits)"
+    )]
+    Aperture { name: &'static str, value: u64 },
+}
+
+impl DeviceLimits {
+    /// Checks that a device could have these limits: every value a sample or capture states is
+    /// checked here before anything is sized by it.
+    pub fn check(&self) -> Result<(), LimitsError> {
+        let a = self.min_storage_buffer_offset_alignment;
+        if !a.is_power_of_two() || a > 0x100 {
+            return Err(LimitsError::Alignment { value: a });
+        }
+        let r = self.max_storage_buffer_range;
+        if r == 0 || r > u64::from(u32::MAX) {
+            return Err(LimitsError::StorageBufferRange { value: r });
+        }
+        let p = self.host_page_bytes;
+        if !p.is_power_of_two() || !(0x100..=MAX_HOST_PAGE_BYTES).contains(&p) {
+            return Err(LimitsError::HostPage { value: p });
+        }
+        if !(1..=MAX_PROBE_BOUND).contains(&self.probe_bound) {
+            return Err(LimitsError::ProbeBound {
+                value: self.probe_bound,
+            });
+        }
+        if self.lds_bytes > MAX_LDS_BYTES {
+            return Err(LimitsError::Lds {
+                value: self.lds_bytes,
+            });
+        }
+        if self.scratch_bytes_per_lane > MAX_SCRATCH_BYTES_PER_LANE {
+            return Err(LimitsError::Scratch {
+                value: self.scratch_bytes_per_lane,
+            });
+        }
+        for (name, value) in [
+            ("LDS", self.lds_aperture),
+            ("scratch", self.scratch_aperture),
+        ] {
+            if value > u64::from(u32::MAX) {
+                return Err(LimitsError::Aperture { name, value });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Compute or graphics. Only a compute dispatch may run device-addressed (A1).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -349,8 +441,12 @@ impl Slot {
 
     /// The byte offset in the slot that `(index, offset)` addresses for lane `lane`: plain
     /// `index * stride + offset`, or AMD's swizzled pattern when the descriptor enables it.
-    pub fn addressed_offset(&self, index: Option<u32>, offset: u64, lane: u32) -> u64 {
-        let Some(index) = index else { return offset };
+    /// `None` when the arithmetic passes 2^64 (no slot is that large, so validation refuses it
+    /// as [`InputError::AccessOutsideSlot`]); every step is checked, since each operand is input.
+    pub fn addressed_offset(&self, index: Option<u32>, offset: u64, lane: u32) -> Option<u64> {
+        let Some(index) = index else {
+            return Some(offset);
+        };
         let index = u64::from(index)
             + if self.index_from_lane {
                 u64::from(lane)
@@ -363,17 +459,21 @@ impl Slot {
             self.stride_bytes
         });
         match self.swizzle {
-            None => index * stride + offset,
+            None => index.checked_mul(stride)?.checked_add(offset),
             Some(Swizzle {
                 element_bytes,
                 index_stride,
             }) => {
                 let elem = u64::from(element_bytes.max(1));
                 let istride = u64::from(index_stride.max(1));
-                (index / istride) * stride * istride
-                    + (offset / elem) * elem * istride
-                    + (index % istride) * elem
-                    + offset % elem
+                let blocks = (index / istride)
+                    .checked_mul(stride)?
+                    .checked_mul(istride)?;
+                let elements = (offset / elem).checked_mul(elem)?.checked_mul(istride)?;
+                blocks
+                    .checked_add(elements)?
+                    .checked_add((index % istride) * elem)?
+                    .checked_add(offset % elem)
             }
         }
     }
@@ -540,7 +640,7 @@ pub enum InputError {
         base: u64,
         size_bytes: u64,
     },
-    #[error("slot {slot} takes its base from push words {word} and {} but the push block has {len} words", word + 1)]
+    #[error("slot {slot} takes its base from push words {word} and {} but the push block has {len} words", u64::from(*word) + 1)]
     PushWordMissing { slot: u32, word: u32, len: usize },
     #[error("slot {slot} takes its base from push word {word}, which T3 reserves for the chunk table's address (words {DEVICE_TABLE_PUSH_WORD} and {})", DEVICE_TABLE_PUSH_WORD + 1)]
     PushWordTaken { slot: u32, word: u32 },
@@ -571,7 +671,7 @@ pub enum InputError {
     },
     #[error("access {access} names slot {slot}, which the dispatch does not bind")]
     UnknownSlot { access: usize, slot: u32 },
-    #[error("access {access}: bytes {offset:#x}..{end:#x} of slot {slot} lie outside its {size_bytes:#x} bytes", end = offset + u64::from(*size))]
+    #[error("access {access}: bytes {offset:#x}..{end:#x} of slot {slot} lie outside its {size_bytes:#x} bytes", end = u128::from(*offset) + u128::from(*size))]
     AccessOutsideSlot {
         access: usize,
         slot: u32,
@@ -579,6 +679,34 @@ pub enum InputError {
         size: u32,
         size_bytes: u64,
     },
+    #[error(
+        "access {access}: index {index} and offset {offset:#x} address a byte past 2^64 in slot {slot}, which has {size_bytes:#x} bytes"
+    )]
+    OffsetOverflow {
+        access: usize,
+        slot: u32,
+        index: u32,
+        offset: u64,
+        size_bytes: u64,
+    },
+    #[error(
+        "access {access}: a store through slot {slot}, which the dispatch declares read-only (written: false); O1 joins slots by that flag, so the input contradicts itself"
+    )]
+    StoreThroughReadOnlySlot { access: usize, slot: u32 },
+    #[error("access {access}: a ray intersection only reads its node (W3); it cannot be a store")]
+    RayStore { access: usize },
+    #[error(
+        "access {access}: {size} bytes at {address:#x} pass the end of the 64-bit address space"
+    )]
+    AddressWraps {
+        access: usize,
+        address: u64,
+        size: u32,
+    },
+    #[error(
+        "page {page:#x} of the page buffer (D961) is not aligned to the {page_bytes:#x}-byte host page"
+    )]
+    PageBufferUnaligned { page: u64, page_bytes: u64 },
     #[error("access {access}: size {size} bytes; an access is 1 to 64 bytes")]
     BadSize { access: usize, size: u32 },
     #[error("access {access}: a store of {size} bytes carries {got} values, not {expected}")]

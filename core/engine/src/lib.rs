@@ -20,6 +20,7 @@ pub mod exec;
 pub mod explain;
 pub mod import;
 pub mod input;
+pub mod instrument;
 pub mod memory;
 pub mod overlap;
 pub mod report;

@@ -51,11 +51,20 @@ impl PageState {
         }
     }
 
-    /// M3: whether a page may be mapped: committed, private and read-write.
+    /// M3: whether a page may be mapped: committed, private and read-write, and the guest may
+    /// write it (a page the guest may not write is left out, whatever the host's protection).
     pub fn mappable(&self) -> bool {
+        self.keeps_mapping() && !self.guarded
+    }
+
+    /// M3 for a page already mapped: committed, private, host read-write and guest-writable. A
+    /// write-watch guard does not drop a mapping (device stores pass guards by; C1 marks them),
+    /// and M2 releases the guards of every run it maps.
+    pub fn keeps_mapping(&self) -> bool {
         self.committed
             && self.backing == Backing::Private
-            && self.effective_protection() == HostProtection::ReadWrite
+            && self.protection == HostProtection::ReadWrite
+            && self.guest.writable
     }
 }
 
@@ -64,8 +73,152 @@ impl PageState {
 pub struct Reservation {
     /// The reserved bytes, page-aligned.
     pub range: ByteRange,
-    /// One state per page.
-    pub pages: Vec<PageState>,
+    /// The state of every page, kept as runs of equal states.
+    pub pages: PageRuns,
+}
+
+/// The pages of one reservation as maximal runs of equal [`PageState`]s, so that a reservation
+/// costs its runs, not its pages: a 64-bit guest reserves terabytes as a matter of course, and a
+/// 1 TiB reservation that no event has split is one run, as a 4 KiB one is.
+///
+/// Pages are numbered from 0 at the reservation's start. Runs are kept maximal (two neighbouring
+/// runs never have the same state), so two reservations with the same pages compare equal.
+/// Finding a page or changing a range of pages is O(log runs) plus the runs it changes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageRuns {
+    /// How many pages.
+    n_pages: u64,
+    /// First page of each run → the run's state; a run ends where the next begins (or at
+    /// `n_pages`). Never empty when `n_pages > 0`.
+    runs: BTreeMap<u64, PageState>,
+}
+
+impl PageRuns {
+    /// `n_pages` pages, all in `state`.
+    pub fn new(n_pages: u64, state: PageState) -> Self {
+        let mut runs = BTreeMap::new();
+        if n_pages > 0 {
+            runs.insert(0, state);
+        }
+        Self { n_pages, runs }
+    }
+
+    /// How many pages.
+    pub fn len(&self) -> u64 {
+        self.n_pages
+    }
+
+    /// Whether there are no pages.
+    pub fn is_empty(&self) -> bool {
+        self.n_pages == 0
+    }
+
+    /// How many runs.
+    pub fn n_runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// The state of page `i`.
+    pub fn get(&self, i: u64) -> Option<&PageState> {
+        if i >= self.n_pages {
+            return None;
+        }
+        self.runs.range(..=i).next_back().map(|(_, p)| p)
+    }
+
+    /// The state of the first page.
+    pub fn first(&self) -> Option<&PageState> {
+        self.get(0)
+    }
+
+    /// Every run as `(first page, end page, state)`, half-open, in page order.
+    pub fn runs(&self) -> impl Iterator<Item = (u64, u64, &PageState)> + '_ {
+        let mut it = self.runs.iter().peekable();
+        std::iter::from_fn(move || {
+            let (&start, state) = it.next()?;
+            let end = it.peek().map_or(self.n_pages, |(next, _)| **next);
+            Some((start, end, state))
+        })
+    }
+
+    /// The runs that pages `first..end` lie in, clipped to them, in page order.
+    pub fn runs_in(
+        &self,
+        first: u64,
+        end: u64,
+    ) -> impl Iterator<Item = (u64, u64, &PageState)> + '_ {
+        let end = end.min(self.n_pages);
+        let from = self
+            .runs
+            .range(..=first)
+            .next_back()
+            .map_or(first, |(&k, _)| k);
+        let mut it = self.runs.range(from..end.max(from)).peekable();
+        std::iter::from_fn(move || {
+            let (&start, state) = it.next()?;
+            let run_end = it.peek().map_or(end, |(next, _)| (**next).min(end));
+            Some((start.max(first), run_end, state))
+        })
+        .filter(|(a, b, _)| a < b)
+    }
+
+    /// Every page's state in page order, one item a page (as a slice of pages would give them);
+    /// prefer [`PageRuns::runs`] for anything that may be large.
+    pub fn iter(&self) -> impl Iterator<Item = &PageState> + '_ {
+        self.runs().flat_map(|(a, b, p)| {
+            std::iter::repeat_n(p, usize::try_from(b - a).unwrap_or(usize::MAX))
+        })
+    }
+
+    /// Splits the run holding page `at` so that a run starts there (`at < n_pages`).
+    fn split_at(&mut self, at: u64) {
+        if at >= self.n_pages || self.runs.contains_key(&at) {
+            return;
+        }
+        if let Some(&state) = self.runs.range(..at).next_back().map(|(_, p)| p) {
+            self.runs.insert(at, state);
+        }
+    }
+
+    /// Applies `f` to the state of every page in `first..end` (clipped to the pages), then
+    /// joins neighbouring runs that became equal. Returns how many pages `f` was applied to.
+    pub fn update(&mut self, first: u64, end: u64, mut f: impl FnMut(&mut PageState)) -> u64 {
+        let end = end.min(self.n_pages);
+        if first >= end {
+            return 0;
+        }
+        self.split_at(first);
+        self.split_at(end);
+        for (_, p) in self.runs.range_mut(first..end) {
+            f(p);
+        }
+        // Join equal neighbours from the run before `first` to the run at `end`.
+        let from = self
+            .runs
+            .range(..first)
+            .next_back()
+            .map_or(first, |(&k, _)| k);
+        let keys: Vec<u64> = self.runs.range(from..=end).map(|(&k, _)| k).collect();
+        let mut prev: Option<PageState> = None;
+        for k in keys {
+            let state = self.runs[&k];
+            if prev == Some(state) {
+                self.runs.remove(&k);
+            } else {
+                prev = Some(state);
+            }
+        }
+        end - first
+    }
+
+    /// Calls `f` with `(pages, state)` for each run over `first..end` and sums what it returns:
+    /// counting pages that have a property without visiting each page.
+    pub fn count(&self, first: u64, end: u64, f: impl Fn(&PageState) -> bool) -> u64 {
+        self.runs_in(first, end)
+            .filter(|(_, _, p)| f(p))
+            .map(|(a, b, _)| b - a)
+            .sum()
+    }
 }
 
 /// A texture or draw buffer made from guest pages and trusted until they are written (D720).
@@ -103,8 +256,10 @@ pub enum MemoryError {
     NoTarget { id: u32 },
     #[error("a protected target with id {id} already exists")]
     DuplicateTarget { id: u32 },
-    #[error("host page size {page_bytes:#x} is not a power of two of at least 0x100 bytes")]
+    #[error("host page size {page_bytes:#x} is not a power of two from 0x100 to 0x10000 bytes")]
     BadPageSize { page_bytes: u64 },
+    #[error("{len:#x} bytes at {address:#x} pass the end of the 64-bit address space")]
+    BytesWrap { address: u64, len: u64 },
 }
 
 /// What an event changed, for the engine and the report.
@@ -140,7 +295,9 @@ pub struct GuestMemory {
 impl GuestMemory {
     /// Empty guest memory with host pages of `page_bytes`.
     pub fn new(page_bytes: u64) -> Result<Self, MemoryError> {
-        if !page_bytes.is_power_of_two() || page_bytes < 0x100 {
+        if !page_bytes.is_power_of_two()
+            || !(0x100..=crate::input::MAX_HOST_PAGE_BYTES).contains(&page_bytes)
+        {
             return Err(MemoryError::BadPageSize { page_bytes });
         }
         Ok(Self {
@@ -191,8 +348,7 @@ impl GuestMemory {
     /// The state of the page holding `addr`, if a reservation holds it.
     pub fn page_at(&self, addr: u64) -> Option<&PageState> {
         let r = self.reservation_at(addr)?;
-        r.pages
-            .get(((addr - r.range.start) >> self.page_shift) as usize)
+        r.pages.get((addr - r.range.start) >> self.page_shift)
     }
 
     /// The page-aligned range of the page holding `addr`.
@@ -201,60 +357,82 @@ impl GuestMemory {
         ByteRange::new(start, start.saturating_add(self.page_bytes))
     }
 
-    /// Every readable run, in address order (SPEC.md, Words; M1).
+    /// Every readable run, in address order (SPEC.md, Words; M1): O(runs of page states).
     pub fn readable_runs(&self) -> Vec<ReadableRun> {
-        let mut runs = Vec::new();
+        let mut runs: Vec<ReadableRun> = Vec::new();
         for r in self.reservations.values() {
-            let mut start: Option<u64> = None;
-            for (i, p) in r.pages.iter().enumerate() {
-                let addr = r.range.start + ((i as u64) << self.page_shift);
-                match (p.guest.readable, start) {
-                    (true, None) => start = Some(addr),
-                    (false, Some(s)) => {
-                        runs.push(ReadableRun {
-                            reservation: r.range.start,
-                            range: ByteRange::new(s, addr),
-                        });
-                        start = None;
-                    }
-                    _ => {}
+            for (a, b, p) in r.pages.runs() {
+                if !p.guest.readable {
+                    continue;
                 }
-            }
-            if let Some(s) = start {
-                runs.push(ReadableRun {
-                    reservation: r.range.start,
-                    range: ByteRange::new(s, r.range.end),
-                });
+                let range = ByteRange::new(
+                    r.range.start + (a << self.page_shift),
+                    r.range.start + (b << self.page_shift),
+                );
+                match runs.last_mut() {
+                    Some(last)
+                        if last.reservation == r.range.start && last.range.end == range.start =>
+                    {
+                        last.range.end = range.end;
+                    }
+                    _ => runs.push(ReadableRun {
+                        reservation: r.range.start,
+                        range,
+                    }),
+                }
             }
         }
         runs
     }
 
-    /// Calls `f` with the address and state of every page in `range` that a reservation holds.
-    pub fn for_pages(&self, range: ByteRange, mut f: impl FnMut(u64, &PageState)) {
-        for r in self.reservations.range(..range.end).rev() {
-            let r = r.1;
-            if r.range.end <= range.start {
-                break;
-            }
+    /// Calls `f` with the bytes and state of every run of equal page states in `range` that a
+    /// reservation holds, clipped to whole pages of `range`, in address order.
+    pub fn for_page_runs(&self, range: ByteRange, mut f: impl FnMut(ByteRange, &PageState)) {
+        let first_res = self
+            .reservations
+            .range(..=range.start)
+            .next_back()
+            .map_or(range.start, |(&k, _)| k);
+        for r in self
+            .reservations
+            .range(first_res..range.end.max(first_res))
+            .map(|(_, r)| r)
+        {
             let Some(both) = r.range.intersection(&range) else {
                 continue;
             };
             let first = (both.start - r.range.start) >> self.page_shift;
-            let last = (both.end - 1 - r.range.start) >> self.page_shift;
-            for i in first..=last {
-                if let Some(p) = r.pages.get(i as usize) {
-                    f(r.range.start + (i << self.page_shift), p);
-                }
+            let end = (both.end - 1 - r.range.start) >> self.page_shift;
+            for (a, b, p) in r.pages.runs_in(first, end + 1) {
+                f(
+                    ByteRange::new(
+                        r.range.start + (a << self.page_shift),
+                        r.range.start + (b << self.page_shift),
+                    ),
+                    p,
+                );
             }
         }
+    }
+
+    /// Calls `f` with the address and state of every page in `range` that a reservation holds,
+    /// page by page; [`GuestMemory::for_page_runs`] visits runs and is what large ranges want.
+    pub fn for_pages(&self, range: ByteRange, mut f: impl FnMut(u64, &PageState)) {
+        let page = self.page_bytes;
+        self.for_page_runs(range, |run, p| {
+            let mut addr = run.start;
+            while addr < run.end {
+                f(addr, p);
+                addr += page;
+            }
+        });
     }
 
     fn pages_mut(
         &mut self,
         range: ByteRange,
-        mut f: impl FnMut(&mut PageState),
-    ) -> Result<(), MemoryError> {
+        f: impl FnMut(&mut PageState),
+    ) -> Result<u64, MemoryError> {
         self.check_aligned(range)?;
         let shift = self.page_shift;
         let r = self
@@ -264,12 +442,9 @@ impl GuestMemory {
             .map(|(_, r)| r)
             .filter(|r| r.range.contains_range(&range))
             .ok_or(MemoryError::OutsideReservation { range })?;
-        let first = ((range.start - r.range.start) >> shift) as usize;
-        let last = ((range.end - r.range.start) >> shift) as usize;
-        for p in r.pages.get_mut(first..last).into_iter().flatten() {
-            f(p);
-        }
-        Ok(())
+        let first = (range.start - r.range.start) >> shift;
+        let end = (range.end - r.range.start) >> shift;
+        Ok(r.pages.update(first, end, f))
     }
 
     fn check_aligned(&self, range: ByteRange) -> Result<(), MemoryError> {
@@ -302,10 +477,11 @@ impl GuestMemory {
             .ok_or(MemoryError::NoReservation { base })
     }
 
-    fn readability(&self, range: ByteRange) -> Vec<bool> {
-        let mut v = Vec::new();
-        self.for_pages(range, |_, p| v.push(p.guest.readable));
-        v
+    /// Whether any page of `range` has a guest readability other than `readable`.
+    fn readability_differs(&self, range: ByteRange, readable: bool) -> bool {
+        let mut differs = false;
+        self.for_page_runs(range, |_, p| differs |= p.guest.readable != readable);
+        differs
     }
 
     /// Applies one event and says what changed. A bad event changes nothing.
@@ -320,14 +496,17 @@ impl GuestMemory {
                 backing,
             } => {
                 self.check_aligned(*range)?;
-                if let Some(existing) = self.reservations.values().find(|r| r.range.overlaps(range))
+                // Reservations never overlap, so the one starting last before the range's end is
+                // the only one that can: O(log n), not a scan.
+                if let Some((_, existing)) = self.reservations.range(..range.end).next_back()
+                    && existing.range.overlaps(range)
                 {
                     return Err(MemoryError::ReservationOverlap {
                         range: *range,
                         existing: existing.range,
                     });
                 }
-                let n = (range.size_bytes() >> self.page_shift) as usize;
+                let n = range.size_bytes() >> self.page_shift;
                 let page = PageState {
                     guest: GuestView {
                         readable: *readable,
@@ -343,7 +522,7 @@ impl GuestMemory {
                     range.start,
                     Reservation {
                         range: *range,
-                        pages: vec![page; n],
+                        pages: PageRuns::new(n, page),
                     },
                 );
                 change.runs_changed = *readable;
@@ -354,7 +533,7 @@ impl GuestMemory {
                     .get(base)
                     .ok_or(MemoryError::NoReservation { base: *base })?;
                 let range = r.range;
-                change.runs_changed = r.pages.iter().any(|p| p.guest.readable);
+                change.runs_changed = r.pages.runs().any(|(_, _, p)| p.guest.readable);
                 change.host_memory_going.push(range);
                 self.reservations.remove(base);
                 self.drop_contents(range);
@@ -373,7 +552,8 @@ impl GuestMemory {
                 readable,
                 writable,
             } => {
-                let before = self.readability(*range);
+                self.check_range(*range)?;
+                let differs = self.readability_differs(*range, *readable);
                 self.pages_mut(*range, |p| {
                     p.guest = GuestView {
                         readable: *readable,
@@ -381,7 +561,7 @@ impl GuestMemory {
                     };
                     p.protection = protection_for(*readable, *writable);
                 })?;
-                change.runs_changed = before.iter().any(|r| r != readable);
+                change.runs_changed = differs;
                 change.revisit.push(*range);
             }
             Event::HostProtect { range, protection } => {
@@ -433,6 +613,20 @@ impl GuestMemory {
         Ok(change)
     }
 
+    /// Checks that `len` bytes at `address` lie in one reservation (contents read from a file).
+    pub fn check_bytes(&self, address: u64, len: usize) -> Result<(), MemoryError> {
+        if len == 0 {
+            return Ok(());
+        }
+        if address.checked_add(len as u64).is_none() {
+            return Err(MemoryError::BytesWrap {
+                address,
+                len: len as u64,
+            });
+        }
+        self.byte_range(address, len).map(drop)
+    }
+
     fn byte_range(&self, address: u64, len: usize) -> Result<ByteRange, MemoryError> {
         let range = ByteRange::from_base_size(address, len as u64)
             .filter(|r| !r.is_empty())
@@ -463,13 +657,19 @@ impl GuestMemory {
             range.end.saturating_add(self.page_bytes - 1) & !(self.page_bytes - 1),
         );
         let shift = self.page_shift;
-        for r in self.reservations.values_mut() {
+        let first_res = self
+            .reservations
+            .range(..=pages.start)
+            .next_back()
+            .map_or(pages.start, |(&k, _)| k);
+        for (_, r) in self
+            .reservations
+            .range_mut(first_res..pages.end.max(first_res))
+        {
             if let Some(both) = r.range.intersection(&pages) {
-                let first = ((both.start - r.range.start) >> shift) as usize;
-                let last = ((both.end - r.range.start) >> shift) as usize;
-                for p in r.pages.get_mut(first..last).into_iter().flatten() {
-                    p.written = true;
-                }
+                let first = (both.start - r.range.start) >> shift;
+                let end = (both.end - r.range.start) >> shift;
+                r.pages.update(first, end, |p| p.written = true);
                 change.noted_written.push(both);
             }
         }
@@ -484,19 +684,34 @@ impl GuestMemory {
     /// M2: commit every page of `range`, release the guards over it and note its pages written.
     /// Returns (pages committed now, guards released).
     pub fn commit_for_mapping(&mut self, range: ByteRange) -> (u64, u64) {
-        let (mut committed, mut released) = (0, 0);
+        let mut committed = 0;
+        let mut released = 0;
+        self.for_page_runs(range, |run, p| {
+            let pages = run.size_bytes() >> self.page_shift;
+            committed += if p.committed { 0 } else { pages };
+            released += if p.guarded { pages } else { 0 };
+        });
         let _ = self.pages_mut(range, |p| {
-            if !p.committed {
-                p.committed = true;
-                committed += 1;
-            }
-            if p.guarded {
-                p.guarded = false;
-                released += 1;
-            }
+            p.committed = true;
+            p.guarded = false;
             p.written = true;
         });
         (committed, released)
+    }
+
+    /// C3: writes the first `n` deferred copies into guest memory, in the order they were deferred;
+    /// returns what was written. The rest stay deferred.
+    pub fn flush_deferred_first(
+        &mut self,
+        n: usize,
+        change: &mut MemoryChange,
+    ) -> Vec<(u64, Vec<u8>)> {
+        let n = n.min(self.deferred.len());
+        let copies: Vec<(u64, Vec<u8>)> = self.deferred.drain(..n).collect();
+        for (addr, bytes) in &copies {
+            self.host_write(*addr, bytes, change);
+        }
+        copies
     }
 
     /// C3: writes every deferred copy into guest memory; returns what was written.
@@ -521,6 +736,42 @@ impl GuestMemory {
                 None => out[done..done + n].fill(0),
             }
             done += n;
+        }
+    }
+
+    /// Reads guest bytes into `out`, which the caller has zeroed: only pages whose contents are
+    /// held are copied, so a holder of gigabytes over few written pages costs those pages (the
+    /// bytes of `out` over pages no content holds are left as they are, zero).
+    pub fn read_bytes_into_zeroed(&self, address: u64, out: &mut [u8]) {
+        let len = out.len() as u64;
+        if len == 0 {
+            return;
+        }
+        let end = address.saturating_add(len);
+        let first_page = address >> self.page_shift;
+        let last_page = (end - 1) >> self.page_shift;
+        let mut copy = |page: u64, bytes: &[u8]| {
+            let page_start = page << self.page_shift;
+            let from = page_start.max(address);
+            let to = page_start.saturating_add(self.page_bytes).min(end);
+            if from < to {
+                let (src, dst) = ((from - page_start) as usize, (from - address) as usize);
+                let n = (to - from) as usize;
+                out[dst..dst + n].copy_from_slice(&bytes[src..src + n]);
+            }
+        };
+        if last_page - first_page >= self.contents.len() as u64 {
+            for (&page, bytes) in &self.contents {
+                if (first_page..=last_page).contains(&page) {
+                    copy(page, bytes);
+                }
+            }
+        } else {
+            for page in first_page..=last_page {
+                if let Some(bytes) = self.contents.get(&page) {
+                    copy(page, bytes);
+                }
+            }
         }
     }
 

@@ -382,15 +382,19 @@ impl Planner {
             }
             c as u32
         }));
+        // A copy follows its slot everywhere (O3): it is bound exactly when the slot it copies is
+        // (whatever its own flag says), and its writes count for that slot's joins.
         for i in 0..n {
             let c = canon[i] as usize;
-            if slots[i].resolved && slots[c].resolved && slots[i].written {
+            if slots[c].resolved && slots[i].written {
                 info[c].flags |= JOINS_WRITTEN;
             }
         }
         for i in 0..n {
             let c = canon[i] as usize;
-            if !slots[c].resolved {
+            if slots[c].resolved {
+                info[i].flags |= BOUND;
+            } else {
                 info[i].flags &= !BOUND;
             }
             if c != i {
@@ -853,10 +857,17 @@ fn too_wide(holder: u32, base: u64, end: u64, n: usize, limits: &DeviceLimits) -
             Value::hex("maxStorageBufferRange", max),
             Value::int("slots in set", n as u64),
         ],
-        message: format!(
-            "holder slot {holder} widens to {:#x} bytes ({base:#x}..{end:#x}), more than maxStorageBufferRange {max:#x}; this refusal is dispatchscope's addition: the records do not say what happens past the limit",
-            end - base
-        ),
+        message: if n == 1 {
+            format!(
+                "slot {holder} binds {:#x} bytes ({base:#x}..{end:#x}) alone, more than maxStorageBufferRange {max:#x}; nothing was widened (it is in no set): the slot itself is wider than the device binds; this refusal is dispatchscope's addition: the records do not say what happens past the limit",
+                end - base
+            )
+        } else {
+            format!(
+                "holder slot {holder} widens to {:#x} bytes ({base:#x}..{end:#x}) to hold the {n} slots of its set (O5), more than maxStorageBufferRange {max:#x}; this refusal is dispatchscope's addition: the records do not say what happens past the limit",
+                end - base
+            )
+        },
         would_run_if: format!(
             "would bind on a device whose maxStorageBufferRange is at least {:#x}",
             end - base

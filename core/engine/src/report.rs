@@ -281,7 +281,8 @@ pub enum LeftOutReason {
     NotCommitted,
     /// Its host pages are shared (aliased), not private.
     NotPrivate,
-    /// Its host pages are not read-write (the guest may not write them, or a guard holds).
+    /// Its host pages are not read-write: the guest may not write them (a page the guest may not
+    /// write is left out whatever the host's protection), the host lowered them, or a guard holds.
     NotReadWrite,
 }
 
@@ -615,11 +616,33 @@ pub struct WriteBack {
     pub words: Vec<WordWritten>,
 }
 
-/// L1: the dispatch stored by device address to bytes a resolved holder writes back.
+/// Which of L1's two cases a hazard is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HazardKind {
+    /// L1 as SPEC.md states it: a holder's write-back lands over a device store to the same word.
+    #[default]
+    WriteBackOverDeviceStore,
+    /// The read-side twin, our addition: a bound load of a word the dispatch stored to by device
+    /// address earlier reads the value uploaded before the dispatch (O8), not the store.
+    StaleBoundLoad,
+}
+
+/// L1: the dispatch stored by device address to bytes a resolved holder writes back, or (our
+/// addition) reads back through its binding.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hazard {
     /// Always L1.
     pub rule: Rule,
+    /// Which case: the write-back lands last, or a bound load reads the upload.
+    #[serde(default)]
+    pub kind: HazardKind,
+    /// Whether the hazard is dispatchscope's addition (the read-side twin), not SPEC.md's L1.
+    #[serde(default)]
+    pub ours: bool,
+    /// For [`HazardKind::StaleBoundLoad`], the bound load that read the upload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_load: Option<usize>,
     /// Its decision record.
     pub decision: String,
     /// The holder whose write-back lands last.
@@ -656,7 +679,8 @@ pub struct EventReport {
 pub struct BeforeDispatch {
     /// Deferred copies written, as (address, bytes).
     pub copies: Vec<ByteRange>,
-    /// Copies still deferred (a bound dispatch reads only its bindings, so they wait).
+    /// Copies still deferred: a bound dispatch writes first only the copies up to the last one a
+    /// holder covers; the others wait.
     pub still_deferred: usize,
     /// Pages the copies made the write-watch note written (D824).
     pub pages_noted_written: Vec<ByteRange>,
@@ -738,6 +762,10 @@ pub struct DispatchReport {
     pub hazards: Vec<Hazard>,
     /// Counts.
     pub counts: Counts,
+    /// The device's instrumentation of a full-screen pass (counters, sites, escape log, captured
+    /// lanes, positive control), for a dispatch the backend ran as a translated module.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instrumented: Option<InstrumentedReport>,
 }
 
 impl DispatchReport {
@@ -754,4 +782,162 @@ impl DispatchReport {
         v.dedup();
         v
     }
+}
+
+/// What the device recorded of one instrumented pass (built by `crate::instrument::decode`): its
+/// size is bounded by the program's sites and the two logs' capacities, never by its lanes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstrumentedReport {
+    /// The grid's width and height in lanes (one lane per pixel).
+    pub grid: [u32; 2],
+    /// Lanes that ran (`grid[0] * grid[1]`).
+    pub lanes: u64,
+    /// Workgroups that ran.
+    pub workgroups: u64,
+    /// Counters over every lane.
+    pub counters: InstrumentCounters,
+    /// T2: lookups by probes read, from 1 (index 0) up; the last bucket holds that many or more.
+    pub probe_histogram: Vec<u64>,
+    /// One per access site the translator numbered, in site order.
+    pub sites: Vec<SiteReport>,
+    /// The escape log (T4), bounded: the first escapes the device logged.
+    pub escapes: Vec<LoggedEscape>,
+    /// Escapes counted but not logged because the log was full.
+    pub escapes_not_logged: u64,
+    /// Every access of the selected lanes, in each lane's order, bounded.
+    pub captured: Vec<CapturedAccess>,
+    /// Captured accesses counted but not kept because the capture was full.
+    pub captured_not_logged: u64,
+    /// The positive control: a canary lookup that must escape.
+    pub control: ControlStatus,
+}
+
+/// Counters over every lane of an instrumented pass.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstrumentCounters {
+    /// Accesses that reached guest memory by device address (through the helper).
+    pub guest: u64,
+    /// Accesses routed to LDS (P1).
+    pub lds: u64,
+    /// Accesses routed to scratch (P1).
+    pub scratch: u64,
+    /// Accesses through bound holders (O6–O9).
+    pub bound: u64,
+    /// Chunk lookups (T5: one per guest access, two where its bytes span two chunks).
+    pub lookups: u64,
+    /// Lookups that found their chunk.
+    pub hits: u64,
+    /// Lookups that did not.
+    pub misses: u64,
+    /// Accesses with at least one escaped byte (T4), the positive control left out.
+    pub escapes: u64,
+    /// Device stores that marked at least one chunk (C1).
+    pub stores_marked: u64,
+}
+
+/// One access site of the translated program: what the translator said of it and what the device
+/// counted there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteReport {
+    /// The site's number.
+    pub site: u32,
+    /// The guest instruction's program counter.
+    #[serde(with = "hex")]
+    pub pc: u64,
+    /// The instruction kind.
+    pub kind: AccessKind,
+    /// Load or store.
+    pub op: Op,
+    /// Bytes per access.
+    pub size_bytes: u32,
+    /// Accesses made there, every route.
+    pub accesses: u64,
+    /// Accesses with an escaped byte.
+    pub escapes: u64,
+    /// Chunk lookups made there.
+    pub lookups: u64,
+    /// Probes read by those lookups, in all.
+    pub probes_sum: u64,
+    /// The longest lookup there, in probes.
+    pub probes_max: u32,
+}
+
+/// One escape of the device's log (T4), classified on the host.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoggedEscape {
+    /// Workgroup.
+    pub workgroup: u32,
+    /// Wave (32 lanes).
+    pub wave: u32,
+    /// Lane within the wave.
+    pub lane: u32,
+    /// The lane's pixel.
+    pub pixel: [u32; 2],
+    /// The access site.
+    pub site: u32,
+    /// The site's program counter.
+    #[serde(with = "hex")]
+    pub pc: u64,
+    /// The access's first guest address.
+    #[serde(with = "hex")]
+    pub address: u64,
+    /// Bytes accessed.
+    pub size_bytes: u32,
+    /// Load or store.
+    pub op: Op,
+    /// Which bytes escaped: bit `i` for byte `i` of the access.
+    pub escaped_bytes: u32,
+    /// Why no mapping held the first escaped byte.
+    pub class: EscapeClass,
+    /// The left-out reason, where there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<LeftOutReason>,
+    /// The nearest mapped piece below the address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nearest_below: Option<ByteRange>,
+    /// The nearest mapped piece above the address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nearest_above: Option<ByteRange>,
+}
+
+/// One access of a captured lane.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapturedAccess {
+    /// Workgroup.
+    pub workgroup: u32,
+    /// Wave (32 lanes).
+    pub wave: u32,
+    /// Lane within the wave.
+    pub lane: u32,
+    /// The lane's pixel.
+    pub pixel: [u32; 2],
+    /// The access site.
+    pub site: u32,
+    /// The site's program counter.
+    #[serde(with = "hex")]
+    pub pc: u64,
+    /// Load or store.
+    pub op: Op,
+    /// Where it went (for a bound access, the holder and the offset in its buffer, O6).
+    pub route: Route,
+    /// For a bound access, the slot it went through and the byte offset in that slot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<(u32, u64)>,
+    /// Bytes accessed.
+    pub size_bytes: u32,
+    /// Values loaded or stored, one word per 4 bytes.
+    pub values: Vec<u32>,
+    /// Which bytes escaped (bit `i` for byte `i`).
+    pub escaped_bytes: u32,
+}
+
+/// Whether the positive control fired: the canary lookup must escape, or the instrumentation that
+/// reported nothing cannot be trusted to have seen anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ControlStatus {
+    /// The canary escaped and was counted: the miss path works.
+    Fired,
+    /// The canary did not escape: this pass's instrumentation is not validated.
+    NotFired,
 }

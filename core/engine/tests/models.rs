@@ -140,9 +140,13 @@ fn overlap_model(slots: &[Slot], align: u64) -> OverlapModel {
     let n = slots.len();
     let pos_of = |slot: u32| slots.iter().position(|s| s.slot == slot);
     let copy_of: Vec<Option<usize>> = slots.iter().map(|s| s.alias_of.and_then(pos_of)).collect();
-    // A slot is bound when the host resolved it (a copy: and its target, which the generator
-    // keeps resolved).
-    let bound: Vec<bool> = slots.iter().map(|s| s.resolved).collect();
+    // A slot is bound when the host resolved it; a copy follows its target everywhere (O3), so
+    // it is bound when its target is, whatever its own flag says.
+    let bound: Vec<bool> = slots
+        .iter()
+        .zip(&copy_of)
+        .map(|(s, c)| c.map_or(s.resolved, |t| slots[t].resolved))
+        .collect();
     let shares_a_byte = |a: &Slot, b: &Slot| {
         (a.base..a.base + a.size_bytes).any(|x| b.base <= x && x < b.base + b.size_bytes)
     };
@@ -301,9 +305,7 @@ fn check_overlap(slots: &[Slot], align: u64) -> Result<(), TestCaseError> {
                 a.written
                     || b.written
                     || slots.iter().any(|c| {
-                        c.resolved
-                            && c.written
-                            && (c.alias_of == Some(a.slot) || c.alias_of == Some(b.slot))
+                        c.written && (c.alias_of == Some(a.slot) || c.alias_of == Some(b.slot))
                     }),
                 "join {:?} has no written side",
                 j
@@ -585,7 +587,8 @@ fn category(p: &PageState) -> Option<LeftOutReason> {
         Some(LeftOutReason::NotCommitted)
     } else if p.backing != Backing::Private {
         Some(LeftOutReason::NotPrivate)
-    } else if p.guarded || p.protection != HostProtection::ReadWrite {
+    } else if p.guarded || p.protection != HostProtection::ReadWrite || !p.guest.writable {
+        // M3: a page the guest may not write is left out, whatever its host protection.
         Some(LeftOutReason::NotReadWrite)
     } else {
         None

@@ -171,6 +171,7 @@ pub fn random_sample(seed: u64, cfg: GenConfig) -> Sample {
         device: DeviceLimits::default(),
         contents,
         steps,
+        programs: Vec::new(),
     }
 }
 

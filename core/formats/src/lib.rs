@@ -8,7 +8,9 @@
 //! Replaying a session runs it on a [`dispatchscope_core::Engine`]; nothing here plans or decides.
 
 pub mod capture;
+pub mod checkpoint;
 pub mod generate;
 pub mod sample;
 pub mod session;
 pub mod shipped;
+pub mod stream;

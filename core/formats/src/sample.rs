@@ -119,6 +119,21 @@ pub struct Sample {
     pub contents: Vec<Contents>,
     /// Events and dispatches, in order.
     pub steps: Vec<Step>,
+    /// The code of the programs the dispatches name, for listings (absent in older samples).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub programs: Vec<Program>,
+}
+
+/// One program's code: the bytes at its address, as the guest holds them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Program {
+    /// The program's address (the `program` of its dispatches).
+    #[serde(with = "hex")]
+    pub address: u64,
+    /// Its machine code from that address, as hex text.
+    #[serde(with = "bytes_hex")]
+    pub code: Vec<u8>,
 }
 
 /// A sample that cannot be read or run.
@@ -142,6 +157,23 @@ pub enum SampleError {
     /// A newer version than this build reads.
     #[error("sample version {0} is newer than this build reads ({SAMPLE_VERSION})")]
     TooNew(u32),
+    /// Version 0, which no build ever wrote.
+    #[error(
+        "sample version 0 does not exist: versions start at 1 (this build reads 1 to {SAMPLE_VERSION})"
+    )]
+    VersionZero,
+    /// Contents that no reservation holds when they are loaded (before the first dispatch).
+    #[error("contents {index} ({len:#x} bytes at {address:#x}): {error}")]
+    Contents {
+        /// Index into `contents`.
+        index: usize,
+        /// Where they start.
+        address: u64,
+        /// How many bytes.
+        len: usize,
+        /// Why they cannot be loaded.
+        error: EngineError,
+    },
     /// A step the engine refused as bad input.
     #[error("step {step} ({what}): {error}")]
     Step {
@@ -171,7 +203,10 @@ impl Sample {
         if sample.format != SAMPLE_FORMAT {
             return Err(SampleError::NotASample(sample.format));
         }
-        if sample.version > SAMPLE_VERSION || sample.version == 0 {
+        if sample.version == 0 {
+            return Err(SampleError::VersionZero);
+        }
+        if sample.version > SAMPLE_VERSION {
             return Err(SampleError::TooNew(sample.version));
         }
         Ok(sample)
@@ -229,8 +264,15 @@ impl Sample {
         let mut n = 0usize;
         for (i, step) in self.steps.iter().enumerate() {
             if !contents_loaded && matches!(step, Step::Dispatch(_)) {
-                for c in &self.contents {
-                    engine.load_contents(c.address, &c.bytes);
+                for (index, c) in self.contents.iter().enumerate() {
+                    engine
+                        .try_load_contents(c.address, &c.bytes)
+                        .map_err(|error| SampleError::Contents {
+                            index,
+                            address: c.address,
+                            len: c.bytes.len(),
+                            error,
+                        })?;
                 }
                 contents_loaded = true;
             }

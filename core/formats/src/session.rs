@@ -40,6 +40,9 @@ pub struct CaptureMeta {
     pub provenance: Provenance,
     /// The device it ran against.
     pub device: DeviceLimits,
+    /// The code of the programs its dispatches name (a sample's `programs`; absent in older captures).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub programs: Vec<crate::sample::Program>,
 }
 
 /// A DISPATCH record.
@@ -176,7 +179,8 @@ pub fn open(path: &Path) -> Result<Opened, SessionError> {
     }
 }
 
-fn contents_bytes(c: &Contents) -> Vec<u8> {
+/// A MEMORY record's payload: address `u64`, length `u32`, the bytes.
+pub(crate) fn contents_bytes(c: &Contents) -> Vec<u8> {
     let mut v = Vec::with_capacity(12 + c.bytes.len());
     v.extend_from_slice(&c.address.to_le_bytes());
     v.extend_from_slice(&(c.bytes.len() as u32).to_le_bytes());
@@ -188,6 +192,19 @@ fn json<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).unwrap_or_default()
 }
 
+/// The META record of a capture of `sample`.
+pub(crate) fn capture_meta(sample: &Sample) -> CaptureMeta {
+    CaptureMeta {
+        format: CAPTURE_FORMAT.into(),
+        sample_version: sample.version,
+        title: sample.title.clone(),
+        description: sample.description.clone(),
+        provenance: sample.provenance.clone(),
+        device: sample.device.clone(),
+        programs: sample.programs.clone(),
+    }
+}
+
 /// Writes `sample` (and the reports of its dispatches, if given) as a capture, atomically: a
 /// temporary file in the same folder, then a rename.
 pub fn write_capture(
@@ -196,14 +213,7 @@ pub fn write_capture(
     dest: &Path,
 ) -> Result<(), SessionError> {
     let name = dest.display().to_string();
-    let meta = CaptureMeta {
-        format: CAPTURE_FORMAT.into(),
-        sample_version: sample.version,
-        title: sample.title.clone(),
-        description: sample.description.clone(),
-        provenance: sample.provenance.clone(),
-        device: sample.device.clone(),
-    };
+    let meta = capture_meta(sample);
     write_atomically(dest, |file| {
         let mut w = CaptureWriter::to_sink(&mut *file, &json(&meta))?;
         for c in &sample.contents {
@@ -312,6 +322,38 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
         }
     }
 
+    /// Bytes in the capture file.
+    pub fn len_bytes(&self) -> u64 {
+        self.reader.len_bytes()
+    }
+
+    /// The capture's records (the caller's, in seq order), from its index.
+    pub fn records(&self) -> &[crate::capture::RecordMeta] {
+        self.reader.records()
+    }
+
+    /// Reads `records()[idx]` alone.
+    pub fn read_record(&mut self, idx: usize) -> Result<Vec<u8>, SessionError> {
+        self.reader
+            .read_record(idx)
+            .map_err(|error| SessionError::Capture {
+                path: self.path.clone(),
+                error,
+            })
+    }
+
+    /// The error for record `records()[idx]` whose payload is not what its kind says.
+    pub fn bad_record(&self, idx: usize, message: String) -> SessionError {
+        let meta = self.reader.records().get(idx);
+        SessionError::Record {
+            path: self.path.clone(),
+            seq: meta.map_or(0, |m| m.seq),
+            kind: meta.map_or_else(String::new, |m| m.kind.to_string()),
+            offset: meta.map_or(0, |m| m.offset_bytes),
+            message,
+        }
+    }
+
     /// Dispatch `n` (its input and recorded report), reading only its record.
     pub fn dispatch(&mut self, n: usize) -> Result<DispatchRecord, SessionError> {
         let bytes = self
@@ -335,6 +377,7 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
             device: self.meta.device.clone(),
             contents: Vec::new(),
             steps: Vec::new(),
+            programs: self.meta.programs.clone(),
         };
         let mut reports = Vec::new();
         let records = self.reader.records().to_vec();

@@ -1,7 +1,9 @@
 //! [`LiveClient`]: the debugger's side of a live session, for the CLI and the app alike.
 //!
-//! It connects, shakes hands ([`crate::protocol`]), and then a background reader thread puts
-//! every message from the target on a channel ([`Incoming`]), ending with
+//! It connects, shakes hands ([`crate::protocol`]), and then a background reader thread decodes
+//! every frame ([`crate::wire::Decoder`]: version 2's binary frames, the mapping state put back
+//! into each report) and puts every message from the target on a bounded channel ([`Incoming`],
+//! [`ClientOptions::channel_capacity`]; while it is full the reader waits, so TCP pushes back), ending with
 //! [`Incoming::Disconnected`] when the connection goes, whoever closed it: what was received stays
 //! on the channel. The reader thread also sends a [`ToTarget::Ping`] whenever nothing was sent for
 //! the heartbeat interval, so a target stays paused for as long as this client lives and resumes
@@ -12,7 +14,7 @@
 use std::fmt;
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -21,10 +23,11 @@ use thiserror::Error;
 
 use crate::protocol::{
     Breakpoints, DebuggerHello, FrameReader, MAX_COMMAND_FRAME_BYTES, MAX_FRAME_BYTES, PROTOCOL,
-    ProtocolError, RefusalReason, TargetHello, ToDebugger, ToTarget, VERSION, decode,
-    decode_to_debugger, hello_header, write_frame,
+    ProtocolError, RefusalReason, TargetHello, ToDebugger, ToTarget, VERSION, decode, hello_header,
+    write_frame,
 };
 use crate::shared::lock;
+use crate::wire::Decoder;
 
 /// How a client connects.
 #[derive(Clone)]
@@ -42,6 +45,10 @@ pub struct ClientOptions {
     pub heartbeat: Duration,
     /// Called on the reader thread after each message is queued (a window's repaint request).
     pub notify: Option<Arc<dyn Fn() + Send + Sync>>,
+    /// Messages the channel to the caller holds. When it is full the reader stops reading, so
+    /// TCP pushes back and the target drops (and counts) what its queue cannot hold: a slow
+    /// caller costs dispatches, never unbounded memory here.
+    pub channel_capacity: usize,
 }
 
 impl fmt::Debug for ClientOptions {
@@ -65,6 +72,7 @@ impl Default for ClientOptions {
             snapshot: false,
             heartbeat: Duration::from_millis(250),
             notify: None,
+            channel_capacity: 16_384,
         }
     }
 }
@@ -383,7 +391,7 @@ impl LiveClient {
             error,
         })?;
         let writer = Arc::new(Mutex::new(stream));
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(options.channel_capacity.max(1));
         let reader_thread = {
             let (shared, writer, notify, heartbeat) = (
                 Arc::clone(&shared),
@@ -468,6 +476,13 @@ impl LiveClient {
     /// Run `n` dispatches, then pause.
     pub fn step(&self, n: u64) -> Result<(), ClientError> {
         self.send(&ToTarget::Step { n })
+    }
+
+    /// Ask for the whole access list of dispatch `dispatch` (when its frame carried only part of
+    /// it, [`ToDebugger::Dispatch::accesses_left_out`]); the answer arrives on the channel as
+    /// [`ToDebugger::Detail`] or [`ToDebugger::DetailGone`].
+    pub fn request_detail(&self, dispatch: u64) -> Result<(), ClientError> {
+        self.send(&ToTarget::Detail { dispatch })
     }
 
     /// Replace the breakpoints.
@@ -564,10 +579,45 @@ impl Drop for LiveClient {
     }
 }
 
+/// Hands `item` to the caller, waiting while the channel is full (still sending heartbeats, and
+/// giving up when this client stops). `false` when the caller is gone.
+fn hand_over(
+    tx: &SyncSender<Incoming>,
+    mut item: Incoming,
+    shared: &ClientShared,
+    writer: &Mutex<TcpStream>,
+    heartbeat: Duration,
+) -> bool {
+    loop {
+        match tx.try_send(item) {
+            Ok(()) => return true,
+            Err(TrySendError::Disconnected(_)) => return false,
+            Err(TrySendError::Full(back)) => {
+                if shared.stop.load(Ordering::Relaxed) {
+                    return false;
+                }
+                item = back;
+                ping_if_due(shared, writer, heartbeat);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+}
+
+fn ping_if_due(shared: &ClientShared, writer: &Mutex<TcpStream>, heartbeat: Duration) {
+    let due = lock(&shared.last_write).elapsed() >= heartbeat;
+    if due && !shared.stop.load(Ordering::Relaxed) {
+        let mut w = lock(writer);
+        if write_frame(&mut *w, &ToTarget::Ping, MAX_COMMAND_FRAME_BYTES).is_ok() {
+            *lock(&shared.last_write) = Instant::now();
+        }
+    }
+}
+
 fn read_loop(
     mut stream: TcpStream,
     mut reader: FrameReader,
-    tx: &Sender<Incoming>,
+    tx: &SyncSender<Incoming>,
     shared: &ClientShared,
     writer: &Mutex<TcpStream>,
     notify: Option<&(dyn Fn() + Send + Sync)>,
@@ -575,20 +625,34 @@ fn read_loop(
 ) {
     let end = |reason: String, clean: bool| {
         shared.connected.store(false, Ordering::Relaxed);
-        let _ = tx.send(Incoming::Disconnected { reason, clean });
+        // The last item: wait for room unless the caller is gone or this client stops.
+        let _ = hand_over(
+            tx,
+            Incoming::Disconnected { reason, clean },
+            shared,
+            writer,
+            heartbeat,
+        );
         if let Some(n) = notify {
             n();
         }
     };
+    let mut decoder = Decoder::new();
+    let mut messages = Vec::new();
     loop {
         if shared.stop.load(Ordering::Relaxed) {
             end("closed by this debugger".into(), true);
             return;
         }
         match reader.read_frame(&mut stream) {
-            Ok(Some(payload)) => match decode_to_debugger(&payload) {
-                Ok(m) => {
-                    let _ = tx.send(Incoming::Message(m));
+            Ok(Some(payload)) => match decoder.decode(&payload, &mut messages) {
+                Ok(()) => {
+                    for m in messages.drain(..) {
+                        if !hand_over(tx, Incoming::Message(m), shared, writer, heartbeat) {
+                            shared.connected.store(false, Ordering::Relaxed);
+                            return;
+                        }
+                    }
                     if let Some(n) = notify {
                         n();
                     }
@@ -628,12 +692,6 @@ fn read_loop(
                 return;
             }
         }
-        let due = lock(&shared.last_write).elapsed() >= heartbeat;
-        if due && !shared.stop.load(Ordering::Relaxed) {
-            let mut w = lock(writer);
-            if write_frame(&mut *w, &ToTarget::Ping, MAX_COMMAND_FRAME_BYTES).is_ok() {
-                *lock(&shared.last_write) = Instant::now();
-            }
-        }
+        ping_if_due(shared, writer, heartbeat);
     }
 }

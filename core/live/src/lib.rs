@@ -5,7 +5,8 @@
 //! for one debugger at a time ([`TapConfig`], port [`protocol::DEFAULT_PORT`] on 127.0.0.1 by
 //! default). The debugger side is a [`LiveClient`],
 //! which the CLI (`dispatchscope attach`, `record`) and the app share, and [`record()`] writes a
-//! session to a crash-safe capture. The wire format is [`protocol`]'s.
+//! session to a crash-safe capture. The wire format is [`protocol`]'s (version 2's binary frames
+//! are [`wire`]'s); [`store`] keeps a whole live session on disk with a window of it in memory.
 //!
 //! This crate uses std threads and std::net only; the state the game thread and the socket
 //! threads share is `shared.rs`'s, which both `tap.rs` and `server.rs` import. It never draws and
@@ -19,10 +20,13 @@ pub mod record;
 mod server;
 mod shared;
 pub mod snapshot;
+pub mod store;
 pub mod tap;
+pub mod wire;
 
 pub use client::{ClientError, ClientOptions, Incoming, LiveClient};
 pub use protocol::{Breakpoints, PauseReason, ToDebugger, ToTarget};
 pub use record::{CaptureRecorder, RecordOptions, RecordSummary, record};
 pub use shared::{TapConfig, TapError};
+pub use store::{DispatchRow, LiveStore, StoreError, StoreOptions};
 pub use tap::{Tap, TapFigures, TapHandle};

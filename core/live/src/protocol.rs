@@ -2,12 +2,36 @@
 //!
 //! # Transport and framing
 //!
-//! TCP. Every message is one frame: a `u32` little-endian payload length, then that many bytes of
-//! UTF-8 JSON (serde, the same encoding as samples and the report schema, so a frame is readable
-//! in a packet dump). A length above the reader's limit is refused *before* anything is allocated
-//! for it: a target reads at most [`MAX_COMMAND_FRAME_BYTES`] from a debugger, a debugger at most
+//! TCP. Every message travels in a frame: a `u32` little-endian payload length, then that many
+//! bytes. A length above the reader's limit is refused *before* anything is allocated for it: a
+//! target reads at most [`MAX_COMMAND_FRAME_BYTES`] from a debugger, a debugger at most
 //! [`MAX_FRAME_BYTES`] from a target (a target never sends a bigger frame: it drops the message and
 //! counts it). A zero length is malformed.
+//!
+//! A payload is one of two encodings, told apart by its first byte:
+//! - **JSON** (first byte `{`): one message, UTF-8 JSON (serde, the encoding of samples and the
+//!   report schema). Both hellos, [`ToDebugger::Attached`], [`ToDebugger::Refused`] and every
+//!   command a debugger sends ([`ToTarget`]) are JSON in every version, so a handshake is readable
+//!   in a packet dump and a version mismatch is always detected and named.
+//! - **Binary** (first byte [`crate::wire::BINARY_MAGIC`], version 2): everything else a target
+//!   sends after the handshake, several messages to a frame. See [`crate::wire`] for the layout and
+//!   why it is MessagePack with field names, compressed with lz4, rather than a layout of our own.
+//!
+//! # What version 2 sends instead of repeating it
+//!
+//! - **Mapping state by id.** A dispatch report's mapping state (its readable runs, mapped pieces
+//!   and left-out pieces, [`SharedMappings`]) is what the engine keeps until guest memory's
+//!   generation moves, so consecutive reports repeat it. The target sends it once, as
+//!   [`ToDebugger::MappingState`], whenever it differs from the last one sent, and each
+//!   [`ToDebugger::Dispatch`] names it by [`ToDebugger::Dispatch::mapping_state`] with those three
+//!   lists left empty. A [`LiveClient`](crate::LiveClient) puts them back, so its users see whole
+//!   reports.
+//! - **Detail on request.** A dispatch's report carries at most
+//!   [`crate::TapConfig::streamed_accesses`] access reports; the rest are counted in
+//!   [`ToDebugger::Dispatch::accesses_left_out`], and the target keeps the whole list of its
+//!   latest [`DETAIL_KEPT`] such dispatches. A debugger asks for one with [`ToTarget::Detail`] (when
+//!   a person selects it) and gets [`ToDebugger::Detail`], or [`ToDebugger::DetailGone`] when the
+//!   target no longer has it.
 //!
 //! # Address, port and token
 //!
@@ -23,7 +47,9 @@
 //! 2. The debugger answers [`ToTarget::Hello`] ([`DebuggerHello`]) with its version and token.
 //! 3. The target answers [`ToDebugger::Attached`], or [`ToDebugger::Refused`] and closes.
 //!
-//! Both sides speak exactly one version, [`VERSION`], and talk only to the same version.
+//! Both sides speak exactly one version, [`VERSION`] (2), and talk only to the same version:
+//! version 1 peers are refused by name, not served (serving them would mean keeping v1's JSON
+//! dispatch frames, the cost this version removes, and a second code path the tests must cover).
 //! The framing, both hellos' `type`, `protocol` and `version` fields, and [`ToDebugger::Refused`]
 //! never change in any version, so a mismatch is always detected and named on both sides: the
 //! debugger sees the target's version in its hello and says so; the target sees the debugger's in
@@ -46,14 +72,17 @@ use thiserror::Error;
 use dispatchscope_core::addr::hex;
 use dispatchscope_core::input::Event;
 use dispatchscope_core::input::{DeviceLimits, DispatchInput};
-use dispatchscope_core::report::{DispatchReport, EventReport};
+use dispatchscope_core::report::{
+    AccessReport, DispatchReport, EventReport, LeftOutReport, MappingReport, PieceReport,
+    ReadableRun,
+};
 use dispatchscope_core::rules::Rule;
 use dispatchscope_formats::sample::Contents;
 
 /// The `protocol` field of both hellos.
 pub const PROTOCOL: &str = "dispatchscope.live";
 /// The protocol version this build speaks; a target and a debugger talk only when theirs are equal.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The port a target listens on by default (on 127.0.0.1).
 pub const DEFAULT_PORT: u16 = 27953;
 /// The address a target listens on by default.
@@ -68,6 +97,11 @@ pub const MAX_COMMAND_FRAME_BYTES: u32 = 64 << 10;
 pub const SNAPSHOT_EVENTS_PER_FRAME: usize = 4096;
 /// The most guest bytes one [`ToDebugger::SnapshotContents`] frame carries.
 pub const SNAPSHOT_CONTENTS_BYTES: usize = 1 << 20;
+/// Access reports a dispatch frame carries unless the tap is told otherwise
+/// ([`crate::TapConfig::streamed_accesses`]); the rest come on request ([`ToTarget::Detail`]).
+pub const DEFAULT_STREAMED_ACCESSES: usize = 4096;
+/// How many cut dispatches' whole access lists a target keeps for [`ToTarget::Detail`].
+pub const DETAIL_KEPT: usize = 64;
 
 /// Why a frame could not be read or written.
 #[derive(Debug, Error)]
@@ -94,7 +128,7 @@ pub enum ProtocolError {
         /// The limit.
         max_bytes: u32,
     },
-    /// A frame whose payload is not the JSON of a message.
+    /// A frame whose payload is not the encoding of a message.
     #[error("malformed frame: {message}")]
     Malformed {
         /// What was wrong, with serde's line and column.
@@ -404,6 +438,41 @@ pub struct Snapshot {
     pub n_contents: u64,
 }
 
+/// The part of a report's [`MappingReport`] that stays the same from dispatch to dispatch until
+/// guest memory's generation moves: sent once per change as [`ToDebugger::MappingState`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedMappings {
+    /// The readable runs (M1).
+    pub runs: Vec<ReadableRun>,
+    /// The mapped pieces (M3).
+    pub pieces: Vec<PieceReport>,
+    /// The pieces left out, and why (M3).
+    pub left_out: Vec<LeftOutReport>,
+}
+
+impl SharedMappings {
+    /// Moves the three shared lists out of `m`, leaving them empty.
+    pub fn take_from(m: &mut MappingReport) -> Self {
+        Self {
+            runs: std::mem::take(&mut m.runs),
+            pieces: std::mem::take(&mut m.pieces),
+            left_out: std::mem::take(&mut m.left_out),
+        }
+    }
+
+    /// Whether `m`'s three lists are these.
+    pub fn same_as(&self, m: &MappingReport) -> bool {
+        self.runs == m.runs && self.pieces == m.pieces && self.left_out == m.left_out
+    }
+
+    /// Puts copies of the three lists into `m`.
+    pub fn restore_into(&self, m: &mut MappingReport) {
+        m.runs.clone_from(&self.runs);
+        m.pieces.clone_from(&self.pieces);
+        m.left_out.clone_from(&self.left_out);
+    }
+}
+
 /// What a target sends.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
@@ -447,6 +516,13 @@ pub enum ToDebugger {
         /// Why.
         message: String,
     },
+    /// The mapping state that the dispatches after it name by `id` (version 2).
+    MappingState {
+        /// Its number, from 1, in this session.
+        id: u64,
+        /// The lists.
+        mappings: Box<SharedMappings>,
+    },
     /// A dispatch ran.
     Dispatch {
         /// Its index.
@@ -455,6 +531,28 @@ pub enum ToDebugger {
         input: Box<DispatchInput>,
         /// Its report.
         report: Box<DispatchReport>,
+        /// On the wire, the [`ToDebugger::MappingState`] whose lists the report's mapping state
+        /// left out; a [`LiveClient`](crate::LiveClient) has put them back.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mapping_state: Option<u64>,
+        /// Access reports cut from the end of `report.accesses` (beyond the tap's
+        /// [`crate::TapConfig::streamed_accesses`]); [`ToTarget::Detail`] fetches them.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        accesses_left_out: u64,
+    },
+    /// The whole access list of a dispatch, as [`ToTarget::Detail`] asked.
+    Detail {
+        /// The dispatch.
+        dispatch: u64,
+        /// Every access report of it.
+        accesses: Vec<AccessReport>,
+    },
+    /// The target no longer holds (or never cut) the access list [`ToTarget::Detail`] asked for.
+    DetailGone {
+        /// The dispatch.
+        dispatch: u64,
+        /// Why, naming the values.
+        message: String,
     },
     /// A dispatch the engine refused as bad input; it did not run and took no index.
     DispatchFailed {
@@ -500,7 +598,10 @@ impl ToDebugger {
             ToDebugger::SnapshotContents { .. } => "snapshot-contents",
             ToDebugger::Event { .. } => "event",
             ToDebugger::EventFailed { .. } => "event-failed",
+            ToDebugger::MappingState { .. } => "mapping-state",
             ToDebugger::Dispatch { .. } => "dispatch",
+            ToDebugger::Detail { .. } => "detail",
+            ToDebugger::DetailGone { .. } => "detail-gone",
             ToDebugger::DispatchFailed { .. } => "dispatch-failed",
             ToDebugger::Paused { .. } => "paused",
             ToDebugger::Resumed { .. } => "resumed",
@@ -533,6 +634,15 @@ pub enum ToTarget {
     Ping,
     /// End the session: breakpoints go, a paused target runs, the target closes the connection.
     Detach,
+    /// Send the whole access list of dispatch `dispatch` (version 2; see the module docs).
+    Detail {
+        /// The dispatch.
+        dispatch: u64,
+    },
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Encodes `message` as one frame (header and payload) into `out`, which is cleared first.
@@ -584,7 +694,8 @@ pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, ProtocolError> {
     })
 }
 
-/// Decodes a frame from a target. A dispatch frame (the bulk of a session) is decoded straight into
+/// Decodes a JSON frame from a target (version 1's only encoding; in version 2 the handshake's).
+/// A dispatch frame (the bulk of a session) is decoded straight into
 /// its fields rather than through the tagged enum, which would first buffer the whole report.
 pub fn decode_to_debugger(payload: &[u8]) -> Result<ToDebugger, ProtocolError> {
     /// What [`ToDebugger::Dispatch`] holds, as its own struct; the `type` field is ignored.
@@ -593,6 +704,10 @@ pub fn decode_to_debugger(payload: &[u8]) -> Result<ToDebugger, ProtocolError> {
         index: u64,
         input: Box<DispatchInput>,
         report: Box<DispatchReport>,
+        #[serde(default)]
+        mapping_state: Option<u64>,
+        #[serde(default)]
+        accesses_left_out: u64,
     }
     if payload.starts_with(br#"{"type":"dispatch","#) {
         let f: DispatchFrame = decode(payload)?;
@@ -600,6 +715,8 @@ pub fn decode_to_debugger(payload: &[u8]) -> Result<ToDebugger, ProtocolError> {
             index: f.index,
             input: f.input,
             report: f.report,
+            mapping_state: f.mapping_state,
+            accesses_left_out: f.accesses_left_out,
         });
     }
     decode(payload)

@@ -25,7 +25,7 @@ use crate::client::{ClientError, ClientOptions, Incoming, LiveClient};
 use crate::protocol::{ResumeReason, ToDebugger};
 use dispatchscope_formats::capture::{CaptureError, CaptureWriter, RecordKind};
 use dispatchscope_formats::sample::{Contents, Provenance, SAMPLE_VERSION};
-use dispatchscope_formats::session::{CAPTURE_FORMAT, CaptureMeta, DispatchRecord};
+use dispatchscope_formats::session::{CAPTURE_FORMAT, CaptureMeta};
 
 /// Why a recording failed.
 #[derive(Debug, Error)]
@@ -88,6 +88,9 @@ pub struct RecordSummary {
     pub contents: u64,
     /// Dispatches the target dropped (gaps in the indices), with events dropped likewise.
     pub missing: u64,
+    /// Dispatches the target dropped alone (gaps in the dispatch indices after the first one
+    /// recorded).
+    pub dropped: u64,
     /// Index of the first dispatch recorded.
     pub first_dispatch: Option<u64>,
     /// Index of the last dispatch recorded.
@@ -108,6 +111,7 @@ pub struct CaptureRecorder {
     summary: RecordSummary,
     last_flush: Instant,
     flush_every: Duration,
+    durable_bytes: u64,
 }
 
 fn json<T: serde::Serialize>(kind: &'static str, value: &T) -> Result<Vec<u8>, RecordError> {
@@ -139,6 +143,7 @@ impl CaptureRecorder {
             summary: RecordSummary::default(),
             last_flush: Instant::now(),
             flush_every,
+            durable_bytes: 0,
         }
     }
 
@@ -159,24 +164,43 @@ impl CaptureRecorder {
         }
     }
 
+    /// Appends a record; returns the offset of its header in the file.
     fn append(
         &mut self,
         kind: RecordKind,
         payload: &[u8],
         compress: bool,
-    ) -> Result<(), RecordError> {
+    ) -> Result<u64, RecordError> {
         let path = self.path.clone();
         let Some(w) = self.writer.as_mut() else {
-            return Ok(());
+            return Ok(0);
         };
+        let offset = w.len_bytes();
         w.append(kind, payload, compress)
             .map_err(|error| RecordError::Capture { path, error })?;
         self.summary.bytes = w.len_bytes();
-        Ok(())
+        Ok(offset)
+    }
+
+    /// Bytes of the file made durable by the last flush (every record that ends there or before
+    /// can be read back from the file).
+    pub fn durable_bytes(&self) -> u64 {
+        self.durable_bytes
+    }
+
+    /// The file being written.
+    pub fn path(&self) -> &str {
+        &self.path
     }
 
     /// Takes one message: records it if it belongs in the capture, and flushes when it is time.
     pub fn take(&mut self, message: &ToDebugger) -> Result<(), RecordError> {
+        self.take_at(message).map(|_| ())
+    }
+
+    /// [`Self::take`], returning the offset of the DISPATCH record it wrote, if it wrote one.
+    pub fn take_at(&mut self, message: &ToDebugger) -> Result<Option<u64>, RecordError> {
+        let mut dispatch_at = None;
         match message {
             ToDebugger::Snapshot(s) if self.writer.is_none() => {
                 let meta = CaptureMeta {
@@ -193,6 +217,7 @@ impl CaptureRecorder {
                         ours: vec!["everything: recorded live from a running target".into()],
                     },
                     device: s.device.clone(),
+                    programs: Vec::new(),
                 };
                 let header = json("META", &meta)?;
                 let w =
@@ -230,19 +255,29 @@ impl CaptureRecorder {
                 index,
                 input,
                 report,
+                ..
             } if self.writer.is_some() => {
                 if let Some(n) = self.next_dispatch
                     && *index > n
                 {
                     self.summary.missing += index - n;
+                    self.summary.dropped += index - n;
                 }
                 self.next_dispatch = Some(index + 1);
-                let record = DispatchRecord {
-                    input: (**input).clone(),
-                    report: Some((**report).clone()),
-                };
-                let payload = json("DISPATCH", &record)?;
-                self.append(RecordKind::DISPATCH, &payload, true)?;
+                // A DispatchRecord by reference: the same JSON, without copying the report.
+                #[derive(serde::Serialize)]
+                struct RecordRef<'a> {
+                    input: &'a dispatchscope_core::input::DispatchInput,
+                    report: &'a dispatchscope_core::report::DispatchReport,
+                }
+                let payload = json(
+                    "DISPATCH",
+                    &RecordRef {
+                        input: input.as_ref(),
+                        report: report.as_ref(),
+                    },
+                )?;
+                dispatch_at = Some(self.append(RecordKind::DISPATCH, &payload, true)?);
                 self.summary.dispatches += 1;
                 self.summary.first_dispatch.get_or_insert(*index);
                 self.summary.last_dispatch = Some(*index);
@@ -252,7 +287,7 @@ impl CaptureRecorder {
         if self.last_flush.elapsed() >= self.flush_every {
             self.flush()?;
         }
-        Ok(())
+        Ok(dispatch_at)
     }
 
     /// Makes every record so far durable.
@@ -262,6 +297,7 @@ impl CaptureRecorder {
         if let Some(w) = self.writer.as_mut() {
             w.flush()
                 .map_err(|error| RecordError::Capture { path, error })?;
+            self.durable_bytes = w.len_bytes();
         }
         Ok(())
     }

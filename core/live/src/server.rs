@@ -14,12 +14,15 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use std::sync::Mutex;
+
 use crate::protocol::{
     DebuggerHello, FrameReader, MAX_COMMAND_FRAME_BYTES, MAX_FRAME_BYTES, PROTOCOL, ProtocolError,
     RefusalReason, Stats, TargetHello, ToDebugger, ToTarget, VERSION, decode, encode_frame_into,
     hello_header, tokens_match,
 };
-use crate::shared::{Link, Popped, Queue, Release, Shared, TapError, lock};
+use crate::shared::{DetailRing, Link, Popped, Queue, Release, Shared, TapError, lock};
+use crate::wire::Encoder;
 
 /// How often a session's reader wakes to look at the clock when nothing arrives.
 const READ_TICK: Duration = Duration::from_millis(50);
@@ -362,13 +365,15 @@ fn register(
 
 /// One session: starts the writer, reads commands until the session ends, then joins the writer.
 fn session(stream: TcpStream, shared: &Arc<Shared>, id: u64, queue: Arc<Queue>) {
+    let details = Arc::new(Mutex::new(DetailRing::default()));
     let writer = stream.try_clone().ok().and_then(|w| {
-        let (shared, queue) = (Arc::clone(shared), Arc::clone(&queue));
+        let (shared, queue, details) =
+            (Arc::clone(shared), Arc::clone(&queue), Arc::clone(&details));
         let (done_tx, done_rx) = mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("ds-live-write".into())
             .spawn(move || {
-                write_loop(w, &shared, id, &queue);
+                write_loop(w, &shared, id, &queue, &details);
                 let _ = done_tx.send(());
             })
             .ok()
@@ -378,7 +383,7 @@ fn session(stream: TcpStream, shared: &Arc<Shared>, id: u64, queue: Arc<Queue>) 
         shared.end_session(id, "cannot start its writer thread");
         return;
     };
-    let why = read_loop(&stream, shared, id, &queue);
+    let why = read_loop(&stream, shared, id, &queue, &details);
     shared.end_session(id, &why);
     // The writer sends what is queued (a refusal last), then stops; a debugger that reads nothing
     // does not hold it: the socket closes under it.
@@ -393,7 +398,13 @@ fn session(stream: TcpStream, shared: &Arc<Shared>, id: u64, queue: Arc<Queue>) 
 }
 
 /// Reads commands until the session ends; returns why it ended.
-fn read_loop(stream: &TcpStream, shared: &Shared, id: u64, queue: &Queue) -> String {
+fn read_loop(
+    stream: &TcpStream,
+    shared: &Shared,
+    id: u64,
+    queue: &Queue,
+    details: &Mutex<DetailRing>,
+) -> String {
     let mut stream_r = stream;
     let _ = stream.set_read_timeout(Some(READ_TICK));
     let mut reader = FrameReader::new(MAX_COMMAND_FRAME_BYTES);
@@ -493,6 +504,11 @@ fn read_loop(stream: &TcpStream, shared: &Shared, id: u64, queue: &Queue) -> Str
             }
             ToTarget::SetBreakpoints { breakpoints } => c.breakpoints = breakpoints,
             ToTarget::Ping => {}
+            ToTarget::Detail { dispatch } => {
+                drop(c);
+                queue.push_control(lock(details).answer(dispatch));
+                continue;
+            }
             ToTarget::Detach => return "it detached".into(),
         }
         drop(c);
@@ -501,26 +517,45 @@ fn read_loop(stream: &TcpStream, shared: &Shared, id: u64, queue: &Queue) -> Str
 }
 
 /// Drains the queue to the socket and sends stats, until the queue closes or the socket fails.
-fn write_loop(mut stream: TcpStream, shared: &Shared, id: u64, queue: &Queue) {
+/// Messages go as binary frames ([`crate::wire`]), several to a frame; `attached` and a refusal go
+/// as JSON, as in every version.
+fn write_loop(
+    mut stream: TcpStream,
+    shared: &Shared,
+    id: u64,
+    queue: &Queue,
+    details: &Mutex<DetailRing>,
+) {
     let interval = shared.config.stats_interval;
     let _ = stream.set_write_timeout(Some(shared.config.session_timeout));
+    let mut encoder = Encoder::new(shared.config.streamed_accesses, MAX_FRAME_BYTES);
     let mut batch = Vec::new();
     let mut out = Vec::with_capacity(1 << 16);
     let mut frame = Vec::new();
     let mut sent = 0u64;
     let mut last_stats = Instant::now();
     let mut last_count = 0u64;
+    let mut keep = |dispatch: u64, accesses| lock(details).keep(dispatch, accesses);
     loop {
         let wait = interval.saturating_sub(last_stats.elapsed());
         let state = queue.pop_all(wait, &mut batch);
         out.clear();
         for message in batch.drain(..) {
-            match encode_frame_into(&message, MAX_FRAME_BYTES, &mut frame) {
-                Ok(()) => {
+            if matches!(
+                message,
+                ToDebugger::Refused { .. } | ToDebugger::Attached { .. }
+            ) {
+                encoder.finish_frame(&mut out);
+                if encode_frame_into(&message, MAX_FRAME_BYTES, &mut frame).is_ok() {
                     out.extend_from_slice(&frame);
                     sent += 1;
                 }
-                Err(e) => shared.notice(format!("a {} message was not sent: {e}", message.kind())),
+                continue;
+            }
+            let kind = message.kind();
+            match encoder.push(message, &mut out, &mut keep) {
+                Ok(()) => sent += 1,
+                Err(e) => shared.notice(format!("a {kind} message was not sent: {e}")),
             }
         }
         if last_stats.elapsed() >= interval {
@@ -538,13 +573,16 @@ fn write_loop(mut stream: TcpStream, shared: &Shared, id: u64, queue: &Queue) {
                 queue_capacity: queue.capacity(),
                 paused: lock(&shared.control).paused,
             };
-            if encode_frame_into(&ToDebugger::Stats(stats), MAX_FRAME_BYTES, &mut frame).is_ok() {
-                out.extend_from_slice(&frame);
+            if encoder
+                .push(ToDebugger::Stats(stats), &mut out, &mut keep)
+                .is_ok()
+            {
                 sent += 1;
             }
             last_stats = Instant::now();
             last_count = dispatches;
         }
+        encoder.finish_frame(&mut out);
         if !out.is_empty()
             && let Err(e) = stream.write_all(&out)
         {

@@ -30,10 +30,15 @@ pub struct TapConfig {
     pub session_timeout: Duration,
     /// How long a connecting debugger has to complete the handshake.
     pub handshake_timeout: Duration,
-    /// Messages the queue to the debugger holds before it drops dispatches and events.
+    /// Messages the queue to the debugger holds before it drops dispatches and events (4096, a
+    /// third of a second of a game's 12,000 dispatches a second).
     pub queue_capacity: usize,
     /// How often the target sends [`crate::protocol::Stats`].
     pub stats_interval: Duration,
+    /// Access reports a dispatch's frame carries; the rest wait for [`crate::ToTarget::Detail`]
+    /// (the target keeps the whole lists of its latest [`crate::protocol::DETAIL_KEPT`] cut
+    /// dispatches).
+    pub streamed_accesses: usize,
 }
 
 impl Default for TapConfig {
@@ -45,8 +50,9 @@ impl Default for TapConfig {
             pause_timeout: Duration::from_secs(1),
             session_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(2),
-            queue_capacity: 1024,
+            queue_capacity: 4096,
             stats_interval: Duration::from_millis(500),
+            streamed_accesses: crate::protocol::DEFAULT_STREAMED_ACCESSES,
         }
     }
 }
@@ -191,6 +197,51 @@ impl Queue {
 
     pub(crate) fn capacity(&self) -> usize {
         self.capacity
+    }
+}
+
+/// The whole access lists of a session's latest cut dispatches, for [`crate::ToTarget::Detail`]:
+/// the writer thread keeps them, the reader thread answers from them.
+#[derive(Default)]
+pub(crate) struct DetailRing {
+    kept: VecDeque<(u64, Vec<dispatchscope_core::report::AccessReport>)>,
+}
+
+impl DetailRing {
+    pub(crate) fn keep(
+        &mut self,
+        dispatch: u64,
+        accesses: Vec<dispatchscope_core::report::AccessReport>,
+    ) {
+        if self.kept.len() == crate::protocol::DETAIL_KEPT {
+            self.kept.pop_front();
+        }
+        self.kept.push_back((dispatch, accesses));
+    }
+
+    /// The answer to a request for `dispatch`'s detail.
+    pub(crate) fn answer(&self, dispatch: u64) -> ToDebugger {
+        match self.kept.iter().find(|(d, _)| *d == dispatch) {
+            Some((_, accesses)) => ToDebugger::Detail {
+                dispatch,
+                accesses: accesses.clone(),
+            },
+            None => {
+                let held = match (self.kept.front(), self.kept.back()) {
+                    (Some((a, _)), Some((b, _))) => format!(
+                        "it holds the whole access lists of {} cut dispatches, {a} to {b}",
+                        self.kept.len()
+                    ),
+                    _ => "it holds none".to_owned(),
+                };
+                ToDebugger::DetailGone {
+                    dispatch,
+                    message: format!(
+                        "the target has no cut access list of dispatch {dispatch} (a dispatch whose accesses all fit in its frame has none to fetch); {held}"
+                    ),
+                }
+            }
+        }
     }
 }
 

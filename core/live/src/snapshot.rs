@@ -17,7 +17,7 @@
 use crate::protocol::SNAPSHOT_CONTENTS_BYTES;
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::input::{Event, HostProtection};
-use dispatchscope_core::memory::{GuestMemory, PageState};
+use dispatchscope_core::memory::{GuestMemory, PageRuns, PageState};
 use dispatchscope_formats::sample::Contents;
 
 /// The events that rebuild `memory` on an empty engine with the same page size, and its contents in
@@ -143,19 +143,16 @@ fn protection_for(p: &PageState) -> HostProtection {
 
 /// Maximal runs `[i, j)` of pages with the same `key`, each with its first page.
 fn runs<K: PartialEq>(
-    pages: &[PageState],
+    pages: &PageRuns,
     key: impl Fn(&PageState) -> K,
 ) -> Vec<(usize, usize, PageState)> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < pages.len() {
-        let k = key(&pages[i]);
-        let mut j = i + 1;
-        while j < pages.len() && key(&pages[j]) == k {
-            j += 1;
+    let mut out: Vec<(usize, usize, PageState)> = Vec::new();
+    for (first, end, p) in pages.runs() {
+        let (i, j) = (first as usize, end as usize);
+        match out.last_mut() {
+            Some(last) if last.1 == i && key(&last.2) == key(p) => last.1 = j,
+            _ => out.push((i, j, *p)),
         }
-        out.push((i, j, pages[i]));
-        i = j;
     }
     out
 }

@@ -224,6 +224,8 @@ impl Tap {
                     index,
                     input: Box::new(input.clone()),
                     report: Box::new(report.clone()),
+                    mapping_state: None,
+                    accesses_left_out: 0,
                 });
                 let mut c = lock(&shared.control);
                 if let Some((left, _)) = c.steps.as_mut() {

@@ -25,6 +25,18 @@ pub(crate) struct Buf {
 unsafe impl Send for Buf {}
 
 impl Buf {
+    /// No buffer: null handles, which destroy as nothing (what a struct leaves behind when it
+    /// hands its buffers to [`Context::destroy_buffer`] on drop).
+    pub(crate) fn null() -> Self {
+        Self {
+            raw: vk::Buffer::null(),
+            memory: vk::DeviceMemory::null(),
+            ptr: std::ptr::null_mut(),
+            size: 0,
+            address: 0,
+        }
+    }
+
     /// Whether the memory is mapped on the host.
     pub(crate) fn mapped(&self) -> bool {
         !self.ptr.is_null()

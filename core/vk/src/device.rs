@@ -12,6 +12,9 @@ use std::sync::{Arc, Mutex};
 
 use ash::vk;
 
+mod from_host;
+pub use from_host::{EnabledFeatures, HostDevice};
+
 use crate::pipeline::Pipeline;
 use crate::spirv;
 use crate::{VkError, check};
@@ -107,6 +110,14 @@ pub struct DeviceInfo {
     pub memory_types: Vec<vk::MemoryPropertyFlags>,
     /// The heap of each memory type.
     pub memory_heaps: Vec<u32>,
+    /// Nanoseconds per timestamp tick (`timestampPeriod`).
+    pub timestamp_period_ns: f64,
+    /// The compute queue's `timestampValidBits` (0: no timestamps).
+    pub timestamp_valid_bits: u32,
+    /// Lanes per subgroup.
+    pub subgroup_size: u32,
+    /// Whether compute shaders have subgroup ballots (the instrumented helper needs them).
+    pub subgroup_ballot: bool,
 }
 
 /// An open Vulkan device with the replay pipeline built.
@@ -122,6 +133,9 @@ pub struct Context {
     pub(crate) info: DeviceInfo,
     pub(crate) replay: Pipeline,
     pub(crate) stage_table: bool,
+    /// Whether this context made the instance and device (and so destroys them), or borrows the
+    /// host's ([`Context::from_host`]).
+    owned: bool,
 }
 
 impl std::fmt::Debug for Context {
@@ -242,6 +256,7 @@ impl Context {
             info,
             replay,
             stage_table: opts.stage_table,
+            owned: true,
         };
         let words = spirv::replay_module(ctx.info.slot_descriptors)?;
         ctx.replay = Pipeline::new(&ctx.device, &words, c"main", ctx.info.slot_descriptors)?;
@@ -255,92 +270,9 @@ impl Context {
         })?;
         let mut seen = Vec::new();
         for pd in devices {
-            let mut host = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
-            let mut maint3 = vk::PhysicalDeviceMaintenance3Properties::default();
-            let mut p2 = vk::PhysicalDeviceProperties2::default()
-                .push_next(&mut host)
-                .push_next(&mut maint3);
-            // SAFETY: p2 and its chain live across the call; the device came from this instance.
-            unsafe { instance.get_physical_device_properties2(pd, &mut p2) };
-            let props = p2.properties;
-            let name = props
-                .device_name_as_c_str()
-                .map(|c| c.to_string_lossy().into_owned())
-                .unwrap_or_else(|_| "unnamed device".to_owned());
-            let mut lacks = Vec::new();
-            if props.api_version < vk::API_VERSION_1_2 {
-                lacks.push(format!("Vulkan 1.2 (has {})", version(props.api_version)));
-            }
-            // SAFETY: a plain query of the device.
-            let exts = check("vkEnumerateDeviceExtensionProperties", unsafe {
-                instance.enumerate_device_extension_properties(pd)
-            })?;
-            if !exts.iter().any(|e| {
-                e.extension_name_as_c_str().ok() == Some(ash::ext::external_memory_host::NAME)
-            }) {
-                lacks.push("VK_EXT_external_memory_host".to_owned());
-            }
-            let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
-            let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f12);
-            if props.api_version >= vk::API_VERSION_1_2 {
-                // SAFETY: f2 and its chain live across the call; Vulkan 1.2 knows the 1.2 struct.
-                unsafe { instance.get_physical_device_features2(pd, &mut f2) };
-            }
-            let f10 = f2.features;
-            if f10.shader_int64 == vk::FALSE {
-                lacks.push("shaderInt64".to_owned());
-            }
-            if f10.shader_storage_buffer_array_dynamic_indexing == vk::FALSE {
-                lacks.push("shaderStorageBufferArrayDynamicIndexing".to_owned());
-            }
-            if f12.buffer_device_address == vk::FALSE {
-                lacks.push("bufferDeviceAddress".to_owned());
-            }
-            // SAFETY: a plain query of the device.
-            let families = unsafe { instance.get_physical_device_queue_family_properties(pd) };
-            let family = families
-                .iter()
-                .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE));
-            if family.is_none() {
-                lacks.push("a compute queue".to_owned());
-            }
-            if props.limits.max_push_constants_size < 128 {
-                lacks.push(format!(
-                    "a 128-byte push block (has {})",
-                    props.limits.max_push_constants_size
-                ));
-            }
-            match (lacks.is_empty(), family) {
-                (true, Some(family)) => {
-                    // SAFETY: a plain query of the device.
-                    let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
-                    let n = mem.memory_type_count as usize;
-                    let slots = props
-                        .limits
-                        .max_per_stage_descriptor_storage_buffers
-                        .min(props.limits.max_descriptor_set_storage_buffers)
-                        / 2;
-                    let info = DeviceInfo {
-                        name,
-                        api_version: version(props.api_version),
-                        min_storage_buffer_offset_alignment: props
-                            .limits
-                            .min_storage_buffer_offset_alignment,
-                        max_storage_buffer_range: u64::from(props.limits.max_storage_buffer_range),
-                        min_imported_host_pointer_alignment: host
-                            .min_imported_host_pointer_alignment
-                            .max(1),
-                        max_memory_allocation_size: maint3.max_memory_allocation_size,
-                        slot_descriptors: slots.clamp(1, 16),
-                        memory_types: mem.memory_types[..n]
-                            .iter()
-                            .map(|t| t.property_flags)
-                            .collect(),
-                        memory_heaps: mem.memory_types[..n].iter().map(|t| t.heap_index).collect(),
-                    };
-                    return Ok((pd, family as u32, info));
-                }
-                _ => seen.push(format!("{name} lacks {}", lacks.join(", "))),
+            match Self::inspect(instance, pd)? {
+                Ok((family, info)) => return Ok((pd, family, info)),
+                Err(lacks) => seen.push(lacks),
             }
         }
         Err(VkError::NoDevice {
@@ -350,6 +282,115 @@ impl Context {
                 seen.join("; ")
             },
         })
+    }
+
+    /// What `pd` has of what the backend needs: its queue family and what the backend knows of
+    /// it, or "NAME lacks …" naming everything it lacks.
+    fn inspect(
+        instance: &ash::Instance,
+        pd: vk::PhysicalDevice,
+    ) -> Result<Result<(u32, DeviceInfo), String>, VkError> {
+        let mut host = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
+        let mut maint3 = vk::PhysicalDeviceMaintenance3Properties::default();
+        let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
+        let mut p2 = vk::PhysicalDeviceProperties2::default()
+            .push_next(&mut host)
+            .push_next(&mut maint3)
+            .push_next(&mut subgroup);
+        // SAFETY: p2 and its chain live across the call; the device came from this instance.
+        unsafe { instance.get_physical_device_properties2(pd, &mut p2) };
+        let props = p2.properties;
+        let name = props
+            .device_name_as_c_str()
+            .map(|c| c.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "unnamed device".to_owned());
+        let mut lacks = Vec::new();
+        if props.api_version < vk::API_VERSION_1_2 {
+            lacks.push(format!("Vulkan 1.2 (has {})", version(props.api_version)));
+        }
+        // SAFETY: a plain query of the device.
+        let exts = check("vkEnumerateDeviceExtensionProperties", unsafe {
+            instance.enumerate_device_extension_properties(pd)
+        })?;
+        if !exts
+            .iter()
+            .any(|e| e.extension_name_as_c_str().ok() == Some(ash::ext::external_memory_host::NAME))
+        {
+            lacks.push("VK_EXT_external_memory_host".to_owned());
+        }
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+        let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f12);
+        if props.api_version >= vk::API_VERSION_1_2 {
+            // SAFETY: f2 and its chain live across the call; Vulkan 1.2 knows the 1.2 struct.
+            unsafe { instance.get_physical_device_features2(pd, &mut f2) };
+        }
+        let f10 = f2.features;
+        if f10.shader_int64 == vk::FALSE {
+            lacks.push("shaderInt64".to_owned());
+        }
+        if f10.shader_storage_buffer_array_dynamic_indexing == vk::FALSE {
+            lacks.push("shaderStorageBufferArrayDynamicIndexing".to_owned());
+        }
+        if f12.buffer_device_address == vk::FALSE {
+            lacks.push("bufferDeviceAddress".to_owned());
+        }
+        // SAFETY: a plain query of the device.
+        let families = unsafe { instance.get_physical_device_queue_family_properties(pd) };
+        let family = families
+            .iter()
+            .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE));
+        if family.is_none() {
+            lacks.push("a compute queue".to_owned());
+        }
+        if props.limits.max_push_constants_size < 128 {
+            lacks.push(format!(
+                "a 128-byte push block (has {})",
+                props.limits.max_push_constants_size
+            ));
+        }
+        match (lacks.is_empty(), family) {
+            (true, Some(family)) => {
+                // SAFETY: a plain query of the device.
+                let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
+                let n = mem.memory_type_count as usize;
+                let slots = props
+                    .limits
+                    .max_per_stage_descriptor_storage_buffers
+                    .min(props.limits.max_descriptor_set_storage_buffers)
+                    / 2;
+                let info = DeviceInfo {
+                    name,
+                    api_version: version(props.api_version),
+                    min_storage_buffer_offset_alignment: props
+                        .limits
+                        .min_storage_buffer_offset_alignment,
+                    max_storage_buffer_range: u64::from(props.limits.max_storage_buffer_range),
+                    min_imported_host_pointer_alignment: host
+                        .min_imported_host_pointer_alignment
+                        .max(1),
+                    max_memory_allocation_size: maint3.max_memory_allocation_size,
+                    slot_descriptors: slots.clamp(1, 16),
+                    memory_types: mem.memory_types[..n]
+                        .iter()
+                        .map(|t| t.property_flags)
+                        .collect(),
+                    memory_heaps: mem.memory_types[..n].iter().map(|t| t.heap_index).collect(),
+                    timestamp_period_ns: f64::from(props.limits.timestamp_period),
+                    timestamp_valid_bits: families
+                        .get(family)
+                        .map_or(0, |f| f.timestamp_valid_bits),
+                    subgroup_size: subgroup.subgroup_size,
+                    subgroup_ballot: subgroup
+                        .supported_operations
+                        .contains(vk::SubgroupFeatureFlags::BALLOT)
+                        && subgroup
+                            .supported_stages
+                            .contains(vk::ShaderStageFlags::COMPUTE),
+                };
+                Ok(Ok((family as u32, info)))
+            }
+            _ => Ok(Err(format!("{name} lacks {}", lacks.join(", ")))),
+        }
     }
 
     fn open_device(
@@ -437,11 +478,18 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        self.replay.destroy(&self.device);
         // SAFETY: every backend holding this context has been dropped (they hold an Arc), so nothing
-        // made from the device remains; children go before their parents.
+        // this context made from the device remains in use once the device is idle.
+        let _ = check("vkDeviceWaitIdle", unsafe {
+            self.device.device_wait_idle()
+        });
+        self.replay.destroy(&self.device);
+        if !self.owned {
+            // The host's instance and device: the host destroys them.
+            return;
+        }
+        // SAFETY: as above; children go before their parents.
         unsafe {
-            let _ = check("vkDeviceWaitIdle", self.device.device_wait_idle());
             self.device.destroy_device(None);
             if let Some((du, m)) = &self.messenger {
                 du.destroy_debug_utils_messenger(*m, None);

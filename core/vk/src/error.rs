@@ -25,6 +25,12 @@ pub enum VkError {
         /// Each device seen and what it lacked.
         seen: String,
     },
+    /// The host's own device ([`crate::Context::from_host`]) lacks what the backend needs.
+    #[error("the emulator's Vulkan device cannot run dispatchscope's backend: it lacks {lacks}")]
+    HostDeviceLacks {
+        /// Everything it lacks, named.
+        lacks: String,
+    },
     /// Validation was asked for, but the layer is not installed.
     #[error(
         "the validation layer VK_LAYER_KHRONOS_validation was asked for but is not installed (Debian: vulkan-validationlayers)"

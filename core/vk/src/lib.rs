@@ -13,7 +13,8 @@
 //! queue, validation, limits), `pipeline`, `buffer`, `commands` (one submission at a time), `imports`
 //! (M1–M5, over the page-aligned mirrors of `host`), `table` (the chunk table on the device, T6),
 //! `encode` and `replay` (the replay dispatch, O6–O9, C1, T4), `push` (the push block as the host
-//! fills it, T3), and [`spirv`] (the modules). `backend` holds only [`VulkanBackend`] and its
+//! fills it, T3), and [`spirv`] (the modules, the helper as a linkable library among them);
+//! [`pass`] runs the full-screen traversal program over the helper's variants (issue 14). `backend` holds only [`VulkanBackend`] and its
 //! [`dispatchscope_core::Backend`] impl, which delegates to them; `error` holds [`VkError`].
 //!
 //! This is the only crate of the workspace with `unsafe` code: every block carries a `// SAFETY:`
@@ -34,6 +35,7 @@ mod encode;
 mod error;
 mod host;
 mod imports;
+pub mod pass;
 mod pipeline;
 mod push;
 mod replay;
@@ -43,6 +45,6 @@ pub mod verify;
 
 pub use backend::VulkanBackend;
 pub use commands::begin_one_time;
-pub use device::{Context, ContextOptions};
+pub use device::{Context, ContextOptions, EnabledFeatures, HostDevice};
 pub use error::{VkError, check, describe};
 pub use imports::ImportTime;

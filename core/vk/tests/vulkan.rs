@@ -194,6 +194,7 @@ fn sample(host_page_bytes: u64, contents: Vec<Contents>, steps: Vec<Step>) -> Sa
         },
         contents,
         steps,
+        programs: Vec::new(),
     }
 }
 

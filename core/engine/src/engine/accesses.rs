@@ -2,6 +2,7 @@
 //! probe, the values it read or wrote, and, where it reached no mapping, its escape (T4).
 
 use super::Engine;
+use crate::addr::ByteRange;
 use crate::backend::Backend;
 use crate::chunk_table::ChunkTable;
 use crate::exec::Outcome;
@@ -74,19 +75,22 @@ impl<B: Backend> Engine<B> {
     pub(super) fn escapes(
         &self,
         input: &DispatchInput,
+        routes: &[(Route, Rule)],
         outcome: &Outcome,
         lookups: &[Vec<LookupTrace>],
     ) -> Vec<Escape> {
         let table = self.table.as_ref();
         let mut escapes = Vec::new();
-        for (i, ((a, o), lookups)) in input
+        for (i, (((a, o), lookups), (route, _))) in input
             .accesses
             .iter()
             .zip(&outcome.accesses)
             .zip(lookups)
+            .zip(routes)
             .enumerate()
         {
             let Some(at) = o.escaped_at else { continue };
+            let landed = landed_bytes(a, route, lookups, table);
             let lookup = match (table, lookups.as_slice()) {
                 (Some(t), [first, ..]) if at >> t.chunk_shift() == first.guest_chunk => {
                     first.clone()
@@ -100,10 +104,35 @@ impl<B: Backend> Engine<B> {
                     outcome: LookupOutcome::MissBound,
                 },
             };
-            escapes.push(self.escape(i, a, at, lookup));
+            escapes.push(self.escape(i, a, at, lookup, &landed, &o.values));
         }
         escapes
     }
+}
+
+/// The bytes of a device-addressed access that reached guest memory: those in a chunk whose lookup
+/// hit (T5; a hit chunk lies in one mapping, T1). The others escaped (T4).
+fn landed_bytes(
+    a: &Access,
+    route: &Route,
+    lookups: &[LookupTrace],
+    table: Option<&ChunkTable>,
+) -> Vec<ByteRange> {
+    let (Route::Device { address }, Some(t)) = (route, table) else {
+        return Vec::new();
+    };
+    let whole = ByteRange::new(*address, address.saturating_add(u64::from(a.size_bytes)));
+    let mut out: Vec<ByteRange> = lookups
+        .iter()
+        .filter(|l| matches!(l.outcome, LookupOutcome::Hit { .. }))
+        .filter_map(|l| {
+            let start = l.guest_chunk << t.chunk_shift();
+            ByteRange::new(start, start.saturating_add(t.chunk_bytes())).intersection(&whole)
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 fn access_report(

@@ -11,7 +11,7 @@ use crate::exec::Outcome;
 use crate::input::{DispatchInput, Op};
 use crate::memory::MemoryChange;
 use crate::report::{
-    HandOff, Hazard, LookupOutcome, LookupTrace, Mark, Route, WordWritten, WriteBack,
+    HandOff, Hazard, HazardKind, LookupOutcome, LookupTrace, Mark, Route, WordWritten, WriteBack,
 };
 use crate::rules::Rule;
 
@@ -169,6 +169,9 @@ pub(super) fn detect_l1(
             };
             hazards.push(Hazard {
                 rule: Rule::L1,
+                kind: HazardKind::WriteBackOverDeviceStore,
+                ours: false,
+                bound_load: None,
                 decision: Rule::L1.decision().into(),
                 holder,
                 address,
@@ -178,6 +181,86 @@ pub(super) fn detect_l1(
                     "access {store} stored to {address:#x} by device address, and holder slot {holder} writes the same word back after the dispatch: the write-back lands last and the device store is lost (L1)"
                 ),
             });
+        }
+    }
+    hazards
+}
+
+/// The read-side twin of L1, our addition: a bound load of a word that an earlier access of the
+/// same dispatch stored to by device address reads the holder's upload (O8), made before the
+/// dispatch, and never sees the store. One hazard per such load (at its first such word). The words
+/// device stores reached are kept in a map, so the pass is linear in the accesses.
+pub(super) fn detect_stale_loads(
+    input: &DispatchInput,
+    routed: &Routed<'_>,
+    lookups: &[Vec<LookupTrace>],
+    table: Option<&ChunkTable>,
+) -> Vec<Hazard> {
+    let mut hazards = Vec::new();
+    let any_bound_load = input
+        .accesses
+        .iter()
+        .zip(&routed.routes)
+        .any(|(a, (r, _))| a.op == Op::Load && matches!(r, Route::Bound { .. }));
+    if !any_bound_load {
+        return hazards;
+    }
+    let stores = device_stores(input, &routed.routes, lookups, table);
+    if stores.is_empty() {
+        return hazards;
+    }
+    let holder_base: std::collections::HashMap<u32, u64> = routed
+        .holder_slots
+        .iter()
+        .zip(&routed.job.holders)
+        .map(|(&slot, r)| (slot, r.start))
+        .collect();
+    // Word address → the first access that stored to it by device address.
+    let mut stored: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    let mut next_store = stores.iter().peekable();
+    for (i, (a, (route, _))) in input.accesses.iter().zip(&routed.routes).enumerate() {
+        while let Some(&&(range, store)) = next_store.peek() {
+            if store >= i {
+                break;
+            }
+            let mut word = range.start & !3;
+            while word < range.end {
+                stored.entry(word).or_insert(store);
+                word = word.saturating_add(4);
+                if word == 0 {
+                    break;
+                }
+            }
+            next_store.next();
+        }
+        let (Op::Load, Route::Bound { holder, offset }) = (a.op, route) else {
+            continue;
+        };
+        let Some(&base) = holder_base.get(holder) else {
+            continue;
+        };
+        let start = base.saturating_add(*offset);
+        let end = start.saturating_add(u64::from(a.size_bytes));
+        let mut word = start & !3;
+        while word < end {
+            if let Some(&store) = stored.get(&word) {
+                hazards.push(Hazard {
+                    rule: Rule::L1,
+                    kind: HazardKind::StaleBoundLoad,
+                    ours: true,
+                    bound_load: Some(i),
+                    decision: Rule::L1.decision().into(),
+                    holder: *holder,
+                    address: word,
+                    device_store: store,
+                    bound_store: None,
+                    message: format!(
+                        "access {i} loaded the word at {word:#x} through holder slot {holder} after access {store} stored to it by device address: the bound load reads the holder's upload from before the dispatch (O8), not the device store (the read-side twin of L1; this hazard is dispatchscope's addition: the records name only the write-back case)"
+                    ),
+                });
+                break;
+            }
+            word += 4;
         }
     }
     hazards

@@ -59,7 +59,20 @@ impl<B: Backend> Engine<B> {
                 released,
             )?;
         }
+        self.page_events.record(event, when);
         if self.mappings.mapped_generation().is_some() {
+            for range in &change.revisit {
+                for (r, reason) in
+                    self.mappings
+                        .requalify(&self.memory, &mut self.backend, *range)?
+                {
+                    effects.push(format!(
+                        "M3: dropped the mapping of {r}: {} since this {} event; M3 keeps only committed, private, read-write pieces the guest may write, and the mapping follows the page's state",
+                        reason.phrase(),
+                        event.name()
+                    ));
+                }
+            }
             for range in &change.revisit {
                 for r in self.mappings.revisit(
                     &self.memory,
@@ -97,6 +110,116 @@ impl<B: Backend> Engine<B> {
         });
         let last = self.pending.len() - 1;
         Ok(&self.pending[last])
+    }
+}
+
+/// What of a page's state an event set, for [`PageEvents`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Aspect {
+    /// The guest view (reserve, protect).
+    View,
+    /// The host protection (reserve, protect, host-protect).
+    Protection,
+    /// Private or shared (reserve, set-backing).
+    Backing,
+    /// Committed or not (reserve, commit, decommit).
+    Commit,
+}
+
+/// The last event that set each aspect of each page's state, so that an escape into a page left out
+/// (M3) can name the event that made it so ("as event 3 (protect) before dispatch 1 left it").
+#[derive(Debug, Default)]
+pub(super) struct PageEvents {
+    view: EventRanges,
+    protection: EventRanges,
+    backing: EventRanges,
+    commit: EventRanges,
+}
+
+impl PageEvents {
+    /// Notes what `event`, applied at `when`, set.
+    fn record(&mut self, event: &Event, when: When) {
+        let name = event.name();
+        match event {
+            Event::Reserve { range, .. } => {
+                for m in [
+                    &mut self.view,
+                    &mut self.protection,
+                    &mut self.backing,
+                    &mut self.commit,
+                ] {
+                    m.set(*range, when, name);
+                }
+            }
+            Event::Protect { range, .. } => {
+                self.view.set(*range, when, name);
+                self.protection.set(*range, when, name);
+            }
+            Event::HostProtect { range, .. } => self.protection.set(*range, when, name),
+            Event::SetBacking { range, .. } => self.backing.set(*range, when, name),
+            Event::Commit { range } | Event::Decommit { range } => {
+                self.commit.set(*range, when, name);
+            }
+            _ => {}
+        }
+    }
+
+    /// The last event that set `aspect` of the page at `addr`.
+    pub(super) fn at(&self, aspect: Aspect, addr: u64) -> Option<(When, &'static str)> {
+        match aspect {
+            Aspect::View => &self.view,
+            Aspect::Protection => &self.protection,
+            Aspect::Backing => &self.backing,
+            Aspect::Commit => &self.commit,
+        }
+        .at(addr)
+    }
+}
+
+/// Disjoint ranges, each with the event that last set it. Setting a range is O(log n) plus the
+/// ranges it covers.
+#[derive(Debug, Default)]
+struct EventRanges {
+    /// Start → (end, when, event name); disjoint.
+    by_start: std::collections::BTreeMap<u64, (u64, When, &'static str)>,
+}
+
+impl EventRanges {
+    /// `range` was last set by the event `name` at `when`.
+    fn set(&mut self, range: crate::addr::ByteRange, when: When, name: &'static str) {
+        if range.is_empty() {
+            return;
+        }
+        // Cut the range that holds its start, then drop or trim everything it covers.
+        if let Some((&s, &(e, w, n))) = self.by_start.range(..range.start).next_back()
+            && e > range.start
+        {
+            self.by_start.insert(s, (range.start, w, n));
+            if e > range.end {
+                self.by_start.insert(range.end, (e, w, n));
+            }
+        }
+        let covered: Vec<u64> = self
+            .by_start
+            .range(range.start..range.end)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in covered {
+            if let Some((e, w, n)) = self.by_start.remove(&s)
+                && e > range.end
+            {
+                self.by_start.insert(range.end, (e, w, n));
+            }
+        }
+        self.by_start.insert(range.start, (range.end, when, name));
+    }
+
+    fn at(&self, addr: u64) -> Option<(When, &'static str)> {
+        self.by_start
+            .range(..=addr)
+            .next_back()
+            .filter(|(_, (e, _, _))| *e > addr)
+            .map(|(_, &(_, w, n))| (w, n))
     }
 }
 

@@ -124,6 +124,11 @@ impl<B: Backend> Engine<B> {
             {
                 let shift = t.chunk_shift();
                 for c in &changes {
+                    if let PieceChange::Added(p) = c {
+                        crate::chunk_table::check_entries(
+                            (t.len() as u64).saturating_add(p.guest.size_bytes() >> shift),
+                        )?;
+                    }
                     match c {
                         PieceChange::Removed(p) => {
                             for chunk in p.guest.start >> shift..p.guest.end >> shift {
@@ -156,6 +161,12 @@ impl<B: Backend> Engine<B> {
                     Some(_) => "T1: a piece mapped and dropped since the last dispatch was finer than the chunk".to_owned(),
                 });
                 let shift = chunk_bytes.trailing_zeros();
+                let n_chunks = self
+                    .mappings
+                    .pieces()
+                    .map(|p| p.guest.size_bytes() >> shift)
+                    .fold(0u64, u64::saturating_add);
+                crate::chunk_table::check_entries(n_chunks)?;
                 let entries: Vec<(u64, u64)> = self
                     .mappings
                     .pieces()

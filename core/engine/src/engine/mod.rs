@@ -26,7 +26,7 @@ use crate::addr::ByteRange;
 use crate::backend::{Backend, BackendError, CpuBackend};
 use crate::chunk_table::{ChunkTable, TableError};
 use crate::import::Mappings;
-use crate::input::{DeviceLimits, DispatchInput, InputError};
+use crate::input::{DeviceLimits, DispatchInput, InputError, LimitsError};
 use crate::memory::{GuestMemory, MemoryChange, MemoryError};
 use crate::overlap::{BindPlan, Planner};
 use crate::report::{
@@ -61,6 +61,9 @@ pub enum EngineError {
     /// The chunk table could not be built.
     #[error("chunk table: {0}")]
     Table(#[from] TableError),
+    /// The device limits describe no device.
+    #[error("bad device limits: {0}")]
+    Limits(#[from] LimitsError),
 }
 
 /// The dispatch path of one emulated device.
@@ -79,6 +82,8 @@ pub struct Engine<B: Backend = CpuBackend> {
     planner: Planner,
     /// The mapping state the reports copy, kept until the memory or the mappings move.
     mapping_state: MappingState,
+    /// The last event that set each page's state, for escapes into pages left out (M3).
+    page_events: events::PageEvents,
 }
 
 impl Engine<CpuBackend> {
@@ -97,6 +102,7 @@ impl<B: Backend> Engine<B> {
             limits.min_storage_buffer_offset_alignment = real.min_storage_buffer_offset_alignment;
             limits.max_storage_buffer_range = real.max_storage_buffer_range;
         }
+        limits.check()?;
         Ok(Self {
             memory: GuestMemory::new(limits.host_page_bytes)?,
             limits,
@@ -110,6 +116,7 @@ impl<B: Backend> Engine<B> {
             in_flight: None,
             planner: Planner::new(),
             mapping_state: MappingState::default(),
+            page_events: events::PageEvents::default(),
         })
     }
 
@@ -144,8 +151,17 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Loads guest bytes without any write-watch effect (a sample's or capture's contents).
+    /// Bytes no reservation holds are kept as they are; [`Engine::try_load_contents`] refuses them.
     pub fn load_contents(&mut self, address: u64, bytes: &[u8]) {
         self.memory.write_bytes(address, bytes);
+    }
+
+    /// [`Engine::load_contents`] for contents read from a file: bytes that pass the end of the
+    /// address space or that no reservation holds are a named error, and nothing is loaded.
+    pub fn try_load_contents(&mut self, address: u64, bytes: &[u8]) -> Result<(), EngineError> {
+        self.memory.check_bytes(address, bytes.len())?;
+        self.memory.write_bytes(address, bytes);
+        Ok(())
     }
 
     /// Plans, maps, runs and hands off one dispatch, and reports everything it did.
@@ -166,7 +182,7 @@ impl<B: Backend> Engine<B> {
             &limits,
             input.page_buffer.as_ref(),
         );
-        let decision = mode::choose(input, &checked, refusals);
+        let decision = mode::choose(input, &checked, &bindings, refusals);
         let index = self.next_dispatch;
         self.next_dispatch += 1;
         let events_before = std::mem::take(&mut self.pending);
@@ -199,6 +215,7 @@ impl<B: Backend> Engine<B> {
             write_back: ran.write_back,
             hazards: ran.hazards,
             counts: Counts::default(),
+            instrumented: None,
         };
         report.counts = counts(&report);
         Ok(report)
@@ -220,25 +237,28 @@ impl<B: Backend> Engine<B> {
             let mappings = self.map(index)?;
             (before, Some(mappings), Some(self.sync_table(limits)?))
         } else {
-            (
-                left_deferred(self.memory.deferred_copies().len()),
-                None,
-                None,
-            )
+            (self.write_deferred_under(bindings), None, None)
         };
         let routed = route::route(input, checked, bindings, limits);
         let mut outcome =
             self.backend
                 .execute(&routed.job, self.table.as_ref(), &mut self.memory)?;
         let lookups = accesses::trace_lookups(input, &routed.routes, self.table.as_ref());
-        let escapes = self.escapes(input, &outcome, &lookups);
+        let escapes = self.escapes(input, &routed.routes, &outcome, &lookups);
         let marks = after::marks(&outcome, self.table.as_ref());
         let mut change = MemoryChange::default();
         let mut hand_off = HandOff::default();
         self.hand_off(&marks, &mut change, &mut hand_off);
         let write_back = self.write_back(&routed, &outcome, &mut change, &mut hand_off);
         hand_off.pages_noted_written = after::merge_ranges(change.noted_written);
-        let hazards = after::detect_l1(input, &routed, &lookups, self.table.as_ref(), &write_back);
+        let mut hazards =
+            after::detect_l1(input, &routed, &lookups, self.table.as_ref(), &write_back);
+        hazards.extend(after::detect_stale_loads(
+            input,
+            &routed,
+            &lookups,
+            self.table.as_ref(),
+        ));
         let accesses = accesses::reports(input, routed.routes, lookups, &mut outcome);
         if device_addressed {
             self.in_flight = Some(index);
@@ -261,12 +281,41 @@ impl<B: Backend> Engine<B> {
     fn write_deferred(&mut self) -> BeforeDispatch {
         let mut c3 = MemoryChange::default();
         let copies = self.memory.flush_deferred(&mut c3);
+        self.before_dispatch(&copies, c3)
+    }
+
+    /// C3 for a bound dispatch: it reads only its bindings, so a deferred copy waits, unless a
+    /// holder's upload (O8) covers its bytes: then it lands first, as a device-addressed dispatch's
+    /// would, or the holder would upload stale bytes and its write-back would land before the older
+    /// copy. Copies land in the order they were deferred, so every copy up to the last one a holder
+    /// covers is written; the rest stay deferred.
+    fn write_deferred_under(&mut self, bindings: &[SlotBinding]) -> BeforeDispatch {
+        let holders: Vec<ByteRange> = bindings
+            .iter()
+            .filter(|b| b.resolved && b.holder == Some(b.slot))
+            .map(|b| ByteRange::new(b.range.start, b.range.start.saturating_add(b.binding.end)))
+            .collect();
+        let deferred = self.memory.deferred_copies();
+        let covered = |(a, bytes): &(u64, Vec<u8>)| {
+            let r = ByteRange::new(*a, a.saturating_add(bytes.len() as u64));
+            holders.iter().any(|h| h.overlaps(&r))
+        };
+        let Some(last) = deferred.iter().rposition(covered) else {
+            return left_deferred(deferred.len());
+        };
+        let mut c3 = MemoryChange::default();
+        let copies = self.memory.flush_deferred_first(last + 1, &mut c3);
+        self.before_dispatch(&copies, c3)
+    }
+
+    /// The report of the copies C3 wrote and what they did.
+    fn before_dispatch(&self, copies: &[(u64, Vec<u8>)], c3: MemoryChange) -> BeforeDispatch {
         BeforeDispatch {
             copies: copies
                 .iter()
-                .map(|(a, b)| ByteRange::new(*a, a + b.len() as u64))
+                .map(|(a, b)| ByteRange::new(*a, a.saturating_add(b.len() as u64)))
                 .collect(),
-            still_deferred: 0,
+            still_deferred: self.memory.deferred_copies().len(),
             pages_noted_written: after::merge_ranges(c3.noted_written),
             targets_distrusted: c3
                 .distrusted
@@ -326,8 +375,8 @@ fn counts(r: &DispatchReport) -> Counts {
     }
 }
 
-/// The copies a dispatch leaves deferred: a bound or refused one reads only its bindings, so they
-/// wait (C3 is for device-addressed dispatches).
+/// The copies a dispatch leaves deferred: a refused one reads nothing, and a bound one whose
+/// bindings cover none of them reads none of them, so they wait (C3).
 fn left_deferred(still_deferred: usize) -> BeforeDispatch {
     BeforeDispatch {
         still_deferred,

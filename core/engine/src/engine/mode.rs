@@ -5,7 +5,7 @@
 
 use super::validate::Checked;
 use crate::input::{AccessKind, DispatchInput, DispatchKind, Op};
-use crate::report::{Mode, Refusal, Value};
+use crate::report::{Mode, Refusal, SlotBinding, Value};
 use crate::rules::Rule;
 
 /// How a dispatch will run, and every refusal that decided it.
@@ -23,6 +23,7 @@ pub(super) struct Decision {
 pub(super) fn choose(
     input: &DispatchInput,
     checked: &Checked,
+    bindings: &[SlotBinding],
     mut refusals: Vec<Refusal>,
 ) -> Decision {
     let device_addressed = !input.reasons.is_empty();
@@ -30,7 +31,7 @@ pub(super) fn choose(
         refusals.push(graphics_refusal(input));
     }
     if device_addressed {
-        refusals.extend(format_store_refusals(input, checked));
+        refusals.extend(format_store_refusals(input, checked, bindings));
     }
     let mode = if !refusals.is_empty() {
         Mode::Refused
@@ -72,22 +73,39 @@ fn graphics_refusal(input: &DispatchInput) -> Refusal {
 }
 
 /// W2: a format store through a descriptor the host could not resolve is refused, one refusal each.
-fn format_store_refusals(input: &DispatchInput, checked: &Checked) -> Vec<Refusal> {
+/// Whether the descriptor is resolved is the planner's word (the slot's binding), not the slot's own
+/// flag: a D937 copy follows the slot it copies everywhere (O3), so a copy of an unresolved slot is
+/// unresolved whatever its input says, and a store through it is refused as one through that slot.
+fn format_store_refusals(
+    input: &DispatchInput,
+    checked: &Checked,
+    bindings: &[SlotBinding],
+) -> Vec<Refusal> {
     let mut out = Vec::new();
     for (i, a) in input.accesses.iter().enumerate() {
         if a.kind != AccessKind::FormatBuffer || a.op != Op::Store {
             continue;
         }
-        let Some(slot) = a
-            .slot
-            .and_then(|s| checked.position(input, s))
-            .map(|p| &input.slots[p])
-        else {
+        let Some(pos) = a.slot.and_then(|s| checked.position(input, s)) else {
             continue;
         };
-        if slot.resolved {
+        let slot = &input.slots[pos];
+        let resolved = bindings.get(pos).map_or(slot.resolved, |b| b.resolved);
+        if resolved {
             continue;
         }
+        // The slot whose descriptor decided it: the end of the copy chain (O3).
+        let copy_of = copied_slot(input, checked, pos);
+        let through = match copy_of {
+            Some(of) => format!(
+                "slot {}, an exact copy (D937) of slot {of}, whose descriptor the host could not resolve; a copy follows its slot everywhere (O3), this refusal included",
+                slot.slot
+            ),
+            None => format!(
+                "slot {}, whose descriptor the host could not resolve",
+                slot.slot
+            ),
+        };
         out.push(Refusal {
             rule: Rule::W2,
             decision: Rule::W2.decision().into(),
@@ -98,17 +116,33 @@ fn format_store_refusals(input: &DispatchInput, checked: &Checked) -> Vec<Refusa
                 Value::text("format", slot.format.map_or("none".into(), |f| format!("{f:?}"))),
             ],
             message: format!(
-                "access {i} (pc {:#x}) is a format store through slot {}, whose descriptor the host could not resolve; D967 carries out format loads through such a descriptor, not stores",
-                a.pc, slot.slot
+                "access {i} (pc {:#x}) is a format store through {through}; D967 carries out format loads through such a descriptor, not stores",
+                a.pc
             ),
             would_run_if: format!(
                 "would run if the host resolved slot {}'s descriptor (the store would convert by the format the host read), or if the store were untyped",
-                slot.slot
+                copy_of.unwrap_or(slot.slot)
             ),
             ours: false,
         });
     }
     out
+}
+
+/// The slot at the end of slot `pos`'s D937 copy chain, if it is a copy (validation has refused
+/// chains that loop or name missing slots).
+fn copied_slot(input: &DispatchInput, checked: &Checked, pos: usize) -> Option<u32> {
+    let mut at = pos;
+    for _ in 0..input.slots.len() {
+        match input.slots[at]
+            .alias_of
+            .and_then(|of| checked.position(input, of))
+        {
+            Some(next) => at = next,
+            None => break,
+        }
+    }
+    (at != pos).then(|| input.slots[at].slot)
 }
 
 /// The sentence that says why the dispatch runs as it does.

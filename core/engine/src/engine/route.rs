@@ -93,7 +93,10 @@ pub(super) fn route<'a>(
                 match (pos, a.address) {
                     (Some(p), _) => {
                         let s = &input.slots[p];
-                        let off = s.addressed_offset(a.index, a.offset.unwrap_or(0), a.lane);
+                        // Validation refused an offset past 2^64.
+                        let off = s
+                            .addressed_offset(a.index, a.offset.unwrap_or(0), a.lane)
+                            .unwrap_or(0);
                         match bindings.get(p).filter(|b| b.resolved) {
                             Some(b) => {
                                 let holder = b.holder.unwrap_or(s.slot);

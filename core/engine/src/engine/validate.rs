@@ -84,6 +84,16 @@ pub(super) fn check(input: &DispatchInput, limits: &DeviceLimits) -> Result<Chec
         }
         bases.push(base);
     }
+    if let Some(pb) = &input.page_buffer
+        && let Some(&page) = pb.pages.iter().find(|&&p| {
+            p & (limits.host_page_bytes - 1) != 0 || p.checked_add(limits.host_page_bytes).is_none()
+        })
+    {
+        return Err(InputError::PageBufferUnaligned {
+            page,
+            page_bytes: limits.host_page_bytes,
+        });
+    }
     let checked = Checked {
         slots: index,
         bases,
@@ -155,6 +165,27 @@ fn validate_access(
         return Err(InputError::BadSize {
             access: i,
             size: a.size_bytes,
+        });
+    }
+    if let Some(address) = a.address
+        && address.checked_add(u64::from(a.size_bytes)).is_none()
+    {
+        return Err(InputError::AddressWraps {
+            access: i,
+            address,
+            size: a.size_bytes,
+        });
+    }
+    if a.kind == AccessKind::RayIntersection && a.op == Op::Store {
+        return Err(InputError::RayStore { access: i });
+    }
+    if a.op == Op::Store
+        && let Some(s) = slot
+        && !s.written
+    {
+        return Err(InputError::StoreThroughReadOnlySlot {
+            access: i,
+            slot: s.slot,
         });
     }
     let format = if a.kind == AccessKind::FormatBuffer {
@@ -246,7 +277,15 @@ fn validate_access(
         AccessKind::Scalar | AccessKind::UntypedBuffer | AccessKind::FormatBuffer => match slot {
             Some(s) => {
                 let offset = a.offset.ok_or(missing("an offset in its slot"))?;
-                let off = s.addressed_offset(a.index, offset, a.lane);
+                let off = s.addressed_offset(a.index, offset, a.lane).ok_or(
+                    InputError::OffsetOverflow {
+                        access: i,
+                        slot: s.slot,
+                        index: a.index.unwrap_or(0),
+                        offset,
+                        size_bytes: s.size_bytes,
+                    },
+                )?;
                 if off.saturating_add(u64::from(a.size_bytes)) > s.size_bytes {
                     return Err(InputError::AccessOutsideSlot {
                         access: i,
@@ -263,14 +302,6 @@ fn validate_access(
             )?,
             None => return Err(missing("a slot and an offset")),
         },
-    }
-    if let Some(addr) = a.address
-        && addr.checked_add(u64::from(a.size_bytes)).is_none()
-    {
-        return Err(InputError::BadSize {
-            access: i,
-            size: a.size_bytes,
-        });
     }
     Ok(())
 }

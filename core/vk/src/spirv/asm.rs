@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use rspirv::dr::{Builder, InsertPoint, Instruction, Operand};
 use rspirv::spirv::{
     AddressingModel, Capability, Decoration, ExecutionMode, ExecutionModel, FunctionControl,
-    LoopControl, MemoryModel, Op, SelectionControl, StorageClass, Word,
+    LinkageType, LoopControl, MemoryModel, Op, SelectionControl, StorageClass, Word,
 };
 
 use super::R;
@@ -68,10 +68,11 @@ impl Asm {
         let p_fn_u32 = b.type_pointer(None, StorageClass::Function, u32_);
         let p_fn_u64 = b.type_pointer(None, StorageClass::Function, u64_);
         let p_push_u32 = b.type_pointer(None, StorageClass::PushConstant, u32_);
-        let hit = b.type_struct([u64_, u32_]);
+        let hit = b.type_struct([u64_, u32_, u32_]);
         b.name(hit, "Hit");
         b.member_name(hit, 0, "device_addr");
         b.member_name(hit, 1, "slot");
+        b.member_name(hit, 2, "probes");
         let mut a = Self {
             module,
             b,
@@ -438,7 +439,7 @@ impl Asm {
             .execution_mode(f, ExecutionMode::LocalSize, [local_size, 1, 1]);
     }
 
-    /// `hit.device_addr` (index 0) or `hit.slot` (index 1).
+    /// `hit.device_addr` (index 0), `hit.slot` (index 1) or `hit.probes` (index 2).
     pub(super) fn extract(&mut self, hit: Word, index: u32) -> R<Word> {
         let id = self.b.id();
         let inst = Instruction::new(
@@ -464,6 +465,34 @@ impl Asm {
         use rspirv::binary::Assemble;
         let words = self.b.module().assemble();
         super::validate(self.module, &words)?;
+        Ok(words)
+    }
+
+    /// Makes this a module that links: the Linkage capability, and the push block shared by name
+    /// ([`super::library::PUSH_SYMBOL`]), imported by a library, exported by a program.
+    pub(super) fn linkable(&mut self, push: LinkageType) {
+        self.b.capability(Capability::Linkage);
+        self.link(self.push_var, super::library::PUSH_SYMBOL, push);
+    }
+
+    /// Decorates `id` (a function or a global) with `LinkageAttributes name kind`.
+    pub(super) fn link(&mut self, id: Word, name: &str, kind: LinkageType) {
+        self.b.decorate(
+            id,
+            Decoration::LinkageAttributes,
+            [
+                Operand::LiteralString(name.to_owned()),
+                Operand::LinkageType(kind),
+            ],
+        );
+    }
+
+    /// The words of a module that still links (a library, or a program before linking),
+    /// validated for universal SPIR-V 1.5: Vulkan's environment forbids the Linkage capability.
+    pub(super) fn finish_linkable(self) -> R<Vec<u32>> {
+        use rspirv::binary::Assemble;
+        let words = self.b.module().assemble();
+        super::validate_linkable(self.module, &words)?;
         Ok(words)
     }
 }

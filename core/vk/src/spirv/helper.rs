@@ -12,7 +12,8 @@ use super::{R, push, record};
 use dispatchscope_core::chunk_table::{EMPTY_KEY, SLOT_BYTES};
 
 /// T5: emits the lookup helper, `Hit lookup(u64 guest_chunk)`: the device address of the chunk's
-/// first byte and its table slot, or address 0 and slot `NO_SLOT` on a miss.
+/// first byte and its table slot, or address 0 and slot `NO_SLOT` on a miss, and the probes it
+/// read (the instrumented helper's histogram, T2).
 ///
 /// Bit for bit [`dispatchscope_core::chunk_table::home_slot`] and the table's bounded probe: the home slot is
 /// `(k * multiplier) >> (64 - capacity_log2)` (0 when `capacity_log2` is 0); up to `probe_bound`
@@ -76,13 +77,15 @@ pub(super) fn emit_lookup(a: &mut Asm) -> R<Word> {
         |a| {
             let slot = a.get(t.u32, v_probe)?;
             let at = a.index(table, slot, SLOT_BYTES as u64)?;
+            // The slot's key and device address are read together, before the compare: one
+            // memory round trip a probe, not two in a row.
             let key = a.ld64(at)?;
+            let at8 = a.add64c(at, 8)?;
+            let dev = a.ld64(at8)?;
             let found = a.eq(key, chunk)?;
             a.if_else(
                 found,
                 |a| {
-                    let at8 = a.add64c(at, 8)?;
-                    let dev = a.ld64(at8)?;
                     a.set(v_dev, dev)?;
                     a.set(v_slot, slot)?;
                     let f = a.cbool(false);
@@ -113,7 +116,8 @@ pub(super) fn emit_lookup(a: &mut Asm) -> R<Word> {
     )?;
     let dev = a.get(t.u64, v_dev)?;
     let slot = a.get(t.u32, v_slot)?;
-    let hit = a.inst(Op::CompositeConstruct, t.hit, &[dev, slot])?;
+    let probes = a.get(t.u32, v_n)?;
+    let hit = a.inst(Op::CompositeConstruct, t.hit, &[dev, slot, probes])?;
     a.b.ret_value(hit).map_err(|e| a.err(e))?;
     a.end_function()?;
     Ok(f)

@@ -55,6 +55,26 @@ impl Asm {
             .map_err(|e| self.err(e))
     }
 
+    /// `*addr += v` atomically (device scope, relaxed); returns the old value.
+    pub(super) fn atomic_add(&mut self, addr: Word, v: Word) -> R<Word> {
+        let p = self.device_ptr(self.t.p_psb_u32, addr)?;
+        let scope = self.c32(spirv::Scope::Device as u32);
+        let sem = self.c32(0);
+        self.b
+            .atomic_i_add(self.t.u32, None, p, scope, sem, v)
+            .map_err(|e| self.err(e))
+    }
+
+    /// `*addr = max(*addr, v)` atomically, unsigned (device scope, relaxed).
+    pub(super) fn atomic_umax(&mut self, addr: Word, v: Word) -> R<Word> {
+        let p = self.device_ptr(self.t.p_psb_u32, addr)?;
+        let scope = self.c32(spirv::Scope::Device as u32);
+        let sem = self.c32(0);
+        self.b
+            .atomic_u_max(self.t.u32, None, p, scope, sem, v)
+            .map_err(|e| self.err(e))
+    }
+
     /// The byte at device address `addr`, read through its aligned word.
     pub(super) fn load_byte(&mut self, addr: Word) -> R<Word> {
         let m = self.c64(!3);

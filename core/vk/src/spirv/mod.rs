@@ -1,7 +1,9 @@
 //! The translated modules, built with rspirv: the one lookup helper every device access calls (T5,
-//! `helper`), the access-replay compute shader around it (`replay`), the microbenchmark kernels
-//! (`bench`, behind the `bench` feature), all written with the small builder of `asm`, and their
-//! validation with spirv-tools (Debian's `spirv-val`) before any of them reaches a driver.
+//! `helper`), the same helper as a linkable library with its instrumentation ([`library`]), a
+//! full-screen traversal program that calls it ([`traversal`]), the access-replay compute shader
+//! around it (`replay`), the microbenchmark kernels (`bench`, behind the `bench` feature), all
+//! written with the small builder of `asm`, and their validation with spirv-tools (Debian's
+//! `spirv-val`) before any of them reaches a driver.
 //!
 //! The helper is emitted by one function, `emit_lookup`, into every module that needs it, so the
 //! golden disassembly of [`lookup_helper_module`] (`core/vk/tests/golden/lookup_helper.spvasm`) is
@@ -31,8 +33,10 @@ mod asm;
 #[cfg(feature = "bench")]
 mod bench;
 mod helper;
+pub mod library;
 mod memory;
 mod replay;
+pub mod traversal;
 
 use crate::VkError;
 use dispatchscope_core::rules::DEVICE_TABLE_PUSH_WORD;
@@ -118,6 +122,17 @@ pub mod record {
 pub fn validate(module: &'static str, words: &[u32]) -> R<()> {
     use spirv_tools::val::Validator;
     let v = spirv_tools::val::create(Some(spirv_tools::TargetEnv::Vulkan_1_2));
+    v.validate(words, None).map_err(|e| VkError::Invalid {
+        module,
+        why: e.to_string(),
+    })
+}
+
+/// Validates a module that still links (the Linkage capability) with spirv-val for universal
+/// SPIR-V 1.5: a library, or a program before [`link`].
+pub fn validate_linkable(module: &'static str, words: &[u32]) -> R<()> {
+    use spirv_tools::val::Validator;
+    let v = spirv_tools::val::create(Some(spirv_tools::TargetEnv::Universal_1_5));
     v.validate(words, None).map_err(|e| VkError::Invalid {
         module,
         why: e.to_string(),

@@ -1,0 +1,539 @@
+//! The engine's functions: create, events, dispatch, the last report, the tap, the capture.
+
+use std::ffi::{CString, c_char};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use dispatchscope_core::backend::BackendError;
+use dispatchscope_core::report::Placement;
+use dispatchscope_core::chunk_table::ChunkTable;
+use dispatchscope_core::engine::EngineError;
+use dispatchscope_core::exec::{Job, Outcome as RunOutcome};
+use dispatchscope_core::memory::GuestMemory;
+use dispatchscope_core::{Backend, ByteRange, CpuBackend, Engine};
+use dispatchscope_core::input::{DeviceLimits, DispatchInput, Event};
+use dispatchscope_core::report::DispatchReport;
+use dispatchscope_formats::sample::{Provenance, SAMPLE_VERSION};
+use dispatchscope_formats::session::{CAPTURE_FORMAT, CaptureMeta, DispatchRecord, SessionError};
+use dispatchscope_formats::stream::SessionWriter;
+use dispatchscope_live::snapshot::snapshot_of;
+use dispatchscope_live::{Tap, TapConfig};
+
+use crate::ffi::{Failure, Outcome, boundary, bytes_arg, ds_status, str_arg, write_out};
+use crate::handle::{Registry, lock};
+use crate::input::{ds_dispatch, ds_limits, ds_mode};
+
+/// An engine: a 64-bit handle, 0 the null handle (see the crate docs).
+#[allow(non_camel_case_types)]
+pub type ds_engine = u64;
+
+/// How often a capture being written is made durable.
+const CAPTURE_FLUSH_EVERY: Duration = Duration::from_millis(250);
+
+/// Any backend, chosen when the engine is made: the CPU reference or the emulator's Vulkan device.
+pub(crate) struct AnyBackend(Box<dyn Backend + Send>);
+
+impl Backend for AnyBackend {
+    fn name(&self) -> String {
+        self.0.name()
+    }
+    fn limits(&self) -> Option<DeviceLimits> {
+        self.0.limits()
+    }
+    fn import(&mut self, piece: ByteRange, memory: &GuestMemory) -> Result<u64, BackendError> {
+        self.0.import(piece, memory)
+    }
+    fn release(&mut self, device_base: u64) -> Result<(), BackendError> {
+        self.0.release(device_base)
+    }
+    fn place_table(
+        &mut self,
+        table: &ChunkTable,
+        budget_bytes: u64,
+    ) -> Result<(u64, Placement), BackendError> {
+        self.0.place_table(table, budget_bytes)
+    }
+    fn execute(
+        &mut self,
+        job: &Job<'_>,
+        table: Option<&ChunkTable>,
+        memory: &mut GuestMemory,
+    ) -> Result<RunOutcome, BackendError> {
+        self.0.execute(job, table, memory)
+    }
+    fn calls(&self) -> u64 {
+        self.0.calls()
+    }
+}
+
+/// What one engine handle holds.
+pub(crate) struct EngineState {
+    engine: Engine<AnyBackend>,
+    /// Detached until [`ds_engine_listen`]; a detached tap costs one relaxed load a call.
+    tap: Tap,
+    /// The struct form's dispatch input, kept so the hot path does not allocate.
+    input: DispatchInput,
+    last: Option<DispatchReport>,
+    /// The last report as JSON, made when first asked for.
+    last_json: Option<CString>,
+    capture: Option<Capture>,
+}
+
+struct Capture {
+    writer: SessionWriter,
+    last_flush: Instant,
+}
+
+static ENGINES: Registry<EngineState> = Registry::new();
+
+fn engine_error(e: EngineError) -> Failure {
+    let status = match e {
+        EngineError::Input(_) | EngineError::Memory(_) | EngineError::Limits(_) => {
+            ds_status::DS_BAD_INPUT
+        }
+        EngineError::Backend(_) | EngineError::Table(_) => ds_status::DS_ENGINE,
+    };
+    Failure::new(status, e)
+}
+
+fn capture_error(e: SessionError) -> Failure {
+    Failure::new(ds_status::DS_IO, e)
+}
+
+fn with_engine(handle: ds_engine, body: impl FnOnce(&mut EngineState) -> Outcome) -> ds_status {
+    boundary(|| {
+        let entry = ENGINES.get(handle, "engine")?;
+        let mut state = lock(&entry, "engine")?;
+        body(&mut state)
+    })
+}
+
+fn create(limits: DeviceLimits, out: *mut ds_engine) -> Outcome {
+    create_on(limits, CpuBackend::new(), out)
+}
+
+/// Registers an engine on `backend` (which brings its device's own limits) for an emulator.
+pub(crate) fn insert_engine(backend: impl Backend + Send + 'static, out: *mut ds_engine) -> Outcome {
+    let limits = DeviceLimits {
+        name: backend.name(),
+        ..DeviceLimits::default()
+    };
+    create_on(limits, backend, out)
+}
+
+fn create_on(limits: DeviceLimits, backend: impl Backend + Send + 'static, out: *mut ds_engine) -> Outcome {
+    if out.is_null() {
+        return Err(crate::ffi::null("out"));
+    }
+    let engine = Engine::new(limits, AnyBackend(Box::new(backend))).map_err(engine_error)?;
+    let handle = ENGINES.insert(EngineState {
+        engine,
+        tap: Tap::detached(),
+        input: DispatchInput::default(),
+        last: None,
+        last_json: None,
+        capture: None,
+    });
+    // SAFETY: `out` was checked non-null; the caller promises it is valid for a write.
+    unsafe { write_out(out, handle, "out") }
+}
+
+/// Fills `*out` with the CPU reference's default limits, for a caller to change what its device
+/// says before [`ds_engine_create`].
+///
+/// # Safety
+/// `out` must be null (an error) or valid for a write of a `ds_limits`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_limits_default(out: *mut ds_limits) -> ds_status {
+    boundary(|| {
+        // SAFETY: the caller promises `out` is null or valid for a write.
+        unsafe { write_out(out, ds_limits::from_limits(&DeviceLimits::default()), "out") }
+    })
+}
+
+/// Creates an engine for a device with `limits`, running on the CPU reference, and writes its
+/// handle to `*out`. Limits the engine refuses (an alignment that is no power of two up to 256 …)
+/// are `DS_BAD_INPUT`.
+///
+/// # Safety
+/// `limits` must be null (an error) or point at a `ds_limits` whose `name` is null or a
+/// NUL-terminated string; `out` must be null (an error) or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_create(limits: *const ds_limits, out: *mut ds_engine) -> ds_status {
+    boundary(|| {
+        if limits.is_null() {
+            return Err(crate::ffi::null("limits"));
+        }
+        // SAFETY: `limits` is non-null and the caller promises it points at a `ds_limits`.
+        let limits = unsafe { (*limits).to_limits() }?;
+        create(limits, out)
+    })
+}
+
+/// Creates an engine from limits as JSON (the `device` object of a sample: every limit, by the
+/// names the sample format uses), `len` bytes at `json`.
+///
+/// # Safety
+/// `json` must point at `len` readable bytes; `out` must be valid for a write (or null: an error).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_create_json(
+    json: *const u8,
+    len: usize,
+    out: *mut ds_engine,
+) -> ds_status {
+    boundary(|| {
+        // SAFETY: the caller promises `len` bytes at `json`.
+        let bytes = unsafe { bytes_arg(json, len, "json") }?;
+        let limits: DeviceLimits = serde_json::from_slice(bytes).map_err(|e| {
+            Failure::new(ds_status::DS_BAD_INPUT, format!("device limits JSON: {e}"))
+        })?;
+        create(limits, out)
+    })
+}
+
+/// Destroys an engine, ending its capture (the index written) and its tap (a debugger attached
+/// is told the target went away). A second destroy is `DS_INVALID_HANDLE`.
+#[unsafe(no_mangle)]
+pub extern "C" fn ds_engine_destroy(engine: ds_engine) -> ds_status {
+    boundary(|| {
+        let entry = ENGINES.remove(engine, "engine")?;
+        // A call in flight on another thread finishes first; a poisoned engine is still freed.
+        let mut state = entry.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match state.capture.take() {
+            Some(c) => c.writer.finish().map_err(capture_error),
+            None => Ok(()),
+        }
+    })
+}
+
+/// Loads guest memory contents (the bytes of `len` at `bytes` at guest `address`), as a sample's
+/// `contents` does, before the next dispatch.
+///
+/// # Safety
+/// `bytes` must point at `len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_load_contents(
+    engine: ds_engine,
+    address: u64,
+    bytes: *const u8,
+    len: usize,
+) -> ds_status {
+    with_engine(engine, |s| {
+        // SAFETY: the caller promises `len` bytes at `bytes`.
+        let bytes = unsafe { bytes_arg(bytes, len, "bytes") }?;
+        if address.checked_add(len as u64).is_none() {
+            return Err(Failure::new(
+                ds_status::DS_BAD_INPUT,
+                format!("contents of {len} bytes at {address:#x} pass the end of the address space"),
+            ));
+        }
+        s.engine.load_contents(address, bytes);
+        if let Some(c) = &mut s.capture {
+            let contents = dispatchscope_formats::sample::Contents {
+                address,
+                bytes: bytes.to_vec(),
+            };
+            c.writer.contents(&contents).map_err(capture_error)?;
+        }
+        Ok(())
+    })
+}
+
+/// Applies one memory event, given as JSON (`len` bytes at `json`, one step of a sample's
+/// `steps` with `"event"`): reserve, commit, protect, write, defer-copy …
+///
+/// # Safety
+/// `json` must point at `len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_apply_json(engine: ds_engine, json: *const u8, len: usize) -> ds_status {
+    with_engine(engine, |s| {
+        // SAFETY: the caller promises `len` bytes at `json`.
+        let bytes = unsafe { bytes_arg(json, len, "json") }?;
+        let event: Event = serde_json::from_slice(bytes)
+            .map_err(|e| Failure::new(ds_status::DS_BAD_INPUT, format!("event JSON: {e}")))?;
+        s.tap.apply(&mut s.engine, &event).map_err(engine_error)?;
+        if let Some(c) = &mut s.capture {
+            c.writer.event(&event).map_err(capture_error)?;
+        }
+        Ok(())
+    })
+}
+
+fn run(s: &mut EngineState, input: &DispatchInput) -> Outcome {
+    s.last = None;
+    s.last_json = None;
+    let report = s.tap.dispatch(&mut s.engine, input).map_err(engine_error)?;
+    if let Some(c) = &mut s.capture {
+        let record = DispatchRecord {
+            input: input.clone(),
+            report: Some(report.clone()),
+        };
+        c.writer.dispatch(&record).map_err(capture_error)?;
+        if c.last_flush.elapsed() >= CAPTURE_FLUSH_EVERY {
+            c.last_flush = Instant::now();
+            c.writer.flush().map_err(capture_error)?;
+        }
+    }
+    s.last = Some(report);
+    Ok(())
+}
+
+/// Runs one dispatch given as JSON (`len` bytes at `json`: a sample's dispatch step, with its
+/// access stream if it has one). Its report is then the engine's last report.
+///
+/// A dispatch refused by rule is `DS_OK` with a refused report; `DS_BAD_INPUT` is input the
+/// engine cannot even plan.
+///
+/// # Safety
+/// `json` must point at `len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_dispatch_json(
+    engine: ds_engine,
+    json: *const u8,
+    len: usize,
+) -> ds_status {
+    with_engine(engine, |s| {
+        // SAFETY: the caller promises `len` bytes at `json`.
+        let bytes = unsafe { bytes_arg(json, len, "json") }?;
+        let input: DispatchInput = serde_json::from_slice(bytes)
+            .map_err(|e| Failure::new(ds_status::DS_BAD_INPUT, format!("dispatch JSON: {e}")))?;
+        run(s, &input)
+    })
+}
+
+/// Runs one dispatch in the hot path's struct form (no access stream). Its report is then the
+/// engine's last report.
+///
+/// # Safety
+/// `dispatch` must be null (an error) or point at a `ds_dispatch` whose `slots` and `push` point
+/// at `n_slots` and `n_push` elements (or are null with a count of 0).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_dispatch(engine: ds_engine, dispatch: *const ds_dispatch) -> ds_status {
+    with_engine(engine, |s| {
+        if dispatch.is_null() {
+            return Err(crate::ffi::null("dispatch"));
+        }
+        let mut input = std::mem::take(&mut s.input);
+        // SAFETY: `dispatch` is non-null and the caller promises its pointers and counts.
+        let filled = unsafe { (*dispatch).fill(&mut input) };
+        let result = filled.and_then(|()| run(s, &input));
+        s.input = input;
+        result
+    })
+}
+
+fn last(s: &EngineState) -> Result<&DispatchReport, Failure> {
+    s.last.as_ref().ok_or_else(|| {
+        Failure::new(
+            ds_status::DS_NOT_READY,
+            "no report: the engine's last dispatch failed, or it has not dispatched yet",
+        )
+    })
+}
+
+/// The last dispatch's report as JSON (the `dispatchscope.report` schema), NUL-terminated:
+/// `*out` points at it and `*len` (if not null) gets its length without the NUL. It stays valid
+/// until the engine's next call.
+///
+/// # Safety
+/// `out` must be valid for a write (null is an error); `len` null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_report_json(
+    engine: ds_engine,
+    out: *mut *const c_char,
+    len: *mut usize,
+) -> ds_status {
+    with_engine(engine, |s| {
+        if out.is_null() {
+            return Err(crate::ffi::null("out"));
+        }
+        if s.last_json.is_none() {
+            let json = serde_json::to_vec(last(s)?).map_err(|e| {
+                Failure::new(ds_status::DS_ENGINE, format!("the report cannot be encoded: {e}"))
+            })?;
+            // JSON text never holds a raw NUL: serde_json escapes it.
+            s.last_json = Some(CString::new(json).unwrap_or_default());
+        }
+        let json = s.last_json.as_ref().map_or(std::ptr::null(), |j| j.as_ptr());
+        let n = s.last_json.as_ref().map_or(0, |j| j.as_bytes().len());
+        // SAFETY: `out` is non-null and valid for a write, as the caller promises.
+        unsafe { write_out(out, json, "out") }?;
+        if !len.is_null() {
+            // SAFETY: `len` is non-null and valid for a write, as the caller promises.
+            unsafe { write_out(len, n, "len") }?;
+        }
+        Ok(())
+    })
+}
+
+/// The last dispatch's mode, without parsing its report.
+///
+/// # Safety
+/// `out` must be valid for a write (null is an error).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_report_mode(engine: ds_engine, out: *mut ds_mode) -> ds_status {
+    with_engine(engine, |s| {
+        let mode = ds_mode::from(last(s)?.mode);
+        // SAFETY: the caller promises `out` is null or valid for a write.
+        unsafe { write_out(out, mode, "out") }
+    })
+}
+
+/// How many refusals the last dispatch's report holds (by rule: O5, O7, O11, W2 …; 0 for a
+/// dispatch that ran), without parsing it.
+///
+/// # Safety
+/// `out` must be valid for a write (null is an error).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_report_refusals(engine: ds_engine, out: *mut u32) -> ds_status {
+    with_engine(engine, |s| {
+        let n = u32::try_from(last(s)?.refusals.len()).unwrap_or(u32::MAX);
+        // SAFETY: the caller promises `out` is null or valid for a write.
+        unsafe { write_out(out, n, "out") }
+    })
+}
+
+/// Starts listening for a debugger on `addr` (`"127.0.0.1:27953"`; port 0 picks one), which must
+/// present `token` (null for none; an address that is not loopback requires one). `name` (or
+/// null) is what the target calls itself. The port listened on is written to `*port` (if not
+/// null). From then on a debugger may attach at any time; its pauses and steps stop the thread
+/// inside the engine's dispatch calls.
+///
+/// # Safety
+/// `addr` must be a NUL-terminated string; `token` and `name` null or NUL-terminated; `port` null
+/// or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_listen(
+    engine: ds_engine,
+    addr: *const c_char,
+    token: *const c_char,
+    name: *const c_char,
+    port: *mut u16,
+) -> ds_status {
+    with_engine(engine, |s| {
+        // SAFETY: the caller promises NUL-terminated strings (or null where allowed).
+        let addr = unsafe { str_arg(addr, "addr") }?;
+        let listen: SocketAddr = addr.parse().map_err(|e| {
+            Failure::new(ds_status::DS_BAD_INPUT, format!("addr {addr:?} is no socket address: {e}"))
+        })?;
+        let token = if token.is_null() {
+            None
+        } else {
+            // SAFETY: as above.
+            Some(unsafe { str_arg(token, "token") }?.to_owned())
+        };
+        let mut config = TapConfig {
+            listen,
+            token,
+            ..TapConfig::default()
+        };
+        if !name.is_null() {
+            // SAFETY: as above.
+            config.target_name = unsafe { str_arg(name, "name") }?.to_owned();
+        }
+        if s.tap.local_addr().is_some() {
+            return Err(Failure::new(
+                ds_status::DS_LIVE,
+                "this engine is already listening for a debugger",
+            ));
+        }
+        let tap = Tap::listen(config).map_err(|e| Failure::new(ds_status::DS_LIVE, e))?;
+        let bound = tap.local_addr().map_or(0, |a| a.port());
+        s.tap = tap;
+        if !port.is_null() {
+            // SAFETY: `port` is non-null and valid for a write, as the caller promises.
+            unsafe { write_out(port, bound, "port") }?;
+        }
+        Ok(())
+    })
+}
+
+/// Whether a debugger is attached right now (1) or not (0).
+///
+/// # Safety
+/// `out` must be valid for a write (null is an error).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_attached(engine: ds_engine, out: *mut u8) -> ds_status {
+    with_engine(engine, |s| {
+        let attached = u8::from(s.tap.is_attached());
+        // SAFETY: the caller promises `out` is null or valid for a write.
+        unsafe { write_out(out, attached, "out") }
+    })
+}
+
+/// Starts writing the session to a crash-safe capture at `path` (replacing it), titled `title`
+/// (or null). Its first records rebuild guest memory as it stands now (a snapshot), so a capture
+/// begun mid-game replays; every event and dispatch after is appended with its report, and is
+/// durable within a quarter of a second. `dispatchscope explain PATH` reads it, also while it
+/// is being written and after a crash.
+///
+/// # Safety
+/// `path` must be a NUL-terminated string; `title` null or NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_capture_begin(
+    engine: ds_engine,
+    path: *const c_char,
+    title: *const c_char,
+) -> ds_status {
+    with_engine(engine, |s| {
+        // SAFETY: the caller promises NUL-terminated strings (or null where allowed).
+        let path = unsafe { str_arg(path, "path") }?;
+        let title = if title.is_null() {
+            "captured by an emulator through dispatchscope-capi".to_owned()
+        } else {
+            // SAFETY: as above.
+            unsafe { str_arg(title, "title") }?.to_owned()
+        };
+        if s.capture.is_some() {
+            return Err(Failure::new(
+                ds_status::DS_IO,
+                "this engine is already writing a capture; end it first",
+            ));
+        }
+        let meta = CaptureMeta {
+            format: CAPTURE_FORMAT.into(),
+            sample_version: SAMPLE_VERSION,
+            title,
+            description: format!(
+                "Written by an emulator through dispatchscope-capi from dispatch {} on. The first \
+                 records rebuild guest memory as it stood then; mappings and the chunk table are \
+                 not part of them, so a replay maps afresh.",
+                s.engine.next_dispatch()
+            ),
+            provenance: Provenance {
+                records: Vec::new(),
+                stated: Vec::new(),
+                ours: vec!["everything: written by the emulator that ran it".into()],
+            },
+            device: s.engine.limits().clone(),
+            programs: Vec::new(),
+        };
+        let mut writer = SessionWriter::create(Path::new(path), &meta).map_err(capture_error)?;
+        let (events, contents) = snapshot_of(s.engine.memory());
+        for e in &events {
+            writer.event(e).map_err(capture_error)?;
+        }
+        for c in &contents {
+            writer.contents(c).map_err(capture_error)?;
+        }
+        writer.flush().map_err(capture_error)?;
+        s.capture = Some(Capture {
+            writer,
+            last_flush: Instant::now(),
+        });
+        Ok(())
+    })
+}
+
+/// Ends the capture being written: its index is written and the file closed.
+#[unsafe(no_mangle)]
+pub extern "C" fn ds_engine_capture_end(engine: ds_engine) -> ds_status {
+    with_engine(engine, |s| match s.capture.take() {
+        Some(c) => c.writer.finish().map_err(capture_error),
+        None => Err(Failure::new(
+            ds_status::DS_NOT_READY,
+            "this engine is writing no capture",
+        )),
+    })
+}

@@ -1,0 +1,57 @@
+//! dispatchscope behind a C ABI, for the emulators that matter (prosper, shadPS4), which are C++.
+//!
+//! The header `include/dispatchscope.h` is generated from this crate by cbindgen and committed;
+//! `tests/header.rs` fails when it is stale (`UPDATE_HEADER=1 cargo test -p dispatchscope-capi
+//! --test header` rewrites it).
+//!
+//! # What an emulator does through it
+//! - create an engine with its device limits on the CPU reference ([`ds_engine_create`], or
+//!   [`ds_engine_create_json`] for every limit), or on the emulator's own Vulkan instance, device
+//!   and queue ([`ds_engine_create_vulkan`]), and destroy it ([`ds_engine_destroy`]);
+//! - apply memory events between dispatches ([`ds_engine_apply_json`]);
+//! - dispatch: the whole input as JSON ([`ds_engine_dispatch_json`]), or the struct form of the hot
+//!   path ([`ds_engine_dispatch`]: slots, push words, reasons, no access stream);
+//! - read the last report: as JSON ([`ds_engine_report_json`]) or the fields an emulator branches
+//!   on without parsing it ([`ds_engine_report_mode`], [`ds_engine_report_refusals`]);
+//! - listen for a debugger ([`ds_engine_listen`]): from then on every dispatch and event goes
+//!   through a tap, and a debugger's pause and step are honoured on the emulator's own thread,
+//!   inside the dispatch call that the debugger stopped;
+//! - write a capture as it goes ([`ds_engine_capture_begin`], [`ds_engine_capture_end`]).
+//!
+//! # Statuses and messages
+//! Every function returns a [`ds_status`]; `DS_OK` is 0. On any other status a message is left
+//! for the calling thread, read with [`ds_last_error`]. No panic crosses the boundary: one is
+//! caught and returned as `DS_PANICKED`, and the engine it happened in is refused from then on
+//! (its state may be half-updated), until destroyed.
+//!
+//! # Handles
+//! An engine is a [`ds_engine`], a 64-bit handle, never a pointer: 0 is the null handle, and a
+//! destroyed handle is never reused, so a second destroy, a made-up number or a handle used after
+//! destroy is `DS_INVALID_HANDLE`, never a crash.
+//!
+//! # Threads
+//! Every function may be called from any thread. Calls on one engine are serialised (a second
+//! thread waits for the first); calls on different engines run in parallel. A paused engine
+//! blocks the thread inside its dispatch call until the debugger resumes or steps it (or its
+//! pause times out): call dispatch from the thread that may be stopped, as a game's GPU thread is.
+//!
+//! # Ownership
+//! Strings and buffers passed in are borrowed for the call only. Pointers handed out
+//! ([`ds_last_error`], [`ds_engine_report_json`]) point into memory this library owns and stay
+//! valid until the next call on the same thread (for the message) or on the same engine (for the
+//! report); copy what you keep.
+#![allow(unsafe_code)] // The C ABI: raw pointers in and out. Every `unsafe` block says why it holds.
+
+mod engine;
+mod ffi;
+mod handle;
+mod input;
+mod vulkan;
+
+pub use engine::*;
+pub use ffi::{ds_last_error, ds_status};
+pub use input::{
+    DS_BASE_DESCRIPTOR, DS_BASE_PUSH_BLOCK, DS_FORMAT_NONE, DS_NO_ALIAS, DS_SLOT_RESOLVED,
+    DS_SLOT_INDEX_FROM_LANE, DS_SLOT_WRITTEN, ds_dispatch, ds_limits, ds_mode, ds_slot,
+};
+pub use vulkan::{ds_engine_create_vulkan, ds_vulkan_device};

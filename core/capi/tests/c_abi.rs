@@ -1,0 +1,269 @@
+//! The C ABI: from C (bad input, compiled with the system's C compiler against the committed
+//! header and the cdylib), and from Rust through the same `extern "C"` functions (the same report
+//! as the Rust API for every shipped sample; a capture written through it reads back).
+#![allow(clippy::unwrap_used, clippy::expect_used, unsafe_code)]
+
+use std::ffi::CStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use dispatchscope_capi::*;
+use dispatchscope_formats::sample::{Sample, Step};
+use dispatchscope_formats::session::{CaptureFile, Opened, open};
+use dispatchscope_formats::shipped::SAMPLES;
+
+/// The folder cargo put this test's crate's libraries in (`target/<profile>`).
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+}
+
+fn message() -> String {
+    // SAFETY: ds_last_error always returns a valid NUL-terminated string.
+    unsafe { CStr::from_ptr(ds_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn ok(status: ds_status) {
+    assert_eq!(status, ds_status::DS_OK, "{}", message());
+}
+
+#[test]
+fn bad_input_from_c_is_a_status_and_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = lib_dir();
+    assert!(
+        lib.join("libdispatchscope_capi.so").exists(),
+        "the cdylib is not in {}",
+        lib.display()
+    );
+    let exe = dir.path().join("bad_input");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = Command::new(&cc)
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(manifest.join("tests/c/bad_input.c"))
+        .arg("-I")
+        .arg(manifest.join("include"))
+        .arg("-L")
+        .arg(&lib)
+        .arg("-ldispatchscope_capi")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .output()
+        .unwrap_or_else(|e| panic!("the C compiler `{cc}` (apt: gcc) does not run: {e}"));
+    assert!(
+        built.status.success(),
+        "bad_input.c does not build:\n{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let run = Command::new(&exe).output().unwrap();
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "bad_input failed:\n{out}{}", String::from_utf8_lossy(&run.stderr));
+    assert!(out.contains("destroy again: status 2"), "{out}");
+    assert!(out.ends_with("0 failures\n"), "{out}");
+}
+
+/// Replays `sample` through the C ABI's JSON functions and returns each dispatch's report JSON.
+fn through_the_c_abi(sample: &Sample) -> Vec<serde_json::Value> {
+    let limits = serde_json::to_vec(&sample.device).unwrap();
+    let mut engine: ds_engine = 0;
+    // SAFETY: valid pointers and lengths for the call.
+    ok(unsafe { ds_engine_create_json(limits.as_ptr(), limits.len(), &mut engine) });
+    let mut reports = Vec::new();
+    let mut loaded = false;
+    for step in &sample.steps {
+        if !loaded && matches!(step, Step::Dispatch(_)) {
+            for c in &sample.contents {
+                // SAFETY: as above.
+                ok(unsafe {
+                    ds_engine_load_contents(engine, c.address, c.bytes.as_ptr(), c.bytes.len())
+                });
+            }
+            loaded = true;
+        }
+        match step {
+            Step::Event(e) => {
+                let json = serde_json::to_vec(e).unwrap();
+                // SAFETY: as above.
+                ok(unsafe { ds_engine_apply_json(engine, json.as_ptr(), json.len()) });
+            }
+            Step::Dispatch(d) => {
+                let json = serde_json::to_vec(&**d).unwrap();
+                // SAFETY: as above.
+                ok(unsafe { ds_engine_dispatch_json(engine, json.as_ptr(), json.len()) });
+                let mut out = std::ptr::null();
+                let mut len = 0;
+                // SAFETY: as above.
+                ok(unsafe { ds_engine_report_json(engine, &mut out, &mut len) });
+                // SAFETY: the report JSON is valid until the engine's next call.
+                let text = unsafe { CStr::from_ptr(out) }.to_str().unwrap();
+                assert_eq!(text.len(), len);
+                reports.push(serde_json::from_str(text).unwrap());
+            }
+        }
+    }
+    ok(ds_engine_destroy(engine));
+    reports
+}
+
+#[test]
+fn every_shipped_sample_reports_the_same_through_the_c_abi_as_through_rust() {
+    for (name, text) in SAMPLES {
+        let sample = Sample::from_json(text).unwrap();
+        let rust: Vec<serde_json::Value> = sample
+            .run()
+            .unwrap()
+            .iter()
+            .map(|r| serde_json::to_value(r).unwrap())
+            .collect();
+        assert!(!rust.is_empty(), "{name} has no dispatch");
+        assert_eq!(through_the_c_abi(&sample), rust, "{name}");
+    }
+}
+
+#[test]
+fn the_struct_form_plans_as_the_json_form_does() {
+    let mut limits = std::mem::MaybeUninit::<ds_limits>::uninit();
+    // SAFETY: valid out-pointer.
+    ok(unsafe { ds_limits_default(limits.as_mut_ptr()) });
+    // SAFETY: ds_limits_default filled it.
+    let limits = unsafe { limits.assume_init() };
+    let mut engine: ds_engine = 0;
+    // SAFETY: valid pointers.
+    ok(unsafe { ds_engine_create(&limits, &mut engine) });
+    // Two written slots overlapping by 0x40 (O1: one holder), and a third read-only apart.
+    let slot = |slot, base, size, flags| ds_slot {
+        slot,
+        flags,
+        base,
+        size_bytes: size,
+        alias_of: DS_NO_ALIAS,
+        format: DS_FORMAT_NONE,
+        stride_bytes: 0,
+        base_source: DS_BASE_DESCRIPTOR,
+        base_word: 0,
+    };
+    let w = DS_SLOT_WRITTEN | DS_SLOT_RESOLVED;
+    let slots = [
+        slot(0, 0x10000, 0x100, w),
+        slot(1, 0x100c0, 0x100, w),
+        slot(2, 0x20000, 0x40, DS_SLOT_RESOLVED),
+    ];
+    let push = [7u32, 8];
+    let d = ds_dispatch {
+        program: 0x4000,
+        kind: 0,
+        reasons: 0,
+        slots: slots.as_ptr(),
+        n_slots: slots.len(),
+        push: push.as_ptr(),
+        n_push: push.len(),
+    };
+    // SAFETY: valid pointers and counts.
+    ok(unsafe { ds_engine_dispatch(engine, &d) });
+    let mut out = std::ptr::null();
+    // SAFETY: valid out-pointer; null len is allowed.
+    ok(unsafe { ds_engine_report_json(engine, &mut out, std::ptr::null_mut()) });
+    // SAFETY: valid until the engine's next call.
+    let from_struct: serde_json::Value =
+        serde_json::from_str(unsafe { CStr::from_ptr(out) }.to_str().unwrap()).unwrap();
+    let json = serde_json::json!({
+        "program": "0x4000",
+        "push": [7, 8],
+        "slots": [
+            {"slot": 0, "base": "0x10000", "size_bytes": "0x100", "written": true},
+            {"slot": 1, "base": "0x100c0", "size_bytes": "0x100", "written": true},
+            {"slot": 2, "base": "0x20000", "size_bytes": "0x40"},
+        ],
+    })
+    .to_string();
+    // SAFETY: valid pointer and length.
+    ok(unsafe { ds_engine_dispatch_json(engine, json.as_ptr(), json.len()) });
+    // SAFETY: as above.
+    ok(unsafe { ds_engine_report_json(engine, &mut out, std::ptr::null_mut()) });
+    // SAFETY: as above.
+    let mut from_json: serde_json::Value =
+        serde_json::from_str(unsafe { CStr::from_ptr(out) }.to_str().unwrap()).unwrap();
+    // The second dispatch is the engine's second: only its number differs.
+    from_json["index"] = from_struct["index"].clone();
+    assert_eq!(from_struct, from_json);
+    // O1: the two overlapping written slots are one set: slot 0 holds it, slot 1 at 0xc0 (O6).
+    let sets = from_struct["sets"].as_array().unwrap();
+    assert_eq!(sets.len(), 1, "{from_struct:#}");
+    assert_eq!(sets[0]["members"][0]["slot"], 1, "{from_struct:#}");
+    assert_eq!(sets[0]["members"][0]["offset"], "0xc0", "{from_struct:#}");
+    let mut mode = ds_mode::DS_MODE_REFUSED;
+    // SAFETY: valid out-pointer.
+    ok(unsafe { ds_engine_report_mode(engine, &mut mode) });
+    assert_eq!(mode, ds_mode::DS_MODE_BOUND);
+    let mut refusals = 99;
+    // SAFETY: valid out-pointer.
+    ok(unsafe { ds_engine_report_refusals(engine, &mut refusals) });
+    assert_eq!(refusals, 0);
+    ok(ds_engine_destroy(engine));
+}
+
+#[test]
+fn a_capture_begun_mid_session_replays_to_the_same_reports() {
+    let sample = Sample::from_json(
+        dispatchscope_formats::shipped::sample_text("run305-overlap.json").unwrap(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("through-capi.dscap");
+    let limits = serde_json::to_vec(&sample.device).unwrap();
+    let mut engine: ds_engine = 0;
+    // SAFETY: valid pointers.
+    ok(unsafe { ds_engine_create_json(limits.as_ptr(), limits.len(), &mut engine) });
+    for c in &sample.contents {
+        // SAFETY: valid pointers.
+        ok(unsafe { ds_engine_load_contents(engine, c.address, c.bytes.as_ptr(), c.bytes.len()) });
+    }
+    let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    let mut begun = false;
+    let mut expected = Vec::new();
+    for step in &sample.steps {
+        // Begin after the first event, so the snapshot has something to rebuild.
+        if !begun && matches!(step, Step::Dispatch(_)) {
+            // SAFETY: valid strings.
+            ok(unsafe { ds_engine_capture_begin(engine, c_path.as_ptr(), std::ptr::null()) });
+            begun = true;
+        }
+        let json = match step {
+            Step::Event(e) => serde_json::to_vec(e).unwrap(),
+            Step::Dispatch(d) => serde_json::to_vec(&**d).unwrap(),
+        };
+        match step {
+            // SAFETY: valid pointers.
+            Step::Event(_) => ok(unsafe { ds_engine_apply_json(engine, json.as_ptr(), json.len()) }),
+            Step::Dispatch(_) => {
+                // SAFETY: valid pointers.
+                ok(unsafe { ds_engine_dispatch_json(engine, json.as_ptr(), json.len()) });
+                let mut out = std::ptr::null();
+                // SAFETY: valid out-pointer.
+                ok(unsafe { ds_engine_report_json(engine, &mut out, std::ptr::null_mut()) });
+                // SAFETY: valid until the next call.
+                let v: serde_json::Value =
+                    serde_json::from_str(unsafe { CStr::from_ptr(out) }.to_str().unwrap()).unwrap();
+                expected.push(v["mode"].clone());
+            }
+        }
+    }
+    ok(ds_engine_destroy(engine)); // ends the capture: its index written
+    let Opened::Capture(mut file) = open(&path).unwrap() else {
+        panic!("not a capture")
+    };
+    let file: &mut CaptureFile = &mut file;
+    assert_eq!(file.n_dispatches(), expected.len());
+    let (replayed, recorded) = file.to_sample().unwrap();
+    let modes: Vec<serde_json::Value> = replayed
+        .run()
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::to_value(r.mode).unwrap())
+        .collect();
+    assert_eq!(modes, expected, "the capture replays to the modes it recorded");
+    assert!(recorded.iter().all(Option::is_some), "every dispatch carries its report");
+}

@@ -1,0 +1,319 @@
+//! The live figures of a game's rate (issue 18): the demo at 200 dispatches a frame and 60 frames a
+//! second with a debugger attached, the wire's bytes per dispatch (v1 against v2), and the
+//! debugger's memory after a million dispatches.
+//!
+//! `cargo bench -p dispatchscope-demo --bench live_rate` (a bench binary, not criterion: each
+//! figure is one long run). Environment: `LIVE_RATE_PHASES` (any of `wire,stream,store`, all by
+//! default), `LIVE_RATE_S` (seconds per stream phase, 10), `LIVE_RATE_DISPATCHES` (the store's
+//! feed, 1,000,000), `LIVE_RATE_PER_FRAME` (200).
+//!
+//! - wire: 3 frames of the demo (600 dispatches) as version 1's JSON frames and as version 2's
+//!   binary frames (64 messages a frame, as a writer thread batches them at this rate); bytes per
+//!   dispatch, and v2's encode and decode time per dispatch.
+//! - stream: the demo paced at 60 frames a second, first with no debugger, then with a debugger in
+//!   this process (a `LiveClient` feeding a `LiveStore` that writes a capture); the game's busy
+//!   time per frame (the frame's work, not its sleep) in both, dispatches the debugger received
+//!   and decoded per second, and dispatches dropped (the target's count and the gaps seen).
+//! - store: a `LiveStore` fed a million one-access dispatches (writing a real capture in the
+//!   temporary folder); resident memory before and after (`VmRSS`, `VmHWM` of /proc/self/status),
+//!   and the time to read back the oldest dispatch from the file.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    missing_docs,
+    reason = "a bench: a failure stops it with its message"
+)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use dispatchscope_core::addr::ByteRange;
+use dispatchscope_core::input::{
+    Access, AccessKind, Backing, DeviceLimits, DispatchInput, Event, Op, Slot,
+};
+use dispatchscope_core::{CpuBackend, Engine};
+use dispatchscope_demo::{Demo, DemoConfig};
+use dispatchscope_live::protocol::{MAX_FRAME_BYTES, Snapshot, ToDebugger, encode_frame};
+use dispatchscope_live::wire::{Decoder, Encoder};
+use dispatchscope_live::{
+    ClientOptions, Incoming, LiveClient, LiveStore, StoreOptions, Tap, TapConfig,
+};
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn status_kib(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn per_frame_config() -> DemoConfig {
+    DemoConfig {
+        dispatches_per_frame: env_or("LIVE_RATE_PER_FRAME", 200),
+        ..DemoConfig::default()
+    }
+}
+
+fn wire() {
+    let mut demo = Demo::new(per_frame_config()).unwrap();
+    let mut tap = Tap::detached();
+    let mut messages = Vec::new();
+    for _ in 0..3 {
+        demo.frame_with(&mut tap, |i, r| {
+            messages.push(ToDebugger::Dispatch {
+                index: r.index,
+                input: Box::new(i.clone()),
+                report: Box::new(r.clone()),
+                mapping_state: None,
+                accesses_left_out: 0,
+            });
+        })
+        .unwrap();
+    }
+    let n = messages.len();
+    let v1: usize = messages
+        .iter()
+        .map(|m| encode_frame(m, MAX_FRAME_BYTES).unwrap().len())
+        .sum();
+    let t = Instant::now();
+    let mut enc = Encoder::new(usize::MAX, MAX_FRAME_BYTES);
+    let mut bytes = Vec::new();
+    for chunk in messages.chunks(64) {
+        for m in chunk {
+            enc.push(m.clone(), &mut bytes, &mut |_, _| {}).unwrap();
+        }
+        enc.finish_frame(&mut bytes);
+    }
+    let enc_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let mut dec = Decoder::new();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+        dec.decode(&bytes[at + 4..at + 4 + len], &mut out).unwrap();
+        at += 4 + len;
+    }
+    let dec_s = t.elapsed().as_secs_f64();
+    println!(
+        "wire: {n} demo dispatches; v1 {} bytes a dispatch, v2 {} bytes a dispatch ({:.1}x smaller); v2 encode {:.1} us, decode {:.1} us a dispatch (clone included in encode)",
+        v1 / n,
+        bytes.len() / n,
+        v1 as f64 / bytes.len() as f64,
+        enc_s * 1e6 / n as f64,
+        dec_s * 1e6 / n as f64
+    );
+}
+
+/// Runs the demo paced at 60 frames a second for `secs`, returning (frames, busy seconds, the
+/// worst frame's busy seconds, dispatches).
+fn paced(demo: &mut Demo, tap: &mut Tap, secs: f64) -> (u64, f64, f64, u64) {
+    let frame_time = Duration::from_secs_f64(1.0 / 60.0);
+    let start = Instant::now();
+    let mut next = start;
+    let (mut frames, mut busy, mut worst, mut dispatches) = (0u64, 0.0f64, 0.0f64, 0u64);
+    while start.elapsed().as_secs_f64() < secs {
+        let t = Instant::now();
+        let s = demo.frame(tap).unwrap();
+        let b = t.elapsed().as_secs_f64();
+        busy += b;
+        worst = worst.max(b);
+        frames += 1;
+        dispatches += s.dispatches;
+        next += frame_time;
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        } else {
+            next = now;
+        }
+    }
+    (frames, busy, worst, dispatches)
+}
+
+fn stream() {
+    let secs: f64 = env_or("LIVE_RATE_S", 10.0);
+    let config = TapConfig {
+        target_name: "live_rate bench".into(),
+        ..TapConfig::listening_on("127.0.0.1:0".parse().unwrap())
+    };
+    let mut tap = Tap::listen(config).unwrap();
+    let addr = tap.local_addr().unwrap().to_string();
+    let mut demo = Demo::new(per_frame_config()).unwrap();
+    paced(&mut demo, &mut tap, 1.0); // warm up
+    let (f0, b0, w0, d0) = paced(&mut demo, &mut tap, secs);
+    println!(
+        "stream: detached: {f0} frames, {:.0} dispatches/s, busy {:.2} ms a frame (worst {:.2} ms)",
+        d0 as f64 / secs,
+        b0 * 1e3 / f0 as f64,
+        w0 * 1e3
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let received = Arc::new(AtomicU64::new(0));
+    let debugger = {
+        let (stop, received) = (Arc::clone(&stop), Arc::clone(&received));
+        std::thread::spawn(move || {
+            let dir = tempfile::tempdir().unwrap();
+            let mut store = LiveStore::create(
+                &dir.path().join("live_rate.dscap"),
+                "live_rate",
+                &StoreOptions::default(),
+            );
+            let c = LiveClient::connect_with(
+                &addr,
+                &ClientOptions {
+                    snapshot: true,
+                    ..ClientOptions::default()
+                },
+            )
+            .unwrap();
+            let (mut dropped, mut gaps, mut last) = (0u64, 0u64, None::<u64>);
+            let mut first_at = None;
+            while !stop.load(Ordering::Relaxed) {
+                match c.recv_timeout(Duration::from_millis(50)) {
+                    Some(Incoming::Message(m)) => {
+                        match &m {
+                            ToDebugger::Stats(s) => dropped = dropped.max(s.dropped),
+                            ToDebugger::Dispatch { index, .. } => {
+                                if let Some(l) = last {
+                                    gaps += index - l - 1;
+                                }
+                                last = Some(*index);
+                                first_at.get_or_insert_with(Instant::now);
+                                received.fetch_add(1, Ordering::Relaxed);
+                            }
+                            _ => {}
+                        }
+                        store.take(m).unwrap();
+                    }
+                    Some(Incoming::Disconnected { reason, .. }) => panic!("{reason}"),
+                    None => {}
+                }
+            }
+            let took = first_at.map_or(0.0, |t| t.elapsed().as_secs_f64());
+            let bytes = store.summary().bytes;
+            let n = store.len();
+            let _ = c.detach(Duration::from_secs(2));
+            store.finish().unwrap();
+            (dropped, gaps, took, n, bytes)
+        })
+    };
+    // Wait for the attach and the snapshot, then measure.
+    while received.load(Ordering::Relaxed) == 0 {
+        demo.frame(&mut tap).unwrap();
+    }
+    let r0 = received.load(Ordering::Relaxed);
+    let (f1, b1, w1, d1) = paced(&mut demo, &mut tap, secs);
+    let r1 = received.load(Ordering::Relaxed) - r0;
+    stop.store(true, Ordering::Relaxed);
+    // The debugger stops reading: let the frame loop run while it detaches.
+    let done = Instant::now();
+    while !debugger.is_finished() && done.elapsed() < Duration::from_secs(10) {
+        demo.frame(&mut tap).unwrap();
+        std::thread::sleep(Duration::from_millis(16));
+    }
+    let (dropped, gaps, _took, n, bytes) = debugger.join().unwrap();
+    println!(
+        "stream: attached: {f1} frames, {:.0} dispatches/s made, {:.0} received and decoded a second, busy {:.2} ms a frame (worst {:.2} ms), {:.2}x detached; dropped {dropped} (the target's count), {gaps} gaps seen; the store wrote {n} dispatches, {:.1} MiB",
+        d1 as f64 / secs,
+        r1 as f64 / secs,
+        b1 * 1e3 / f1 as f64,
+        w1 * 1e3,
+        (b1 / f1 as f64) / (b0 / f0 as f64),
+        bytes as f64 / f64::from(1 << 20)
+    );
+}
+
+fn store() {
+    let n: u64 = env_or("LIVE_RATE_DISPATCHES", 1_000_000);
+    let mut engine = Engine::<CpuBackend>::cpu(DeviceLimits::default()).unwrap();
+    let range = ByteRange::new(0x1000_0000, 0x1000_1000);
+    engine
+        .apply(&Event::Reserve {
+            range,
+            readable: true,
+            writable: true,
+            committed: true,
+            backing: Backing::Private,
+        })
+        .unwrap();
+    let input = DispatchInput {
+        program: 0x4000_0000_0000,
+        label: "one access".into(),
+        slots: vec![Slot::new(0, range.start, 0x100, false)],
+        accesses: vec![Access {
+            slot: Some(0),
+            offset: Some(0),
+            ..Access::new(AccessKind::UntypedBuffer, Op::Load, 4)
+        }],
+        ..DispatchInput::default()
+    };
+    let report = engine.dispatch(&input).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("million.dscap");
+    let rss0 = status_kib("VmRSS:");
+    let mut s = LiveStore::create(&path, "a million", &StoreOptions::default());
+    s.take(ToDebugger::Snapshot(Box::new(Snapshot {
+        next_dispatch: 0,
+        device: DeviceLimits::default(),
+        n_event_frames: 0,
+        n_contents: 0,
+    })))
+    .unwrap();
+    let t = Instant::now();
+    for i in 0..n {
+        let mut r = report.clone();
+        r.index = i;
+        s.take(ToDebugger::Dispatch {
+            index: i,
+            input: Box::new(input.clone()),
+            report: Box::new(r),
+            mapping_state: None,
+            accesses_left_out: 0,
+        })
+        .unwrap();
+    }
+    let fed = t.elapsed();
+    let rss1 = status_kib("VmRSS:");
+    let hwm = status_kib("VmHWM:");
+    let t = Instant::now();
+    let old = s.report(0).unwrap();
+    let read_back = t.elapsed();
+    assert_eq!(old.index, 0);
+    let bytes = s.summary().bytes;
+    s.finish().unwrap();
+    println!(
+        "store: {n} dispatches fed in {:.1} s; resident {:.1} MiB before, {:.1} MiB after ({:.0} bytes a dispatch), peak {:.1} MiB; the file {:.0} MiB; the oldest dispatch read back from the file in {:.2} ms",
+        fed.as_secs_f64(),
+        rss0 as f64 / 1024.0,
+        rss1 as f64 / 1024.0,
+        (rss1.saturating_sub(rss0) * 1024) as f64 / n as f64,
+        hwm as f64 / 1024.0,
+        bytes as f64 / f64::from(1 << 20),
+        read_back.as_secs_f64() * 1e3
+    );
+}
+
+fn main() {
+    let phases = std::env::var("LIVE_RATE_PHASES").unwrap_or_else(|_| "wire,stream,store".into());
+    // `cargo bench` passes --bench; nothing else is read from the command line.
+    for p in phases.split(',') {
+        match p.trim() {
+            "wire" => wire(),
+            "stream" => stream(),
+            "store" => store(),
+            other => eprintln!("live_rate: unknown phase {other:?}"),
+        }
+    }
+}

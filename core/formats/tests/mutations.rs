@@ -1,0 +1,267 @@
+//! The bad-input suite (issue 13): valid samples and captures, mutated (truncations, byte flips,
+//! field smashes, and the extreme numbers 0, 1, 2^32-1, 2^63 and 2^64-1 in every numeric field),
+//! decoded and run in-process. Each must give a named error or a successful run, never a panic.
+//!
+//! The inputs are the shipped samples, so a new sample is new input here without any edit. The
+//! property tests run `PROPTEST_CASES` cases each (64 unless set), which keeps `cargo test` in
+//! seconds on a 2-core machine; `PROPTEST_CASES=5000 cargo test -p dispatchscope-formats --test
+//! mutations` runs more. The smash of every numeric field with every extreme is exhaustive.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests: a panic is the test failing, with its message"
+)]
+
+use dispatchscope_formats::capture::CaptureReader;
+use dispatchscope_formats::sample::Sample;
+use dispatchscope_formats::session::{CaptureFile, write_capture};
+use dispatchscope_formats::shipped;
+use proptest::prelude::*;
+use serde_json::Value;
+
+/// The extreme numbers every numeric field is smashed with.
+const EXTREMES: [u64; 5] = [0, 1, (1 << 32) - 1, 1 << 63, u64::MAX];
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64)
+}
+
+fn shipped_texts() -> Vec<&'static str> {
+    let texts: Vec<&'static str> = shipped::names().filter_map(shipped::sample_text).collect();
+    assert!(!texts.is_empty(), "no shipped samples");
+    texts
+}
+
+/// Decodes and runs a sample text. An error must name what is wrong (a non-empty message); a
+/// panic fails the test by itself.
+fn decode_and_run(text: &str) {
+    match Sample::from_json(text) {
+        Ok(sample) => {
+            if let Err(e) = sample.run() {
+                assert!(!e.to_string().is_empty());
+            }
+        }
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+}
+
+/// Opens capture bytes and, for what opens, reads every dispatch record and runs the sample.
+fn open_and_run(bytes: Vec<u8>) {
+    let Ok(reader) = CaptureReader::from_bytes(bytes) else {
+        return;
+    };
+    let Ok(mut file) = CaptureFile::from_reader("mutated".into(), reader) else {
+        return;
+    };
+    for n in 0..file.n_dispatches() {
+        let _ = file.dispatch(n);
+    }
+    if let Ok((sample, _)) = file.to_sample()
+        && let Err(e) = sample.run()
+    {
+        assert!(!e.to_string().is_empty());
+    }
+}
+
+fn capture_bytes(sample: &Sample) -> Vec<u8> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.dscap");
+    write_capture(sample, None, &path).unwrap();
+    std::fs::read(&path).unwrap()
+}
+
+/// Every leaf of `v` that holds a number: a JSON number, or a `"0x…"` hex string (addresses and
+/// 64-bit sizes), as a JSON pointer.
+fn numeric_leaves(v: &Value, at: String, out: &mut Vec<String>) {
+    match v {
+        Value::Number(_) => out.push(at),
+        Value::String(s) if s.starts_with("0x") => out.push(at),
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                numeric_leaves(x, format!("{at}/{i}"), out);
+            }
+        }
+        Value::Object(o) => {
+            for (k, x) in o {
+                numeric_leaves(
+                    x,
+                    format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")),
+                    out,
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every leaf of any kind, as a JSON pointer.
+fn all_leaves(v: &Value, at: String, out: &mut Vec<String>) {
+    match v {
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                all_leaves(x, format!("{at}/{i}"), out);
+            }
+        }
+        Value::Object(o) => {
+            for (k, x) in o {
+                all_leaves(
+                    x,
+                    format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")),
+                    out,
+                );
+            }
+        }
+        _ => out.push(at),
+    }
+}
+
+/// `v` with the number at `pointer` replaced by `n`, in the leaf's own representation.
+fn smashed(v: &Value, pointer: &str, n: u64) -> Value {
+    let mut v = v.clone();
+    if let Some(leaf) = v.pointer_mut(pointer) {
+        *leaf = match leaf {
+            Value::String(_) => Value::String(format!("{n:#x}")),
+            _ => Value::from(n),
+        };
+    }
+    v
+}
+
+/// The replacements a field smash may put in a leaf: other kinds of value.
+fn smash_value(k: usize) -> Value {
+    match k % 6 {
+        0 => Value::Null,
+        1 => Value::Bool(true),
+        2 => Value::String("0x".into()),
+        3 => Value::String("not a value".into()),
+        4 => serde_json::json!([]),
+        _ => serde_json::json!({ "x": -1 }),
+    }
+}
+
+#[test]
+fn every_numeric_field_of_every_sample_takes_every_extreme() {
+    let mut runs = 0usize;
+    for text in shipped_texts() {
+        let v: Value = serde_json::from_str(text).unwrap();
+        let mut leaves = Vec::new();
+        numeric_leaves(&v, String::new(), &mut leaves);
+        assert!(!leaves.is_empty());
+        for pointer in &leaves {
+            for n in EXTREMES {
+                decode_and_run(&smashed(&v, pointer, n).to_string());
+                runs += 1;
+            }
+        }
+    }
+    assert!(runs > 1000, "only {runs} smashed samples");
+}
+
+#[test]
+fn every_truncation_of_a_sample_is_a_named_error() {
+    for text in shipped_texts() {
+        // Every cut of the smallest sample; evenly spaced cuts of the others.
+        let step = (text.len() / 400).max(1);
+        for cut in (0..text.len()).step_by(step) {
+            if text.is_char_boundary(cut) {
+                assert!(Sample::from_json(&text[..cut]).is_err(), "cut at {cut}");
+            }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    /// A sample with bytes flipped, then decoded and run.
+    #[test]
+    fn a_sample_with_flipped_bytes_never_panics(
+        pick in any::<prop::sample::Index>(),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+    ) {
+        let texts = shipped_texts();
+        let mut bytes = texts[pick.index(texts.len())].as_bytes().to_vec();
+        for (at, b) in &flips {
+            let i = at.index(bytes.len());
+            bytes[i] ^= b | 1;
+        }
+        decode_and_run(&String::from_utf8_lossy(&bytes));
+    }
+
+    /// A sample with a few fields smashed: numbers to extremes or random values, any leaf to
+    /// another kind of value.
+    #[test]
+    fn a_sample_with_smashed_fields_never_panics(
+        pick in any::<prop::sample::Index>(),
+        smashes in prop::collection::vec(
+            (any::<prop::sample::Index>(), any::<u64>(), 0usize..12),
+            1..5,
+        ),
+    ) {
+        let texts = shipped_texts();
+        let mut v: Value = serde_json::from_str(texts[pick.index(texts.len())]).unwrap();
+        for (at, n, how) in &smashes {
+            let mut numeric = Vec::new();
+            numeric_leaves(&v, String::new(), &mut numeric);
+            let mut any_leaf = Vec::new();
+            all_leaves(&v, String::new(), &mut any_leaf);
+            match how {
+                0..=4 => {
+                    let p = &numeric[at.index(numeric.len())];
+                    v = smashed(&v, p, EXTREMES[*how]);
+                }
+                5..=7 => {
+                    let p = &numeric[at.index(numeric.len())];
+                    v = smashed(&v, p, *n >> (n % 64));
+                }
+                _ => {
+                    let p = any_leaf[at.index(any_leaf.len())].clone();
+                    if let Some(leaf) = v.pointer_mut(&p) {
+                        *leaf = smash_value(*how);
+                    }
+                }
+            }
+        }
+        decode_and_run(&v.to_string());
+    }
+
+    /// A capture of a sample (itself perhaps with one number smashed), truncated or with bytes
+    /// flipped, then opened, read and run.
+    #[test]
+    fn a_mutated_capture_never_panics(
+        pick in any::<prop::sample::Index>(),
+        smash in prop::option::of((any::<prop::sample::Index>(), 0usize..5)),
+        cut in any::<prop::sample::Index>(),
+        truncate in any::<bool>(),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+    ) {
+        let texts = shipped_texts();
+        let mut v: Value = serde_json::from_str(texts[pick.index(texts.len())]).unwrap();
+        if let Some((at, e)) = smash {
+            let mut numeric = Vec::new();
+            numeric_leaves(&v, String::new(), &mut numeric);
+            v = smashed(&v, &numeric[at.index(numeric.len())], EXTREMES[e]);
+        }
+        // A smash may make the sample unreadable; its capture is then not made (the sample
+        // decoder's errors are the other tests').
+        let Ok(sample) = Sample::from_json(&v.to_string()) else {
+            return Ok(());
+        };
+        let mut bytes = capture_bytes(&sample);
+        if truncate {
+            bytes.truncate(cut.index(bytes.len() + 1));
+        }
+        for (at, b) in &flips {
+            if bytes.is_empty() {
+                break;
+            }
+            let i = at.index(bytes.len());
+            bytes[i] ^= b | 1;
+        }
+        open_and_run(bytes);
+    }
+}

@@ -1,0 +1,27 @@
+//! Fuzzes the live protocol's frame decoder as a debugger meets it: the framing (lengths checked
+//! before anything is allocated), then each payload through one version 2 `Decoder` (JSON or
+//! binary, lz4, MessagePack, mapping states named by later dispatches), and the hello header.
+//! Any input must give frames or named errors, never a panic or an unbounded allocation.
+#![no_main]
+
+use std::io::Cursor;
+
+use dispatchscope_live::protocol::{FrameReader, MAX_FRAME_BYTES, hello_header};
+use dispatchscope_live::wire::Decoder;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let mut reader = FrameReader::new(MAX_FRAME_BYTES);
+    let mut stream = Cursor::new(data);
+    let mut decoder = Decoder::new();
+    let mut out = Vec::new();
+    while let Ok(Some(payload)) = reader.read_frame(&mut stream) {
+        let _ = hello_header(&payload);
+        if decoder.decode(&payload, &mut out).is_err() {
+            break;
+        }
+        out.clear();
+    }
+    // A bare payload too, without the framing in the way.
+    let _ = Decoder::new().decode(data, &mut out);
+});

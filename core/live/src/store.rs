@@ -1,0 +1,350 @@
+//! [`LiveStore`]: the debugger's whole live session, on disk as it arrives, with an index and a
+//! window of recent reports in memory, so that memory stays bounded however long the game runs.
+//!
+//! Every message goes to a [`CaptureRecorder`] (a crash-safe capture: the snapshot, events and
+//! DISPATCH records, flushed at least every [`StoreOptions::flush_every`]). For each recorded
+//! dispatch the store keeps one [`DispatchRow`] (index, program, mode, counts, an interned label
+//! and the record's offset in the file: 48 bytes), and the reports of the latest
+//! [`StoreOptions::window`] dispatches. A report older than the window is read back from the file
+//! when asked for ([`LiveStore::report`]): one seek and one record, never a walk of the file.
+//!
+//! What memory grows with: 48 bytes a dispatch for the rows, plus the capture writer's 32-byte
+//! entry per record (its index, written at the end); about 80 MB for 1,000,000 dispatches (see
+//! BENCHMARKS.md for the measured figure). Everything else is bounded by the window.
+//!
+//! The file is a capture like any other: `dispatchscope explain` and the app open it while it is
+//! being written (as a capture cut short) and after [`LiveStore::finish`] (through its index).
+//! This module never draws and never opens a socket.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::protocol::ToDebugger;
+use crate::record::{CaptureRecorder, RecordError, RecordSummary};
+use dispatchscope_core::report::{DispatchReport, Mode};
+use dispatchscope_formats::capture::RecordKind;
+use dispatchscope_formats::session::DispatchRecord;
+
+/// Bytes of a capture record's header (see `dispatchscope_formats::capture`'s layout).
+const RECORD_HEADER_BYTES: usize = 20;
+/// The largest record the store reads back (the container's own limit).
+const MAX_RECORD_BYTES: u32 = 256 << 20;
+
+/// Why the store could not record or read back.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// Recording failed (the file could not be written).
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// There is no dispatch at this position.
+    #[error("there is no dispatch {pos} in this session: it holds {len}")]
+    NoSuchDispatch {
+        /// The position asked for.
+        pos: usize,
+        /// How many it holds.
+        len: usize,
+    },
+    /// The file could not be read back.
+    #[error("{path}: reading back the dispatch at byte {offset}: {message}")]
+    ReadBack {
+        /// The file.
+        path: String,
+        /// Where its record starts.
+        offset: u64,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// How a [`LiveStore`] keeps a session.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// Reports kept in memory, the latest ones (0: none, for a caller that keeps its own).
+    pub window: usize,
+    /// Make the file durable at least this often.
+    pub flush_every: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            window: 512,
+            flush_every: Duration::from_millis(500),
+        }
+    }
+}
+
+/// One recorded dispatch, as the index keeps it: what a table row and a search need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DispatchRow {
+    /// The target's dispatch index.
+    pub index: u64,
+    /// Its program.
+    pub program: u64,
+    /// Where its DISPATCH record starts in the file.
+    pub offset: u64,
+    /// Its label, as a number into [`LiveStore::label`].
+    pub label: u32,
+    /// Refusals.
+    pub refusals: u32,
+    /// Escapes.
+    pub escapes: u32,
+    /// Accesses.
+    pub accesses: u32,
+    /// How it ran.
+    pub mode: Mode,
+    /// L1 hazards.
+    pub hazards: u16,
+}
+
+/// A live session kept on disk with an index and a window in memory; see the module docs.
+pub struct LiveStore {
+    recorder: CaptureRecorder,
+    rows: Vec<DispatchRow>,
+    labels: Vec<String>,
+    label_ids: HashMap<String, u32>,
+    /// The latest reports, with their positions.
+    window: VecDeque<(usize, DispatchReport)>,
+    window_len: usize,
+    reader: Option<File>,
+}
+
+impl LiveStore {
+    /// A store writing `dest` once the target's snapshot arrives; `title` names the session.
+    pub fn create(dest: &Path, title: &str, options: &StoreOptions) -> Self {
+        Self {
+            recorder: CaptureRecorder::new(dest, title, options.flush_every),
+            rows: Vec::new(),
+            labels: Vec::new(),
+            label_ids: HashMap::new(),
+            window: VecDeque::new(),
+            window_len: options.window,
+            reader: None,
+        }
+    }
+
+    /// The file being written.
+    pub fn path(&self) -> &str {
+        self.recorder.path()
+    }
+
+    /// Whether the snapshot has arrived and records are being written.
+    pub fn started(&self) -> bool {
+        self.recorder.started()
+    }
+
+    /// What was recorded so far.
+    pub fn summary(&self) -> &RecordSummary {
+        self.recorder.summary()
+    }
+
+    /// Takes one message: records it, and indexes it when it is a recorded dispatch, keeping its
+    /// report in the window. Returns whether a dispatch was added.
+    pub fn take(&mut self, message: ToDebugger) -> Result<bool, StoreError> {
+        if !self.take_ref(&message)? {
+            return Ok(false);
+        }
+        if self.window_len > 0
+            && let ToDebugger::Dispatch { report, .. } = message
+        {
+            if self.window.len() == self.window_len {
+                self.window.pop_front();
+            }
+            self.window.push_back((self.rows.len() - 1, *report));
+        }
+        Ok(true)
+    }
+
+    /// [`Self::take`] for a caller that keeps the reports it shows itself: records and indexes
+    /// `message`, and keeps nothing of it in the window.
+    pub fn take_ref(&mut self, message: &ToDebugger) -> Result<bool, StoreError> {
+        let Some(offset) = self.recorder.take_at(message)? else {
+            return Ok(false);
+        };
+        let ToDebugger::Dispatch { index, report, .. } = message else {
+            return Ok(false);
+        };
+        let index = *index;
+        let label = self.intern(&report.label);
+        self.rows.push(DispatchRow {
+            index,
+            program: report.program,
+            offset,
+            label,
+            refusals: saturate(report.refusals.len()),
+            escapes: saturate(report.escapes.len()),
+            accesses: saturate(report.counts.accesses),
+            mode: report.mode,
+            hazards: u16::try_from(report.hazards.len()).unwrap_or(u16::MAX),
+        });
+        Ok(true)
+    }
+
+    fn intern(&mut self, label: &str) -> u32 {
+        if let Some(&id) = self.label_ids.get(label) {
+            return id;
+        }
+        let id = saturate(self.labels.len());
+        self.labels.push(label.to_owned());
+        self.label_ids.insert(label.to_owned(), id);
+        id
+    }
+
+    /// Dispatches recorded.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether none was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Every recorded dispatch's row, in order.
+    pub fn rows(&self) -> &[DispatchRow] {
+        &self.rows
+    }
+
+    /// A row's label.
+    pub fn label(&self, row: &DispatchRow) -> &str {
+        self.labels
+            .get(row.label as usize)
+            .map_or("", String::as_str)
+    }
+
+    /// Positions whose report is in memory: the window.
+    pub fn window(&self) -> std::ops::Range<usize> {
+        match (self.window.front(), self.window.back()) {
+            (Some((a, _)), Some((b, _))) => *a..*b + 1,
+            _ => 0..0,
+        }
+    }
+
+    /// The report at position `pos` if it is in the window.
+    pub fn recent(&self, pos: usize) -> Option<&DispatchReport> {
+        let first = self.window.front()?.0;
+        self.window
+            .get(pos.checked_sub(first)?)
+            .filter(|(p, _)| *p == pos)
+            .map(|(_, r)| r)
+    }
+
+    /// The report at position `pos`: from the window, or read back from the file (flushing first
+    /// when the record is not durable yet).
+    pub fn report(&mut self, pos: usize) -> Result<DispatchReport, StoreError> {
+        if let Some(r) = self.recent(pos) {
+            return Ok(r.clone());
+        }
+        Ok(self.record(pos)?.1)
+    }
+
+    /// The input and report at position `pos`, read back from the file.
+    pub fn record(
+        &mut self,
+        pos: usize,
+    ) -> Result<(dispatchscope_core::input::DispatchInput, DispatchReport), StoreError> {
+        let row = *self.rows.get(pos).ok_or(StoreError::NoSuchDispatch {
+            pos,
+            len: self.rows.len(),
+        })?;
+        if row.offset >= self.recorder.durable_bytes() {
+            self.recorder.flush()?;
+        }
+        let path = self.recorder.path().to_owned();
+        let fail = |message: String| StoreError::ReadBack {
+            path: path.clone(),
+            offset: row.offset,
+            message,
+        };
+        if self.reader.is_none() {
+            let f = File::open(&path).map_err(|e| fail(e.to_string()))?;
+            self.reader = Some(f);
+        }
+        let Some(file) = self.reader.as_mut() else {
+            return Err(fail("the file is not open".into()));
+        };
+        let payload = read_record_at(file, row.offset, RecordKind::DISPATCH).map_err(fail)?;
+        let record: DispatchRecord = serde_json::from_slice(&payload)
+            .map_err(|e| fail(format!("the DISPATCH record is not one: {e}")))?;
+        let report = record
+            .report
+            .ok_or_else(|| fail("the DISPATCH record has no report".into()))?;
+        if report.index != row.index {
+            return Err(fail(format!(
+                "the record holds dispatch {}, not {}",
+                report.index, row.index
+            )));
+        }
+        Ok((record.input, report))
+    }
+
+    /// Makes every record so far durable.
+    pub fn flush(&mut self) -> Result<(), StoreError> {
+        Ok(self.recorder.flush()?)
+    }
+
+    /// Writes the capture's index and trailer and closes it.
+    pub fn finish(self) -> Result<RecordSummary, StoreError> {
+        Ok(self.recorder.finish()?)
+    }
+}
+
+fn saturate(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Reads the record whose header starts at `offset`, checks its kind and crc, and returns its
+/// payload decompressed (the layout of `dispatchscope_formats::capture`, format version 1).
+fn read_record_at(file: &mut File, offset: u64, kind: RecordKind) -> Result<Vec<u8>, String> {
+    let mut header = [0u8; RECORD_HEADER_BYTES];
+    file.seek(SeekFrom::Start(offset))
+        .and_then(|_| file.read_exact(&mut header))
+        .map_err(|e| format!("its header: {e}"))?;
+    if header[0] != kind.0 {
+        return Err(format!(
+            "a record of kind {:#04x}, not {:#04x}",
+            header[0], kind.0
+        ));
+    }
+    let flags = header[1];
+    let stored_len = u32::from_le_bytes([header[12], header[13], header[14], header[15]]);
+    let crc = u32::from_le_bytes([header[16], header[17], header[18], header[19]]);
+    if stored_len > MAX_RECORD_BYTES {
+        return Err(format!(
+            "a stored length of {stored_len} bytes, over the {MAX_RECORD_BYTES}-byte limit"
+        ));
+    }
+    let mut stored = vec![0u8; stored_len as usize];
+    file.read_exact(&mut stored)
+        .map_err(|e| format!("its {stored_len} bytes: {e}"))?;
+    let mut h = crc32fast::Hasher::new();
+    h.update(&header[..16]);
+    h.update(&stored);
+    let found = h.finalize();
+    if found != crc {
+        return Err(format!("crc {found:#010x}, the header says {crc:#010x}"));
+    }
+    if flags & 1 == 0 {
+        return Ok(stored);
+    }
+    let Some((len, block)) = stored.split_first_chunk::<4>() else {
+        return Err("a compressed payload without its length".into());
+    };
+    let len = u32::from_le_bytes(*len);
+    if len > MAX_RECORD_BYTES {
+        return Err(format!(
+            "a payload of {len} bytes decompressed, over the {MAX_RECORD_BYTES}-byte limit"
+        ));
+    }
+    let mut out = vec![0u8; len as usize];
+    let n = lz4_flex::block::decompress_into(block, &mut out).map_err(|e| format!("lz4: {e}"))?;
+    if n != out.len() {
+        return Err(format!("lz4 gave {n} bytes, not {len}"));
+    }
+    Ok(out)
+}

@@ -1,0 +1,59 @@
+//! Decoding 1 MiB of code: the figure that matters is the time per MiB (goal: at most 20 ms).
+
+use criterion::{Criterion, Throughput, criterion_main};
+
+/// A MiB of plausible compute code: the instructions of a traversal loop, repeated.
+fn mib_of_code() -> Vec<u8> {
+    let loop_body: &[u32] = &[
+        0xf4100001, 0xfa000010, // s_load_dwordx16 s[0:15], s[2:3], 0x10
+        0xbf8c0070, // s_waitcnt vmcnt(0) lgkmcnt(0)
+        0xd70f6a00, 0x00020501, // v_add_co_u32 v0, vcc_lo, v1, v2
+        0x4a000501, // v_add_nc_u32_e32 v0, v1, v2
+        0x060002ff, 0x00012345, // v_add_f32_e32 v0, 0x12345, v1
+        0xd54b8200, 0x2c0e0501, // v_fma_f32 v0, -v1, |v2|, v3 clamp mul:2
+        0xf1989f01, 0x00010000, // image_bvh_intersect_ray v[0:3], v[0:15], s[4:7]
+        0xe0341010, 0x80010002, // buffer_load_dwordx2 v[0:1], v2, s[4:7], 0 offen offset:16
+        0xd8d80010, 0x00000001, // ds_read_b32 v0, v1 offset:16
+        0xdc304010, 0x007d0001, // scratch_load_dword v0, v1, off offset:16
+        0xdc300010, 0x007d0001, // flat_load_dword v0, v[1:2] offset:16
+        0x7d840501, // v_cmp_eq_u32_e32 vcc_lo, v1, v2
+        0xbf820005, // s_branch 5
+    ];
+    let mut out = Vec::with_capacity(1 << 20);
+    while out.len() + 4 * loop_body.len() <= 1 << 20 {
+        for w in loop_body {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    while out.len() < 1 << 20 {
+        out.extend_from_slice(&0xbf800000u32.to_le_bytes()); // s_nop 0
+    }
+    out
+}
+
+fn bench(c: &mut Criterion) {
+    let code = mib_of_code();
+    let mut g = c.benchmark_group("rdna");
+    g.throughput(Throughput::Bytes(code.len() as u64));
+    g.bench_function("decode_1mib", |b| {
+        b.iter(|| {
+            let mut n = 0usize;
+            for inst in dispatchscope_rdna::decode(std::hint::black_box(&code), 0) {
+                n += inst.text.len();
+            }
+            n
+        })
+    });
+    g.finish();
+}
+
+mod group {
+    #![allow(
+        missing_docs,
+        reason = "criterion_group! declares an undocumented `pub fn benches`"
+    )]
+    use super::bench;
+    criterion::criterion_group!(benches, bench);
+}
+
+criterion_main!(group::benches);

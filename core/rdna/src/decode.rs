@@ -1,0 +1,1213 @@
+//! One instruction from bytes: which encoding the first dword names, its opcode's table entry,
+//! the entry's must-be-zero bits, then the operands and the modifiers the encoding prints.
+//!
+//! Each encoding's function returns the text, the length in dwords and the memory access, or a
+//! named [`Unknown`]; [`decode_one`] turns an `Unknown` into a `.long 0x…` line of one dword.
+
+use std::fmt::Write as _;
+
+use crate::operand::{self, is_literal, scalar, source, vgpr};
+use crate::table::{Field, File, Imm, Op, Opnd};
+use crate::tables;
+use crate::{Direction, Instruction, Kind, Memory, Space, Unknown};
+
+/// The dwords of one instruction's window: up to five (MIMG with NSA is the longest).
+struct Words {
+    w: [u32; 5],
+    /// How many dwords the bytes held (at most five).
+    have: usize,
+}
+
+impl Words {
+    fn new(bytes: &[u8]) -> Words {
+        let mut w = [0u32; 5];
+        let mut have = 0;
+        for (i, chunk) in bytes.chunks_exact(4).take(5).enumerate() {
+            w[i] = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+            have = i + 1;
+        }
+        Words { w, have }
+    }
+
+    /// The first two dwords as one 64-bit value (the second is zero when absent).
+    fn lo64(&self) -> u64 {
+        u64::from(self.w[0]) | u64::from(self.w[1]) << 32
+    }
+
+    /// Fails with `Truncated` unless `n` dwords are present.
+    fn need(&self, encoding: &'static str, n: usize) -> Result<(), Unknown> {
+        if self.have < n {
+            return Err(Unknown::Truncated {
+                encoding,
+                need_bytes: 4 * n,
+                have_bytes: 4 * self.have,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What an encoding function produces for a decoded instruction.
+struct Decoded {
+    text: String,
+    dwords: usize,
+    memory: Option<Memory>,
+}
+
+/// Decodes the instruction at the start of `bytes`, at address `pc`. Never panics: an
+/// undecodable word is a one-dword `.long` with its reason, fewer than four bytes a `.byte` line.
+pub fn decode_one(bytes: &[u8], pc: u64) -> Instruction {
+    if bytes.len() < 4 {
+        let mut text = String::from(".byte ");
+        for (i, b) in bytes.iter().enumerate() {
+            if i > 0 {
+                text.push_str(", ");
+            }
+            let _ = write!(text, "0x{b:02x}");
+        }
+        return Instruction {
+            pc,
+            len: bytes.len() as u8,
+            text,
+            kind: Kind::Unknown {
+                reason: Unknown::PartialWord { bytes: bytes.len() },
+            },
+            memory: None,
+        };
+    }
+    let words = Words::new(bytes);
+    match dispatch(&words) {
+        Ok(d) => Instruction {
+            pc,
+            len: (4 * d.dwords) as u8,
+            text: d.text,
+            kind: Kind::Ok,
+            memory: d.memory,
+        },
+        Err(reason) => Instruction {
+            pc,
+            len: 4,
+            text: format!(".long 0x{:08x}", words.w[0]),
+            kind: Kind::Unknown { reason },
+            memory: None,
+        },
+    }
+}
+
+/// Picks the encoding from the high bits of the first dword.
+fn dispatch(words: &Words) -> Result<Decoded, Unknown> {
+    let w0 = words.w[0];
+    if w0 >> 31 == 0 {
+        return match w0 >> 25 {
+            0x3f => vop_short(words, "VOP1", &tables::VOP1, (w0 >> 9) & 0xff),
+            0x3e => vop_short(words, "VOPC", &tables::VOPC, (w0 >> 17) & 0xff),
+            op => vop_short(words, "VOP2", &tables::VOP2, op & 0x3f),
+        };
+    }
+    if w0 >> 30 == 0b10 {
+        return match w0 >> 23 {
+            0x17d => scalar_op(words, "SOP1", &tables::SOP1, (w0 >> 8) & 0xff),
+            0x17e => scalar_op(words, "SOPC", &tables::SOPC, (w0 >> 16) & 0x7f),
+            0x17f => sopp(words, (w0 >> 16) & 0x7f),
+            _ if w0 >> 28 == 0b1011 => sopk(words, (w0 >> 23) & 0x1f),
+            _ => scalar_op(words, "SOP2", &tables::SOP2, (w0 >> 23) & 0x7f),
+        };
+    }
+    match w0 >> 26 {
+        0x35 => vop3(words, (w0 >> 16) & 0x3ff),
+        0x33 if w0 >> 24 == 0xcc => vop3p(words, (w0 >> 16) & 0x7f),
+        0x36 => ds(words, (w0 >> 18) & 0xff),
+        0x37 => flat(words, (w0 >> 18) & 0x7f, (w0 >> 14) & 3),
+        0x38 => buffer(words, false, ((w0 >> 18) & 0x7f) | ((w0 >> 25) & 1) << 7),
+        0x3a => buffer(words, true, ((w0 >> 16) & 7) | (words.w[1] >> 21 & 1) << 3),
+        0x3c => mimg(words, ((w0 >> 18) & 0x7f) | (w0 & 1) << 7),
+        0x3d => smem(words, (w0 >> 18) & 0xff),
+        0x32 => Err(Unknown::Encoding {
+            word: w0,
+            what: "VINTRP",
+        }),
+        0x3e => Err(Unknown::Encoding {
+            word: w0,
+            what: "EXP",
+        }),
+        _ => Err(Unknown::Encoding {
+            word: w0,
+            what: "reserved",
+        }),
+    }
+}
+
+/// The table entry for `opcode`, or the named `Opcode` error.
+fn entry(
+    encoding: &'static str,
+    table: &'static [Option<Op>],
+    opcode: u32,
+) -> Result<&'static Op, Unknown> {
+    table
+        .get(opcode as usize)
+        .and_then(Option::as_ref)
+        .ok_or(Unknown::Opcode { encoding, opcode })
+}
+
+/// Fails with `ReservedBits` when any of `op.zero` is set in `bits`.
+fn check_zero(op: &Op, bits: u64, zero: u64) -> Result<(), Unknown> {
+    let set = bits & zero;
+    if set != 0 {
+        return Err(Unknown::ReservedBits {
+            name: op.name,
+            bits: set,
+        });
+    }
+    Ok(())
+}
+
+/// The value of an operand field in this encoding's layout.
+fn field(f: Field, enc: Enc, w: &Words) -> u32 {
+    let lo = w.lo64();
+    let bits = |shift: u32, n: u32| ((lo >> shift) & ((1u64 << n) - 1)) as u32;
+    match (enc, f) {
+        (Enc::Sop, Field::Sdst) => bits(16, 7),
+        (Enc::Sop, Field::Ssrc0) => bits(0, 8),
+        (Enc::Sop, Field::Ssrc1) => bits(8, 8),
+        (Enc::Vop, Field::Vdst) => bits(17, 8),
+        (Enc::Vop, Field::Src0) => bits(0, 9),
+        (Enc::Vop, Field::Vsrc1) => bits(9, 8),
+        (Enc::Vop3, Field::Vdst) => bits(0, 8),
+        (Enc::Vop3, Field::Sdst) => bits(8, 7),
+        (Enc::Vop3, Field::Src0) => bits(32, 9),
+        (Enc::Vop3, Field::Src1) => bits(41, 9),
+        (Enc::Vop3, Field::Src2) => bits(50, 9),
+        (Enc::Smem, Field::Sdata) => bits(6, 7),
+        (Enc::Smem, Field::Sbase) => bits(0, 6) * 2,
+        (Enc::Smem, Field::Soffset) => bits(57, 7),
+        (Enc::Mem, Field::Vdst) => bits(56, 8),
+        (Enc::Mem, Field::Addr | Field::Vaddr) => bits(32, 8),
+        (Enc::Mem, Field::Data0 | Field::Vdata) => bits(40, 8),
+        (Enc::Mem, Field::Data1) => bits(48, 8),
+        (Enc::Mem, Field::Saddr) => bits(48, 7),
+        (Enc::Mem, Field::Srsrc) => bits(48, 5) * 4,
+        (Enc::Mem, Field::Soffset8) => bits(56, 8),
+        _ => 0,
+    }
+}
+
+/// The field layouts (several encodings share one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Enc {
+    Sop,
+    Vop,
+    Vop3,
+    Smem,
+    Mem,
+}
+
+/// Writes one register-or-constant operand; `Err` names it.
+#[allow(clippy::too_many_arguments, reason = "one operand's whole description")]
+fn operand(
+    out: &mut String,
+    op: &Op,
+    index: usize,
+    f: Field,
+    file: File,
+    value: u32,
+    width: u8,
+    imm: Imm,
+    lit: Option<u32>,
+) -> Result<(), Unknown> {
+    let bad = || Unknown::Operand {
+        name: op.name,
+        operand: index,
+        value,
+    };
+    let is_source = matches!(
+        f,
+        Field::Src0 | Field::Src1 | Field::Src2 | Field::Ssrc0 | Field::Ssrc1
+    );
+    match file {
+        _ if imm == Imm::Vgpr8 => vgpr(out, value & 0xff, width).map_err(|()| bad()),
+        _ if is_source => source(out, value, width, imm, lit).map_err(|()| bad()),
+        File::V => vgpr(out, value, width).map_err(|()| bad()),
+        // An 8-bit scalar destination names the specials above 127 too, never a constant.
+        File::S if value < 128 => scalar(out, value, width).map_err(|()| bad()),
+        File::S => source(out, value, width, Imm::RegOnly, None).map_err(|()| bad()),
+    }
+}
+
+/// Whether the operand list reads the literal dword (a source field holding 255).
+fn wants_literal(op: &Op, enc: Enc, w: &Words) -> bool {
+    op.opnds.iter().any(|o| match *o {
+        Opnd::R(
+            f @ (Field::Src0 | Field::Src1 | Field::Src2 | Field::Ssrc0 | Field::Ssrc1),
+            _,
+            _,
+            imm,
+        ) => imm != Imm::RegOnly && imm != Imm::Vgpr8 && is_literal(field(f, enc, w)),
+        _ => false,
+    })
+}
+
+/// The literal after `base` dwords, or `Truncated` when it is cut off.
+fn literal_after(w: &Words, encoding: &'static str, base: usize) -> Result<u32, Unknown> {
+    w.need(encoding, base + 1)?;
+    Ok(w.w[base])
+}
+
+/// SOP1, SOPC, SOP2: the table's operands, one optional literal.
+fn scalar_op(
+    w: &Words,
+    encoding: &'static str,
+    table: &'static [Option<Op>],
+    opcode: u32,
+) -> Result<Decoded, Unknown> {
+    let op = entry(encoding, table, opcode)?;
+    check_zero(op, u64::from(w.w[0]), op.zero)?;
+    let lit = if wants_literal(op, Enc::Sop, w) {
+        Some(literal_after(w, encoding, 1)?)
+    } else {
+        None
+    };
+    let mut out = String::with_capacity(40);
+    out.push_str(op.name);
+    operands(&mut out, op, Enc::Sop, w, lit, &|_, _| None)?;
+    Ok(Decoded {
+        text: out,
+        dwords: 1 + usize::from(lit.is_some()),
+        memory: None,
+    })
+}
+
+/// Writes `op`'s operand list (with a leading space), asking `wrap` for modifier text around
+/// each operand (VOP3's `-` and `|…|`).
+fn operands(
+    out: &mut String,
+    op: &Op,
+    enc: Enc,
+    w: &Words,
+    lit: Option<u32>,
+    wrap: &dyn Fn(Field, bool) -> Option<(&'static str, &'static str)>,
+) -> Result<(), Unknown> {
+    for (i, o) in op.opnds.iter().enumerate() {
+        out.push_str(if i == 0 { " " } else { ", " });
+        match *o {
+            Opnd::T(t) => out.push_str(t),
+            Opnd::R(f, file, width, imm) => {
+                let value = field(f, enc, w);
+                let is_imm = matches!(value, 128..=208 | 240..=248 | 255);
+                match wrap(f, is_imm) {
+                    Some((pre, post)) => {
+                        out.push_str(pre);
+                        operand(out, op, i, f, file, value, width, imm, lit)?;
+                        out.push_str(post);
+                    }
+                    None => operand(out, op, i, f, file, value, width, imm, lit)?,
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The immediate of SOPP and SOPK in the style the table names.
+fn simm_style(out: &mut String, style: &str, simm: u32) {
+    match style {
+        "{hex}" => {
+            let _ = write!(out, "0x{simm:x}");
+        }
+        "{inl}" => {
+            if simm <= 64 {
+                let _ = write!(out, "{simm}");
+            } else {
+                let _ = write!(out, "0x{simm:x}");
+            }
+        }
+        _ => {
+            let _ = write!(out, "{simm}");
+        }
+    }
+}
+
+/// SOPP: immediates by style, `s_waitcnt` by counter; `s_sendmsg` is not decoded.
+fn sopp(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+    // s_code_end is the oracle's separator word, so the generated table cannot hold it.
+    if opcode == 0x1f {
+        if w.w[0] & 0xffff != 0 {
+            return Err(Unknown::ReservedBits {
+                name: "s_code_end",
+                bits: u64::from(w.w[0] & 0xffff),
+            });
+        }
+        return Ok(Decoded {
+            text: "s_code_end".into(),
+            dwords: 1,
+            memory: None,
+        });
+    }
+    let op = entry("SOPP", &tables::SOPP, opcode)?;
+    check_zero(op, u64::from(w.w[0]), op.zero)?;
+    let simm = w.w[0] & 0xffff;
+    let mut out = String::with_capacity(40);
+    out.push_str(op.name);
+    match op.opnds.first() {
+        None => {}
+        Some(Opnd::T("{opt}")) if simm == 0 => {}
+        Some(Opnd::T("{opt}")) => {
+            let _ = write!(out, " {simm}");
+        }
+        Some(Opnd::T("{special}")) if op.name == "s_waitcnt" => waitcnt(&mut out, simm),
+        Some(Opnd::T(style))
+            if style.starts_with("{u") || *style == "{hex}" || *style == "{inl}" =>
+        {
+            out.push(' ');
+            simm_style(&mut out, style, simm);
+        }
+        Some(_) => {
+            return Err(Unknown::Unsupported {
+                name: op.name,
+                what: "this operand form",
+            });
+        }
+    }
+    Ok(Decoded {
+        text: out,
+        dwords: 1,
+        memory: None,
+    })
+}
+
+/// `s_waitcnt`'s counters as LLVM prints them: each that is not at its maximum, or all three
+/// when all are.
+fn waitcnt(out: &mut String, simm: u32) {
+    let vm = (simm & 0xf) | ((simm >> 14) & 3) << 4;
+    let exp = (simm >> 4) & 7;
+    let lgkm = (simm >> 8) & 0x3f;
+    let all = vm == 63 && exp == 7 && lgkm == 63;
+    if vm != 63 || all {
+        let _ = write!(out, " vmcnt({vm})");
+    }
+    if exp != 7 || all {
+        let _ = write!(out, " expcnt({exp})");
+    }
+    if lgkm != 63 || all {
+        let _ = write!(out, " lgkmcnt({lgkm})");
+    }
+}
+
+/// The names LLVM 14 gives hardware registers on gfx10.3 (others print by number).
+fn hwreg_name(id: u32) -> Option<&'static str> {
+    Some(match id {
+        1 => "HW_REG_MODE",
+        2 => "HW_REG_STATUS",
+        3 => "HW_REG_TRAPSTS",
+        5 => "HW_REG_GPR_ALLOC",
+        6 => "HW_REG_LDS_ALLOC",
+        7 => "HW_REG_IB_STS",
+        15 => "HW_REG_SH_MEM_BASES",
+        16 => "HW_REG_TBA_LO",
+        17 => "HW_REG_TBA_HI",
+        18 => "HW_REG_TMA_LO",
+        19 => "HW_REG_TMA_HI",
+        20 => "HW_REG_FLAT_SCR_LO",
+        21 => "HW_REG_FLAT_SCR_HI",
+        23 => "HW_REG_HW_ID1",
+        24 => "HW_REG_HW_ID2",
+        25 => "HW_REG_POPS_PACKER",
+        29 => "HW_REG_SHADER_CYCLES",
+        _ => return None,
+    })
+}
+
+/// `hwreg(…)` of a 16-bit hwreg operand.
+fn hwreg(out: &mut String, simm: u32) {
+    let id = simm & 0x3f;
+    let offset = (simm >> 6) & 0x1f;
+    let size = ((simm >> 11) & 0x1f) + 1;
+    out.push_str("hwreg(");
+    match hwreg_name(id) {
+        Some(n) => out.push_str(n),
+        None => {
+            let _ = write!(out, "{id}");
+        }
+    }
+    if offset != 0 || size != 32 {
+        let _ = write!(out, ", {offset}, {size}");
+    }
+    out.push(')');
+}
+
+/// SOPK: a scalar register and a 16-bit immediate (or `hwreg`), `s_setreg_imm32_b32` a literal.
+fn sopk(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+    let op = entry("SOPK", &tables::SOPK, opcode)?;
+    check_zero(op, u64::from(w.w[0]), op.zero)?;
+    let simm = w.w[0] & 0xffff;
+    let sdst = (w.w[0] >> 16) & 0x7f;
+    let mut out = String::with_capacity(40);
+    out.push_str(op.name);
+    let mut dwords = 1;
+    let bad = |i| Unknown::Operand {
+        name: op.name,
+        operand: i,
+        value: sdst,
+    };
+    match op.name {
+        "s_getreg_b32" => {
+            out.push(' ');
+            scalar(&mut out, sdst, 1).map_err(|()| bad(0))?;
+            out.push_str(", ");
+            hwreg(&mut out, simm);
+        }
+        "s_setreg_b32" => {
+            out.push(' ');
+            hwreg(&mut out, simm);
+            out.push_str(", ");
+            scalar(&mut out, sdst, 1).map_err(|()| bad(1))?;
+        }
+        "s_setreg_imm32_b32" => {
+            let lit = literal_after(w, "SOPK", 1)?;
+            out.push(' ');
+            hwreg(&mut out, simm);
+            out.push_str(", ");
+            operand::imm32(&mut out, lit);
+            dwords = 2;
+        }
+        _ => {
+            for (i, o) in op.opnds.iter().enumerate() {
+                out.push_str(if i == 0 { " " } else { ", " });
+                match *o {
+                    Opnd::R(_, _, width, _) => {
+                        scalar(&mut out, sdst, width).map_err(|()| bad(i))?
+                    }
+                    Opnd::T(style) => simm_style(&mut out, style, simm),
+                }
+            }
+        }
+    }
+    Ok(Decoded {
+        text: out,
+        dwords,
+        memory: None,
+    })
+}
+
+/// VOP1, VOP2, VOPC (the 32-bit forms), with `v_fmamk`/`v_fmaak`'s literal; DPP and SDWA are
+/// not decoded.
+fn vop_short(
+    w: &Words,
+    encoding: &'static str,
+    table: &'static [Option<Op>],
+    opcode: u32,
+) -> Result<Decoded, Unknown> {
+    let op = entry(encoding, table, opcode)?;
+    check_zero(op, u64::from(w.w[0]), op.zero)?;
+    match w.w[0] & 0x1ff {
+        250 | 233 | 234 => {
+            return Err(Unknown::Unsupported {
+                name: op.name,
+                what: "DPP",
+            });
+        }
+        249 => {
+            return Err(Unknown::Unsupported {
+                name: op.name,
+                what: "SDWA",
+            });
+        }
+        _ => {}
+    }
+    // v_fmamk_*/v_fmaak_* carry a constant the table shows as the sentinel literal.
+    let k_literal = op.opnds.iter().any(|o| matches!(o, Opnd::T(t) if is_k(t)));
+    let lit = if k_literal || wants_literal(op, Enc::Vop, w) {
+        Some(literal_after(w, encoding, 1)?)
+    } else {
+        None
+    };
+    let mut out = String::with_capacity(48);
+    out.push_str(op.name);
+    for (i, o) in op.opnds.iter().enumerate() {
+        out.push_str(if i == 0 { " " } else { ", " });
+        match *o {
+            Opnd::T(t) if is_k(t) => {
+                let _ = write!(out, "0x{:x}", lit.unwrap_or(0));
+            }
+            Opnd::T(t) => out.push_str(t),
+            Opnd::R(f, file, width, imm) => operand(
+                &mut out,
+                op,
+                i,
+                f,
+                file,
+                field(f, Enc::Vop, w),
+                width,
+                imm,
+                lit,
+            )?,
+        }
+    }
+    Ok(Decoded {
+        text: out,
+        dwords: 1 + usize::from(lit.is_some()),
+        memory: None,
+    })
+}
+
+/// Whether a table token stands for the constant `v_fmamk`/`v_fmaak` carry (the generator's
+/// probe printed its separator word there).
+fn is_k(t: &str) -> bool {
+    t == "0xbf9f0000" || t == "0xbfa5000d"
+}
+
+/// The source index (0–2) of a source field.
+fn src_index(f: Field) -> Option<usize> {
+    match f {
+        Field::Src0 => Some(0),
+        Field::Src1 => Some(1),
+        Field::Src2 => Some(2),
+        _ => None,
+    }
+}
+
+/// VOP3 (a and b): source modifiers, `op_sel`, `clamp`, output modifier, one optional literal.
+fn vop3(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+    let op = entry("VOP3", &tables::VOP3, opcode)?;
+    w.need("VOP3", 2)?;
+    let bits = w.lo64();
+    check_zero(op, bits, op.zero)?;
+    if op.name.starts_with("v_interp") {
+        return Err(Unknown::Unsupported {
+            name: op.name,
+            what: "interpolation operands",
+        });
+    }
+    let lit = if wants_literal(op, Enc::Vop3, w) {
+        Some(literal_after(w, "VOP3", 2)?)
+    } else {
+        None
+    };
+    let live = !op.ignore;
+    let is_b = op
+        .opnds
+        .iter()
+        .any(|o| matches!(o, Opnd::R(Field::Sdst, ..)));
+    let neg = (bits >> 61) & 7 & (live >> 61);
+    let abs = if is_b {
+        0
+    } else {
+        (bits >> 8) & 7 & (live >> 8)
+    };
+    let n_src = op
+        .opnds
+        .iter()
+        .filter(|o| matches!(o, Opnd::R(Field::Src0 | Field::Src1 | Field::Src2, ..)))
+        .count();
+    let mut out = String::with_capacity(56);
+    out.push_str(op.name);
+    let wrap = |f: Field, is_imm: bool| -> Option<(&'static str, &'static str)> {
+        let i = src_index(f)?;
+        let (n, a) = (neg >> i & 1 == 1, abs >> i & 1 == 1);
+        match (n, a) {
+            (false, false) => None,
+            (true, false) if is_imm => Some(("neg(", ")")),
+            (true, false) => Some(("-", "")),
+            (false, true) => Some(("|", "|")),
+            (true, true) => Some(("-|", "|")),
+        }
+    };
+    operands(&mut out, op, Enc::Vop3, w, lit, &wrap)?;
+    if !is_b {
+        let opsel = (bits >> 11) & 0xf & (live >> 11);
+        if opsel != 0 {
+            out.push_str(" op_sel:[");
+            for i in 0..n_src {
+                let _ = write!(out, "{},", opsel >> i & 1);
+            }
+            let _ = write!(out, "{}]", opsel >> 3 & 1);
+        }
+    }
+    if (bits >> 15) & 1 & (live >> 15) == 1 {
+        out.push_str(" clamp");
+    }
+    match (bits >> 59) & 3 & (live >> 59) {
+        1 => out.push_str(" mul:2"),
+        2 => out.push_str(" mul:4"),
+        3 => out.push_str(" div:2"),
+        _ => {}
+    }
+    Ok(Decoded {
+        text: out,
+        dwords: 2 + usize::from(lit.is_some()),
+        memory: None,
+    })
+}
+
+/// Writes ` name:[a,b,c]` for `n` one-bit flags.
+fn flag_list(out: &mut String, name: &str, flags: u64, n: usize) {
+    let _ = write!(out, " {name}:[");
+    for i in 0..n {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{}", flags >> i & 1);
+    }
+    out.push(']');
+}
+
+/// VOP3P: packed math with `op_sel`, `op_sel_hi`, `neg_lo`, `neg_hi`, `clamp`.
+fn vop3p(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+    let op = entry("VOP3P", &tables::VOP3P, opcode)?;
+    w.need("VOP3P", 2)?;
+    let bits = w.lo64();
+    check_zero(op, bits, op.zero)?;
+    if op.name.starts_with("v_fma_mix") {
+        return Err(Unknown::Unsupported {
+            name: op.name,
+            what: "mixed-precision modifiers",
+        });
+    }
+    let lit = if wants_literal(op, Enc::Vop3, w) {
+        Some(literal_after(w, "VOP3P", 2)?)
+    } else {
+        None
+    };
+    let live = !op.ignore;
+    let n_src = op
+        .opnds
+        .iter()
+        .filter(|o| matches!(o, Opnd::R(Field::Src0 | Field::Src1 | Field::Src2, ..)))
+        .count();
+    let mask = (1u64 << n_src) - 1;
+    let mut out = String::with_capacity(56);
+    out.push_str(op.name);
+    // Packed immediates print as 32-bit values when they do not fit 16 bits.
+    operands_packed(&mut out, op, w, lit)?;
+    let opsel = (bits >> 11) & 7 & (live >> 11) & mask;
+    let opsel_hi = (((bits >> 59) & 3) | ((bits >> 14) & 1) << 2) & mask;
+    let neg_lo = (bits >> 61) & 7 & mask;
+    let neg_hi = (bits >> 8) & 7 & mask;
+    if opsel != 0 {
+        flag_list(&mut out, "op_sel", opsel, n_src);
+    }
+    if opsel_hi != mask {
+        flag_list(&mut out, "op_sel_hi", opsel_hi, n_src);
+    }
+    if neg_lo != 0 {
+        flag_list(&mut out, "neg_lo", neg_lo, n_src);
+    }
+    if neg_hi != 0 {
+        flag_list(&mut out, "neg_hi", neg_hi, n_src);
+    }
+    if (bits >> 15) & 1 & (live >> 15) == 1 {
+        out.push_str(" clamp");
+    }
+    Ok(Decoded {
+        text: out,
+        dwords: 2 + usize::from(lit.is_some()),
+        memory: None,
+    })
+}
+
+/// VOP3P's operands: a literal that does not fit 16 bits prints as a 32-bit value.
+fn operands_packed(out: &mut String, op: &Op, w: &Words, lit: Option<u32>) -> Result<(), Unknown> {
+    for (i, o) in op.opnds.iter().enumerate() {
+        out.push_str(if i == 0 { " " } else { ", " });
+        match *o {
+            Opnd::T(t) => out.push_str(t),
+            Opnd::R(f, file, width, imm) => {
+                let value = field(f, Enc::Vop3, w);
+                let imm = match (imm, lit) {
+                    (Imm::F16 | Imm::I16, Some(l)) if is_literal(value) && l > 0xffff => Imm::B32,
+                    _ => imm,
+                };
+                operand(out, op, i, f, file, value, width, imm, lit)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// SMEM: data, base, then the offset register and/or the immediate offset; `glc`, `dlc`.
+fn smem(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+    let op = entry("SMEM", &tables::SMEM, opcode)?;
+    w.need("SMEM", 2)?;
+    let bits = w.lo64();
+    check_zero(op, bits, op.zero)?;
+    let live = !op.ignore;
+    let mut out = String::with_capacity(48);
+    out.push_str(op.name);
+    let soffset = field(Field::Soffset, Enc::Smem, w);
+    let offset = (bits >> 32) & 0x1f_ffff;
+    let mut first = true;
+    let mut printed_offset = false;
+    for (i, o) in op.opnds.iter().enumerate() {
+        out.push_str(if first { " " } else { ", " });
+        first = false;
+        match *o {
+            Opnd::T(_) if op.name.starts_with("s_atc_probe") && i == 0 => {
+                simm_style(&mut out, "{inl}", field(Field::Sdata, Enc::Smem, w));
+            }
+            Opnd::R(Field::Soffset, ..) => {
+                if soffset == 0x7d {
+                    let _ = write!(out, "0x{offset:x}");
+                    printed_offset = true;
+                } else {
+                    scalar(&mut out, soffset, 1).map_err(|()| Unknown::Operand {
+                        name: op.name,
+                        operand: i,
+                        value: soffset,
+                    })?;
+                }
+            }
+            Opnd::T(_) => {
+                // The probe's immediate offset: the offset stands where it stood.
+                if soffset == 0x7d {
+                    let _ = write!(out, "0x{offset:x}");
+                    printed_offset = true;
+                } else {
+                    scalar(&mut out, soffset, 1).map_err(|()| Unknown::Operand {
+                        name: op.name,
+                        operand: i,
+                        value: soffset,
+                    })?;
+                }
+            }
+            Opnd::R(f, _, width, _) => {
+                let v = field(f, Enc::Smem, w);
+                // LLVM prints some registers here that have no name at this width (`vcc` as a
+                // four-register base); those are left undecoded rather than guessed.
+                scalar(&mut out, v, width).map_err(|()| Unknown::Unsupported {
+                    name: op.name,
+                    what: "this register at this width",
+                })?;
+            }
+        }
+    }
+    // With an offset register, LLVM 14 prints no immediate offset for gfx10.
+    let _ = printed_offset;
+    if bits >> 16 & 1 & (live >> 16) == 1 {
+        out.push_str(" glc");
+    }
+    if bits >> 14 & 1 & (live >> 14) == 1 {
+        out.push_str(" dlc");
+    }
+    let memory = if op.name.starts_with("s_load") || op.name.starts_with("s_buffer_load") {
+        Some(Memory {
+            space: Space::Scalar,
+            direction: Direction::Load,
+        })
+    } else {
+        None
+    };
+    Ok(Decoded {
+        text: out,
+        dwords: 2,
+        memory,
+    })
+}
+
+/// What a memory mnemonic does, by its name.
+fn direction(name: &str) -> Direction {
+    if name.contains("atomic")
+        || name.contains("_rtn")
+        || name.contains("wrxchg")
+        || name.contains("_add_")
+    {
+        Direction::Atomic
+    } else if name.contains("store") || name.contains("write") {
+        Direction::Store
+    } else {
+        Direction::Load
+    }
+}
+
+/// Writes a vector register operand of a memory instruction.
+fn mem_vgpr(out: &mut String, op: &Op, i: usize, v: u32, width: u8) -> Result<(), Unknown> {
+    vgpr(out, v, width).map_err(|()| Unknown::Operand {
+        name: op.name,
+        operand: i,
+        value: v,
+    })
+}
+
+/// DS: registers, `offset:`/`offset0:`/`offset1:`, `gds`.
+fn ds(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+    let op = entry("DS", &tables::DS, opcode)?;
+    w.need("DS", 2)?;
+    let bits = w.lo64();
+    check_zero(op, bits, op.zero)?;
+    if op.name == "ds_swizzle_b32" {
+        return Err(Unknown::Unsupported {
+            name: op.name,
+            what: "the swizzle pattern",
+        });
+    }
+    let mut out = String::with_capacity(48);
+    out.push_str(op.name);
+    for (i, o) in op.opnds.iter().enumerate() {
+        out.push_str(if i == 0 { " " } else { ", " });
+        match *o {
+            Opnd::R(f, _, width, _) => mem_vgpr(&mut out, op, i, field(f, Enc::Mem, w), width)?,
+            Opnd::T(t) => out.push_str(t),
+        }
+    }
+    let (o0, o1) = ((bits & 0xff) as u32, (bits >> 8 & 0xff) as u32);
+    let live = !op.ignore;
+    let two =
+        op.name.contains("read2") || op.name.contains("write2") || op.name.contains("wrxchg2");
+    if two {
+        if o0 != 0 && live & 0xff != 0 {
+            let _ = write!(out, " offset0:{o0}");
+        }
+        if o1 != 0 && live & 0xff00 != 0 {
+            let _ = write!(out, " offset1:{o1}");
+        }
+    } else {
+        let off = o0 | o1 << 8;
+        if off & (live as u32 & 0xffff) != 0 {
+            let _ = write!(out, " offset:{}", off & (live as u32 & 0xffff));
+        }
+    }
+    let gds = bits >> 17 & 1 & (live >> 17) == 1;
+    if gds {
+        out.push_str(" gds");
+    }
+    let lane_op = [
+        "ds_nop",
+        "ds_permute",
+        "ds_bpermute",
+        "ds_swizzle",
+        "ds_gws",
+        "ds_append",
+        "ds_consume",
+    ]
+    .iter()
+    .any(|p| op.name.starts_with(p));
+    let memory = (!lane_op).then(|| Memory {
+        space: if gds { Space::Gds } else { Space::Lds },
+        direction: direction(op.name),
+    });
+    Ok(Decoded {
+        text: out,
+        dwords: 2,
+        memory,
+    })
+}
+
+/// Writes the cache-policy bits in LLVM's order.
+fn cache_bits(out: &mut String, glc: bool, slc: bool, dlc: bool) {
+    if glc {
+        out.push_str(" glc");
+    }
+    if slc {
+        out.push_str(" slc");
+    }
+    if dlc {
+        out.push_str(" dlc");
+    }
+}
+
+/// FLAT, SCRATCH, GLOBAL (the segment picks the table): address forms with `off`, offset, cache bits.
+fn flat(w: &Words, opcode: u32, seg: u32) -> Result<Decoded, Unknown> {
+    let (encoding, table, space): (&'static str, &'static [Option<Op>], Space) = match seg {
+        0 => ("FLAT", &tables::FLAT, Space::Flat),
+        1 => ("SCRATCH", &tables::SCRATCH, Space::Scratch),
+        2 => ("GLOBAL", &tables::GLOBAL, Space::Global),
+        _ => {
+            return Err(Unknown::Encoding {
+                word: w.w[0],
+                what: "FLAT segment 3",
+            });
+        }
+    };
+    let op = entry(encoding, table, opcode)?;
+    w.need(encoding, 2)?;
+    let bits = w.lo64();
+    let glc = bits >> 16 & 1 == 1;
+    let atomic = op.name.contains("atomic");
+    let vdst_bits = 0xffu64 << 56;
+    let saddr_bits = 0x7fu64 << 48;
+    let zero = if atomic && glc {
+        op.zero & !vdst_bits
+    } else {
+        op.zero
+    } & !saddr_bits;
+    check_zero(op, bits, zero)?;
+    let saddr = field(Field::Saddr, Enc::Mem, w);
+    // FLAT takes no scalar address (0x7d only); GLOBAL takes one or `off` (0x7d); SCRATCH takes
+    // one, `off` with a vector address (0x7d), or neither (0x7f).
+    let saddr_off = saddr == 0x7d || (seg == 1 && saddr == 0x7f);
+    if (seg == 0 && saddr != 0x7d) || (seg == 2 && saddr == 0x7f) {
+        return Err(Unknown::ReservedBits {
+            name: op.name,
+            bits: bits & saddr_bits,
+        });
+    }
+    let mut out = String::with_capacity(56);
+    out.push_str(op.name);
+    let mut i = 0usize;
+    let sep = |out: &mut String, i: &mut usize| {
+        out.push_str(if *i == 0 { " " } else { ", " });
+        *i += 1;
+    };
+    let data_width = op.opnds.iter().find_map(|o| match *o {
+        Opnd::R(Field::Data0, _, width, _) => Some(width),
+        _ => None,
+    });
+    if atomic && glc {
+        sep(&mut out, &mut i);
+        let width = data_width.unwrap_or(1);
+        let width = if op.name.contains("cmpswap") {
+            width.div_ceil(2)
+        } else {
+            width
+        };
+        mem_vgpr(&mut out, op, 0, field(Field::Vdst, Enc::Mem, w), width)?;
+    }
+    for o in op.opnds {
+        match *o {
+            Opnd::R(Field::Addr, _, width, _) => {
+                sep(&mut out, &mut i);
+                let v = field(Field::Addr, Enc::Mem, w);
+                match seg {
+                    2 => mem_vgpr(&mut out, op, i, v, if saddr_off { 2 } else { 1 })?,
+                    1 if saddr != 0x7d => out.push_str("off"),
+                    _ => mem_vgpr(&mut out, op, i, v, width)?,
+                }
+            }
+            Opnd::R(Field::Saddr, ..) | Opnd::T("off") => {
+                sep(&mut out, &mut i);
+                if saddr_off {
+                    out.push_str("off");
+                } else {
+                    let width = if seg == 2 { 2 } else { 1 };
+                    scalar(&mut out, saddr, width).map_err(|()| Unknown::Operand {
+                        name: op.name,
+                        operand: i,
+                        value: saddr,
+                    })?;
+                }
+            }
+            Opnd::R(f, _, width, _) => {
+                sep(&mut out, &mut i);
+                mem_vgpr(&mut out, op, i, field(f, Enc::Mem, w), width)?;
+            }
+            Opnd::T(t) => {
+                sep(&mut out, &mut i);
+                out.push_str(t);
+            }
+        }
+    }
+    let raw = (bits & 0xfff) as i32;
+    let offset = if seg == 0 { raw } else { (raw << 20) >> 20 };
+    if offset != 0 {
+        let _ = write!(out, " offset:{offset}");
+    }
+    let live = !op.ignore;
+    cache_bits(
+        &mut out,
+        glc,
+        bits >> 17 & 1 & (live >> 17) == 1,
+        bits >> 12 & 1 & (live >> 12) == 1,
+    );
+    if bits >> 13 & 1 & (live >> 13) == 1 {
+        out.push_str(" lds");
+    }
+    Ok(Decoded {
+        text: out,
+        dwords: 2,
+        memory: Some(Memory {
+            space,
+            direction: direction(op.name),
+        }),
+    })
+}
+
+/// MUBUF and MTBUF: data, address (`off`, one register, or two with `idxen offen`), resource,
+/// offset register or constant, `format:`, `offen`/`idxen`, `offset:`, cache bits, `lds`, `tfe`.
+fn buffer(w: &Words, typed: bool, opcode: u32) -> Result<Decoded, Unknown> {
+    let (encoding, table): (&'static str, &'static [Option<Op>]) = if typed {
+        ("MTBUF", &tables::MTBUF)
+    } else {
+        ("MUBUF", &tables::MUBUF)
+    };
+    let op = entry(encoding, table, opcode)?;
+    w.need(encoding, 2)?;
+    let bits = w.lo64();
+    check_zero(op, bits, op.zero)?;
+    let live = !op.ignore;
+    let bit = |n: u32| bits >> n & 1 & (live >> n) == 1;
+    let (offen, idxen) = (bit(12), bit(13));
+    let lds = !typed && bit(16);
+    // With `lds` LLVM prints no `tfe`.
+    let tfe = bit(55) && !lds;
+    let soffset_literal = field(Field::Soffset8, Enc::Mem, w) == 255;
+    let lit = if soffset_literal {
+        Some(literal_after(w, encoding, 2)?)
+    } else {
+        None
+    };
+    let mut out = String::with_capacity(64);
+    out.push_str(op.name);
+    for (i, o) in op.opnds.iter().enumerate() {
+        out.push_str(if i == 0 { " " } else { ", " });
+        match *o {
+            Opnd::R(Field::Vdata, _, width, _) => {
+                mem_vgpr(&mut out, op, i, field(Field::Vdata, Enc::Mem, w), width)?;
+            }
+            Opnd::R(Field::Vaddr, ..) | Opnd::T("off") => {
+                let v = field(Field::Vaddr, Enc::Mem, w);
+                match (offen, idxen) {
+                    (false, false) => out.push_str("off"),
+                    (true, true) => mem_vgpr(&mut out, op, i, v, 2)?,
+                    _ => mem_vgpr(&mut out, op, i, v, 1)?,
+                }
+            }
+            Opnd::R(Field::Srsrc, ..) => {
+                let v = field(Field::Srsrc, Enc::Mem, w);
+                scalar(&mut out, v, 4).map_err(|()| Unknown::Operand {
+                    name: op.name,
+                    operand: i,
+                    value: v,
+                })?;
+            }
+            Opnd::R(Field::Soffset8, ..) => {
+                let v = field(Field::Soffset8, Enc::Mem, w);
+                source(&mut out, v, 1, Imm::B32, lit).map_err(|()| Unknown::Operand {
+                    name: op.name,
+                    operand: i,
+                    value: v,
+                })?;
+            }
+            Opnd::R(f, _, width, _) => mem_vgpr(&mut out, op, i, field(f, Enc::Mem, w), width)?,
+            Opnd::T(t) => out.push_str(t),
+        }
+    }
+    if typed {
+        let fmt = tables::MTBUF_FORMATS[(bits >> 19 & 0x7f) as usize];
+        if !fmt.is_empty() {
+            out.push(' ');
+            out.push_str(fmt);
+        }
+    }
+    match (offen, idxen) {
+        (true, true) => out.push_str(" idxen offen"),
+        (true, false) => out.push_str(" offen"),
+        (false, true) => out.push_str(" idxen"),
+        _ => {}
+    }
+    let offset = bits & 0xfff;
+    if offset != 0 {
+        let _ = write!(out, " offset:{offset}");
+    }
+    cache_bits(&mut out, bit(14), bit(54), bit(15));
+    if lds {
+        out.push_str(" lds");
+    }
+    if tfe {
+        out.push_str(" tfe");
+    }
+    let space = if typed {
+        Space::TypedBuffer
+    } else {
+        Space::Buffer
+    };
+    Ok(Decoded {
+        text: out,
+        dwords: 2 + usize::from(lit.is_some()),
+        memory: Some(Memory {
+            space,
+            direction: direction(op.name),
+        }),
+    })
+}
+
+/// MIMG: the two ray-intersection instructions (other image instructions are not decoded).
+fn mimg(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+    let (name, n_addr, n_addr_a16) = match opcode {
+        0xe6 => ("image_bvh_intersect_ray", 11u32, 8u32),
+        0xe7 => ("image_bvh64_intersect_ray", 12, 9),
+        _ => {
+            return Err(Unknown::Unsupported {
+                name: "MIMG",
+                what: "an image instruction other than a ray intersection",
+            });
+        }
+    };
+    w.need("MIMG", 2)?;
+    let bits = w.lo64();
+    let a16 = bits >> 62 & 1 == 1;
+    let nsa = (bits >> 1 & 3) as usize;
+    // dmask 0xf, bits 12 and 15 set; dim, bit 7, glc, tfe, lwe, slc, the sampler and d16 zero
+    // (bits 6, 14 and 58–61 are ignored, as llvm-mc ignores them).
+    let fixed_ok = bits >> 8 & 0xf == 0xf && bits >> 12 & 1 == 1 && bits >> 15 & 1 == 1;
+    let reserved = bits & (0x38 | 0x80 | 0x2000 | 0x1_0000 | 0x2_0000 | 0x200_0000)
+        | bits & (0x1f << 53)
+        | bits & (1 << 63);
+    if !fixed_ok || reserved != 0 {
+        return Err(Unknown::ReservedBits {
+            name,
+            bits: reserved | if fixed_ok { 0 } else { 0x8f00 },
+        });
+    }
+    let n = if a16 { n_addr_a16 } else { n_addr };
+    let dwords = 2 + nsa;
+    w.need("MIMG", dwords)?;
+    let vdata = (bits >> 40 & 0xff) as u32;
+    let vaddr0 = (bits >> 32 & 0xff) as u32;
+    let srsrc = (bits >> 48 & 0x1f) as u32 * 4;
+    let mut out = String::with_capacity(80);
+    out.push_str(name);
+    out.push(' ');
+    vgpr(&mut out, vdata, 4).map_err(|()| Unknown::Operand {
+        name,
+        operand: 0,
+        value: vdata,
+    })?;
+    out.push_str(", ");
+    if nsa == 0 {
+        let width = n.next_power_of_two() as u8;
+        vgpr(&mut out, vaddr0, width).map_err(|()| Unknown::Operand {
+            name,
+            operand: 1,
+            value: vaddr0,
+        })?;
+    } else {
+        if (n as usize - 1).div_ceil(4) != nsa {
+            return Err(Unknown::ReservedBits {
+                name,
+                bits: bits & 6,
+            });
+        }
+        out.push('[');
+        for k in 0..n as usize {
+            let v = if k == 0 {
+                vaddr0
+            } else {
+                w.w[2 + (k - 1) / 4] >> (8 * ((k - 1) % 4)) & 0xff
+            };
+            if k > 0 {
+                out.push_str(", ");
+            }
+            vgpr(&mut out, v, 1).map_err(|()| Unknown::Operand {
+                name,
+                operand: 1,
+                value: v,
+            })?;
+        }
+        out.push(']');
+    }
+    out.push_str(", ");
+    scalar(&mut out, srsrc, 4).map_err(|()| Unknown::Operand {
+        name,
+        operand: 2,
+        value: srsrc,
+    })?;
+    if a16 {
+        out.push_str(" a16");
+    }
+    Ok(Decoded {
+        text: out,
+        dwords,
+        memory: Some(Memory {
+            space: Space::Image,
+            direction: Direction::Load,
+        }),
+    })
+}

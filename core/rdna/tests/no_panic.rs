@@ -1,0 +1,132 @@
+//! Fuzz-style: any bytes at all (truncated words, cut-off literals, unknown opcodes) decode to
+//! instructions that cover the input exactly, without a panic; an undecodable word is `.long`.
+#![allow(clippy::unwrap_used, reason = "test")]
+
+use dispatchscope_rdna::{Kind, Unknown, decode, decode_one};
+use proptest::prelude::*;
+
+/// Words whose high bits name each encoding, so the fuzzing reaches every decoder.
+fn encoding_word() -> impl Strategy<Value = u32> {
+    let highs = prop::sample::select(vec![
+        0x8000_0000u32,
+        0xb000_0000,
+        0xbe80_0000,
+        0xbf00_0000,
+        0xbf80_0000,
+        0xf400_0000,
+        0x7e00_0000,
+        0x0000_0000,
+        0x7c00_0000,
+        0xd400_0000,
+        0xcc00_0000,
+        0xd800_0000,
+        0xdc00_0000,
+        0xe000_0000,
+        0xe800_0000,
+        0xf000_0000,
+        0xc800_0000,
+        0xf800_0000,
+    ]);
+    (highs, any::<u32>()).prop_map(|(h, r)| h | (r & !(h | (h >> 1) | (h >> 2))))
+}
+
+fn check(bytes: &[u8]) {
+    let mut covered = 0usize;
+    for inst in decode(bytes, 0x4000) {
+        assert_eq!(inst.pc, 0x4000 + covered as u64);
+        assert!(inst.len > 0);
+        if let Kind::Unknown { reason } = &inst.kind {
+            match reason {
+                Unknown::PartialWord { bytes } => {
+                    assert!(inst.text.starts_with(".byte") && *bytes < 4)
+                }
+                _ => assert!(
+                    inst.text.starts_with(".long 0x") && inst.len == 4,
+                    "{}",
+                    inst.text
+                ),
+            }
+            assert!(!reason.to_string().is_empty());
+        }
+        covered += usize::from(inst.len);
+    }
+    assert_eq!(covered, bytes.len());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+        check(&bytes);
+    }
+
+    #[test]
+    fn encoding_words_never_panic(words in prop::collection::vec(encoding_word(), 1..8), cut in 0usize..4) {
+        let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let keep = bytes.len().saturating_sub(cut);
+        bytes.truncate(keep);
+        check(&bytes);
+    }
+}
+
+#[test]
+fn cut_off_literal_is_named() {
+    // v_add_f32_e32 v0, <literal>, v1 with the literal missing.
+    let inst = decode_one(&[0xff, 0x02, 0x00, 0x06], 0);
+    assert_eq!(inst.text, ".long 0x060002ff");
+    assert_eq!(
+        inst.kind,
+        Kind::Unknown {
+            reason: Unknown::Truncated {
+                encoding: "VOP2",
+                need_bytes: 8,
+                have_bytes: 4
+            }
+        }
+    );
+}
+
+#[test]
+fn truncated_second_dword_is_named() {
+    // The first half of s_load_dwordx16.
+    let inst = decode_one(&[0x01, 0x00, 0x10, 0xf4], 0);
+    assert_eq!(
+        inst.kind,
+        Kind::Unknown {
+            reason: Unknown::Truncated {
+                encoding: "SMEM",
+                need_bytes: 8,
+                have_bytes: 4
+            }
+        }
+    );
+}
+
+#[test]
+fn partial_word_and_unknown_opcode_are_named() {
+    let insts: Vec<_> = decode(&[0x00, 0x00, 0x80, 0xbf, 0x12, 0x34], 0).collect();
+    assert_eq!(insts[0].text, "s_nop 0");
+    assert_eq!(insts[1].text, ".byte 0x12, 0x34");
+    assert_eq!(
+        insts[1].kind,
+        Kind::Unknown {
+            reason: Unknown::PartialWord { bytes: 2 }
+        }
+    );
+    assert_eq!(
+        decode_one(&0xbf9f_0000u32.to_le_bytes(), 0).text,
+        "s_code_end"
+    );
+    // SOPP opcode 0x7e is not an instruction.
+    let inst = decode_one(&0xbffe_0000u32.to_le_bytes(), 0);
+    assert_eq!(
+        inst.kind,
+        Kind::Unknown {
+            reason: Unknown::Opcode {
+                encoding: "SOPP",
+                opcode: 0x7e
+            }
+        }
+    );
+}

@@ -1,0 +1,306 @@
+//! Issue 14's figures in one run: the full-screen traversal pass at each size in its three variants
+//! (raw, helper, instrumented; GPU timestamps; every variant's image checked against the host's
+//! pass), the instrumented report section's JSON size, the engine's CPU time per instrumented
+//! dispatch (the device's run left out), O8's masked write-back of the output holder against a
+//! plain copy of the same bytes, and the lookup microbenchmark at 2^20 invocations.
+//!
+//! `cargo bench -p dispatchscope-vk --features bench --bench vk_pass` runs 1920×1080 and
+//! 3840×2160 (a GPU's sizes); `-- --sizes 256x256` picks others; `-- --no-lookup` leaves the
+//! microbenchmark out; `-- --repeats N` sets the timed rounds (at most 9, after one warm-up round).
+
+#![allow(clippy::print_stdout, reason = "a benchmark prints its figures")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark stops on a failed setup"
+)]
+
+use std::time::{Duration, Instant};
+
+use dispatchscope_core::instrument::{Grid, InstrumentLayout, LaneSelection, Readback};
+use dispatchscope_vk::bench::{LayoutConfig, LookupConfig, lookup_bench};
+use dispatchscope_vk::pass::scene::{self, Scene, SceneConfig};
+use dispatchscope_vk::pass::{
+    DevicePass, GuestMemoryOn, HostSide, MAX_BACK_TO_BACK, masked_write_back,
+};
+use dispatchscope_vk::spirv::library::Variant;
+use dispatchscope_vk::spirv::traversal::site;
+use dispatchscope_vk::{Context, ContextOptions};
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// The median of `n` timed calls of `f`.
+fn time_n(n: usize, mut f: impl FnMut()) -> Duration {
+    median(
+        (0..n)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed()
+            })
+            .collect(),
+    )
+}
+
+fn image_of(holder: &[u8], n: usize) -> Vec<(u32, u32)> {
+    holder
+        .chunks_exact(8)
+        .take(n)
+        .map(|c| {
+            (
+                u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+            )
+        })
+        .collect()
+}
+
+fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, repeats: usize) {
+    let grid = Grid::new(w, h).expect("a size of whole 8×8 workgroups");
+    let scene = Scene::new(SceneConfig::default(), grid).unwrap();
+    let t = Instant::now();
+    let expected = scene.expected_image();
+    let host_pass = t.elapsed();
+    let mut host = HostSide::new(scene.clone()).unwrap();
+    let layout = InstrumentLayout::with_sites(site::COUNT);
+    // Lane 0 of the first escaping lane-0 pixel's workgroup and its neighbour.
+    let sel = (0..h)
+        .step_by(8)
+        .flat_map(|y| (0..w).step_by(8).map(move |x| [x, y]))
+        .find(|&[x, y]| scene.trace(x, y).escapes.iter().any(|&e| e > 0))
+        .map_or(LaneSelection::none(), |[x, y]| {
+            LaneSelection::rect(x, y, x + 2, y + 1)
+        });
+    println!(
+        "traversal {w}×{h}: {} lanes, {} workgroups, holder {:.1} MiB, the host's own pass {:.0} ms",
+        u64::from(w) * u64::from(h),
+        grid.workgroups(),
+        scene.holder_bytes() as f64 / f64::from(1u32 << 20),
+        ms(host_pass)
+    );
+    let mut last = None;
+    for on in [GuestMemoryOn::DeviceLocal, GuestMemoryOn::Imported] {
+        let pass = DevicePass::new(ctx, &host, layout, false, on).unwrap();
+        last = Some(variants(pass, on, &sel, &scene, &expected, repeats));
+    }
+    let pass = last.unwrap();
+    // One instrumented run alone, for the buffers the section is read from.
+    let mut pass = pass;
+    pass.run(Variant::Instrumented, &sel, scene::CANARY_AT, &scene)
+        .unwrap();
+    let words = pass.instrumentation_words();
+    let section = host.decode(layout, &words).unwrap();
+    let json = serde_json::to_string(&section).unwrap();
+    let c = section.counters;
+    println!(
+        "  instrumented section: {} bytes of JSON; control {:?}; guest {} lds {} scratch {} bound {} accesses; lookups {} (misses {}); escapes {} ({} logged, {} not); {} captured ({} not kept)",
+        json.len(),
+        section.control,
+        c.guest,
+        c.lds,
+        c.scratch,
+        c.bound,
+        c.lookups,
+        c.misses,
+        c.escapes,
+        section.escapes.len(),
+        section.escapes_not_logged,
+        section.captured.len(),
+        section.captured_not_logged
+    );
+    let accesses = c.guest + c.lds + c.scratch + c.bound;
+    println!(
+        "  {} accesses in the pass ({:.1} per lane)",
+        accesses,
+        accesses as f64 / (f64::from(w) * f64::from(h))
+    );
+    // The engine's CPU time per instrumented dispatch on the emulator's thread.
+    let read = time_n(1000, || {
+        std::hint::black_box(Readback::read(layout, grid, &words).unwrap());
+    });
+    let decode = time_n(200, || {
+        std::hint::black_box(host.decode(layout, &words).unwrap());
+    });
+    let dispatch = time_n(50, || {
+        std::hint::black_box(host.dispatch_unchanged(true).unwrap());
+    });
+    let bookkeeping = time_n(500, || {
+        std::hint::black_box(host.dispatch_unchanged(false).unwrap());
+    });
+    println!(
+        "  engine CPU per dispatch: plan+map+table unchanged+report {:.1} µs without the slots, {:.1} µs with them (the CPU reference's O8 copy of the holder in and out included); reading the instrumentation (kept lazily) {:.2} µs; building the section (on demand) {:.1} µs",
+        us(bookkeeping),
+        us(dispatch),
+        us(read),
+        us(decode)
+    );
+    // The CPU reference's replay of the captured lanes.
+    let t = Instant::now();
+    let report = host.replay_captured(&section).unwrap();
+    let replay = t.elapsed();
+    println!(
+        "  CPU reference replay of {} captured accesses: {:.2} ms ({:.0} accesses/s)",
+        report.accesses.len(),
+        ms(replay),
+        report.accesses.len() as f64 / replay.as_secs_f64()
+    );
+    // O8: the masked write-back of the holder against a plain copy of the same bytes.
+    let (data, masks) = pass.holder();
+    let (data, masks) = (data.to_vec(), masks.to_vec());
+    let mut guest = vec![0u8; data.len()];
+    let mut written = 0;
+    let masked = time_n(20, || {
+        written = masked_write_back(&data, &masks, &mut guest);
+    });
+    let plain = time_n(20, || guest.copy_from_slice(&data));
+    println!(
+        "  O8 write-back of {:.1} MiB ({} words masked): masked {:.3} ms, plain copy {:.3} ms, masked / copy {:.2}",
+        data.len() as f64 / f64::from(1u32 << 20),
+        written,
+        ms(masked),
+        ms(plain),
+        masked.as_secs_f64() / plain.as_secs_f64()
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let sizes: Vec<(u32, u32)> = value("--sizes")
+        .unwrap_or_else(|| "1920x1080,3840x2160".into())
+        .split(',')
+        .filter_map(|s| {
+            let (w, h) = s.split_once('x')?;
+            Some((w.parse().ok()?, h.parse().ok()?))
+        })
+        .collect();
+    let repeats: usize = value("--repeats").and_then(|r| r.parse().ok()).unwrap_or(9);
+    let ctx = Context::new(&ContextOptions {
+        validation: false,
+        stage_table: false,
+    })
+    .expect("a Vulkan device");
+    let info = ctx.info();
+    println!(
+        "device: {} (Vulkan {}), subgroup {} lanes (ballot: {}), timestamps {} bits at {} ns a tick",
+        info.name,
+        info.api_version,
+        info.subgroup_size,
+        info.subgroup_ballot,
+        info.timestamp_valid_bits,
+        info.timestamp_period_ns
+    );
+    for (w, h) in sizes {
+        pass_at(&ctx, w, h, repeats);
+    }
+    if !args.iter().any(|a| a == "--no-lookup") {
+        for (name, layout) in [
+            ("64 KiB-aligned", LayoutConfig::gib_64k()),
+            ("4 KiB-aligned", LayoutConfig::gib_4k()),
+        ] {
+            let cfg = LookupConfig {
+                layout,
+                loads: 1 << 24,
+                invocations: 1 << 20,
+                ..LookupConfig::default()
+            };
+            let f = lookup_bench(&ctx, &cfg).unwrap();
+            println!(
+                "lookup microbench, {name}: {} invocations × {} loads, chunk {:#x}, {:.3} probes/hit: helper {:.3} ms, raw {:.3} ms, flat {:.3} ms (host clock, medians of {}); helper/raw {:.3}, flat/raw {:.3}, helper/flat {:.3}",
+                cfg.invocations,
+                cfg.loads / cfg.invocations,
+                f.chunk_bytes,
+                f.mean_probes_hit,
+                ms(f.helper.median),
+                ms(f.raw.median),
+                ms(f.flat.median),
+                cfg.repeats,
+                f.helper_over_raw(),
+                f.flat_over_raw(),
+                f.helper_over_flat()
+            );
+        }
+    }
+}
+
+/// The pass's three variants on one memory: each run once alone and its image checked, then
+/// `repeats` rounds of raw, helper, instrumented interleaved in one submission (one GPU clock for
+/// all three; the first round left out), timed by GPU timestamps.
+fn variants(
+    mut pass: DevicePass,
+    on: GuestMemoryOn,
+    sel: &LaneSelection,
+    scene: &Scene,
+    expected: &[(u32, u32)],
+    repeats: usize,
+) -> DevicePass {
+    println!("  guest memory {on:?}:");
+    let mut timestamps = false;
+    for v in Variant::ALL {
+        timestamps = pass
+            .run(v, sel, scene::CANARY_AT, scene)
+            .unwrap()
+            .timestamps;
+        let got = image_of(pass.holder().0, expected.len());
+        let wrong = got.iter().zip(expected).filter(|(a, b)| a != b).count();
+        assert_eq!(
+            wrong,
+            0,
+            "{}: {wrong} pixels differ from the host's pass",
+            v.name()
+        );
+    }
+    let rounds = (repeats + 1).min(MAX_BACK_TO_BACK as usize / 3);
+    let sequence: Vec<Variant> = (0..rounds).flat_map(|_| Variant::ALL).collect();
+    let batch = pass
+        .run_sequence(&sequence, sel, scene::CANARY_AT, scene)
+        .unwrap();
+    let mut medians = Vec::new();
+    for (k, v) in Variant::ALL.iter().enumerate() {
+        let runs: Vec<Duration> = batch
+            .each
+            .iter()
+            .skip(3)
+            .skip(k)
+            .step_by(3)
+            .copied()
+            .collect();
+        let n = runs.len();
+        let (min, med) = (runs.iter().min().copied().unwrap_or_default(), median(runs));
+        println!(
+            "    {:<12} median {:>8.3} ms  min {:>8.3} ms  ({n} runs interleaved; {}; image checked)",
+            v.name(),
+            ms(med),
+            ms(min),
+            if timestamps {
+                "GPU timestamps"
+            } else {
+                "host clock"
+            }
+        );
+        medians.push(med.as_secs_f64());
+    }
+    println!(
+        "    helper / raw {:.3}   instrumented / helper {:.3}   instrumented / raw {:.3}",
+        medians[1] / medians[0],
+        medians[2] / medians[1],
+        medians[2] / medians[0]
+    );
+    pass
+}

@@ -1,0 +1,725 @@
+//! The full-screen traversal pass on a Vulkan device (issue 14): the engine plans and maps as it
+//! does for any device-addressed dispatch, the backend runs the translated program
+//! ([`crate::spirv::traversal`]) over one helper variant, and the engine turns what the
+//! instrumented helper wrote into the report's section ([`dispatchscope_core::instrument`]).
+//!
+//! [`HostSide`] is the engine's half: an [`Engine`] on the CPU reference holding the scene's guest
+//! memory (reservations, contents), which maps it (M1–M5), plans the two output slots (O1–O7), and
+//! stays the oracle: captured lanes replay through it ([`HostSide::replay_captured`]).
+//! [`DevicePass`] is the device's half: the mapped pieces imported (M1) and the chunk table placed
+//! (T6) through a [`VulkanBackend`]; for the raw variant, the scene's whole guest span in one import;
+//! the holder and its write masks (O8, O9) with slot 1 bound at its member offset (O6); the mark
+//! words (C1); the instrumentation buffer; one pipeline per variant; GPU timestamps around the
+//! dispatch. [`masked_write_back`] is O8's write-back of the holder.
+
+pub mod scene;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ash::vk;
+
+use crate::buffer::Buf;
+use crate::commands::Commands;
+use crate::device::Context;
+use crate::pipeline::Pipeline;
+use crate::push::PushBlock;
+use crate::spirv::library::{self, Variant};
+use crate::spirv::traversal::{self, LOCAL_SIZE, Linking};
+use crate::table::TablePush;
+use crate::{VkError, VulkanBackend, check};
+use dispatchscope_core::addr::ByteRange;
+use dispatchscope_core::backend::Backend;
+use dispatchscope_core::chunk_table::{ChunkTable, EMPTY_KEY, chunk_bytes_for};
+use dispatchscope_core::input::{
+    Access, AccessKind, Backing, DeviceLimits, DispatchInput, Event, Op, Reason, Slot,
+};
+use dispatchscope_core::instrument::{
+    self, Grid, InstrumentLayout, LaneSelection, Readback, SiteInfo,
+};
+use dispatchscope_core::report::{DispatchReport, InstrumentedReport, Route, SlotBinding};
+use dispatchscope_core::{CpuBackend, Engine};
+
+pub use scene::{Scene, SceneConfig};
+
+/// A failure of the pass's own setup, as a [`VkError`].
+fn pass_err(e: impl std::fmt::Display) -> VkError {
+    VkError::Build {
+        module: "pass",
+        why: e.to_string(),
+    }
+}
+
+/// The engine's half of the pass: guest memory, its mappings, the slots' plan, the oracle.
+pub struct HostSide {
+    /// The engine on the CPU reference.
+    pub engine: Engine<CpuBackend>,
+    /// The scene.
+    pub scene: Scene,
+    /// The slots' bindings as the engine planned them (O1–O7).
+    pub slots: Vec<SlotBinding>,
+}
+
+impl HostSide {
+    /// Reserves and fills the scene's guest memory on a CPU engine, and runs one device-addressed
+    /// dispatch there so that the engine maps it (M1–M5) and plans the two output slots.
+    pub fn new(scene: Scene) -> Result<Self, VkError> {
+        let mut engine = Engine::cpu(DeviceLimits::default()).map_err(pass_err)?;
+        for r in &scene.regions {
+            engine
+                .apply(&Event::Reserve {
+                    range: r.range,
+                    readable: r.readable,
+                    writable: true,
+                    committed: true,
+                    backing: Backing::Private,
+                })
+                .map_err(pass_err)?;
+            if !r.bytes.is_empty() {
+                engine
+                    .try_load_contents(r.range.start, &r.bytes)
+                    .map_err(pass_err)?;
+            }
+        }
+        let mut probe = Access::new(AccessKind::Global, Op::Load, 4);
+        probe.address = Some(scene::TOP_AT);
+        let report = engine
+            .dispatch(&Self::input(&scene, vec![probe]))
+            .map_err(pass_err)?;
+        if !report.refusals.is_empty() {
+            return Err(pass_err(format!(
+                "the engine refused the pass: {}",
+                report
+                    .refusals
+                    .iter()
+                    .map(|r| r.message.clone())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )));
+        }
+        Ok(Self {
+            slots: report.slots,
+            engine,
+            scene,
+        })
+    }
+
+    /// The pass as a dispatch input: the two written slots (D953) and `accesses`, device-addressed
+    /// (A1: D758, a branch on an execution mask the host cannot know).
+    fn input(scene: &Scene, accesses: Vec<Access>) -> DispatchInput {
+        let [a, b] = scene.slots();
+        DispatchInput {
+            program: traversal::site_pc(0),
+            label: "ray traversal (issue 14)".into(),
+            slots: vec![
+                Slot::new(0, a.start, a.size_bytes(), true),
+                Slot::new(1, b.start, b.size_bytes(), true),
+            ],
+            reasons: vec![Reason::D758],
+            accesses,
+            ..DispatchInput::default()
+        }
+    }
+
+    /// The pass's dispatch with no access recorded: what the engine does for an instrumented
+    /// dispatch on the emulator's thread when nothing changed (plan, mapping and table checked and
+    /// kept, the report), the device's run left out.
+    ///
+    /// Without `slots` the input names no slot either: the engine's bookkeeping alone, without the
+    /// CPU reference's O8 upload and write-back of the holder (a copy as large as the screen's
+    /// output, which on the device is the dispatch's and the backend's work).
+    pub fn dispatch_unchanged(&mut self, slots: bool) -> Result<DispatchReport, VkError> {
+        let mut input = Self::input(&self.scene, Vec::new());
+        if !slots {
+            input.slots.clear();
+        }
+        self.engine.dispatch(&input).map_err(pass_err)
+    }
+
+    /// Slot `slot`'s byte offset in the holder (O6).
+    pub fn member_offset(&self, slot: u32) -> u64 {
+        self.slots
+            .iter()
+            .find(|b| b.slot == slot)
+            .map_or(0, |b| b.offset)
+    }
+
+    /// Builds the report section from the instrumentation buffer's words.
+    pub fn decode(
+        &self,
+        layout: InstrumentLayout,
+        words: &[u32],
+    ) -> Result<InstrumentedReport, VkError> {
+        let rb = Readback::read(layout, self.scene.grid, words).map_err(pass_err)?;
+        instrument::decode(
+            &rb,
+            &traversal::sites(),
+            &self.slots,
+            self.engine.mappings(),
+            self.engine.memory(),
+        )
+        .map_err(pass_err)
+    }
+
+    /// The CPU reference's replay of the captured lanes: their accesses, in order, as one
+    /// device-addressed dispatch on the engine (LDS and scratch through their flat addresses, P1;
+    /// bound stores through their slots, O6–O9).
+    pub fn replay_captured(
+        &mut self,
+        section: &InstrumentedReport,
+    ) -> Result<DispatchReport, VkError> {
+        let sites: Vec<SiteInfo> = traversal::sites();
+        let accesses = section
+            .captured
+            .iter()
+            .map(|c| {
+                let kind = sites
+                    .get(c.site as usize)
+                    .map_or(AccessKind::Global, |s| s.kind);
+                let mut a = Access::new(kind, c.op, c.size_bytes);
+                a.workgroup = c.workgroup;
+                a.wave = c.wave;
+                a.lane = c.lane;
+                a.pc = c.pc;
+                match (&c.route, c.slot) {
+                    (Route::Lds { offset }, _) => a.address = Some(0x8000_0000 << 32 | *offset),
+                    (Route::Scratch { offset }, _) => a.address = Some(0x7000_0000 << 32 | *offset),
+                    (_, Some((slot, offset))) => {
+                        a.slot = Some(slot);
+                        a.offset = Some(offset);
+                    }
+                    (Route::Device { address }, _) => a.address = Some(*address),
+                    _ => {}
+                }
+                if c.op == Op::Store {
+                    a.values = c.values.clone();
+                }
+                a
+            })
+            .collect();
+        self.engine
+            .dispatch(&Self::input(&self.scene, accesses))
+            .map_err(pass_err)
+    }
+}
+
+/// O8's write-back of a holder: every data word whose mask word is set is copied into `guest`
+/// (the holder's guest bytes, as long as `data`). Returns the words written.
+pub fn masked_write_back(data: &[u8], masks: &[u8], guest: &mut [u8]) -> usize {
+    let mut n = 0;
+    for ((d, m), g) in data
+        .chunks_exact(4)
+        .zip(masks.chunks_exact(4))
+        .zip(guest.chunks_exact_mut(4))
+    {
+        if m != [0, 0, 0, 0] {
+            g.copy_from_slice(d);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Dispatches one submission may time back to back ([`DevicePass::run_sequence`]).
+pub const MAX_BACK_TO_BACK: u32 = 32;
+
+/// One run's figures.
+#[derive(Clone, Debug)]
+pub struct RunTime {
+    /// The (first) dispatch's time on the device (GPU timestamps where the queue has them).
+    pub device: Duration,
+    /// Each dispatch's time, in order (one for [`DevicePass::run`]).
+    pub each: Vec<Duration>,
+    /// Whether `device` came from GPU timestamps (else the host's clock around the submit).
+    pub timestamps: bool,
+}
+
+/// Where the device reads guest memory from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestMemoryOn {
+    /// The mapped pieces imported from host memory (M1, VK_EXT_external_memory_host): what the
+    /// backend does; on a discrete GPU every guest access crosses the bus.
+    Imported,
+    /// A device-local copy of the scene's guest span, the table pointing into it: what an emulator
+    /// whose guest memory lives on the device would give, and the helper's cost without the bus.
+    DeviceLocal,
+}
+
+/// The device's half of the pass.
+pub struct DevicePass {
+    ctx: Arc<Context>,
+    /// The mapped pieces and the table (T6).
+    _backend: VulkanBackend,
+    /// The raw variant's one import of the whole guest span.
+    _raw_backend: VulkanBackend,
+    /// The device-local copy of the guest span and its table ([`GuestMemoryOn::DeviceLocal`]).
+    local: Vec<Buf>,
+    table: ChunkTable,
+    table_push: TablePush,
+    raw_offset: u64,
+    grid: Grid,
+    layout: InstrumentLayout,
+    holder: Buf,
+    masks: Buf,
+    marks: Buf,
+    instr: Buf,
+    member_offset: u64,
+    pipelines: Vec<(Variant, Pipeline)>,
+    pool: vk::DescriptorPool,
+    set: vk::DescriptorSet,
+    queries: vk::QueryPool,
+    commands: Commands,
+    calls: u64,
+}
+
+/// Buffer memory for what the dispatch writes: device-local and host-visible where the device has
+/// such a type, else host-visible.
+fn output_buffer(
+    ctx: &Context,
+    bytes: u64,
+    what: &'static str,
+    calls: &mut u64,
+) -> Result<Buf, VkError> {
+    let fast = vk::MemoryPropertyFlags::DEVICE_LOCAL
+        | vk::MemoryPropertyFlags::HOST_VISIBLE
+        | vk::MemoryPropertyFlags::HOST_COHERENT;
+    match ctx.buffer(bytes, what, fast, true, calls) {
+        Ok(b) => Ok(b),
+        Err(VkError::NoMemoryType { .. }) => ctx.host_buffer(bytes, what, calls),
+        Err(e) => Err(e),
+    }
+}
+
+impl DevicePass {
+    /// Imports the host's mapped pieces, places the chunk table, imports the raw span, makes the
+    /// buffers, the pipelines (the program with each variant emitted into it) and the descriptors.
+    ///
+    /// With `linked`, each variant's module is the program linked with that variant's library by
+    /// `spirv-link` ([`library::link`]) instead of the program with the helper emitted into it.
+    pub fn new(
+        ctx: &Arc<Context>,
+        host: &HostSide,
+        layout: InstrumentLayout,
+        linked: bool,
+        on: GuestMemoryOn,
+    ) -> Result<Self, VkError> {
+        let memory = host.engine.memory();
+        let mut backend = VulkanBackend::on(Arc::clone(ctx))?;
+        let pieces: Vec<ByteRange> = host.engine.mappings().pieces().map(|p| p.guest).collect();
+        let mut entries = Vec::new();
+        let chunk = chunk_bytes_for(pieces.iter().map(|p| (p.start, p.end)));
+        let shift = chunk.trailing_zeros();
+        for p in &pieces {
+            let base = backend.import(*p, memory).map_err(pass_err)?;
+            entries.extend(
+                (p.start >> shift..p.end >> shift).map(|c| (c, base + ((c << shift) - p.start))),
+            );
+        }
+        let probe_bound = DeviceLimits::default().probe_bound;
+        let mut raw_backend = VulkanBackend::on(Arc::clone(ctx))?;
+        let span = host.scene.raw_span();
+        let mut calls = 0;
+        let mut local = Vec::new();
+        let (table, table_addr, raw_base) = match on {
+            GuestMemoryOn::Imported => {
+                let table = ChunkTable::build(chunk, probe_bound, &entries).map_err(pass_err)?;
+                let (table_addr, _) = backend.place_table(&table, u64::MAX).map_err(pass_err)?;
+                let raw_base = raw_backend.import(span, memory).map_err(pass_err)?;
+                (table, table_addr, raw_base)
+            }
+            GuestMemoryOn::DeviceLocal => {
+                let commands = Commands::new(ctx)?;
+                let dl = vk::MemoryPropertyFlags::DEVICE_LOCAL;
+                let copy = ctx.buffer(
+                    span.size_bytes(),
+                    "the guest span's copy",
+                    dl,
+                    false,
+                    &mut calls,
+                )?;
+                let mut bytes = vec![0u8; span.size_bytes() as usize];
+                memory.read_bytes(span.start, &mut bytes);
+                commands.upload(copy.raw, &bytes, &mut calls)?;
+                // The same chunks, each at its place in the copy (a chunk outside the span is not
+                // one the pass reads: it stays out, as unmapped).
+                let entries: Vec<(u64, u64)> = entries
+                    .iter()
+                    .filter(|(c, _)| span.contains(c << shift))
+                    .map(|&(c, _)| (c, copy.address + ((c << shift) - span.start)))
+                    .collect();
+                let table = ChunkTable::build(chunk, probe_bound, &entries).map_err(pass_err)?;
+                let tbytes = table.to_le_bytes();
+                let tbuf = ctx.buffer(
+                    tbytes.len() as u64,
+                    "the chunk table",
+                    dl,
+                    false,
+                    &mut calls,
+                )?;
+                commands.upload(tbuf.raw, &tbytes, &mut calls)?;
+                let (raw_base, table_addr) = (copy.address, tbuf.address);
+                local.push(copy);
+                local.push(tbuf);
+                (table, table_addr, raw_base)
+            }
+        };
+        let table_push = TablePush::of(&table, table_addr);
+        let raw_offset = raw_base.wrapping_sub(span.start);
+        let holder_bytes = host.scene.holder_bytes();
+        let mut holder = output_buffer(ctx, holder_bytes, "the output holder", &mut calls)?;
+        let masks = output_buffer(ctx, holder_bytes, "the holder's write masks", &mut calls)?;
+        // O8: the holder uploaded once, from the widened range.
+        let [slot0, _] = host.scene.slots();
+        if let Some(dst) = holder.bytes_mut().get_mut(..holder_bytes as usize) {
+            memory.read_bytes(slot0.start, dst);
+        }
+        let marks = output_buffer(
+            ctx,
+            4 * table.capacity() as u64,
+            "the mark words",
+            &mut calls,
+        )?;
+        // Device-local where the host can still map it: the counters' atomics stay in the
+        // device's cache instead of crossing the bus.
+        let instr = output_buffer(ctx, layout.bytes(), "the instrumentation", &mut calls)?;
+        let mut pipelines = Vec::new();
+        let program = if linked {
+            Some(traversal::traversal_module(Linking::Import)?)
+        } else {
+            None
+        };
+        for v in Variant::ALL {
+            let words = match &program {
+                Some(p) => library::link(p, &library::helper_library(v)?)?,
+                None => traversal::traversal_module(Linking::Inline(v))?,
+            };
+            pipelines.push((v, Pipeline::new(&ctx.device, &words, c"main", 2)?));
+        }
+        let d = &ctx.device;
+        let sizes = [vk::DescriptorPoolSize::default()
+            .ty(vk::DescriptorType::STORAGE_BUFFER)
+            .descriptor_count(4)];
+        // SAFETY: plain object creation; destroyed in Drop.
+        let pool = check("vkCreateDescriptorPool", unsafe {
+            d.create_descriptor_pool(
+                &vk::DescriptorPoolCreateInfo::default()
+                    .max_sets(1)
+                    .pool_sizes(&sizes),
+                None,
+            )
+        })?;
+        let set_layout = pipelines
+            .first()
+            .map(|(_, p)| p.set_layout)
+            .unwrap_or_default();
+        let layouts = [set_layout];
+        // SAFETY: the pool and layout are live; every pipeline has the same set layout shape.
+        let sets = check("vkAllocateDescriptorSets", unsafe {
+            d.allocate_descriptor_sets(
+                &vk::DescriptorSetAllocateInfo::default()
+                    .descriptor_pool(pool)
+                    .set_layouts(&layouts),
+            )
+        })?;
+        let set = sets.first().copied().unwrap_or_default();
+        let member_offset = host.member_offset(1);
+        let info = |b: &Buf, offset: u64| {
+            vk::DescriptorBufferInfo::default()
+                .buffer(b.raw)
+                .offset(offset)
+                .range(vk::WHOLE_SIZE)
+        };
+        let data = [info(&holder, 0), info(&holder, member_offset)];
+        let mask_infos = [info(&masks, 0), info(&masks, member_offset)];
+        let writes = [
+            vk::WriteDescriptorSet::default()
+                .dst_set(set)
+                .dst_binding(0)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .buffer_info(&data),
+            vk::WriteDescriptorSet::default()
+                .dst_set(set)
+                .dst_binding(1)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .buffer_info(&mask_infos),
+        ];
+        // SAFETY: the set and buffers are live, and no command buffer using the set is pending.
+        unsafe { d.update_descriptor_sets(&writes, &[]) };
+        // SAFETY: plain object creation; destroyed in Drop.
+        let queries = check("vkCreateQueryPool", unsafe {
+            d.create_query_pool(
+                &vk::QueryPoolCreateInfo::default()
+                    .query_type(vk::QueryType::TIMESTAMP)
+                    .query_count(2 * MAX_BACK_TO_BACK),
+                None,
+            )
+        })?;
+        Ok(Self {
+            ctx: Arc::clone(ctx),
+            _backend: backend,
+            _raw_backend: raw_backend,
+            local,
+            table,
+            table_push,
+            raw_offset,
+            grid: host.scene.grid,
+            layout,
+            holder,
+            masks,
+            marks,
+            instr,
+            member_offset,
+            pipelines,
+            pool,
+            set,
+            queries,
+            commands: Commands::new(ctx)?,
+            calls,
+        })
+    }
+
+    /// The instrumentation buffer's layout.
+    pub fn layout(&self) -> InstrumentLayout {
+        self.layout
+    }
+
+    /// Slot 1's offset in the holder (O6).
+    pub fn member_offset(&self) -> u64 {
+        self.member_offset
+    }
+
+    /// Runs the pass once over `variant`: the instrumentation buffer reset to its first words
+    /// (`selection`, the canary at `canary`), the masks and marks zeroed, one dispatch of
+    /// `width / 8 × height / 8` workgroups, waited for.
+    pub fn run(
+        &mut self,
+        variant: Variant,
+        selection: &LaneSelection,
+        canary: u64,
+        scene: &Scene,
+    ) -> Result<RunTime, VkError> {
+        self.run_sequence(&[variant], selection, canary, scene)
+    }
+
+    /// [`Self::run`] with one dispatch per entry of `sequence` (at most [`MAX_BACK_TO_BACK`]) in
+    /// one submission, one after the other with a barrier between them, each over its variant and
+    /// each timed: variants interleaved in one submission run at the same GPU clock, which separate
+    /// submissions do not (the clock moves between them). The instrumentation accumulates.
+    pub fn run_sequence(
+        &mut self,
+        sequence: &[Variant],
+        selection: &LaneSelection,
+        canary: u64,
+        scene: &Scene,
+    ) -> Result<RunTime, VkError> {
+        let sequence = sequence
+            .get(..sequence.len().min(MAX_BACK_TO_BACK as usize))
+            .unwrap_or_default();
+        let n = sequence.len() as u32;
+        if n == 0 {
+            return Err(pass_err("an empty sequence of dispatches"));
+        }
+        let words = instrument::initial_words(&self.layout, selection, canary, self.grid);
+        for (dst, w) in self.instr.bytes_mut().chunks_exact_mut(4).zip(&words) {
+            dst.copy_from_slice(&w.to_le_bytes());
+        }
+        self.masks.bytes_mut().fill(0);
+        self.marks.bytes_mut().fill(0);
+        let mut w = PushBlock::default();
+        self.table_push.write(&mut w);
+        w.set64(traversal::push::TLAS, scene::TOP_AT);
+        w.set64(traversal::push::INSTANCES, scene::INSTANCES_AT);
+        w.set64(traversal::push::TILES, scene::TILES_AT);
+        w.set(traversal::push::WIDTH, self.grid.width);
+        w.set(traversal::push::HEIGHT, self.grid.height);
+        w.set64(library::push::RAW_OFFSET, self.raw_offset);
+        w.set64(library::push::MARKS, self.marks.address);
+        w.set64(library::push::INSTRUMENT, self.instr.address);
+        let _ = scene;
+        let mut pipelines = Vec::with_capacity(sequence.len());
+        for variant in sequence {
+            let Some((_, p)) = self.pipelines.iter().find(|(v, _)| v == variant) else {
+                return Err(pass_err(format!("no pipeline for the {variant:?} variant")));
+            };
+            pipelines.push(p);
+        }
+        let d = &self.ctx.device;
+        let cmd = self.commands.cmd;
+        let bytes = w.bytes();
+        let (gx, gy) = (self.grid.width / 8, self.grid.height / 8);
+        let _ = LOCAL_SIZE;
+        let timestamps = self.ctx.info().timestamp_valid_bits > 0;
+        // SAFETY: the command buffer is not pending (every run waits); the pipeline, set, query
+        // pool and buffers are live; the push block is the layout's 128 bytes.
+        unsafe {
+            crate::begin_one_time(d, cmd)?;
+            d.cmd_reset_query_pool(cmd, self.queries, 0, 2 * n);
+            for i in 0..n {
+                if i > 0 {
+                    d.cmd_pipeline_barrier(
+                        cmd,
+                        vk::PipelineStageFlags::COMPUTE_SHADER,
+                        vk::PipelineStageFlags::COMPUTE_SHADER,
+                        vk::DependencyFlags::empty(),
+                        &[vk::MemoryBarrier::default()
+                            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+                            .dst_access_mask(
+                                vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE,
+                            )],
+                        &[],
+                        &[],
+                    );
+                }
+                let pipeline = pipelines[i as usize];
+                d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipeline.raw);
+                d.cmd_bind_descriptor_sets(
+                    cmd,
+                    vk::PipelineBindPoint::COMPUTE,
+                    pipeline.layout,
+                    0,
+                    &[self.set],
+                    &[],
+                );
+                d.cmd_push_constants(
+                    cmd,
+                    pipeline.layout,
+                    vk::ShaderStageFlags::COMPUTE,
+                    0,
+                    &bytes,
+                );
+                if timestamps {
+                    let q = 2 * i;
+                    d.cmd_write_timestamp(
+                        cmd,
+                        vk::PipelineStageFlags::TOP_OF_PIPE,
+                        self.queries,
+                        q,
+                    );
+                }
+                d.cmd_dispatch(cmd, gx, gy, 1);
+                if timestamps {
+                    let q = 2 * i + 1;
+                    d.cmd_write_timestamp(
+                        cmd,
+                        vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                        self.queries,
+                        q,
+                    );
+                }
+            }
+            d.cmd_pipeline_barrier(
+                cmd,
+                vk::PipelineStageFlags::COMPUTE_SHADER,
+                vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &[vk::MemoryBarrier::default()
+                    .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+                    .dst_access_mask(vk::AccessFlags::HOST_READ)],
+                &[],
+                &[],
+            );
+            check("vkEndCommandBuffer", d.end_command_buffer(cmd))?;
+        }
+        let started = Instant::now();
+        self.commands.submit_and_wait()?;
+        let host_time = started.elapsed();
+        if !timestamps {
+            let each = host_time / n;
+            return Ok(RunTime {
+                device: each,
+                each: vec![each; n as usize],
+                timestamps: false,
+            });
+        }
+        let mut ticks = vec![0u64; 2 * n as usize];
+        // SAFETY: both queries were written by the submit waited for above.
+        check("vkGetQueryPoolResults", unsafe {
+            d.get_query_pool_results(
+                self.queries,
+                0,
+                &mut ticks,
+                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+            )
+        })?;
+        let bits = self.ctx.info().timestamp_valid_bits;
+        let mask = if bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << bits) - 1
+        };
+        let period = self.ctx.info().timestamp_period_ns;
+        let each: Vec<Duration> = ticks
+            .chunks_exact(2)
+            .map(|t| {
+                let dt = t[1].wrapping_sub(t[0]) & mask;
+                Duration::from_nanos((dt as f64 * period) as u64)
+            })
+            .collect();
+        Ok(RunTime {
+            device: each.first().copied().unwrap_or_default(),
+            each,
+            timestamps: true,
+        })
+    }
+
+    /// The instrumentation buffer's words, as the last run left them.
+    pub fn instrumentation_words(&self) -> Vec<u32> {
+        self.instr
+            .bytes()
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    /// The holder's data and write-mask bytes (O8, O9), as the last run left them.
+    pub fn holder(&self) -> (&[u8], &[u8]) {
+        (self.holder.bytes(), self.masks.bytes())
+    }
+
+    /// C1: the guest chunks the last run's device stores marked, with their mark counts.
+    pub fn marked_chunks(&self) -> Vec<(ByteRange, u32)> {
+        let chunk = self.table.chunk_bytes();
+        self.table
+            .slots()
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.guest_chunk != EMPTY_KEY)
+            .filter_map(|(i, s)| {
+                let n = self.marks.word(i);
+                let start = s.guest_chunk * chunk;
+                (n > 0).then(|| (ByteRange::new(start, start + chunk), n))
+            })
+            .collect()
+    }
+
+    /// Vulkan calls made setting up.
+    pub fn setup_calls(&self) -> u64 {
+        self.calls
+    }
+}
+
+impl Drop for DevicePass {
+    fn drop(&mut self) {
+        let d = &self.ctx.device;
+        // SAFETY: every submit was waited for, so nothing uses these objects now.
+        unsafe {
+            d.destroy_query_pool(self.queries, None);
+            d.destroy_descriptor_pool(self.pool, None);
+        }
+        for (_, p) in &self.pipelines {
+            p.destroy(d);
+        }
+        let mut calls = 0;
+        for b in std::mem::take(&mut self.local) {
+            self.ctx.destroy_buffer(b, &mut calls);
+        }
+        for b in [
+            std::mem::replace(&mut self.holder, Buf::null()),
+            std::mem::replace(&mut self.masks, Buf::null()),
+            std::mem::replace(&mut self.marks, Buf::null()),
+            std::mem::replace(&mut self.instr, Buf::null()),
+        ] {
+            self.ctx.destroy_buffer(b, &mut calls);
+        }
+    }
+}

@@ -1,0 +1,871 @@
+//! The lookup helper as a linkable SPIR-V library (issue 14, D964's real path): the functions a
+//! translated module calls for every guest access, exported by name, in three variants that share
+//! one signature each, so that one translated program links against any of them.
+//!
+//! - [`Variant::Raw`]: a guest address plus one constant is the device address (all of guest
+//!   memory in one import: the physical limit; no table, no marks, no escapes).
+//! - [`Variant::Helper`]: T5 through the chunk table ([`emit_lookup`], the one helper), T4 misses
+//!   read zero and drop stores, C1 marks.
+//! - [`Variant::Instrumented`]: the helper, plus the device-side instrumentation whose buffer
+//!   layout is `dispatchscope_core::instrument`'s (counters, sites, escape log, lane capture, the
+//!   positive control).
+//!
+//! Two ways in: [`helper_library`] builds the library module (Linkage capability,
+//! `LinkageAttributes … Export`) that a translator in any language links its module against with
+//! SPIRV-Tools' `spirv-link` ([`link`]); a translator built on this crate's builder emits the same
+//! functions into its own module ([`emit_helpers`], what the traversal program does). Both give the
+//! same instructions.
+//!
+//! # The interface (what a translated module must follow)
+//! Exported functions (all parameters by value):
+//! - `u32 dispatchscope_lane(u32 workgroup, u32 local, u32 x, u32 y)`: once per lane, first; the
+//!   lane's token (`workgroup << 7 | local << 1 | captured`), which every other call takes. The
+//!   instrumented variant tests the lane against the capture selection and, in lane 0 of workgroup
+//!   0, makes the positive control's canary lookup.
+//! - `u32 dispatchscope_route(u64 flat)`: P1 with the default apertures: 0 guest memory, 1 LDS
+//!   (`0x80000000`), 2 scratch (`0x70000000`).
+//! - `uvec4 dispatchscope_load(u32 token, u32 site, u64 guest_addr, u32 size_bytes)`: a guest load
+//!   of 4, 8, 12 or 16 bytes at a 4-byte-aligned address; words that miss read zero (T4).
+//! - `void dispatchscope_store(u32 token, u32 site, u64 guest_addr, u32 size_bytes, uvec4 values)`:
+//!   a guest store; words that miss are dropped (T4); each chunk slot it hits is marked (C1).
+//! - `void dispatchscope_note(u32 token, u32 site, u32 flags, u64 addr, uvec4 values)`: an access
+//!   the program made itself (LDS, scratch, a bound holder), for the counters and the capture;
+//!   `flags` are the capture flags of `dispatchscope_core::instrument` (`route << 12 | store << 8 |
+//!   size`, the slot in bits 24–31). Empty in the variants without instrumentation.
+//! - `Hit dispatchscope_lookup(u64 guest_chunk)`: T5 itself, `{device_addr, slot, probes}`.
+//!
+//! The push block (128 bytes, 32 words) is shared by name: the program exports its push-constant
+//! variable as `dispatchscope_push` (a `Block` struct of one `u32[32]` array, stride 4), the
+//! library imports it. The helper reads words 18 (`log2` chunk bytes), 19 (`log2` table capacity),
+//! 20 (probe bound), 22–23 (the raw variant's device-from-guest offset), 24–25 (the mark words'
+//! device address, one word per table slot, C1), 26–27 (the instrumentation buffer's device
+//! address), 28–29 (the hash multiplier) and 30–31 (the table, T3). Words 0–17 and 21 are the
+//! program's. The helper binds no descriptor: the table, marks and instrumentation are reached by
+//! device address, so a program keeps every binding for itself (the traversal's holders are
+//! set 0, binding 0, and their write masks binding 1, as the replay's, O6–O9).
+//!
+//! Counting goes to one word per (site, route) through a subgroup-aggregated atomic (one atomic per
+//! group of lanes that agree), so the common path of an access adds one atomic per wave, not per
+//! lane; rarer events (splits, probes past the first, misses, escapes, captures) add theirs
+//! directly. Nothing here calls Vulkan.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use rspirv::dr::Operand;
+use rspirv::spirv::{Capability, GroupOperation, LinkageType, Op, Scope, StorageClass, Word};
+
+use super::asm::Asm;
+use super::helper::emit_lookup;
+use super::{R, record};
+use crate::VkError;
+use dispatchscope_core::instrument::{
+    CANARY_SITE, CAPTURE_WORDS, ESCAPE_WORDS, HISTOGRAM_BUCKETS, SITE_WORDS, SITES_AT, counter,
+    header, route, site,
+};
+
+/// The push block's link name.
+pub const PUSH_SYMBOL: &str = "dispatchscope_push";
+
+/// The exported functions' link names.
+pub mod symbol {
+    /// `dispatchscope_lane`.
+    pub const LANE: &str = "dispatchscope_lane";
+    /// `dispatchscope_route`.
+    pub const ROUTE: &str = "dispatchscope_route";
+    /// `dispatchscope_load`.
+    pub const LOAD: &str = "dispatchscope_load";
+    /// `dispatchscope_store`.
+    pub const STORE: &str = "dispatchscope_store";
+    /// `dispatchscope_note`.
+    pub const NOTE: &str = "dispatchscope_note";
+    /// `dispatchscope_lookup`.
+    pub const LOOKUP: &str = "dispatchscope_lookup";
+}
+
+/// The push words the helper reads besides the table's (T3: 18–20, 28–31).
+pub mod push {
+    /// The raw variant's device-from-guest offset (2 words).
+    pub const RAW_OFFSET: u32 = 22;
+    /// The mark words' device address (2 words), one word per table slot (C1).
+    pub const MARKS: u32 = 24;
+    /// The instrumentation buffer's device address (2 words).
+    pub const INSTRUMENT: u32 = 26;
+}
+
+/// Which helper.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// Guest address plus one constant (the limit).
+    Raw,
+    /// Through the chunk table (T5), with misses (T4) and marks (C1).
+    Helper,
+    /// The helper with the device-side instrumentation.
+    Instrumented,
+}
+
+impl Variant {
+    /// Every variant, in the order the bench reports them.
+    pub const ALL: [Variant; 3] = [Variant::Raw, Variant::Helper, Variant::Instrumented];
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Raw => "raw",
+            Variant::Helper => "helper",
+            Variant::Instrumented => "instrumented",
+        }
+    }
+}
+
+/// The helper functions of one module, by id.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Helpers {
+    pub(super) lane: Word,
+    pub(super) route: Word,
+    pub(super) load: Word,
+    pub(super) store: Word,
+    pub(super) note: Word,
+    /// `uvec4`, the values' type.
+    pub(super) vec4: Word,
+}
+
+/// The function types of the interface.
+struct Sigs {
+    lane: Word,
+    route: Word,
+    load: Word,
+    store: Word,
+    note: Word,
+    vec4: Word,
+}
+
+fn sigs(a: &mut Asm) -> Sigs {
+    let t = a.t;
+    let vec4 = a.b.type_vector(t.u32, 4);
+    Sigs {
+        lane: a.b.type_function(t.u32, [t.u32, t.u32, t.u32, t.u32]),
+        route: a.b.type_function(t.u32, [t.u64]),
+        load: a.b.type_function(vec4, [t.u32, t.u32, t.u64, t.u32]),
+        store: a
+            .b
+            .type_function(t.void, [t.u32, t.u32, t.u64, t.u32, vec4]),
+        note: a
+            .b
+            .type_function(t.void, [t.u32, t.u32, t.u32, t.u64, vec4]),
+        vec4,
+    }
+}
+
+/// Declares the interface's functions as imports (bodies come from the library at link time).
+pub(super) fn declare_helpers(a: &mut Asm) -> R<Helpers> {
+    let s = sigs(a);
+    let t = a.t;
+    let declare = |a: &mut Asm, ret: Word, fty: Word, params: &[Word], name: &str| -> R<Word> {
+        let f =
+            a.b.begin_function(ret, None, rspirv::spirv::FunctionControl::NONE, fty)
+                .map_err(|e| a.err(e))?;
+        for &p in params {
+            a.b.function_parameter(p).map_err(|e| a.err(e))?;
+        }
+        a.end_function()?;
+        a.link(f, name, LinkageType::Import);
+        Ok(f)
+    };
+    let lane = declare(a, t.u32, s.lane, &[t.u32; 4], symbol::LANE)?;
+    let route = declare(a, t.u32, s.route, &[t.u64], symbol::ROUTE)?;
+    let load = declare(
+        a,
+        s.vec4,
+        s.load,
+        &[t.u32, t.u32, t.u64, t.u32],
+        symbol::LOAD,
+    )?;
+    let store = declare(
+        a,
+        t.void,
+        s.store,
+        &[t.u32, t.u32, t.u64, t.u32, s.vec4],
+        symbol::STORE,
+    )?;
+    let note = declare(
+        a,
+        t.void,
+        s.note,
+        &[t.u32, t.u32, t.u32, t.u64, s.vec4],
+        symbol::NOTE,
+    )?;
+    Ok(Helpers {
+        lane,
+        route,
+        load,
+        store,
+        note,
+        vec4: s.vec4,
+    })
+}
+
+/// The library module of `variant`: the interface's functions, exported, and the push block
+/// imported. Validated for universal SPIR-V 1.5 (it still links).
+pub fn helper_library(variant: Variant) -> R<Vec<u32>> {
+    let mut a = Asm::new("helper_library");
+    a.linkable(LinkageType::Import);
+    emit_helpers_into(&mut a, variant, true)?;
+    a.finish_linkable()
+}
+
+/// Emits the interface's functions of `variant` into a module being built (no linkage).
+pub(super) fn emit_helpers(a: &mut Asm, variant: Variant) -> R<Helpers> {
+    emit_helpers_into(a, variant, false)
+}
+
+fn emit_helpers_into(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> {
+    let s = sigs(a);
+    let instrumented = variant == Variant::Instrumented;
+    if instrumented {
+        a.b.capability(Capability::GroupNonUniform);
+        a.b.capability(Capability::GroupNonUniformBallot);
+    }
+    let lookup = if variant == Variant::Raw {
+        None
+    } else {
+        let f = emit_lookup(a)?;
+        if export {
+            a.link(f, symbol::LOOKUP, LinkageType::Export);
+        }
+        Some(f)
+    };
+    let route = emit_route(a)?;
+    let load = emit_access(a, &s, variant, lookup, false)?;
+    let store = emit_access(a, &s, variant, lookup, true)?;
+    let note = emit_note(a, &s, instrumented)?;
+    let lane = emit_lane(a, instrumented, load, s.vec4)?;
+    if export {
+        for (f, name) in [
+            (lane, symbol::LANE),
+            (route, symbol::ROUTE),
+            (load, symbol::LOAD),
+            (store, symbol::STORE),
+            (note, symbol::NOTE),
+        ] {
+            a.link(f, name, LinkageType::Export);
+        }
+    }
+    Ok(Helpers {
+        lane,
+        route,
+        load,
+        store,
+        note,
+        vec4: s.vec4,
+    })
+}
+
+/// Links `program` (which imports the interface and exports its push block) with `library`
+/// ([`helper_library`]) by running SPIRV-Tools' `spirv-link` (Debian's `spirv-tools`), and
+/// validates the result for Vulkan 1.2.
+pub fn link(program: &[u32], library: &[u32]) -> R<Vec<u32>> {
+    let dir = std::env::temp_dir().join(format!(
+        "dispatchscope-link-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let io = |why: String| VkError::Invalid {
+        module: "linked",
+        why,
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| io(format!("{}: {e}", dir.display())))?;
+    let (p, l) = (dir.join("program.spv"), dir.join("library.spv"));
+    let bytes = |w: &[u32]| w.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let written =
+        std::fs::write(&p, bytes(program)).and_then(|()| std::fs::write(&l, bytes(library)));
+    let out = written.and_then(|()| {
+        Command::new("spirv-link")
+            .args(["--target-env", "vulkan1.2", "-o", "-"])
+            .arg(&p)
+            .arg(&l)
+            .stdin(Stdio::null())
+            .output()
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = out.map_err(|e| io(format!("spirv-link could not run: {e}")))?;
+    if !out.status.success() {
+        return Err(io(format!(
+            "spirv-link failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let _ = std::io::stderr().flush();
+    if out.stdout.len() % 4 != 0 || out.stdout.is_empty() {
+        return Err(io(format!(
+            "spirv-link wrote {} bytes, not whole words",
+            out.stdout.len()
+        )));
+    }
+    let words: Vec<u32> = out
+        .stdout
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    super::validate("linked", &words)?;
+    Ok(words)
+}
+
+/// P1 with the default apertures.
+fn emit_route(a: &mut Asm) -> R<Word> {
+    let t = a.t;
+    let (f, p) = a.begin_function(t.u32, &[t.u64], "route")?;
+    let flat = p.first().copied().unwrap_or_default();
+    let high = a.high(flat)?;
+    let lds_ap = a.c32(0x8000_0000);
+    let scratch_ap = a.c32(0x7000_0000);
+    let is_lds = a.eq(high, lds_ap)?;
+    let is_scratch = a.eq(high, scratch_ap)?;
+    let (g, l, s) = (
+        a.c32(route::GUEST),
+        a.c32(route::LDS),
+        a.c32(route::SCRATCH),
+    );
+    let r = a.select(t.u32, is_scratch, s, g)?;
+    let r = a.select(t.u32, is_lds, l, r)?;
+    a.b.ret_value(r).map_err(|e| a.err(e))?;
+    a.end_function()?;
+    Ok(f)
+}
+
+/// The device address of instrumentation word `idx` (a u32 id).
+fn iword(a: &mut Asm, idx: Word) -> R<Word> {
+    let base = a.push_u64(push::INSTRUMENT)?;
+    a.index(base, idx, 4)
+}
+
+/// The device address of instrumentation word `k` (a constant).
+fn iword_c(a: &mut Asm, k: u32) -> R<Word> {
+    let c = a.c32(k);
+    iword(a, c)
+}
+
+/// The word index of `site`'s word `k`.
+fn site_word(a: &mut Asm, site_id: Word, k: u32) -> R<Word> {
+    let t = a.t;
+    let w = a.c32(SITE_WORDS);
+    let base = a.mul(t.u32, site_id, w)?;
+    let off = a.c32(SITES_AT + k);
+    a.add(t.u32, base, off)
+}
+
+/// Adds one to word `key` for each active lane, one atomic per group of lanes with the same key.
+fn count_aggregated(a: &mut Asm, key: Word) -> R<()> {
+    let t = a.t;
+    let p_fn_bool = a.b.type_pointer(None, StorageClass::Function, t.bool_);
+    let v_done = a.var(p_fn_bool)?;
+    let f = a.cbool(false);
+    a.set(v_done, f)?;
+    let vec4 = a.b.type_vector(t.u32, 4);
+    a.while_(
+        |a| {
+            let d = a.get(t.bool_, v_done)?;
+            a.lnot(d)
+        },
+        |a| {
+            let sg = a.c32(Scope::Subgroup as u32);
+            let leader =
+                a.b.group_non_uniform_broadcast_first(t.u32, None, sg, key)
+                    .map_err(|e| a.err(e))?;
+            let same = a.eq(key, leader)?;
+            a.if_(same, |a| {
+                let yes = a.cbool(true);
+                let ballot =
+                    a.b.group_non_uniform_ballot(vec4, None, sg, yes)
+                        .map_err(|e| a.err(e))?;
+                let n =
+                    a.b.group_non_uniform_ballot_bit_count(
+                        t.u32,
+                        None,
+                        sg,
+                        GroupOperation::Reduce,
+                        ballot,
+                    )
+                    .map_err(|e| a.err(e))?;
+                let elected =
+                    a.b.group_non_uniform_elect(t.bool_, None, sg)
+                        .map_err(|e| a.err(e))?;
+                a.if_(elected, |a| {
+                    let at = iword(a, key)?;
+                    a.atomic_add(at, n).map(|_| ())
+                })?;
+                let tr = a.cbool(true);
+                a.set(v_done, tr)
+            })
+        },
+    )
+}
+
+/// Appends a capture entry when the lane is captured (token bit 0): `flags`, `addr`, the four
+/// values and the escaped-bytes mask.
+fn capture(
+    a: &mut Asm,
+    token: Word,
+    site_id: Word,
+    flags: Word,
+    addr: Word,
+    values: [Word; 4],
+    mask: Word,
+) -> R<()> {
+    let t = a.t;
+    let one = a.c32(1);
+    let bit = a.and(t.u32, token, one)?;
+    let captured = a.eq(bit, one)?;
+    a.if_(captured, |a| {
+        let at = iword_c(a, counter::CAPTURED)?;
+        let idx = a.atomic_inc(at)?;
+        let cap_at = iword_c(a, header::CAPTURE_CAPACITY)?;
+        let cap = a.ld32(cap_at)?;
+        let room = a.ult(idx, cap)?;
+        a.if_(room, |a| {
+            let first = capture_at(a)?;
+            let w = a.c32(CAPTURE_WORDS);
+            let off = a.mul(t.u32, idx, w)?;
+            let entry = a.add(t.u32, first, off)?;
+            let (wg, local) = lane_of(a, token)?;
+            let (lo, hi) = (a.narrow(addr)?, a.high(addr)?);
+            let z = a.c32(0);
+            let words = [
+                wg, local, site_id, flags, lo, hi, values[0], values[1], values[2], values[3],
+                mask, z,
+            ];
+            store_words(a, entry, &words)
+        })
+    })
+}
+
+/// The first word of the escape log: after the header, counters and sites.
+fn escapes_at(a: &mut Asm) -> R<Word> {
+    let t = a.t;
+    let at = iword_c(a, header::SITES)?;
+    let n = a.ld32(at)?;
+    let w = a.c32(SITE_WORDS);
+    let sites = a.mul(t.u32, n, w)?;
+    let first = a.c32(SITES_AT);
+    a.add(t.u32, first, sites)
+}
+
+/// The first word of the capture: after the escape log.
+fn capture_at(a: &mut Asm) -> R<Word> {
+    let t = a.t;
+    let e = escapes_at(a)?;
+    let at = iword_c(a, header::ESCAPE_CAPACITY)?;
+    let cap = a.ld32(at)?;
+    let w = a.c32(ESCAPE_WORDS);
+    let n = a.mul(t.u32, cap, w)?;
+    a.add(t.u32, e, n)
+}
+
+/// The token's workgroup and local lane.
+fn lane_of(a: &mut Asm, token: Word) -> R<(Word, Word)> {
+    let t = a.t;
+    let seven = a.c32(7);
+    let wg = a.shr(t.u32, token, seven)?;
+    let one = a.c32(1);
+    let l = a.shr(t.u32, token, one)?;
+    let m = a.c32(63);
+    let local = a.and(t.u32, l, m)?;
+    Ok((wg, local))
+}
+
+/// Stores `words` at consecutive instrumentation words from word index `first`.
+fn store_words(a: &mut Asm, first: Word, words: &[Word]) -> R<()> {
+    let base = iword(a, first)?;
+    for (i, &w) in words.iter().enumerate() {
+        let at = a.add64c(base, 4 * i as u64)?;
+        a.st32(at, w)?;
+    }
+    Ok(())
+}
+
+/// The probes of one lookup: the histogram, the site's extra probes and longest lookup, for a
+/// lookup of two probes or more (one probe is derived on the host).
+fn count_probes(a: &mut Asm, site_id: Word, probes: Word) -> R<()> {
+    let t = a.t;
+    let two = a.c32(2);
+    let long = a.bin(Op::UGreaterThanEqual, t.bool_, probes, two)?;
+    a.if_(long, |a| {
+        let top = a.c32(HISTOGRAM_BUCKETS);
+        let over = a.bin(Op::UGreaterThan, t.bool_, probes, top)?;
+        let p = a.select(t.u32, over, top, probes)?;
+        let one = a.c32(1);
+        let bucket = a.sub(t.u32, p, one)?;
+        let h = a.c32(counter::HISTOGRAM);
+        let hw = a.add(t.u32, h, bucket)?;
+        let at = iword(a, hw)?;
+        a.atomic_inc(at)?;
+        let extra = a.sub(t.u32, probes, one)?;
+        let ew = site_word(a, site_id, site::EXTRA_PROBES)?;
+        let at = iword(a, ew)?;
+        a.atomic_add(at, extra)?;
+        let mw = site_word(a, site_id, site::MAX_PROBES)?;
+        let at = iword(a, mw)?;
+        a.atomic_umax(at, probes).map(|_| ())
+    })
+}
+
+/// `dispatchscope_load` (`store == false`) or `dispatchscope_store`.
+fn emit_access(
+    a: &mut Asm,
+    s: &Sigs,
+    variant: Variant,
+    lookup: Option<Word>,
+    store: bool,
+) -> R<Word> {
+    let t = a.t;
+    let (f, p) = if store {
+        a.begin_function(t.void, &[t.u32, t.u32, t.u64, t.u32, s.vec4], "store")?
+    } else {
+        a.begin_function(s.vec4, &[t.u32, t.u32, t.u64, t.u32], "load")?
+    };
+    let param = |i: usize| p.get(i).copied().unwrap_or_default();
+    let (token, site_id, addr, size) = (param(0), param(1), param(2), param(3));
+    a.b.name(token, "token");
+    a.b.name(site_id, "site");
+    a.b.name(addr, "guest_addr");
+    a.b.name(size, "size_bytes");
+    let stored: [Word; 4] = if store {
+        let v = param(4);
+        let mut out = [0; 4];
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = extract(a, v, i as u32)?;
+        }
+        out
+    } else {
+        [0; 4]
+    };
+    let vals = [
+        a.var(t.p_fn_u32)?,
+        a.var(t.p_fn_u32)?,
+        a.var(t.p_fn_u32)?,
+        a.var(t.p_fn_u32)?,
+    ];
+    let v_mask = a.var(t.p_fn_u32)?;
+    let zero = a.c32(0);
+    for v in vals {
+        a.set(v, zero)?;
+    }
+    a.set(v_mask, zero)?;
+    let two = a.c32(2);
+    let n_words = a.shr(t.u32, size, two)?;
+    match (variant, lookup) {
+        (Variant::Raw, _) | (_, None) => {
+            let off = a.push_u64(push::RAW_OFFSET)?;
+            let dev = a.add(t.u64, addr, off)?;
+            for (i, v) in vals.iter().enumerate() {
+                let ci = a.c32(i as u32);
+                let inside = a.ult(ci, n_words)?;
+                a.if_(inside, |a| {
+                    let at = a.add64c(dev, 4 * i as u64)?;
+                    if store {
+                        a.st32(at, stored[i])
+                    } else {
+                        let x = a.ld32(at)?;
+                        a.set(*v, x)
+                    }
+                })?;
+            }
+        }
+        (_, Some(lookup)) => {
+            let shift = a.push_word(super::push::CHUNK_SHIFT)?;
+            let one64 = a.c64(1);
+            let cb = a.shl(t.u64, one64, shift)?;
+            let cmask = a.sub(t.u64, cb, one64)?;
+            let c0 = a.shr(t.u64, addr, shift)?;
+            let size64 = a.widen(size)?;
+            let end = a.add(t.u64, addr, size64)?;
+            let last = a.sub(t.u64, end, one64)?;
+            let c1 = a.shr(t.u64, last, shift)?;
+            let h0 = a.call(t.hit, lookup, &[c0])?;
+            let split = a.ne(c1, c0)?;
+            let p_fn_hit = a.b.type_pointer(None, StorageClass::Function, t.hit);
+            let v_h1 = a.var(p_fn_hit)?;
+            a.set(v_h1, h0)?;
+            a.if_(split, |a| {
+                let h1 = a.call(t.hit, lookup, &[c1])?;
+                a.set(v_h1, h1)
+            })?;
+            let h1 = a.get(t.hit, v_h1)?;
+            let (d0, s0, n0) = (a.extract(h0, 0)?, a.extract(h0, 1)?, a.extract(h0, 2)?);
+            let (d1, s1, n1) = (a.extract(h1, 0)?, a.extract(h1, 1)?, a.extract(h1, 2)?);
+            let none = a.c32(record::NO_SLOT);
+            for (i, v) in vals.iter().enumerate() {
+                let ci = a.c32(i as u32);
+                let inside = a.ult(ci, n_words)?;
+                a.if_(inside, |a| {
+                    let ai = a.add64c(addr, 4 * i as u64)?;
+                    let chunk = a.shr(t.u64, ai, shift)?;
+                    let first = a.eq(chunk, c0)?;
+                    let dev = a.select(t.u64, first, d0, d1)?;
+                    let slot = a.select(t.u32, first, s0, s1)?;
+                    let hit = a.ne(slot, none)?;
+                    a.if_else(
+                        hit,
+                        |a| {
+                            let off = a.and(t.u64, ai, cmask)?;
+                            let at = a.add(t.u64, dev, off)?;
+                            if store {
+                                a.st32(at, stored[i])
+                            } else {
+                                let x = a.ld32(at)?;
+                                a.set(*v, x)
+                            }
+                        },
+                        |a| {
+                            let m = a.get(t.u32, v_mask)?;
+                            let bits = a.c32(0xf << (4 * i));
+                            let m = a.or(t.u32, m, bits)?;
+                            a.set(v_mask, m)
+                        },
+                    )
+                })?;
+            }
+            let hit0 = a.ne(s0, none)?;
+            let hit1 = a.ne(s1, none)?;
+            let hit1 = a.land(split, hit1)?;
+            if store {
+                // C1: each chunk slot the store hit.
+                let marks = a.push_u64(push::MARKS)?;
+                for (hit, slot) in [(hit0, s0), (hit1, s1)] {
+                    a.if_(hit, |a| {
+                        let at = a.index(marks, slot, 4)?;
+                        a.atomic_inc(at).map(|_| ())
+                    })?;
+                }
+            }
+            if variant == Variant::Instrumented {
+                let values = if store {
+                    stored
+                } else {
+                    [
+                        a.get(t.u32, vals[0])?,
+                        a.get(t.u32, vals[1])?,
+                        a.get(t.u32, vals[2])?,
+                        a.get(t.u32, vals[3])?,
+                    ]
+                };
+                let mask = a.get(t.u32, v_mask)?;
+                let canary = a.c32(CANARY_SITE);
+                let is_canary = a.eq(site_id, canary)?;
+                let counted = a.lnot(is_canary)?;
+                a.if_(counted, |a| {
+                    let key = site_word(a, site_id, site::GUEST)?;
+                    count_aggregated(a, key)?;
+                    a.if_(split, |a| {
+                        let w = site_word(a, site_id, site::SPLITS)?;
+                        let at = iword(a, w)?;
+                        a.atomic_inc(at)?;
+                        count_probes(a, site_id, n1)
+                    })?;
+                    count_probes(a, site_id, n0)?;
+                    let miss0 = a.lnot(hit0)?;
+                    let not1 = a.lnot(hit1)?;
+                    let miss1 = a.land(split, not1)?;
+                    let one = a.c32(1);
+                    let z = a.c32(0);
+                    let m0 = a.select(t.u32, miss0, one, z)?;
+                    let m1 = a.select(t.u32, miss1, one, z)?;
+                    let misses = a.add(t.u32, m0, m1)?;
+                    let any = a.ne(misses, z)?;
+                    a.if_(any, |a| {
+                        let at = iword_c(a, counter::MISSES)?;
+                        a.atomic_add(at, misses).map(|_| ())
+                    })?;
+                    if store {
+                        let marked = a.lor(hit0, hit1)?;
+                        a.if_(marked, |a| {
+                            let at = iword_c(a, counter::STORES_MARKED)?;
+                            a.atomic_inc(at).map(|_| ())
+                        })?;
+                    }
+                    Ok(())
+                })?;
+                let z = a.c32(0);
+                let escaped = a.ne(mask, z)?;
+                a.if_(escaped, |a| {
+                    a.if_else(
+                        is_canary,
+                        |a| {
+                            let at = iword_c(a, counter::CANARY)?;
+                            a.atomic_inc(at).map(|_| ())
+                        },
+                        |a| {
+                            let at = iword_c(a, counter::ESCAPES)?;
+                            let idx = a.atomic_inc(at)?;
+                            let w = site_word(a, site_id, site::ESCAPES)?;
+                            let at = iword(a, w)?;
+                            a.atomic_inc(at)?;
+                            let cap_at = iword_c(a, header::ESCAPE_CAPACITY)?;
+                            let cap = a.ld32(cap_at)?;
+                            let room = a.ult(idx, cap)?;
+                            a.if_(room, |a| {
+                                let first = escapes_at(a)?;
+                                let ew = a.c32(ESCAPE_WORDS);
+                                let off = a.mul(t.u32, idx, ew)?;
+                                let entry = a.add(t.u32, first, off)?;
+                                let (wg, local) = lane_of(a, token)?;
+                                let (lo, hi) = (a.narrow(addr)?, a.high(addr)?);
+                                let op = a.c32(if store { 1 << 16 } else { 0 });
+                                let sz = a.or(t.u32, size, op)?;
+                                let z = a.c32(0);
+                                store_words(a, entry, &[wg, local, site_id, lo, hi, sz, mask, z])
+                            })
+                        },
+                    )
+                })?;
+                a.if_(counted, |a| {
+                    let op = a.c32(if store { 1 << 8 } else { 0 } | route::GUEST << 12);
+                    let flags = a.or(t.u32, size, op)?;
+                    capture(a, token, site_id, flags, addr, values, mask)
+                })?;
+            }
+        }
+    }
+    if store {
+        a.end_void_function()?;
+    } else {
+        let v: Vec<Word> = vals.iter().map(|&v| a.get(t.u32, v)).collect::<R<_>>()?;
+        let r = a.inst(Op::CompositeConstruct, s.vec4, &v)?;
+        a.b.ret_value(r).map_err(|e| a.err(e))?;
+        a.end_function()?;
+    }
+    Ok(f)
+}
+
+/// Component `i` of a `uvec4`.
+pub(super) fn extract(a: &mut Asm, v: Word, i: u32) -> R<Word> {
+    let id = a.b.id();
+    let inst = rspirv::dr::Instruction::new(
+        Op::CompositeExtract,
+        Some(a.t.u32),
+        Some(id),
+        vec![Operand::IdRef(v), Operand::LiteralBit32(i)],
+    );
+    a.b.insert_into_block(rspirv::dr::InsertPoint::End, inst)
+        .map_err(|e| a.err(e))?;
+    Ok(id)
+}
+
+/// `dispatchscope_note`: counting and capture of an access the program made itself.
+fn emit_note(a: &mut Asm, s: &Sigs, instrumented: bool) -> R<Word> {
+    let t = a.t;
+    let (f, p) = a.begin_function(t.void, &[t.u32, t.u32, t.u32, t.u64, s.vec4], "note")?;
+    if instrumented {
+        let param = |i: usize| p.get(i).copied().unwrap_or_default();
+        let (token, site_id, flags, addr, v) = (param(0), param(1), param(2), param(3), param(4));
+        let twelve = a.c32(12);
+        let r = a.shr(t.u32, flags, twelve)?;
+        let m = a.c32(0xf);
+        let route_no = a.and(t.u32, r, m)?;
+        // The route numbers are the site's word indices (guest 0, LDS 1, scratch 2, bound 3).
+        let first = site_word(a, site_id, 0)?;
+        let key = a.add(t.u32, first, route_no)?;
+        count_aggregated(a, key)?;
+        let mut values = [0; 4];
+        for (i, x) in values.iter_mut().enumerate() {
+            *x = extract(a, v, i as u32)?;
+        }
+        let z = a.c32(0);
+        capture(a, token, site_id, flags, addr, values, z)?;
+    }
+    a.end_void_function()?;
+    Ok(f)
+}
+
+/// `dispatchscope_lane`: the lane's token; the capture selection and the canary when instrumented.
+fn emit_lane(a: &mut Asm, instrumented: bool, load: Word, vec4: Word) -> R<Word> {
+    let t = a.t;
+    let (f, p) = a.begin_function(t.u32, &[t.u32; 4], "lane")?;
+    let param = |i: usize| p.get(i).copied().unwrap_or_default();
+    let (wg, local, x, y) = (param(0), param(1), param(2), param(3));
+    let seven = a.c32(7);
+    let one = a.c32(1);
+    let w = a.shl(t.u32, wg, seven)?;
+    let l = a.shl(t.u32, local, one)?;
+    let base = a.or(t.u32, w, l)?;
+    let token = if instrumented {
+        let word = |a: &mut Asm, k: u32| -> R<Word> {
+            let at = iword_c(a, k)?;
+            a.ld32(at)
+        };
+        let (x0, y0) = (word(a, header::SEL_RECT)?, word(a, header::SEL_RECT + 1)?);
+        let (x1, y1) = (
+            word(a, header::SEL_RECT + 2)?,
+            word(a, header::SEL_RECT + 3)?,
+        );
+        let ge = |a: &mut Asm, v, lo| a.bin(Op::UGreaterThanEqual, t.bool_, v, lo);
+        let c1 = ge(a, x, x0)?;
+        let c2 = a.ult(x, x1)?;
+        let c3 = ge(a, y, y0)?;
+        let c4 = a.ult(y, y1)?;
+        let in_x = a.land(c1, c2)?;
+        let in_y = a.land(c3, c4)?;
+        let in_rect = a.land(in_x, in_y)?;
+        let sel_wg = word(a, header::SEL_WORKGROUP)?;
+        let any = a.c32(u32::MAX);
+        let is_any = a.eq(sel_wg, any)?;
+        let is_wg = a.eq(sel_wg, wg)?;
+        let wg_ok = a.lor(is_any, is_wg)?;
+        let lo = word(a, header::SEL_LANE_MASK)?;
+        let hi = word(a, header::SEL_LANE_MASK + 1)?;
+        let mask = a.join(lo, hi)?;
+        let local64 = a.widen(local)?;
+        let shifted = a.shr(t.u64, mask, local64)?;
+        let one64 = a.c64(1);
+        let bit = a.and(t.u64, shifted, one64)?;
+        let lane_ok = a.eq(bit, one64)?;
+        let ok = a.land(in_rect, wg_ok)?;
+        let ok = a.land(ok, lane_ok)?;
+        let z = a.c32(0);
+        let sel = a.select(t.u32, ok, one, z)?;
+        // The positive control: one canary lookup that must escape.
+        let first_wg = a.eq(wg, z)?;
+        let first_lane = a.eq(local, z)?;
+        let first = a.land(first_wg, first_lane)?;
+        a.if_(first, |a| {
+            let lo = word(a, header::CANARY)?;
+            let hi = word(a, header::CANARY + 1)?;
+            let canary = a.join(lo, hi)?;
+            let site_c = a.c32(CANARY_SITE);
+            let four = a.c32(4);
+            a.call(vec4, load, &[base, site_c, canary, four])
+                .map(|_| ())
+        })?;
+        a.or(t.u32, base, sel)?
+    } else {
+        base
+    };
+    a.b.ret_value(token).map_err(|e| a.err(e))?;
+    a.end_function()?;
+    Ok(f)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "in a test, an unwrap is an assertion")]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_variant_builds_as_a_library() {
+        for v in Variant::ALL {
+            let words = helper_library(v).unwrap();
+            let m = rspirv::dr::load_words(&words).unwrap();
+            let exports = m
+                .annotations
+                .iter()
+                .filter(|i| {
+                    i.operands
+                        .iter()
+                        .any(|o| matches!(o, Operand::LinkageType(LinkageType::Export)))
+                })
+                .count();
+            assert_eq!(exports, if v == Variant::Raw { 5 } else { 6 }, "{v:?}");
+        }
+    }
+}

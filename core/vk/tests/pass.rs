@@ -1,0 +1,354 @@
+//! The full-screen traversal pass (issue 14) on a Vulkan device at 256×256, with the validation
+//! layer on and not one message: the image against the host's own pass, every site's device
+//! counters against the host's counts, the escape log classified, the positive control, the
+//! captured lanes replayed through the CPU reference (values, escapes, marks), the report's size,
+//! and the program linked by `spirv-link` giving the same image as the program with the helper
+//! emitted into it.
+//!
+//! Where `DISPATCHSCOPE_REQUIRE_VULKAN=1` (CI), a machine with no Vulkan device (or no validation
+//! layer) fails these tests; elsewhere they print why they skipped and pass.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests: a panic is the test failing, with its message"
+)]
+
+use std::sync::{Arc, OnceLock};
+
+use dispatchscope_core::input::Op;
+use dispatchscope_core::instrument::{Grid, InstrumentLayout, LaneSelection};
+use dispatchscope_core::report::{ControlStatus, EscapeClass, InstrumentedReport, Route};
+use dispatchscope_vk::pass::scene::{self, Scene, SceneConfig};
+use dispatchscope_vk::pass::{DevicePass, GuestMemoryOn, HostSide, masked_write_back};
+use dispatchscope_vk::spirv::library::Variant;
+use dispatchscope_vk::spirv::traversal::site;
+use dispatchscope_vk::{Context, ContextOptions, VkError};
+
+fn required() -> bool {
+    std::env::var("DISPATCHSCOPE_REQUIRE_VULKAN").is_ok_and(|v| v == "1")
+}
+
+fn context() -> Option<Arc<Context>> {
+    static CTX: OnceLock<Result<Arc<Context>, String>> = OnceLock::new();
+    let made = CTX.get_or_init(|| {
+        let opts = |validation| ContextOptions {
+            validation,
+            stage_table: false,
+        };
+        match Context::new(&opts(true)) {
+            Err(VkError::NoValidationLayer) if !required() => Context::new(&opts(false)),
+            other => other,
+        }
+        .map_err(|e| e.to_string())
+    });
+    match made {
+        Ok(c) => Some(Arc::clone(c)),
+        Err(e) if required() => {
+            panic!("DISPATCHSCOPE_REQUIRE_VULKAN=1, but the Vulkan backend cannot run: {e}")
+        }
+        Err(e) => {
+            eprintln!("skipped: the Vulkan backend cannot run here: {e}");
+            None
+        }
+    }
+}
+
+fn assert_quiet(ctx: &Context) {
+    assert_eq!(
+        ctx.validation_messages(),
+        0,
+        "the validation layer spoke:\n{}",
+        ctx.validation_text().join("\n")
+    );
+}
+
+const W: u32 = 256;
+const H: u32 = 256;
+
+fn layout() -> InstrumentLayout {
+    InstrumentLayout::with_sites(site::COUNT)
+}
+
+/// A lighter scene than the bench's, so that lavapipe on a 2-core box runs it in seconds.
+fn scene_cfg() -> SceneConfig {
+    SceneConfig {
+        instances: 16,
+        primitives: 16,
+        ..SceneConfig::default()
+    }
+}
+
+/// The holder's slot-0 words: `(nearest, checksum)` per pixel.
+fn image(holder: &[u8], pixels: usize) -> Vec<(u32, u32)> {
+    holder
+        .chunks_exact(8)
+        .take(pixels)
+        .map(|c| {
+            (
+                u32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+            )
+        })
+        .collect()
+}
+
+fn assert_image(pass: &DevicePass, expected: &[(u32, u32)], what: &str) {
+    let got = image(pass.holder().0, expected.len());
+    let wrong: Vec<usize> = (0..expected.len())
+        .filter(|&i| got[i] != expected[i])
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{what}: {} pixels differ from the host's pass, first {:?}: device {:?}, host {:?}",
+        wrong.len(),
+        wrong.first(),
+        wrong.first().map(|&i| got[i]),
+        wrong.first().map(|&i| expected[i])
+    );
+}
+
+/// Lane 0 of an escaping pixel's workgroup (its tile store, C1) and the lane beside it.
+fn selection(s: &Scene) -> (LaneSelection, [u32; 2]) {
+    let px = (0..H)
+        .flat_map(|y| (0..W).map(move |x| [x, y]))
+        .find(|&[x, y]| x % 8 == 0 && y % 8 == 0 && s.trace(x, y).escapes.iter().any(|&e| e > 0))
+        .expect("an escaping pixel");
+    let [x, y] = px;
+    (LaneSelection::rect(x, y, x + 2, y + 1), px)
+}
+
+#[test]
+fn the_traversal_pass_agrees_with_the_host_and_the_cpu_reference() {
+    let Some(ctx) = context() else { return };
+    let grid = Grid::new(W, H).unwrap();
+    let scene = Scene::new(scene_cfg(), grid).unwrap();
+    let expected = scene.expected_image();
+    let traces: Vec<_> = (0..H)
+        .flat_map(|y| (0..W).map(move |x| (x, y)))
+        .map(|(x, y)| scene.trace(x, y))
+        .collect();
+    let mut host = HostSide::new(scene.clone()).unwrap();
+    assert_eq!(
+        host.member_offset(1),
+        scene.slots()[1].start - scene.slots()[0].start
+    );
+    let mut pass = DevicePass::new(&ctx, &host, layout(), false, GuestMemoryOn::Imported).unwrap();
+    let (sel, _) = selection(&scene);
+
+    for v in [Variant::Raw, Variant::Helper] {
+        pass.run(v, &LaneSelection::none(), scene::CANARY_AT, &scene)
+            .unwrap();
+        assert_image(&pass, &expected, v.name());
+    }
+    // C1: the helper's tile stores marked the chunks of the per-workgroup results.
+    let marked = pass.marked_chunks();
+    let tiles = scene::TILES_AT..scene::TILES_AT + 4 * grid.workgroups();
+    assert!(!marked.is_empty());
+    assert!(
+        marked.iter().all(|(r, _)| tiles.contains(&r.start)),
+        "{marked:?}"
+    );
+    assert_eq!(
+        marked.iter().map(|(_, n)| u64::from(*n)).sum::<u64>(),
+        grid.workgroups()
+    );
+
+    pass.run(Variant::Instrumented, &sel, scene::CANARY_AT, &scene)
+        .unwrap();
+    assert_image(&pass, &expected, "instrumented");
+    assert_quiet(&ctx);
+    let section = host
+        .decode(pass.layout(), &pass.instrumentation_words())
+        .unwrap();
+    check_counts(&section, &traces, grid);
+    check_escapes(&section);
+
+    // O8/O9: every slot-0 word and the 16 summary words past its end are masked.
+    let (data, masks) = pass.holder();
+    let mut guest = vec![0u8; data.len()];
+    let written = masked_write_back(data, masks, &mut guest);
+    assert_eq!(written, 2 * (W * H) as usize + 16);
+    assert_eq!(image(&guest, expected.len()), expected);
+
+    // The captured lanes, replayed through the CPU reference.
+    assert!(section.captured.len() > 20, "{}", section.captured.len());
+    assert!(section.captured.iter().all(|c| sel.selects(
+        c.workgroup,
+        c.wave * 32 + c.lane,
+        c.pixel
+    )));
+    let report = host.replay_captured(&section).unwrap();
+    assert_eq!(report.accesses.len(), section.captured.len());
+    let mut compared_escapes = 0;
+    for (i, (c, a)) in section.captured.iter().zip(&report.accesses).enumerate() {
+        if c.op == Op::Load {
+            assert_eq!(
+                c.values, a.values,
+                "captured access {i} (site {}): values",
+                c.site
+            );
+        }
+        assert_eq!(
+            c.escaped_bytes != 0,
+            a.escaped,
+            "captured access {i} (site {}): escaped",
+            c.site
+        );
+        compared_escapes += usize::from(a.escaped);
+    }
+    assert!(compared_escapes > 0, "the captured lanes escaped nowhere");
+    let device_marks: Vec<_> = pass.marked_chunks().into_iter().map(|(r, _)| r).collect();
+    assert!(
+        report.marks.iter().all(|m| device_marks.contains(&m.guest)),
+        "{:?}",
+        report.marks
+    );
+
+    // The report's section stays small.
+    let json = serde_json::to_string(&section).unwrap();
+    eprintln!(
+        "instrumented section at {W}×{H}: {} bytes of JSON, {} captured, {} escapes logged, {} not",
+        json.len(),
+        section.captured.len(),
+        section.escapes.len(),
+        section.escapes_not_logged
+    );
+    assert!(json.len() <= 64 << 10, "{} bytes", json.len());
+    assert_quiet(&ctx);
+}
+
+/// Every site's device counters against the host's own pass.
+fn check_counts(section: &InstrumentedReport, traces: &[scene::Trace], grid: Grid) {
+    assert_eq!(section.lanes, u64::from(W * H));
+    assert_eq!(section.control, ControlStatus::Fired);
+    for s in &section.sites {
+        let host: u64 = traces
+            .iter()
+            .map(|t| u64::from(t.accesses[s.site as usize]))
+            .sum();
+        let esc: u64 = traces
+            .iter()
+            .map(|t| u64::from(t.escapes[s.site as usize]))
+            .sum();
+        assert_eq!(s.accesses, host, "site {}: accesses", s.site);
+        assert_eq!(s.escapes, esc, "site {}: escapes", s.site);
+    }
+    let c = section.counters;
+    let lds: u64 = section
+        .sites
+        .iter()
+        .filter(|s| s.site <= site::TOP_POP)
+        .map(|s| s.accesses)
+        .sum();
+    assert_eq!(c.lds, lds);
+    assert_eq!(c.bound, u64::from(W * H) + 16);
+    assert_eq!(c.stores_marked, grid.workgroups());
+    assert_eq!(c.lookups, c.hits + c.misses);
+    assert_eq!(section.probe_histogram.iter().sum::<u64>(), c.lookups);
+    assert!(c.misses >= c.escapes && c.escapes > 0);
+    assert_eq!(
+        section.escapes.len() as u64 + section.escapes_not_logged,
+        c.escapes
+    );
+}
+
+fn check_escapes(section: &InstrumentedReport) {
+    assert_eq!(section.escapes.len(), layout().escape_capacity as usize);
+    let classes: Vec<EscapeClass> = section.escapes.iter().map(|e| e.class).collect();
+    assert!(
+        classes
+            .iter()
+            .all(|c| matches!(c, EscapeClass::NotReadable | EscapeClass::NoReservation)),
+        "{classes:?}"
+    );
+    for e in &section.escapes {
+        assert!(
+            e.site == site::BOTTOM_NODE0 || e.site == site::BOTTOM_NODE1,
+            "{e:?}"
+        );
+        assert_eq!(e.escaped_bytes, 0xffff);
+        assert!(e.nearest_below.is_some() || e.nearest_above.is_some());
+        let in_hole = (scene::UNREADABLE_AT..scene::TILES_AT).contains(&e.address);
+        assert!(in_hole, "{:#x}", e.address);
+    }
+    assert!(
+        section
+            .captured
+            .iter()
+            .any(|c| matches!(c.route, Route::Lds { .. }))
+    );
+    assert!(
+        section
+            .captured
+            .iter()
+            .any(|c| matches!(c.route, Route::Scratch { .. }))
+    );
+}
+
+/// The program linked with each library by `spirv-link` runs the same pass as the program with the
+/// helper emitted into it.
+#[test]
+fn the_linked_program_gives_the_same_image() {
+    let Some(ctx) = context() else { return };
+    let grid = Grid::new(64, 64).unwrap();
+    let scene = Scene::new(scene_cfg(), grid).unwrap();
+    let host = HostSide::new(scene.clone()).unwrap();
+    let mut pass = DevicePass::new(&ctx, &host, layout(), true, GuestMemoryOn::Imported).unwrap();
+    let expected = scene.expected_image();
+    for v in Variant::ALL {
+        pass.run(v, &LaneSelection::none(), scene::CANARY_AT, &scene)
+            .unwrap();
+        assert_image(&pass, &expected, v.name());
+    }
+    let section = host
+        .decode(pass.layout(), &pass.instrumentation_words())
+        .unwrap();
+    assert_eq!(section.control, ControlStatus::Fired);
+    assert_quiet(&ctx);
+}
+
+/// A canary that a mapping holds does not escape, and the report says the control did not fire.
+#[test]
+fn a_control_that_does_not_fire_is_reported() {
+    let Some(ctx) = context() else { return };
+    let grid = Grid::new(16, 16).unwrap();
+    let scene = Scene::new(scene_cfg(), grid).unwrap();
+    let host = HostSide::new(scene.clone()).unwrap();
+    let mut pass = DevicePass::new(&ctx, &host, layout(), false, GuestMemoryOn::Imported).unwrap();
+    pass.run(
+        Variant::Instrumented,
+        &LaneSelection::none(),
+        scene::TOP_AT,
+        &scene,
+    )
+    .unwrap();
+    let section = host
+        .decode(pass.layout(), &pass.instrumentation_words())
+        .unwrap();
+    assert_eq!(section.control, ControlStatus::NotFired);
+    assert!(section.captured.is_empty());
+    assert_quiet(&ctx);
+}
+
+/// The guest span copied to device-local memory, the table pointing into the copy: the same pass.
+#[test]
+fn a_device_local_copy_gives_the_same_pass() {
+    let Some(ctx) = context() else { return };
+    let grid = Grid::new(32, 32).unwrap();
+    let scene = Scene::new(scene_cfg(), grid).unwrap();
+    let host = HostSide::new(scene.clone()).unwrap();
+    let mut pass =
+        DevicePass::new(&ctx, &host, layout(), false, GuestMemoryOn::DeviceLocal).unwrap();
+    let expected = scene.expected_image();
+    for v in Variant::ALL {
+        pass.run(v, &LaneSelection::none(), scene::CANARY_AT, &scene)
+            .unwrap();
+        assert_image(&pass, &expected, v.name());
+    }
+    let section = host
+        .decode(pass.layout(), &pass.instrumentation_words())
+        .unwrap();
+    assert_eq!(section.control, ControlStatus::Fired);
+    assert_quiet(&ctx);
+}
