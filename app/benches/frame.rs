@@ -42,7 +42,14 @@ fn synthetic_session(n: usize) -> Session {
             &Progress::default(),
         )
         .unwrap();
-        for ((r, t), m) in s.reports.into_iter().zip(s.tables).zip(s.memory) {
+        for ((r, t), m) in s
+            .reports
+            .in_memory_reports()
+            .iter()
+            .cloned()
+            .zip(s.tables)
+            .zip(s.memory)
+        {
             templates.push((r, t, m));
         }
     }
@@ -85,8 +92,10 @@ fn big_table_session() -> Session {
     assert_eq!(table.capacity(), 524_288);
     let template = synthetic_session(64)
         .reports
-        .into_iter()
+        .in_memory_reports()
+        .iter()
         .find(|r| r.table.is_some())
+        .cloned()
         .expect("a shipped device-addressed dispatch");
     let mut r = template;
     let occupied: Vec<usize> = table

@@ -329,12 +329,10 @@ fn trace_to(dest: &Path, title: &str, reports: ReportStream) -> anyhow::Result<u
             serde_json::to_writer(&mut *out, &v)?;
             Ok(())
         };
-        for (tid, name) in [(1, "frames and dispatches")] {
-            event(
-                &mut out,
-                serde_json::json!({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": name}}),
-            )?;
-        }
+        event(
+            &mut out,
+            serde_json::json!({"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "frames and dispatches"}}),
+        )?;
         event(
             &mut out,
             serde_json::json!({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": format!("dispatchscope: {title}")}}),

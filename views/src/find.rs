@@ -36,7 +36,7 @@ impl DispatchIndex {
     /// when the session is not the one indexed (fewer rows, or another first row).
     pub fn sync(&mut self, rows: &[DispatchRow]) {
         let first = rows.first().map(|r| r.index);
-        if rows.len() < self.len() || (self.len() > 0 && first != self.first_index) {
+        if rows.len() < self.len() || (!self.is_empty() && first != self.first_index) {
             *self = Self::default();
         }
         if self.starts.is_empty() {

@@ -81,8 +81,12 @@ pub fn bars(rows: &[DispatchRow]) -> (Vec<FrameBar>, bool) {
 /// The timeline's state: the bars, kept until the rows change.
 #[derive(Debug, Default)]
 pub struct TimelinePanel {
-    cache: Option<((usize, Option<u64>), Vec<FrameBar>, bool)>,
+    cache: Option<TimelineCache>,
 }
+
+/// The rows the bars were made from (how many, the first's index), the bars, and whether a
+/// frame ended at a `retire` event anywhere.
+type TimelineCache = ((usize, Option<u64>), Vec<FrameBar>, bool);
 
 impl TimelinePanel {
     /// The bars of `rows`, made again only when the rows changed.
@@ -192,15 +196,17 @@ pub fn pick(bars: &[FrameBar], x: f64, y: f64) -> Option<usize> {
     let b = bars
         .iter()
         .find(|b| (x - b.frame as f64).abs() <= per * 0.5)?;
-    if y >= 0.0 && y <= b.refused.1 as f64 {
-        if let Some(p) = b.refused.0 {
-            return Some(p);
-        }
+    if y >= 0.0
+        && y <= b.refused.1 as f64
+        && let Some(p) = b.refused.0
+    {
+        return Some(p);
     }
-    if y >= 0.0 && y <= b.escaped.1 as f64 {
-        if let Some(p) = b.escaped.0 {
-            return Some(p);
-        }
+    if y >= 0.0
+        && y <= b.escaped.1 as f64
+        && let Some(p) = b.escaped.0
+    {
+        return Some(p);
     }
     Some(b.first)
 }

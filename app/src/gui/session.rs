@@ -187,10 +187,10 @@ pub struct Session {
     pub rows: Vec<DispatchRow>,
     /// Per dispatch: the chunk table as it stood after the dispatch, if one existed yet (a
     /// session held in memory; a capture's come from its checkpoints).
-    tables: Vec<Option<TableSnapshot>>,
+    pub(crate) tables: Vec<Option<TableSnapshot>>,
     /// Per dispatch: guest memory as the dispatch left it, shared while unchanged (a session held
     /// in memory).
-    memory: Vec<Arc<MemoryView>>,
+    pub(crate) memory: Vec<Arc<MemoryView>>,
     /// Something the person should know that did not stop the load (a capture's torn tail).
     pub warning: Option<String>,
     /// Why the Memory and Chunk table panels lack engine state, when they do.

@@ -6,14 +6,14 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use dispatchscope_core::backend::BackendError;
-use dispatchscope_core::report::Placement;
 use dispatchscope_core::chunk_table::ChunkTable;
 use dispatchscope_core::engine::EngineError;
 use dispatchscope_core::exec::{Job, Outcome as RunOutcome};
-use dispatchscope_core::memory::GuestMemory;
-use dispatchscope_core::{Backend, ByteRange, CpuBackend, Engine};
 use dispatchscope_core::input::{DeviceLimits, DispatchInput, Event};
+use dispatchscope_core::memory::GuestMemory;
 use dispatchscope_core::report::DispatchReport;
+use dispatchscope_core::report::Placement;
+use dispatchscope_core::{Backend, ByteRange, CpuBackend, Engine};
 use dispatchscope_formats::sample::{Provenance, SAMPLE_VERSION};
 use dispatchscope_formats::session::{CAPTURE_FORMAT, CaptureMeta, DispatchRecord, SessionError};
 use dispatchscope_formats::stream::SessionWriter;
@@ -114,7 +114,10 @@ fn create(limits: DeviceLimits, out: *mut ds_engine) -> Outcome {
 }
 
 /// Registers an engine on `backend` (which brings its device's own limits) for an emulator.
-pub(crate) fn insert_engine(backend: impl Backend + Send + 'static, out: *mut ds_engine) -> Outcome {
+pub(crate) fn insert_engine(
+    backend: impl Backend + Send + 'static,
+    out: *mut ds_engine,
+) -> Outcome {
     let limits = DeviceLimits {
         name: backend.name(),
         ..DeviceLimits::default()
@@ -122,7 +125,11 @@ pub(crate) fn insert_engine(backend: impl Backend + Send + 'static, out: *mut ds
     create_on(limits, backend, out)
 }
 
-fn create_on(limits: DeviceLimits, backend: impl Backend + Send + 'static, out: *mut ds_engine) -> Outcome {
+fn create_on(
+    limits: DeviceLimits,
+    backend: impl Backend + Send + 'static,
+    out: *mut ds_engine,
+) -> Outcome {
     if out.is_null() {
         return Err(crate::ffi::null("out"));
     }
@@ -160,7 +167,10 @@ pub unsafe extern "C" fn ds_limits_default(out: *mut ds_limits) -> ds_status {
 /// `limits` must be null (an error) or point at a `ds_limits` whose `name` is null or a
 /// NUL-terminated string; `out` must be null (an error) or valid for a write.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ds_engine_create(limits: *const ds_limits, out: *mut ds_engine) -> ds_status {
+pub unsafe extern "C" fn ds_engine_create(
+    limits: *const ds_limits,
+    out: *mut ds_engine,
+) -> ds_status {
     boundary(|| {
         if limits.is_null() {
             return Err(crate::ffi::null("limits"));
@@ -199,7 +209,9 @@ pub extern "C" fn ds_engine_destroy(engine: ds_engine) -> ds_status {
     boundary(|| {
         let entry = ENGINES.remove(engine, "engine")?;
         // A call in flight on another thread finishes first; a poisoned engine is still freed.
-        let mut state = entry.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = entry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         match state.capture.take() {
             Some(c) => c.writer.finish().map_err(capture_error),
             None => Ok(()),
@@ -225,7 +237,9 @@ pub unsafe extern "C" fn ds_engine_load_contents(
         if address.checked_add(len as u64).is_none() {
             return Err(Failure::new(
                 ds_status::DS_BAD_INPUT,
-                format!("contents of {len} bytes at {address:#x} pass the end of the address space"),
+                format!(
+                    "contents of {len} bytes at {address:#x} pass the end of the address space"
+                ),
             ));
         }
         s.engine.load_contents(address, bytes);
@@ -246,7 +260,11 @@ pub unsafe extern "C" fn ds_engine_load_contents(
 /// # Safety
 /// `json` must point at `len` readable bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ds_engine_apply_json(engine: ds_engine, json: *const u8, len: usize) -> ds_status {
+pub unsafe extern "C" fn ds_engine_apply_json(
+    engine: ds_engine,
+    json: *const u8,
+    len: usize,
+) -> ds_status {
     with_engine(engine, |s| {
         // SAFETY: the caller promises `len` bytes at `json`.
         let bytes = unsafe { bytes_arg(json, len, "json") }?;
@@ -309,7 +327,10 @@ pub unsafe extern "C" fn ds_engine_dispatch_json(
 /// `dispatch` must be null (an error) or point at a `ds_dispatch` whose `slots` and `push` point
 /// at `n_slots` and `n_push` elements (or are null with a count of 0).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ds_engine_dispatch(engine: ds_engine, dispatch: *const ds_dispatch) -> ds_status {
+pub unsafe extern "C" fn ds_engine_dispatch(
+    engine: ds_engine,
+    dispatch: *const ds_dispatch,
+) -> ds_status {
     with_engine(engine, |s| {
         if dispatch.is_null() {
             return Err(crate::ffi::null("dispatch"));
@@ -350,12 +371,18 @@ pub unsafe extern "C" fn ds_engine_report_json(
         }
         if s.last_json.is_none() {
             let json = serde_json::to_vec(last(s)?).map_err(|e| {
-                Failure::new(ds_status::DS_ENGINE, format!("the report cannot be encoded: {e}"))
+                Failure::new(
+                    ds_status::DS_ENGINE,
+                    format!("the report cannot be encoded: {e}"),
+                )
             })?;
             // JSON text never holds a raw NUL: serde_json escapes it.
             s.last_json = Some(CString::new(json).unwrap_or_default());
         }
-        let json = s.last_json.as_ref().map_or(std::ptr::null(), |j| j.as_ptr());
+        let json = s
+            .last_json
+            .as_ref()
+            .map_or(std::ptr::null(), |j| j.as_ptr());
         let n = s.last_json.as_ref().map_or(0, |j| j.as_bytes().len());
         // SAFETY: `out` is non-null and valid for a write, as the caller promises.
         unsafe { write_out(out, json, "out") }?;
@@ -415,7 +442,10 @@ pub unsafe extern "C" fn ds_engine_listen(
         // SAFETY: the caller promises NUL-terminated strings (or null where allowed).
         let addr = unsafe { str_arg(addr, "addr") }?;
         let listen: SocketAddr = addr.parse().map_err(|e| {
-            Failure::new(ds_status::DS_BAD_INPUT, format!("addr {addr:?} is no socket address: {e}"))
+            Failure::new(
+                ds_status::DS_BAD_INPUT,
+                format!("addr {addr:?} is no socket address: {e}"),
+            )
         })?;
         let token = if token.is_null() {
             None

@@ -100,7 +100,11 @@ pub(crate) fn boundary(body: impl FnOnce() -> Outcome) -> ds_status {
 ///
 /// # Safety
 /// A non-null `ptr` must point at `len` readable bytes that outlive the call.
-pub(crate) unsafe fn bytes_arg<'a>(ptr: *const u8, len: usize, what: &str) -> Result<&'a [u8], Failure> {
+pub(crate) unsafe fn bytes_arg<'a>(
+    ptr: *const u8,
+    len: usize,
+    what: &str,
+) -> Result<&'a [u8], Failure> {
     if ptr.is_null() {
         return Err(null(what));
     }
@@ -118,16 +122,19 @@ pub(crate) unsafe fn str_arg<'a>(ptr: *const c_char, what: &str) -> Result<&'a s
     }
     // SAFETY: the caller promises a NUL-terminated string at a non-null `ptr` for the call.
     let s = unsafe { CStr::from_ptr(ptr) };
-    s.to_str().map_err(|e| {
-        Failure::new(ds_status::DS_BAD_INPUT, format!("{what} is not UTF-8: {e}"))
-    })
+    s.to_str()
+        .map_err(|e| Failure::new(ds_status::DS_BAD_INPUT, format!("{what} is not UTF-8: {e}")))
 }
 
 /// A slice argument of `n` elements; null is allowed when `n` is 0.
 ///
 /// # Safety
 /// A non-null `ptr` must point at `n` initialised `T`s that outlive the call.
-pub(crate) unsafe fn slice_arg<'a, T>(ptr: *const T, n: usize, what: &str) -> Result<&'a [T], Failure> {
+pub(crate) unsafe fn slice_arg<'a, T>(
+    ptr: *const T,
+    n: usize,
+    what: &str,
+) -> Result<&'a [T], Failure> {
     if n == 0 {
         return Ok(&[]);
     }

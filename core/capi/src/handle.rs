@@ -118,7 +118,10 @@ mod tests {
         let r = Registry::new();
         let a = r.insert(1u32);
         assert!(r.remove(a, "x").is_ok());
-        assert_eq!(r.remove(a, "x").err().map(|f| f.status), Some(ds_status::DS_INVALID_HANDLE));
+        assert_eq!(
+            r.remove(a, "x").err().map(|f| f.status),
+            Some(ds_status::DS_INVALID_HANDLE)
+        );
         let b = r.insert(2u32);
         assert_ne!(a, b, "the slot is reused with a new generation");
         assert!(r.get(a, "x").is_err());

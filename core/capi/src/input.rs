@@ -195,7 +195,9 @@ impl ds_slot {
     fn to_slot(self, i: usize) -> Result<Slot, Failure> {
         let unknown = self.flags & !KNOWN_SLOT_FLAGS;
         if unknown != 0 {
-            return Err(bad(format!("slots[{i}].flags has unknown bits {unknown:#x}")));
+            return Err(bad(format!(
+                "slots[{i}].flags has unknown bits {unknown:#x}"
+            )));
         }
         let format = match self.format {
             DS_FORMAT_NONE => None,
@@ -247,11 +249,17 @@ impl ds_dispatch {
         into.kind = match self.kind {
             0 => DispatchKind::Compute,
             1 => DispatchKind::Graphics,
-            n => return Err(bad(format!("dispatch.kind is {n}; it is 0 (compute) or 1 (graphics)"))),
+            n => {
+                return Err(bad(format!(
+                    "dispatch.kind is {n}; it is 0 (compute) or 1 (graphics)"
+                )));
+            }
         };
         let unknown = self.reasons & !((1 << REASONS.len()) - 1);
         if unknown != 0 {
-            return Err(bad(format!("dispatch.reasons has unknown bits {unknown:#x}")));
+            return Err(bad(format!(
+                "dispatch.reasons has unknown bits {unknown:#x}"
+            )));
         }
         into.program = self.program;
         into.label.clear();

@@ -51,7 +51,7 @@ mod vulkan;
 pub use engine::*;
 pub use ffi::{ds_last_error, ds_status};
 pub use input::{
-    DS_BASE_DESCRIPTOR, DS_BASE_PUSH_BLOCK, DS_FORMAT_NONE, DS_NO_ALIAS, DS_SLOT_RESOLVED,
-    DS_SLOT_INDEX_FROM_LANE, DS_SLOT_WRITTEN, ds_dispatch, ds_limits, ds_mode, ds_slot,
+    DS_BASE_DESCRIPTOR, DS_BASE_PUSH_BLOCK, DS_FORMAT_NONE, DS_NO_ALIAS, DS_SLOT_INDEX_FROM_LANE,
+    DS_SLOT_RESOLVED, DS_SLOT_WRITTEN, ds_dispatch, ds_limits, ds_mode, ds_slot,
 };
 pub use vulkan::{ds_engine_create_vulkan, ds_vulkan_device};

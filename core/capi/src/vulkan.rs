@@ -113,7 +113,11 @@ pub unsafe extern "C" fn ds_engine_create_vulkan(
         }
         // SAFETY: the caller promises `n_enabled_extensions` NUL-terminated names.
         let names = unsafe {
-            slice_arg(d.enabled_extensions, d.n_enabled_extensions, "device.enabled_extensions")
+            slice_arg(
+                d.enabled_extensions,
+                d.n_enabled_extensions,
+                "device.enabled_extensions",
+            )
         }?;
         let mut enabled_extensions = Vec::with_capacity(names.len());
         for (i, &n) in names.iter().enumerate() {

@@ -60,7 +60,11 @@ fn bad_input_from_c_is_a_status_and_a_message() {
     );
     let run = Command::new(&exe).output().unwrap();
     let out = String::from_utf8_lossy(&run.stdout);
-    assert!(run.status.success(), "bad_input failed:\n{out}{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "bad_input failed:\n{out}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     assert!(out.contains("destroy again: status 2"), "{out}");
     assert!(out.ends_with("0 failures\n"), "{out}");
 }
@@ -237,7 +241,9 @@ fn a_capture_begun_mid_session_replays_to_the_same_reports() {
         };
         match step {
             // SAFETY: valid pointers.
-            Step::Event(_) => ok(unsafe { ds_engine_apply_json(engine, json.as_ptr(), json.len()) }),
+            Step::Event(_) => {
+                ok(unsafe { ds_engine_apply_json(engine, json.as_ptr(), json.len()) })
+            }
             Step::Dispatch(_) => {
                 // SAFETY: valid pointers.
                 ok(unsafe { ds_engine_dispatch_json(engine, json.as_ptr(), json.len()) });
@@ -264,6 +270,12 @@ fn a_capture_begun_mid_session_replays_to_the_same_reports() {
         .iter()
         .map(|r| serde_json::to_value(r.mode).unwrap())
         .collect();
-    assert_eq!(modes, expected, "the capture replays to the modes it recorded");
-    assert!(recorded.iter().all(Option::is_some), "every dispatch carries its report");
+    assert_eq!(
+        modes, expected,
+        "the capture replays to the modes it recorded"
+    );
+    assert!(
+        recorded.iter().all(Option::is_some),
+        "every dispatch carries its report"
+    );
 }

@@ -290,7 +290,8 @@ impl TableState {
 /// Every slot of a full record.
 fn full_image(header: &TableHeader, body: &[u8]) -> Result<Vec<TableSlot>, String> {
     let slot_bytes = std::mem::size_of::<TableSlot>();
-    if body.len() % slot_bytes != 0 || (body.len() / slot_bytes) as u64 != header.capacity {
+    if !body.len().is_multiple_of(slot_bytes) || (body.len() / slot_bytes) as u64 != header.capacity
+    {
         return Err(format!(
             "says {} slots but holds {} bytes of slots",
             header.capacity,
@@ -308,7 +309,7 @@ fn full_image(header: &TableHeader, body: &[u8]) -> Result<Vec<TableSlot>, Strin
 
 /// Applies a delta record's body to `image`.
 fn apply_delta(image: &mut [TableSlot], body: &[u8]) -> Result<(), String> {
-    if body.len() % DELTA_ENTRY_BYTES != 0 {
+    if !body.len().is_multiple_of(DELTA_ENTRY_BYTES) {
         return Err(format!(
             "a delta of {} bytes, not a multiple of {DELTA_ENTRY_BYTES}",
             body.len()
