@@ -2,6 +2,8 @@
 //! search box and bookmarks. It draws [`DispatchRow`] summaries, so that a session of a hundred
 //! thousand dispatches costs only the rows on screen; it never holds a report.
 
+pub mod find;
+
 use dispatchscope_core::report::{Counts, Mode};
 use dispatchscope_core::{DispatchReport, Rule};
 use egui::{Id, RichText, Sense};
@@ -9,8 +11,8 @@ use egui_extras::{Column, TableBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::Action;
-use crate::find::Finder;
 use crate::style::{self, hex, mono};
+use find::Finder;
 
 /// The rules a dispatch cites, as one bit per [`Rule::ALL`] entry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -144,9 +146,9 @@ pub struct Filter {
 }
 
 impl Filter {
-    /// Whether the row at `pos` passes (one row; [`crate::find::Finder`] answers a session).
+    /// Whether the row at `pos` passes (one row; [`find::Finder`] answers a session).
     pub fn passes(&self, pos: usize, row: &DispatchRow, bookmarks: &[usize]) -> bool {
-        let mut finder = crate::find::Finder::default();
+        let mut finder = find::Finder::default();
         let one = std::slice::from_ref(row);
         let marks: Vec<usize> = bookmarks.contains(&pos).then_some(0).into_iter().collect();
         !finder.find(one, self, &marks).is_empty()

@@ -12,10 +12,16 @@ use dispatchscope_formats::sample::{Sample, Step};
 use dispatchscope_formats::session::{CaptureFile, Opened, open};
 use dispatchscope_formats::shipped::SAMPLES;
 
-/// The folder cargo put this test's crate's libraries in (`target/<profile>`).
+/// The folder cargo put this crate's cdylib in: `target/<profile>` when this package is tested
+/// alone, `target/<profile>/deps` (beside this test) when it is built as another's dependency.
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+    let deps = exe.parent().unwrap();
+    [deps, deps.parent().unwrap()]
+        .into_iter()
+        .find(|d| d.join("libdispatchscope_capi.so").exists())
+        .unwrap_or(deps)
+        .to_path_buf()
 }
 
 fn message() -> String {

@@ -9,6 +9,9 @@
 
 use std::collections::HashMap;
 
+/// The push block's link name.
+pub const PUSH_SYMBOL: &str = "dispatchscope_push";
+
 use rspirv::dr::{Builder, InsertPoint, Instruction, Operand};
 use rspirv::spirv::{
     AddressingModel, Capability, Decoration, ExecutionMode, ExecutionModel, FunctionControl,
@@ -469,10 +472,10 @@ impl Asm {
     }
 
     /// Makes this a module that links: the Linkage capability, and the push block shared by name
-    /// ([`super::library::PUSH_SYMBOL`]), imported by a library, exported by a program.
+    /// ([`PUSH_SYMBOL`]), imported by a library, exported by a program.
     pub(super) fn linkable(&mut self, push: LinkageType) {
         self.b.capability(Capability::Linkage);
-        self.link(self.push_var, super::library::PUSH_SYMBOL, push);
+        self.link(self.push_var, PUSH_SYMBOL, push);
     }
 
     /// Decorates `id` (a function or a global) with `LinkageAttributes name kind`.

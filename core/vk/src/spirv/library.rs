@@ -64,8 +64,7 @@ use dispatchscope_core::instrument::{
     header, route, site,
 };
 
-/// The push block's link name.
-pub const PUSH_SYMBOL: &str = "dispatchscope_push";
+pub use super::asm::PUSH_SYMBOL;
 
 /// The exported functions' link names.
 pub mod symbol {

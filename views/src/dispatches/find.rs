@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::dispatches::{DispatchRow, Filter};
+use super::{DispatchRow, Filter};
 
 /// The lower-case search text of every row, back to back, each followed by `'\n'`.
 #[derive(Clone, Debug, Default)]
