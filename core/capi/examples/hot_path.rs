@@ -10,44 +10,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, unsafe_code, missing_docs)]
 
 use dispatchscope_capi::*;
-use dispatchscope_core::input::{BaseSource, DeviceLimits, DispatchInput, Event, Reason, Slot};
-use dispatchscope_core::{ByteRange, Engine};
+use dispatchscope_core::Engine;
+use dispatchscope_core::input::{DeviceLimits, DispatchInput, Reason};
+
+#[path = "../benches/fixture/mod.rs"]
+mod fixture;
+use fixture::{reserve, rust_input, slots};
 
 const N: usize = 2000;
-
-fn slots() -> Vec<ds_slot> {
-    (0..24u32)
-        .map(|i| {
-            let written = i < 16;
-            let base = if written {
-                0x10_0000 + u64::from(i / 4) * 0x1_0000 + u64::from(i % 4) * 0x800
-            } else {
-                0x80_0000 + u64::from(i) * 0x1000
-            };
-            ds_slot {
-                slot: i,
-                flags: DS_SLOT_RESOLVED | if written { DS_SLOT_WRITTEN } else { 0 },
-                base,
-                size_bytes: 0x1000,
-                alias_of: DS_NO_ALIAS,
-                format: DS_FORMAT_NONE,
-                stride_bytes: 0,
-                base_source: DS_BASE_DESCRIPTOR,
-                base_word: 0,
-            }
-        })
-        .collect()
-}
-
-fn reserve() -> Event {
-    Event::Reserve {
-        range: ByteRange::new(0x10_0000, 0x100_0000),
-        readable: true,
-        writable: true,
-        committed: true,
-        backing: Default::default(),
-    }
-}
 
 #[inline(never)]
 fn rust_loop(engine: &mut Engine, input: &DispatchInput) {
@@ -71,28 +41,7 @@ fn main() {
     for (reasons, bits) in [(vec![], 0u32), (vec![Reason::D753], 1u32)] {
         let mut engine = Engine::cpu(DeviceLimits::default()).unwrap();
         engine.apply(&reserve()).unwrap();
-        let input = DispatchInput {
-            program: 0x4000,
-            push: push.to_vec(),
-            reasons,
-            slots: slots
-                .iter()
-                .map(|s| Slot {
-                    slot: s.slot,
-                    base: s.base,
-                    size_bytes: s.size_bytes,
-                    written: s.flags & DS_SLOT_WRITTEN != 0,
-                    base_source: BaseSource::Descriptor,
-                    alias_of: None,
-                    format: None,
-                    resolved: true,
-                    stride_bytes: 0,
-                    swizzle: None,
-                    index_from_lane: false,
-                })
-                .collect(),
-            ..DispatchInput::default()
-        };
+        let input = rust_input(&slots, &reasons, &push);
         rust_loop(&mut engine, &input);
 
         let mut handle: ds_engine = 0;
