@@ -302,18 +302,12 @@ impl Mappings {
             let reservation = memory
                 .reservation_at(l.guest.start)
                 .map_or(l.guest.start, |r| r.range.start);
-            for (r, cat) in stretches(memory, l.guest) {
-                match cat {
-                    None => {
-                        self.import(backend, memory, r, reservation, before, true)?;
-                        mapped.push(r);
-                    }
-                    Some(reason) => {
-                        self.left_out
-                            .insert(r.start, LeftOutReport { guest: r, reason });
-                    }
+            let parts = stretches(memory, l.guest);
+            self.map_parts(backend, memory, parts, (reservation, before, true), |r, cat| {
+                if cat.is_none() {
+                    mapped.push(r);
                 }
-            }
+            })?;
         }
         Ok(mapped)
     }
@@ -345,25 +339,38 @@ impl Mappings {
             }
             self.version += 1;
             self.release_piece(backend, p.guest.start)?;
-            for (r, cat) in parts {
-                match cat {
-                    None => self.import(
-                        backend,
-                        memory,
-                        r,
-                        p.reservation,
-                        p.mapped_before_dispatch,
-                        p.by_revisit,
-                    )?,
-                    Some(reason) => {
-                        self.left_out
-                            .insert(r.start, LeftOutReport { guest: r, reason });
-                        dropped.push((r, reason));
-                    }
+            let how = (p.reservation, p.mapped_before_dispatch, p.by_revisit);
+            self.map_parts(backend, memory, parts, how, |r, cat| {
+                if let Some(reason) = cat {
+                    dropped.push((r, reason));
                 }
-            }
+            })?;
         }
         Ok(dropped)
+    }
+
+    /// Maps each part of a stretch that qualifies (`None`) and leaves out the rest with its
+    /// reason; `seen` is told of every part. `how` is the new pieces' reservation, whether they
+    /// were mapped before the dispatch, and whether a revisit (M5) mapped them.
+    fn map_parts(
+        &mut self,
+        backend: &mut dyn Backend,
+        memory: &GuestMemory,
+        parts: Vec<(ByteRange, Option<LeftOutReason>)>,
+        (reservation, before, by_revisit): (u64, u64, bool),
+        mut seen: impl FnMut(ByteRange, Option<LeftOutReason>),
+    ) -> Result<(), BackendError> {
+        for (r, cat) in parts {
+            match cat {
+                None => self.import(backend, memory, r, reservation, before, by_revisit)?,
+                Some(reason) => {
+                    self.left_out
+                        .insert(r.start, LeftOutReport { guest: r, reason });
+                }
+            }
+            seen(r, cat);
+        }
+        Ok(())
     }
 
     /// M4: drops every mapping over `range` before its host memory goes (decommit or release).
