@@ -303,11 +303,17 @@ impl Mappings {
                 .reservation_at(l.guest.start)
                 .map_or(l.guest.start, |r| r.range.start);
             let parts = stretches(memory, l.guest);
-            self.map_parts(backend, memory, parts, (reservation, before, true), |r, cat| {
-                if cat.is_none() {
-                    mapped.push(r);
-                }
-            })?;
+            self.map_parts(
+                backend,
+                memory,
+                parts,
+                (reservation, before, true),
+                |r, cat| {
+                    if cat.is_none() {
+                        mapped.push(r);
+                    }
+                },
+            )?;
         }
         Ok(mapped)
     }
