@@ -89,7 +89,8 @@ pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
             .map_err(|e| BadInput(e.to_string()))?;
         if let Some(report) = record.report {
             let title = c.meta().title.clone();
-            return print_reports(args, &title, &[report]);
+            let programs = c.meta().programs.clone();
+            return print_reports(args, &title, &programs, &[report]);
         }
     }
     let loaded = load(&args.file)?;
@@ -110,7 +111,11 @@ pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
     let recorded: Option<Vec<DispatchReport>> = loaded.recorded.iter().cloned().collect();
     let reports = match recorded {
         Some(r) if !overrides && !r.is_empty() => r,
-        _ => run_sample(args.backend, sample, &args.file, limits)?,
+        _ => {
+            let mut replayed = run_sample(args.backend, sample, &args.file, limits)?;
+            session::keep_recorded_sections(&mut replayed, &loaded.recorded);
+            replayed
+        }
     };
     let chosen: Vec<DispatchReport> = match args.dispatch {
         Some(n) => vec![
@@ -129,12 +134,13 @@ pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
         ],
         None => reports,
     };
-    print_reports(args, &sample.title, &chosen)
+    print_reports(args, &sample.title, &sample.programs, &chosen)
 }
 
 fn print_reports(
     args: &ExplainArgs,
     title: &str,
+    programs: &[dispatchscope_formats::sample::Program],
     reports: &[DispatchReport],
 ) -> anyhow::Result<()> {
     if args.json {
@@ -155,7 +161,9 @@ fn print_reports(
         println!("{} — {title}", args.file.display());
         for r in reports {
             println!();
-            print!("{}", explain(r, detail));
+            // The instruction beside each escape, from the programs the session carries.
+            let text = explain(r, detail);
+            print!("{}", crate::disasm_cli::with_instructions(&text, programs));
         }
     }
     Ok(())

@@ -131,3 +131,57 @@ fn listing(path: &Path, only: Option<u64>) -> anyhow::Result<String> {
     }
     Ok(out)
 }
+
+/// The decoded instruction at `pc` in whichever of `programs` holds it, or `None` when no
+/// program the session carries covers `pc`.
+pub fn instruction_at(
+    programs: &[dispatchscope_formats::sample::Program],
+    pc: u64,
+) -> Option<dispatchscope_rdna::Instruction> {
+    let p = programs
+        .iter()
+        .find(|p| pc >= p.address && pc - p.address < p.code.len() as u64)?;
+    let offset = usize::try_from(pc - p.address).ok()?;
+    Some(dispatchscope_rdna::decode_one(p.code.get(offset..)?, pc))
+}
+
+/// `explain`'s text with the instruction beside each escape: after every `ESCAPE` line whose pc
+/// lies in a program the session carries, a line `at 0x…: <instruction as LLVM prints it>`.
+/// Lines are otherwise unchanged, so the text stays what `dispatchscope_core::explain` wrote.
+pub fn with_instructions(
+    text: &str,
+    programs: &[dispatchscope_formats::sample::Program],
+) -> String {
+    if programs.is_empty() {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + text.len() / 8);
+    for line in text.split_inclusive('\n') {
+        out.push_str(line);
+        let trimmed = line.trim_start();
+        if !trimmed.starts_with("ESCAPE") {
+            continue;
+        }
+        let Some(pc) = escape_pc(trimmed) else {
+            continue;
+        };
+        if let Some(inst) = instruction_at(programs, pc) {
+            if !line.ends_with('\n') {
+                out.push('\n');
+            }
+            let indent = line.len() - trimmed.len();
+            let _ = writeln!(out, "{:indent$}  at {pc:#x}: {}", "", inst.text);
+        }
+    }
+    out
+}
+
+/// The `pc 0x…` an escape line names.
+fn escape_pc(line: &str) -> Option<u64> {
+    let at = line.find("pc 0x")?;
+    let hex: String = line[at + 5..]
+        .chars()
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    u64::from_str_radix(&hex, 16).ok()
+}

@@ -53,6 +53,14 @@ pub struct DemoArgs {
     /// game's 12,000 dispatches a second.
     #[arg(long, default_value_t = dispatchscope_demo::GAME_DISPATCHES_PER_FRAME)]
     pub dispatches_per_frame: u32,
+    /// Run the full-screen traversal pass on Vulkan every frame at this grid (e.g. 1920x1080),
+    /// one instrumented dispatch a frame streamed to the debugger, instead of the CPU scene
+    /// (issue 14; one tap serves one engine, and the pass's engine holds the pass's memory).
+    #[arg(long, value_parser = crate::pass_demo::parse_resolution)]
+    pub resolution: Option<crate::pass_demo::Resolution>,
+    /// The pass, with --resolution.
+    #[command(flatten)]
+    pub pass: crate::pass_demo::PassOptions,
 }
 
 /// What `attach --break-on` runs to.
@@ -157,6 +165,10 @@ pub fn demo_cmd(args: &DemoArgs) -> anyhow::Result<()> {
         ""
     };
     println!("  attach with: dispatchscope attach {reach}{flag} --steps 3");
+    if let Some(res) = args.resolution {
+        let fps = (args.fps > 0.0).then_some(args.fps);
+        return crate::pass_demo::demo_pass(&mut tap, res, &args.pass, args.frames, fps);
+    }
     let mut demo = Demo::new(DemoConfig {
         seed: args.seed,
         refusal_every: args.refusal_every,

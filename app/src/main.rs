@@ -9,6 +9,7 @@ mod disasm_cli;
 mod gui;
 mod live_cli;
 mod load;
+mod pass_demo;
 mod vk_cli;
 
 use std::path::PathBuf;
@@ -51,6 +52,8 @@ enum Command {
     Verify(vk_cli::VerifyArgs),
     /// Write the lookup helper as a linkable SPIR-V library (`-o helper.spv`), for a translator to link with spirv-link.
     SpirvHelper(vk_cli::SpirvHelperArgs),
+    /// Run the full-screen traversal pass on Vulkan (`--resolution 1920x1080 --frames N`) and write a capture of its instrumented dispatches (`-o pass.dscap`).
+    Pass(pass_demo::PassArgs),
     /// Export a sample or capture: `--trace OUT.json` writes a Chrome/Perfetto trace (ui.perfetto.dev).
     Export(cli::ExportArgs),
     /// List a sample's programs as RDNA2 code (`--program ADDR` for one), or decode raw code (`--raw CODE.bin`).
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Some(Command::Record(args)) => live_cli::record_cmd(args),
         Some(Command::Verify(args)) => vk_cli::verify_cmd(args),
         Some(Command::SpirvHelper(args)) => vk_cli::spirv_helper_cmd(args),
+        Some(Command::Pass(args)) => pass_demo::pass_cmd(args),
         Some(Command::Export(args)) => cli::export_cmd(args),
         Some(Command::Disasm(args)) => disasm_cli::disasm_cmd(args),
         None => gui::run_gui(cli.files.clone()),

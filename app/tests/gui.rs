@@ -839,7 +839,7 @@ fn a_click_on_the_timeline_selects_a_frame() {
     );
     // Each is its frame's first dispatch, or its first refused or escaped one (a click on that
     // part of the bar).
-    let rows = h.state().session.as_ref().unwrap().rows.clone();
+    let rows: Vec<_> = h.state().session.as_ref().unwrap().rows.iter().collect();
     for &p in &picked {
         let start = *starts.iter().rev().find(|&&s| s <= p).unwrap();
         let first_with = |f: &dyn Fn(&dispatchscope_views::DispatchRow) -> bool| {

@@ -14,6 +14,8 @@
 mod common;
 #[path = "../src/gui/mod.rs"]
 mod gui;
+#[path = "common/live_feed.rs"]
+mod live_feed;
 #[path = "../src/load.rs"]
 mod load;
 
@@ -45,13 +47,7 @@ fn until(h: &mut Harness<'static, GuiApp>, what: &str, done: impl Fn(&GuiApp) ->
 fn indices(app: &GuiApp) -> Vec<u64> {
     app.session
         .as_ref()
-        .map(|s| {
-            s.reports
-                .in_memory_reports()
-                .iter()
-                .map(|r| r.index)
-                .collect()
-        })
+        .map(|s| s.rows.iter().map(|r| r.index).collect())
         .unwrap_or_default()
 }
 
@@ -266,24 +262,96 @@ fn a_live_session_is_recorded_whole_and_reads_back_from_its_file() {
     assert!(h.state_mut().attach(&ctx, &demo.addr.to_string(), None));
     until(&mut h, "dispatches", |a| indices(a).len() >= 20);
     h.get_by_label_contains("recorded");
-    let first = h
-        .state()
-        .session
-        .as_ref()
-        .unwrap()
-        .reports
-        .in_memory_reports()[0]
-        .clone();
-    let live = h.state_mut().live.as_mut().unwrap();
+    let live = h.state().live.as_ref().unwrap();
     assert!(live.stored() >= 20, "{} recorded", live.stored());
     let back = live.stored_report(0).unwrap();
+    // The session's row of the recording's first dispatch, and its report (read back from the
+    // file through the session when it has left the window of the latest).
+    let s = h.state_mut().session.as_mut().unwrap();
+    let pos = s.rows.position_of(back.index).expect("its row");
+    s.prepare(pos).unwrap();
+    let shown = s.reports.get(pos).unwrap().clone();
     assert_eq!(
-        back, first,
+        back, shown,
         "the store's file gives back what the window showed"
     );
+    let live = h.state_mut().live.as_mut().unwrap();
     live.detach();
     assert!(
         live.stored_report(live.stored() - 1).is_ok(),
         "and after a detach"
     );
+}
+
+/// Past the old cap of 20,000 dispatches a live session still lists every dispatch since attach,
+/// and shows the first one, read back from the store's file; the reports in memory stay within the
+/// window and the cache (counted, not timed) while the rows grow with the session.
+#[test]
+fn a_live_session_past_the_old_cap_lists_and_shows_its_first_dispatch() {
+    use gui::session::{LIVE_WINDOW, REPORT_CACHE};
+    let demo = DemoTarget::start(None).unwrap();
+    let addr = demo.addr.to_string();
+    let feed = live_feed::Feed::collect(&addr, 40);
+    // The window's link, attached and then detached: the recording stays open, and this test
+    // feeds it the way `LiveLink::drain` does, without a socket.
+    let mut link = gui::LiveLink::attach(&addr, None, std::sync::Arc::new(|| {})).unwrap();
+    link.detach();
+    drop(demo);
+    let mut session = gui::Session::live(&addr, "past the cap".into(), link.store());
+    let mut out = gui::live::Drained::default();
+    for m in &feed.start {
+        link.take_message(m.clone(), &mut session, &mut out);
+    }
+    let first = feed.first_index();
+    const N: u64 = 25_000;
+    let mut most_held = 0;
+    for i in 0..N {
+        link.take_message(feed.dispatch(first, i), &mut session, &mut out);
+        most_held = most_held.max(session.reports.held());
+    }
+    assert_eq!(out.dispatches as u64, N);
+    assert_eq!(session.rows.len() as u64, N, "every dispatch has its row");
+    assert_eq!(session.reports.len() as u64, N);
+    assert_eq!(
+        link.stored() as u64,
+        N,
+        "every dispatch is in the recording"
+    );
+    assert!(
+        most_held <= LIVE_WINDOW,
+        "{most_held} reports held, the window is {LIVE_WINDOW}"
+    );
+    assert_eq!(session.rows.index(0), Some(first));
+    assert_eq!(session.rows.index(N as usize - 1), Some(first + N - 1));
+    // The first dispatch left memory long ago.
+    assert!(session.reports.get(0).is_none());
+
+    // In the window: select the first dispatch (Home), as a person would.
+    let mut app = GuiApp::new(Settings::default());
+    app.live = Some(link);
+    app.set_session(session);
+    let mut h = harness(app);
+    h.run();
+    h.key_press_modifiers(Modifiers::NONE, Key::Home);
+    h.run_steps(2);
+    assert_eq!(h.state().sel.dispatch, 0);
+    assert!(h.state().error.is_none(), "{:?}", h.state().error);
+    let s = h.state().session.as_ref().unwrap();
+    let shown = s
+        .reports
+        .get(0)
+        .expect("the first dispatch, read back from the file");
+    assert_eq!(shown.index, first);
+    h.get_by_label(&format!("Dispatch {first}"));
+    // Visiting many old dispatches keeps at most the cache of them.
+    for pos in (0..20_000).step_by(500) {
+        h.state_mut()
+            .apply(dispatchscope_views::Action::SelectDispatch(pos));
+        let s = h.state().session.as_ref().unwrap();
+        assert_eq!(
+            s.reports.get(pos).map(|r| r.index),
+            Some(first + pos as u64)
+        );
+        assert!(s.reports.held() <= LIVE_WINDOW + REPORT_CACHE);
+    }
 }

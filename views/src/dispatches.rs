@@ -1,8 +1,10 @@
 //! The Dispatches panel: every dispatch of the session in a virtualised table, with filters, a
-//! search box and bookmarks. It draws [`DispatchRow`] summaries, so that a session of a hundred
-//! thousand dispatches costs only the rows on screen; it never holds a report.
+//! search box and bookmarks. It draws from [`Rows`] (every dispatch's summary in columns, about
+//! 20 bytes a dispatch), so that a session of ten million dispatches costs only the rows on screen
+//! (`TableBuilder`'s `body.rows` lays out those alone); it never holds a report.
 
 pub mod find;
+pub mod rows;
 
 use dispatchscope_core::report::{Counts, Mode};
 use dispatchscope_core::{DispatchReport, Rule};
@@ -13,6 +15,33 @@ use serde::{Deserialize, Serialize};
 use crate::Action;
 use crate::style::{self, hex, mono};
 use find::Finder;
+pub use rows::Rows;
+
+/// The counts a row shows: sets, refusals, escapes and marks (each saturates at `u32::MAX`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RowCounts {
+    /// Sets of two or more slots.
+    pub sets: u32,
+    /// Refusals.
+    pub refusals: u32,
+    /// Escapes.
+    pub escapes: u32,
+    /// Marked chunks.
+    pub marks: u32,
+}
+
+impl RowCounts {
+    /// The row's counts of a report's.
+    pub fn of(c: &Counts) -> Self {
+        let n = |x: usize| u32::try_from(x).unwrap_or(u32::MAX);
+        Self {
+            sets: n(c.sets),
+            refusals: n(c.refusals),
+            escapes: n(c.escapes),
+            marks: n(c.marks),
+        }
+    }
+}
 
 /// The rules a dispatch cites, as one bit per [`Rule::ALL`] entry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -55,7 +84,7 @@ pub struct DispatchRow {
     /// How it ran.
     pub mode: Mode,
     /// Its counts.
-    pub counts: Counts,
+    pub counts: RowCounts,
     /// The rules its refusals, escapes and hazards cite.
     pub rules: RuleSet,
     /// The frame it belongs to: how many `retire` events (the emulator's end of a frame) came
@@ -72,6 +101,11 @@ impl DispatchRow {
     /// The row of `report`, which follows `prev` in the session: its frame counts on from
     /// `prev`'s by the retire events before it.
     pub fn after(report: &DispatchReport, prev: Option<&DispatchRow>) -> Self {
+        Self::after_frame(report, prev.map_or(0, |p| p.frame))
+    }
+
+    /// The row of `report`, which follows a dispatch of frame `prev_frame`.
+    pub fn after_frame(report: &DispatchReport, prev_frame: u64) -> Self {
         let retires = report
             .events_before
             .iter()
@@ -82,9 +116,9 @@ impl DispatchRow {
             program: report.program,
             label: report.label.clone(),
             mode: report.mode,
-            counts: report.counts,
+            counts: RowCounts::of(&report.counts),
             rules: RuleSet::of(&report.rules_cited()),
-            frame: prev.map_or(0, |p| p.frame) + retires,
+            frame: prev_frame + retires,
         }
     }
 
@@ -93,30 +127,31 @@ impl DispatchRow {
         self.rules.contains(rule)
     }
 
-    /// Appends the lower-case text the search box matches: index, program, label, mode, rule ids.
-    pub fn write_search_text(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        let start = out.len();
-        let _ = write!(
-            out,
-            "{} {:#x} {} {}",
-            self.index,
-            self.program,
-            self.label,
-            self.mode.as_str()
-        );
-        for r in self.rules.iter() {
+    /// The lower-case text the search box matches beyond the index: program, label, mode, rule
+    /// ids. A row's whole search text is its index, a space, then this; a search word has no
+    /// space in it, so it is in the whole text exactly when it is in the index's digits or in
+    /// this (what lets [`Rows`] keep this text once per signature, not once per row).
+    pub fn signature_text(program: u64, label: &str, mode: Mode, rules: RuleSet) -> String {
+        let mut out = format!("{program:#x} {label} {}", mode.as_str());
+        for r in rules.iter() {
             out.push(' ');
             out.push_str(r.id());
         }
-        if out[start..]
-            .bytes()
-            .any(|b| b.is_ascii_uppercase() || !b.is_ascii())
-        {
-            let lower = out[start..].to_lowercase();
-            out.truncate(start);
-            out.push_str(&lower);
+        if out.bytes().any(|b| b.is_ascii_uppercase() || !b.is_ascii()) {
+            out = out.to_lowercase();
         }
+        out
+    }
+
+    /// Appends the lower-case text the search box matches: index, program, label, mode, rule ids.
+    pub fn write_search_text(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let _ = write!(
+            out,
+            "{} {}",
+            self.index,
+            Self::signature_text(self.program, &self.label, self.mode, self.rules)
+        );
     }
 
     /// The search text alone (tests).
@@ -149,9 +184,10 @@ impl Filter {
     /// Whether the row at `pos` passes (one row; [`find::Finder`] answers a session).
     pub fn passes(&self, pos: usize, row: &DispatchRow, bookmarks: &[usize]) -> bool {
         let mut finder = find::Finder::default();
-        let one = std::slice::from_ref(row);
+        let mut one = Rows::new();
+        one.push(row);
         let marks: Vec<usize> = bookmarks.contains(&pos).then_some(0).into_iter().collect();
-        !finder.find(one, self, &marks).is_empty()
+        !finder.find(&one, self, &marks).is_empty()
     }
 
     /// Whether any condition is set.
@@ -192,7 +228,7 @@ impl DispatchesPanel {
 
     /// The positions of the rows that pass the filter, from the [`Finder`]: the index is built
     /// once, and answers are reused, extended or narrowed when they can be.
-    pub fn visible(&mut self, rows: &[DispatchRow], bookmarks: &[usize]) -> &[usize] {
+    pub fn visible(&mut self, rows: &Rows, bookmarks: &[usize]) -> find::Shown<'_> {
         self.finder.find(rows, &self.filter, bookmarks)
     }
 
@@ -200,7 +236,7 @@ impl DispatchesPanel {
     pub fn ui(
         &mut self,
         ui: &mut egui::Ui,
-        rows: &[DispatchRow],
+        rows: &Rows,
         bookmarks: &[usize],
         current: usize,
     ) -> Vec<Action> {
@@ -210,7 +246,7 @@ impl DispatchesPanel {
         self.filters_ui(ui);
         let n_total = rows.len();
         let filter = self.filter.clone();
-        let visible: &[usize] = self.finder.find(rows, &filter, bookmarks);
+        let visible = self.finder.find(rows, &filter, bookmarks);
         ui.horizontal(|ui| {
             ui.label(
                 RichText::new(format!("{} of {} dispatches", visible.len(), n_total))
@@ -223,7 +259,7 @@ impl DispatchesPanel {
         });
         let scroll_to = if self.last_current != Some(current) {
             self.last_current = Some(current);
-            visible.binary_search(&current).ok()
+            visible.position_of(current)
         } else {
             None
         };
@@ -260,36 +296,40 @@ impl DispatchesPanel {
             })
             .body(|body| {
                 body.rows(row_height, visible.len(), |mut row| {
-                    let Some(&pos) = visible.get(row.index()) else {
+                    let Some(pos) = visible.get(row.index()) else {
                         return;
                     };
-                    let Some(d) = rows.get(pos) else { return };
+                    let (Some(index), Some(sig), Some(counts)) =
+                        (rows.index(pos), rows.signature(pos), rows.counts(pos))
+                    else {
+                        return;
+                    };
                     row.set_selected(pos == current);
                     let marked = bookmarks.contains(&pos);
                     row.col(|ui| {
                         let star = if marked { "★" } else { "☆" };
                         if ui
                             .add(egui::Button::new(star).frame(false))
-                            .on_hover_text(format!("Bookmark dispatch {} (Ctrl+B)", d.index))
+                            .on_hover_text(format!("Bookmark dispatch {index} (Ctrl+B)"))
                             .clicked()
                         {
                             actions.push(Action::ToggleBookmark(pos));
                         }
                     });
                     row.col(|ui| {
-                        ui.label(mono(d.index.to_string()));
+                        ui.label(mono(index.to_string()));
                     });
                     row.col(|ui| {
-                        style::addr_label(ui, mono(hex(d.program)));
+                        style::addr_label(ui, mono(hex(sig.program)));
                     });
                     row.col(|ui| {
-                        ui.label(style::mode_text(d.mode));
+                        ui.label(style::mode_text(sig.mode));
                     });
                     for (n, warn) in [
-                        (d.counts.sets, false),
-                        (d.counts.refusals, true),
-                        (d.counts.escapes, true),
-                        (d.counts.marks, false),
+                        (counts.sets, false),
+                        (counts.refusals, true),
+                        (counts.escapes, true),
+                        (counts.marks, false),
                     ] {
                         row.col(|ui| {
                             let t = mono(n.to_string());
@@ -301,7 +341,7 @@ impl DispatchesPanel {
                         });
                     }
                     row.col(|ui| {
-                        ui.add(egui::Label::new(&d.label).truncate());
+                        ui.add(egui::Label::new(rows.label(pos)).truncate());
                     });
                     if row.response().clicked() {
                         actions.push(Action::SelectDispatch(pos));

@@ -36,6 +36,10 @@ pub enum Command {
     Help,
     /// Pause a running live target, or let a paused one continue (F5).
     PauseContinue,
+    /// Show the Pass tab: an instrumented pass's sites, escape log and grid picture.
+    ShowPass,
+    /// Show or hide the Program panel: the listing around the selected access's pc.
+    ShowListing,
 }
 
 /// Every binding, in the order F1 lists them.
@@ -108,6 +112,16 @@ pub fn bindings() -> Vec<(KeyboardShortcut, Command, &'static str)> {
             KeyboardShortcut::new(cmd, Key::B),
             Command::Bookmark,
             "bookmark this dispatch (again: remove)",
+        ),
+        (
+            KeyboardShortcut::new(cmd, Key::I),
+            Command::ShowPass,
+            "show the instrumented pass (sites, escape log, grid)",
+        ),
+        (
+            KeyboardShortcut::new(cmd, Key::L),
+            Command::ShowListing,
+            "show or hide the program listing (RDNA2, at the selected access)",
         ),
     ];
     let digits = [

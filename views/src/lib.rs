@@ -15,6 +15,7 @@ pub mod after;
 pub mod bindings;
 pub mod chunk_table;
 pub mod dispatches;
+pub mod instrumented;
 pub mod keys;
 pub mod listing;
 pub mod memory;
@@ -29,8 +30,9 @@ pub use accesses::AccessesPanel;
 pub use after::AfterPanel;
 pub use bindings::BindingsPanel;
 pub use chunk_table::{ChunkTablePanel, TableSnapshot};
-pub use dispatches::find::{DispatchIndex, Finder};
-pub use dispatches::{DispatchRow, DispatchesPanel, Filter, RuleSet};
+pub use dispatches::find::{Finder, Shown};
+pub use dispatches::{DispatchRow, DispatchesPanel, Filter, RowCounts, Rows, RuleSet};
+pub use instrumented::PassPanel;
 pub use memory::{MemoryPanel, MemoryView};
 pub use refusals::RefusalsPanel;
 pub use timeline::TimelinePanel;
@@ -51,17 +53,20 @@ pub enum Tab {
     Accesses,
     /// Marks, hand-off, write-back and hazards (C1, C2, O8, L1).
     After,
+    /// An instrumented full-screen pass: sites, the escape log, the grid picture (issue 14).
+    Pass,
 }
 
 impl Tab {
     /// Every tab, in the order the tab bar shows them.
-    pub const ALL: [Tab; 6] = [
+    pub const ALL: [Tab; 7] = [
         Tab::Bindings,
         Tab::Refusals,
         Tab::Memory,
         Tab::ChunkTable,
         Tab::Accesses,
         Tab::After,
+        Tab::Pass,
     ];
 
     /// The tab's title.
@@ -73,6 +78,7 @@ impl Tab {
             Tab::ChunkTable => "Chunk table",
             Tab::Accesses => "Accesses & escapes",
             Tab::After => "After the dispatch",
+            Tab::Pass => "Pass",
         }
     }
 }

@@ -66,6 +66,10 @@ pub struct ListingPanel {
     /// Lines shown before and after the pc's line.
     pub context_lines: usize,
     decoded: Option<(u64, usize, Vec<Instruction>)>,
+    /// The pc the last frame showed: a new one scrolls its line into view.
+    shown_pc: Option<u64>,
+    /// The highlighted line of the last frame: its pc and text.
+    highlighted: Option<(u64, String)>,
 }
 
 impl Default for ListingPanel {
@@ -73,6 +77,8 @@ impl Default for ListingPanel {
         ListingPanel {
             context_lines: 12,
             decoded: None,
+            shown_pc: None,
+            highlighted: None,
         }
     }
 }
@@ -123,14 +129,27 @@ impl ListingPanel {
             return actions;
         };
         let context = self.context_lines;
+        let scroll = self.shown_pc != input.pc;
+        self.shown_pc = input.pc;
         let insts = self.instructions(input.program, code);
         let (range, at) = window(insts, input.pc, context);
-        if let (Some(pc), None) = (input.pc, at) {
-            ui.label(format!(
-                "pc {pc:#x} is outside program {:#x} ({} bytes)",
-                input.program,
-                code.len()
-            ));
+        let highlighted = at.map(|i| (insts[i].pc, insts[i].text.clone()));
+        match (input.pc, &highlighted) {
+            (Some(pc), None) => {
+                ui.label(format!(
+                    "pc {pc:#x} is outside program {:#x} ({} bytes)",
+                    input.program,
+                    code.len()
+                ));
+            }
+            (_, Some((pc, text))) => {
+                ui.label(
+                    mono(format!("at {pc:#x}: {text}"))
+                        .strong()
+                        .color(style::SELECTED),
+                );
+            }
+            (None, None) => {}
         }
         egui::ScrollArea::vertical()
             .id_salt("listing-scroll")
@@ -151,7 +170,11 @@ impl ListingPanel {
                             if let Kind::Unknown { .. } = inst.kind {
                                 text = text.color(Color32::GRAY);
                             }
-                            if ui.selectable_label(here, pc_text).clicked() {
+                            let pc_cell = ui.selectable_label(here, pc_text);
+                            if here && scroll {
+                                pc_cell.scroll_to_me(Some(egui::Align::Center));
+                            }
+                            if pc_cell.clicked() {
                                 actions.push(ListingAction::SelectPc(inst.pc));
                             }
                             let line = ui.label(text);
@@ -181,7 +204,13 @@ impl ListingPanel {
                         }
                     });
             });
+        self.highlighted = highlighted;
         actions
+    }
+
+    /// The line the last frame highlighted: its pc and its text as LLVM prints it.
+    pub fn highlighted(&self) -> Option<(u64, &str)> {
+        self.highlighted.as_ref().map(|(pc, t)| (*pc, t.as_str()))
     }
 }
 

@@ -3,16 +3,16 @@
 //! a click on a bar selects the first dispatch of that frame (of those refused, or escaped, when
 //! the click falls on that part of the bar).
 //!
-//! A frame is what the emulator ends with a `retire` event ([`DispatchRow::frame`]); a session with
+//! A frame is what the emulator ends with a `retire` event ([`crate::DispatchRow::frame`]); a session with
 //! no retire (a generated one) is cut into bins of [`BIN_DISPATCHES`] dispatches instead, and the
-//! strip says so. Bars are made once per session state (the rows' count and first row), and a
-//! session with more frames than [`MAX_BARS`] shows several frames a bar, so that a million
-//! dispatches cost what a few thousand bars cost.
+//! strip says so. A bar per frame is kept and extended as rows arrive (each row is looked at
+//! once), and a session with more frames than [`MAX_BARS`] shows several frames a bar, so that a
+//! million dispatches cost what a few thousand bars cost.
 
 use egui_plot::{Bar, BarChart, Plot, VLine};
 
 use crate::Action;
-use crate::dispatches::DispatchRow;
+use crate::dispatches::Rows;
 use crate::style;
 
 /// Dispatches a bar holds when no retire event marks frames.
@@ -39,62 +39,128 @@ pub struct FrameBar {
 
 /// The bars of `rows`: one per frame (or per [`BIN_DISPATCHES`] dispatches when no row is past
 /// frame 0), merged so that there are at most [`MAX_BARS`]. Also says whether frames were binned.
-pub fn bars(rows: &[DispatchRow]) -> (Vec<FrameBar>, bool) {
-    let binned = rows.last().is_none_or(|r| r.frame == 0) && rows.len() > BIN_DISPATCHES;
-    let key = |pos: usize, r: &DispatchRow| {
-        if binned {
-            (pos / BIN_DISPATCHES) as u64
-        } else {
-            r.frame
-        }
-    };
-    let n_frames = rows.last().map_or(0, |r| key(rows.len() - 1, r) + 1);
-    let per_bar = n_frames.div_ceil(MAX_BARS as u64).max(1);
-    let mut out: Vec<FrameBar> = Vec::new();
-    for (pos, r) in rows.iter().enumerate() {
-        let f = key(pos, r) / per_bar * per_bar;
-        if out.last().is_none_or(|b| b.frame != f) {
-            out.push(FrameBar {
-                frame: f,
-                frames: per_bar,
-                first: pos,
-                dispatches: 0,
-                refused: (None, 0),
-                escaped: (None, 0),
-            });
-        }
-        if let Some(b) = out.last_mut() {
-            b.dispatches += 1;
-            if r.counts.refusals > 0 {
-                b.refused.0.get_or_insert(pos);
-                b.refused.1 += 1;
-            }
-            if r.counts.escapes > 0 {
-                b.escaped.0.get_or_insert(pos);
-                b.escaped.1 += 1;
-            }
-        }
-    }
-    (out, binned)
+pub fn bars(rows: &Rows) -> (Vec<FrameBar>, bool) {
+    let mut raw = RawBars::default();
+    raw.sync(rows);
+    (raw.merged(), raw.binned)
 }
 
-/// The timeline's state: the bars, kept until the rows change.
+/// One bar per frame (or bin), kept up to date as rows arrive: rows are looked at once, when
+/// they arrive, however often the strip is drawn.
+#[derive(Debug, Default)]
+struct RawBars {
+    rows_id: u64,
+    /// Rows looked at.
+    done: usize,
+    binned: bool,
+    bars: Vec<FrameBar>,
+}
+
+impl RawBars {
+    /// Brings the bars up to `rows`: from scratch when the rows are another session's, or when a
+    /// first frame end turns bins into frames; else for the rows that arrived.
+    fn sync(&mut self, rows: &Rows) {
+        let binned = rows
+            .frame(rows.len().saturating_sub(1))
+            .is_none_or(|f| f == 0)
+            && rows.len() > BIN_DISPATCHES;
+        if rows.id() != self.rows_id || rows.len() < self.done || binned != self.binned {
+            *self = Self {
+                rows_id: rows.id(),
+                binned,
+                ..Self::default()
+            };
+        }
+        let runs = rows.frame_runs();
+        let mut run = runs.partition_point(|(p, _)| *p <= self.done as u64);
+        for pos in self.done..rows.len() {
+            while runs.get(run).is_some_and(|(p, _)| *p <= pos as u64) {
+                run += 1;
+            }
+            let frame = run
+                .checked_sub(1)
+                .and_then(|i| runs.get(i))
+                .map_or(0, |r| r.1);
+            let key = if binned {
+                (pos / BIN_DISPATCHES) as u64
+            } else {
+                frame
+            };
+            if self.bars.last().is_none_or(|b| b.frame != key) {
+                self.bars.push(FrameBar {
+                    frame: key,
+                    frames: 1,
+                    first: pos,
+                    dispatches: 0,
+                    refused: (None, 0),
+                    escaped: (None, 0),
+                });
+            }
+            let c = rows.counts(pos).unwrap_or_default();
+            if let Some(b) = self.bars.last_mut() {
+                b.dispatches += 1;
+                if c.refusals > 0 {
+                    b.refused.0.get_or_insert(pos);
+                    b.refused.1 += 1;
+                }
+                if c.escapes > 0 {
+                    b.escaped.0.get_or_insert(pos);
+                    b.escaped.1 += 1;
+                }
+            }
+        }
+        self.done = rows.len();
+    }
+
+    /// The bars merged so that there are at most [`MAX_BARS`].
+    fn merged(&self) -> Vec<FrameBar> {
+        let n_frames = self.bars.last().map_or(0, |b| b.frame + 1);
+        let per_bar = n_frames.div_ceil(MAX_BARS as u64).max(1);
+        let mut out: Vec<FrameBar> = Vec::new();
+        for b in &self.bars {
+            let f = b.frame / per_bar * per_bar;
+            match out.last_mut() {
+                Some(o) if o.frame == f => {
+                    o.dispatches += b.dispatches;
+                    if o.refused.0.is_none() {
+                        o.refused.0 = b.refused.0;
+                    }
+                    o.refused.1 += b.refused.1;
+                    if o.escaped.0.is_none() {
+                        o.escaped.0 = b.escaped.0;
+                    }
+                    o.escaped.1 += b.escaped.1;
+                }
+                _ => out.push(FrameBar {
+                    frame: f,
+                    frames: per_bar,
+                    ..b.clone()
+                }),
+            }
+        }
+        out
+    }
+}
+
+/// The timeline's state: a bar per frame, extended as rows arrive, and the merged bars drawn,
+/// made again only when rows arrived.
 #[derive(Debug, Default)]
 pub struct TimelinePanel {
+    raw: RawBars,
     cache: Option<TimelineCache>,
 }
 
-/// The rows the bars were made from (how many, the first's index), the bars, and whether a
-/// frame ended at a `retire` event anywhere.
-type TimelineCache = ((usize, Option<u64>), Vec<FrameBar>, bool);
+/// The rows the bars were made from (their session, how many), the bars, and whether frames were
+/// binned.
+type TimelineCache = ((u64, usize), Vec<FrameBar>, bool);
 
 impl TimelinePanel {
     /// The bars of `rows`, made again only when the rows changed.
-    pub fn bars(&mut self, rows: &[DispatchRow]) -> (&[FrameBar], bool) {
-        let key = (rows.len(), rows.first().map(|r| r.index));
+    pub fn bars(&mut self, rows: &Rows) -> (&[FrameBar], bool) {
+        let key = (rows.id(), rows.len());
         if self.cache.as_ref().is_none_or(|(k, _, _)| *k != key) {
-            let (b, binned) = bars(rows);
-            self.cache = Some((key, b, binned));
+            self.raw.sync(rows);
+            self.cache = Some((key, self.raw.merged(), self.raw.binned));
         }
         self.cache
             .as_ref()
@@ -105,7 +171,7 @@ impl TimelinePanel {
     pub fn ui(
         &mut self,
         ui: &mut egui::Ui,
-        rows: &[DispatchRow],
+        rows: &Rows,
         current: usize,
         height: f32,
     ) -> Vec<Action> {
@@ -215,22 +281,29 @@ pub fn pick(bars: &[FrameBar], x: f64, y: f64) -> Option<usize> {
 #[allow(clippy::unwrap_used, reason = "tests")]
 mod tests {
     use super::*;
-    use dispatchscope_core::report::{Counts, Mode};
+    use crate::dispatches::{DispatchRow, RowCounts};
+    use dispatchscope_core::report::Mode;
 
-    fn row(index: u64, frame: u64, refusals: usize, escapes: usize) -> DispatchRow {
+    fn row(index: u64, frame: u64, refusals: u32, escapes: u32) -> DispatchRow {
         DispatchRow {
             index,
             program: 0x4000,
             label: String::new(),
             mode: Mode::Bound,
-            counts: Counts {
+            counts: RowCounts {
                 refusals,
                 escapes,
-                ..Counts::default()
+                ..RowCounts::default()
             },
             rules: Default::default(),
             frame,
         }
+    }
+
+    fn columns(rows: &[DispatchRow]) -> Rows {
+        let mut r = Rows::new();
+        r.extend(rows);
+        r
     }
 
     #[test]
@@ -243,7 +316,7 @@ mod tests {
             row(4, 1, 1, 1),
             row(5, 3, 0, 0),
         ];
-        let (b, binned) = bars(&rows);
+        let (b, binned) = bars(&columns(&rows));
         assert!(!binned);
         assert_eq!(b.len(), 3);
         assert_eq!((b[0].frame, b[0].first, b[0].dispatches), (0, 0, 2));
@@ -262,12 +335,29 @@ mod tests {
     #[test]
     fn no_retire_bins_dispatches_and_many_frames_share_bars() {
         let rows: Vec<DispatchRow> = (0..1000).map(|i| row(i, 0, 0, 0)).collect();
-        let (b, binned) = bars(&rows);
+        let (b, binned) = bars(&columns(&rows));
         assert!(binned);
         assert_eq!(b.len(), 1000 / BIN_DISPATCHES);
         let rows: Vec<DispatchRow> = (0..10 * MAX_BARS as u64).map(|i| row(i, i, 0, 0)).collect();
-        let (b, _) = bars(&rows);
+        let (b, _) = bars(&columns(&rows));
         assert!(b.len() <= MAX_BARS, "{}", b.len());
         assert_eq!(b.iter().map(|b| b.dispatches).sum::<usize>(), rows.len());
+    }
+
+    #[test]
+    fn bars_made_as_rows_arrive_equal_bars_made_at_once() {
+        let all: Vec<DispatchRow> = (0..50_000u64)
+            .map(|i| row(i, i / 7, u32::from(i % 13 == 0), u32::from(i % 17 == 0)))
+            .collect();
+        let mut growing = Rows::new();
+        let mut panel = TimelinePanel::default();
+        for chunk in all.chunks(3_001) {
+            growing.extend(chunk);
+            let _ = panel.bars(&growing);
+            assert_eq!(panel.raw.done, growing.len(), "each row looked at once");
+        }
+        let (at_once, _) = bars(&columns(&all));
+        assert_eq!(panel.bars(&growing).0, &at_once[..]);
+        assert!(at_once.len() <= MAX_BARS);
     }
 }

@@ -107,7 +107,7 @@ impl GuiApp {
                 self.goto = None;
             }
             if let (Some(n), Some(s)) = (go, &self.session) {
-                let pos = s.rows.iter().position(|r| r.index == n);
+                let pos = s.rows.position_of(n);
                 match pos {
                     Some(p) => self.apply(Action::SelectDispatch(p)),
                     None => {

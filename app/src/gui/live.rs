@@ -2,13 +2,14 @@
 //! with no arguments.
 //!
 //! [`LiveLink`] wraps a [`LiveClient`]: each frame the app drains its channel into the open
-//! [`Session`] (dispatches become rows and reports, the same as a file's), and keeps the target's
-//! state (running, paused, disconnected) and its [`Stats`] for the status bar. Every message also
-//! goes to a [`LiveStore`] writing the whole session to a crash-safe capture in the temporary
-//! folder as it arrives, with an index of every dispatch (the client asks for a memory snapshot at
-//! attach, so the recording replays on its own). The window keeps only the latest
-//! [`MAX_LIVE_DISPATCHES`] reports in memory; every older one stays in the store's file and is read
-//! back on demand ([`LiveLink::stored_report`]), so memory is bounded however long the game runs.
+//! [`Session`] (every dispatch becomes a row; its report joins the window of the latest), and
+//! keeps the target's state (running, paused, disconnected) and its [`Stats`] for the status bar.
+//! Every message also goes to a [`LiveStore`] writing the whole session to a crash-safe capture in
+//! the temporary folder as it arrives, with an index of every dispatch (the client asks for a
+//! memory snapshot at attach, so the recording replays on its own). The store is shared with the
+//! session ([`SharedStore`]): the dispatch list holds every dispatch since attach, and selecting
+//! one that left the session's window of reports reads it back from the store's file (one seek),
+//! so memory is bounded by the windows and the rows however long the game runs.
 //! Saving the session as a capture, or as a sample up to a dispatch, reads that recording back with
 //! `to_sample`. When the target dies, what was received stays. This module never draws.
 
@@ -28,14 +29,8 @@ use dispatchscope_live::{
     ToDebugger,
 };
 
-use super::session::Session;
-
-/// The most dispatches a live session keeps in memory; older ones leave the window in batches of
-/// [`LIVE_DROP_BATCH`] and stay in the store's file (a target runs for hours; memory must not grow
-/// without bound).
-pub const MAX_LIVE_DISPATCHES: usize = 20_000;
-/// How many of the oldest dispatches go at once when the window is full.
-pub const LIVE_DROP_BATCH: usize = 2_000;
+use super::session::{Session, SharedStore};
+use std::sync::Mutex;
 /// The most messages taken from the channel in one frame (the rest wait for the next frame).
 const DRAIN_PER_FRAME: usize = 4_096;
 
@@ -63,9 +58,6 @@ pub enum LiveState {
 pub struct Drained {
     /// Dispatches appended to the session.
     pub dispatches: usize,
-    /// Dispatches that left the window at its front (the window was full); they stay in the
-    /// store's file.
-    pub dropped_front: usize,
     /// Whether the target paused.
     pub paused: bool,
     /// Whether more messages wait.
@@ -85,7 +77,12 @@ pub struct LiveLink {
     pub stats: Option<Stats>,
     /// Dispatches the target reported failing (index and message), newest last.
     pub failures: Vec<(u64, String)>,
-    shadow: Option<LiveStore>,
+    /// The recording, shared with the session that reads older reports back from it (`None`
+    /// once it could not be created or was finished).
+    shadow: SharedStore,
+    /// Whether the recording still takes messages (a write error stops it; what it holds stays
+    /// readable).
+    recording: bool,
     shadow_path: PathBuf,
     /// Why the shadow recording stopped, if it did.
     pub record_error: Option<String>,
@@ -119,7 +116,7 @@ impl LiveLink {
             &shadow_path,
             &format!("live session of {target_name} at {addr}"),
             &StoreOptions {
-                // The window below keeps the reports it shows; the store keeps the index and file.
+                // The session keeps the reports it shows; the store keeps the index and file.
                 window: 0,
                 flush_every: Duration::from_millis(500),
             },
@@ -131,10 +128,31 @@ impl LiveLink {
             state: LiveState::Running,
             stats: None,
             failures: Vec::new(),
-            shadow: Some(shadow),
+            shadow: Arc::new(Mutex::new(Some(shadow))),
+            recording: true,
             shadow_path,
             record_error: None,
         })
+    }
+
+    /// The recording, for the session that reads older reports back from it.
+    pub fn store(&self) -> SharedStore {
+        Arc::clone(&self.shadow)
+    }
+
+    /// Runs `f` on the recording, if it is open.
+    fn with_store<T>(&self, f: impl FnOnce(&mut LiveStore) -> T) -> Option<T> {
+        let mut guard = self
+            .shadow
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        guard.as_mut().map(f)
+    }
+
+    /// The recording's file (in the temporary folder; removed when the link is dropped).
+    #[allow(dead_code, reason = "the benches, which include this module, use it")]
+    pub fn recording_path(&self) -> &Path {
+        &self.shadow_path
     }
 
     /// Whether the connection is up.
@@ -189,15 +207,18 @@ impl LiveLink {
     /// Makes the recording durable when the connection ends; the store stays open for reading
     /// back (it is finished, index and all, when the link is dropped).
     fn flush_shadow(&mut self) {
-        if let Some(r) = &mut self.shadow
-            && let Err(e) = r.flush()
-        {
+        if let Some(Err(e)) = self.with_store(|r| r.flush()) {
             self.record_error = Some(e.to_string());
         }
     }
 
     fn finish_shadow(&mut self) {
-        if let Some(r) = self.shadow.take()
+        let store = self
+            .shadow
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(r) = store
             && let Err(e) = r.finish()
         {
             self.record_error = Some(e.to_string());
@@ -212,15 +233,7 @@ impl LiveLink {
                 return out;
             };
             match incoming {
-                Incoming::Message(m) => {
-                    if let Some(r) = &mut self.shadow
-                        && let Err(e) = r.take_ref(&m)
-                    {
-                        self.record_error = Some(e.to_string());
-                        self.shadow = None;
-                    }
-                    self.take(m, session, &mut out);
-                }
+                Incoming::Message(m) => self.take_message(m, session, &mut out),
                 Incoming::Disconnected { reason, clean } => {
                     self.client = None;
                     self.flush_shadow();
@@ -239,14 +252,27 @@ impl LiveLink {
         out
     }
 
-    fn take(&mut self, m: ToDebugger, session: &mut Session, out: &mut Drained) {
+    /// Takes one message as [`Self::drain`] does: to the recording first, then into `session`
+    /// (benches feed a session this way without a socket).
+    pub fn take_message(&mut self, m: ToDebugger, session: &mut Session, out: &mut Drained) {
+        let mut stored = false;
+        if self.recording {
+            match self.with_store(|r| r.take_ref(&m)) {
+                Some(Ok(s)) => stored = s,
+                Some(Err(e)) => {
+                    self.record_error = Some(e.to_string());
+                    self.recording = false;
+                }
+                None => self.recording = false,
+            }
+        }
+        self.take(m, stored, session, out);
+    }
+
+    fn take(&mut self, m: ToDebugger, stored: bool, session: &mut Session, out: &mut Drained) {
         match m {
             ToDebugger::Dispatch { report, .. } => {
-                if session.reports.len() >= MAX_LIVE_DISPATCHES {
-                    session.drop_front(LIVE_DROP_BATCH);
-                    out.dropped_front += LIVE_DROP_BATCH;
-                }
-                session.push_live(*report);
+                session.push_live(*report, stored);
                 out.dispatches += 1;
             }
             ToDebugger::DispatchFailed { index, message, .. } => {
@@ -269,34 +295,25 @@ impl LiveLink {
 
     /// Dispatches in the whole session (the store's index), the window's and the older ones.
     pub fn stored(&self) -> usize {
-        self.shadow.as_ref().map_or(0, LiveStore::len)
+        self.with_store(|s| s.len()).unwrap_or(0)
     }
 
-    /// The report of the session's dispatch at position `pos` (from 0 at attach), read back from
-    /// the store's file: how a dispatch that left the window is shown again.
-    // Read by the tests today; the dispatch list's rows for the whole live session (a store-backed
-    // `Reports`) are the next step.
-    #[allow(dead_code)]
-    pub fn stored_report(
-        &mut self,
-        pos: usize,
-    ) -> Result<dispatchscope_core::DispatchReport, String> {
-        let store = self
-            .shadow
-            .as_mut()
-            .ok_or_else(|| "the session's recording has stopped".to_owned())?;
-        store.report(pos).map_err(|e| e.to_string())
+    /// The report of the recording's dispatch at position `pos` (from 0 at attach), read back
+    /// from the store's file (what the session does for a dispatch that left its window).
+    #[allow(dead_code, reason = "the tests, which include this module, use it")]
+    pub fn stored_report(&self, pos: usize) -> Result<dispatchscope_core::DispatchReport, String> {
+        self.with_store(|s| s.report(pos).map_err(|e| e.to_string()))
+            .unwrap_or_else(|| Err("the session's recording was closed".to_owned()))
     }
 
     /// The recording so far, read back as a sample and the target's reports.
     pub fn recorded(
         &mut self,
     ) -> Result<(Sample, Vec<Option<dispatchscope_core::DispatchReport>>), String> {
-        if let Some(r) = &mut self.shadow {
-            r.flush().map_err(|e| e.to_string())?;
-            if !r.started() {
-                return Err("nothing recorded yet: the target has not sent its memory snapshot (it sends it before its next dispatch)".into());
-            }
+        if let Some(r) = self.with_store(|r| r.flush().map(|()| r.started()))
+            && !r.map_err(|e| e.to_string())?
+        {
+            return Err("nothing recorded yet: the target has not sent its memory snapshot (it sends it before its next dispatch)".into());
         }
         if let Some(e) = &self.record_error {
             return Err(format!("the recording stopped: {e}"));

@@ -124,7 +124,7 @@ impl GuiApp {
                     old.detach();
                 }
                 let title = format!("attached live to {} at {addr}", link.target_name);
-                self.set_session(Session::live(addr, title));
+                self.set_session(Session::live(addr, title, link.store()));
                 self.live = Some(link);
                 self.error = None;
                 true
@@ -251,18 +251,6 @@ impl GuiApp {
         let before = s.reports.len();
         let at_end = before == 0 || self.sel.dispatch + 1 >= before;
         let d = l.drain(s);
-        if d.dropped_front > 0 {
-            self.sel.dispatch = self.sel.dispatch.saturating_sub(d.dropped_front);
-            if let Some(b) = self.settings.bookmarks.get_mut(&s.source.key()) {
-                b.retain_mut(|p| match p.checked_sub(d.dropped_front) {
-                    Some(q) => {
-                        *p = q;
-                        true
-                    }
-                    None => false,
-                });
-            }
-        }
         // Follow the newest dispatch while the selection is at the end, and on every pause.
         if (d.dispatches > 0 && at_end) || d.paused {
             let last = s.reports.len().saturating_sub(1);
@@ -521,6 +509,6 @@ pub(super) fn live_status_ui(ui: &mut egui::Ui, l: &LiveLink) {
         .on_hover_text("dispatches the target dropped because this window was behind (its queue holds a bounded number)");
     }
     ui.label(format!("{} recorded", l.stored())).on_hover_text(
-        "dispatches in this session's recording (a crash-safe capture written as they arrive); the window keeps the latest in memory and reads older ones back from the file",
+        "dispatches in this session's recording (a crash-safe capture written as they arrive); the list holds every one, memory the latest reports, and an older one is read back from the file when selected",
     );
 }

@@ -13,6 +13,8 @@
 //! `load.rs`.
 
 mod dialogs;
+mod instrumented_ui;
+pub mod listing_ui;
 pub mod live;
 mod live_ui;
 mod menus;
@@ -105,6 +107,9 @@ pub struct GuiApp {
     table: ChunkTablePanel,
     accesses: AccessesPanel,
     after: AfterPanel,
+    pass: instrumented_ui::PassTab,
+    /// The Program side panel (the listing around the selected access's pc).
+    pub listing: listing_ui::ListingUi,
     timeline: TimelinePanel,
 }
 
@@ -140,6 +145,8 @@ impl GuiApp {
             table,
             accesses: AccessesPanel::default(),
             after: AfterPanel::default(),
+            pass: instrumented_ui::PassTab::default(),
+            listing: listing_ui::ListingUi::default(),
             timeline: TimelinePanel::default(),
         }
     }
@@ -263,8 +270,8 @@ impl GuiApp {
         let find_fwd = |f: &dyn Fn(usize) -> bool| (cur + 1..s.rows.len()).find(|&p| f(p));
         let find_back =
             |f: &dyn Fn(usize) -> bool| (0..cur.min(s.rows.len())).rev().find(|&p| f(p));
-        let refused = |p: usize| s.rows.get(p).is_some_and(|r| r.counts.refusals > 0);
-        let escaped = |p: usize| s.rows.get(p).is_some_and(|r| r.counts.escapes > 0);
+        let refused = |p: usize| s.rows.counts(p).is_some_and(|c| c.refusals > 0);
+        let escaped = |p: usize| s.rows.counts(p).is_some_and(|c| c.escapes > 0);
         match cmd {
             Command::Next => (cur + 1 < n).then_some(cur + 1),
             Command::Previous => cur.checked_sub(1),
@@ -294,6 +301,8 @@ impl GuiApp {
                 }
             }
             Command::Help => self.show_keys = !self.show_keys,
+            Command::ShowPass => self.apply(Action::ShowTab(Tab::Pass)),
+            Command::ShowListing => self.listing.toggle(),
             Command::PauseContinue => self.pause_continue(),
             // F10 steps the live target when attached and paused; otherwise it keeps its meaning.
             Command::Next if self.live_paused() => self.live_do(|l| l.step(1)),
@@ -371,6 +380,19 @@ impl GuiApp {
                             self.sel.dispatch,
                         ));
                     }
+                });
+        }
+        if self.listing.open
+            && let Some(s) = &self.session
+            && !s.programs.is_empty()
+            && let Some(r) = s.reports.get(self.sel.dispatch)
+        {
+            egui::Panel::right("listing")
+                .resizable(true)
+                .default_size(430.0)
+                .min_size(200.0)
+                .show(ui, |ui| {
+                    actions.extend(self.listing.ui(ui, &s.programs, r, &self.sel));
                 });
         }
         egui::CentralPanel::default().show(ui, |ui| {
@@ -539,9 +561,13 @@ impl GuiApp {
         let mut actions = Vec::new();
         ui.horizontal(|ui| {
             for t in Tab::ALL {
+                if t == Tab::Pass && !instrumented_ui::PassTab::shows(r) {
+                    continue;
+                }
                 let n = match t {
                     Tab::Refusals => r.counts.refusals,
                     Tab::Accesses => r.counts.escapes,
+                    Tab::Pass => instrumented_ui::PassTab::title_count(r),
                     _ => 0,
                 };
                 let title = if n > 0 {
@@ -568,6 +594,10 @@ impl GuiApp {
             Tab::ChunkTable => self.table.ui(ui, r, s.table(sel.dispatch), sel),
             Tab::Accesses => self.accesses.ui(ui, r, sel),
             Tab::After => self.after.ui(ui, r, sel),
+            Tab::Pass => {
+                self.pass.ui(ui, r);
+                Vec::new()
+            }
         };
         actions.extend(more);
         actions

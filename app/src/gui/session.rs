@@ -9,20 +9,26 @@
 //! except a small one that keeps no checkpoints (it is replayed as a sample is). A torn tail
 //! becomes a warning on the session, not an error. Which of the two a file is, and the warning's
 //! words, are `crate::load`'s, shared with the CLI.
-//! A live session starts empty and grows with [`Session::push_live`] as dispatches arrive.
+//! A live session starts empty and grows with [`Session::push_live`] as dispatches arrive: a row
+//! for every dispatch since attach (the compact [`Rows`]), the latest [`LIVE_WINDOW`] reports in
+//! memory, and any older report read back from the live store's file when it is selected (one
+//! seek, [`LiveStore::report`]), a few kept; memory is bounded by those two windows plus the rows,
+//! however long the game runs.
 
+use std::collections::VecDeque;
 use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 
 use dispatchscope_core::{CpuBackend, DispatchReport, Engine};
 use dispatchscope_formats::capture::{self, FILE_MAGIC};
 use dispatchscope_formats::checkpoint::StateIndex;
 use dispatchscope_formats::sample::{Sample, SampleError};
 use dispatchscope_formats::session::{CaptureFile, Kind, SNIFF_BYTES, SessionError, kind_of};
-use dispatchscope_views::{DispatchRow, MemoryView, TableSnapshot};
+use dispatchscope_live::LiveStore;
+use dispatchscope_views::{DispatchRow, MemoryView, Rows, TableSnapshot};
 
 use crate::load::torn_note;
 
@@ -85,8 +91,17 @@ pub struct Progress {
     pub total: AtomicUsize,
 }
 
-/// How many reports read from a capture stay in memory (the selection and the last few visited).
-const REPORT_CACHE: usize = 16;
+/// How many reports read from a capture or a live store stay in memory (the selection and the
+/// last few visited).
+pub const REPORT_CACHE: usize = 16;
+
+/// How many of a live session's latest reports stay in memory (the ones the window follows);
+/// older ones are read back from the live store's file.
+pub const LIVE_WINDOW: usize = 256;
+
+/// The store a live session's reports are read back from, shared with the `LiveLink` writing it
+/// (`None` once the link finished it).
+pub type SharedStore = Arc<Mutex<Option<LiveStore>>>;
 
 /// A capture without checkpoints of engine state at most this large is replayed up front, as a
 /// sample is, so that its Memory and Chunk table panels are drawn; a larger one is not (opening
@@ -113,6 +128,72 @@ pub struct Reports {
     kept: Vec<DispatchReport>,
     /// The capture they are read from, otherwise.
     disk: Option<Disk>,
+    /// A live session's window and its store.
+    live: Option<Live>,
+}
+
+/// A live session's reports: the latest in memory, the rest in the live store's file.
+struct Live {
+    store: SharedStore,
+    /// The session position of the store's first dispatch (dispatches that arrived before the
+    /// recording started, or after it stopped, are in memory only while in the window).
+    store_first: Option<usize>,
+    /// Dispatches in the session.
+    n: usize,
+    /// The latest [`LIVE_WINDOW`] reports, the last at position `n - 1`.
+    recent: VecDeque<DispatchReport>,
+    /// Reports read back from the store, newest last.
+    cache: Vec<(usize, DispatchReport)>,
+}
+
+impl Live {
+    fn get(&self, pos: usize) -> Option<&DispatchReport> {
+        let first_recent = self.n - self.recent.len();
+        if pos >= first_recent {
+            return self.recent.get(pos - first_recent);
+        }
+        self.cache
+            .iter()
+            .rev()
+            .find(|(p, _)| *p == pos)
+            .map(|(_, r)| r)
+    }
+
+    /// Reads the report at `pos` back from the store unless it is in memory.
+    fn prepare(&mut self, pos: usize) -> Result<(), String> {
+        if pos >= self.n || pos >= self.n - self.recent.len() {
+            return Ok(());
+        }
+        if let Some(i) = self.cache.iter().position(|(p, _)| *p == pos) {
+            let hit = self.cache.remove(i);
+            self.cache.push(hit);
+            return Ok(());
+        }
+        let not_stored = || {
+            format!(
+                "dispatch {pos} of this live session is not in its recording (it arrived before the recording started or after it stopped), and it left the window of the latest {LIVE_WINDOW}"
+            )
+        };
+        let spos = self
+            .store_first
+            .and_then(|f| pos.checked_sub(f))
+            .ok_or_else(not_stored)?;
+        let mut guard = self.store.lock().map_err(|_| {
+            "the live store's lock was poisoned (a bug in dispatchscope)".to_owned()
+        })?;
+        let store = guard
+            .as_mut()
+            .ok_or_else(|| "the live session's recording was closed".to_owned())?;
+        if spos >= store.len() {
+            return Err(not_stored());
+        }
+        let report = store.report(spos).map_err(|e| e.to_string())?;
+        if self.cache.len() >= REPORT_CACHE {
+            self.cache.remove(0);
+        }
+        self.cache.push((pos, report));
+        Ok(())
+    }
 }
 
 /// A capture's reports and checkpoints, read on demand.
@@ -130,11 +211,18 @@ struct Disk {
 
 impl Reports {
     fn in_memory(kept: Vec<DispatchReport>) -> Self {
-        Self { kept, disk: None }
+        Self {
+            kept,
+            disk: None,
+            live: None,
+        }
     }
 
     /// Dispatches in the session.
     pub fn len(&self) -> usize {
+        if let Some(l) = &self.live {
+            return l.n;
+        }
         self.disk.as_ref().map_or(self.kept.len(), |d| d.n)
     }
 
@@ -146,6 +234,9 @@ impl Reports {
     /// The report at `pos`, if it is in memory: always for a session held in memory; for a
     /// capture, once [`Session::prepare`] read it.
     pub fn get(&self, pos: usize) -> Option<&DispatchReport> {
+        if let Some(l) = &self.live {
+            return l.get(pos);
+        }
         match &self.disk {
             None => self.kept.get(pos),
             Some(d) => d
@@ -168,6 +259,20 @@ impl Reports {
     pub fn on_disk(&self) -> bool {
         self.disk.is_some()
     }
+
+    /// Reports held in memory now: the session's own, or a live session's window and the ones
+    /// read back, or a capture's cache (what stays bounded however long a live session runs).
+    #[allow(
+        dead_code,
+        reason = "the tests and benches, which include this module, use it"
+    )]
+    pub fn held(&self) -> usize {
+        match (&self.live, &self.disk) {
+            (Some(l), _) => l.recent.len() + l.cache.len(),
+            (None, Some(d)) => d.cache.len(),
+            (None, None) => self.kept.len(),
+        }
+    }
 }
 
 /// Rows arriving from the thread that scans a capture's reports.
@@ -183,8 +288,8 @@ pub struct Session {
     pub title: String,
     /// The reports, in order.
     pub reports: Reports,
-    /// One table row per dispatch (for a capture, filled in by a background scan).
-    pub rows: Vec<DispatchRow>,
+    /// One table row per dispatch, in columns (for a capture, filled in by a background scan).
+    pub rows: Rows,
     /// Per dispatch: the chunk table as it stood after the dispatch, if one existed yet (a
     /// session held in memory; a capture's come from its checkpoints).
     pub(crate) tables: Vec<Option<TableSnapshot>>,
@@ -195,6 +300,9 @@ pub struct Session {
     pub warning: Option<String>,
     /// Why the Memory and Chunk table panels lack engine state, when they do.
     pub state_note: Option<String>,
+    /// The code of the programs the session carries (a sample's `programs`, a capture's META),
+    /// for the listing.
+    pub programs: Vec<dispatchscope_formats::sample::Program>,
     rows_scan: Option<RowScan>,
 }
 
@@ -286,9 +394,11 @@ impl Session {
                 size >> 20
             )
         });
+        let programs = file.meta().programs.clone();
         let mut session = Session {
             source,
             title,
+            programs,
             reports: Reports {
                 kept: Vec::new(),
                 disk: Some(Disk {
@@ -299,8 +409,9 @@ impl Session {
                     memory: None,
                     table: None,
                 }),
+                live: None,
             },
-            rows: Vec::new(),
+            rows: Rows::new(),
             tables: Vec::new(),
             memory: Vec::new(),
             warning: torn,
@@ -315,27 +426,41 @@ impl Session {
         Ok(session)
     }
 
-    /// An empty live session attached to `addr`.
-    pub fn live(addr: &str, title: String) -> Session {
-        Self::from_reports(Source::Live(addr.to_owned()), title, Vec::new(), Vec::new())
+    /// An empty live session attached to `addr`, whose older reports are read back from `store`
+    /// (the live link's recording).
+    pub fn live(addr: &str, title: String, store: SharedStore) -> Session {
+        let mut s =
+            Self::from_reports(Source::Live(addr.to_owned()), title, Vec::new(), Vec::new());
+        s.state_note = Some("A live session's Memory and Chunk table panels show what each dispatch's report carries: the target sends reports, not its engine's state (`dispatchscope convert` a saved session to a capture with checkpoints to see them).".into());
+        s.reports.live = Some(Live {
+            store,
+            store_first: None,
+            n: 0,
+            recent: VecDeque::new(),
+            cache: Vec::new(),
+        });
+        s
     }
 
-    /// Appends a dispatch received from a live target (no chunk table or memory view: the
-    /// target sends reports, not its engine's state).
-    pub fn push_live(&mut self, report: DispatchReport) {
-        let row = DispatchRow::after(&report, self.rows.last());
-        self.rows.push(row);
-        self.reports.kept.push(report);
-        self.tables.push(None);
-    }
-
-    /// Drops the oldest `n` dispatches (a live session keeps a bounded window).
-    pub fn drop_front(&mut self, n: usize) {
-        let n = n.min(self.reports.kept.len());
-        self.reports.kept.drain(..n);
-        self.rows.drain(..n.min(self.rows.len()));
-        self.tables.drain(..n.min(self.tables.len()));
-        self.memory.drain(..n.min(self.memory.len()));
+    /// Appends a dispatch received from a live target: its row, and its report to the window of
+    /// the latest (the oldest there leaves memory; the store's file keeps it). `stored` says
+    /// whether the live store recorded it (as its next dispatch). No chunk table or memory view:
+    /// the target sends reports, not its engine's state.
+    pub fn push_live(&mut self, report: DispatchReport, stored: bool) {
+        self.rows.push_report(&report);
+        match &mut self.reports.live {
+            Some(l) => {
+                if stored && l.store_first.is_none() {
+                    l.store_first = Some(l.n);
+                }
+                if l.recent.len() >= LIVE_WINDOW {
+                    l.recent.pop_front();
+                }
+                l.recent.push_back(report);
+                l.n += 1;
+            }
+            None => self.reports.kept.push(report),
+        }
     }
 
     /// Replays `sample` as [`Sample::run`] does, keeping a snapshot of the chunk table after each
@@ -385,6 +510,7 @@ impl Session {
         progress.done.store(sample.steps.len(), Ordering::Relaxed);
         let mut session = Self::from_reports(source, sample.title.clone(), reports, tables);
         session.memory = memory;
+        session.programs = sample.programs.clone();
         Ok(session)
     }
 
@@ -395,7 +521,7 @@ impl Session {
         reports: Vec<DispatchReport>,
         tables: Vec<Option<TableSnapshot>>,
     ) -> Session {
-        let rows = rows_of(&reports);
+        let rows = Rows::of_reports(&reports);
         Session {
             source,
             title,
@@ -405,6 +531,7 @@ impl Session {
             memory: Vec::new(),
             warning: None,
             state_note: None,
+            programs: Vec::new(),
             rows_scan: None,
         }
     }
@@ -413,6 +540,13 @@ impl Session {
     /// checkpoints, read through the index unless already read; for a session in memory, nothing.
     pub fn prepare(&mut self, pos: usize) -> Result<(), SessionError> {
         puffin::profile_function!();
+        if let Some(l) = &mut self.reports.live {
+            // The store's file is read as any file is: a failure is a read error on it.
+            return l.prepare(pos).map_err(|message| SessionError::Read {
+                path: self.source.display(),
+                error: std::io::Error::other(message),
+            });
+        }
         let Some(d) = &mut self.reports.disk else {
             return Ok(());
         };
@@ -508,7 +642,7 @@ impl Session {
             match scan.rx.try_recv() {
                 Ok(Ok(batch)) => {
                     any = true;
-                    self.rows.extend(batch);
+                    self.rows.extend(&batch);
                 }
                 Ok(Err(message)) => {
                     self.warning = Some(format!(
@@ -532,7 +666,7 @@ impl Session {
     pub fn finish_rows(&mut self) {
         while let Some(scan) = &self.rows_scan {
             match scan.rx.recv() {
-                Ok(Ok(batch)) => self.rows.extend(batch),
+                Ok(Ok(batch)) => self.rows.extend(&batch),
                 Ok(Err(message)) => {
                     self.warning = Some(format!(
                         "the dispatch list stops at {}: {message}",
@@ -544,16 +678,6 @@ impl Session {
             }
         }
     }
-}
-
-/// The rows of `reports`, in order (frames counted on from one to the next).
-fn rows_of(reports: &[DispatchReport]) -> Vec<DispatchRow> {
-    let mut rows: Vec<DispatchRow> = Vec::with_capacity(reports.len());
-    for r in reports {
-        let row = DispatchRow::after(r, rows.last());
-        rows.push(row);
-    }
-    rows
 }
 
 /// The index in `file.records()` of DISPATCH record `pos`, for an error's offset.

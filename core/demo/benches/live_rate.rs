@@ -9,7 +9,9 @@
 //!
 //! - wire: 3 frames of the demo (600 dispatches) as version 1's JSON frames and as version 2's
 //!   binary frames (64 messages a frame, as a writer thread batches them at this rate); bytes per
-//!   dispatch, and v2's encode and decode time per dispatch.
+//!   dispatch; the game thread's share per dispatch (`EncodedDispatch::of`, against a clone of
+//!   input and report); v2's encode (the writer thread) and decode time per dispatch; and the
+//!   store's DISPATCH record (`columns::encode_record` and lz4) per dispatch.
 //! - stream: the demo paced at 60 frames a second, first with no debugger, then with a debugger in
 //!   this process (a `LiveClient` feeding a `LiveStore` that writes a capture); the game's busy
 //!   time per frame (the frame's work, not its sleep) in both, dispatches the debugger received
@@ -33,10 +35,12 @@ use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::input::{
     Access, AccessKind, Backing, DeviceLimits, DispatchInput, Event, Op, Slot,
 };
+use dispatchscope_core::report::DispatchReport;
 use dispatchscope_core::{CpuBackend, Engine};
 use dispatchscope_demo::{Demo, DemoConfig};
+use dispatchscope_formats::columns;
 use dispatchscope_live::protocol::{MAX_FRAME_BYTES, Snapshot, ToDebugger, encode_frame};
-use dispatchscope_live::wire::{Decoder, Encoder};
+use dispatchscope_live::wire::{Decoder, EncodedDispatch, Encoder};
 use dispatchscope_live::{
     ClientOptions, Incoming, LiveClient, LiveStore, StoreOptions, Tap, TapConfig,
 };
@@ -85,12 +89,44 @@ fn wire() {
         .iter()
         .map(|m| encode_frame(m, MAX_FRAME_BYTES).unwrap().len())
         .sum();
+    // What the game thread pays a dispatch: before issue 18's rows, a clone of input and report;
+    // now the access lists written as rows and the rest cloned (`EncodedDispatch::of`).
+    // Each the best of 5 rounds, so that the figure is the steady state's (memory reused, as on
+    // the game thread), not the first touch of fresh pages.
+    let mut clone_s = f64::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let clones: Vec<ToDebugger> = messages.iter().map(Clone::clone).collect();
+        clone_s = clone_s.min(t.elapsed().as_secs_f64());
+        drop(clones);
+    }
+    let mut owned: Vec<(DispatchInput, DispatchReport)> = messages
+        .iter()
+        .map(|m| match m {
+            ToDebugger::Dispatch { input, report, .. } => ((**input).clone(), (**report).clone()),
+            _ => unreachable!(),
+        })
+        .collect();
+    let mut game_s = f64::MAX;
+    let mut encoded = Vec::new();
+    let rounds: usize = env_or("LIVE_RATE_GAME_ROUNDS", 5);
+    for _ in 0..rounds {
+        drop(std::mem::take(&mut encoded));
+        let t = Instant::now();
+        encoded = owned
+            .iter_mut()
+            .enumerate()
+            .map(|(i, (input, report))| EncodedDispatch::of(i as u64, input, report, usize::MAX))
+            .collect();
+        game_s = game_s.min(t.elapsed().as_secs_f64());
+    }
     let t = Instant::now();
     let mut enc = Encoder::new(usize::MAX, MAX_FRAME_BYTES);
     let mut bytes = Vec::new();
-    for chunk in messages.chunks(64) {
-        for m in chunk {
-            enc.push(m.clone(), &mut bytes, &mut |_, _| {}).unwrap();
+    let mut encoded = encoded.into_iter();
+    for _ in 0..n.div_ceil(64) {
+        for d in encoded.by_ref().take(64) {
+            enc.push_dispatch(d, &mut bytes, &mut |_, _| {}).unwrap();
         }
         enc.finish_frame(&mut bytes);
     }
@@ -105,13 +141,35 @@ fn wire() {
         at += 4 + len;
     }
     let dec_s = t.elapsed().as_secs_f64();
+    let decoded: Vec<&ToDebugger> = out
+        .iter()
+        .filter(|m| matches!(m, ToDebugger::Dispatch { .. }))
+        .collect();
+    assert_eq!(decoded.len(), n);
+    // What the store pays a dispatch for its DISPATCH record (rows and the rest as JSON, lz4).
+    let t = Instant::now();
+    let mut record = Vec::new();
+    let mut record_bytes = 0usize;
+    for m in &messages {
+        if let ToDebugger::Dispatch { input, report, .. } = m {
+            record.clear();
+            columns::encode_record(input, Some(report), &mut record);
+            record_bytes += lz4_flex::block::compress(&record).len();
+        }
+    }
+    let record_s = t.elapsed().as_secs_f64();
+    let per = |s: f64| s * 1e6 / n as f64;
     println!(
-        "wire: {n} demo dispatches; v1 {} bytes a dispatch, v2 {} bytes a dispatch ({:.1}x smaller); v2 encode {:.1} us, decode {:.1} us a dispatch (clone included in encode)",
+        "wire: {n} demo dispatches; v1 {} bytes a dispatch, v2 {} bytes a dispatch ({:.1}x smaller); game thread {:.1} us a dispatch (a clone of input and report was {:.1} us); v2 encode {:.1} us, decode {:.1} us a dispatch; the store's DISPATCH record {:.1} us and {} bytes a dispatch",
         v1 / n,
         bytes.len() / n,
         v1 as f64 / bytes.len() as f64,
-        enc_s * 1e6 / n as f64,
-        dec_s * 1e6 / n as f64
+        per(game_s),
+        per(clone_s),
+        per(enc_s),
+        per(dec_s),
+        per(record_s),
+        record_bytes / n
     );
 }
 

@@ -57,6 +57,7 @@ use dispatchscope_core::input::{
 use dispatchscope_core::input::{Backing, Event, HostProtection};
 use dispatchscope_core::report::{DispatchReport, Mode};
 use dispatchscope_formats::generate::Rng;
+use dispatchscope_formats::sample::{Program, Sample};
 use dispatchscope_live::Tap;
 
 const PAGE: u64 = 0x1000;
@@ -216,6 +217,21 @@ fn storing(mut a: Access, values: Vec<u32>) -> Access {
     a
 }
 
+/// The sample whose programs' code the demo's ray-traversal and shading programs carry.
+pub const PROGRAMS_SAMPLE: &str = "ray-traversal.json";
+
+/// The machine code of the demo's programs that have code: [`PRIMARY`], [`SECONDARY`] and
+/// [`SHADE`], the shipped ray-traversal sample's programs (RDNA2 code assembled with llvm-mc-14
+/// from `core/rdna/tools/ray_traversal.s`; the demo's addresses are the sample's). The run 305
+/// passes have none. The demo hands them to its tap when it sets up, so an attached debugger
+/// receives each once before the first dispatch that names it.
+pub fn demo_programs() -> Vec<Program> {
+    dispatchscope_formats::shipped::sample_text(PROGRAMS_SAMPLE)
+        .and_then(|text| Sample::from_json(text).ok())
+        .map(|s| s.programs)
+        .unwrap_or_default()
+}
+
 impl Demo {
     /// A demo on the CPU reference.
     pub fn new(config: DemoConfig) -> Result<Self, EngineError> {
@@ -240,6 +256,9 @@ impl Demo {
     }
 
     fn setup(&mut self, tap: &mut Tap) -> Result<u64, EngineError> {
+        for p in demo_programs() {
+            tap.add_program(p.address, &p.code);
+        }
         let rw = |r: ByteRange| Event::Reserve {
             range: r,
             readable: true,

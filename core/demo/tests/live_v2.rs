@@ -490,6 +490,88 @@ fn the_store_keeps_a_window_and_reads_older_reports_back_from_its_file() {
 }
 
 #[test]
+fn program_code_is_sent_once_before_its_first_dispatch_and_the_recording_keeps_it() {
+    let _g = serial();
+    let t = spawn_target(
+        loopback(),
+        DemoConfig {
+            dispatches_per_frame: 20,
+            ..DemoConfig::default()
+        },
+        120.0,
+    );
+    let programs = dispatchscope_demo::demo_programs();
+    let with_code = [
+        dispatchscope_demo::PRIMARY,
+        dispatchscope_demo::SECONDARY,
+        dispatchscope_demo::SHADE,
+    ];
+    for p in with_code {
+        assert!(
+            programs
+                .iter()
+                .any(|q| q.address == p && !q.code.is_empty())
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("programs.dscap");
+    let mut store = LiveStore::create(&path, "programs test", &StoreOptions::default());
+    let c = snapshot_client(&t.addr.to_string());
+    let (mut sent, mut dispatched) = (Vec::new(), std::collections::HashSet::new());
+    let deadline = Instant::now() + T;
+    while store.len() < 200 {
+        assert!(
+            Instant::now() < deadline,
+            "{} of 200 dispatches",
+            store.len()
+        );
+        let Some(Incoming::Message(m)) = c.recv_timeout(Duration::from_millis(100)) else {
+            continue;
+        };
+        match &m {
+            ToDebugger::Program { address, code } => {
+                assert!(
+                    !dispatched.contains(address),
+                    "the code of {address:#x} came after a dispatch of it"
+                );
+                let want = programs.iter().find(|p| p.address == *address).unwrap();
+                assert_eq!(code, &want.code);
+                sent.push(*address);
+            }
+            ToDebugger::Dispatch { input, .. } => {
+                if with_code.contains(&input.program) {
+                    assert!(sent.contains(&input.program), "{:#x}", input.program);
+                }
+                dispatched.insert(input.program);
+            }
+            _ => {}
+        }
+        store.take(m).unwrap();
+    }
+    sent.sort_unstable();
+    let mut want = with_code.to_vec();
+    want.sort_unstable();
+    assert_eq!(
+        sent, want,
+        "each program's code once, and only those with code"
+    );
+    assert_eq!(store.programs().len(), 3);
+    c.detach(T).unwrap();
+    store.finish().unwrap();
+    let file = CaptureFile::open(&path).unwrap();
+    let mut kept: Vec<_> = file.meta().programs.clone();
+    kept.sort_by_key(|p| p.address);
+    let mut expected: Vec<_> = programs
+        .iter()
+        .filter(|p| with_code.contains(&p.address))
+        .cloned()
+        .collect();
+    expected.sort_by_key(|p| p.address);
+    assert_eq!(kept, expected, "the capture keeps every program's code");
+    t.runs(5, T);
+}
+
+#[test]
 fn detail_on_request_fetches_the_rest_of_a_cut_access_list() {
     let _g = serial();
     let t = spawn_target(

@@ -6,6 +6,7 @@
 use std::fmt::Write;
 
 use crate::report::Role;
+use crate::report::{CapturedAccess, ControlStatus, InstrumentedReport};
 use crate::report::{DispatchReport, Mode, Route};
 use crate::report::{LookupOutcome, LookupTrace};
 
@@ -403,5 +404,379 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
             h.message
         )?;
     }
+    if let Some(ir) = &r.instrumented {
+        explain_instrumented(o, ir, detail)?;
+    }
     Ok(())
+}
+
+/// A route in a few words, for the captured lanes.
+fn captured_route(c: &CapturedAccess) -> String {
+    let mut t = match c.route {
+        Route::Bound { holder, offset } => format!("slot {holder}'s buffer +{offset:#x}"),
+        Route::Device { address } => format!("device {address:#x}"),
+        Route::Lds { offset } => format!("LDS +{offset:#x}"),
+        Route::Scratch { offset } => format!("scratch +{offset:#x}"),
+        Route::NotRun => "not run".to_owned(),
+    };
+    if let Some((slot, off)) = c.slot {
+        t.push_str(&format!(" (slot {slot} +{off:#x})"));
+    }
+    t
+}
+
+/// Which bytes escaped, one character a byte of the first 32 (`x` escaped, `.` not).
+fn escaped_mask(escaped_bytes: u32, size_bytes: u32) -> String {
+    let mut s: String = (0..size_bytes.min(32))
+        .map(|i| {
+            if (escaped_bytes >> i) & 1 == 1 {
+                'x'
+            } else {
+                '.'
+            }
+        })
+        .collect();
+    if size_bytes > 32 {
+        s.push('…');
+    }
+    s
+}
+
+/// An access kind as JSON writes it (`untyped-buffer`).
+fn kind_name(kind: crate::input::AccessKind) -> String {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{kind:?}"))
+}
+
+/// A site number as printed (the positive control's canary by name).
+fn site_name(site: u32) -> String {
+    if site == crate::instrument::CANARY_SITE {
+        "canary".to_owned()
+    } else {
+        site.to_string()
+    }
+}
+
+/// Writes an instrumented pass's section (issue 14): the control, the counters, the probe
+/// histogram, the sites, the first `detail.max_accesses` logged escapes and captured accesses, and
+/// how many more were logged and how many were counted but not logged.
+pub fn explain_instrumented(
+    o: &mut String,
+    ir: &InstrumentedReport,
+    detail: Detail,
+) -> std::fmt::Result {
+    let c = &ir.counters;
+    writeln!(
+        o,
+        "  instrumented pass: grid {}×{}, {} lanes, {} workgroups of 8×8",
+        ir.grid[0], ir.grid[1], ir.lanes, ir.workgroups
+    )?;
+    match ir.control {
+        ControlStatus::Fired => writeln!(
+            o,
+            "    control: fired (the canary lookup escaped and was counted: the miss path works)"
+        )?,
+        ControlStatus::NotFired => writeln!(
+            o,
+            "    control: NOT FIRED: this pass's instrumentation is not validated: its canary did not escape"
+        )?,
+    }
+    writeln!(
+        o,
+        "    accesses: {} to guest memory, {} bound, {} LDS, {} scratch; {} device stores marked (C1)",
+        c.guest, c.bound, c.lds, c.scratch, c.stores_marked
+    )?;
+    writeln!(
+        o,
+        "    lookups (T5): {}, {} hits, {} misses; {} escapes (T4)",
+        c.lookups, c.hits, c.misses, c.escapes
+    )?;
+    let last = ir.probe_histogram.len();
+    let buckets: Vec<String> = ir
+        .probe_histogram
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(i, n)| {
+            let plus = if i + 1 == last { "+" } else { "" };
+            format!("{}{plus}: {n}", i + 1)
+        })
+        .collect();
+    if !buckets.is_empty() {
+        writeln!(o, "    probes a lookup (T2): {}", buckets.join(", "))?;
+    }
+    if !ir.sites.is_empty() {
+        writeln!(o, "    sites:")?;
+        writeln!(
+            o,
+            "      {:>4}  {:<16}  {:<16}  {:<5}  {:>5}  {:>12}  {:>10}  {:>12}  {:>11}  {:>10}",
+            "site",
+            "pc",
+            "kind",
+            "op",
+            "bytes",
+            "accesses",
+            "escapes",
+            "lookups",
+            "mean probes",
+            "max probes"
+        )?;
+        for s in &ir.sites {
+            let (mean, max) = if s.lookups == 0 {
+                ("-".to_owned(), "-".to_owned())
+            } else {
+                (
+                    format!("{:.3}", s.probes_sum as f64 / s.lookups as f64),
+                    s.probes_max.to_string(),
+                )
+            };
+            writeln!(
+                o,
+                "      {:>4}  {:<16}  {:<16}  {:<5}  {:>5}  {:>12}  {:>10}  {:>12}  {:>11}  {:>10}",
+                s.site,
+                format!("{:#x}", s.pc),
+                kind_name(s.kind),
+                format!("{:?}", s.op).to_lowercase(),
+                s.size_bytes,
+                s.accesses,
+                s.escapes,
+                s.lookups,
+                mean,
+                max
+            )?;
+        }
+    }
+    let n = detail.max_accesses;
+    write!(
+        o,
+        "    escape log (T4): {} counted, {} logged",
+        c.escapes,
+        ir.escapes.len()
+    )?;
+    if ir.escapes_not_logged > 0 {
+        write!(
+            o,
+            "; {} counted but not logged (log full)",
+            ir.escapes_not_logged
+        )?;
+    }
+    writeln!(o)?;
+    for e in ir.escapes.iter().take(n) {
+        let class = match e.reason {
+            Some(r) => format!("{} ({})", e.class.as_str(), r.phrase()),
+            None => e.class.as_str().to_owned(),
+        };
+        let near = |r: Option<crate::ByteRange>| r.map_or("none".to_owned(), |r| r.to_string());
+        writeln!(
+            o,
+            "      pixel ({}, {}) wg {} wave {} lane {} · site {} pc {:#x} · {} {} bytes at {:#x} · escaped [{}] · {class} · nearest below {}, above {}",
+            e.pixel[0],
+            e.pixel[1],
+            e.workgroup,
+            e.wave,
+            e.lane,
+            site_name(e.site),
+            e.pc,
+            format!("{:?}", e.op).to_lowercase(),
+            e.size_bytes,
+            e.address,
+            escaped_mask(e.escaped_bytes, e.size_bytes),
+            near(e.nearest_below),
+            near(e.nearest_above),
+        )?;
+    }
+    let more = ir.escapes.len().saturating_sub(n);
+    if more > 0 || (ir.escapes_not_logged > 0 && !ir.escapes.is_empty()) {
+        writeln!(
+            o,
+            "      … and {more} more logged, {} not logged",
+            ir.escapes_not_logged
+        )?;
+    }
+    write!(o, "    captured lanes: {} accesses kept", ir.captured.len())?;
+    if ir.captured_not_logged > 0 {
+        write!(
+            o,
+            "; {} counted but not logged (capture full)",
+            ir.captured_not_logged
+        )?;
+    }
+    writeln!(o)?;
+    for a in ir.captured.iter().take(n) {
+        let values: Vec<String> = a.values.iter().map(|v| format!("{v:#010x}")).collect();
+        writeln!(
+            o,
+            "      pixel ({}, {}) wg {} wave {} lane {} · site {} pc {:#x} · {} {} bytes, {} · [{}]{}",
+            a.pixel[0],
+            a.pixel[1],
+            a.workgroup,
+            a.wave,
+            a.lane,
+            site_name(a.site),
+            a.pc,
+            format!("{:?}", a.op).to_lowercase(),
+            a.size_bytes,
+            captured_route(a),
+            values.join(" "),
+            if a.escaped_bytes != 0 {
+                format!(
+                    " · escaped [{}]",
+                    escaped_mask(a.escaped_bytes, a.size_bytes)
+                )
+            } else {
+                String::new()
+            }
+        )?;
+    }
+    let more = ir.captured.len().saturating_sub(n);
+    if more > 0 || (ir.captured_not_logged > 0 && !ir.captured.is_empty()) {
+        writeln!(
+            o,
+            "      … and {more} more kept, {} not logged",
+            ir.captured_not_logged
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod instrumented_tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+    use crate::ByteRange;
+    use crate::input::{AccessKind, Op};
+    use crate::report::{EscapeClass, InstrumentCounters, LeftOutReason, LoggedEscape, SiteReport};
+
+    fn section(control: ControlStatus) -> InstrumentedReport {
+        let escape = |k: u32| LoggedEscape {
+            workgroup: 5 + k,
+            wave: 1,
+            lane: 3,
+            pixel: [40 + 8 * k, 4],
+            site: 1,
+            pc: 0x7400_5b85_4a90,
+            address: 0x7f_0000_0000 + u64::from(k) * 0x40,
+            size_bytes: 8,
+            op: Op::Load,
+            escaped_bytes: 0xf0,
+            class: if k == 1 {
+                EscapeClass::LeftOut
+            } else {
+                EscapeClass::NoReservation
+            },
+            reason: (k == 1).then_some(LeftOutReason::NotReadWrite),
+            nearest_below: Some(ByteRange::new(0x6_1000_0000, 0x6_1010_0000)),
+            nearest_above: None,
+        };
+        InstrumentedReport {
+            grid: [64, 16],
+            lanes: 1024,
+            workgroups: 16,
+            counters: InstrumentCounters {
+                guest: 2048,
+                lds: 1024,
+                scratch: 0,
+                bound: 1024,
+                lookups: 2050,
+                hits: 2042,
+                misses: 8,
+                escapes: 8,
+                stores_marked: 1024,
+            },
+            probe_histogram: vec![2000, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            sites: vec![
+                SiteReport {
+                    site: 0,
+                    pc: 0x7400_5b85_4a80,
+                    kind: AccessKind::UntypedBuffer,
+                    op: Op::Load,
+                    size_bytes: 16,
+                    accesses: 1024,
+                    escapes: 0,
+                    lookups: 0,
+                    probes_sum: 0,
+                    probes_max: 0,
+                },
+                SiteReport {
+                    site: 1,
+                    pc: 0x7400_5b85_4a90,
+                    kind: AccessKind::Scalar,
+                    op: Op::Load,
+                    size_bytes: 8,
+                    accesses: 2048,
+                    escapes: 8,
+                    lookups: 2050,
+                    probes_sum: 2100,
+                    probes_max: 2,
+                },
+            ],
+            escapes: (0..3).map(escape).collect(),
+            escapes_not_logged: 5,
+            captured: vec![CapturedAccess {
+                workgroup: 5,
+                wave: 1,
+                lane: 3,
+                pixel: [43, 4],
+                site: 0,
+                pc: 0x7400_5b85_4a80,
+                op: Op::Load,
+                route: Route::Bound {
+                    holder: 0,
+                    offset: 0x40,
+                },
+                slot: Some((0, 0x40)),
+                size_bytes: 8,
+                values: vec![1, 2],
+                escaped_bytes: 0,
+            }],
+            captured_not_logged: 0,
+            control,
+        }
+    }
+
+    #[test]
+    fn the_section_says_what_was_counted_logged_and_not_logged() {
+        let mut o = String::new();
+        explain_instrumented(
+            &mut o,
+            &section(ControlStatus::Fired),
+            Detail { max_accesses: 2 },
+        )
+        .unwrap();
+        let expected = "  instrumented pass: grid 64×16, 1024 lanes, 16 workgroups of 8×8
+    control: fired (the canary lookup escaped and was counted: the miss path works)
+    accesses: 2048 to guest memory, 1024 bound, 1024 LDS, 0 scratch; 1024 device stores marked (C1)
+    lookups (T5): 2050, 2042 hits, 8 misses; 8 escapes (T4)
+    probes a lookup (T2): 1: 2000, 2: 50
+    sites:
+      site  pc                kind              op     bytes      accesses     escapes       lookups  mean probes  max probes
+         0  0x74005b854a80    untyped-buffer    load      16          1024           0             0            -           -
+         1  0x74005b854a90    scalar            load       8          2048           8          2050        1.024           2
+    escape log (T4): 8 counted, 3 logged; 5 counted but not logged (log full)
+      pixel (40, 4) wg 5 wave 1 lane 3 · site 1 pc 0x74005b854a90 · load 8 bytes at 0x7f00000000 · escaped [....xxxx] · no-reservation · nearest below 0x610000000..0x610100000, above none
+      pixel (48, 4) wg 6 wave 1 lane 3 · site 1 pc 0x74005b854a90 · load 8 bytes at 0x7f00000040 · escaped [....xxxx] · left-out (host pages not read-write) · nearest below 0x610000000..0x610100000, above none
+      … and 1 more logged, 5 not logged
+    captured lanes: 1 accesses kept
+      pixel (43, 4) wg 5 wave 1 lane 3 · site 0 pc 0x74005b854a80 · load 8 bytes, slot 0's buffer +0x40 (slot 0 +0x40) · [0x00000001 0x00000002]
+";
+        assert_eq!(o, expected, "\n{o}");
+    }
+
+    #[test]
+    fn a_control_that_did_not_fire_is_said_and_a_full_capture_counted() {
+        let mut ir = section(ControlStatus::NotFired);
+        ir.captured_not_logged = 7;
+        let mut o = String::new();
+        explain_instrumented(&mut o, &ir, Detail::default()).unwrap();
+        assert!(o.contains("control: NOT FIRED: this pass's instrumentation is not validated: its canary did not escape"), "{o}");
+        assert!(
+            o.contains("captured lanes: 1 accesses kept; 7 counted but not logged (capture full)"),
+            "{o}"
+        );
+        assert!(o.contains("      … and 0 more logged, 5 not logged"), "{o}");
+        assert!(o.contains("      … and 0 more kept, 7 not logged"), "{o}");
+    }
 }

@@ -9,7 +9,9 @@
 
 pub mod capture;
 pub mod checkpoint;
+pub mod columns;
 pub mod generate;
+pub mod instrumented;
 pub mod sample;
 pub mod session;
 pub mod shipped;

@@ -45,6 +45,11 @@ pub struct CaptureMeta {
     pub programs: Vec<crate::sample::Program>,
 }
 
+/// A PROGRAM record: one program's code (a [`crate::sample::Program`] as JSON) that became known
+/// after the META header was written (a live recording learns programs as dispatches name them).
+/// Opening a capture reads every PROGRAM record through the index into [`CaptureMeta::programs`].
+pub const PROGRAM: RecordKind = RecordKind(0x07);
+
 /// A DISPATCH record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DispatchRecord {
@@ -53,6 +58,92 @@ pub struct DispatchRecord {
     /// Its report, as the recorder saw it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<DispatchReport>,
+}
+
+/// The first bytes of a DISPATCH record kept in the framed form ([`DispatchRecord::to_payload`]):
+/// a JSON record never starts with them.
+pub const FRAMED_DISPATCH_MAGIC: [u8; 4] = *b"DSDR";
+
+impl DispatchRecord {
+    /// The record's payload in a capture. A report without an instrumented section is the
+    /// record's JSON, as every capture before issue 14 holds. A report with one is framed:
+    /// [`FRAMED_DISPATCH_MAGIC`], the JSON's length (u32 LE), the record's JSON without the
+    /// section, then the section in [`crate::instrumented`]'s column record, so that its size
+    /// stays that of the columns, not of their JSON.
+    pub fn to_payload(&self) -> Vec<u8> {
+        let Some(section) = self.report.as_ref().and_then(|r| r.instrumented.as_ref()) else {
+            return json(self);
+        };
+        let Ok(columns) = crate::instrumented::encode(section) else {
+            return json(self);
+        };
+        let mut lean = DispatchRecord {
+            input: self.input.clone(),
+            report: None,
+        };
+        lean.report = self.report.as_ref().map(|r| DispatchReport {
+            instrumented: None,
+            ..r.clone()
+        });
+        let text = json(&lean);
+        let mut v = Vec::with_capacity(8 + text.len() + columns.len());
+        v.extend_from_slice(&FRAMED_DISPATCH_MAGIC);
+        v.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        v.extend_from_slice(&text);
+        v.extend_from_slice(&columns);
+        v
+    }
+
+    /// Reads a payload [`Self::to_payload`] wrote, in either form, or a live recording's column
+    /// record ([`crate::columns::encode_record`]); what is wrong is the message.
+    pub fn from_payload(bytes: &[u8]) -> Result<Self, String> {
+        if bytes.starts_with(&crate::columns::RECORD_MAGIC) {
+            let (input, report) =
+                crate::columns::decode_record(bytes).map_err(|e| e.to_string())?;
+            return Ok(Self { input, report });
+        }
+        let Some(rest) = bytes.strip_prefix(&FRAMED_DISPATCH_MAGIC) else {
+            return serde_json::from_slice(bytes).map_err(|e| e.to_string());
+        };
+        let (len, rest) = rest
+            .split_first_chunk::<4>()
+            .ok_or("a framed DISPATCH record cut short in its JSON length")?;
+        let len = u32::from_le_bytes(*len) as usize;
+        if len > rest.len() {
+            return Err(format!(
+                "a framed DISPATCH record names {len} bytes of JSON, {} are left",
+                rest.len()
+            ));
+        }
+        let (text, columns) = rest.split_at(len);
+        let mut record: DispatchRecord = serde_json::from_slice(text).map_err(|e| e.to_string())?;
+        let section = crate::instrumented::decode(columns).map_err(|e| e.to_string())?;
+        match record.report.as_mut() {
+            Some(r) => r.instrumented = Some(section),
+            None => return Err("a framed DISPATCH record with a section but no report".into()),
+        }
+        Ok(record)
+    }
+}
+
+/// After a replay of a capture: each replayed report whose recorded report carries an instrumented
+/// section (issue 14) gets that section back, by position. The CPU reference cannot re-run a pass
+/// the device ran (its input records no access), so a replay re-plans, re-maps and re-syncs the
+/// table (the engine's half) and keeps the device's recorded section. Returns the sections kept.
+pub fn keep_recorded_sections(
+    replayed: &mut [DispatchReport],
+    recorded: &[Option<DispatchReport>],
+) -> usize {
+    let mut n = 0;
+    for (r, rec) in replayed.iter_mut().zip(recorded) {
+        if r.instrumented.is_none()
+            && let Some(section) = rec.as_ref().and_then(|x| x.instrumented.as_ref())
+        {
+            r.instrumented = Some(section.clone());
+            n += 1;
+        }
+    }
+    n
 }
 
 /// The `format` of a capture's META record.
@@ -231,7 +322,7 @@ pub fn write_capture(
                         report: reports.and_then(|r| r.get(n)).cloned(),
                     };
                     n += 1;
-                    w.append(RecordKind::DISPATCH, &json(&record), true)?;
+                    w.append(RecordKind::DISPATCH, &record.to_payload(), true)?;
                 }
             }
         }
@@ -288,7 +379,29 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                 message: format!("format is {:?}, not {CAPTURE_FORMAT:?}", meta.format),
             });
         }
-        Ok(Self { path, reader, meta })
+        let mut file = Self { path, reader, meta };
+        file.read_programs()?;
+        Ok(file)
+    }
+
+    /// Adds the code of every PROGRAM record to the META's programs (a program the META names
+    /// keeps the META's code).
+    fn read_programs(&mut self) -> Result<(), SessionError> {
+        for n in 0..self.reader.len_of_kind(PROGRAM) {
+            let bytes =
+                self.reader
+                    .nth_of_kind(PROGRAM, n)
+                    .map_err(|error| SessionError::Capture {
+                        path: self.path.clone(),
+                        error,
+                    })?;
+            let p: crate::sample::Program = serde_json::from_slice(&bytes)
+                .map_err(|e| self.bad(PROGRAM, n, format!("not a program's code: {e}")))?;
+            if !self.meta.programs.iter().any(|q| q.address == p.address) {
+                self.meta.programs.push(p);
+            }
+        }
+        Ok(())
     }
 
     /// The header.
@@ -363,7 +476,7 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                 path: self.path.clone(),
                 error,
             })?;
-        serde_json::from_slice(&bytes).map_err(|e| self.bad(RecordKind::DISPATCH, n, e.to_string()))
+        DispatchRecord::from_payload(&bytes).map_err(|e| self.bad(RecordKind::DISPATCH, n, e))
     }
 
     /// Reads the whole capture back as a sample (every complete record; a torn tail is dropped).
@@ -426,8 +539,7 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                     sample.steps.push(Step::Event(e));
                 }
                 RecordKind::DISPATCH => {
-                    let d: DispatchRecord =
-                        serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+                    let d = DispatchRecord::from_payload(&bytes).map_err(bad)?;
                     sample.steps.push(Step::Dispatch(Box::new(d.input)));
                     reports.push(d.report);
                 }

@@ -33,6 +33,11 @@
 //!   a person selects it) and gets [`ToDebugger::Detail`], or [`ToDebugger::DetailGone`] when the
 //!   target no longer has it.
 //!
+//! - **Program code once.** When the target knows a program's code ([`crate::Tap::add_program`]),
+//!   [`ToDebugger::Program`] carries it once a session, just before the first dispatch that names
+//!   the program; a recording keeps it (the capture's META, or a PROGRAM record once the META is
+//!   written), so the listing and `dispatchscope disasm` work on a recorded live session.
+//!
 //! # Address, port and token
 //!
 //! A target listens on `127.0.0.1:`[`DEFAULT_PORT`] (27953) unless told otherwise.
@@ -523,6 +528,15 @@ pub enum ToDebugger {
         /// The lists.
         mappings: Box<SharedMappings>,
     },
+    /// A program's machine code (its bytes from `address`), sent once a session, before the first
+    /// dispatch that names the program, when the target knows its code ([`crate::Tap::add_program`]).
+    Program {
+        /// The program's address (the `program` of its dispatches).
+        #[serde(with = "hex")]
+        address: u64,
+        /// Its machine code from that address.
+        code: Vec<u8>,
+    },
     /// A dispatch ran.
     Dispatch {
         /// Its index.
@@ -599,6 +613,7 @@ impl ToDebugger {
             ToDebugger::Event { .. } => "event",
             ToDebugger::EventFailed { .. } => "event-failed",
             ToDebugger::MappingState { .. } => "mapping-state",
+            ToDebugger::Program { .. } => "program",
             ToDebugger::Dispatch { .. } => "dispatch",
             ToDebugger::Detail { .. } => "detail",
             ToDebugger::DetailGone { .. } => "detail-gone",

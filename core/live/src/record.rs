@@ -3,7 +3,10 @@
 //! [`CaptureRecorder`] takes the messages a [`LiveClient`] receives and appends records: the
 //! snapshot's contents as MEMORY records and its events as EVENTS records (they rebuild guest
 //! memory as it stood when recording began, see [`crate::snapshot`]), then one EVENTS record
-//! per event and one DISPATCH record (input and report) per dispatch, in the target's order. The
+//! per event and one DISPATCH record (input and report, the access lists as rows:
+//! [`dispatchscope_formats::columns::encode_record`]) per dispatch, in the target's order; a
+//! program's code the target sends goes into the META when it comes before the snapshot, and into
+//! a PROGRAM record ([`dispatchscope_formats::session::PROGRAM`]) after. The
 //! META header is written when the snapshot arrives (it needs the device). It flushes (records and
 //! a checkpoint, made durable) at least every [`RecordOptions::flush_every`], so a recorder killed
 //! at any moment leaves a capture that opens with every record up to its last flush.
@@ -24,8 +27,10 @@ use thiserror::Error;
 use crate::client::{ClientError, ClientOptions, Incoming, LiveClient};
 use crate::protocol::{ResumeReason, ToDebugger};
 use dispatchscope_formats::capture::{CaptureError, CaptureWriter, RecordKind};
+use dispatchscope_formats::columns;
+use dispatchscope_formats::sample::Program;
 use dispatchscope_formats::sample::{Contents, Provenance, SAMPLE_VERSION};
-use dispatchscope_formats::session::{CAPTURE_FORMAT, CaptureMeta};
+use dispatchscope_formats::session::{CAPTURE_FORMAT, CaptureMeta, PROGRAM};
 
 /// Why a recording failed.
 #[derive(Debug, Error)]
@@ -112,6 +117,10 @@ pub struct CaptureRecorder {
     last_flush: Instant,
     flush_every: Duration,
     durable_bytes: u64,
+    /// The code of every program the target sent, for the META or PROGRAM records.
+    programs: Vec<Program>,
+    /// A DISPATCH record's payload, kept to reuse its allocation.
+    payload: Vec<u8>,
 }
 
 fn json<T: serde::Serialize>(kind: &'static str, value: &T) -> Result<Vec<u8>, RecordError> {
@@ -144,6 +153,8 @@ impl CaptureRecorder {
             last_flush: Instant::now(),
             flush_every,
             durable_bytes: 0,
+            programs: Vec::new(),
+            payload: Vec::new(),
         }
     }
 
@@ -182,6 +193,11 @@ impl CaptureRecorder {
         Ok(offset)
     }
 
+    /// The code of the programs the target sent so far (written to the capture as they came).
+    pub fn programs(&self) -> &[Program] {
+        &self.programs
+    }
+
     /// Bytes of the file made durable by the last flush (every record that ends there or before
     /// can be read back from the file).
     pub fn durable_bytes(&self) -> u64 {
@@ -217,7 +233,7 @@ impl CaptureRecorder {
                         ours: vec!["everything: recorded live from a running target".into()],
                     },
                     device: s.device.clone(),
-                    programs: Vec::new(),
+                    programs: self.programs.clone(),
                 };
                 let header = json("META", &meta)?;
                 let w =
@@ -239,6 +255,18 @@ impl CaptureRecorder {
                 self.contents_left -= 1;
                 self.append(RecordKind::MEMORY, &contents_bytes(contents), true)?;
                 self.summary.contents += 1;
+            }
+            ToDebugger::Program { address, code } => {
+                let program = Program {
+                    address: *address,
+                    code: code.clone(),
+                };
+                self.programs.retain(|p| p.address != *address);
+                self.programs.push(program.clone());
+                if self.writer.is_some() {
+                    let payload = json("PROGRAM", &program)?;
+                    self.append(PROGRAM, &payload, true)?;
+                }
             }
             ToDebugger::Event { report } if self.writer.is_some() => {
                 if let Some(n) = self.next_event
@@ -264,20 +292,14 @@ impl CaptureRecorder {
                     self.summary.dropped += index - n;
                 }
                 self.next_dispatch = Some(index + 1);
-                // A DispatchRecord by reference: the same JSON, without copying the report.
-                #[derive(serde::Serialize)]
-                struct RecordRef<'a> {
-                    input: &'a dispatchscope_core::input::DispatchInput,
-                    report: &'a dispatchscope_core::report::DispatchReport,
-                }
-                let payload = json(
-                    "DISPATCH",
-                    &RecordRef {
-                        input: input.as_ref(),
-                        report: report.as_ref(),
-                    },
-                )?;
-                dispatch_at = Some(self.append(RecordKind::DISPATCH, &payload, true)?);
+                // The access lists as rows, the rest as JSON (`dispatchscope_formats::columns`):
+                // a tenth of the JSON record's encoding time, read back by every capture reader.
+                self.payload.clear();
+                columns::encode_record(input, Some(report), &mut self.payload);
+                let payload = std::mem::take(&mut self.payload);
+                let at = self.append(RecordKind::DISPATCH, &payload, true);
+                self.payload = payload;
+                dispatch_at = Some(at?);
                 self.summary.dispatches += 1;
                 self.summary.first_dispatch.get_or_insert(*index);
                 self.summary.last_dispatch = Some(*index);

@@ -21,7 +21,7 @@ use crate::protocol::{
     RefusalReason, Stats, TargetHello, ToDebugger, ToTarget, VERSION, decode, encode_frame_into,
     hello_header, tokens_match,
 };
-use crate::shared::{DetailRing, Link, Popped, Queue, Release, Shared, TapError, lock};
+use crate::shared::{DetailRing, Link, Outgoing, Popped, Queue, Release, Shared, TapError, lock};
 use crate::wire::Encoder;
 
 /// How often a session's reader wakes to look at the clock when nothing arrives.
@@ -529,6 +529,8 @@ fn write_loop(
     let interval = shared.config.stats_interval;
     let _ = stream.set_write_timeout(Some(shared.config.session_timeout));
     let mut encoder = Encoder::new(shared.config.streamed_accesses, MAX_FRAME_BYTES);
+    // A loopback debugger gets uncompressed bodies: the copy costs less than lz4 (wire.rs).
+    encoder.set_compress(!stream.peer_addr().is_ok_and(|a| a.ip().is_loopback()));
     let mut batch = Vec::new();
     let mut out = Vec::with_capacity(1 << 16);
     let mut frame = Vec::new();
@@ -536,11 +538,41 @@ fn write_loop(
     let mut last_stats = Instant::now();
     let mut last_count = 0u64;
     let mut keep = |dispatch: u64, accesses| lock(details).keep(dispatch, accesses);
+    let mut programs_sent = std::collections::HashSet::new();
     loop {
         let wait = interval.saturating_sub(last_stats.elapsed());
         let state = queue.pop_all(wait, &mut batch);
         out.clear();
-        for message in batch.drain(..) {
+        for item in batch.drain(..) {
+            let message = match item {
+                Outgoing::Message(m) => m,
+                Outgoing::Dispatch(d) => {
+                    let program = d.input.program;
+                    if !programs_sent.contains(&program)
+                        && let Some(code) = lock(&shared.programs).get(&program).cloned()
+                    {
+                        programs_sent.insert(program);
+                        let code = ToDebugger::Program {
+                            address: program,
+                            code: code.to_vec(),
+                        };
+                        match encoder.push(code, &mut out, &mut keep) {
+                            Ok(()) => sent += 1,
+                            Err(e) => shared.notice(format!(
+                                "the code of program {program:#x} was not sent: {e}"
+                            )),
+                        }
+                    }
+                    match encoder.push_dispatch(*d, &mut out, &mut keep) {
+                        Ok(rows) => {
+                            queue.give_back(rows);
+                            sent += 1;
+                        }
+                        Err(e) => shared.notice(format!("a dispatch message was not sent: {e}")),
+                    }
+                    continue;
+                }
+            };
             if matches!(
                 message,
                 ToDebugger::Refused { .. } | ToDebugger::Attached { .. }

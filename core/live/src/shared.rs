@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use std::collections::HashMap;
+
 use crate::protocol::{Breakpoints, DEFAULT_LISTEN, ToDebugger};
+use crate::wire::EncodedDispatch;
 
 /// How a tap listens and how patient it is.
 #[derive(Clone, Debug)]
@@ -108,10 +111,23 @@ pub(crate) struct Queue {
     inner: Mutex<QueueInner>,
     ready: Condvar,
     capacity: usize,
+    /// Row buffers the writer is done with, for the game thread's next dispatches.
+    spare: Mutex<Vec<Vec<u8>>>,
+}
+
+/// Row buffers kept for reuse; more than a writer's usual batch gains nothing.
+const SPARE_BUFFERS: usize = 256;
+/// A buffer larger than this (a dispatch of thousands of accesses) is freed, not kept.
+const SPARE_BUFFER_BYTES: usize = 1 << 20;
+
+/// What the game thread queues for the writer: a message, or a dispatch already written as rows.
+pub(crate) enum Outgoing {
+    Message(ToDebugger),
+    Dispatch(Box<EncodedDispatch>),
 }
 
 struct QueueInner {
-    items: VecDeque<ToDebugger>,
+    items: VecDeque<Outgoing>,
     closed: bool,
     dropped: u64,
 }
@@ -132,11 +148,28 @@ impl Queue {
             }),
             ready: Condvar::new(),
             capacity: capacity.max(1),
+            spare: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A row buffer to write a dispatch into (one the writer gave back, or a new one).
+    pub(crate) fn spare_buffer(&self) -> Vec<u8> {
+        lock(&self.spare).pop().unwrap_or_default()
+    }
+
+    /// Gives a row buffer back for reuse.
+    pub(crate) fn give_back(&self, buffer: Vec<u8>) {
+        if buffer.capacity() > SPARE_BUFFER_BYTES {
+            return;
+        }
+        let mut s = lock(&self.spare);
+        if s.len() < SPARE_BUFFERS {
+            s.push(buffer);
         }
     }
 
     /// Queues a dispatch or event; drops it when the queue is full.
-    pub(crate) fn push(&self, message: ToDebugger) -> bool {
+    pub(crate) fn push(&self, message: Outgoing) -> bool {
         let mut q = lock(&self.inner);
         if q.closed {
             return false;
@@ -145,9 +178,14 @@ impl Queue {
             q.dropped += 1;
             return false;
         }
+        // The writer drains everything at once, so it waits only on an empty queue: waking it
+        // for each message would cost the game thread a system call a dispatch.
+        let was_empty = q.items.is_empty();
         q.items.push_back(message);
         drop(q);
-        self.ready.notify_one();
+        if was_empty {
+            self.ready.notify_one();
+        }
         true
     }
 
@@ -157,14 +195,14 @@ impl Queue {
         if q.closed {
             return;
         }
-        q.items.push_back(message);
+        q.items.push_back(Outgoing::Message(message));
         drop(q);
         self.ready.notify_one();
     }
 
     /// Moves every queued message into `out`, waiting up to `wait` for the first. After
     /// [`Queue::close`], what was queued still comes out, then `Closed`.
-    pub(crate) fn pop_all(&self, wait: Duration, out: &mut Vec<ToDebugger>) -> Popped {
+    pub(crate) fn pop_all(&self, wait: Duration, out: &mut Vec<Outgoing>) -> Popped {
         let mut q = lock(&self.inner);
         if q.items.is_empty() && !q.closed {
             q = self
@@ -299,6 +337,8 @@ pub(crate) struct Shared {
     /// Counted only while attached.
     pub(crate) dispatches: AtomicU64,
     pub(crate) events: AtomicU64,
+    /// The code of the programs the emulator told the tap about, by address.
+    pub(crate) programs: Mutex<HashMap<u64, Arc<[u8]>>>,
 }
 
 const MAX_NOTICES: usize = 256;
@@ -313,6 +353,7 @@ impl Shared {
             notices: Mutex::new(VecDeque::new()),
             dispatches: AtomicU64::new(0),
             events: AtomicU64::new(0),
+            programs: Mutex::new(HashMap::new()),
         }
     }
 

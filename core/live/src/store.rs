@@ -195,6 +195,12 @@ impl LiveStore {
         id
     }
 
+    /// The code of the programs the target sent so far (the listing's input; the capture keeps
+    /// them too).
+    pub fn programs(&self) -> &[dispatchscope_formats::sample::Program] {
+        self.recorder.programs()
+    }
+
     /// Dispatches recorded.
     pub fn len(&self) -> usize {
         self.rows.len()
@@ -269,7 +275,7 @@ impl LiveStore {
             return Err(fail("the file is not open".into()));
         };
         let payload = read_record_at(file, row.offset, RecordKind::DISPATCH).map_err(fail)?;
-        let record: DispatchRecord = serde_json::from_slice(&payload)
+        let record = DispatchRecord::from_payload(&payload)
             .map_err(|e| fail(format!("the DISPATCH record is not one: {e}")))?;
         let report = record
             .report

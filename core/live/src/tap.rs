@@ -2,8 +2,8 @@
 //! debugger can attach while the game runs.
 //!
 //! Detached, a tap costs one relaxed atomic load per dispatch and per event, and nothing else: no
-//! lock, no clone, no counter. Attached, it clones each dispatch's input and report (and each
-//! event's report) into a bounded queue that a writer thread drains to the debugger; when the
+//! lock, no clone, no counter. Attached, it writes each dispatch's access lists as rows and clones
+//! the rest of its input and report (and each event's report) into a bounded queue that a writer thread drains to the debugger; when the
 //! queue is full the message is dropped and counted, so a slow debugger never makes the game wait.
 //! The game waits only when the debugger asked it to pause, and never longer than the pause
 //! timeout after the debugger's last frame ([`TapConfig::pause_timeout`], 1 s by default): a
@@ -27,8 +27,9 @@ use crate::protocol::{
     Breakpoints, PauseReason, ResumeReason, SNAPSHOT_EVENTS_PER_FRAME, Snapshot, ToDebugger,
 };
 use crate::server::Server;
-use crate::shared::{Control, Release, Shared, TapConfig, TapError, lock};
+use crate::shared::{Control, Outgoing, Release, Shared, TapConfig, TapError, lock};
 use crate::snapshot::snapshot_of;
+use crate::wire::EncodedDispatch;
 use dispatchscope_core::backend::Backend;
 use dispatchscope_core::engine::{Engine, EngineError};
 use dispatchscope_core::input::DispatchInput;
@@ -115,6 +116,14 @@ impl Tap {
         self.server.as_ref().map(Server::local_addr)
     }
 
+    /// Tells the tap the machine code of the program at `address` (its bytes from there), so that
+    /// an attached debugger gets it before the first dispatch that names the program
+    /// ([`ToDebugger::Program`], once a session). A second call for one address replaces the code.
+    /// Detached, this costs a lock and a map insert, once per program.
+    pub fn add_program(&self, address: u64, code: &[u8]) {
+        lock(&self.shared.programs).insert(address, Arc::from(code));
+    }
+
     /// A handle for other threads.
     pub fn handle(&self) -> TapHandle {
         TapHandle {
@@ -140,6 +149,72 @@ impl Tap {
             return engine.dispatch(input);
         }
         self.dispatch_attached(engine, input)
+    }
+
+    /// [`Tap::dispatch`] for a dispatch the emulator runs itself: `run` is called once, with the
+    /// engine and `input`, where [`Tap::dispatch`] calls [`Engine::dispatch`], and its report is
+    /// what an attached debugger sees (for a pass run on a device, the engine's report with the
+    /// instrumented section the device's buffers gave, issue 14). Pauses, steps, breakpoints and
+    /// snapshots are those of [`Tap::dispatch`]; `run`'s error is sent as the dispatch's failure.
+    /// Detached, it costs what [`Tap::dispatch`] does: one relaxed load, then `run`.
+    ///
+    /// Added beside `dispatch` and touching nothing of it (issue 14's demo, `app/src/pass_demo.rs`).
+    pub fn dispatch_with<B: Backend, E: std::fmt::Display>(
+        &mut self,
+        engine: &mut Engine<B>,
+        input: &DispatchInput,
+        run: impl FnOnce(&mut Engine<B>, &DispatchInput) -> Result<DispatchReport, E>,
+    ) -> Result<DispatchReport, E> {
+        if !self.is_attached() {
+            return run(engine, input);
+        }
+        let index = engine.next_dispatch();
+        let shared = Arc::clone(&self.shared);
+        {
+            let mut c = lock(&shared.control);
+            if c.link.is_none() {
+                drop(c);
+                return run(engine, input);
+            }
+            if c.snapshot_wanted {
+                c.snapshot_wanted = false;
+                send_snapshot(&c, engine);
+            }
+            if let Some(why) = pause_before(&c, index, input) {
+                drop(pause(&shared, c, index, why, Some(input)));
+            }
+        }
+        let mut result = run(engine, input);
+        let queue = lock(&shared.control)
+            .link
+            .as_ref()
+            .map(|l| Arc::clone(&l.queue));
+        let Some(queue) = queue else { return result };
+        shared.dispatches.fetch_add(1, Ordering::Relaxed);
+        match &mut result {
+            Ok(report) => {
+                let streamed = shared.config.streamed_accesses;
+                let rows = queue.spare_buffer();
+                queue.push(Outgoing::Dispatch(Box::new(EncodedDispatch::of_into(
+                    index, input, report, streamed, rows,
+                ))));
+                let mut c = lock(&shared.control);
+                if let Some((left, _)) = c.steps.as_mut() {
+                    *left = left.saturating_sub(1);
+                }
+                if let Some(why) = pause_after(&c.breakpoints, report) {
+                    drop(pause(&shared, c, index + 1, why, None));
+                }
+            }
+            Err(e) => {
+                queue.push(Outgoing::Message(ToDebugger::DispatchFailed {
+                    index,
+                    program: input.program,
+                    message: e.to_string(),
+                }));
+            }
+        }
+        result
     }
 
     /// Applies `event` as [`Engine::apply`] does, and sends it to an attached debugger. Events
@@ -172,15 +247,15 @@ impl Tap {
             self.shared.events.fetch_add(1, Ordering::Relaxed);
             match &result {
                 Ok(report) => {
-                    queue.push(ToDebugger::Event {
+                    queue.push(Outgoing::Message(ToDebugger::Event {
                         report: Box::new((*report).clone()),
-                    });
+                    }));
                 }
                 Err(e) => {
-                    queue.push(ToDebugger::EventFailed {
+                    queue.push(Outgoing::Message(ToDebugger::EventFailed {
                         event: Box::new(event.clone()),
                         message: e.to_string(),
-                    });
+                    }));
                 }
             }
         }
@@ -211,22 +286,21 @@ impl Tap {
                 drop(pause(&shared, c, index, why, Some(input)));
             }
         }
-        let result = engine.dispatch(input);
+        let mut result = engine.dispatch(input);
         let queue = lock(&shared.control)
             .link
             .as_ref()
             .map(|l| Arc::clone(&l.queue));
         let Some(queue) = queue else { return result };
         shared.dispatches.fetch_add(1, Ordering::Relaxed);
-        match &result {
+        match &mut result {
             Ok(report) => {
-                queue.push(ToDebugger::Dispatch {
-                    index,
-                    input: Box::new(input.clone()),
-                    report: Box::new(report.clone()),
-                    mapping_state: None,
-                    accesses_left_out: 0,
-                });
+                // The access lists go as rows written here; only the rest is cloned (wire.rs).
+                let streamed = shared.config.streamed_accesses;
+                let rows = queue.spare_buffer();
+                queue.push(Outgoing::Dispatch(Box::new(EncodedDispatch::of_into(
+                    index, input, report, streamed, rows,
+                ))));
                 let mut c = lock(&shared.control);
                 if let Some((left, _)) = c.steps.as_mut() {
                     *left = left.saturating_sub(1);
@@ -236,11 +310,11 @@ impl Tap {
                 }
             }
             Err(e) => {
-                queue.push(ToDebugger::DispatchFailed {
+                queue.push(Outgoing::Message(ToDebugger::DispatchFailed {
                     index,
                     program: input.program,
                     message: e.to_string(),
-                });
+                }));
             }
         }
         result

@@ -9,26 +9,46 @@
 //! | 2..6 | count `u32` LE | messages in the body, 1 to [`MAX_MESSAGES_PER_FRAME`] |
 //! | 6.. | body | the messages; when compressed: their length `u32` LE (at most [`MAX_BODY_BYTES`], checked before anything is allocated), then one lz4 block (`lz4_flex::block`) |
 //!
-//! The messages are `count` values back to back, each one byte of kind then MessagePack as
-//! `rmp-serde` writes it with field names (`to_vec_named`): kind [`MSG_DISPATCH`] (1) is a
-//! [`ToDebugger::Dispatch`]'s fields as a map (`index`, `input`, `report`, `mapping_state`,
-//! `accesses_left_out`), kind [`MSG_TAGGED`] (0) any other [`ToDebugger`] with its `type` tag, as
-//! in the JSON. Dispatches go untagged because reading a tagged enum first buffers the whole
-//! value in serde's generic form, which for a dispatch costs more than the rest of its decoding.
-//! Both keep the JSON's serde shape, optional fields and all, so nothing in the report types needs
-//! a second description.
+//! The messages are `count` values back to back, each one byte of kind then its encoding:
+//! - kind [`MSG_DISPATCH_COLUMNS`] (2), what a target sends for every dispatch: the
+//!   [`ToDebugger::Dispatch`]'s fields as a MessagePack map with field names (`index`, `input`,
+//!   `report`, `mapping_state`, `accesses_left_out`; `rmp-serde`'s `to_vec_named`) with both access
+//!   lists empty, then a `u32` LE length and the two access lists in
+//!   [`dispatchscope_formats::columns`]' fixed-width rows (the input's access block, then the
+//!   report's);
+//! - kind [`MSG_DISPATCH`] (1), read but no longer written: the same map with the access lists in
+//!   it;
+//! - kind [`MSG_TAGGED`] (0), any other [`ToDebugger`] with its `type` tag, as in the JSON.
 //!
-//! # Why MessagePack with names and lz4, not a layout of our own
+//! Dispatches go untagged because reading a tagged enum first buffers the whole value in serde's
+//! generic form, which for a dispatch costs more than the rest of its decoding.
+//!
+//! # Why MessagePack with names for the rest, rows of our own for the access lists
 //!
 //! The report types skip empty fields (`skip_serializing_if`), flatten a tagged role into a slot
-//! binding, write addresses as `"0x…"` strings and gain fields as the engine grows (an
-//! `instrumented` field is on its way). A format that does not describe itself (bincode, postcard)
-//! reads such types wrong or not at all; a columnar layout of our own would have to follow every
-//! field by hand. MessagePack with names describes itself, so every serde attribute holds, and a
-//! new field is carried with no change here. Field names and the hex strings repeat from access
-//! to access and from dispatch to dispatch; lz4 over a frame of many messages removes most of
-//! that (the demo's dispatches: see BENCHMARKS.md for bytes per dispatch, v1 against v2), at a
-//! cost in time far below the encoding's.
+//! binding, write addresses as `"0x…"` strings and gain fields as the engine grows. A format that
+//! does not describe itself (bincode, postcard) reads such types wrong or not at all, so the small,
+//! varied part of a dispatch (slots, sets, refusals, escapes, the table, marks …) stays MessagePack
+//! with names: every serde attribute holds, and a new field is carried with no change here.
+//!
+//! The access lists are different: about 120 accesses a demo dispatch, each with its lookups and
+//! values, nine tenths of the dispatch's bytes, and of uniform shape. Measured on the demo at 200
+//! dispatches a frame (`cargo bench -p dispatchscope-demo --bench live_rate`, see BENCHMARKS.md):
+//! cloning them for the writer thread cost the game thread about 60 µs a dispatch (every access's
+//! lookups, probes and values are separate allocations, freed on another thread), and naming their
+//! fields in MessagePack cost the writer 260 µs and the debugger 510 µs a dispatch. So the tap
+//! writes them into rows on the game thread ([`EncodedDispatch::of`]: no allocation per access,
+//! no clone of the list) and clones only the rest, and both ends read rows without a parser. The
+//! rows are the same bytes a live recording's DISPATCH records keep
+//! ([`dispatchscope_formats::columns::encode_record`]).
+//!
+//! Field names and hex strings of the rest, and the rows' unused high bytes, repeat from dispatch
+//! to dispatch; lz4 over a frame of many messages removes most of that (the bytes per dispatch in
+//! BENCHMARKS.md are compressed). Compressing is then the writer thread's largest cost (about a
+//! third of its samples under `perf` at 12,000 dispatches a second), while for a debugger on
+//! loopback the bytes cost only the kernel's copy, a few times cheaper; so a target's writer sends
+//! a loopback debugger uncompressed bodies ([`Encoder::set_compress`]) and any other compressed.
+//! The flag bit says which, so a reader never needs to know.
 //!
 //! The [`Encoder`] also makes a report name its mapping state instead of repeating it, and cuts
 //! access lists longer than the tap's bound (see [`crate::protocol`]); the [`Decoder`] puts the
@@ -44,6 +64,7 @@ use serde::{Deserialize, Serialize};
 use crate::protocol::{ProtocolError, SharedMappings, ToDebugger, decode_to_debugger};
 use dispatchscope_core::input::DispatchInput;
 use dispatchscope_core::report::{AccessReport, DispatchReport};
+use dispatchscope_formats::columns;
 
 /// A [`ToDebugger::Dispatch`]'s fields, to write (borrowed).
 #[derive(Serialize)]
@@ -80,8 +101,96 @@ pub const MAX_MESSAGES_PER_FRAME: u32 = 1 << 16;
 pub const MAX_BODY_BYTES: u32 = 64 << 20;
 /// A message's kind byte: a tagged [`ToDebugger`].
 pub const MSG_TAGGED: u8 = 0;
-/// A message's kind byte: a [`ToDebugger::Dispatch`]'s fields.
+/// A message's kind byte: a [`ToDebugger::Dispatch`]'s fields, access lists included (read only).
 pub const MSG_DISPATCH: u8 = 1;
+/// A message's kind byte: a [`ToDebugger::Dispatch`]'s fields without its access lists, then the
+/// lists as rows ([`dispatchscope_formats::columns`]).
+pub const MSG_DISPATCH_COLUMNS: u8 = 2;
+
+/// A dispatch as the tap hands it to a session's writer thread: the input and report without their
+/// access lists (cloned), and the lists already written as rows, which is all the game thread pays.
+#[derive(Debug)]
+pub struct EncodedDispatch {
+    /// The dispatch's index.
+    pub index: u64,
+    /// Its input, with no accesses.
+    pub input: DispatchInput,
+    /// Its report, with no accesses.
+    pub report: DispatchReport,
+    /// The input's access block, then the report's (its first `streamed` accesses).
+    pub accesses: Vec<u8>,
+    /// Access reports left out of the rows.
+    pub accesses_left_out: u64,
+    /// The whole access list when some were left out, for detail requests.
+    pub cut: Option<Vec<AccessReport>>,
+}
+
+impl EncodedDispatch {
+    /// `input` and `report` as a writer thread takes them, with at most `streamed` access reports
+    /// in the rows. `report`'s access list is lent out while its shell is cloned and put back: the
+    /// caller's report is unchanged.
+    pub fn of(
+        index: u64,
+        input: &DispatchInput,
+        report: &mut DispatchReport,
+        streamed: usize,
+    ) -> Self {
+        Self::of_into(index, input, report, streamed, Vec::new())
+    }
+
+    /// [`Self::of`], writing the rows into `bytes` (cleared first): a buffer the writer gave back
+    /// ([`Encoder::push_dispatch`] returns it), so that the game thread does not allocate tens of
+    /// kilobytes a dispatch for another thread to free.
+    pub fn of_into(
+        index: u64,
+        input: &DispatchInput,
+        report: &mut DispatchReport,
+        streamed: usize,
+        mut bytes: Vec<u8>,
+    ) -> Self {
+        let accesses = std::mem::take(&mut report.accesses);
+        let shell = report.clone();
+        report.accesses = accesses;
+        bytes.clear();
+        columns::encode_accesses(&input.accesses, &mut bytes);
+        let all = &report.accesses;
+        let kept = &all[..all.len().min(streamed)];
+        columns::encode_access_reports(kept, &mut bytes);
+        let left_out = all.len() - kept.len();
+        Self {
+            index,
+            input: input_shell(input),
+            report: shell,
+            accesses: bytes,
+            accesses_left_out: left_out as u64,
+            cut: (left_out > 0).then(|| all.clone()),
+        }
+    }
+}
+
+/// `input` without its accesses; every field is named, so a new one stops the build here.
+fn input_shell(input: &DispatchInput) -> DispatchInput {
+    let DispatchInput {
+        kind,
+        program,
+        label,
+        slots,
+        push,
+        reasons,
+        page_buffer,
+        accesses: _,
+    } = input;
+    DispatchInput {
+        kind: *kind,
+        program: *program,
+        label: label.clone(),
+        slots: slots.clone(),
+        push: push.clone(),
+        reasons: reasons.clone(),
+        page_buffer: page_buffer.clone(),
+        accesses: Vec::new(),
+    }
+}
 /// A writer starts a new frame once its body reaches this many bytes.
 pub const FRAME_TARGET_BYTES: usize = 1 << 20;
 
@@ -105,6 +214,7 @@ pub struct Encoder {
     /// One message's encoding, before it joins the body.
     one: Vec<u8>,
     max_frame_bytes: u32,
+    compress: bool,
 }
 
 impl Encoder {
@@ -119,7 +229,15 @@ impl Encoder {
             count: 0,
             one: Vec::new(),
             max_frame_bytes,
+            compress: true,
         }
+    }
+
+    /// Whether frames' bodies are lz4 compressed (by default they are, where that makes them
+    /// smaller). A target's writer turns it off for a debugger on loopback, where the socket's
+    /// copy costs less than compressing (see the module docs).
+    pub fn set_compress(&mut self, on: bool) {
+        self.compress = on;
     }
 
     /// Messages waiting in the frame being built.
@@ -136,51 +254,82 @@ impl Encoder {
     /// [`ProtocolError::TooLargeToSend`], and the frame being built is kept.
     pub fn push(
         &mut self,
-        mut message: ToDebugger,
+        message: ToDebugger,
         out: &mut Vec<u8>,
         cut: &mut dyn FnMut(u64, Vec<AccessReport>),
     ) -> Result<(), ProtocolError> {
-        if let ToDebugger::Dispatch {
-            index,
-            report,
-            mapping_state,
-            accesses_left_out,
-            ..
-        } = &mut message
-        {
-            if let Some(m) = report.mappings.as_mut() {
-                let id = match &self.shared {
-                    Some((id, s)) if s.same_as(m) => {
-                        m.runs.clear();
-                        m.pieces.clear();
-                        m.left_out.clear();
-                        *id
-                    }
-                    _ => {
-                        let id = self.next_id;
-                        self.next_id += 1;
-                        let s = SharedMappings::take_from(m);
-                        self.add(
-                            &ToDebugger::MappingState {
-                                id,
-                                mappings: Box::new(s.clone()),
-                            },
-                            out,
-                        )?;
-                        self.shared = Some((id, s));
-                        id
-                    }
-                };
-                *mapping_state = Some(id);
+        match message {
+            ToDebugger::Dispatch {
+                index,
+                input,
+                mut report,
+                ..
+            } => {
+                let d = EncodedDispatch::of(index, &input, &mut report, self.streamed_accesses);
+                self.push_dispatch(d, out, cut).map(drop)
             }
-            if report.accesses.len() > self.streamed_accesses {
-                let kept = report.accesses[..self.streamed_accesses].to_vec();
-                let full = std::mem::replace(&mut report.accesses, kept);
-                *accesses_left_out = (full.len() - self.streamed_accesses) as u64;
-                cut(*index, full);
-            }
+            other => self.add(&other, out),
         }
-        self.add(&message, out)
+    }
+
+    /// [`Self::push`] for a dispatch the tap already wrote as rows; returns the rows' buffer,
+    /// emptied, for the next [`EncodedDispatch::of_into`].
+    pub fn push_dispatch(
+        &mut self,
+        mut d: EncodedDispatch,
+        out: &mut Vec<u8>,
+        cut: &mut dyn FnMut(u64, Vec<AccessReport>),
+    ) -> Result<Vec<u8>, ProtocolError> {
+        let mut mapping_state = None;
+        if let Some(m) = d.report.mappings.as_mut() {
+            let id = match &self.shared {
+                Some((id, s)) if s.same_as(m) => {
+                    m.runs.clear();
+                    m.pieces.clear();
+                    m.left_out.clear();
+                    *id
+                }
+                _ => {
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    let s = SharedMappings::take_from(m);
+                    self.add(
+                        &ToDebugger::MappingState {
+                            id,
+                            mappings: Box::new(s.clone()),
+                        },
+                        out,
+                    )?;
+                    self.shared = Some((id, s));
+                    id
+                }
+            };
+            mapping_state = Some(id);
+        }
+        if let Some(full) = d.cut.take() {
+            cut(d.index, full);
+        }
+        self.one.clear();
+        self.one.push(MSG_DISPATCH_COLUMNS);
+        let fields = DispatchRef {
+            index: d.index,
+            input: &d.input,
+            report: &d.report,
+            mapping_state,
+            accesses_left_out: d.accesses_left_out,
+        };
+        rmp_serde::encode::write_named(&mut self.one, &fields)
+            .map_err(|e| malformed(format!("encoding a dispatch message: {e}")))?;
+        let len = u32::try_from(d.accesses.len()).map_err(|_| ProtocolError::TooLargeToSend {
+            len_bytes: d.accesses.len(),
+            max_bytes: self.max_frame_bytes,
+        })?;
+        self.one.extend_from_slice(&len.to_le_bytes());
+        self.one.extend_from_slice(&d.accesses);
+        self.add_one(out)?;
+        let mut spare = d.accesses;
+        spare.clear();
+        Ok(spare)
     }
 
     fn add(&mut self, message: &ToDebugger, out: &mut Vec<u8>) -> Result<(), ProtocolError> {
@@ -209,6 +358,11 @@ impl Encoder {
             }
         };
         written.map_err(|e| malformed(format!("encoding a {} message: {e}", message.kind())))?;
+        self.add_one(out)
+    }
+
+    /// Moves the message in `one` into the frame being built.
+    fn add_one(&mut self, out: &mut Vec<u8>) -> Result<(), ProtocolError> {
         let room = (self.max_frame_bytes as usize).saturating_sub(BINARY_HEADER_BYTES + 4);
         if self.one.len() > room {
             return Err(ProtocolError::TooLargeToSend {
@@ -233,8 +387,12 @@ impl Encoder {
         if self.count == 0 {
             return;
         }
-        let compressed = lz4_flex::block::compress(&self.body);
-        let (flags, stored_len) = if compressed.len() + 4 < self.body.len() {
+        let compressed = if self.compress {
+            lz4_flex::block::compress(&self.body)
+        } else {
+            Vec::new()
+        };
+        let (flags, stored_len) = if self.compress && compressed.len() + 4 < self.body.len() {
             (FLAG_LZ4, 4 + compressed.len())
         } else {
             (0, self.body.len())
@@ -354,6 +512,39 @@ impl Decoder {
             let m = match kind[0] {
                 MSG_DISPATCH => {
                     let d = DispatchOwned::deserialize(&mut de).map_err(|e| at(&e))?;
+                    ToDebugger::Dispatch {
+                        index: d.index,
+                        input: d.input,
+                        report: d.report,
+                        mapping_state: d.mapping_state,
+                        accesses_left_out: d.accesses_left_out,
+                    }
+                }
+                MSG_DISPATCH_COLUMNS => {
+                    let mut d = DispatchOwned::deserialize(&mut de).map_err(|e| at(&e))?;
+                    let from = de.position() as usize;
+                    let rest = body.get(from..).unwrap_or_default();
+                    let mut r = columns::Reader::new(rest);
+                    let read = |r: &mut columns::Reader<'_>| {
+                        let len = r.u32("access rows length")?;
+                        let input = columns::decode_accesses(r)?;
+                        let report = columns::decode_access_reports(r)?;
+                        if r.position() != 4 + len as usize {
+                            return Err(columns::ColumnsError::Inconsistent {
+                                row: 0,
+                                what: format!(
+                                    "the access rows take {} bytes, their length says {len}",
+                                    r.position() - 4
+                                ),
+                            });
+                        }
+                        Ok((input, report))
+                    };
+                    let (inputs, reports) =
+                        read(&mut r).map_err(|e| at(&format!("its access rows: {e}")))?;
+                    d.input.accesses = inputs;
+                    d.report.accesses = reports;
+                    de.get_mut().set_position((from + r.position()) as u64);
                     ToDebugger::Dispatch {
                         index: d.index,
                         input: d.input,

@@ -6,10 +6,10 @@
 
 use std::fmt::Write as _;
 
-use crate::operand::{self, is_literal, scalar, source, vgpr};
-use crate::table::{Field, File, Imm, Op, Opnd};
-use crate::tables;
+use crate::operand::{self, is_literal, range, scalar, source, vgpr};
+use crate::table::{Ext, Field, File, Imm, Op, Opnd};
 use crate::{Direction, Instruction, Kind, Memory, Space, Unknown};
+use crate::{tables, tables_ext, tables_mimg};
 
 /// The dwords of one instruction's window: up to five (MIMG with NSA is the longest).
 struct Words {
@@ -354,6 +354,7 @@ fn sopp(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
             let _ = write!(out, " {simm}");
         }
         Some(Opnd::T("{special}")) if op.name == "s_waitcnt" => waitcnt(&mut out, simm),
+        Some(Opnd::T("{special}")) if op.name.starts_with("s_sendmsg") => sendmsg(&mut out, simm),
         Some(Opnd::T(style))
             if style.starts_with("{u") || *style == "{hex}" || *style == "{inl}" =>
         {
@@ -389,6 +390,57 @@ fn waitcnt(out: &mut String, simm: u32) {
     }
     if lgkm != 63 || all {
         let _ = write!(out, " lgkmcnt({lgkm})");
+    }
+}
+
+/// `s_sendmsg`'s operand as LLVM 14 prints it for gfx10.3 (checked against llvm-mc-14 for all
+/// 65536 values): the message, operation and stream by name where they are valid together,
+/// else the three numbers where the value holds nothing else, else the value in decimal.
+fn sendmsg(out: &mut String, simm: u32) {
+    const GS_OPS: [&str; 4] = ["GS_OP_NOP", "GS_OP_CUT", "GS_OP_EMIT", "GS_OP_EMIT_CUT"];
+    const SYS_OPS: [&str; 5] = [
+        "",
+        "SYSMSG_OP_ECC_ERR_INTERRUPT",
+        "SYSMSG_OP_REG_RD",
+        "SYSMSG_OP_HOST_TRAP_ACK",
+        "SYSMSG_OP_TTRACE_PC",
+    ];
+    let (msg, op, stream) = (simm & 0xf, (simm >> 4) & 7, (simm >> 8) & 3);
+    let name = match msg {
+        1 => Some("MSG_INTERRUPT"),
+        2 => Some("MSG_GS"),
+        3 => Some("MSG_GS_DONE"),
+        4 => Some("MSG_SAVEWAVE"),
+        5 => Some("MSG_STALL_WAVE_GEN"),
+        6 => Some("MSG_HALT_WAVES"),
+        7 => Some("MSG_ORDERED_PS_DONE"),
+        9 => Some("MSG_GS_ALLOC_REQ"),
+        10 => Some("MSG_GET_DOORBELL"),
+        11 => Some("MSG_GET_DDID"),
+        15 => Some("MSG_SYSMSG"),
+        _ => None,
+    };
+    let named = match (name, msg) {
+        (Some(n), 2 | 3) if (1..=3).contains(&op) => {
+            Some(format!("{n}, {}, {stream}", GS_OPS[op as usize]))
+        }
+        (Some(n), 3) if op == 0 && stream == 0 => Some(format!("{n}, GS_OP_NOP")),
+        (Some(n), 15) if (1..=4).contains(&op) && stream == 0 => {
+            Some(format!("{n}, {}", SYS_OPS[op as usize]))
+        }
+        (Some(n), m) if m != 2 && m != 3 && m != 15 && op == 0 && stream == 0 => Some(n.to_owned()),
+        _ => None,
+    };
+    match named {
+        Some(args) => {
+            let _ = write!(out, " sendmsg({args})");
+        }
+        None if simm & !0x37f == 0 => {
+            let _ = write!(out, " sendmsg({msg}, {op}, {stream})");
+        }
+        None => {
+            let _ = write!(out, " {simm}");
+        }
     }
 }
 
@@ -498,20 +550,30 @@ fn vop_short(
 ) -> Result<Decoded, Unknown> {
     let op = entry(encoding, table, opcode)?;
     check_zero(op, u64::from(w.w[0]), op.zero)?;
-    match w.w[0] & 0x1ff {
-        250 | 233 | 234 => {
+    let src0 = w.w[0] & 0x1ff;
+    if matches!(src0, 249 | 250 | 233 | 234) {
+        let ext = match encoding {
+            "VOP1" => tables_ext::VOP1_EXT.get(opcode as usize),
+            "VOP2" => tables_ext::VOP2_EXT.get(opcode as usize),
+            _ => tables_ext::VOPC_EXT.get(opcode as usize),
+        }
+        .and_then(Option::as_ref);
+        let (form, what) = match src0 {
+            250 => (ext.and_then(|e| e.dpp), Form::Dpp16),
+            249 => (ext.and_then(|e| e.sdwa), Form::Sdwa),
+            _ => (ext.and_then(|e| e.dpp8), Form::Dpp8),
+        };
+        // Without that form LLVM reads the word as the 32-bit form, src0 and all (`v_nop` with
+        // SDWA, `v_swap_b32`'s register src0; an invalid source otherwise).
+        if let Some(form) = form {
+            return extended(w, encoding, op, &form, what);
+        }
+        if op.name == "v_nop" && what != Form::Sdwa {
             return Err(Unknown::Unsupported {
-                name: op.name,
-                what: "DPP",
+                name: "v_nop",
+                what: "v_nop's DPP controls",
             });
         }
-        249 => {
-            return Err(Unknown::Unsupported {
-                name: op.name,
-                what: "SDWA",
-            });
-        }
-        _ => {}
     }
     // v_fmamk_*/v_fmaak_* carry a constant the table shows as the sentinel literal.
     let k_literal = op.opnds.iter().any(|o| matches!(o, Opnd::T(t) if is_k(t)));
@@ -545,6 +607,237 @@ fn vop_short(
     Ok(Decoded {
         text: out,
         dwords: 1 + usize::from(lit.is_some()),
+        memory: None,
+    })
+}
+
+/// Which extended form of VOP1/VOP2/VOPC a word is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Dpp16,
+    Dpp8,
+    Sdwa,
+}
+
+/// The names LLVM prints for SDWA's selects.
+const SDWA_SELS: [&str; 7] = [
+    "BYTE_0", "BYTE_1", "BYTE_2", "BYTE_3", "WORD_0", "WORD_1", "DWORD",
+];
+
+/// The DPP16, DPP8 and SDWA forms: the 32-bit form's operands with src0 (and SDWA's src1) from
+/// the second dword, their modifiers, then the form's controls as LLVM prints them.
+fn extended(
+    w: &Words,
+    encoding: &'static str,
+    op: &Op,
+    ext: &Ext,
+    form: Form,
+) -> Result<Decoded, Unknown> {
+    w.need(if form == Form::Sdwa { "SDWA" } else { "DPP" }, 2)?;
+    let (w0, w1) = (w.w[0], w.w[1]);
+    // SDWA's select fields: the generator saw their low bits rejected only as `DWORD | 1`
+    // (VOP1 has no src1 select: it was probed as zero, and must be).
+    let zero = match (form, encoding) {
+        (Form::Sdwa, "VOP1") => ext.zero & !0x0001_0100,
+        (Form::Sdwa, _) => ext.zero & !0x0101_0100,
+        _ => ext.zero,
+    };
+    if w1 & zero != 0 {
+        return Err(Unknown::ReservedBits {
+            name: ext.name,
+            bits: u64::from(w1 & zero) << 32,
+        });
+    }
+    let live = !ext.ignore;
+    let bit = |n: u32| w1 >> n & 1 & (live >> n) == 1;
+    let bad = |i: usize, value: u32| Unknown::Operand {
+        name: ext.name,
+        operand: i,
+        value,
+    };
+    let vopc = encoding == "VOPC";
+    let mut out = String::with_capacity(80);
+    out.push_str(ext.name);
+    let mut sdst_done = false;
+    for (i, o) in op.opnds.iter().enumerate() {
+        out.push_str(if i == 0 { " " } else { ", " });
+        match *o {
+            // VOPC's SDWA form names its scalar destination when `sd` is set.
+            Opnd::T("vcc_lo") if vopc && form == Form::Sdwa && !sdst_done => {
+                sdst_done = true;
+                if bit(15) {
+                    let v = w1 >> 8 & 0x7f;
+                    scalar(&mut out, v, 1).map_err(|()| bad(i, v))?;
+                } else {
+                    out.push_str("vcc_lo");
+                }
+            }
+            Opnd::T(t) => out.push_str(t),
+            Opnd::R(f @ (Field::Src0 | Field::Vsrc1), _, width, imm) => {
+                let first = f == Field::Src0;
+                // The bit positions of this source's neg, abs and sext, and where it is read.
+                let (n, a, x, scalar_src, v) = match (form, first) {
+                    (Form::Sdwa, true) => (20, 21, 19, bit(23), w1 & 0xff),
+                    (Form::Sdwa, false) => (28, 29, 27, bit(31), w0 >> 9 & 0xff),
+                    (Form::Dpp16, true) => (20, 21, 20, false, w1 & 0xff),
+                    (Form::Dpp16, false) => (22, 23, 22, false, w0 >> 9 & 0xff),
+                    (Form::Dpp8, true) => (32, 32, 32, false, w1 & 0xff),
+                    (Form::Dpp8, false) => (32, 32, 32, false, w0 >> 9 & 0xff),
+                };
+                let on = |b: u32| b < 32 && bit(b);
+                let is_sext = |b: u32| b < 32 && ext.sext >> b & 1 == 1;
+                let sext = (on(x) && is_sext(x)) || (on(n) && is_sext(n));
+                let neg = on(n) && !is_sext(n);
+                let abs = on(a) && !is_sext(a);
+                // An integer second source of a 16-bit operation reads constants as 16-bit
+                // integers; otherwise it reads them as the first source does.
+                let src0_imm = op.opnds.iter().find_map(|o| match *o {
+                    Opnd::R(Field::Src0, _, _, imm) => Some(imm),
+                    _ => None,
+                });
+                let imm = match (first, src0_imm) {
+                    (true, _) | (false, None) => imm,
+                    (false, Some(Imm::F16 | Imm::I16)) if is_sext(x) => Imm::I16,
+                    (false, Some(k)) => k,
+                };
+                let is_imm = scalar_src && matches!(v, 128..=208 | 240..=248);
+                let (pre, post) = match (neg, abs, sext) {
+                    (_, _, true) => ("sext(", ")"),
+                    (true, true, _) => ("-|", "|"),
+                    (true, false, _) if is_imm => ("neg(", ")"),
+                    (true, false, _) => ("-", ""),
+                    (false, true, _) => ("|", "|"),
+                    _ => ("", ""),
+                };
+                out.push_str(pre);
+                if scalar_src {
+                    source(&mut out, v, width, imm, None).map_err(|()| bad(i, v))?;
+                } else {
+                    vgpr(&mut out, v, width).map_err(|()| bad(i, v))?;
+                }
+                out.push_str(post);
+            }
+            Opnd::R(f, file, width, imm) => operand(
+                &mut out,
+                op,
+                i,
+                f,
+                file,
+                field(f, Enc::Vop, w),
+                width,
+                imm,
+                None,
+            )?,
+        }
+    }
+    match form {
+        Form::Dpp16 => {
+            let ctrl = w1 >> 8 & 0x1ff;
+            // A 64-bit source takes only `row_newbcast`, which gfx10 lacks: LLVM marks it invalid.
+            let wide = op.opnds.iter().any(
+                |o| matches!(o, Opnd::R(Field::Src0 | Field::Vsrc1, _, width, _) if *width >= 2),
+            );
+            if wide {
+                return Err(bad(op.opnds.len(), ctrl));
+            }
+            match ctrl {
+                0..=0xff => {
+                    let _ = write!(
+                        out,
+                        " quad_perm:[{},{},{},{}]",
+                        ctrl & 3,
+                        ctrl >> 2 & 3,
+                        ctrl >> 4 & 3,
+                        ctrl >> 6 & 3
+                    );
+                }
+                0x101..=0x10f => {
+                    let _ = write!(out, " row_shl:{}", ctrl & 0xf);
+                }
+                0x111..=0x11f => {
+                    let _ = write!(out, " row_shr:{}", ctrl & 0xf);
+                }
+                0x121..=0x12f => {
+                    let _ = write!(out, " row_ror:{}", ctrl & 0xf);
+                }
+                0x140 => out.push_str(" row_mirror"),
+                0x141 => out.push_str(" row_half_mirror"),
+                0x150..=0x15f => {
+                    let _ = write!(out, " row_share:{}", ctrl & 0xf);
+                }
+                0x160..=0x16f => {
+                    let _ = write!(out, " row_xmask:{}", ctrl & 0xf);
+                }
+                // LLVM prints these as an invalid control (or one only gfx8/9 had).
+                _ => return Err(bad(op.opnds.len(), ctrl)),
+            }
+            let _ = write!(
+                out,
+                " row_mask:0x{:x} bank_mask:0x{:x}",
+                w1 >> 28,
+                w1 >> 24 & 0xf
+            );
+            if bit(19) {
+                out.push_str(" bound_ctrl:1");
+            }
+            if bit(18) {
+                out.push_str(" fi:1");
+            }
+        }
+        Form::Dpp8 => {
+            out.push_str(" dpp8:[");
+            for k in 0..8 {
+                if k > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, "{}", w1 >> (8 + 3 * k) & 7);
+            }
+            out.push(']');
+            if w0 & 0x1ff == 234 {
+                out.push_str(" fi:1");
+            }
+        }
+        Form::Sdwa => {
+            let sel = |shift: u32| -> Result<&'static str, Unknown> {
+                let v = w1 >> shift & 7;
+                SDWA_SELS
+                    .get(v as usize)
+                    .copied()
+                    .ok_or_else(|| bad(op.opnds.len(), v))
+            };
+            if !vopc {
+                if bit(13) {
+                    out.push_str(" clamp");
+                }
+                match w1 >> 14 & 3 & (live >> 14) {
+                    1 => out.push_str(" mul:2"),
+                    2 => out.push_str(" mul:4"),
+                    3 => out.push_str(" div:2"),
+                    _ => {}
+                }
+                out.push_str(" dst_sel:");
+                out.push_str(sel(8)?);
+                let unused = w1 >> 11 & 3;
+                out.push_str(" dst_unused:");
+                out.push_str(match unused {
+                    0 => "UNUSED_PAD",
+                    3 if ext.pad3 => "UNUSED_PAD",
+                    1 => "UNUSED_SEXT",
+                    2 => "UNUSED_PRESERVE",
+                    _ => return Err(bad(op.opnds.len(), unused)),
+                });
+            }
+            out.push_str(" src0_sel:");
+            out.push_str(sel(16)?);
+            if encoding != "VOP1" {
+                out.push_str(" src1_sel:");
+                out.push_str(sel(24)?);
+            }
+        }
+    }
+    Ok(Decoded {
+        text: out,
+        dwords: 2,
         memory: None,
     })
 }
@@ -603,6 +896,11 @@ fn vop3(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     let wrap = |f: Field, is_imm: bool| -> Option<(&'static str, &'static str)> {
         let i = src_index(f)?;
         let (n, a) = (neg >> i & 1 == 1, abs >> i & 1 == 1);
+        // The integer sources of v_cvt_pk_u8_f32 and v_ldexp_* take `sext`, never `|…|` (LLVM
+        // ignores that bit there).
+        if (op.name == "v_cvt_pk_u8_f32" && i > 0) || (op.name.starts_with("v_ldexp") && i == 1) {
+            return n.then_some(("sext(", ")"));
+        }
         match (n, a) {
             (false, false) => None,
             (true, false) if is_imm => Some(("neg(", ")")),
@@ -745,7 +1043,7 @@ fn smem(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
             }
             Opnd::R(Field::Soffset, ..) => {
                 if soffset == 0x7d {
-                    let _ = write!(out, "0x{offset:x}");
+                    smem_offset(&mut out, offset);
                     printed_offset = true;
                 } else {
                     scalar(&mut out, soffset, 1).map_err(|()| Unknown::Operand {
@@ -758,7 +1056,7 @@ fn smem(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
             Opnd::T(_) => {
                 // The probe's immediate offset: the offset stands where it stood.
                 if soffset == 0x7d {
-                    let _ = write!(out, "0x{offset:x}");
+                    smem_offset(&mut out, offset);
                     printed_offset = true;
                 } else {
                     scalar(&mut out, soffset, 1).map_err(|()| Unknown::Operand {
@@ -800,6 +1098,16 @@ fn smem(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
         dwords: 2,
         memory,
     })
+}
+
+/// SMEM's 21-bit immediate offset, signed, as LLVM prints it (`-0x…` below zero).
+fn smem_offset(out: &mut String, offset: u64) {
+    let signed = ((offset as i64) << 43) >> 43;
+    if signed < 0 {
+        let _ = write!(out, "-0x{:x}", signed.unsigned_abs());
+    } else {
+        let _ = write!(out, "0x{signed:x}");
+    }
 }
 
 /// What a memory mnemonic does, by its name.
@@ -1092,7 +1400,7 @@ fn buffer(w: &Words, typed: bool, opcode: u32) -> Result<Decoded, Unknown> {
         (false, true) => out.push_str(" idxen"),
         _ => {}
     }
-    let offset = bits & 0xfff;
+    let offset = bits & 0xfff & live;
     if offset != 0 {
         let _ = write!(out, " offset:{offset}");
     }
@@ -1118,17 +1426,141 @@ fn buffer(w: &Words, typed: bool, opcode: u32) -> Result<Decoded, Unknown> {
     })
 }
 
-/// MIMG: the two ray-intersection instructions (other image instructions are not decoded).
+/// The names LLVM prints for MIMG's `dim` field.
+const DIMS: [&str; 8] = [
+    "SQ_RSRC_IMG_1D",
+    "SQ_RSRC_IMG_2D",
+    "SQ_RSRC_IMG_3D",
+    "SQ_RSRC_IMG_CUBE",
+    "SQ_RSRC_IMG_1D_ARRAY",
+    "SQ_RSRC_IMG_2D_ARRAY",
+    "SQ_RSRC_IMG_2D_MSAA",
+    "SQ_RSRC_IMG_2D_MSAA_ARRAY",
+];
+
+/// MIMG other than the ray intersections: data, address (one run, or the NSA list), resource,
+/// sampler, then `dmask`, `dim` and the flags in LLVM's order; widths from the table's shapes.
+fn image(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+    let op = tables_mimg::MIMG
+        .get(opcode as usize)
+        .and_then(Option::as_ref)
+        .ok_or(Unknown::Opcode {
+            encoding: "MIMG",
+            opcode,
+        })?;
+    w.need("MIMG", 2)?;
+    let bits = w.lo64();
+    let set = bits & op.zero;
+    if set != 0 {
+        return Err(Unknown::ReservedBits {
+            name: op.name,
+            bits: set,
+        });
+    }
+    let live = !op.ignore;
+    let bit = |n: u32| bits >> n & 1 & (live >> n) == 1;
+    let nsa = (bits >> 1 & 3) as usize;
+    let dim = (bits >> 3 & 7) as usize;
+    let dmask = (bits >> 8 & 0xf) as u32;
+    let (a16, d16, tfe) = (bit(62), bit(63), bit(16));
+    let shape = Unknown::Unsupported {
+        name: op.name,
+        what: "this data or address shape (LLVM prints default widths)",
+    };
+    let data = op.data
+        [usize::from(d16) * 8 + usize::from(tfe) * 4 + (dmask.count_ones().max(1) as usize - 1)];
+    let addr = op.addr[usize::from(a16) * 32 + dim * 4 + nsa];
+    if data == 0 || addr == 0 {
+        return Err(shape);
+    }
+    let dwords = 2 + nsa;
+    w.need("MIMG", dwords)?;
+    let vaddr0 = (bits >> 32 & 0xff) as u32;
+    let vdata = (bits >> 40 & 0xff) as u32;
+    let srsrc = (bits >> 48 & 0x1f) as u32 * 4;
+    let ssamp = (bits >> 53 & 0x1f) as u32 * 4;
+    let mut out = String::with_capacity(96);
+    out.push_str(op.name);
+    out.push(' ');
+    // A run past v255 is a shape LLVM cannot widen to: it prints its defaults.
+    vgpr(&mut out, vdata, data).map_err(|()| shape.clone())?;
+    out.push_str(", ");
+    if nsa == 0 {
+        vgpr(&mut out, vaddr0, addr).map_err(|()| shape.clone())?;
+    } else {
+        out.push('[');
+        for k in 0..usize::from(addr) {
+            let v = if k == 0 {
+                vaddr0
+            } else {
+                w.w[2 + (k - 1) / 4] >> (8 * ((k - 1) % 4)) & 0xff
+            };
+            if k > 0 {
+                out.push_str(", ");
+            }
+            range(&mut out, "v", v, 1);
+        }
+        out.push(']');
+    }
+    out.push_str(", ");
+    scalar(&mut out, srsrc, 8).map_err(|()| Unknown::Operand {
+        name: op.name,
+        operand: 2,
+        value: srsrc,
+    })?;
+    if op.sampler {
+        out.push_str(", ");
+        scalar(&mut out, ssamp, 4).map_err(|()| Unknown::Operand {
+            name: op.name,
+            operand: 3,
+            value: ssamp,
+        })?;
+    }
+    if dmask != 0 {
+        let _ = write!(out, " dmask:0x{dmask:x}");
+    }
+    out.push_str(" dim:");
+    out.push_str(DIMS[dim]);
+    for (on, flag) in [
+        (bit(12), " unorm"),
+        (bit(13), " glc"),
+        (bit(25), " slc"),
+        (bit(7), " dlc"),
+        (bit(15), " r128"),
+        (a16, " a16"),
+        (tfe, " tfe"),
+        (bit(17), " lwe"),
+        (d16, " d16"),
+    ] {
+        if on {
+            out.push_str(flag);
+        }
+    }
+    let direction = if op.name.contains("atomic") {
+        Some(Direction::Atomic)
+    } else if op.name.starts_with("image_store") {
+        Some(Direction::Store)
+    } else if op.name.starts_with("image_get_") {
+        None
+    } else {
+        Some(Direction::Load)
+    };
+    Ok(Decoded {
+        text: out,
+        dwords,
+        memory: direction.map(|direction| Memory {
+            space: Space::Image,
+            direction,
+        }),
+    })
+}
+
+/// MIMG: the two ray-intersection instructions by hand, every other image instruction by table.
 fn mimg(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     let (name, n_addr, n_addr_a16) = match opcode {
         0xe6 => ("image_bvh_intersect_ray", 11u32, 8u32),
         0xe7 => ("image_bvh64_intersect_ray", 12, 9),
-        _ => {
-            return Err(Unknown::Unsupported {
-                name: "MIMG",
-                what: "an image instruction other than a ray intersection",
-            });
-        }
+        _ => return image(w, opcode),
     };
     w.need("MIMG", 2)?;
     let bits = w.lo64();

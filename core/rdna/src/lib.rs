@@ -21,6 +21,16 @@ mod table;
     reason = "generated tables; table.rs documents their shape"
 )]
 mod tables;
+#[allow(
+    missing_docs,
+    reason = "generated tables; table.rs documents their shape"
+)]
+mod tables_ext;
+#[allow(
+    missing_docs,
+    reason = "generated tables; table.rs documents their shape"
+)]
+mod tables_mimg;
 
 pub use decode::decode_one;
 

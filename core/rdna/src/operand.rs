@@ -79,7 +79,8 @@ pub(crate) fn scalar(out: &mut String, n: u32, width: u8) -> Result<(), ()> {
             range(out, "ttmp", first, width);
         }
         124 if w == 1 => out.push_str("m0"),
-        125 => out.push_str("null"),
+        // LLVM has a 32- and a 64-bit `null`, no wider one.
+        125 if w <= 2 => out.push_str("null"),
         126 => match w {
             1 => out.push_str("exec_lo"),
             2 => out.push_str("exec"),
@@ -210,7 +211,8 @@ pub(crate) fn literal(out: &mut String, v: u32, width: u8, imm: Imm) {
             if inline_int(i64::from(s)) {
                 let _ = write!(out, "{s}");
             } else {
-                let _ = write!(out, "0x{v:x}");
+                // A 16-bit operand reads the literal's low half.
+                let _ = write!(out, "0x{:x}", v & 0xffff);
             }
         }
         _ => imm32(out, v),

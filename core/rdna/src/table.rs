@@ -95,3 +95,55 @@ pub(crate) struct Op {
     /// Bits (of the first 64) this opcode ignores.
     pub(crate) ignore: u64,
 }
+
+/// One MIMG opcode (other than the ray intersections), as `tables_mimg.rs` holds it.
+///
+/// LLVM's disassembler widens the data and address registers to the instruction's shape; where
+/// no instruction of that shape exists it prints default widths instead, and the generator
+/// stores those shapes as 0, which the decoder leaves undecoded.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MimgOp {
+    /// The mnemonic.
+    pub(crate) name: &'static str,
+    /// Whether it takes a sampler (`s[…]` after the resource).
+    pub(crate) sampler: bool,
+    /// Bits (of the first 64) that must be zero for this opcode.
+    pub(crate) zero: u64,
+    /// Bits (of the first 64) this opcode ignores.
+    pub(crate) ignore: u64,
+    /// The data register's width in dwords by `[d16][tfe][dmask population − 1]` (a population
+    /// of 0 counts as 1); 0 where LLVM prints a default width.
+    pub(crate) data: [u8; 16],
+    /// The address registers by `[a16][dim][NSA dwords]`: with no NSA dwords the width of the
+    /// one register run, else how many registers the list names; 0 where LLVM rejects the
+    /// shape or prints a default.
+    pub(crate) addr: [u8; 64],
+}
+
+/// One DPP16, DPP8 or SDWA form of a VOP1, VOP2 or VOPC opcode, as `tables_ext.rs` holds it;
+/// its operands are the 32-bit form's.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ext {
+    /// The mnemonic (`…_dpp`, `…_sdwa`).
+    pub(crate) name: &'static str,
+    /// Bits of the second dword that must be zero (SDWA's select fields aside: the generator
+    /// learnt them from a select of `DWORD`, whose low bit set names no select).
+    pub(crate) zero: u32,
+    /// Bits of the second dword this form ignores.
+    pub(crate) ignore: u32,
+    /// Modifier bits of the second dword that print as `sext(…)` (an integer source).
+    pub(crate) sext: u32,
+    /// SDWA: whether `dst_unused` 3 is taken (LLVM prints it as `UNUSED_PAD`) or rejected.
+    pub(crate) pad3: bool,
+}
+
+/// The extended forms one VOP1, VOP2 or VOPC opcode has.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ExtOp {
+    /// DPP16 (src0 = 0xfa).
+    pub(crate) dpp: Option<Ext>,
+    /// DPP8 (src0 = 0xe9, or 0xea with `fi:1`).
+    pub(crate) dpp8: Option<Ext>,
+    /// SDWA (src0 = 0xf9).
+    pub(crate) sdwa: Option<Ext>,
+}

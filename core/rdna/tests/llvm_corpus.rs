@@ -137,6 +137,33 @@ tbuffer_store_format_xy v[0:1], v2, s[4:7], 0 format:[BUF_FMT_32_32_UINT] offen
 image_bvh_intersect_ray v[0:3], v[0:15], s[4:7]
 image_bvh64_intersect_ray v[0:3], v[0:15], s[4:7]
 image_bvh_intersect_ray v[4:7], v[8:15], s[4:7] a16
+image_load v[0:3], v[4:5], s[8:15] dmask:0xf dim:SQ_RSRC_IMG_2D unorm
+image_load_mip v0, v[2:4], s[8:15] dmask:0x1 dim:SQ_RSRC_IMG_2D
+image_store v[0:3], v[4:5], s[8:15] dmask:0xf dim:SQ_RSRC_IMG_2D unorm glc
+image_sample v[0:3], v[4:5], s[8:15], s[16:19] dmask:0xf dim:SQ_RSRC_IMG_2D
+image_sample_lz v[0:1], v[4:5], s[8:15], s[16:19] dmask:0x3 dim:SQ_RSRC_IMG_2D
+image_sample_l v[0:3], [v4, v7, v9], s[8:15], s[16:19] dmask:0xf dim:SQ_RSRC_IMG_2D
+image_sample_c_lz v0, v[4:6], s[8:15], s[16:19] dmask:0x1 dim:SQ_RSRC_IMG_2D
+image_gather4 v[0:3], v[4:5], s[8:15], s[16:19] dmask:0x1 dim:SQ_RSRC_IMG_2D
+image_get_resinfo v[0:3], v4, s[8:15] dmask:0xf dim:SQ_RSRC_IMG_2D
+image_atomic_add v0, v[4:5], s[8:15] dmask:0x1 dim:SQ_RSRC_IMG_2D glc
+image_atomic_cmpswap v[0:1], v[4:5], s[8:15] dmask:0x3 dim:SQ_RSRC_IMG_2D glc
+image_load v0, v4, s[8:15] dmask:0x3 dim:SQ_RSRC_IMG_1D d16
+image_load v[0:4], v[4:5], s[8:15] dmask:0xf dim:SQ_RSRC_IMG_2D tfe
+v_mov_b32_dpp v0, v1 quad_perm:[1,0,3,2] row_mask:0xf bank_mask:0xf
+v_add_f32_dpp v0, v1, v2 row_shr:1 row_mask:0xf bank_mask:0xf bound_ctrl:1
+v_add_nc_u32_dpp v0, v1, v2 row_share:3 row_mask:0xf bank_mask:0xf fi:1
+v_max_f32_dpp v0, -v1, |v2| row_xmask:1 row_mask:0xa bank_mask:0x5
+v_mov_b32_dpp v0, v1 dpp8:[7,6,5,4,3,2,1,0]
+v_add_nc_u32_dpp v0, v1, v2 dpp8:[1,0,3,2,5,4,7,6] fi:1
+v_mov_b32_sdwa v0, v1 dst_sel:WORD_1 dst_unused:UNUSED_PRESERVE src0_sel:BYTE_0
+v_add_nc_u32_sdwa v0, v1, v2 dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:WORD_0 src1_sel:WORD_1
+v_add_f32_sdwa v0, -v1, |v2| clamp dst_sel:BYTE_1 dst_unused:UNUSED_SEXT src0_sel:DWORD src1_sel:BYTE_3
+v_cmp_eq_u32_sdwa vcc_lo, v1, v2 src0_sel:BYTE_0 src1_sel:WORD_1
+v_cmp_lt_f32_sdwa s10, v1, v2 src0_sel:WORD_0 src1_sel:DWORD
+s_sendmsg sendmsg(MSG_INTERRUPT)
+s_sendmsg sendmsg(MSG_GS_DONE, GS_OP_NOP)
+s_sendmsg sendmsg(MSG_GS, GS_OP_EMIT, 1)
 ";
 
 #[test]

@@ -2,6 +2,7 @@
 //! random at varying densities, a random literal after), disassembled by llvm-mc-14 in one batch
 //! per encoding and by this decoder, compared as text. Prints, per encoding, how many words LLVM
 //! decoded, how many agree, how many this decoder marks unsupported, and how many LLVM rejected.
+//! `VOP1-ext`, `VOP2-ext` and `VOPC-ext` are those encodings' DPP16, DPP8 and SDWA forms.
 //! Fails on any disagreement, and when llvm-mc-14 is missing.
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test")]
 
@@ -50,6 +51,11 @@ impl Rng {
             _ => self.u32(),
         }
     }
+}
+
+/// The src0 values that name an extended form: DPP16, DPP8, DPP8 with `fi`, SDWA.
+fn ext_src0(r: &mut Rng) -> u32 {
+    [0xfa, 0xe9, 0xea, 0xf9][(r.next() % 4) as usize]
 }
 
 /// One encoding: its name, the first dword's fixed bits and free bits, its length in dwords.
@@ -114,6 +120,24 @@ const ENCODINGS: &[Encoding] = &[
         fixed: |_| 0x7c00_0000,
         free: 0x01ff_ffff,
         dwords: 1,
+    },
+    Encoding {
+        name: "VOP1-ext",
+        fixed: |r| 0x7e00_0000 | ext_src0(r),
+        free: 0x01ff_fe00,
+        dwords: 2,
+    },
+    Encoding {
+        name: "VOP2-ext",
+        fixed: |r| ((r.u32() % 0x3e) << 25) | ext_src0(r),
+        free: 0x01ff_fe00,
+        dwords: 2,
+    },
+    Encoding {
+        name: "VOPC-ext",
+        fixed: |r| 0x7c00_0000 | ext_src0(r),
+        free: 0x01ff_fe00,
+        dwords: 2,
     },
     Encoding {
         name: "VOP3",
@@ -272,8 +296,13 @@ fn random_words_agree_with_llvm() {
                 match &ours.kind {
                     Kind::Ok if ours.text == t => c.agree += 1,
                     Kind::Unknown {
-                        reason: Unknown::Unsupported { .. } | Unknown::Opcode { .. },
-                    } => c.unsupported += 1,
+                        reason: reason @ (Unknown::Unsupported { .. } | Unknown::Opcode { .. }),
+                    } => {
+                        c.unsupported += 1;
+                        if std::env::var_os("RDNA_SHOW_UNSUPPORTED").is_some() {
+                            println!("{}: llvm `{t}`, ours: {reason}", ENCODINGS[e].name);
+                        }
+                    }
                     _ => c.disagree.push(format!(
                         "{case:08x?}: llvm `{t}`, ours `{}` ({:?})",
                         ours.text, ours.kind

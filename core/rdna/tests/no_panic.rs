@@ -130,3 +130,48 @@ fn partial_word_and_unknown_opcode_are_named() {
         }
     );
 }
+
+#[test]
+fn cut_off_extended_forms_are_named() {
+    // v_mov_b32_dpp, v_mov_b32_sdwa and v_add_f32_dpp (dpp8) with their second dword missing.
+    for w in [0x7e00_02fau32, 0x7e00_02f9, 0x0602_04e9] {
+        let inst = decode_one(&w.to_le_bytes(), 0);
+        assert_eq!(inst.text, format!(".long 0x{w:08x}"));
+        assert!(
+            matches!(
+                inst.kind,
+                Kind::Unknown {
+                    reason: Unknown::Truncated {
+                        need_bytes: 8,
+                        have_bytes: 4,
+                        ..
+                    }
+                }
+            ),
+            "{:?}",
+            inst.kind
+        );
+    }
+    // image_sample with one NSA dword (three addresses) whose address dword is missing.
+    let bytes: Vec<u8> = [0xf080_0f1au32, 0x0003_0100]
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+    assert_eq!(
+        decode_one(&bytes, 0).kind,
+        Kind::Unknown {
+            reason: Unknown::Truncated {
+                encoding: "MIMG",
+                need_bytes: 12,
+                have_bytes: 8
+            }
+        }
+    );
+    // With the dword it decodes, as llvm-mc-14 prints it.
+    let mut full = bytes.clone();
+    full.extend_from_slice(&0x0403_0201u32.to_le_bytes());
+    assert_eq!(
+        decode_one(&full, 0).text,
+        "image_sample v[1:4], [v0, v1, v2], s[12:19], s[0:3] dmask:0xf dim:SQ_RSRC_IMG_CUBE"
+    );
+}

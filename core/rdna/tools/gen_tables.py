@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Generate core/rdna/src/tables.rs by asking llvm-mc-14 about every opcode of every encoding.
 
-Run from the repository root: `python3 core/rdna/tools/gen_tables.py > core/rdna/src/tables.rs`.
+Run from the repository root: `python3 core/rdna/tools/gen_tables.py > core/rdna/src/tables.rs`;
+`python3 core/rdna/tools/gen_tables.py mimg > core/rdna/src/tables_mimg.rs` writes the image
+opcodes' table (`mimg_probe.py`), and `… gen_tables.py ext > core/rdna/src/tables_ext.rs` the DPP and
+SDWA forms of VOP1, VOP2 and VOPC (`ext_probe.py`).
 For each opcode it finds an encoding llvm-mc accepts with as many operand fields set to
 distinctive values as it allows, reads the mnemonic and the order, register file and width of
 the operands from the text, probes each source field with a literal and inline constants to learn
@@ -296,4 +299,11 @@ def emit(out):
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["mimg"]:
+        import mimg_probe
+        mimg_probe.emit(sys.stdout.write)
+    elif sys.argv[1:] == ["ext"]:
+        import ext_probe
+        ext_probe.emit(sys.stdout.write)
+    else:
+        main()

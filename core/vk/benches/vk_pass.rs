@@ -99,9 +99,19 @@ fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, repeats: usize) {
     let mut pass = pass;
     pass.run(Variant::Instrumented, &sel, scene::CANARY_AT, &scene)
         .unwrap();
+    // The section as the emulator's thread builds it once the fence is signalled: the words read
+    // back and decoded, once, cold.
+    let t = Instant::now();
     let words = pass.instrumentation_words();
     let section = host.decode(layout, &words).unwrap();
+    let after_fence = t.elapsed();
     let json = serde_json::to_string(&section).unwrap();
+    let columns = dispatchscope_formats::instrumented::encode(&section).unwrap();
+    println!(
+        "  section built after the fence in {:.3} ms (readback and decode, once); {} bytes in a capture's column record",
+        ms(after_fence),
+        columns.len()
+    );
     let c = section.counters;
     println!(
         "  instrumented section: {} bytes of JSON; control {:?}; guest {} lds {} scratch {} bound {} accesses; lookups {} (misses {}); escapes {} ({} logged, {} not); {} captured ({} not kept)",

@@ -1,82 +1,19 @@
-//! Finding dispatches in a session of a million: [`DispatchIndex`], the search text of every row
-//! in one buffer, built once (and extended as rows arrive), and [`Finder`], which answers a filter
-//! from the index and narrows its last answer when the person types on.
+//! Finding dispatches in a session of a million or ten: [`Finder`] answers a [`Filter`] over
+//! [`Rows`] without a search text per row, and narrows or extends its last answer when it can.
 //!
-//! A search is one scan of the buffer for the longest word (the standard library's substring
-//! search over tens of megabytes, not a million small strings), then the other words and the
-//! structured conditions on the rows it hit. A keystroke that only adds to the search text (the
-//! usual case: typing) filters the last answer instead of the session. Nothing here draws.
+//! A row's search text is its report index, a space, then its signature's text (program, label,
+//! mode, rule ids), and a search word has no space in it; so a word is in a row's text exactly
+//! when it is in the signature's text or in the index's digits. A search therefore asks each
+//! signature once (a game repeats a few hundred of them over millions of dispatches): no, yes, or
+//! "only if the index holds these digits"; then one pass over the rows' signature numbers, with
+//! the index's digits formatted only for rows whose signature left a word of digits open. A
+//! keystroke that only adds to the search text (typing on) filters the last answer instead of the
+//! session; rows that arrive are checked alone. With no condition set, the answer is every row,
+//! and no list is made. Nothing here draws.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use super::{DispatchRow, Filter};
-
-/// The lower-case search text of every row, back to back, each followed by `'\n'`.
-#[derive(Clone, Debug, Default)]
-pub struct DispatchIndex {
-    text: String,
-    /// `starts[i]` is where row `i`'s text begins; one more entry, the buffer's end.
-    starts: Vec<usize>,
-    /// The report index of the first row indexed, to notice a session whose front was dropped.
-    first_index: Option<u64>,
-}
-
-impl DispatchIndex {
-    /// Rows indexed.
-    pub fn len(&self) -> usize {
-        self.starts.len().saturating_sub(1)
-    }
-
-    /// Whether no row is indexed.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Brings the index up to `rows`: appends the rows past those indexed, or indexes them again
-    /// when the session is not the one indexed (fewer rows, or another first row).
-    pub fn sync(&mut self, rows: &[DispatchRow]) {
-        let first = rows.first().map(|r| r.index);
-        if rows.len() < self.len() || (!self.is_empty() && first != self.first_index) {
-            *self = Self::default();
-        }
-        if self.starts.is_empty() {
-            self.starts.push(0);
-            self.first_index = first;
-        }
-        for row in rows.iter().skip(self.len()) {
-            row.write_search_text(&mut self.text);
-            self.text.push('\n');
-            self.starts.push(self.text.len());
-        }
-    }
-
-    /// Row `pos`'s search text.
-    pub fn text_of(&self, pos: usize) -> &str {
-        match (self.starts.get(pos), self.starts.get(pos + 1)) {
-            (Some(&a), Some(&b)) => self.text.get(a..b).unwrap_or(""),
-            _ => "",
-        }
-    }
-
-    /// The rows whose text contains `word`, in order, each once: one scan of the buffer.
-    pub fn containing(&self, word: &str) -> Vec<usize> {
-        let mut out = Vec::new();
-        if word.is_empty() {
-            return (0..self.len()).collect();
-        }
-        let mut row = 0usize;
-        for (at, _) in self.text.match_indices(word) {
-            // Hits come in order: walk the row cursor forward to the row holding `at`.
-            while self.starts.get(row + 1).is_some_and(|&end| end <= at) {
-                row += 1;
-            }
-            if out.last() != Some(&row) {
-                out.push(row);
-            }
-        }
-        out
-    }
-}
+use super::{Filter, Rows};
 
 /// The search's words, lower case.
 fn words(search: &str) -> Vec<String> {
@@ -87,128 +24,220 @@ fn words(search: &str) -> Vec<String> {
         .collect()
 }
 
+/// The rows a filter lets through: every row, or a list of positions in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum List {
+    All(usize),
+    Some(Vec<u32>),
+}
+
+/// The rows that pass, as positions in the session, in order.
+#[derive(Clone, Copy, Debug)]
+pub struct Shown<'a> {
+    list: &'a List,
+}
+
+impl Shown<'_> {
+    /// How many pass.
+    pub fn len(&self) -> usize {
+        match self.list {
+            List::All(n) => *n,
+            List::Some(v) => v.len(),
+        }
+    }
+
+    /// Whether none does.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The position in the session of the `i`th that passes.
+    pub fn get(&self, i: usize) -> Option<usize> {
+        match self.list {
+            List::All(n) => (i < *n).then_some(i),
+            List::Some(v) => v.get(i).map(|&p| p as usize),
+        }
+    }
+
+    /// Where position `pos` is among those that pass, if it passes.
+    pub fn position_of(&self, pos: usize) -> Option<usize> {
+        match self.list {
+            List::All(n) => (pos < *n).then_some(pos),
+            List::Some(v) => v.binary_search(&u32::try_from(pos).ok()?).ok(),
+        }
+    }
+
+    /// The positions, in order.
+    pub fn to_vec(&self) -> Vec<usize> {
+        (0..self.len()).filter_map(|i| self.get(i)).collect()
+    }
+}
+
 /// The last answer, and what it answered.
 #[derive(Clone, Debug)]
 struct Answer {
     filter: Filter,
     bookmarks: Vec<usize>,
+    rows_id: u64,
     rows: usize,
-    list: Vec<usize>,
+    list: List,
 }
 
-/// Answers filters over a session's rows from its [`DispatchIndex`].
+/// What a signature says of a search: no row of it passes, every one does (as far as the
+/// signature goes), or those whose index holds every one of these words (each all digits).
+#[derive(Clone, Debug)]
+enum SigAnswer {
+    No,
+    Yes,
+    Digits(Vec<String>),
+}
+
+/// Answers filters over a session's [`Rows`]; see the module docs.
 #[derive(Clone, Debug, Default)]
 pub struct Finder {
-    /// The search index.
-    pub index: DispatchIndex,
     last: Option<Answer>,
     /// How the last answer was found (tests and the profiler).
     pub last_was_narrowed: bool,
+    /// How many rows the last answer looked at (tests: typing on and rows arriving look at few).
+    pub last_rows_checked: usize,
 }
 
 impl Finder {
     /// The positions of the rows of `rows` that pass `filter`, in order. Answered from the last
     /// answer when nothing changed; from the rows that arrived since, when only rows were added;
-    /// by narrowing the last answer when only the search text grew at its end; else from the index.
-    pub fn find(&mut self, rows: &[DispatchRow], filter: &Filter, bookmarks: &[usize]) -> &[usize] {
+    /// by narrowing the last answer when only the search text grew at its end; else by one pass.
+    pub fn find(&mut self, rows: &Rows, filter: &Filter, bookmarks: &[usize]) -> Shown<'_> {
         puffin::profile_function!();
-        let had = self.index.len();
-        let first_before = self.index.first_index;
-        self.index.sync(rows);
-        let reindexed = self.index.len() < had || self.index.first_index != first_before;
         let bookmarks = if filter.bookmarked {
             bookmarks.to_vec()
         } else {
             Vec::new()
         };
         let same_question = |a: &Answer| a.filter == *filter && a.bookmarks == bookmarks;
-        let last = self.last.take().filter(|_| !reindexed);
+        let last = self
+            .last
+            .take()
+            .filter(|a| a.rows_id == rows.id() && a.rows <= rows.len());
+        self.last_rows_checked = 0;
         let list = match last {
             Some(a) if same_question(&a) && a.rows == rows.len() => a.list,
-            Some(mut a) if same_question(&a) && a.rows < rows.len() => {
-                let added = Self::check(rows, &self.index, filter, &bookmarks, a.rows..rows.len());
-                a.list.extend(added);
-                a.list
-            }
+            Some(a) if same_question(&a) => match a.list {
+                List::All(_) => List::All(rows.len()),
+                List::Some(mut v) => {
+                    let added = self.check(rows, filter, &bookmarks, a.rows..rows.len());
+                    v.extend(added);
+                    List::Some(v)
+                }
+            },
             Some(a)
                 if a.rows == rows.len()
                     && narrows(&a.filter, filter)
                     && a.bookmarks == bookmarks =>
             {
                 self.last_was_narrowed = true;
-                Self::check(rows, &self.index, filter, &bookmarks, a.list.into_iter())
+                match a.list {
+                    List::All(n) => List::Some(self.check(rows, filter, &bookmarks, 0..n)),
+                    List::Some(v) => List::Some(self.check(
+                        rows,
+                        filter,
+                        &bookmarks,
+                        v.into_iter().map(|p| p as usize),
+                    )),
+                }
             }
             _ => {
                 self.last_was_narrowed = false;
-                Self::search(rows, &self.index, filter, &bookmarks)
+                if filter.is_active() {
+                    List::Some(self.check(rows, filter, &bookmarks, 0..rows.len()))
+                } else {
+                    List::All(rows.len())
+                }
             }
         };
         let answer = self.last.insert(Answer {
             filter: filter.clone(),
             bookmarks,
+            rows_id: rows.id(),
             rows: rows.len(),
             list,
         });
-        &answer.list
-    }
-
-    /// From the index: the rows holding the longest word, then every other condition on them.
-    fn search(
-        rows: &[DispatchRow],
-        index: &DispatchIndex,
-        filter: &Filter,
-        bookmarks: &[usize],
-    ) -> Vec<usize> {
-        let ws = words(&filter.search);
-        match ws.iter().max_by_key(|w| w.len()) {
-            Some(longest) => {
-                let hits = index.containing(longest);
-                Self::check(rows, index, filter, bookmarks, hits.into_iter())
-            }
-            None => Self::check(rows, index, filter, bookmarks, 0..rows.len()),
-        }
+        Shown { list: &answer.list }
     }
 
     /// The positions among `candidates` whose rows pass every condition of `filter`.
     fn check(
-        rows: &[DispatchRow],
-        index: &DispatchIndex,
+        &mut self,
+        rows: &Rows,
         filter: &Filter,
         bookmarks: &[usize],
         candidates: impl Iterator<Item = usize>,
-    ) -> Vec<usize> {
+    ) -> Vec<u32> {
         let ws = words(&filter.search);
-        let marked: HashSet<usize> = bookmarks.iter().copied().collect();
         let program = filter
             .program
             .trim()
             .trim_start_matches("0x")
             .to_lowercase();
-        // Programs are few: each one's hex text is matched once.
-        let mut programs: HashMap<u64, bool> = HashMap::new();
-        candidates
+        // Each signature once.
+        let sigs: Vec<SigAnswer> = rows
+            .signatures()
+            .map(|(sig, text)| {
+                if filter.mode.is_some_and(|m| m != sig.mode)
+                    || filter.rule.is_some_and(|r| !sig.rules.contains(r))
+                    || (!program.is_empty() && !format!("{:x}", sig.program).contains(&program))
+                {
+                    return SigAnswer::No;
+                }
+                let open: Vec<String> = ws
+                    .iter()
+                    .filter(|w| !text.contains(w.as_str()))
+                    .cloned()
+                    .collect();
+                if open.is_empty() {
+                    SigAnswer::Yes
+                } else if open.iter().all(|w| w.bytes().all(|b| b.is_ascii_digit())) {
+                    SigAnswer::Digits(open)
+                } else {
+                    SigAnswer::No
+                }
+            })
+            .collect();
+        let marked: HashSet<usize> = bookmarks.iter().copied().collect();
+        let sig_of = rows.sig_column();
+        let counts = rows.counts_column();
+        let runs = rows.index_runs();
+        let mut digits = String::new();
+        let mut checked = 0usize;
+        let out = candidates
             .filter(|&pos| {
-                let Some(row) = rows.get(pos) else {
+                checked += 1;
+                let Some(answer) = sig_of.get(pos).and_then(|&s| sigs.get(s as usize)) else {
                     return false;
                 };
-                if filter.mode.is_some_and(|m| m != row.mode)
-                    || filter.rule.is_some_and(|r| !row.cites(r))
-                    || (filter.has_escapes && row.counts.escapes == 0)
+                if matches!(answer, SigAnswer::No)
+                    || (filter.has_escapes && counts.get(pos).is_none_or(|c| c.escapes == 0))
                     || (filter.bookmarked && !marked.contains(&pos))
                 {
                     return false;
                 }
-                if !program.is_empty()
-                    && !*programs
-                        .entry(row.program)
-                        .or_insert_with(|| format!("{:x}", row.program).contains(&program))
-                {
-                    return false;
+                match answer {
+                    SigAnswer::Digits(open) => {
+                        use std::fmt::Write as _;
+                        let i = runs.partition_point(|(p, _)| *p <= pos as u64);
+                        let Some(&(first, at)) = i.checked_sub(1).and_then(|i| runs.get(i)) else {
+                            return false;
+                        };
+                        digits.clear();
+                        let _ = write!(digits, "{}", at.wrapping_add(pos as u64 - first));
+                        open.iter().all(|w| digits.contains(w.as_str()))
+                    }
+                    _ => true,
                 }
-                let text = index.text_of(pos);
-                ws.iter().all(|w| text.contains(w.as_str()))
             })
-            .collect()
+            .filter_map(|p| u32::try_from(p).ok())
+            .collect();
+        self.last_rows_checked += checked;
+        out
     }
 }
 
@@ -233,24 +262,32 @@ fn narrows(old: &Filter, new: &Filter) -> bool {
 #[allow(clippy::unwrap_used, reason = "tests")]
 mod tests {
     use super::*;
+    use crate::dispatches::{DispatchRow, RowCounts, RuleSet};
     use dispatchscope_core::Rule;
-    use dispatchscope_core::report::{Counts, Mode};
+    use dispatchscope_core::report::Mode;
 
     fn rows(n: u64) -> Vec<DispatchRow> {
         (0..n)
             .map(|i| DispatchRow {
-                index: i,
+                // A gap in the indices, as a target that dropped some makes.
+                index: if i < 1000 { i } else { i + 500 },
                 program: 0x4000_0000 + (i % 7) * 0x1000,
                 label: format!("Pass {} of frame {}", i % 13, i / 50),
                 mode: [Mode::Bound, Mode::DeviceAddressed, Mode::Refused][(i % 3) as usize],
-                counts: Counts {
-                    escapes: usize::from(i % 11 == 0),
-                    ..Counts::default()
+                counts: RowCounts {
+                    escapes: u32::from(i % 11 == 0),
+                    ..RowCounts::default()
                 },
-                rules: crate::dispatches::RuleSet::of(if i % 5 == 0 { &[Rule::O7] } else { &[] }),
+                rules: RuleSet::of(if i % 5 == 0 { &[Rule::O7] } else { &[] }),
                 frame: i / 50,
             })
             .collect()
+    }
+
+    fn columns(rows: &[DispatchRow]) -> Rows {
+        let mut r = Rows::new();
+        r.extend(rows);
+        r
     }
 
     /// The slow model: every row's own text and conditions, one by one.
@@ -274,12 +311,13 @@ mod tests {
     #[test]
     fn answers_as_the_model_does_while_typing_and_as_rows_arrive() {
         let all = rows(3000);
+        let cols = columns(&all);
         let mut finder = Finder::default();
         let mut f = Filter::default();
         let typed = "pass 1 of frame 2";
         for end in 0..=typed.len() {
             f.search = typed[..end].to_owned();
-            let got = finder.find(&all, &f, &[]).to_vec();
+            let got = finder.find(&cols, &f, &[]).to_vec();
             assert_eq!(got, model(&all, &f, &[]), "search {:?}", f.search);
             if end > 0 {
                 assert!(
@@ -291,8 +329,18 @@ mod tests {
         }
         // Upper case, and a search from scratch (a word removed).
         f.search = "PASS 12".into();
-        assert_eq!(finder.find(&all, &f, &[]).to_vec(), model(&all, &f, &[]));
+        assert_eq!(finder.find(&cols, &f, &[]).to_vec(), model(&all, &f, &[]));
         assert!(!finder.last_was_narrowed);
+        // Digits that only an index holds, with and without other words; digits that span the
+        // index and nothing else.
+        for search in ["1999", "150", "pass 1 77", "0x4000", "2 of", "1500", "1000"] {
+            f.search = search.into();
+            assert_eq!(
+                finder.find(&cols, &f, &[]).to_vec(),
+                model(&all, &f, &[]),
+                "{search}"
+            );
+        }
         // Structured conditions.
         for (mode, rule, esc, program) in [
             (Some(Mode::Refused), None, false, ""),
@@ -307,41 +355,46 @@ mod tests {
                 search: "pass".into(),
                 ..Filter::default()
             };
-            assert_eq!(finder.find(&all, &f, &[]).to_vec(), model(&all, &f, &[]));
+            assert_eq!(finder.find(&cols, &f, &[]).to_vec(), model(&all, &f, &[]));
         }
         let marked = Filter {
             bookmarked: true,
             ..Filter::default()
         };
-        assert_eq!(finder.find(&all, &marked, &[3, 99]).to_vec(), vec![3, 99]);
-        // Rows arriving: the answer grows with them.
+        assert_eq!(finder.find(&cols, &marked, &[3, 99]).to_vec(), vec![3, 99]);
+        // Rows arriving: the answer grows with them, and only the new rows are looked at.
         let f = Filter {
             search: "of frame 5".into(),
             ..Filter::default()
         };
         let mut finder = Finder::default();
+        let mut growing = Rows::new();
+        let mut at = 0;
         for n in [0usize, 100, 1000, 3000] {
-            assert_eq!(
-                finder.find(&all[..n], &f, &[]).to_vec(),
-                model(&all[..n], &f, &[])
-            );
+            growing.extend(&all[at..n]);
+            let got = finder.find(&growing, &f, &[]).to_vec();
+            assert_eq!(got, model(&all[..n], &f, &[]));
+            if at > 0 {
+                assert_eq!(finder.last_rows_checked, n - at, "only the new rows");
+            }
+            at = n;
         }
-        // A session whose front was dropped is indexed again.
+        // Other rows (another session) are answered afresh.
+        let other = columns(&all[500..]);
         assert_eq!(
-            finder.find(&all[500..], &f, &[]).to_vec(),
+            finder.find(&other, &f, &[]).to_vec(),
             model(&all[500..], &f, &[])
         );
     }
 
     #[test]
-    fn the_index_finds_a_word_across_row_ends_only_within_rows() {
-        let all = rows(10);
-        let mut index = DispatchIndex::default();
-        index.sync(&all);
-        assert_eq!(index.len(), 10);
-        // "\n" separates rows: a word never matches across two of them.
-        assert!(index.containing("o7\n1").is_empty() || words("o7\n1").len() == 2);
-        assert_eq!(index.containing("pass 3 "), vec![3]);
-        assert_eq!(index.text_of(3), all[3].search_text() + "\n");
+    fn no_condition_lists_every_row_without_a_list() {
+        let cols = columns(&rows(5000));
+        let mut finder = Finder::default();
+        let shown = finder.find(&cols, &Filter::default(), &[]);
+        assert_eq!(shown.len(), 5000);
+        assert_eq!(shown.get(4999), Some(4999));
+        assert_eq!(shown.position_of(1234), Some(1234));
+        assert_eq!(finder.last_rows_checked, 0);
     }
 }

@@ -58,6 +58,8 @@ pub struct HostSide {
     pub scene: Scene,
     /// The slots' bindings as the engine planned them (O1–O7).
     pub slots: Vec<SlotBinding>,
+    /// The report of the setup dispatch [`HostSide::new`] ran ([`HostSide::setup_input`]).
+    pub setup: DispatchReport,
 }
 
 impl HostSide {
@@ -65,26 +67,16 @@ impl HostSide {
     /// dispatch there so that the engine maps it (M1–M5) and plans the two output slots.
     pub fn new(scene: Scene) -> Result<Self, VkError> {
         let mut engine = Engine::cpu(DeviceLimits::default()).map_err(pass_err)?;
-        for r in &scene.regions {
-            engine
-                .apply(&Event::Reserve {
-                    range: r.range,
-                    readable: r.readable,
-                    writable: true,
-                    committed: true,
-                    backing: Backing::Private,
-                })
-                .map_err(pass_err)?;
+        for (r, e) in scene.regions.iter().zip(Self::events(&scene)) {
+            engine.apply(&e).map_err(pass_err)?;
             if !r.bytes.is_empty() {
                 engine
                     .try_load_contents(r.range.start, &r.bytes)
                     .map_err(pass_err)?;
             }
         }
-        let mut probe = Access::new(AccessKind::Global, Op::Load, 4);
-        probe.address = Some(scene::TOP_AT);
         let report = engine
-            .dispatch(&Self::input(&scene, vec![probe]))
+            .dispatch(&Self::setup_input(&scene))
             .map_err(pass_err)?;
         if !report.refusals.is_empty() {
             return Err(pass_err(format!(
@@ -98,10 +90,42 @@ impl HostSide {
             )));
         }
         Ok(Self {
-            slots: report.slots,
+            slots: report.slots.clone(),
+            setup: report,
             engine,
             scene,
         })
+    }
+
+    /// The memory events that make the scene's guest memory, one reservation per region, in
+    /// order (each region's contents are loaded after its event): what a capture of the pass
+    /// records before its dispatches.
+    pub fn events(scene: &Scene) -> Vec<Event> {
+        scene
+            .regions
+            .iter()
+            .map(|r| Event::Reserve {
+                range: r.range,
+                readable: r.readable,
+                writable: true,
+                committed: true,
+                backing: Backing::Private,
+            })
+            .collect()
+    }
+
+    /// The setup dispatch [`HostSide::new`] runs first: the pass's slots and one device-addressed
+    /// load of the top level, so that the engine maps guest memory (M1–M5) and plans the slots.
+    pub fn setup_input(scene: &Scene) -> DispatchInput {
+        let mut probe = Access::new(AccessKind::Global, Op::Load, 4);
+        probe.address = Some(scene::TOP_AT);
+        Self::input(scene, vec![probe])
+    }
+
+    /// One frame's dispatch of the pass as the emulator hands it to the engine: the two written
+    /// slots and no recorded access (the device runs the program, [`DevicePass`]).
+    pub fn frame_input(&self) -> DispatchInput {
+        Self::input(&self.scene, Vec::new())
     }
 
     /// The pass as a dispatch input: the two written slots (D953) and `accesses`, device-addressed
@@ -150,15 +174,7 @@ impl HostSide {
         layout: InstrumentLayout,
         words: &[u32],
     ) -> Result<InstrumentedReport, VkError> {
-        let rb = Readback::read(layout, self.scene.grid, words).map_err(pass_err)?;
-        instrument::decode(
-            &rb,
-            &traversal::sites(),
-            &self.slots,
-            self.engine.mappings(),
-            self.engine.memory(),
-        )
-        .map_err(pass_err)
+        decode_section(&self.engine, &self.slots, self.scene.grid, layout, words)
     }
 
     /// The CPU reference's replay of the captured lanes: their accesses, in order, as one
@@ -201,6 +217,72 @@ impl HostSide {
             .dispatch(&Self::input(&self.scene, accesses))
             .map_err(pass_err)
     }
+}
+
+/// Builds an instrumented pass's report section from the instrumentation buffer's `words`, against
+/// `engine`'s mappings and memory (each logged escape classified, T4) and the slots' plan: what
+/// [`HostSide::decode`] does, for a caller that holds the engine apart from its [`HostSide`] (a
+/// tap's dispatch closure).
+pub fn decode_section(
+    engine: &Engine<CpuBackend>,
+    slots: &[SlotBinding],
+    grid: Grid,
+    layout: InstrumentLayout,
+    words: &[u32],
+) -> Result<InstrumentedReport, VkError> {
+    let rb = Readback::read(layout, grid, words).map_err(pass_err)?;
+    instrument::decode(
+        &rb,
+        &traversal::sites(),
+        slots,
+        engine.mappings(),
+        engine.memory(),
+    )
+    .map_err(pass_err)
+}
+
+/// One frame of the pass on the device, as the emulator's dispatch: the engine's dispatch of
+/// `input` (plan, mapping and table checked and kept, the report), the device's run of `variant`
+/// over `selection`, and, for the instrumented variant, the report's section built from what the
+/// device wrote. The report comes back with the run's figures and the time the section took to
+/// build after the fence.
+pub fn run_frame(
+    engine: &mut Engine<CpuBackend>,
+    input: &DispatchInput,
+    slots: &[SlotBinding],
+    scene: &Scene,
+    device: &mut DevicePass,
+    variant: Variant,
+    selection: &LaneSelection,
+) -> Result<Frame, VkError> {
+    let mut report = engine.dispatch(input).map_err(pass_err)?;
+    let run = device.run(variant, selection, scene::CANARY_AT, scene)?;
+    let started = Instant::now();
+    if variant == Variant::Instrumented {
+        report.instrumented = Some(decode_section(
+            engine,
+            slots,
+            scene.grid,
+            device.layout(),
+            &device.instrumentation_words(),
+        )?);
+    }
+    Ok(Frame {
+        report,
+        run,
+        section_build: started.elapsed(),
+    })
+}
+
+/// What [`run_frame`] gives back.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    /// The dispatch's report, with the instrumented section for the instrumented variant.
+    pub report: DispatchReport,
+    /// The device's run.
+    pub run: RunTime,
+    /// The section's build on the host after the fence (zero without instrumentation).
+    pub section_build: Duration,
 }
 
 /// O8's write-back of a holder: every data word whose mask word is set is copied into `guest`

@@ -54,9 +54,29 @@ impl Asm {
     pub(super) fn new(module: &'static str) -> Self {
         let mut b = Builder::new();
         b.set_version(1, 5);
-        b.capability(Capability::Shader);
-        b.capability(Capability::Int64);
-        b.capability(Capability::PhysicalStorageBufferAddresses);
+        Self::on(module, b)
+    }
+
+    /// An `Asm` over a builder that may already hold a module (a caller's, through
+    /// `library::emit_into`): the capabilities it lacks of Shader, Int64 and
+    /// PhysicalStorageBufferAddresses are added, the memory model set (the caller checks that a
+    /// model it had is this one), and the types and push block declared (types the builder
+    /// already has are reused: rspirv deduplicates them).
+    pub(super) fn on(module: &'static str, mut b: Builder) -> Self {
+        for cap in [
+            Capability::Shader,
+            Capability::Int64,
+            Capability::PhysicalStorageBufferAddresses,
+        ] {
+            let has = b.module_ref().capabilities.iter().any(|i| {
+                i.operands
+                    .first()
+                    .is_some_and(|o| *o == Operand::Capability(cap))
+            });
+            if !has {
+                b.capability(cap);
+            }
+        }
         b.memory_model(
             AddressingModel::PhysicalStorageBuffer64,
             MemoryModel::GLSL450,
@@ -113,6 +133,11 @@ impl Asm {
         a.b.name(a.push_var, "push");
         a.interface.push(a.push_var);
         a
+    }
+
+    /// Gives the builder back.
+    pub(super) fn into_builder(self) -> Builder {
+        self.b
     }
 
     pub(super) fn err(&self, e: rspirv::dr::Error) -> VkError {

@@ -127,6 +127,8 @@ pub(super) struct Helpers {
     pub(super) note: Word,
     /// `uvec4`, the values' type.
     pub(super) vec4: Word,
+    /// T5's `Hit lookup(u64 guest_chunk)` (none in the raw variant, or when only declared).
+    pub(super) lookup: Option<Word>,
 }
 
 /// The function types of the interface.
@@ -201,6 +203,7 @@ pub(super) fn declare_helpers(a: &mut Asm) -> R<Helpers> {
         store,
         note,
         vec4: s.vec4,
+        lookup: None,
     })
 }
 
@@ -257,6 +260,98 @@ fn emit_helpers_into(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> 
         store,
         note,
         vec4: s.vec4,
+        lookup,
+    })
+}
+
+/// What [`emit_into`] put into a caller's module, by id: the functions to `OpFunctionCall`, the
+/// types their signatures use, and the push-constant variable they read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmittedHelpers {
+    /// T5: `Hit lookup(u64 guest_chunk)`, the one helper (`None` in [`Variant::Raw`], which has
+    /// no table): `{u64 device_addr, u32 slot, u32 probes}`, address 0 and slot `0xffffffff` on a
+    /// miss (T4).
+    pub lookup: Option<Word>,
+    /// `u32 dispatchscope_lane(u32 workgroup, u32 local, u32 x, u32 y)`.
+    pub lane: Word,
+    /// `u32 dispatchscope_route(u64 flat)` (P1).
+    pub route: Word,
+    /// `uvec4 dispatchscope_load(u32 token, u32 site, u64 guest_addr, u32 size_bytes)`.
+    pub load: Word,
+    /// `void dispatchscope_store(u32 token, u32 site, u64 guest_addr, u32 size_bytes, uvec4 values)`.
+    pub store: Word,
+    /// `void dispatchscope_note(u32 token, u32 site, u32 flags, u64 addr, uvec4 values)`.
+    pub note: Word,
+    /// The `Hit` struct type `lookup` returns.
+    pub hit_type: Word,
+    /// `u32`.
+    pub u32_type: Word,
+    /// `u64`.
+    pub u64_type: Word,
+    /// `uvec4`.
+    pub vec4_type: Word,
+    /// The push-constant variable (a `Block` struct of one `u32[32]` array, stride 4, offset 0)
+    /// the helpers read words 18–31 of (the module docs list them); the caller's own words are
+    /// 0–17 and 21, reached through it with `OpAccessChain` (member 0, then the word). From SPIR-V
+    /// 1.4 the caller's entry point must list it in its interface.
+    pub push_block: Word,
+    /// `PushConstant` pointer to `u32`, the type of an access chain to one push word.
+    pub push_word_pointer: Word,
+}
+
+/// Emits the helper functions of `variant` (with T5's lookup, and what they need: the types, the
+/// push block of the documented layout, and for the instrumented variant the subgroup
+/// capabilities) into a translator's own rspirv builder, and returns their ids, for a Rust
+/// recompiler that builds its module with rspirv instead of linking [`helper_library`].
+///
+/// The builder's module may already hold the caller's declarations; the capabilities it lacks of
+/// Shader, Int64 and PhysicalStorageBufferAddresses are added, and its memory model must be
+/// PhysicalStorageBuffer64 with GLSL450 (it is set when there is none; another is an error, and
+/// the builder is left as it was). The helper binds no descriptor: the table, marks and
+/// instrumentation are reached by device address through the push words. No block may be open
+/// (call it between functions). The caller validates its module once it is complete.
+pub fn emit_into(builder: &mut rspirv::dr::Builder, variant: Variant) -> R<EmittedHelpers> {
+    use rspirv::spirv::{AddressingModel, MemoryModel};
+    if let Some(m) = &builder.module_ref().memory_model {
+        let want = [
+            Operand::AddressingModel(AddressingModel::PhysicalStorageBuffer64),
+            Operand::MemoryModel(MemoryModel::GLSL450),
+        ];
+        if m.operands != want {
+            return Err(VkError::Build {
+                module: "emit_into",
+                why: format!(
+                    "the module's memory model is {:?}; the helper needs PhysicalStorageBuffer64 GLSL450",
+                    m.operands
+                ),
+            });
+        }
+    }
+    if builder.selected_function().is_some() || builder.selected_block().is_some() {
+        return Err(VkError::Build {
+            module: "emit_into",
+            why: "a function or block is open: emit the helpers between functions".into(),
+        });
+    }
+    let taken = std::mem::replace(builder, rspirv::dr::Builder::new());
+    let mut a = Asm::on("emit_into", taken);
+    let emitted = emit_helpers(&mut a, variant);
+    let (t, push_block) = (a.t, a.push_var);
+    *builder = a.into_builder();
+    let h = emitted?;
+    Ok(EmittedHelpers {
+        lookup: h.lookup,
+        lane: h.lane,
+        route: h.route,
+        load: h.load,
+        store: h.store,
+        note: h.note,
+        hit_type: t.hit,
+        u32_type: t.u32,
+        u64_type: t.u64,
+        vec4_type: h.vec4,
+        push_block,
+        push_word_pointer: t.p_push_u32,
     })
 }
 

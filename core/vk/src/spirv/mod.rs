@@ -32,6 +32,8 @@
 mod asm;
 #[cfg(feature = "bench")]
 mod bench;
+#[cfg(test)]
+mod emit_test;
 mod helper;
 pub mod library;
 mod memory;

@@ -1,0 +1,165 @@
+//! Issue 18's figures for the window's live session, without a window: the debugger's memory
+//! after 1,000,000 dispatches (and, with `LIVE_MEMORY_DISPATCHES=10000000`, after ten million),
+//! selecting a dispatch that is only on disk, and a search over every row.
+//!
+//! Real demo dispatches are collected once from a demo target in this process (a live client with
+//! a snapshot), then fed to a `LiveLink` and its `Session` exactly as `LiveLink::drain` feeds them
+//! (`take_message`: the store writes each to its file, the session takes its row and keeps the
+//! latest reports), renumbered, as fast as this process can. The resident set (`VmRSS`) and its
+//! peak (`VmHWM`) are read from `/proc/self/status` at every 10 % of the run. Set
+//! `LIVE_MEMORY_SLIM=1` to feed the dispatches with their mapping lists cut (a smaller file on
+//! disk: the debugger's memory does not depend on a report's size, only the file does).
+//!
+//! Run: `cargo bench -p dispatchscope --bench live_memory` (a bench binary, not criterion: one
+//! run is the figure).
+
+#![allow(missing_docs, reason = "bench")]
+#![allow(dead_code, reason = "the binary's module is included whole")]
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "bench")]
+
+#[path = "../src/gui/mod.rs"]
+mod gui;
+#[path = "../tests/common/live_feed.rs"]
+mod live_feed;
+#[path = "../src/load.rs"]
+mod load;
+
+use std::time::Instant;
+
+use dispatchscope_live::ToDebugger;
+use dispatchscope_views::{Filter, Finder};
+use gui::live::Drained;
+use gui::{DemoTarget, LiveLink, Session};
+
+fn status_kib(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing else is read from the command line.
+    let n: u64 = std::env::var("LIVE_MEMORY_DISPATCHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let slim = std::env::var("LIVE_MEMORY_SLIM").is_ok_and(|v| v == "1");
+    let demo = DemoTarget::start(None).expect("the demo");
+    let addr = demo.addr.to_string();
+    let mut feed = live_feed::Feed::collect(&addr, 400);
+    if slim {
+        for m in &mut feed.dispatches {
+            if let ToDebugger::Dispatch { report, .. } = m
+                && let Some(mappings) = &mut report.mappings
+            {
+                mappings.pieces.clear();
+                mappings.left_out.clear();
+                mappings.runs.clear();
+            }
+        }
+    }
+    let report_bytes: usize = feed
+        .dispatches
+        .iter()
+        .filter_map(|m| match m {
+            ToDebugger::Dispatch { report, .. } => serde_json::to_vec(report).ok(),
+            _ => None,
+        })
+        .map(|v| v.len())
+        .sum::<usize>()
+        / feed.dispatches.len();
+    let mut link = LiveLink::attach(&addr, None, std::sync::Arc::new(|| {})).expect("attach");
+    link.detach();
+    drop(demo);
+    let mut session = Session::live(&addr, "live memory bench".into(), link.store());
+    let mut out = Drained::default();
+    for m in &feed.start {
+        link.take_message(m.clone(), &mut session, &mut out);
+    }
+    let first = feed.first_index();
+    let base = status_kib("VmRSS:");
+    println!(
+        "live_memory: {n} dispatches, {} templates of {report_bytes} JSON bytes a report{}; RSS before feeding {:.1} MiB",
+        feed.dispatches.len(),
+        if slim { " (mapping lists cut)" } else { "" },
+        mib(base)
+    );
+    let t = Instant::now();
+    let step = (n / 10).max(1);
+    for i in 0..n {
+        link.take_message(feed.dispatch(first, i), &mut session, &mut out);
+        if (i + 1) % step == 0 {
+            println!(
+                "  {:>9} dispatches: RSS {:7.1} MiB (peak {:7.1}), rows {:6.1} MiB ({:.1} B a dispatch), reports held {}, {:.0} dispatches/s",
+                i + 1,
+                mib(status_kib("VmRSS:")),
+                mib(status_kib("VmHWM:")),
+                session.rows.heap_bytes() as f64 / (1 << 20) as f64,
+                session.rows.heap_bytes() as f64 / (i + 1) as f64,
+                session.reports.held(),
+                (i + 1) as f64 / t.elapsed().as_secs_f64()
+            );
+        }
+    }
+    if let Some(e) = &link.record_error {
+        println!("  the recording stopped: {e}");
+    }
+    assert_eq!(session.rows.len() as u64, n);
+    assert_eq!(link.stored() as u64, n);
+    // Selecting dispatches that are only on disk: the first, and spread over the session.
+    let mut worst = 0f64;
+    let mut total = 0f64;
+    let picks: Vec<usize> = (0..20).map(|k| (k * (n as usize / 20)).max(1)).collect();
+    for (k, &pos) in std::iter::once(&0).chain(&picks).enumerate() {
+        let t = Instant::now();
+        session.prepare(pos).expect("read back");
+        let r = session.reports.get(pos).expect("the report");
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        assert_eq!(r.index, first + pos as u64);
+        if k == 0 {
+            println!("  select dispatch 0 (on disk only): {ms:.2} ms");
+        }
+        worst = worst.max(ms);
+        total += ms;
+    }
+    println!(
+        "  select 21 dispatches on disk only: mean {:.2} ms, worst {worst:.2} ms",
+        total / 21.0
+    );
+    // A search over every row, from scratch, and a keystroke onto it.
+    let mut finder = Finder::default();
+    let f = Filter {
+        search: "traversal 77".into(),
+        ..Filter::default()
+    };
+    let t = Instant::now();
+    let hits = finder.find(&session.rows, &f, &[]).len();
+    println!(
+        "  search {:?} over {n} rows: {hits} hits in {:.1} ms",
+        f.search,
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    let f = Filter {
+        search: "traversal 777".into(),
+        ..Filter::default()
+    };
+    let t = Instant::now();
+    let hits = finder.find(&session.rows, &f, &[]).len();
+    println!(
+        "  keystroke {:?}: {hits} hits in {:.2} ms",
+        f.search,
+        t.elapsed().as_secs_f64() * 1e3
+    );
+    println!(
+        "  end: RSS {:.1} MiB, peak {:.1} MiB; store file {:.1} MiB",
+        mib(status_kib("VmRSS:")),
+        mib(status_kib("VmHWM:")),
+        std::fs::metadata(link.recording_path()).map_or(0, |m| m.len()) as f64 / (1 << 20) as f64
+    );
+}

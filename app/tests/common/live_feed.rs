@@ -1,0 +1,73 @@
+//! Real demo messages, collected once through a live client, then fed to a live session again and
+//! again with new dispatch numbers: how the tests and the memory bench put hundreds of thousands
+//! (or ten million) dispatches through the window's live path (`LiveLink::take_message`, the store,
+//! `Session::push_live`) without a socket or a game that fast.
+
+use std::time::{Duration, Instant};
+
+use dispatchscope_live::{ClientOptions, Incoming, LiveClient, ToDebugger};
+
+/// What a live session receives: the messages up to its first dispatch (the snapshot the store
+/// starts on), then dispatches to repeat.
+pub struct Feed {
+    /// The snapshot and everything before the first dispatch after it, in order.
+    pub start: Vec<ToDebugger>,
+    /// Dispatch messages, in the order the target sent them.
+    pub dispatches: Vec<ToDebugger>,
+}
+
+impl Feed {
+    /// Collects `n` dispatches from the target at `addr` (with a snapshot first), for at most 60 s.
+    pub fn collect(addr: &str, n: usize) -> Feed {
+        let options = ClientOptions {
+            snapshot: true,
+            ..ClientOptions::default()
+        };
+        let client = LiveClient::connect_with(addr, &options).expect("attach to the demo");
+        let mut start = Vec::new();
+        let mut dispatches = Vec::new();
+        let mut seen_snapshot = false;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while dispatches.len() < n {
+            assert!(
+                Instant::now() < deadline,
+                "the demo sent {} dispatches",
+                dispatches.len()
+            );
+            match client.recv_timeout(Duration::from_millis(200)) {
+                Some(Incoming::Message(m)) => match m {
+                    ToDebugger::Snapshot(_) => {
+                        seen_snapshot = true;
+                        start.push(m);
+                    }
+                    ToDebugger::Dispatch { .. } if seen_snapshot => dispatches.push(m),
+                    ToDebugger::Dispatch { .. } => {}
+                    _ if seen_snapshot && dispatches.is_empty() => start.push(m),
+                    _ => {}
+                },
+                Some(Incoming::Disconnected { reason, .. }) => panic!("the demo went: {reason}"),
+                None => {}
+            }
+        }
+        let _ = client.detach(Duration::from_millis(200));
+        Feed { start, dispatches }
+    }
+
+    /// The `i`th dispatch of the session: a collected one, renumbered `first + i`.
+    pub fn dispatch(&self, first: u64, i: u64) -> ToDebugger {
+        let mut m = self.dispatches[(i % self.dispatches.len() as u64) as usize].clone();
+        if let ToDebugger::Dispatch { index, report, .. } = &mut m {
+            *index = first + i;
+            report.index = first + i;
+        }
+        m
+    }
+
+    /// The target's number of the first collected dispatch.
+    pub fn first_index(&self) -> u64 {
+        match self.dispatches.first() {
+            Some(ToDebugger::Dispatch { index, .. }) => *index,
+            _ => 0,
+        }
+    }
+}

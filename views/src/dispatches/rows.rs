@@ -1,0 +1,366 @@
+//! [`Rows`]: every dispatch's row of a session, in columns, so that a session of ten million
+//! dispatches keeps ten million rows in a few hundred megabytes at most.
+//!
+//! A row is split into what repeats and what does not. What repeats across a game's dispatches
+//! (program, label, mode, the rules cited) is interned once as a signature, [`Signature`], with its
+//! lower-case search text; each row keeps the signature's number (4 bytes) and its four table
+//! counts (16 bytes). Report indices and frames change by rule (one more each dispatch; a frame
+//! every few hundred), so they are kept as runs, a few bytes per break in the rule. That is
+//! 20 bytes a dispatch plus the runs and the signatures ([`Rows::heap_bytes`] says how many).
+//! Nothing here draws.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dispatchscope_core::DispatchReport;
+use dispatchscope_core::report::Mode;
+
+use super::{DispatchRow, RowCounts, RuleSet};
+
+/// What many dispatches share: program, label, mode and the rules cited, interned once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Signature {
+    /// The program's guest address.
+    pub program: u64,
+    /// The label, as a number into the session's labels.
+    pub label: u32,
+    /// How it ran.
+    pub mode: Mode,
+    /// The rules its refusals, escapes and hazards cite.
+    pub rules: RuleSet,
+}
+
+static ROWS_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Every row of a session in columns; see the module docs.
+#[derive(Debug)]
+pub struct Rows {
+    /// Tells one session's rows from another's (a copy keeps it: it holds the same rows).
+    id: u64,
+    /// Per row: its signature's number into `sigs`.
+    sig: Vec<u32>,
+    /// Per row: sets, refusals, escapes and marks.
+    counts: Vec<RowCounts>,
+    /// Runs of consecutive report indices: (first position, its report index), by position.
+    index_runs: Vec<(u64, u64)>,
+    /// Runs of one frame: (first position, the frame), by position.
+    frame_runs: Vec<(u64, u64)>,
+    sigs: Vec<Signature>,
+    /// Per signature: its search text, lower case ("0x… label mode rule ids").
+    sig_text: Vec<Box<str>>,
+    sig_ids: HashMap<Signature, u32>,
+    labels: Vec<Arc<str>>,
+    label_ids: HashMap<Arc<str>, u32>,
+}
+
+impl Default for Rows {
+    fn default() -> Self {
+        Self {
+            id: ROWS_ID.fetch_add(1, Ordering::Relaxed),
+            sig: Vec::new(),
+            counts: Vec::new(),
+            index_runs: Vec::new(),
+            frame_runs: Vec::new(),
+            sigs: Vec::new(),
+            sig_text: Vec::new(),
+            sig_ids: HashMap::new(),
+            labels: Vec::new(),
+            label_ids: HashMap::new(),
+        }
+    }
+}
+
+impl Clone for Rows {
+    fn clone(&self) -> Self {
+        Self {
+            id: self.id,
+            sig: self.sig.clone(),
+            counts: self.counts.clone(),
+            index_runs: self.index_runs.clone(),
+            frame_runs: self.frame_runs.clone(),
+            sigs: self.sigs.clone(),
+            sig_text: self.sig_text.clone(),
+            sig_ids: self.sig_ids.clone(),
+            labels: self.labels.clone(),
+            label_ids: self.label_ids.clone(),
+        }
+    }
+}
+
+impl PartialEq for Rows {
+    /// Rows are equal when they list the same dispatches (however they were interned).
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+/// The run holding position `pos` in `runs` (sorted by first position), and the run's value.
+fn run_at(runs: &[(u64, u64)], pos: u64) -> Option<(u64, u64)> {
+    let i = runs.partition_point(|(p, _)| *p <= pos);
+    runs.get(i.checked_sub(1)?).copied()
+}
+
+impl Rows {
+    /// No rows.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The rows of `reports`, in order (frames counted on from one to the next).
+    pub fn of_reports<'a>(reports: impl IntoIterator<Item = &'a DispatchReport>) -> Self {
+        let mut rows = Self::new();
+        for r in reports {
+            rows.push_report(r);
+        }
+        rows
+    }
+
+    /// Tells this session's rows from another's; a copy has the same.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Rows held.
+    pub fn len(&self) -> usize {
+        self.sig.len()
+    }
+
+    /// Whether none is held.
+    pub fn is_empty(&self) -> bool {
+        self.sig.is_empty()
+    }
+
+    /// Appends the row of `report`, which follows the last row: its frame counts on by the
+    /// `retire` events before it.
+    pub fn push_report(&mut self, report: &DispatchReport) {
+        let prev_frame = self.last_frame();
+        let row = DispatchRow::after_frame(report, prev_frame);
+        self.push(&row);
+    }
+
+    /// The frame of the last row (0 when none).
+    fn last_frame(&self) -> u64 {
+        self.frame_runs.last().map_or(0, |(_, f)| *f)
+    }
+
+    /// Appends `row`.
+    pub fn push(&mut self, row: &DispatchRow) {
+        let pos = self.len() as u64;
+        let label = self.intern_label(&row.label);
+        let sig = Signature {
+            program: row.program,
+            label,
+            mode: row.mode,
+            rules: row.rules,
+        };
+        let id = match self.sig_ids.get(&sig) {
+            Some(&id) => id,
+            None => {
+                let id = u32::try_from(self.sigs.len()).unwrap_or(u32::MAX);
+                let text =
+                    DispatchRow::signature_text(row.program, &row.label, row.mode, row.rules);
+                self.sigs.push(sig);
+                self.sig_text.push(text.into_boxed_str());
+                self.sig_ids.insert(sig, id);
+                id
+            }
+        };
+        let expected = self.index_runs.last().map(|(p, i)| i.wrapping_add(pos - p));
+        if expected != Some(row.index) {
+            self.index_runs.push((pos, row.index));
+        }
+        if self.frame_runs.last().map(|(_, f)| *f) != Some(row.frame) {
+            self.frame_runs.push((pos, row.frame));
+        }
+        self.sig.push(id);
+        self.counts.push(row.counts);
+    }
+
+    /// Appends every row of `rows`.
+    pub fn extend<'a>(&mut self, rows: impl IntoIterator<Item = &'a DispatchRow>) {
+        for r in rows {
+            self.push(r);
+        }
+    }
+
+    fn intern_label(&mut self, label: &str) -> u32 {
+        if let Some(&id) = self.label_ids.get(label) {
+            return id;
+        }
+        let id = u32::try_from(self.labels.len()).unwrap_or(u32::MAX);
+        let a: Arc<str> = Arc::from(label);
+        self.labels.push(Arc::clone(&a));
+        self.label_ids.insert(a, id);
+        id
+    }
+
+    /// The report index of the row at `pos`.
+    pub fn index(&self, pos: usize) -> Option<u64> {
+        if pos >= self.len() {
+            return None;
+        }
+        let (first, index) = run_at(&self.index_runs, pos as u64)?;
+        Some(index.wrapping_add(pos as u64 - first))
+    }
+
+    /// The frame of the row at `pos`.
+    pub fn frame(&self, pos: usize) -> Option<u64> {
+        if pos >= self.len() {
+            return None;
+        }
+        run_at(&self.frame_runs, pos as u64).map(|(_, f)| f)
+    }
+
+    /// The counts of the row at `pos`.
+    pub fn counts(&self, pos: usize) -> Option<RowCounts> {
+        self.counts.get(pos).copied()
+    }
+
+    /// The signature of the row at `pos`.
+    pub fn signature(&self, pos: usize) -> Option<Signature> {
+        self.sigs.get(*self.sig.get(pos)? as usize).copied()
+    }
+
+    /// The label of the row at `pos`.
+    pub fn label(&self, pos: usize) -> &str {
+        self.signature(pos)
+            .and_then(|s| self.labels.get(s.label as usize))
+            .map_or("", |l| &**l)
+    }
+
+    /// The row at `pos`, whole.
+    pub fn get(&self, pos: usize) -> Option<DispatchRow> {
+        let s = self.signature(pos)?;
+        Some(DispatchRow {
+            index: self.index(pos)?,
+            program: s.program,
+            label: self.label(pos).to_owned(),
+            mode: s.mode,
+            counts: self.counts(pos)?,
+            rules: s.rules,
+            frame: self.frame(pos)?,
+        })
+    }
+
+    /// The position of the row with report index `index`, if one has it.
+    pub fn position_of(&self, index: u64) -> Option<usize> {
+        let n = self.len() as u64;
+        self.index_runs
+            .iter()
+            .enumerate()
+            .find_map(|(i, &(first, at))| {
+                let end = self.index_runs.get(i + 1).map_or(n, |r| r.0);
+                let off = index.checked_sub(at)?;
+                (off < end - first).then(|| (first + off) as usize)
+            })
+    }
+
+    /// Every row, whole, in order.
+    pub fn iter(&self) -> impl Iterator<Item = DispatchRow> + '_ {
+        (0..self.len()).filter_map(|p| self.get(p))
+    }
+
+    /// Per row, its signature's number (for [`super::find::Finder`]).
+    pub(crate) fn sig_column(&self) -> &[u32] {
+        &self.sig
+    }
+
+    /// Per row, its counts.
+    pub(crate) fn counts_column(&self) -> &[RowCounts] {
+        &self.counts
+    }
+
+    /// The signatures, by number, with their search text.
+    pub(crate) fn signatures(&self) -> impl ExactSizeIterator<Item = (&Signature, &str)> + '_ {
+        self.sigs.iter().zip(self.sig_text.iter().map(|t| &**t))
+    }
+
+    /// Runs of report indices: (first position, its report index).
+    pub(crate) fn index_runs(&self) -> &[(u64, u64)] {
+        &self.index_runs
+    }
+
+    /// Runs of one frame: (first position, the frame).
+    pub fn frame_runs(&self) -> &[(u64, u64)] {
+        &self.frame_runs
+    }
+
+    /// Distinct signatures held.
+    pub fn n_signatures(&self) -> usize {
+        self.sigs.len()
+    }
+
+    /// Bytes these rows hold on the heap (capacity, not length: what the allocator gave), counted
+    /// from the columns, the runs and the interned signatures and labels.
+    pub fn heap_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let sig_entry = size_of::<Signature>() + size_of::<u32>() + 8;
+        let label_entry = 2 * size_of::<Arc<str>>() + size_of::<u32>() + 8;
+        self.sig.capacity() * size_of::<u32>()
+            + self.counts.capacity() * size_of::<RowCounts>()
+            + (self.index_runs.capacity() + self.frame_runs.capacity()) * 16
+            + self.sigs.capacity() * size_of::<Signature>()
+            + self.sig_text.iter().map(|t| t.len() + 16).sum::<usize>()
+            + self.sig_ids.capacity() * sig_entry
+            + self.labels.iter().map(|l| l.len() + 16).sum::<usize>()
+            + self.label_ids.capacity() * label_entry
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    fn row(index: u64, frame: u64, label: &str) -> DispatchRow {
+        DispatchRow {
+            index,
+            program: 0x4000 + (index % 3) * 0x100,
+            label: label.into(),
+            mode: Mode::Bound,
+            counts: RowCounts {
+                escapes: (index % 2) as u32,
+                ..RowCounts::default()
+            },
+            rules: RuleSet::default(),
+            frame,
+        }
+    }
+
+    #[test]
+    fn rows_read_back_as_pushed_with_gaps_in_indices_and_frames() {
+        let mut rows = Rows::new();
+        let mut want = Vec::new();
+        // Indices 0..10, then a gap (the target dropped some), then 100..110; frames every 4.
+        for i in (0..10).chain(100..110) {
+            let r = row(i, i / 4, if i % 2 == 0 { "even" } else { "odd" });
+            rows.push(&r);
+            want.push(r);
+        }
+        assert_eq!(rows.len(), 20);
+        assert_eq!(rows.iter().collect::<Vec<_>>(), want);
+        assert_eq!(rows.position_of(105), Some(15));
+        assert_eq!(rows.position_of(50), None);
+        assert_eq!(rows.position_of(10), None);
+        assert_eq!(rows.index(20), None);
+        // Six signatures at most (3 programs × 2 labels), however many rows.
+        assert!(rows.n_signatures() <= 6);
+    }
+
+    #[test]
+    fn a_million_rows_of_a_repeating_game_cost_about_20_bytes_each() {
+        let mut rows = Rows::new();
+        for i in 0..1_000_000u64 {
+            rows.push(&row(
+                i,
+                i / 200,
+                ["pass a", "pass b", "pass c"][(i % 3) as usize],
+            ));
+        }
+        let per_row = rows.heap_bytes() as f64 / 1e6;
+        // 20 bytes of columns a row (grown by doubling: up to twice that), plus runs of frames.
+        assert!(per_row < 50.0, "{per_row} bytes a row");
+        assert!(rows.n_signatures() <= 9);
+    }
+}
