@@ -302,6 +302,10 @@ fn a_live_session_past_the_old_cap_lists_and_shows_its_first_dispatch() {
     for m in &feed.start {
         link.take_message(m.clone(), &mut session, &mut out);
     }
+    assert!(
+        !session.programs.is_empty(),
+        "the demo's program code reached the session, for the Program panel"
+    );
     let first = feed.first_index();
     const N: u64 = 25_000;
     let mut most_held = 0;

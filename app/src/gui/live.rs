@@ -116,9 +116,11 @@ impl LiveLink {
             &shadow_path,
             &format!("live session of {target_name} at {addr}"),
             &StoreOptions {
-                // The session keeps the reports it shows; the store keeps the index and file.
+                // The session keeps the reports it shows and the rows; the store keeps the
+                // records' offsets and the file.
                 window: 0,
                 flush_every: Duration::from_millis(500),
+                keep_rows: false,
             },
         );
         Ok(Self {
@@ -289,6 +291,13 @@ impl LiveLink {
             }
             ToDebugger::Resumed { .. } => self.state = LiveState::Running,
             ToDebugger::Stats(s) => self.stats = Some(s),
+            ToDebugger::Program { address, code } => {
+                // Sent once a session; a target that attaches again may send it again.
+                session.programs.retain(|p| p.address != address);
+                session
+                    .programs
+                    .push(dispatchscope_formats::sample::Program { address, code });
+            }
             _ => {}
         }
     }

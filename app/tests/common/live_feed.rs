@@ -42,6 +42,8 @@ impl Feed {
                     }
                     ToDebugger::Dispatch { .. } if seen_snapshot => dispatches.push(m),
                     ToDebugger::Dispatch { .. } => {}
+                    // Sent once, before the first dispatch naming the program: kept to replay.
+                    ToDebugger::Program { .. } => start.push(m),
                     _ if seen_snapshot && dispatches.is_empty() => start.push(m),
                     _ => {}
                 },

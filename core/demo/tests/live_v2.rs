@@ -454,6 +454,7 @@ fn the_store_keeps_a_window_and_reads_older_reports_back_from_its_file() {
         &StoreOptions {
             window: 16,
             flush_every: Duration::from_millis(100),
+            keep_rows: true,
         },
     );
     let c = snapshot_client(&t.addr.to_string());
@@ -681,6 +682,7 @@ fn child_debugger_process() {
         &StoreOptions {
             window: 8,
             flush_every: Duration::from_millis(50),
+            ..StoreOptions::default()
         },
     );
     let c = snapshot_client(&addr);

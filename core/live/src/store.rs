@@ -68,6 +68,10 @@ pub struct StoreOptions {
     pub window: usize,
     /// Make the file durable at least this often.
     pub flush_every: Duration,
+    /// Keep a [`DispatchRow`] a dispatch ([`LiveStore::rows`]); off for a caller that keeps
+    /// rows of its own (the debugger window), so that the store keeps 8 bytes a dispatch, its
+    /// record's offset.
+    pub keep_rows: bool,
 }
 
 impl Default for StoreOptions {
@@ -75,6 +79,7 @@ impl Default for StoreOptions {
         Self {
             window: 512,
             flush_every: Duration::from_millis(500),
+            keep_rows: true,
         }
     }
 }
@@ -105,7 +110,11 @@ pub struct DispatchRow {
 /// A live session kept on disk with an index and a window in memory; see the module docs.
 pub struct LiveStore {
     recorder: CaptureRecorder,
+    /// Every recorded dispatch's DISPATCH record offset, in order.
+    offsets: Vec<u64>,
+    /// Every recorded dispatch's row, when [`StoreOptions::keep_rows`].
     rows: Vec<DispatchRow>,
+    keep_rows: bool,
     labels: Vec<String>,
     label_ids: HashMap<String, u32>,
     /// The latest reports, with their positions.
@@ -119,7 +128,9 @@ impl LiveStore {
     pub fn create(dest: &Path, title: &str, options: &StoreOptions) -> Self {
         Self {
             recorder: CaptureRecorder::new(dest, title, options.flush_every),
+            offsets: Vec::new(),
             rows: Vec::new(),
+            keep_rows: options.keep_rows,
             labels: Vec::new(),
             label_ids: HashMap::new(),
             window: VecDeque::new(),
@@ -169,6 +180,10 @@ impl LiveStore {
         let ToDebugger::Dispatch { index, report, .. } = message else {
             return Ok(false);
         };
+        self.offsets.push(offset);
+        if !self.keep_rows {
+            return Ok(true);
+        }
         let index = *index;
         let label = self.intern(&report.label);
         self.rows.push(DispatchRow {
@@ -203,15 +218,15 @@ impl LiveStore {
 
     /// Dispatches recorded.
     pub fn len(&self) -> usize {
-        self.rows.len()
+        self.offsets.len()
     }
 
     /// Whether none was recorded.
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.offsets.is_empty()
     }
 
-    /// Every recorded dispatch's row, in order.
+    /// Every recorded dispatch's row, in order (none unless [`StoreOptions::keep_rows`]).
     pub fn rows(&self) -> &[DispatchRow] {
         &self.rows
     }
@@ -254,17 +269,17 @@ impl LiveStore {
         &mut self,
         pos: usize,
     ) -> Result<(dispatchscope_core::input::DispatchInput, DispatchReport), StoreError> {
-        let row = *self.rows.get(pos).ok_or(StoreError::NoSuchDispatch {
+        let offset = *self.offsets.get(pos).ok_or(StoreError::NoSuchDispatch {
             pos,
-            len: self.rows.len(),
+            len: self.offsets.len(),
         })?;
-        if row.offset >= self.recorder.durable_bytes() {
+        if offset >= self.recorder.durable_bytes() {
             self.recorder.flush()?;
         }
         let path = self.recorder.path().to_owned();
         let fail = |message: String| StoreError::ReadBack {
             path: path.clone(),
-            offset: row.offset,
+            offset,
             message,
         };
         if self.reader.is_none() {
@@ -274,13 +289,15 @@ impl LiveStore {
         let Some(file) = self.reader.as_mut() else {
             return Err(fail("the file is not open".into()));
         };
-        let payload = read_record_at(file, row.offset, RecordKind::DISPATCH).map_err(fail)?;
+        let payload = read_record_at(file, offset, RecordKind::DISPATCH).map_err(fail)?;
         let record = DispatchRecord::from_payload(&payload)
             .map_err(|e| fail(format!("the DISPATCH record is not one: {e}")))?;
         let report = record
             .report
             .ok_or_else(|| fail("the DISPATCH record has no report".into()))?;
-        if report.index != row.index {
+        if let Some(row) = self.rows.get(pos)
+            && report.index != row.index
+        {
             return Err(fail(format!(
                 "the record holds dispatch {}, not {}",
                 report.index, row.index

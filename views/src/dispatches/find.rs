@@ -89,7 +89,46 @@ struct Answer {
 enum SigAnswer {
     No,
     Yes,
-    Digits(Vec<String>),
+    Digits(Vec<DigitWord>),
+}
+
+/// A search word of digits only, as a number: `value` occurs in an index's decimal digits when
+/// some `index / 10^j` at least `low` (the word's digits all inside the number) is `value`
+/// modulo `span`. A word with a leading zero (or too long for a `u64`) is matched as text.
+#[derive(Clone, Debug)]
+struct DigitWord {
+    text: String,
+    number: Option<(u64, u64, u64)>,
+}
+
+impl DigitWord {
+    fn new(text: String) -> Self {
+        let number = (!text.starts_with('0') && text.len() <= 19)
+            .then(|| text.parse::<u64>().ok())
+            .flatten()
+            .map(|value| {
+                let span = 10u64.pow(text.len() as u32);
+                (value, span / 10, span)
+            });
+        Self { text, number }
+    }
+
+    /// Whether `index`'s decimal digits hold the word (`buf` is scratch for the text form).
+    fn in_index(&self, index: u64, buf: &mut [u8; 20]) -> bool {
+        match self.number {
+            Some((value, low, span)) => {
+                let mut m = index;
+                while m >= low {
+                    if m % span == value {
+                        return true;
+                    }
+                    m /= 10;
+                }
+                false
+            }
+            None => holds(decimal(index, buf), self.text.as_bytes()),
+        }
+    }
 }
 
 /// Answers filters over a session's [`Rows`]; see the module docs.
@@ -196,7 +235,7 @@ impl Finder {
                 if open.is_empty() {
                     SigAnswer::Yes
                 } else if open.iter().all(|w| w.bytes().all(|b| b.is_ascii_digit())) {
-                    SigAnswer::Digits(open)
+                    SigAnswer::Digits(open.into_iter().map(DigitWord::new).collect())
                 } else {
                     SigAnswer::No
                 }
@@ -206,7 +245,7 @@ impl Finder {
         let sig_of = rows.sig_column();
         let counts = rows.counts_column();
         let runs = rows.index_runs();
-        let mut digits = String::new();
+        let mut digits = [0u8; 20];
         let mut checked = 0usize;
         let out = candidates
             .filter(|&pos| {
@@ -222,14 +261,12 @@ impl Finder {
                 }
                 match answer {
                     SigAnswer::Digits(open) => {
-                        use std::fmt::Write as _;
                         let i = runs.partition_point(|(p, _)| *p <= pos as u64);
                         let Some(&(first, at)) = i.checked_sub(1).and_then(|i| runs.get(i)) else {
                             return false;
                         };
-                        digits.clear();
-                        let _ = write!(digits, "{}", at.wrapping_add(pos as u64 - first));
-                        open.iter().all(|w| digits.contains(w.as_str()))
+                        let index = at.wrapping_add(pos as u64 - first);
+                        open.iter().all(|w| w.in_index(index, &mut digits))
                     }
                     _ => true,
                 }
@@ -239,6 +276,30 @@ impl Finder {
         self.last_rows_checked += checked;
         out
     }
+}
+
+/// `n` in decimal, written into the end of `buf` (what `format!("{n}")` gives, without the
+/// formatting machinery: a digits search formats an index for every row it looks at).
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[at..]
+}
+
+/// Whether `word` occurs in `text` (both at most 20 bytes: a byte loop, not a `memcmp` call a
+/// window).
+fn holds(text: &[u8], word: &[u8]) -> bool {
+    word.is_empty()
+        || text
+            .windows(word.len())
+            .any(|w| w.iter().zip(word).all(|(a, b)| a == b))
 }
 
 /// Whether every row passing `new` passes `old`, because only the search text changed and it grew
@@ -265,6 +326,49 @@ mod tests {
     use crate::dispatches::{DispatchRow, RowCounts, RuleSet};
     use dispatchscope_core::Rule;
     use dispatchscope_core::report::Mode;
+
+    #[test]
+    fn decimal_is_what_format_writes_and_holds_finds_words() {
+        let mut buf = [0u8; 20];
+        for n in [0, 7, 10, 99, 1_000_003, u64::MAX] {
+            assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
+        }
+        assert!(holds(b"1700", b"70"));
+        assert!(holds(b"1700", b""));
+        assert!(!holds(b"17", b"170"));
+        assert!(!holds(b"1700", b"71"));
+        let mut buf = [0u8; 20];
+        for word in [
+            "0",
+            "7",
+            "70",
+            "017",
+            "1700",
+            "4321",
+            "99999999999999999999",
+        ] {
+            let w = DigitWord::new(word.into());
+            for n in [
+                0u64,
+                7,
+                17,
+                70,
+                170,
+                1700,
+                10_170,
+                43_210,
+                4321,
+                1_004_321,
+                u64::MAX,
+            ] {
+                assert_eq!(
+                    w.in_index(n, &mut buf),
+                    n.to_string().contains(word),
+                    "{word:?} in {n}"
+                );
+            }
+        }
+    }
 
     fn rows(n: u64) -> Vec<DispatchRow> {
         (0..n)

@@ -43,8 +43,9 @@ pub struct CaptureWriter<W: CaptureSink = File> {
     out: BufWriter<W>,
     /// Offset of the next record header.
     offset_bytes: u64,
-    /// Every record written, checkpoints included; the next seq is its length.
-    written: Vec<RecordMeta>,
+    /// Every record written, checkpoints included, in seq order (a record's seq is its position,
+    /// and the next seq is the length); 16 bytes a record, what the index needs.
+    written: Vec<Written>,
     /// Seq of the first record the next checkpoint covers.
     segment_first_seq: u64,
     /// crc32 over the headers of the records the next checkpoint covers.
@@ -140,7 +141,8 @@ impl<W: CaptureSink> CaptureWriter<W> {
             })?;
         let mut index = Vec::with_capacity(index_len as usize);
         index.extend_from_slice(&index_seq.to_le_bytes());
-        for meta in &self.written {
+        for (seq, w) in self.written.iter().enumerate() {
+            let meta = w.meta(seq as u64);
             index.push(meta.kind.0);
             index.push(meta.flags());
             index.extend_from_slice(&[0, 0]);
@@ -244,7 +246,40 @@ impl<W: CaptureSink> CaptureWriter<W> {
             self.segment_headers.update(&header.bytes);
         }
         self.offset_bytes = meta.end_offset_bytes();
-        self.written.push(meta);
+        self.written.push(Written::of(&meta));
         Ok(seq)
     }
 }
+
+/// What the writer keeps of a record for the index: its [`RecordMeta`] without the seq, which is
+/// the record's position (a long recording keeps one per record, so it is kept small).
+#[derive(Clone, Copy, Debug)]
+struct Written {
+    offset_bytes: u64,
+    stored_len_bytes: u32,
+    kind: RecordKind,
+    compressed: bool,
+}
+
+impl Written {
+    fn of(meta: &RecordMeta) -> Self {
+        Self {
+            offset_bytes: meta.offset_bytes,
+            stored_len_bytes: meta.stored_len_bytes,
+            kind: meta.kind,
+            compressed: meta.compressed,
+        }
+    }
+
+    fn meta(&self, seq: u64) -> RecordMeta {
+        RecordMeta {
+            kind: self.kind,
+            seq,
+            offset_bytes: self.offset_bytes,
+            stored_len_bytes: self.stored_len_bytes,
+            compressed: self.compressed,
+        }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<Written>() == 16);
