@@ -41,6 +41,18 @@ impl RowCounts {
             marks: n(c.marks),
         }
     }
+
+    /// The row's counts of `report`: its own, and for an instrumented pass the escapes the device
+    /// counted too (its access list holds only the captured lanes), so that the list, the
+    /// timeline and "next escape" see them.
+    pub fn of_report(report: &DispatchReport) -> Self {
+        let mut c = Self::of(&report.counts);
+        if let Some(ir) = &report.instrumented {
+            let device = u32::try_from(ir.counters.escapes).unwrap_or(u32::MAX);
+            c.escapes = c.escapes.saturating_add(device);
+        }
+        c
+    }
 }
 
 /// The rules a dispatch cites, as one bit per [`Rule::ALL`] entry.
@@ -116,7 +128,7 @@ impl DispatchRow {
             program: report.program,
             label: report.label.clone(),
             mode: report.mode,
-            counts: RowCounts::of(&report.counts),
+            counts: RowCounts::of_report(report),
             rules: RuleSet::of(&report.rules_cited()),
             frame: prev_frame + retires,
         }

@@ -40,7 +40,6 @@ impl PassTab {
     }
 
     /// The pc a person asked to see in the listing (a click on a site's pc), once.
-    #[allow(dead_code, reason = "the listing's wiring reads it")]
     pub fn take_listing_request(&mut self) -> Option<u64> {
         self.panel.take_listing_request()
     }

@@ -22,6 +22,12 @@ pub struct ListingUi {
     pub open: bool,
     /// The listing (it keeps the decoded program between frames).
     pub panel: ListingPanel,
+    /// A pc another panel asked to show (a site's pc in the Pass tab), with the access selected
+    /// when it asked: it holds until the selection moves.
+    pinned: Option<(u64, Option<usize>)>,
+    /// A site's pc the Pass tab should select (a click on the escape marker of a line with a
+    /// site), taken once.
+    site_request: Option<u64>,
 }
 
 /// The pc the listing shows for `sel` in `report`: the selected access's, else the first
@@ -66,6 +72,17 @@ impl ListingUi {
         self.open = !self.open;
     }
 
+    /// The site's pc a click asked the Pass tab to select, once.
+    pub fn take_site_request(&mut self) -> Option<u64> {
+        self.site_request.take()
+    }
+
+    /// Opens the panel on `pc` (a site's), until the selected access changes.
+    pub fn show_pc(&mut self, pc: u64, sel: &Selection) {
+        self.open = true;
+        self.pinned = Some((pc, sel.access));
+    }
+
     /// Draws the panel's contents for `report`, with the session's `programs`; returns what a
     /// click asked for.
     pub fn ui(
@@ -77,7 +94,13 @@ impl ListingUi {
     ) -> Vec<Action> {
         puffin::profile_function!();
         ui.heading("Program");
-        let pc = focus_pc(report, sel);
+        let pc = match self.pinned {
+            Some((pc, access)) if access == sel.access => Some(pc),
+            _ => {
+                self.pinned = None;
+                focus_pc(report, sel)
+            }
+        };
         let program = program_for(programs, report, pc);
         let address = program.map_or(report.program, |p| p.address);
         ui.label(style::mono(format!("program {address:#x}")));
@@ -100,6 +123,14 @@ impl ListingUi {
                     if let Some(e) = report.escapes.iter().find(|e| e.pc == pc) {
                         actions.push(Action::SelectAccess(Some(e.access)));
                         actions.push(Action::ShowTab(Tab::Accesses));
+                    } else if report
+                        .instrumented
+                        .as_ref()
+                        .is_some_and(|ir| ir.sites.iter().any(|s| s.pc == pc))
+                    {
+                        // An instrumented pass: its escapes are the Pass tab's, by site.
+                        self.site_request = Some(pc);
+                        actions.push(Action::ShowTab(Tab::Pass));
                     }
                 }
             }

@@ -104,6 +104,10 @@ impl GuiApp {
                     }
                 }
                 ui.separator();
+                ui.checkbox(&mut self.listing.open, "Program listing (Ctrl+L)")
+                    .on_hover_text(
+                        "The guest program's RDNA2 code around the selected access, beside the panels (when the session carries the code)",
+                    );
                 let mut on = self.profiler.is_some();
                 if ui
                     .checkbox(&mut on, "Profiler (puffin_http)")

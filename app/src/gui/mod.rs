@@ -595,7 +595,15 @@ impl GuiApp {
             Tab::Accesses => self.accesses.ui(ui, r, sel),
             Tab::After => self.after.ui(ui, r, sel),
             Tab::Pass => {
+                if let Some(pc) = self.listing.take_site_request()
+                    && let Some(ir) = &r.instrumented
+                {
+                    self.pass.panel.select_pc(ir, pc);
+                }
                 self.pass.ui(ui, r);
+                if let Some(pc) = self.pass.take_listing_request() {
+                    self.listing.show_pc(pc, sel);
+                }
                 Vec::new()
             }
         };

@@ -172,7 +172,11 @@ impl PassPanel {
         ui.columns(2, |cols| {
             let [left, right] = cols else { return };
             style::section(left, "Sites");
-            let out = self.sites.ui(left, ir, self.site);
+            // Each column scrolls sideways on its own: tables never draw over their neighbour.
+            let out = egui::ScrollArea::horizontal()
+                .id_salt("pass-sites")
+                .show(left, |ui| self.sites.ui(ui, ir, self.site))
+                .inner;
             if let Some(s) = out.select {
                 self.site = s;
             }
@@ -180,10 +184,14 @@ impl PassPanel {
                 self.listing_request = Some(pc);
                 self.site = ir.sites.iter().find(|s| s.pc == pc).map(|s| s.site);
             }
-            style::section(right, "Escape log");
-            self.log.escapes_ui(right, ir, &f, (rest * 0.45).max(80.0));
-            style::section(right, "Captured lanes");
-            self.log.captured_ui(right, ir, &f, (rest * 0.3).max(80.0));
+            egui::ScrollArea::horizontal()
+                .id_salt("pass-logs")
+                .show(right, |ui| {
+                    style::section(ui, "Escape log");
+                    self.log.escapes_ui(ui, ir, &f, (rest * 0.45).max(80.0));
+                    style::section(ui, "Captured lanes");
+                    self.log.captured_ui(ui, ir, &f, (rest * 0.3).max(80.0));
+                });
         });
     }
 
