@@ -14,9 +14,7 @@
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
-use std::thread::JoinHandle;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use dispatchscope_core::memory::GuestMemory;
@@ -32,110 +30,14 @@ use dispatchscope_live::snapshot::snapshot_of;
 use dispatchscope_live::wire::Decoder;
 use dispatchscope_live::{
     CaptureRecorder, ClientError, ClientOptions, Incoming, LiveClient, RecordOptions, Tap,
-    TapConfig, TapError, TapHandle, record,
+    TapConfig, TapError, record,
 };
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-const T: Duration = Duration::from_secs(10);
+mod common;
+use common::{T, serial, spawn_target};
 
 fn loopback() -> TapConfig {
-    TapConfig {
-        target_name: "test target".into(),
-        ..TapConfig::listening_on("127.0.0.1:0".parse().unwrap())
-    }
-}
-
-/// The demo target in a thread of this process.
-struct Target {
-    addr: SocketAddr,
-    handle: TapHandle,
-    frames: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-fn spawn_target(config: TapConfig, demo_config: DemoConfig, fps: f64) -> Target {
-    let (tx, rx) = mpsc::channel();
-    let frames = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let thread = {
-        let (frames, stop) = (Arc::clone(&frames), Arc::clone(&stop));
-        std::thread::spawn(move || {
-            let mut tap = Tap::listen(config).unwrap();
-            tx.send((tap.local_addr().unwrap(), tap.handle())).unwrap();
-            let mut demo = Demo::new(demo_config).unwrap();
-            let frame_time = Duration::from_secs_f64(1.0 / fps);
-            let mut next = Instant::now();
-            while !stop.load(Ordering::Relaxed) {
-                demo.frame(&mut tap).unwrap();
-                frames.fetch_add(1, Ordering::Relaxed);
-                next += frame_time;
-                let now = Instant::now();
-                if next > now {
-                    std::thread::sleep(next - now);
-                } else {
-                    next = now;
-                }
-            }
-        })
-    };
-    let (addr, handle) = rx.recv_timeout(T).unwrap();
-    Target {
-        addr,
-        handle,
-        frames,
-        stop,
-        thread: Some(thread),
-    }
-}
-
-impl Target {
-    fn addr(&self) -> String {
-        self.addr.to_string()
-    }
-
-    /// Waits until the game has run `n` more frames; panics after `within`.
-    fn runs(&self, n: u64, within: Duration) -> Duration {
-        let t0 = Instant::now();
-        let start = self.frames.load(Ordering::Relaxed);
-        while self.frames.load(Ordering::Relaxed) < start + n {
-            assert!(
-                t0.elapsed() < within,
-                "the target ran {} frames in {within:?}, not {n}",
-                self.frames.load(Ordering::Relaxed) - start
-            );
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        t0.elapsed()
-    }
-
-    /// Asserts that no frame completes for `d` (the game is paused).
-    fn stays_paused(&self, d: Duration) {
-        let start = self.frames.load(Ordering::Relaxed);
-        std::thread::sleep(d);
-        let after = self.frames.load(Ordering::Relaxed);
-        assert!(
-            after <= start + 1,
-            "the target ran {} frames while paused",
-            after - start
-        );
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
+    common::loopback("test target")
 }
 
 fn fast_faults() -> DemoConfig {

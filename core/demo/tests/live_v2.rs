@@ -13,8 +13,8 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, mpsc};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -30,21 +30,11 @@ use dispatchscope_live::{
     ClientOptions, Incoming, LiveClient, LiveStore, StoreOptions, Tap, TapConfig,
 };
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-const T: Duration = Duration::from_secs(10);
+mod common;
+use common::{T, serial, spawn_target};
 
 fn loopback() -> TapConfig {
-    TapConfig {
-        target_name: "v2 test target".into(),
-        ..TapConfig::listening_on("127.0.0.1:0".parse().unwrap())
-    }
+    common::loopback("v2 test target")
 }
 
 fn dispatch(index: u64, input: &DispatchInput, report: &DispatchReport) -> ToDebugger {
@@ -316,71 +306,6 @@ fn bad_binary_payloads_are_named_errors() {
 }
 
 // --- targets ------------------------------------------------------------------------------------
-
-struct Target {
-    addr: SocketAddr,
-    frames: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-fn spawn_target(config: TapConfig, demo_config: DemoConfig, fps: f64) -> Target {
-    let (tx, rx) = mpsc::channel();
-    let frames = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let thread = {
-        let (frames, stop) = (Arc::clone(&frames), Arc::clone(&stop));
-        std::thread::spawn(move || {
-            let mut tap = Tap::listen(config).unwrap();
-            tx.send(tap.local_addr().unwrap()).unwrap();
-            let mut demo = Demo::new(demo_config).unwrap();
-            let frame_time = Duration::from_secs_f64(1.0 / fps);
-            let mut next = Instant::now();
-            while !stop.load(Ordering::Relaxed) {
-                demo.frame(&mut tap).unwrap();
-                frames.fetch_add(1, Ordering::Relaxed);
-                next += frame_time;
-                let now = Instant::now();
-                if next > now {
-                    std::thread::sleep(next - now);
-                } else {
-                    next = now;
-                }
-            }
-        })
-    };
-    Target {
-        addr: rx.recv_timeout(T).unwrap(),
-        frames,
-        stop,
-        thread: Some(thread),
-    }
-}
-
-impl Target {
-    /// Waits until the game has run `n` more frames; panics after `within` (it waited on us).
-    fn runs(&self, n: u64, within: Duration) {
-        let t0 = Instant::now();
-        let start = self.frames.load(Ordering::Relaxed);
-        while self.frames.load(Ordering::Relaxed) < start + n {
-            assert!(
-                t0.elapsed() < within,
-                "the target ran {} frames in {within:?}, not {n}",
-                self.frames.load(Ordering::Relaxed) - start
-            );
-            std::thread::sleep(Duration::from_millis(2));
-        }
-    }
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 /// Attaches asking for a snapshot; while the target still ends a previous session (it refuses
 /// as busy for that moment), tries again, for at most `T`.

@@ -202,14 +202,7 @@ impl EscapeLogView {
         max_height: f32,
     ) {
         puffin::profile_function!();
-        for (i, line) in escape_header(ir).into_iter().enumerate() {
-            let t = RichText::new(line);
-            ui.label(if i == 0 {
-                t.strong()
-            } else {
-                t.color(style::WRITTEN)
-            });
-        }
+        header_lines(ui, escape_header(ir));
         let rows = self.escapes(ir, f).to_vec();
         if let Some(d) = f.describe() {
             ui.label(
@@ -224,49 +217,31 @@ impl EscapeLogView {
             style::nothing(ui, "No logged escape to show.");
             return;
         }
-        let row_h = ui.text_style_height(&egui::TextStyle::Body) + 4.0;
-        ui.push_id("pass-escape-log", |ui| {
-            ui.style_mut().interaction.selectable_labels = false;
-            ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
-            let mut t = TableBuilder::new(ui)
-                .id_salt("pass-escape-log-table")
-                .striped(true)
-                .min_scrolled_height(0.0)
-                .max_scroll_height(max_height)
-                .auto_shrink([false, true]);
-            for w in [
-                80.0, 90.0, 36.0, 110.0, 110.0, 36.0, 40.0, 130.0, 100.0, 180.0, 180.0,
-            ] {
-                t = t.column(Column::auto().at_least(w));
-            }
-            t.header(row_h, |mut h| {
-                for title in [
-                    "pixel",
-                    "wg/wave/lane",
-                    "site",
-                    "pc",
-                    "address",
-                    "bytes",
-                    "op",
-                    "escaped bytes",
-                    "class",
-                    "nearest below",
-                    "nearest above",
-                ] {
-                    h.col(|ui| {
-                        ui.strong(title);
-                    });
+        let columns = [
+            ("pixel", 80.0),
+            ("wg/wave/lane", 90.0),
+            ("site", 36.0),
+            ("pc", 110.0),
+            ("address", 110.0),
+            ("bytes", 36.0),
+            ("op", 40.0),
+            ("escaped bytes", 130.0),
+            ("class", 100.0),
+            ("nearest below", 180.0),
+            ("nearest above", 180.0),
+        ];
+        log_table(
+            ui,
+            "pass-escape-log",
+            &columns,
+            rows.len(),
+            max_height,
+            |row| {
+                if let Some(e) = rows.get(row.index()).and_then(|&i| ir.escapes.get(i)) {
+                    escape_row(row, e);
                 }
-            })
-            .body(|body| {
-                body.rows(row_h, rows.len(), |mut row| {
-                    let Some(e) = rows.get(row.index()).and_then(|&i| ir.escapes.get(i)) else {
-                        return;
-                    };
-                    escape_row(&mut row, e);
-                });
-            });
-        });
+            },
+        );
     }
 
     /// Draws the captured accesses, at most `max_height` tall.
@@ -278,14 +253,7 @@ impl EscapeLogView {
         max_height: f32,
     ) {
         puffin::profile_function!();
-        for (i, line) in captured_header(ir).into_iter().enumerate() {
-            let t = RichText::new(line);
-            ui.label(if i == 0 {
-                t.strong()
-            } else {
-                t.color(style::WRITTEN)
-            });
-        }
+        header_lines(ui, captured_header(ir));
         let rows = self.captured(ir, f).to_vec();
         if let Some(d) = f.describe() {
             ui.label(
@@ -304,46 +272,76 @@ impl EscapeLogView {
             );
             return;
         }
-        let row_h = ui.text_style_height(&egui::TextStyle::Body) + 4.0;
-        ui.push_id("pass-captured", |ui| {
-            ui.style_mut().interaction.selectable_labels = false;
-            ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
-            let mut t = TableBuilder::new(ui)
-                .id_salt("pass-captured-table")
-                .striped(true)
-                .min_scrolled_height(0.0)
-                .max_scroll_height(max_height)
-                .auto_shrink([false, true]);
-            for w in [80.0, 90.0, 36.0, 110.0, 40.0, 140.0, 36.0, 130.0, 200.0] {
-                t = t.column(Column::auto().at_least(w));
-            }
-            t.header(row_h, |mut h| {
-                for title in [
-                    "pixel",
-                    "wg/wave/lane",
-                    "site",
-                    "pc",
-                    "op",
-                    "route",
-                    "bytes",
-                    "escaped bytes",
-                    "values",
-                ] {
-                    h.col(|ui| {
-                        ui.strong(title);
-                    });
+        let columns = [
+            ("pixel", 80.0),
+            ("wg/wave/lane", 90.0),
+            ("site", 36.0),
+            ("pc", 110.0),
+            ("op", 40.0),
+            ("route", 140.0),
+            ("bytes", 36.0),
+            ("escaped bytes", 130.0),
+            ("values", 200.0),
+        ];
+        log_table(
+            ui,
+            "pass-captured",
+            &columns,
+            rows.len(),
+            max_height,
+            |row| {
+                if let Some(c) = rows.get(row.index()).and_then(|&i| ir.captured.get(i)) {
+                    captured_row(row, c);
                 }
-            })
-            .body(|body| {
-                body.rows(row_h, rows.len(), |mut row| {
-                    let Some(c) = rows.get(row.index()).and_then(|&i| ir.captured.get(i)) else {
-                        return;
-                    };
-                    captured_row(&mut row, c);
-                });
-            });
+            },
+        );
+    }
+}
+
+/// A log's header lines: the first strong, the rest (what was not logged) in the written colour.
+fn header_lines(ui: &mut egui::Ui, lines: impl IntoIterator<Item = String>) {
+    for (i, line) in lines.into_iter().enumerate() {
+        let t = RichText::new(line);
+        ui.label(if i == 0 {
+            t.strong()
+        } else {
+            t.color(style::WRITTEN)
         });
     }
+}
+
+/// A virtualised log table of `n` rows under `columns` (title, least width), at most `max_height`
+/// tall; `row` fills one row's cells.
+fn log_table(
+    ui: &mut egui::Ui,
+    id: &str,
+    columns: &[(&str, f32)],
+    n: usize,
+    max_height: f32,
+    mut row: impl FnMut(&mut egui_extras::TableRow<'_, '_>),
+) {
+    let row_h = ui.text_style_height(&egui::TextStyle::Body) + 4.0;
+    ui.push_id(id, |ui| {
+        ui.style_mut().interaction.selectable_labels = false;
+        ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
+        let mut t = TableBuilder::new(ui)
+            .id_salt(format!("{id}-table"))
+            .striped(true)
+            .min_scrolled_height(0.0)
+            .max_scroll_height(max_height)
+            .auto_shrink([false, true]);
+        for &(_, w) in columns {
+            t = t.column(Column::auto().at_least(w));
+        }
+        t.header(row_h, |mut h| {
+            for &(title, _) in columns {
+                h.col(|ui| {
+                    ui.strong(title);
+                });
+            }
+        })
+        .body(|body| body.rows(row_h, n, |mut r| row(&mut r)));
+    });
 }
 
 fn lane_cells(
