@@ -17,8 +17,9 @@
 //! | words | what |
 //! |---|---|
 //! | 0–15 | header: [`MAGIC`], sites, escape capacity, capture capacity, the selection (workgroup, lane mask, pixel rectangle), the canary's guest address, the grid's width |
-//! | 16–47 | counters: escapes, captured, canary escapes, split accesses, misses, stores marked, the probe histogram (16 buckets) |
-//! | 48… | sites: [`SITE_WORDS`] words each: guest, LDS, scratch, bound accesses, escapes, extra probes, longest lookup, split accesses |
+//! | 16–19 | 32-bit counters: escapes (the escape log's next entry), captured (the capture's next entry), canary escapes, 0 |
+//! | 20–55 | 64-bit counters (two words, low first): misses, stores marked, the probe histogram (16 buckets) |
+//! | 56… | sites: [`SITE_WORDS`] words each, eight 64-bit counters (low word first): guest, LDS, scratch, bound accesses, escapes, extra probes, longest lookup, split accesses |
 //! | then | escape log: [`ESCAPE_WORDS`] words an entry |
 //! | then | capture: [`CAPTURE_WORDS`] words an entry |
 //!
@@ -26,6 +27,12 @@
 //! within one the lane `local = ly * 8 + lx`; a wave is 32 lanes (`wave = local / 32`).
 //! The device adds to the probe histogram only for lookups of two probes or more; bucket 0 (one
 //! probe) is the lookups less the rest, and the same holds for the sites' probe sums.
+//!
+//! The 64-bit counters (words 20 on) mirror, two words for one, the workgroup counters the
+//! instrumented helper keeps in workgroup memory ([`WORKGROUP_WORDS`]): workgroup word `w` is
+//! added to the 64-bit counter at word [`wide_word`]`(w)` when the workgroup ends (a 32-bit atomic
+//! on the low word and a carry into the high one), so that no count wraps however long a pass runs.
+//! A site past the first [`WORKGROUP_SITES`] is counted straight into its 64-bit words.
 
 use thiserror::Error;
 
@@ -74,27 +81,56 @@ pub mod header {
 
 /// Counter word indices.
 pub mod counter {
-    /// Every escape, logged or not (the canary left out).
+    /// Every escape, logged or not (the canary left out): 32 bits, the escape log's next entry.
     pub const ESCAPES: u32 = 16;
-    /// Every captured access, kept or not.
+    /// Every captured access, kept or not: 32 bits, the capture's next entry.
     pub const CAPTURED: u32 = 17;
-    /// Escapes of the canary (the positive control).
+    /// Escapes of the canary (the positive control), 32 bits.
     pub const CANARY: u32 = 18;
-    /// Guest accesses whose bytes span two chunks (two lookups, T5).
-    pub const SPLITS: u32 = 19;
-    /// Lookups that missed.
-    pub const MISSES: u32 = 20;
-    /// Device stores that marked a chunk (C1).
-    pub const STORES_MARKED: u32 = 21;
-    /// The probe histogram: bucket `i` at `HISTOGRAM + i` (bucket 0 is derived on the host).
-    pub const HISTOGRAM: u32 = 22;
+    /// Lookups that missed (64 bits).
+    pub const MISSES: u32 = super::wide_word(super::workgroup::MISSES);
+    /// Device stores that marked a chunk, C1 (64 bits).
+    pub const STORES_MARKED: u32 = super::wide_word(super::workgroup::STORES_MARKED);
+    /// The probe histogram: bucket `i` (64 bits) at `HISTOGRAM + 2 i` (bucket 0 is derived on the
+    /// host).
+    pub const HISTOGRAM: u32 = super::wide_word(super::workgroup::HISTOGRAM);
 }
 
+/// The first of the 64-bit counters.
+pub const WIDE_AT: u32 = 20;
+
+/// The buffer word of the low half of the 64-bit counter that workgroup word `w` is added to.
+pub const fn wide_word(w: u32) -> u32 {
+    WIDE_AT + 2 * w
+}
+
+/// The workgroup counters: 32-bit words in the translated module's workgroup memory (the
+/// instrumented helper's `dispatchscope_workgroup`, [`WORKGROUP_WORDS`] words), zeroed when a
+/// workgroup starts and added to the buffer's 64-bit counters ([`wide_word`]) when it ends.
+pub mod workgroup {
+    /// Lookups that missed.
+    pub const MISSES: u32 = 0;
+    /// Device stores that marked a chunk (C1).
+    pub const STORES_MARKED: u32 = 1;
+    /// The probe histogram: bucket `i` at `HISTOGRAM + i`.
+    pub const HISTOGRAM: u32 = 2;
+    /// The first site's first word: site `s`'s word `k` ([`super::site`]) is `SITES + 8 s + k`.
+    pub const SITES: u32 = HISTOGRAM + super::HISTOGRAM_BUCKETS;
+    /// Words per site.
+    pub const SITE_WORDS: u32 = 8;
+}
+
+/// Sites counted in workgroup memory; a site numbered past them is counted straight into the
+/// buffer (correct, slower).
+pub const WORKGROUP_SITES: u32 = 64;
+/// 32-bit words of workgroup memory the instrumented helper takes (2,120 bytes).
+pub const WORKGROUP_WORDS: u32 = workgroup::SITES + WORKGROUP_SITES * workgroup::SITE_WORDS;
+
 /// Where the sites start.
-pub const SITES_AT: u32 = 48;
-/// Words per site.
-pub const SITE_WORDS: u32 = 8;
-/// A site's word indices (from the site's first word).
+pub const SITES_AT: u32 = wide_word(workgroup::SITES);
+/// Words per site: eight 64-bit counters.
+pub const SITE_WORDS: u32 = 2 * workgroup::SITE_WORDS;
+/// A site's counter indices (counter `k` is the site's words `2 k` and `2 k + 1`).
 pub mod site {
     /// Accesses to guest memory through the helper.
     pub const GUEST: u32 = 0;
@@ -108,7 +144,7 @@ pub mod site {
     pub const ESCAPES: u32 = 4;
     /// Probes past the first, summed over the site's lookups.
     pub const EXTRA_PROBES: u32 = 5;
-    /// The longest lookup, in probes (0 when every lookup took one).
+    /// The longest lookup, in probes (0 when every lookup took one; its high word stays 0).
     pub const MAX_PROBES: u32 = 6;
     /// Accesses that took two lookups.
     pub const SPLITS: u32 = 7;
@@ -462,8 +498,14 @@ impl Readback {
         word(&self.head, i)
     }
 
-    fn site_word(&self, site: u32, w: u32) -> u32 {
-        self.at(SITES_AT + site * SITE_WORDS + w)
+    /// The 64-bit counter whose low word is at `i`.
+    fn wide(&self, i: u32) -> u64 {
+        u64::from(self.at(i)) | u64::from(self.at(i + 1)) << 32
+    }
+
+    /// Site `site`'s counter `k` ([`site`]).
+    fn site_counter(&self, site: u32, k: u32) -> u64 {
+        self.wide(SITES_AT + site * SITE_WORDS + 2 * k)
     }
 
     /// Whether the positive control fired.
@@ -516,7 +558,7 @@ pub fn decode(
     let mut site_reports = Vec::with_capacity(sites.len());
     for (i, info) in sites.iter().enumerate() {
         let i = i as u32;
-        let w = |k| u64::from(rb.site_word(i, k));
+        let w = |k| rb.site_counter(i, k);
         let (guest, splits, extra) = (w(site::GUEST), w(site::SPLITS), w(site::EXTRA_PROBES));
         let lookups = guest + splits;
         counters.guest += guest;
@@ -525,7 +567,8 @@ pub fn decode(
         counters.bound += w(site::BOUND);
         counters.escapes += w(site::ESCAPES);
         counters.lookups += lookups;
-        let max = rb.site_word(i, site::MAX_PROBES);
+        // The device keeps the longest lookup in the low word (an unsigned max, not a sum).
+        let max = rb.site_counter(i, site::MAX_PROBES) as u32;
         site_reports.push(SiteReport {
             site: i,
             pc: info.pc,
@@ -539,11 +582,11 @@ pub fn decode(
             probes_max: if lookups == 0 { 0 } else { max.max(1) },
         });
     }
-    counters.misses = u64::from(rb.at(counter::MISSES));
+    counters.misses = rb.wide(counter::MISSES);
     counters.hits = counters.lookups.saturating_sub(counters.misses);
-    counters.stores_marked = u64::from(rb.at(counter::STORES_MARKED));
+    counters.stores_marked = rb.wide(counter::STORES_MARKED);
     let mut histogram: Vec<u64> = (0..HISTOGRAM_BUCKETS)
-        .map(|b| u64::from(rb.at(counter::HISTOGRAM + b)))
+        .map(|b| rb.wide(counter::HISTOGRAM + 2 * b))
         .collect();
     let rest: u64 = histogram.iter().skip(1).sum();
     if let Some(first) = histogram.first_mut() {
@@ -681,6 +724,18 @@ mod tests {
     }
 
     #[test]
+    fn the_wide_counters_mirror_the_workgroup_words() {
+        assert!(WIDE_AT > counter::CANARY);
+        assert_eq!(counter::MISSES, WIDE_AT);
+        assert_eq!(counter::HISTOGRAM + 2 * HISTOGRAM_BUCKETS, SITES_AT);
+        assert_eq!(
+            wide_word(workgroup::SITES + 3 * workgroup::SITE_WORDS + site::SPLITS),
+            SITES_AT + 3 * SITE_WORDS + 2 * site::SPLITS
+        );
+        assert_eq!(4 * WORKGROUP_WORDS, 2120);
+    }
+
+    #[test]
     fn grid_names_pixels_and_lanes_both_ways() {
         let g = Grid::new(32, 16).unwrap();
         assert_eq!(g.workgroups(), 8);
@@ -739,7 +794,9 @@ mod tests {
         let l = layout();
         let g = Grid::new(16, 8).unwrap();
         let mut w = initial_words(&l, &LaneSelection::none(), 0x7000, g);
-        let s = |site: u32, k: u32| (SITES_AT + site * SITE_WORDS + k) as usize;
+        let s = |site: u32, k: u32| (SITES_AT + site * SITE_WORDS + 2 * k) as usize;
+        // A count past 2^32 (its high word), as a long pass makes.
+        w[s(0, site::GUEST) + 1] = 1;
         w[s(0, site::GUEST)] = 10;
         w[s(0, site::SPLITS)] = 2;
         w[s(0, site::EXTRA_PROBES)] = 3;
@@ -748,8 +805,8 @@ mod tests {
         w[s(2, site::GUEST)] = 4;
         w[s(2, site::ESCAPES)] = 4;
         w[counter::MISSES as usize] = 4;
-        w[counter::HISTOGRAM as usize + 1] = 1;
         w[counter::HISTOGRAM as usize + 2] = 1;
+        w[counter::HISTOGRAM as usize + 4] = 1;
         w[counter::ESCAPES as usize] = 4;
         w[counter::CANARY as usize] = 1;
         let e = l.escapes_at() as usize;
@@ -763,11 +820,14 @@ mod tests {
             &GuestMemory::new(0x1000).unwrap(),
         )
         .unwrap();
-        assert_eq!(r.counters.lookups, 16);
-        assert_eq!(r.counters.hits, 12);
+        let big = 1u64 << 32;
+        assert_eq!(r.counters.lookups, big + 16);
+        assert_eq!(r.counters.hits, big + 12);
         assert_eq!(r.counters.lds, 7);
-        assert_eq!(r.probe_histogram[0], 14);
-        assert_eq!(r.sites[0].probes_sum, 15);
+        assert_eq!(r.probe_histogram[0], big + 14);
+        assert_eq!(r.probe_histogram[1..3], [1, 1]);
+        assert_eq!(r.sites[0].accesses, big + 10);
+        assert_eq!(r.sites[0].probes_sum, big + 15);
         assert_eq!(r.sites[0].probes_max, 3);
         assert_eq!(r.sites[2].probes_max, 1);
         assert_eq!(r.sites[1].probes_max, 0);
