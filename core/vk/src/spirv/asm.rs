@@ -47,6 +47,8 @@ pub(super) struct Asm {
     cb: HashMap<bool, Word>,
     pub(super) t: Types,
     pub(super) push_var: Word,
+    /// The instrumented helper's workgroup counters (`library::declare_workgroup`), once declared.
+    pub(super) workgroup_var: Option<Word>,
     pub(super) interface: Vec<Word>,
 }
 
@@ -117,6 +119,7 @@ impl Asm {
                 hit,
             },
             push_var: 0,
+            workgroup_var: None,
             interface: Vec::new(),
         };
         let n = a.c32(32);
@@ -187,6 +190,21 @@ impl Asm {
             Some(ty),
             Some(id),
             operands.iter().map(|&w| Operand::IdRef(w)).collect(),
+        );
+        self.b
+            .insert_into_block(InsertPoint::End, inst)
+            .map_err(|e| self.err(e))?;
+        Ok(id)
+    }
+
+    /// `op` with one id operand and one literal (`OpCompositeExtract`'s index).
+    pub(super) fn inst_literal(&mut self, op: Op, ty: Word, x: Word, lit: u32) -> R<Word> {
+        let id = self.b.id();
+        let inst = Instruction::new(
+            op,
+            Some(ty),
+            Some(id),
+            vec![Operand::IdRef(x), Operand::LiteralBit32(lit)],
         );
         self.b
             .insert_into_block(InsertPoint::End, inst)

@@ -18,10 +18,13 @@
 //!
 //! # The interface (what a translated module must follow)
 //! Exported functions (all parameters by value):
-//! - `u32 dispatchscope_lane(u32 workgroup, u32 local, u32 x, u32 y)`: once per lane, first; the
-//!   lane's token (`workgroup << 7 | local << 1 | captured`), which every other call takes. The
-//!   instrumented variant tests the lane against the capture selection and, in lane 0 of workgroup
-//!   0, makes the positive control's canary lookup.
+//! - `u32 dispatchscope_lane(u32 workgroup, u32 local, u32 lanes, u32 x, u32 y)`: once per lane,
+//!   first, by every lane of the workgroup in workgroup-uniform control flow (where a barrier may
+//!   be: the instrumented variant has one); `lanes` is the workgroup's lane count (at most 64,
+//!   `local` below it). Returns the lane's token (`workgroup << 7 | local << 1 | captured`), which
+//!   every other call takes. The instrumented variant zeroes the workgroup counters (below), tests
+//!   the lane against the capture selection and, in lane 0 of workgroup 0, makes the positive
+//!   control's canary lookup.
 //! - `u32 dispatchscope_route(u64 flat)`: P1 with the default apertures: 0 guest memory, 1 LDS
 //!   (`0x80000000`), 2 scratch (`0x70000000`).
 //! - `uvec4 dispatchscope_load(u32 token, u32 site, u64 guest_addr, u32 size_bytes)`: a guest load
@@ -32,7 +35,25 @@
 //!   the program made itself (LDS, scratch, a bound holder), for the counters and the capture;
 //!   `flags` are the capture flags of `dispatchscope_core::instrument` (`route << 12 | store << 8 |
 //!   size`, the slot in bits 24–31). Empty in the variants without instrumentation.
+//! - `void dispatchscope_flush(u32 token, u32 lanes)`: once per lane, last (after the lane's
+//!   last access), by every lane of the workgroup in workgroup-uniform control flow, `lanes` as
+//!   given to `dispatchscope_lane`. The instrumented variant waits at a workgroup barrier, then
+//!   adds the workgroup counters to the instrumentation buffer, one global atomic per non-zero
+//!   word, the words shared among the lanes; the other variants do nothing. A workgroup that
+//!   never calls it loses its counts (the escape log and the capture are written as they happen).
 //! - `Hit dispatchscope_lookup(u64 guest_chunk)`: T5 itself, `{device_addr, slot, probes}`.
+//!
+//! # Workgroup memory
+//! The instrumented helper counts in the workgroup memory of the translated module:
+//! `dispatchscope_workgroup`, an array of [`WORKGROUP_WORDS`] u32 (2,120 bytes; no explicit layout),
+//! laid out as `dispatchscope_core::instrument::workgroup` says (misses, stores marked, the probe
+//! histogram, then 8 words for each of the first [`WORKGROUP_SITES`] sites). The program declares
+//! the variable (`OpVariable` of `Workgroup` storage), exports it with `LinkageAttributes
+//! "dispatchscope_workgroup" Export` and lists it in its entry point's interface; every library
+//! imports it (the raw and helper variants leave it unused), so one program links against any of
+//! them. The caller's own workgroup memory and this one together must fit the device's
+//! `maxComputeSharedMemorySize` (32 KiB at least). [`emit_into`] declares it in a Rust caller's
+//! module for the instrumented variant and returns it ([`EmittedHelpers::workgroup`]).
 //!
 //! The push block (128 bytes, 32 words) is shared by name: the program exports its push-constant
 //! variable as `dispatchscope_push` (a `Block` struct of one `u32[32]` array, stride 4), the
@@ -44,10 +65,23 @@
 //! device address, so a program keeps every binding for itself (the traversal's holders are
 //! set 0, binding 0, and their write masks binding 1, as the replay's, O6–O9).
 //!
-//! Counting goes to one word per (site, route) through a subgroup-aggregated atomic (one atomic per
-//! group of lanes that agree), so the common path of an access adds one atomic per wave, not per
-//! lane; rarer events (splits, probes past the first, misses, escapes, captures) add theirs
-//! directly. Nothing here calls Vulkan.
+//! Counting goes to the workgroup counters: an access's (site, route) word takes one
+//! workgroup-scope atomic per wave when the wave's active lanes are at one site (the common case;
+//! `OpGroupNonUniformAllEqual`, then a ballot's count from one elected lane), one per lane
+//! otherwise; rarer events (splits, probes past the first, misses, site escapes) add theirs per
+//! lane, in workgroup memory too. `dispatchscope_flush` adds them to the buffer's 64-bit counters
+//! (`dispatchscope_core::instrument::wide_word`) with a 32-bit atomic and a carry, so a count
+//! never wraps; a site numbered past [`WORKGROUP_SITES`] is counted straight there. The escape log's
+//! and the capture's entry counters, and the canary's, stay device-scope atomics on the buffer
+//! (rare, and each escape needs its log index at once).
+//!
+//! The helper and instrumented variants look a chunk up once for the wave when every active lane
+//! asks for the same one (`OpGroupNonUniformAllEqual` on the chunk, the lookup in one elected lane,
+//! its answer broadcast with `OpGroupNonUniformBroadcastFirst`), and each lane for itself
+//! otherwise. The table does not change while a dispatch runs (T6), so each lane gets the answer
+//! its own lookup would have given, probe count included: every count stays the CPU reference's.
+//! Both need the device's subgroup operations `VOTE` and `BALLOT` in compute shaders (Vulkan 1.1's
+//! `subgroupSupportedOperations`). Nothing here calls Vulkan.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -60,8 +94,8 @@ use super::helper::emit_lookup;
 use super::{R, record};
 use crate::VkError;
 use dispatchscope_core::instrument::{
-    CANARY_SITE, CAPTURE_WORDS, ESCAPE_WORDS, HISTOGRAM_BUCKETS, SITE_WORDS, SITES_AT, counter,
-    header, route, site,
+    CANARY_SITE, CAPTURE_WORDS, ESCAPE_WORDS, HISTOGRAM_BUCKETS, SITE_WORDS, SITES_AT,
+    WORKGROUP_SITES, WORKGROUP_WORDS, counter, header, route, site, wide_word, workgroup,
 };
 
 pub use super::asm::PUSH_SYMBOL;
@@ -80,6 +114,10 @@ pub mod symbol {
     pub const NOTE: &str = "dispatchscope_note";
     /// `dispatchscope_lookup`.
     pub const LOOKUP: &str = "dispatchscope_lookup";
+    /// `dispatchscope_flush`.
+    pub const FLUSH: &str = "dispatchscope_flush";
+    /// The workgroup counters, a `Workgroup` variable the program exports and the library imports.
+    pub const WORKGROUP: &str = "dispatchscope_workgroup";
 }
 
 /// The push words the helper reads besides the table's (T3: 18–20, 28–31).
@@ -125,6 +163,7 @@ pub(super) struct Helpers {
     pub(super) load: Word,
     pub(super) store: Word,
     pub(super) note: Word,
+    pub(super) flush: Word,
     /// `uvec4`, the values' type.
     pub(super) vec4: Word,
     /// T5's `Hit lookup(u64 guest_chunk)` (none in the raw variant, or when only declared).
@@ -138,6 +177,7 @@ struct Sigs {
     load: Word,
     store: Word,
     note: Word,
+    flush: Word,
     vec4: Word,
 }
 
@@ -145,7 +185,7 @@ fn sigs(a: &mut Asm) -> Sigs {
     let t = a.t;
     let vec4 = a.b.type_vector(t.u32, 4);
     Sigs {
-        lane: a.b.type_function(t.u32, [t.u32, t.u32, t.u32, t.u32]),
+        lane: a.b.type_function(t.u32, [t.u32; 5]),
         route: a.b.type_function(t.u32, [t.u64]),
         load: a.b.type_function(vec4, [t.u32, t.u32, t.u64, t.u32]),
         store: a
@@ -154,6 +194,7 @@ fn sigs(a: &mut Asm) -> Sigs {
         note: a
             .b
             .type_function(t.void, [t.u32, t.u32, t.u32, t.u64, vec4]),
+        flush: a.b.type_function(t.void, [t.u32, t.u32]),
         vec4,
     }
 }
@@ -173,7 +214,7 @@ pub(super) fn declare_helpers(a: &mut Asm) -> R<Helpers> {
         a.link(f, name, LinkageType::Import);
         Ok(f)
     };
-    let lane = declare(a, t.u32, s.lane, &[t.u32; 4], symbol::LANE)?;
+    let lane = declare(a, t.u32, s.lane, &[t.u32; 5], symbol::LANE)?;
     let route = declare(a, t.u32, s.route, &[t.u64], symbol::ROUTE)?;
     let load = declare(
         a,
@@ -196,15 +237,37 @@ pub(super) fn declare_helpers(a: &mut Asm) -> R<Helpers> {
         &[t.u32, t.u32, t.u32, t.u64, s.vec4],
         symbol::NOTE,
     )?;
+    let flush = declare(a, t.void, s.flush, &[t.u32, t.u32], symbol::FLUSH)?;
+    // The program holds the workgroup counters (whichever library it links with).
+    let wg = declare_workgroup(a);
+    a.link(wg, symbol::WORKGROUP, LinkageType::Export);
     Ok(Helpers {
         lane,
         route,
         load,
         store,
         note,
+        flush,
         vec4: s.vec4,
         lookup: None,
     })
+}
+
+/// Declares the workgroup counters (`u32[WORKGROUP_WORDS]` in `Workgroup` storage, listed in the
+/// interface), once per module.
+pub(super) fn declare_workgroup(a: &mut Asm) -> Word {
+    if let Some(v) = a.workgroup_var {
+        return v;
+    }
+    let t = a.t;
+    let n = a.c32(WORKGROUP_WORDS);
+    let arr = a.b.type_array(t.u32, n);
+    let p = a.b.type_pointer(None, StorageClass::Workgroup, arr);
+    let v = a.b.variable(p, None, StorageClass::Workgroup, None);
+    a.b.name(v, symbol::WORKGROUP);
+    a.interface.push(v);
+    a.workgroup_var = Some(v);
+    v
 }
 
 /// The library module of `variant`: the interface's functions, exported, and the push block
@@ -212,6 +275,8 @@ pub(super) fn declare_helpers(a: &mut Asm) -> R<Helpers> {
 pub fn helper_library(variant: Variant) -> R<Vec<u32>> {
     let mut a = Asm::new("helper_library");
     a.linkable(LinkageType::Import);
+    let wg = declare_workgroup(&mut a);
+    a.link(wg, symbol::WORKGROUP, LinkageType::Import);
     emit_helpers_into(&mut a, variant, true)?;
     a.finish_linkable()
 }
@@ -224,9 +289,13 @@ pub(super) fn emit_helpers(a: &mut Asm, variant: Variant) -> R<Helpers> {
 fn emit_helpers_into(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> {
     let s = sigs(a);
     let instrumented = variant == Variant::Instrumented;
-    if instrumented {
+    if variant != Variant::Raw {
         a.b.capability(Capability::GroupNonUniform);
         a.b.capability(Capability::GroupNonUniformBallot);
+        a.b.capability(Capability::GroupNonUniformVote);
+    }
+    if instrumented {
+        declare_workgroup(a);
     }
     let lookup = if variant == Variant::Raw {
         None
@@ -242,8 +311,10 @@ fn emit_helpers_into(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> 
     let store = emit_access(a, &s, variant, lookup, true)?;
     let note = emit_note(a, &s, instrumented)?;
     let lane = emit_lane(a, instrumented, load, s.vec4)?;
+    let flush = emit_flush(a, instrumented)?;
     if export {
         for (f, name) in [
+            (flush, symbol::FLUSH),
             (lane, symbol::LANE),
             (route, symbol::ROUTE),
             (load, symbol::LOAD),
@@ -259,6 +330,7 @@ fn emit_helpers_into(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> 
         load,
         store,
         note,
+        flush,
         vec4: s.vec4,
         lookup,
     })
@@ -272,7 +344,8 @@ pub struct EmittedHelpers {
     /// no table): `{u64 device_addr, u32 slot, u32 probes}`, address 0 and slot `0xffffffff` on a
     /// miss (T4).
     pub lookup: Option<Word>,
-    /// `u32 dispatchscope_lane(u32 workgroup, u32 local, u32 x, u32 y)`.
+    /// `u32 dispatchscope_lane(u32 workgroup, u32 local, u32 lanes, u32 x, u32 y)`: every lane,
+    /// first, in workgroup-uniform control flow (the module docs say why).
     pub lane: Word,
     /// `u32 dispatchscope_route(u64 flat)` (P1).
     pub route: Word,
@@ -282,6 +355,12 @@ pub struct EmittedHelpers {
     pub store: Word,
     /// `void dispatchscope_note(u32 token, u32 site, u32 flags, u64 addr, uvec4 values)`.
     pub note: Word,
+    /// `void dispatchscope_flush(u32 token, u32 lanes)`: every lane, last, in workgroup-uniform
+    /// control flow.
+    pub flush: Word,
+    /// The workgroup counters (`Some` in [`Variant::Instrumented`]): a `Workgroup` variable of
+    /// [`WORKGROUP_WORDS`] u32 that the caller's entry point must list in its interface.
+    pub workgroup: Option<Word>,
     /// The `Hit` struct type `lookup` returns.
     pub hit_type: Word,
     /// `u32`.
@@ -301,7 +380,7 @@ pub struct EmittedHelpers {
 
 /// Emits the helper functions of `variant` (with T5's lookup, and what they need: the types, the
 /// push block of the documented layout, and for the instrumented variant the subgroup
-/// capabilities) into a translator's own rspirv builder, and returns their ids, for a Rust
+/// capabilities, and for the instrumented variant its workgroup counters) into a translator's own rspirv builder, and returns their ids, for a Rust
 /// recompiler that builds its module with rspirv instead of linking [`helper_library`].
 ///
 /// The builder's module may already hold the caller's declarations; the capabilities it lacks of
@@ -336,7 +415,7 @@ pub fn emit_into(builder: &mut rspirv::dr::Builder, variant: Variant) -> R<Emitt
     let taken = std::mem::replace(builder, rspirv::dr::Builder::new());
     let mut a = Asm::on("emit_into", taken);
     let emitted = emit_helpers(&mut a, variant);
-    let (t, push_block) = (a.t, a.push_var);
+    let (t, push_block, workgroup) = (a.t, a.push_var, a.workgroup_var);
     *builder = a.into_builder();
     let h = emitted?;
     Ok(EmittedHelpers {
@@ -346,6 +425,8 @@ pub fn emit_into(builder: &mut rspirv::dr::Builder, variant: Variant) -> R<Emitt
         load: h.load,
         store: h.store,
         note: h.note,
+        flush: h.flush,
+        workgroup,
         hit_type: t.hit,
         u32_type: t.u32,
         u64_type: t.u64,
@@ -440,60 +521,172 @@ fn iword_c(a: &mut Asm, k: u32) -> R<Word> {
     iword(a, c)
 }
 
-/// The word index of `site`'s word `k`.
+/// The workgroup word of `site`'s counter `k` (past [`WORKGROUP_WORDS`] for a site counted
+/// straight into the buffer).
 fn site_word(a: &mut Asm, site_id: Word, k: u32) -> R<Word> {
     let t = a.t;
-    let w = a.c32(SITE_WORDS);
+    let w = a.c32(workgroup::SITE_WORDS);
     let base = a.mul(t.u32, site_id, w)?;
-    let off = a.c32(SITES_AT + k);
+    let off = a.c32(workgroup::SITES + k);
     a.add(t.u32, base, off)
 }
 
-/// Adds one to word `key` for each active lane, one atomic per group of lanes with the same key.
-fn count_aggregated(a: &mut Asm, key: Word) -> R<()> {
+/// A pointer to workgroup counter word `w` (a u32 id).
+fn wg_ptr(a: &mut Asm, w: Word) -> R<Word> {
     let t = a.t;
-    let p_fn_bool = a.b.type_pointer(None, StorageClass::Function, t.bool_);
-    let v_done = a.var(p_fn_bool)?;
-    let f = a.cbool(false);
-    a.set(v_done, f)?;
-    let vec4 = a.b.type_vector(t.u32, 4);
-    a.while_(
+    let var = a.workgroup_var.ok_or_else(|| VkError::Build {
+        module: "helper_library",
+        why: "the workgroup counters are not declared".into(),
+    })?;
+    let p = a.b.type_pointer(None, StorageClass::Workgroup, t.u32);
+    a.inst(Op::AccessChain, p, &[var, w])
+}
+
+/// Adds `n` to the 64-bit buffer counter whose low word is word `lo` (a u32 id): a device-scope
+/// atomic on the low word, and one on the high word when that one wrapped.
+fn wide_add(a: &mut Asm, lo: Word, n: Word) -> R<()> {
+    let t = a.t;
+    let at = iword(a, lo)?;
+    let old = a.atomic_add(at, n)?;
+    let sum = a.add(t.u32, old, n)?;
+    let wrapped = a.ult(sum, old)?;
+    a.if_(wrapped, |a| {
+        let one = a.c32(1);
+        let hi = a.add(t.u32, lo, one)?;
+        let at = iword(a, hi)?;
+        a.atomic_inc(at).map(|_| ())
+    })
+}
+
+/// The buffer word of workgroup word `w`'s 64-bit counter (`wide_word`, a u32 id).
+fn wide_of(a: &mut Asm, w: Word) -> R<Word> {
+    let t = a.t;
+    let two = a.c32(2);
+    let w2 = a.mul(t.u32, w, two)?;
+    let base = a.c32(wide_word(0));
+    a.add(t.u32, w2, base)
+}
+
+/// Counts `n` into workgroup word `w` (a u32 id): a workgroup atomic, or for a word past the
+/// workgroup counters (a site past [`WORKGROUP_SITES`]) straight into the buffer's 64-bit counter.
+/// `max` takes the unsigned maximum instead of the sum.
+fn bump(a: &mut Asm, w: Word, n: Word, max: bool) -> R<()> {
+    let lim = a.c32(WORKGROUP_WORDS);
+    let inside = a.ult(w, lim)?;
+    let op = if max { Op::AtomicUMax } else { Op::AtomicIAdd };
+    a.if_else(
+        inside,
         |a| {
-            let d = a.get(t.bool_, v_done)?;
-            a.lnot(d)
+            let p = wg_ptr(a, w)?;
+            a.workgroup_atomic(op, p, n).map(|_| ())
         },
         |a| {
-            let sg = a.c32(Scope::Subgroup as u32);
-            let leader =
-                a.b.group_non_uniform_broadcast_first(t.u32, None, sg, key)
-                    .map_err(|e| a.err(e))?;
-            let same = a.eq(key, leader)?;
-            a.if_(same, |a| {
-                let yes = a.cbool(true);
-                let ballot =
-                    a.b.group_non_uniform_ballot(vec4, None, sg, yes)
-                        .map_err(|e| a.err(e))?;
-                let n =
-                    a.b.group_non_uniform_ballot_bit_count(
-                        t.u32,
-                        None,
-                        sg,
-                        GroupOperation::Reduce,
-                        ballot,
-                    )
-                    .map_err(|e| a.err(e))?;
-                let elected =
-                    a.b.group_non_uniform_elect(t.bool_, None, sg)
-                        .map_err(|e| a.err(e))?;
-                a.if_(elected, |a| {
-                    let at = iword(a, key)?;
-                    a.atomic_add(at, n).map(|_| ())
-                })?;
-                let tr = a.cbool(true);
-                a.set(v_done, tr)
-            })
+            let lo = wide_of(a, w)?;
+            if max {
+                let at = iword(a, lo)?;
+                a.atomic_umax(at, n).map(|_| ())
+            } else {
+                wide_add(a, lo, n)
+            }
         },
     )
+}
+
+/// Counts `n` into workgroup counter `k` (a constant below the sites: always in workgroup memory).
+fn bump_counter(a: &mut Asm, k: u32, n: Word) -> R<()> {
+    let w = a.c32(k);
+    let p = wg_ptr(a, w)?;
+    a.workgroup_atomic(Op::AtomicIAdd, p, n).map(|_| ())
+}
+
+/// Adds one to workgroup word `key` for each active lane: one atomic for the wave when every
+/// active lane has the same key, one per lane otherwise.
+fn count_lanes(a: &mut Asm, key: Word) -> R<()> {
+    let t = a.t;
+    let sg = a.c32(Scope::Subgroup as u32);
+    let same =
+        a.b.group_non_uniform_all_equal(t.bool_, None, sg, key)
+            .map_err(|e| a.err(e))?;
+    let vec4 = a.b.type_vector(t.u32, 4);
+    a.if_else(
+        same,
+        |a| {
+            let yes = a.cbool(true);
+            let ballot =
+                a.b.group_non_uniform_ballot(vec4, None, sg, yes)
+                    .map_err(|e| a.err(e))?;
+            let n =
+                a.b.group_non_uniform_ballot_bit_count(
+                    t.u32,
+                    None,
+                    sg,
+                    GroupOperation::Reduce,
+                    ballot,
+                )
+                .map_err(|e| a.err(e))?;
+            let elected =
+                a.b.group_non_uniform_elect(t.bool_, None, sg)
+                    .map_err(|e| a.err(e))?;
+            a.if_(elected, |a| bump(a, key, n, false))
+        },
+        |a| {
+            let one = a.c32(1);
+            bump(a, key, one, false)
+        },
+    )
+}
+
+/// T5 for the wave: when every active lane asks for the same chunk, one elected lane looks it up
+/// and the answer is broadcast (the table does not change during a dispatch, so it is each lane's
+/// own answer, probes included); otherwise each lane looks up its own. 64-bit values are compared
+/// and broadcast as two 32-bit halves.
+fn wave_lookup(a: &mut Asm, lookup: Word, chunk: Word) -> R<Word> {
+    let t = a.t;
+    let sg = a.c32(Scope::Subgroup as u32);
+    let p_fn_hit = a.b.type_pointer(None, StorageClass::Function, t.hit);
+    let v = a.var(p_fn_hit)?;
+    let nothing = a.b.constant_null(t.hit);
+    a.set(v, nothing)?;
+    // Subgroup operations on 32-bit halves: 64-bit ones would need shaderSubgroupExtendedTypes.
+    let (lo, hi) = (a.narrow(chunk)?, a.high(chunk)?);
+    let same_lo =
+        a.b.group_non_uniform_all_equal(t.bool_, None, sg, lo)
+            .map_err(|e| a.err(e))?;
+    let same_hi =
+        a.b.group_non_uniform_all_equal(t.bool_, None, sg, hi)
+            .map_err(|e| a.err(e))?;
+    let same = a.land(same_lo, same_hi)?;
+    a.if_else(
+        same,
+        |a| {
+            let elected =
+                a.b.group_non_uniform_elect(t.bool_, None, sg)
+                    .map_err(|e| a.err(e))?;
+            a.if_(elected, |a| {
+                let h = a.call(t.hit, lookup, &[chunk])?;
+                a.set(v, h)
+            })?;
+            let h = a.get(t.hit, v)?;
+            let (d, sl, n) = (a.extract(h, 0)?, a.extract(h, 1)?, a.extract(h, 2)?);
+            let first = |a: &mut Asm, ty: Word, x: Word| {
+                a.b.group_non_uniform_broadcast_first(ty, None, sg, x)
+                    .map_err(|e| a.err(e))
+            };
+            let (d_lo, d_hi) = (a.narrow(d)?, a.high(d)?);
+            let d_lo = first(a, t.u32, d_lo)?;
+            let d_hi = first(a, t.u32, d_hi)?;
+            let d = a.join(d_lo, d_hi)?;
+            let sl = first(a, t.u32, sl)?;
+            let n = first(a, t.u32, n)?;
+            let h = a.inst(Op::CompositeConstruct, t.hit, &[d, sl, n])?;
+            a.set(v, h)
+        },
+        |a| {
+            let h = a.call(t.hit, lookup, &[chunk])?;
+            a.set(v, h)
+        },
+    )?;
+    a.get(t.hit, v)
 }
 
 /// Appends a capture entry when the lane is captured (token bit 0): `flags`, `addr`, the four
@@ -579,7 +772,7 @@ fn store_words(a: &mut Asm, first: Word, words: &[Word]) -> R<()> {
 }
 
 /// The probes of one lookup: the histogram, the site's extra probes and longest lookup, for a
-/// lookup of two probes or more (one probe is derived on the host).
+/// lookup of two probes or more (one probe is derived on the host), in the workgroup counters.
 fn count_probes(a: &mut Asm, site_id: Word, probes: Word) -> R<()> {
     let t = a.t;
     let two = a.c32(2);
@@ -590,17 +783,15 @@ fn count_probes(a: &mut Asm, site_id: Word, probes: Word) -> R<()> {
         let p = a.select(t.u32, over, top, probes)?;
         let one = a.c32(1);
         let bucket = a.sub(t.u32, p, one)?;
-        let h = a.c32(counter::HISTOGRAM);
+        let h = a.c32(workgroup::HISTOGRAM);
         let hw = a.add(t.u32, h, bucket)?;
-        let at = iword(a, hw)?;
-        a.atomic_inc(at)?;
+        let ptr = wg_ptr(a, hw)?;
+        a.workgroup_atomic(Op::AtomicIAdd, ptr, one)?;
         let extra = a.sub(t.u32, probes, one)?;
         let ew = site_word(a, site_id, site::EXTRA_PROBES)?;
-        let at = iword(a, ew)?;
-        a.atomic_add(at, extra)?;
+        bump(a, ew, extra, false)?;
         let mw = site_word(a, site_id, site::MAX_PROBES)?;
-        let at = iword(a, mw)?;
-        a.atomic_umax(at, probes).map(|_| ())
+        bump(a, mw, probes, true)
     })
 }
 
@@ -676,7 +867,7 @@ fn emit_access(
             let end = a.add(t.u64, addr, size64)?;
             let last = a.sub(t.u64, end, one64)?;
             let c1 = a.shr(t.u64, last, shift)?;
-            let h0 = a.call(t.hit, lookup, &[c0])?;
+            let h0 = wave_lookup(a, lookup, c0)?;
             let split = a.ne(c1, c0)?;
             let p_fn_hit = a.b.type_pointer(None, StorageClass::Function, t.hit);
             let v_h1 = a.var(p_fn_hit)?;
@@ -750,11 +941,11 @@ fn emit_access(
                 let counted = a.lnot(is_canary)?;
                 a.if_(counted, |a| {
                     let key = site_word(a, site_id, site::GUEST)?;
-                    count_aggregated(a, key)?;
+                    count_lanes(a, key)?;
                     a.if_(split, |a| {
                         let w = site_word(a, site_id, site::SPLITS)?;
-                        let at = iword(a, w)?;
-                        a.atomic_inc(at)?;
+                        let one = a.c32(1);
+                        bump(a, w, one, false)?;
                         count_probes(a, site_id, n1)
                     })?;
                     count_probes(a, site_id, n0)?;
@@ -767,15 +958,12 @@ fn emit_access(
                     let m1 = a.select(t.u32, miss1, one, z)?;
                     let misses = a.add(t.u32, m0, m1)?;
                     let any = a.ne(misses, z)?;
-                    a.if_(any, |a| {
-                        let at = iword_c(a, counter::MISSES)?;
-                        a.atomic_add(at, misses).map(|_| ())
-                    })?;
+                    a.if_(any, |a| bump_counter(a, workgroup::MISSES, misses))?;
                     if store {
                         let marked = a.lor(hit0, hit1)?;
                         a.if_(marked, |a| {
-                            let at = iword_c(a, counter::STORES_MARKED)?;
-                            a.atomic_inc(at).map(|_| ())
+                            let one = a.c32(1);
+                            bump_counter(a, workgroup::STORES_MARKED, one)
                         })?;
                     }
                     Ok(())
@@ -793,8 +981,8 @@ fn emit_access(
                             let at = iword_c(a, counter::ESCAPES)?;
                             let idx = a.atomic_inc(at)?;
                             let w = site_word(a, site_id, site::ESCAPES)?;
-                            let at = iword(a, w)?;
-                            a.atomic_inc(at)?;
+                            let one = a.c32(1);
+                            bump(a, w, one, false)?;
                             let cap_at = iword_c(a, header::ESCAPE_CAPACITY)?;
                             let cap = a.ld32(cap_at)?;
                             let room = a.ult(idx, cap)?;
@@ -860,7 +1048,7 @@ fn emit_note(a: &mut Asm, s: &Sigs, instrumented: bool) -> R<Word> {
         // The route numbers are the site's word indices (guest 0, LDS 1, scratch 2, bound 3).
         let first = site_word(a, site_id, 0)?;
         let key = a.add(t.u32, first, route_no)?;
-        count_aggregated(a, key)?;
+        count_lanes(a, key)?;
         let mut values = [0; 4];
         for (i, x) in values.iter_mut().enumerate() {
             *x = extract(a, v, i as u32)?;
@@ -875,15 +1063,23 @@ fn emit_note(a: &mut Asm, s: &Sigs, instrumented: bool) -> R<Word> {
 /// `dispatchscope_lane`: the lane's token; the capture selection and the canary when instrumented.
 fn emit_lane(a: &mut Asm, instrumented: bool, load: Word, vec4: Word) -> R<Word> {
     let t = a.t;
-    let (f, p) = a.begin_function(t.u32, &[t.u32; 4], "lane")?;
+    let (f, p) = a.begin_function(t.u32, &[t.u32; 5], "lane")?;
     let param = |i: usize| p.get(i).copied().unwrap_or_default();
-    let (wg, local, x, y) = (param(0), param(1), param(2), param(3));
+    let (wg, local, lanes, x, y) = (param(0), param(1), param(2), param(3), param(4));
     let seven = a.c32(7);
     let one = a.c32(1);
     let w = a.shl(t.u32, wg, seven)?;
     let l = a.shl(t.u32, local, one)?;
     let base = a.or(t.u32, w, l)?;
     let token = if instrumented {
+        // The workgroup counters start at zero: each lane zeroes its share, then all wait.
+        let all = a.c32(WORKGROUP_WORDS);
+        for_lanes_share(a, local, lanes, all, |a, w| {
+            let p = wg_ptr(a, w)?;
+            let z = a.c32(0);
+            a.set(p, z)
+        })?;
+        a.workgroup_barrier()?;
         let word = |a: &mut Asm, k: u32| -> R<Word> {
             let at = iword_c(a, k)?;
             a.ld32(at)
@@ -940,6 +1136,88 @@ fn emit_lane(a: &mut Asm, instrumented: bool, load: Word, vec4: Word) -> R<Word>
     Ok(f)
 }
 
+/// `for (w = local; w < n; w += lanes) body(w)`: lane `local` of `lanes` takes every `lanes`-th
+/// word (a `lanes` of 0 is taken as 1).
+fn for_lanes_share(
+    a: &mut Asm,
+    local: Word,
+    lanes: Word,
+    n: Word,
+    body: impl FnOnce(&mut Asm, Word) -> R<()>,
+) -> R<()> {
+    let t = a.t;
+    let z = a.c32(0);
+    let one = a.c32(1);
+    let none = a.eq(lanes, z)?;
+    let step = a.select(t.u32, none, one, lanes)?;
+    let v = a.var(t.p_fn_u32)?;
+    a.set(v, local)?;
+    a.while_(
+        |a| {
+            let w = a.get(t.u32, v)?;
+            a.ult(w, n)
+        },
+        |a| {
+            let w = a.get(t.u32, v)?;
+            body(a, w)?;
+            let next = a.add(t.u32, w, step)?;
+            a.set(v, next)
+        },
+    )
+}
+
+/// `dispatchscope_flush`: in the instrumented variant, a workgroup barrier, then each lane adds its
+/// share of the non-zero workgroup counters to the buffer's 64-bit counters (the longest lookups
+/// by an unsigned max); nothing in the others.
+fn emit_flush(a: &mut Asm, instrumented: bool) -> R<Word> {
+    let t = a.t;
+    let (f, p) = a.begin_function(t.void, &[t.u32, t.u32], "flush")?;
+    if instrumented {
+        let param = |i: usize| p.get(i).copied().unwrap_or_default();
+        let (token, lanes) = (param(0), param(1));
+        a.workgroup_barrier()?;
+        let (_, local) = lane_of(a, token)?;
+        // The counters, and the sites the program numbered (at most the workgroup's).
+        let at = iword_c(a, header::SITES)?;
+        let sites = a.ld32(at)?;
+        let cap = a.c32(WORKGROUP_SITES);
+        let more = a.bin(Op::UGreaterThan, t.bool_, sites, cap)?;
+        let sites = a.select(t.u32, more, cap, sites)?;
+        let per = a.c32(workgroup::SITE_WORDS);
+        let n = a.mul(t.u32, sites, per)?;
+        let first = a.c32(workgroup::SITES);
+        let n = a.add(t.u32, n, first)?;
+        for_lanes_share(a, local, lanes, n, |a, w| {
+            let p = wg_ptr(a, w)?;
+            let v = a.get(t.u32, p)?;
+            let z = a.c32(0);
+            let any = a.ne(v, z)?;
+            a.if_(any, |a| {
+                let lo = wide_of(a, w)?;
+                // A site's longest lookup is a maximum, not a sum.
+                let first = a.c32(workgroup::SITES);
+                let is_site = a.bin(Op::UGreaterThanEqual, t.bool_, w, first)?;
+                let rel = a.sub(t.u32, w, first)?;
+                let m = a.c32(workgroup::SITE_WORDS - 1);
+                let k = a.and(t.u32, rel, m)?;
+                let mk = a.c32(site::MAX_PROBES);
+                let is_k = a.eq(k, mk)?;
+                let is_max = a.land(is_site, is_k)?;
+                a.if_else(
+                    is_max,
+                    |a| {
+                        let at = iword(a, lo)?;
+                        a.atomic_umax(at, v).map(|_| ())
+                    },
+                    |a| wide_add(a, lo, v),
+                )
+            })
+        })?;
+    }
+    a.end_void_function()?;
+    Ok(f)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, reason = "in a test, an unwrap is an assertion")]
 mod tests {
@@ -959,7 +1237,7 @@ mod tests {
                         .any(|o| matches!(o, Operand::LinkageType(LinkageType::Export)))
                 })
                 .count();
-            assert_eq!(exports, if v == Variant::Raw { 5 } else { 6 }, "{v:?}");
+            assert_eq!(exports, if v == Variant::Raw { 6 } else { 7 }, "{v:?}");
         }
     }
 }

@@ -75,6 +75,42 @@ impl Asm {
             .map_err(|e| self.err(e))
     }
 
+    /// The 16 bytes at device address `addr` (16-byte aligned) as two u64: one load instruction.
+    pub(super) fn ld64x2(&mut self, addr: Word) -> R<Word> {
+        let v2 = self.b.type_vector(self.t.u64, 2);
+        let p_ty =
+            self.b
+                .type_pointer(None, spirv::StorageClass::PhysicalStorageBuffer, v2);
+        let p = self.device_ptr(p_ty, addr)?;
+        self.load(v2, p, Some(16))
+    }
+
+    /// `*ptr op= v` atomically on a `Workgroup` u32 (workgroup scope, relaxed), `op` one of
+    /// `AtomicIAdd` and `AtomicUMax`; returns the old value.
+    pub(super) fn workgroup_atomic(&mut self, op: Op, ptr: Word, v: Word) -> R<Word> {
+        let scope = self.c32(spirv::Scope::Workgroup as u32);
+        let sem = self.c32(0);
+        let u32_ = self.t.u32;
+        match op {
+            Op::AtomicUMax => self.b.atomic_u_max(u32_, None, ptr, scope, sem, v),
+            _ => self.b.atomic_i_add(u32_, None, ptr, scope, sem, v),
+        }
+        .map_err(|e| self.err(e))
+    }
+
+    /// A workgroup barrier: every lane of the workgroup waits here, and workgroup memory written
+    /// before it is seen after it.
+    pub(super) fn workgroup_barrier(&mut self) -> R<()> {
+        let scope = self.c32(spirv::Scope::Workgroup as u32);
+        let sem = self.c32(
+            (spirv::MemorySemantics::ACQUIRE_RELEASE | spirv::MemorySemantics::WORKGROUP_MEMORY)
+                .bits(),
+        );
+        self.b
+            .control_barrier(scope, scope, sem)
+            .map_err(|e| self.err(e))
+    }
+
     /// The byte at device address `addr`, read through its aligned word.
     pub(super) fn load_byte(&mut self, addr: Word) -> R<Word> {
         let m = self.c64(!3);

@@ -450,7 +450,8 @@ fn emit_main(a: &mut Asm, h: &Helpers) -> R<()> {
     let y0 = a.shl(t.u32, wy, three)?;
     let x = a.add(t.u32, x0, lx)?;
     let y = a.add(t.u32, y0, ly)?;
-    let token = a.call(t.u32, h.lane, &[wg, local, x, y])?;
+    let lanes = a.c32(LOCAL_SIZE);
+    let token = a.call(t.u32, h.lane, &[wg, local, lanes, x, y])?;
     a.b.name(token, "token");
     // The pixel's centre in 1/65536ths of the screen.
     let unit = a.c32(65536);
@@ -666,6 +667,9 @@ fn emit_main(a: &mut Asm, h: &Helpers) -> R<()> {
             bound_store(a, h, &g, token, site::SUMMARY, 1, w, &[best_z])
         })
     })?;
+    // Every lane, last, in uniform control flow: the workgroup's counters go to the buffer.
+    a.b.function_call(t.void, None, h.flush, [token, lanes])
+        .map_err(|e| a.err(e))?;
     a.end_void_function()?;
     a.entry(main, "main", LOCAL_SIZE);
     Ok(())
