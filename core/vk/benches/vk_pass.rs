@@ -129,6 +129,32 @@ fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, repeats: usize) {
         section.captured.len(),
         section.captured_not_logged
     );
+    // Every site's device counts against the host's own pass (T5's exact counts on this device).
+    let t = Instant::now();
+    let mut want = [(0u64, 0u64); site::COUNT as usize];
+    for y in 0..h {
+        for x in 0..w {
+            let tr = scene.trace(x, y);
+            for (k, wk) in want.iter_mut().enumerate() {
+                wk.0 += u64::from(tr.accesses[k]);
+                wk.1 += u64::from(tr.escapes[k]);
+            }
+        }
+    }
+    for s in &section.sites {
+        let (acc, esc) = want[s.site as usize];
+        assert_eq!(
+            (s.accesses, s.escapes),
+            (acc, esc),
+            "site {}: the device's (accesses, escapes) against the host's pass",
+            s.site
+        );
+    }
+    assert_eq!(c.hits + c.misses, c.lookups, "lookups = hits + misses");
+    println!(
+        "  device counts checked against the host's pass: every site's accesses and escapes agree ({:.0} ms on the host)",
+        ms(t.elapsed())
+    );
     let accesses = c.guest + c.lds + c.scratch + c.bound;
     println!(
         "  {} accesses in the pass ({:.1} per lane)",
