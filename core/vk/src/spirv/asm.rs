@@ -30,6 +30,13 @@ pub(super) struct Types {
     pub(super) u64: Word,
     pub(super) f32: Word,
     pub(super) p_psb_u32: Word,
+    #[cfg_attr(
+        not(feature = "bench"),
+        allow(
+            dead_code,
+            reason = "declared in every module alike; read by the bench's loads"
+        )
+    )]
     pub(super) p_psb_u64: Word,
     pub(super) p_fn_u32: Word,
     pub(super) p_fn_u64: Word,

@@ -615,14 +615,9 @@ fn count_lanes(a: &mut Asm, key: Word) -> R<()> {
             let ballot =
                 a.b.group_non_uniform_ballot(vec4, None, sg, yes)
                     .map_err(|e| a.err(e))?;
-            let n =
-                a.b.group_non_uniform_ballot_bit_count(
-                    t.u32,
-                    None,
-                    sg,
-                    GroupOperation::Reduce,
-                    ballot,
-                )
+            let n = a
+                .b
+                .group_non_uniform_ballot_bit_count(t.u32, None, sg, GroupOperation::Reduce, ballot)
                 .map_err(|e| a.err(e))?;
             let elected =
                 a.b.group_non_uniform_elect(t.bool_, None, sg)
@@ -638,16 +633,20 @@ fn count_lanes(a: &mut Asm, key: Word) -> R<()> {
 
 /// T5 for the wave: when every active lane asks for the same chunk, one elected lane looks it up
 /// and the answer is broadcast (the table does not change during a dispatch, so it is each lane's
-/// own answer, probes included); otherwise each lane looks up its own. 64-bit values are compared
-/// and broadcast as two 32-bit halves.
+/// own answer, probes included); otherwise each lane looks up its own. One call of the lookup
+/// (one copy of its loop once inlined); 64-bit values are compared and broadcast as two 32-bit
+/// halves (64-bit subgroup operations would need `shaderSubgroupExtendedTypes`).
 fn wave_lookup(a: &mut Asm, lookup: Word, chunk: Word) -> R<Word> {
     let t = a.t;
     let sg = a.c32(Scope::Subgroup as u32);
     let p_fn_hit = a.b.type_pointer(None, StorageClass::Function, t.hit);
     let v = a.var(p_fn_hit)?;
-    let nothing = a.b.constant_null(t.hit);
-    a.set(v, nothing)?;
-    // Subgroup operations on 32-bit halves: 64-bit ones would need shaderSubgroupExtendedTypes.
+    // What a lane that does not look up holds until the broadcast: a miss, never a false hit.
+    let z64 = a.c64(0);
+    let none = a.c32(record::NO_SLOT);
+    let z = a.c32(0);
+    let miss = a.b.constant_composite(t.hit, [z64, none, z]);
+    a.set(v, miss)?;
     let (lo, hi) = (a.narrow(chunk)?, a.high(chunk)?);
     let same_lo =
         a.b.group_non_uniform_all_equal(t.bool_, None, sg, lo)
@@ -656,37 +655,33 @@ fn wave_lookup(a: &mut Asm, lookup: Word, chunk: Word) -> R<Word> {
         a.b.group_non_uniform_all_equal(t.bool_, None, sg, hi)
             .map_err(|e| a.err(e))?;
     let same = a.land(same_lo, same_hi)?;
-    a.if_else(
-        same,
-        |a| {
-            let elected =
-                a.b.group_non_uniform_elect(t.bool_, None, sg)
-                    .map_err(|e| a.err(e))?;
-            a.if_(elected, |a| {
-                let h = a.call(t.hit, lookup, &[chunk])?;
-                a.set(v, h)
-            })?;
-            let h = a.get(t.hit, v)?;
-            let (d, sl, n) = (a.extract(h, 0)?, a.extract(h, 1)?, a.extract(h, 2)?);
-            let first = |a: &mut Asm, ty: Word, x: Word| {
-                a.b.group_non_uniform_broadcast_first(ty, None, sg, x)
-                    .map_err(|e| a.err(e))
-            };
-            let (d_lo, d_hi) = (a.narrow(d)?, a.high(d)?);
-            let d_lo = first(a, t.u32, d_lo)?;
-            let d_hi = first(a, t.u32, d_hi)?;
-            let d = a.join(d_lo, d_hi)?;
-            let sl = first(a, t.u32, sl)?;
-            let n = first(a, t.u32, n)?;
-            let h = a.inst(Op::CompositeConstruct, t.hit, &[d, sl, n])?;
-            a.set(v, h)
-        },
-        |a| {
-            let h = a.call(t.hit, lookup, &[chunk])?;
-            a.set(v, h)
-        },
-    )?;
-    a.get(t.hit, v)
+    let elected =
+        a.b.group_non_uniform_elect(t.bool_, None, sg)
+            .map_err(|e| a.err(e))?;
+    let own = a.lnot(same)?;
+    let looks = a.lor(own, elected)?;
+    a.if_(looks, |a| {
+        let h = a.call(t.hit, lookup, &[chunk])?;
+        a.set(v, h)
+    })?;
+    let h = a.get(t.hit, v)?;
+    let (d, sl, n) = (a.extract(h, 0)?, a.extract(h, 1)?, a.extract(h, 2)?);
+    let first = |a: &mut Asm, x: Word| {
+        a.b.group_non_uniform_broadcast_first(t.u32, None, sg, x)
+            .map_err(|e| a.err(e))
+    };
+    let (d_lo, d_hi) = (a.narrow(d)?, a.high(d)?);
+    let (b_lo, b_hi, b_sl, b_n) = (
+        first(a, d_lo)?,
+        first(a, d_hi)?,
+        first(a, sl)?,
+        first(a, n)?,
+    );
+    let b_d = a.join(b_lo, b_hi)?;
+    let d = a.select(t.u64, same, b_d, d)?;
+    let sl = a.select(t.u32, same, b_sl, sl)?;
+    let n = a.select(t.u32, same, b_n, n)?;
+    a.inst(Op::CompositeConstruct, t.hit, &[d, sl, n])
 }
 
 /// Appends a capture entry when the lane is captured (token bit 0): `flags`, `addr`, the four
@@ -880,21 +875,27 @@ fn emit_access(
             let (d0, s0, n0) = (a.extract(h0, 0)?, a.extract(h0, 1)?, a.extract(h0, 2)?);
             let (d1, s1, n1) = (a.extract(h1, 0)?, a.extract(h1, 1)?, a.extract(h1, 2)?);
             let none = a.c32(record::NO_SLOT);
+            let hit0 = a.ne(s0, none)?;
+            // Word i lies in the first chunk while 4 i is below the bytes left in it; the words
+            // of each chunk are consecutive from its device address plus the offset.
+            let off0 = a.and(t.u64, addr, cmask)?;
+            let base0 = a.add(t.u64, d0, off0)?;
+            let left = a.sub(t.u64, cb, off0)?;
             for (i, v) in vals.iter().enumerate() {
                 let ci = a.c32(i as u32);
                 let inside = a.ult(ci, n_words)?;
                 a.if_(inside, |a| {
-                    let ai = a.add64c(addr, 4 * i as u64)?;
-                    let chunk = a.shr(t.u64, ai, shift)?;
-                    let first = a.eq(chunk, c0)?;
-                    let dev = a.select(t.u64, first, d0, d1)?;
+                    let bi = a.c64(4 * i as u64);
+                    let first = a.bin(Op::ULessThan, t.bool_, bi, left)?;
                     let slot = a.select(t.u32, first, s0, s1)?;
                     let hit = a.ne(slot, none)?;
                     a.if_else(
                         hit,
                         |a| {
-                            let off = a.and(t.u64, ai, cmask)?;
-                            let at = a.add(t.u64, dev, off)?;
+                            let in0 = a.add(t.u64, base0, bi)?;
+                            let past = a.sub(t.u64, bi, left)?;
+                            let in1 = a.add(t.u64, d1, past)?;
+                            let at = a.select(t.u64, first, in0, in1)?;
                             if store {
                                 a.st32(at, stored[i])
                             } else {
@@ -911,7 +912,6 @@ fn emit_access(
                     )
                 })?;
             }
-            let hit0 = a.ne(s0, none)?;
             let hit1 = a.ne(s1, none)?;
             let hit1 = a.land(split, hit1)?;
             if store {

@@ -33,7 +33,8 @@ impl Asm {
         self.load(self.t.u32, p, Some(4))
     }
 
-    /// A u64 at device address `addr` (8-byte aligned).
+    /// A u64 at device address `addr` (8-byte aligned); only the bench kernels read one alone.
+    #[cfg(feature = "bench")]
     pub(super) fn ld64(&mut self, addr: Word) -> R<Word> {
         let p = self.device_ptr(self.t.p_psb_u64, addr)?;
         self.load(self.t.u64, p, Some(8))
@@ -78,9 +79,9 @@ impl Asm {
     /// The 16 bytes at device address `addr` (16-byte aligned) as two u64: one load instruction.
     pub(super) fn ld64x2(&mut self, addr: Word) -> R<Word> {
         let v2 = self.b.type_vector(self.t.u64, 2);
-        let p_ty =
-            self.b
-                .type_pointer(None, spirv::StorageClass::PhysicalStorageBuffer, v2);
+        let p_ty = self
+            .b
+            .type_pointer(None, spirv::StorageClass::PhysicalStorageBuffer, v2);
         let p = self.device_ptr(p_ty, addr)?;
         self.load(v2, p, Some(16))
     }
