@@ -9,6 +9,12 @@
 //! `spirv-helper -o helper.spv [--variant helper|instrumented|raw]` writes the lookup helper as a
 //! linkable SPIR-V library (`dispatchscope_vk::spirv::library`), for a translator in another
 //! language to link its module against with `spirv-link`; no device is needed.
+//! The library's contract (its module docs say it whole): every lane of a workgroup calls
+//! `dispatchscope_lane(workgroup, local, lanes, x, y)` first and `dispatchscope_flush(token, lanes)`
+//! last, both in workgroup-uniform control flow (the instrumented variant has a workgroup barrier
+//! in each), and the program declares and exports `dispatchscope_workgroup`, a `Workgroup` array
+//! of 530 u32 (2,120 bytes, the instrumented variant's counters), listed in its entry point's
+//! interface, as it exports its push block `dispatchscope_push`.
 
 use std::path::PathBuf;
 
@@ -116,10 +122,11 @@ pub fn spirv_helper_cmd(args: &SpirvHelperArgs) -> anyhow::Result<()> {
     })
     .with_context(|| format!("writing {}", args.output.display()))?;
     println!(
-        "{}: the {} helper library, {} bytes (SPIR-V 1.5, Linkage; link with spirv-link)",
+        "{}: the {} helper library, {} bytes (SPIR-V 1.5, Linkage; link with spirv-link; the program exports dispatchscope_push and dispatchscope_workgroup, u32[{}], and every lane calls dispatchscope_lane first and dispatchscope_flush last)",
         args.output.display(),
         variant.name(),
-        bytes.len()
+        bytes.len(),
+        dispatchscope_core::instrument::WORKGROUP_WORDS
     );
     Ok(())
 }

@@ -1238,6 +1238,38 @@ mod tests {
                 })
                 .count();
             assert_eq!(exports, if v == Variant::Raw { 6 } else { 7 }, "{v:?}");
+            // Every library imports the workgroup counters the program exports.
+            let imports_wg = m.annotations.iter().any(|i| {
+                i.operands.iter().any(
+                    |o| matches!(o, Operand::LiteralString(n) if n == symbol::WORKGROUP),
+                ) && i
+                    .operands
+                    .iter()
+                    .any(|o| matches!(o, Operand::LinkageType(LinkageType::Import)))
+            });
+            assert!(imports_wg, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn emit_into_declares_the_workgroup_counters_only_when_instrumented() {
+        for v in Variant::ALL {
+            let mut b = rspirv::dr::Builder::new();
+            b.set_version(1, 5);
+            let h = emit_into(&mut b, v).unwrap();
+            assert_eq!(h.workgroup.is_some(), v == Variant::Instrumented, "{v:?}");
+            let m = b.module();
+            let workgroup_vars = m
+                .types_global_values
+                .iter()
+                .filter(|i| {
+                    i.class.opcode == Op::Variable
+                        && i.operands
+                            .first()
+                            .is_some_and(|o| *o == Operand::StorageClass(StorageClass::Workgroup))
+                })
+                .count();
+            assert_eq!(workgroup_vars, usize::from(v == Variant::Instrumented), "{v:?}");
         }
     }
 }

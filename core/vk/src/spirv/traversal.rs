@@ -11,7 +11,10 @@
 //! memory escapes (T4) and its nodes read zero, which no pixel lies inside. The nearest leaf and a
 //! checksum of every instance word read are written through two bound slots that overlap (D953:
 //! one holder, the second slot at its offset; each store sets its write-mask words, O9), and lane 0
-//! of each workgroup stores its result by device address (C1 marks). Nothing here calls Vulkan.
+//! of each workgroup stores its result by device address (C1 marks). Every lane calls
+//! `dispatchscope_lane` first and `dispatchscope_flush` last, both in uniform control flow, and the
+//! program exports the helper's workgroup counters when it imports the helper (the library's
+//! interface, [`super::library`]). Nothing here calls Vulkan.
 //!
 //! # Layouts (little-endian u32 words)
 //! - Node, [`NODE_BYTES`]: `x0, y0, x1, y1` (a half-open box in 1/65536ths of the screen), `z`
