@@ -1240,12 +1240,12 @@ mod tests {
             assert_eq!(exports, if v == Variant::Raw { 6 } else { 7 }, "{v:?}");
             // Every library imports the workgroup counters the program exports.
             let imports_wg = m.annotations.iter().any(|i| {
-                i.operands.iter().any(
-                    |o| matches!(o, Operand::LiteralString(n) if n == symbol::WORKGROUP),
-                ) && i
-                    .operands
+                i.operands
                     .iter()
-                    .any(|o| matches!(o, Operand::LinkageType(LinkageType::Import)))
+                    .any(|o| matches!(o, Operand::LiteralString(n) if n == symbol::WORKGROUP))
+                    && i.operands
+                        .iter()
+                        .any(|o| matches!(o, Operand::LinkageType(LinkageType::Import)))
             });
             assert!(imports_wg, "{v:?}");
         }
@@ -1269,7 +1269,11 @@ mod tests {
                             .is_some_and(|o| *o == Operand::StorageClass(StorageClass::Workgroup))
                 })
                 .count();
-            assert_eq!(workgroup_vars, usize::from(v == Variant::Instrumented), "{v:?}");
+            assert_eq!(
+                workgroup_vars,
+                usize::from(v == Variant::Instrumented),
+                "{v:?}"
+            );
         }
     }
 }
