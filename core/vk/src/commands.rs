@@ -12,8 +12,11 @@ use ash::vk;
 use crate::device::Context;
 use crate::{VkError, check};
 
-/// How long a wait on a fence may take: a minute.
-const WAIT_NS: u64 = 60_000_000_000;
+/// How long a wait on a fence may take: ten minutes. A device's own watchdog ends a hung dispatch
+/// long before; the bound is for lavapipe, which compiles a pipeline's shaders on its first
+/// dispatch, and whose first full-screen traversal pass has taken a minute on a loaded 2-core
+/// machine.
+const WAIT_NS: u64 = 600_000_000_000;
 
 /// Resets `cmd` and begins it for one submit, the start every recording here shares.
 ///
@@ -103,7 +106,7 @@ impl Commands {
         check("vkQueueSubmit", unsafe {
             d.queue_submit(*queue, &submit, self.fence)
         })?;
-        // SAFETY: the fence belongs to this device; a minute is far longer than any replay takes.
+        // SAFETY: the fence belongs to this device; the bound is far longer than any replay takes.
         check("vkWaitForFences", unsafe {
             d.wait_for_fences(&[self.fence], true, WAIT_NS)
         })?;
@@ -128,7 +131,7 @@ impl Commands {
             return Ok(());
         }
         *calls += 1;
-        // SAFETY: the fence belongs to this device; a minute is far longer than any replay takes.
+        // SAFETY: the fence belongs to this device; the bound is far longer than any replay takes.
         check("vkWaitForFences", unsafe {
             self.ctx
                 .device
