@@ -153,7 +153,10 @@ pub struct PassRunner {
     device: DevicePass,
     oracle: Option<HostSide>,
     variant: Variant,
+    /// The lanes captured now: the debugger's request, else `own_selection`.
     selection: LaneSelection,
+    /// The lanes `--capture-rect` chose.
+    own_selection: LaneSelection,
     input: DispatchInput,
 }
 
@@ -199,13 +202,15 @@ impl PassRunner {
         };
         let [x0, y0, x1, y1] = opts.capture_rect;
         let input = host.frame_input();
+        let own_selection = LaneSelection::rect(x0, y0, x1, y1);
         Ok(Self {
             ctx,
             host,
             device,
             oracle,
             variant: opts.variant.variant(),
-            selection: LaneSelection::rect(x0, y0, x1, y1),
+            selection: own_selection,
+            own_selection,
             input,
         })
     }
@@ -220,10 +225,20 @@ impl PassRunner {
         self.ctx.info().name.clone()
     }
 
+    /// The lanes the pass captures now.
+    pub fn selection(&self) -> LaneSelection {
+        self.selection
+    }
+
     /// Runs one frame through `tap` (a debugger attached to it sees the report); with `--check`,
     /// replays the captured lanes through the CPU reference and fails where they disagree.
+    /// The lanes captured are the attached debugger's latest request
+    /// ([`Tap::take_lane_request`]), else `--capture-rect`'s.
     pub fn frame(&mut self, tap: &mut Tap) -> anyhow::Result<(DispatchInput, Frame, FrameFigures)> {
         let started = Instant::now();
+        if let Some(request) = tap.take_lane_request() {
+            self.selection = request.unwrap_or(self.own_selection);
+        }
         let HostSide {
             engine,
             scene,
@@ -526,8 +541,17 @@ pub fn demo_pass(
     let mut window = (Instant::now(), 0u64, Duration::ZERO, Duration::ZERO);
     let mut done = 0u64;
     let mut next = Instant::now();
+    let mut capturing = runner.selection();
     while frames.is_none_or(|n| done < n) {
         let (_, _, fig) = runner.frame(tap)?;
+        if runner.selection() != capturing {
+            capturing = runner.selection();
+            eprintln!(
+                "  from frame {}: capturing {} (the debugger's choice, else --capture-rect)",
+                done + 1,
+                capturing
+            );
+        }
         done += 1;
         window.1 += 1;
         window.2 += fig.frame;

@@ -228,3 +228,113 @@ fn the_demo_streams_the_instrumented_pass_to_a_debugger() {
     assert_eq!(section["control"], "fired");
     assert!(section["counters"]["guest"].as_u64().unwrap() > 0);
 }
+
+/// Issue 14's "selecting a cell selects its lanes for capture on the next dispatch (live)": a
+/// debugger asks the demo's pass for one workgroup's lanes; a later frame's captured accesses are
+/// that workgroup's alone (replayed through the CPU reference by `--check`);
+/// giving the choice back returns to `--capture-rect`'s lanes; and a second request replaces the
+/// first.
+#[test]
+fn lanes_a_debugger_selects_are_captured_on_the_next_pass() {
+    use dispatchscope_core::instrument::LaneSelection;
+    use dispatchscope_live::{Incoming, LiveClient, ToDebugger};
+    use std::collections::BTreeSet;
+    use std::io::{BufRead, BufReader};
+    use std::time::{Duration, Instant};
+
+    let mut demo = bin()
+        .args([
+            "demo",
+            "--resolution",
+            "32x32",
+            "--fps",
+            "30",
+            "--check",
+            "--validation",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(demo.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let addr = first
+        .split("listening on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_owned();
+    let client = match LiveClient::connect(&addr, None, Duration::from_secs(60)) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = demo.kill();
+            let mut err = String::new();
+            std::io::Read::read_to_string(&mut demo.stderr.take().unwrap(), &mut err).unwrap();
+            if !required() && err.contains("opening the Vulkan device") {
+                eprintln!("skipped: the Vulkan backend cannot run here: {err}");
+                return;
+            }
+            panic!("attach failed: {e}\nthe demo: {err}");
+        }
+    };
+    // The workgroups (and pixels) of the captured accesses of the next dispatch that satisfies
+    // `done`, waiting at most a minute.
+    let next_capture = |done: &dyn Fn(&BTreeSet<u32>, &BTreeSet<[u32; 2]>) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            assert!(Instant::now() < deadline, "no frame captured what was asked");
+            match client.recv_timeout(Duration::from_secs(5)) {
+                Some(Incoming::Message(ToDebugger::Dispatch { report, .. })) => {
+                    let section = report.instrumented.as_ref().expect("an instrumented pass");
+                    assert_eq!(section.control, dispatchscope_core::report::ControlStatus::Fired);
+                    let groups: BTreeSet<u32> =
+                        section.captured.iter().map(|c| c.workgroup).collect();
+                    let pixels: BTreeSet<[u32; 2]> =
+                        section.captured.iter().map(|c| c.pixel).collect();
+                    if done(&groups, &pixels) {
+                        return (groups, pixels);
+                    }
+                }
+                Some(Incoming::Disconnected { reason, .. }) => panic!("disconnected: {reason}"),
+                _ => {}
+            }
+        }
+    };
+    // --capture-rect's default: the first 8 pixels of row 0, in workgroup 0 (the capture holds
+    // 192 accesses, so not every lane's all).
+    let default_rect = |g: &BTreeSet<u32>, p: &BTreeSet<[u32; 2]>| {
+        g == &BTreeSet::from([0]) && p.iter().all(|&[x, y]| y == 0 && x < 8)
+    };
+    next_capture(&default_rect);
+    // Workgroup 9 of a 4×4 grid of 8×8 workgroups: pixels x 8..16, y 16..24.
+    client
+        .capture_lanes(Some(LaneSelection::workgroup(9, u64::MAX)))
+        .unwrap();
+    let (_, pixels) = next_capture(&|g, _| g == &BTreeSet::from([9]));
+    let want: BTreeSet<[u32; 2]> = (16..24)
+        .flat_map(|y| (8..16).map(move |x| [x, y]))
+        .collect();
+    assert!(
+        !pixels.is_empty() && pixels.is_subset(&want),
+        "lanes of workgroup 9 only: {pixels:?}"
+    );
+    // A pixel replaces the workgroup.
+    client
+        .capture_lanes(Some(LaneSelection::rect(30, 31, 31, 32)))
+        .unwrap();
+    next_capture(&|_, p| p == &BTreeSet::from([[30, 31]]));
+    // Giving the choice back returns to --capture-rect.
+    client.capture_lanes(None).unwrap();
+    next_capture(&default_rect);
+    client.detach(Duration::from_secs(5)).unwrap();
+    let _ = demo.kill();
+    let status = demo.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut demo.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(
+        err.contains("capturing workgroup 9") && err.contains("capturing pixel (30, 31)"),
+        "the demo says what it captures ({status}): {err}"
+    );
+}

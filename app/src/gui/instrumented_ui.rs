@@ -3,12 +3,15 @@
 //! report has an instrumented section.
 //!
 //! The panel keeps what a person selected: the site (whose pc a listing can follow) and the lanes
-//! of a grid cell (what a live link can ask the target to capture on its next dispatch). This file
-//! only holds them between frames and offers them to the rest of the window; it sends nothing.
+//! of a grid cell (what a live link asks the target to capture on its next dispatch:
+//! [`PassTab::sync_live`]).
 
 use dispatchscope_core::DispatchReport;
 use dispatchscope_core::instrument::LaneSelection;
 use dispatchscope_views::PassPanel;
+use std::path::PathBuf;
+
+use super::LiveLink;
 
 /// The Pass tab's state, kept across dispatches (so a cell selected on one frame's pass is the
 /// request for the next).
@@ -16,6 +19,8 @@ use dispatchscope_views::PassPanel;
 pub struct PassTab {
     /// The panel.
     pub panel: PassPanel,
+    /// The lanes last asked of a live target, and which session (its recording) was asked.
+    sent: Option<(PathBuf, Option<LaneSelection>)>,
 }
 
 impl PassTab {
@@ -34,9 +39,37 @@ impl PassTab {
     }
 
     /// The lanes selected on the picture: what a live link asks to capture next.
-    #[allow(dead_code, reason = "the live link's wiring reads it")]
     pub fn lane_request(&self) -> Option<LaneSelection> {
         self.panel.lane_request()
+    }
+
+    /// Asks `link`'s target to capture the lanes selected on the picture, when they changed since
+    /// the last request to that session (a cleared selection gives the choice back to the
+    /// target); the line to show the person, when something was sent or failed.
+    pub fn sync_live(&mut self, link: &LiveLink) -> Option<String> {
+        if !link.is_attached() {
+            return None;
+        }
+        let wanted = self.lane_request();
+        let session = link.recording_path();
+        if self
+            .sent
+            .as_ref()
+            .is_some_and(|(p, l)| p == session && *l == wanted)
+        {
+            return None;
+        }
+        // The first look at a session sends nothing unless a cell is selected.
+        if self.sent.as_ref().is_none_or(|(p, _)| p != session) && wanted.is_none() {
+            self.sent = Some((session.to_path_buf(), None));
+            return None;
+        }
+        self.sent = Some((session.to_path_buf(), wanted));
+        Some(match (link.capture_lanes(wanted), wanted) {
+            (Ok(()), Some(l)) => format!("asked the target to capture {l} from its next pass"),
+            (Ok(()), None) => "gave the choice of captured lanes back to the target".into(),
+            (Err(e), _) => format!("could not ask the target for lanes: {e}"),
+        })
     }
 
     /// The pc a person asked to see in the listing (a click on a site's pc), once.

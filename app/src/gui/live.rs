@@ -188,6 +188,16 @@ impl LiveLink {
         self.client()?.step(n).map_err(|e| e.to_string())
     }
 
+    /// Ask the target to capture `lanes` on its next instrumented pass (`None`: its own choice).
+    pub fn capture_lanes(
+        &self,
+        lanes: Option<dispatchscope_core::instrument::LaneSelection>,
+    ) -> Result<(), String> {
+        self.client()?
+            .capture_lanes(lanes)
+            .map_err(|e| e.to_string())
+    }
+
     /// Replaces the target's breakpoints.
     pub fn set_breakpoints(&self, breakpoints: &Breakpoints) -> Result<(), String> {
         self.client()?

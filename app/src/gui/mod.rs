@@ -601,6 +601,11 @@ impl GuiApp {
                     self.pass.panel.select_pc(ir, pc);
                 }
                 self.pass.ui(ui, r);
+                if let Some(l) = &self.live
+                    && let Some(line) = self.pass.sync_live(l)
+                {
+                    self.notice = Some(line);
+                }
                 if let Some(pc) = self.pass.take_listing_request() {
                     self.listing.show_pc(pc, sel);
                 }

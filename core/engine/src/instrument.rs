@@ -220,7 +220,8 @@ impl InstrumentLayout {
 
 /// The lanes whose every access the device captures: a lane is captured when it lies in the
 /// rectangle, in the workgroup (if one is named), and its local index's bit is set in the mask.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A debugger sends one to a live target (`dispatchscope_live`'s `ToTarget::CaptureLanes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LaneSelection {
     /// One workgroup, or any.
     pub workgroup: Option<u32>,
@@ -267,6 +268,24 @@ impl LaneSelection {
             && self.workgroup.is_none_or(|w| w == wg)
             && local < 64
             && (self.lane_mask >> local) & 1 == 1
+    }
+}
+
+/// In words: `"workgroup 1234"`, `"pixel (3, 4)"` or `"pixels [10, 20) × [5, 6)"`.
+impl std::fmt::Display for LaneSelection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.workgroup {
+            Some(w) if self.lane_mask == u64::MAX => write!(f, "workgroup {w}"),
+            Some(w) => write!(f, "workgroup {w}, lanes {:#018x}", self.lane_mask),
+            None => {
+                let [x0, y0, x1, y1] = self.rect;
+                if x1 == x0.wrapping_add(1) && y1 == y0.wrapping_add(1) {
+                    write!(f, "pixel ({x0}, {y0})")
+                } else {
+                    write!(f, "pixels [{x0}, {x1}) × [{y0}, {y1})")
+                }
+            }
+        }
     }
 }
 

@@ -485,6 +485,15 @@ impl LiveClient {
         self.send(&ToTarget::Detail { dispatch })
     }
 
+    /// Ask the target to capture `lanes` on its next instrumented pass and each after it
+    /// ([`ToTarget::CaptureLanes`]); `None` gives the choice back to the target.
+    pub fn capture_lanes(
+        &self,
+        lanes: Option<dispatchscope_core::instrument::LaneSelection>,
+    ) -> Result<(), ClientError> {
+        self.send(&ToTarget::CaptureLanes { lanes })
+    }
+
     /// Replace the breakpoints.
     pub fn set_breakpoints(&self, breakpoints: &Breakpoints) -> Result<(), ClientError> {
         self.send(&ToTarget::SetBreakpoints {

@@ -654,6 +654,15 @@ pub enum ToTarget {
         /// The dispatch.
         dispatch: u64,
     },
+    /// Capture these lanes' every access on the target's next device pass that captures lanes
+    /// (a person selected a cell of the Pass tab's grid), and on each after it, until another
+    /// request; `None` gives the choice back to the emulator. The emulator reads the request
+    /// with [`crate::Tap::take_lane_request`] before it runs its pass; a session's end gives the
+    /// choice back too. A target that runs no instrumented pass ignores it.
+    CaptureLanes {
+        /// The lanes, or `None` for the emulator's own selection.
+        lanes: Option<dispatchscope_core::instrument::LaneSelection>,
+    },
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -509,6 +509,10 @@ fn read_loop(
                 queue.push_control(lock(details).answer(dispatch));
                 continue;
             }
+            ToTarget::CaptureLanes { lanes } => {
+                c.lanes_chosen = lanes.is_some();
+                c.lane_request = Some(lanes);
+            }
             ToTarget::Detach => return "it detached".into(),
         }
         drop(c);

@@ -13,6 +13,8 @@ use thiserror::Error;
 
 use std::collections::HashMap;
 
+use dispatchscope_core::instrument::LaneSelection;
+
 use crate::protocol::{Breakpoints, DEFAULT_LISTEN, ToDebugger};
 use crate::wire::EncodedDispatch;
 
@@ -312,6 +314,11 @@ pub(crate) struct Control {
     /// The session the game is paused for: a pause outlives its session for the moment the game
     /// thread takes to wake, and the next session's commands must not be taken for its.
     pub(crate) paused_for: Option<u64>,
+    /// A lane request ([`crate::ToTarget::CaptureLanes`]) the emulator has not yet taken: `Some(None)`
+    /// gives the choice back to the emulator.
+    pub(crate) lane_request: Option<Option<LaneSelection>>,
+    /// Whether the session's debugger chose the lanes, so that its end gives the choice back.
+    pub(crate) lanes_chosen: bool,
 }
 
 impl Control {
@@ -322,6 +329,9 @@ impl Control {
         self.release = None;
         self.breakpoints = Breakpoints::default();
         self.snapshot_wanted = false;
+        if std::mem::take(&mut self.lanes_chosen) {
+            self.lane_request = Some(None);
+        }
     }
 }
 
@@ -344,6 +354,11 @@ pub(crate) struct Shared {
 const MAX_NOTICES: usize = 256;
 
 impl Shared {
+    /// The lane request the emulator has not yet taken (see [`crate::Tap::take_lane_request`]).
+    pub(crate) fn take_lane_request(&self) -> Option<Option<LaneSelection>> {
+        lock(&self.control).lane_request.take()
+    }
+
     pub(crate) fn new(config: TapConfig) -> Self {
         Self {
             attached: AtomicBool::new(false),

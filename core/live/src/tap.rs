@@ -34,6 +34,7 @@ use dispatchscope_core::backend::Backend;
 use dispatchscope_core::engine::{Engine, EngineError};
 use dispatchscope_core::input::DispatchInput;
 use dispatchscope_core::input::Event;
+use dispatchscope_core::instrument::LaneSelection;
 use dispatchscope_core::report::{DispatchReport, EventReport, Mode};
 
 /// A cheap, cloneable view of a tap for other threads: attached or not, figures, the log.
@@ -76,6 +77,11 @@ impl TapHandle {
     /// Takes the lines the tap logged since the last call: attaches, detaches, refusals, timeouts.
     pub fn take_notices(&self) -> Vec<String> {
         self.shared.take_notices()
+    }
+
+    /// Takes the debugger's latest lane request, as [`Tap::take_lane_request`] does.
+    pub fn take_lane_request(&self) -> Option<Option<LaneSelection>> {
+        self.shared.take_lane_request()
     }
 }
 
@@ -122,6 +128,15 @@ impl Tap {
     /// Detached, this costs a lock and a map insert, once per program.
     pub fn add_program(&self, address: u64, code: &[u8]) {
         lock(&self.shared.programs).insert(address, Arc::from(code));
+    }
+
+    /// Takes the lanes an attached debugger asked to capture ([`crate::ToTarget::CaptureLanes`])
+    /// since the last call: `None` when nothing changed, `Some(Some(lanes))` for a new selection,
+    /// `Some(None)` when the debugger (or its session's end) gave the choice back to the emulator.
+    /// An emulator calls it once before each instrumented pass and keeps what it got; it costs
+    /// one uncontended lock.
+    pub fn take_lane_request(&self) -> Option<Option<LaneSelection>> {
+        self.shared.take_lane_request()
     }
 
     /// A handle for other threads.

@@ -45,20 +45,9 @@ impl LogFilter {
     }
 }
 
-/// A lane selection in words: `"workgroup 1234"` or `"pixels [10, 20) × [5, 6)"`.
+/// A lane selection in words: `"workgroup 1234"` or `"pixels [10, 20) × [5, 6)"` (its `Display`).
 pub fn describe_lanes(l: &LaneSelection) -> String {
-    match l.workgroup {
-        Some(w) if l.lane_mask == u64::MAX => format!("workgroup {w}"),
-        Some(w) => format!("workgroup {w}, lanes {:#018x}", l.lane_mask),
-        None => {
-            let [x0, y0, x1, y1] = l.rect;
-            if x1 == x0 + 1 && y1 == y0 + 1 {
-                format!("pixel ({x0}, {y0})")
-            } else {
-                format!("pixels [{x0}, {x1}) × [{y0}, {y1})")
-            }
-        }
-    }
+    l.to_string()
 }
 
 /// The escape log's header lines: the counted total, how many were logged, and (when the log was
