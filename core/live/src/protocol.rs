@@ -554,6 +554,12 @@ pub enum ToDebugger {
         #[serde(default, skip_serializing_if = "is_zero")]
         accesses_left_out: u64,
     },
+    /// A dispatch as a [`crate::wire::Decoder`] set to
+    /// [`crate::wire::Decoder::set_keep_received`] hands it over: decoded only as far as a table
+    /// row needs, with its bytes as they came (what a live store writes unchanged); never on the
+    /// wire itself.
+    #[serde(skip)]
+    Received(Box<crate::wire::ReceivedDispatch>),
     /// The whole access list of a dispatch, as [`ToTarget::Detail`] asked.
     Detail {
         /// The dispatch.
@@ -614,7 +620,7 @@ impl ToDebugger {
             ToDebugger::EventFailed { .. } => "event-failed",
             ToDebugger::MappingState { .. } => "mapping-state",
             ToDebugger::Program { .. } => "program",
-            ToDebugger::Dispatch { .. } => "dispatch",
+            ToDebugger::Dispatch { .. } | ToDebugger::Received(_) => "dispatch",
             ToDebugger::Detail { .. } => "detail",
             ToDebugger::DetailGone { .. } => "detail-gone",
             ToDebugger::DispatchFailed { .. } => "dispatch-failed",

@@ -193,6 +193,22 @@ impl CaptureRecorder {
         Ok(offset)
     }
 
+    /// Appends dispatch `index`'s DISPATCH record, counting any gap before it.
+    fn append_dispatch(&mut self, index: u64, payload: &[u8]) -> Result<u64, RecordError> {
+        if let Some(n) = self.next_dispatch
+            && index > n
+        {
+            self.summary.missing += index - n;
+            self.summary.dropped += index - n;
+        }
+        self.next_dispatch = Some(index + 1);
+        let at = self.append(RecordKind::DISPATCH, payload, true)?;
+        self.summary.dispatches += 1;
+        self.summary.first_dispatch.get_or_insert(index);
+        self.summary.last_dispatch = Some(index);
+        Ok(at)
+    }
+
     /// The code of the programs the target sent so far (written to the capture as they came).
     pub fn programs(&self) -> &[Program] {
         &self.programs
@@ -285,24 +301,19 @@ impl CaptureRecorder {
                 report,
                 ..
             } if self.writer.is_some() => {
-                if let Some(n) = self.next_dispatch
-                    && *index > n
-                {
-                    self.summary.missing += index - n;
-                    self.summary.dropped += index - n;
-                }
-                self.next_dispatch = Some(index + 1);
                 // The access lists as rows, the rest as JSON (`dispatchscope_formats::columns`):
                 // a tenth of the JSON record's encoding time, read back by every capture reader.
                 self.payload.clear();
                 columns::encode_record(input, Some(report), &mut self.payload);
                 let payload = std::mem::take(&mut self.payload);
-                let at = self.append(RecordKind::DISPATCH, &payload, true);
+                let at = self.append_dispatch(*index, &payload);
                 self.payload = payload;
                 dispatch_at = Some(at?);
-                self.summary.dispatches += 1;
-                self.summary.first_dispatch.get_or_insert(*index);
-                self.summary.last_dispatch = Some(*index);
+            }
+            // The bytes as they came (`dispatchscope_formats::message`'s version 2 record): no
+            // decoding or encoding again.
+            ToDebugger::Received(d) if self.writer.is_some() => {
+                dispatch_at = Some(self.append_dispatch(d.index, d.record())?);
             }
             _ => {}
         }
@@ -354,6 +365,8 @@ pub fn record(
             timeout: options.timeout,
             client_name: "dispatchscope record".into(),
             snapshot: true,
+            // Recording writes each dispatch's bytes as they came.
+            keep_received: true,
             ..ClientOptions::default()
         },
     )?;

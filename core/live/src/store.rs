@@ -26,6 +26,7 @@ use thiserror::Error;
 
 use crate::protocol::ToDebugger;
 use crate::record::{CaptureRecorder, RecordError, RecordSummary};
+use crate::wire::ReceivedDispatch;
 use dispatchscope_core::report::{DispatchReport, Mode};
 use dispatchscope_formats::capture::RecordKind;
 use dispatchscope_formats::session::DispatchRecord;
@@ -107,6 +108,12 @@ pub struct DispatchRow {
     pub hazards: u16,
 }
 
+/// A report the window keeps: whole, or as it came over the wire (decoded when asked for).
+enum Kept {
+    Report(Box<DispatchReport>),
+    Received(Box<ReceivedDispatch>),
+}
+
 /// A live session kept on disk with an index and a window in memory; see the module docs.
 pub struct LiveStore {
     recorder: CaptureRecorder,
@@ -118,7 +125,7 @@ pub struct LiveStore {
     labels: Vec<String>,
     label_ids: HashMap<String, u32>,
     /// The latest reports, with their positions.
-    window: VecDeque<(usize, DispatchReport)>,
+    window: VecDeque<(usize, Kept)>,
     window_len: usize,
     reader: Option<File>,
 }
@@ -160,13 +167,16 @@ impl LiveStore {
         if !self.take_ref(&message)? {
             return Ok(false);
         }
-        if self.window_len > 0
-            && let ToDebugger::Dispatch { report, .. } = message
-        {
+        let kept = match message {
+            ToDebugger::Dispatch { report, .. } => Kept::Report(report),
+            ToDebugger::Received(d) => Kept::Received(d),
+            _ => return Ok(true),
+        };
+        if self.window_len > 0 {
             if self.window.len() == self.window_len {
                 self.window.pop_front();
             }
-            self.window.push_back((self.rows.len() - 1, *report));
+            self.window.push_back((self.len() - 1, kept));
         }
         Ok(true)
     }
@@ -177,14 +187,15 @@ impl LiveStore {
         let Some(offset) = self.recorder.take_at(message)? else {
             return Ok(false);
         };
-        let ToDebugger::Dispatch { index, report, .. } = message else {
-            return Ok(false);
+        let (index, report) = match message {
+            ToDebugger::Dispatch { index, report, .. } => (*index, &**report),
+            ToDebugger::Received(d) => (d.index, &d.report),
+            _ => return Ok(false),
         };
         self.offsets.push(offset);
         if !self.keep_rows {
             return Ok(true);
         }
-        let index = *index;
         let label = self.intern(&report.label);
         self.rows.push(DispatchRow {
             index,
@@ -246,20 +257,29 @@ impl LiveStore {
         }
     }
 
-    /// The report at position `pos` if it is in the window.
-    pub fn recent(&self, pos: usize) -> Option<&DispatchReport> {
+    /// The report at position `pos` if it is in the window (decoded now when the window keeps it
+    /// as it came over the wire).
+    pub fn recent(&self, pos: usize) -> Option<Result<DispatchReport, StoreError>> {
         let first = self.window.front()?.0;
-        self.window
-            .get(pos.checked_sub(first)?)
-            .filter(|(p, _)| *p == pos)
-            .map(|(_, r)| r)
+        let (p, kept) = self.window.get(pos.checked_sub(first)?)?;
+        if *p != pos {
+            return None;
+        }
+        Some(match kept {
+            Kept::Report(r) => Ok((**r).clone()),
+            Kept::Received(d) => d.decode().map(|(_, r)| r).map_err(|e| StoreError::ReadBack {
+                path: self.recorder.path().to_owned(),
+                offset: 0,
+                message: format!("dispatch {} as it came: {e}", d.index),
+            }),
+        })
     }
 
     /// The report at position `pos`: from the window, or read back from the file (flushing first
     /// when the record is not durable yet).
     pub fn report(&mut self, pos: usize) -> Result<DispatchReport, StoreError> {
         if let Some(r) = self.recent(pos) {
-            return Ok(r.clone());
+            return r;
         }
         Ok(self.record(pos)?.1)
     }
