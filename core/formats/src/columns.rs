@@ -834,7 +834,7 @@ pub fn decode_record(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
@@ -859,7 +859,7 @@ mod tests {
         v
     }
 
-    fn report() -> (DispatchInput, DispatchReport) {
+    pub(crate) fn report() -> (DispatchInput, DispatchReport) {
         let mut e = Engine::<CpuBackend>::cpu(DeviceLimits::default()).unwrap();
         let base = 0x1000_0000u64;
         e.apply(&Event::Reserve {

@@ -357,3 +357,152 @@ pub fn decode_record(bytes: &[u8]) -> Result<(DispatchInput, DispatchReport), Co
     restore_mapping_lists(lists, &mut report)?;
     Ok((input, report))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+    use crate::session::DispatchRecord;
+
+    fn whole() -> (DispatchInput, DispatchReport, Vec<u8>) {
+        let (input, report) = crate::columns::tests::report();
+        let mut out = Vec::new();
+        encode_whole(report.index, &input, &report, &mut out).unwrap();
+        (input, report, out)
+    }
+
+    /// A record whose report names its mapping lists instead of carrying them, as a live store
+    /// writes it: the message without the lists, and the lists beside it.
+    fn record_naming_lists() -> (DispatchInput, DispatchReport, Vec<u8>) {
+        let (input, report) = crate::columns::tests::report();
+        let m = report.mappings.as_ref().unwrap();
+        assert!(!m.runs.is_empty(), "the engine's report has readable runs");
+        let mut lists = Vec::new();
+        let named = MappingListsRef {
+            runs: &m.runs,
+            pieces: &m.pieces,
+            left_out: &m.left_out,
+        };
+        encode_mapping_lists(&named, &mut lists).unwrap();
+        let mut shell = report.clone();
+        let sm = shell.mappings.as_mut().unwrap();
+        sm.runs.clear();
+        sm.pieces.clear();
+        sm.left_out.clear();
+        let mut rows = Vec::new();
+        columns::encode_accesses(&input.accesses, &mut rows);
+        columns::encode_access_reports(&report.accesses, &mut rows);
+        let mut message = Vec::new();
+        encode(7, &input, &shell, Some(3), 0, &rows, &mut message).unwrap();
+        let mut record = Vec::new();
+        encode_record(&message, &lists, &mut record);
+        (input, report, record)
+    }
+
+    #[test]
+    fn a_message_round_trips_whole_and_by_its_summary() {
+        let (input, report, bytes) = whole();
+        let m = decode_exact(&bytes).unwrap();
+        assert_eq!(*m.input, input);
+        assert_eq!(*m.report, report);
+        assert_eq!(m.mapping_state, None);
+        let (mut s, rows) = summary(&bytes).unwrap();
+        assert!(s.input.accesses.is_empty() && s.report.accesses.is_empty());
+        assert_eq!(s.report.counts, report.counts);
+        fill_rows(&bytes[rows], &mut s.input, &mut s.report).unwrap();
+        assert_eq!((*s.input, *s.report), (input, report));
+    }
+
+    #[test]
+    fn a_version_2_record_puts_its_mapping_lists_back_and_old_records_still_read() {
+        let (input, report, record) = record_naming_lists();
+        assert!(is_versioned_record(&record));
+        let r = DispatchRecord::from_payload(&record).unwrap();
+        assert_eq!(r.input, input);
+        assert_eq!(r.report.as_ref(), Some(&report));
+        // Version 1 (JSON rest) and plain JSON records read as before.
+        let mut v1 = Vec::new();
+        columns::encode_record(&input, Some(&report), &mut v1);
+        assert!(!is_versioned_record(&v1));
+        let r1 = DispatchRecord::from_payload(&v1).unwrap();
+        assert_eq!((r1.input, r1.report), (input.clone(), Some(report.clone())));
+        let json = serde_json::to_vec(&DispatchRecord {
+            input: input.clone(),
+            report: Some(report.clone()),
+        })
+        .unwrap();
+        let r0 = DispatchRecord::from_payload(&json).unwrap();
+        assert_eq!((r0.input, r0.report), (input, Some(report)));
+    }
+
+    #[test]
+    fn every_cut_of_a_version_2_record_is_an_error_and_no_flip_panics() {
+        let (_, _, record) = record_naming_lists();
+        for cut in 0..record.len() {
+            assert!(decode_record(&record[..cut]).is_err(), "cut at {cut}");
+        }
+        for at in 0..record.len() {
+            let mut b = record.clone();
+            b[at] ^= 0xa5;
+            let _ = decode_record(&b);
+            let _ = DispatchRecord::from_payload(&b);
+        }
+    }
+
+    #[test]
+    fn bad_version_2_records_are_named() {
+        let (_, _, record) = record_naming_lists();
+        let mut b = record.clone();
+        b[4..8].copy_from_slice(&0x8000_0003u32.to_le_bytes());
+        assert_eq!(
+            decode_record(&b).unwrap_err(),
+            ColumnsError::UnknownVersion(0x8000_0003)
+        );
+        let mut b = record.clone();
+        b.push(0);
+        assert_eq!(decode_record(&b).unwrap_err(), ColumnsError::Trailing(1));
+        let mut b = record.clone();
+        b[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            decode_record(&b).unwrap_err(),
+            ColumnsError::Truncated {
+                part: "message",
+                ..
+            }
+        ));
+        // The message's first byte (a MessagePack map) smashed.
+        let mut b = record.clone();
+        b[12] = 0xc1;
+        assert!(matches!(
+            decode_record(&b).unwrap_err(),
+            ColumnsError::MessagePack(_)
+        ));
+        // Mapping lists for a report without a mapping report.
+        let (input, mut report, _) = whole();
+        report.mappings = None;
+        let mut message = Vec::new();
+        encode_whole(1, &input, &report, &mut message).unwrap();
+        let mut lists = Vec::new();
+        let named = MappingListsRef {
+            runs: &[],
+            pieces: &[],
+            left_out: &[],
+        };
+        encode_mapping_lists(&named, &mut lists).unwrap();
+        let mut b = Vec::new();
+        encode_record(&message, &lists, &mut b);
+        assert!(matches!(
+            decode_record(&b).unwrap_err(),
+            ColumnsError::Inconsistent { .. }
+        ));
+        // A message whose rows' length word disagrees with its rows.
+        let (_, _, mut m) = whole();
+        let n = m.len();
+        m.push(0);
+        assert!(summary(&m).is_err());
+        assert!(decode_exact(&m).is_err());
+        m.truncate(n - 1);
+        assert!(decode_exact(&m).is_err());
+    }
+}

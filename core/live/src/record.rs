@@ -175,7 +175,7 @@ impl CaptureRecorder {
         }
     }
 
-    /// Appends a record; returns the offset of its header in the file.
+    /// Appends a record; returns its seq (its number in the file).
     fn append(
         &mut self,
         kind: RecordKind,
@@ -186,11 +186,24 @@ impl CaptureRecorder {
         let Some(w) = self.writer.as_mut() else {
             return Ok(0);
         };
-        let offset = w.len_bytes();
-        w.append(kind, payload, compress)
+        let seq = w
+            .append(kind, payload, compress)
             .map_err(|error| RecordError::Capture { path, error })?;
         self.summary.bytes = w.len_bytes();
-        Ok(offset)
+        Ok(seq)
+    }
+
+    /// Where record `seq`'s header starts in the file (from the capture writer's own list).
+    pub fn record_offset(&self, seq: u64) -> Option<u64> {
+        self.writer.as_ref()?.record_offset(seq)
+    }
+
+    /// The seq of the `n`-th DISPATCH record from record `from` on (`n = 0`: the first at or
+    /// after `from`), from the capture writer's own list.
+    pub fn nth_dispatch_from(&self, from: u64, n: u64) -> Option<u64> {
+        self.writer
+            .as_ref()?
+            .nth_of_kind(from, RecordKind::DISPATCH, n)
     }
 
     /// Appends dispatch `index`'s DISPATCH record, counting any gap before it.
@@ -230,7 +243,8 @@ impl CaptureRecorder {
         self.take_at(message).map(|_| ())
     }
 
-    /// [`Self::take`], returning the offset of the DISPATCH record it wrote, if it wrote one.
+    /// [`Self::take`], returning the seq of the DISPATCH record it wrote, if it wrote one
+    /// ([`Self::record_offset`] finds it in the file).
     pub fn take_at(&mut self, message: &ToDebugger) -> Result<Option<u64>, RecordError> {
         let mut dispatch_at = None;
         match message {
