@@ -473,30 +473,43 @@ impl ReceivedDispatch {
 
     /// [`Self::decode`] as a [`ToDebugger::Dispatch`] (the shells moved, not cloned).
     pub fn into_dispatch(self) -> Result<ToDebugger, ProtocolError> {
+        match self.into_dispatch_or_shell() {
+            (m, None) => Ok(m),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// [`Self::into_dispatch`], and when the rows or mapping lists do not decode, the dispatch
+    /// with its shells alone (no accesses) and why: a caller that must keep one report a
+    /// dispatch (a window's rows line up with its store's records) keeps that.
+    pub fn into_dispatch_or_shell(self) -> (ToDebugger, Option<ProtocolError>) {
         let ReceivedDispatch {
             index,
             mut input,
             mut report,
             accesses_left_out,
+            record,
+            rows,
+            lists,
             ..
         } = self;
-        let (rows, lists) = (self.rows.clone(), self.lists.clone());
-        let record = self.record;
-        let fill = |input: &mut DispatchInput, report: &mut DispatchReport| {
-            let r = record.get(rows).unwrap_or_default();
-            message::fill_rows(r, input, report)?;
-            message::restore_mapping_lists(record.get(lists).unwrap_or_default(), report)
-        };
-        fill(&mut input, &mut report).map_err(|e| {
+        let filled = message::fill_rows(record.get(rows).unwrap_or_default(), &mut input, &mut report)
+            .and_then(|()| {
+                message::restore_mapping_lists(record.get(lists).unwrap_or_default(), &mut report)
+            });
+        let error = filled.err().map(|e| {
+            input.accesses.clear();
+            report.accesses.clear();
             malformed(format!("dispatch {index}'s rows or mapping lists: {e}"))
-        })?;
-        Ok(ToDebugger::Dispatch {
+        });
+        let m = ToDebugger::Dispatch {
             index,
             input: Box::new(input),
             report: Box::new(report),
             mapping_state: None,
             accesses_left_out,
-        })
+        };
+        (m, error)
     }
 
     fn fill(
