@@ -162,7 +162,10 @@ fn write_parts(
 ) -> Result<(), ColumnsError> {
     let len = u32::try_from(rows.len()).map_err(|_| ColumnsError::Inconsistent {
         row: 0,
-        what: format!("{} bytes of access rows, more than a u32 counts", rows.len()),
+        what: format!(
+            "{} bytes of access rows, more than a u32 counts",
+            rows.len()
+        ),
     })?;
     let fields = MessageRef {
         index,
@@ -326,7 +329,10 @@ pub fn record_parts(bytes: &[u8]) -> Result<(&[u8], &[u8]), ColumnsError> {
 
 /// Puts `lists` (encoded by [`encode_mapping_lists`]; empty: nothing) into `report`'s mapping
 /// report.
-pub fn restore_mapping_lists(lists: &[u8], report: &mut DispatchReport) -> Result<(), ColumnsError> {
+pub fn restore_mapping_lists(
+    lists: &[u8],
+    report: &mut DispatchReport,
+) -> Result<(), ColumnsError> {
     if lists.is_empty() {
         return Ok(());
     }

@@ -20,7 +20,13 @@ fn record(i: u64) -> (RecordKind, Vec<u8>) {
     let kind = if i % 7 == 3 { EVENTS } else { DISPATCH };
     let len = ((i * 2_654_435_761) % 97) as usize;
     let payload = (0..len)
-        .map(|j| if i % 2 == 0 { (i as u8) ^ (j as u8) } else { 0x5a })
+        .map(|j| {
+            if i % 2 == 0 {
+                (i as u8) ^ (j as u8)
+            } else {
+                0x5a
+            }
+        })
         .collect();
     (kind, payload)
 }
@@ -54,7 +60,13 @@ fn any_record_is_found_from_the_writers_list_after_100000_records() {
     let dispatches: Vec<u64> = (0..n_records)
         .filter(|&s| kinds[s as usize] == DISPATCH)
         .collect();
-    for &(from_dispatch, n) in &[(0usize, 0u64), (0, 63), (1_000, 5), (50_000, 63), (80_000, 0)] {
+    for &(from_dispatch, n) in &[
+        (0usize, 0u64),
+        (0, 63),
+        (1_000, 5),
+        (50_000, 63),
+        (80_000, 0),
+    ] {
         let from = dispatches[from_dispatch];
         assert_eq!(
             w.nth_of_kind(from, DISPATCH, n),
@@ -68,7 +80,11 @@ fn any_record_is_found_from_the_writers_list_after_100000_records() {
     // The reader lists the records it was given (not the container's checkpoints), by seq.
     assert_eq!(r.records().len() as u64, N);
     for meta in r.records() {
-        assert_eq!(meta.offset_bytes, offsets[meta.seq as usize], "record {}", meta.seq);
+        assert_eq!(
+            meta.offset_bytes, offsets[meta.seq as usize],
+            "record {}",
+            meta.seq
+        );
         assert_eq!(meta.kind, kinds[meta.seq as usize], "record {}", meta.seq);
     }
     // Every payload reads back through the index.

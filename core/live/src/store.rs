@@ -284,11 +284,14 @@ impl LiveStore {
         }
         Some(match kept {
             Kept::Report(r) => Ok((**r).clone()),
-            Kept::Received(d) => d.decode().map(|(_, r)| r).map_err(|e| StoreError::ReadBack {
-                path: self.recorder.path().to_owned(),
-                offset: 0,
-                message: format!("dispatch {} as it came: {e}", d.index),
-            }),
+            Kept::Received(d) => d
+                .decode()
+                .map(|(_, r)| r)
+                .map_err(|e| StoreError::ReadBack {
+                    path: self.recorder.path().to_owned(),
+                    offset: 0,
+                    message: format!("dispatch {} as it came: {e}", d.index),
+                }),
         })
     }
 

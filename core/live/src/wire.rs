@@ -493,10 +493,14 @@ impl ReceivedDispatch {
             lists,
             ..
         } = self;
-        let filled = message::fill_rows(record.get(rows).unwrap_or_default(), &mut input, &mut report)
-            .and_then(|()| {
-                message::restore_mapping_lists(record.get(lists).unwrap_or_default(), &mut report)
-            });
+        let filled = message::fill_rows(
+            record.get(rows).unwrap_or_default(),
+            &mut input,
+            &mut report,
+        )
+        .and_then(|()| {
+            message::restore_mapping_lists(record.get(lists).unwrap_or_default(), &mut report)
+        });
         let error = filled.err().map(|e| {
             input.accesses.clear();
             report.accesses.clear();

@@ -7,8 +7,9 @@ use std::path::Path;
 
 use super::format::{
     BUFFER_BYTES, CHECKPOINT_PAYLOAD_BYTES, CaptureError, FILE_HEADER_BYTES, FILE_MAGIC, FLAG_LZ4,
-    FORMAT_VERSION, INDEX_ENTRY_BYTES, MAX_HEADER_PAYLOAD_BYTES, MAX_RECORD_BYTES, RECORD_HEADER_BYTES, RecordHeader,
-    RecordKind, RecordMeta, Result, TRAILER_BYTES, TRAILER_MAGIC, crc_of, io_error,
+    FORMAT_VERSION, INDEX_ENTRY_BYTES, MAX_HEADER_PAYLOAD_BYTES, MAX_RECORD_BYTES,
+    RECORD_HEADER_BYTES, RecordHeader, RecordKind, RecordMeta, Result, TRAILER_BYTES,
+    TRAILER_MAGIC, crc_of, io_error,
 };
 
 /// Something a [`CaptureWriter`] can write to and make durable.
@@ -338,7 +339,9 @@ impl Written {
             return None;
         }
         let base = seq - seq % OFFSET_SAMPLE;
-        let mut at = *self.samples.get(usize::try_from(base / OFFSET_SAMPLE).ok()?)?;
+        let mut at = *self
+            .samples
+            .get(usize::try_from(base / OFFSET_SAMPLE).ok()?)?;
         let (from, to) = (usize::try_from(base).ok()?, usize::try_from(seq).ok()?);
         for &len in self.lens.get(from..to)? {
             at += RECORD_HEADER_BYTES + u64::from(len & !LEN_COMPRESSED);
