@@ -21,7 +21,7 @@ fn record(i: u64) -> (RecordKind, Vec<u8>) {
     let len = ((i * 2_654_435_761) % 97) as usize;
     let payload = (0..len)
         .map(|j| {
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 (i as u8) ^ (j as u8)
             } else {
                 0x5a
@@ -35,7 +35,7 @@ fn write(n: u64) -> CaptureWriter<Vec<u8>> {
     let mut w = CaptureWriter::to_sink(Vec::new(), b"{}").unwrap();
     for i in 0..n {
         let (kind, payload) = record(i);
-        w.append(kind, &payload, i % 3 == 0).unwrap();
+        w.append(kind, &payload, i.is_multiple_of(3)).unwrap();
         if i % 10_000 == 9_999 {
             w.flush().unwrap();
         }

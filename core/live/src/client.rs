@@ -412,13 +412,12 @@ impl LiveClient {
                 .spawn(move || {
                     read_loop(
                         read_stream,
-                        reader,
+                        (reader, decoder),
                         &tx,
                         &shared,
                         &writer,
                         notify.as_deref(),
                         heartbeat,
-                        decoder,
                     )
                 })
                 .map_err(ClientError::Thread)?
@@ -625,13 +624,12 @@ fn ping_if_due(shared: &ClientShared, writer: &Mutex<TcpStream>, heartbeat: Dura
 
 fn read_loop(
     mut stream: TcpStream,
-    mut reader: FrameReader,
+    (mut reader, mut decoder): (FrameReader, Decoder),
     tx: &SyncSender<Incoming>,
     shared: &ClientShared,
     writer: &Mutex<TcpStream>,
     notify: Option<&(dyn Fn() + Send + Sync)>,
     heartbeat: Duration,
-    mut decoder: Decoder,
 ) {
     let end = |reason: String, clean: bool| {
         shared.connected.store(false, Ordering::Relaxed);

@@ -205,7 +205,7 @@ impl LiveStore {
             ToDebugger::Received(d) => (d.index, &d.report),
             _ => return Ok(false),
         };
-        if self.n % DISPATCH_SAMPLE == 0 {
+        if self.n.is_multiple_of(DISPATCH_SAMPLE) {
             self.samples.push(seq);
         }
         self.n += 1;

@@ -319,7 +319,7 @@ impl Written {
     }
 
     fn push(&mut self, kind: RecordKind, stored_len: u32, compressed: bool) {
-        if self.len() % OFFSET_SAMPLE == 0 {
+        if self.len().is_multiple_of(OFFSET_SAMPLE) {
             self.samples.push(self.next_offset);
         }
         self.kinds.push(kind.0);
