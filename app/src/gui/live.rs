@@ -103,6 +103,9 @@ impl LiveLink {
             client_name: "dispatchscope window".into(),
             snapshot: true,
             notify: Some(notify),
+            // Dispatches come with their bytes, which the store writes as they came; the rows
+            // are decoded here, after (`take_message`).
+            keep_received: true,
             ..ClientOptions::default()
         };
         let client = LiveClient::connect_with(addr, &options).map_err(|e| e.to_string())?;
@@ -278,6 +281,18 @@ impl LiveLink {
                 None => self.recording = false,
             }
         }
+        // A dispatch that came with its bytes: the store wrote them; the window shows it whole.
+        let m = match m {
+            ToDebugger::Received(d) => {
+                let index = d.index;
+                let (m, error) = d.into_dispatch_or_shell();
+                if let Some(e) = error {
+                    self.failures.push((index, e.to_string()));
+                }
+                m
+            }
+            m => m,
+        };
         self.take(m, stored, session, out);
     }
 

@@ -4,7 +4,10 @@
 //!
 //! `cargo bench -p dispatchscope-demo --bench live_rate` (a bench binary, not criterion: each
 //! figure is one long run). Environment: `LIVE_RATE_PHASES` (any of `wire,stream,store`, all by
-//! default), `LIVE_RATE_S` (seconds per stream phase, 10), `LIVE_RATE_DISPATCHES` (the store's
+//! default), `LIVE_RATE_S` (seconds per stream phase, 10), `LIVE_RATE_WHOLE` (set: the stream
+//! phase's debugger decodes every dispatch whole, as before issue 18's one encoding),
+//! `LIVE_RATE_KEEP_ROWS` (0: the store as the window keeps it, no rows or reports),
+//! `LIVE_RATE_DISPATCHES` (the store's
 //! feed, 1,000,000), `LIVE_RATE_PER_FRAME` (200).
 //!
 //! - wire: 3 frames of the demo (600 dispatches) as version 1's JSON frames and as version 2's
@@ -131,22 +134,44 @@ fn wire() {
         enc.finish_frame(&mut bytes);
     }
     let enc_s = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    let mut dec = Decoder::new();
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < bytes.len() {
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        dec.decode(&bytes[at + 4..at + 4 + len], &mut out).unwrap();
-        at += 4 + len;
-    }
-    let dec_s = t.elapsed().as_secs_f64();
-    let decoded: Vec<&ToDebugger> = out
+    let decode_all = |keep: bool| {
+        let t = Instant::now();
+        let mut dec = Decoder::new();
+        dec.set_keep_received(keep);
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            dec.decode(&bytes[at + 4..at + 4 + len], &mut out).unwrap();
+            at += 4 + len;
+        }
+        (t.elapsed().as_secs_f64(), out)
+    };
+    let (dec_s, out) = decode_all(false);
+    let decoded = out
         .iter()
         .filter(|m| matches!(m, ToDebugger::Dispatch { .. }))
+        .count();
+    assert_eq!(decoded, n);
+    // What the debugger pays when it decodes only a table row's part (the access rows skipped,
+    // the bytes kept for the store), and what a selected dispatch's whole decode then costs.
+    let (summary_s, received) = decode_all(true);
+    let received: Vec<_> = received
+        .into_iter()
+        .filter_map(|m| match m {
+            ToDebugger::Received(d) => Some(d),
+            _ => None,
+        })
         .collect();
-    assert_eq!(decoded.len(), n);
-    // What the store pays a dispatch for its DISPATCH record (rows and the rest as JSON, lz4).
+    assert_eq!(received.len(), n);
+    let t = Instant::now();
+    for d in &received {
+        let (_, r) = d.decode().unwrap();
+        assert!(r.index == d.index);
+    }
+    let whole_s = t.elapsed().as_secs_f64();
+    // What the store paid a dispatch for its DISPATCH record before issue 18's one encoding
+    // (rows and the rest as JSON, lz4) ...
     let t = Instant::now();
     let mut record = Vec::new();
     let mut record_bytes = 0usize;
@@ -158,9 +183,16 @@ fn wire() {
         }
     }
     let record_s = t.elapsed().as_secs_f64();
+    // ... and now: the bytes as they came, lz4 as the capture writer stores them.
+    let t = Instant::now();
+    let mut v2_bytes = 0usize;
+    for d in &received {
+        v2_bytes += lz4_flex::block::compress(d.record()).len();
+    }
+    let v2_s = t.elapsed().as_secs_f64();
     let per = |s: f64| s * 1e6 / n as f64;
     println!(
-        "wire: {n} demo dispatches; v1 {} bytes a dispatch, v2 {} bytes a dispatch ({:.1}x smaller); game thread {:.1} us a dispatch (a clone of input and report was {:.1} us); v2 encode {:.1} us, decode {:.1} us a dispatch; the store's DISPATCH record {:.1} us and {} bytes a dispatch",
+        "wire: {n} demo dispatches; v1 {} bytes a dispatch, v2 {} bytes a dispatch ({:.1}x smaller); game thread {:.1} us a dispatch (a clone of input and report was {:.1} us); v2 encode {:.1} us, decode {:.1} us a dispatch (a row's part only {:.1} us, then a selected one's whole {:.1} us); the store's DISPATCH record: as it came {:.1} us and {} bytes a dispatch (re-encoded as before: {:.1} us and {} bytes)",
         v1 / n,
         bytes.len() / n,
         v1 as f64 / bytes.len() as f64,
@@ -168,6 +200,10 @@ fn wire() {
         per(clone_s),
         per(enc_s),
         per(dec_s),
+        per(summary_s),
+        per(whole_s),
+        per(v2_s),
+        v2_bytes / n,
         per(record_s),
         record_bytes / n
     );
@@ -232,6 +268,7 @@ fn stream() {
                 &addr,
                 &ClientOptions {
                     snapshot: true,
+                    keep_received: std::env::var("LIVE_RATE_WHOLE").is_err(),
                     ..ClientOptions::default()
                 },
             )
@@ -241,17 +278,22 @@ fn stream() {
             while !stop.load(Ordering::Relaxed) {
                 match c.recv_timeout(Duration::from_millis(50)) {
                     Some(Incoming::Message(m)) => {
-                        match &m {
-                            ToDebugger::Stats(s) => dropped = dropped.max(s.dropped),
-                            ToDebugger::Dispatch { index, .. } => {
-                                if let Some(l) = last {
-                                    gaps += index - l - 1;
-                                }
-                                last = Some(*index);
-                                first_at.get_or_insert_with(Instant::now);
-                                received.fetch_add(1, Ordering::Relaxed);
+                        let index = match &m {
+                            ToDebugger::Stats(s) => {
+                                dropped = dropped.max(s.dropped);
+                                None
                             }
-                            _ => {}
+                            ToDebugger::Dispatch { index, .. } => Some(*index),
+                            ToDebugger::Received(d) => Some(d.index),
+                            _ => None,
+                        };
+                        if let Some(index) = index {
+                            if let Some(l) = last {
+                                gaps += index - l - 1;
+                            }
+                            last = Some(index);
+                            first_at.get_or_insert_with(Instant::now);
+                            received.fetch_add(1, Ordering::Relaxed);
                         }
                         store.take(m).unwrap();
                     }
@@ -321,7 +363,14 @@ fn store() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("million.dscap");
     let rss0 = status_kib("VmRSS:");
-    let mut s = LiveStore::create(&path, "a million", &StoreOptions::default());
+    // `LIVE_RATE_KEEP_ROWS=0`: as the window keeps the store (its own rows, no reports).
+    let keep_rows = std::env::var("LIVE_RATE_KEEP_ROWS").map_or(true, |v| v != "0");
+    let options = StoreOptions {
+        keep_rows,
+        window: if keep_rows { 512 } else { 0 },
+        ..StoreOptions::default()
+    };
+    let mut s = LiveStore::create(&path, "a million", &options);
     s.take(ToDebugger::Snapshot(Box::new(Snapshot {
         next_dispatch: 0,
         device: DeviceLimits::default(),
@@ -349,17 +398,27 @@ fn store() {
     let old = s.report(0).unwrap();
     let read_back = t.elapsed();
     assert_eq!(old.index, 0);
+    // Any dispatch, found through the writer's list: the worst of 100 spread over the session.
+    let mut worst = 0f64;
+    for k in 0..100u64 {
+        let pos = (k * 7_919 * n / 100 + k) % n;
+        let t = Instant::now();
+        let r = s.report(pos as usize).unwrap();
+        worst = worst.max(t.elapsed().as_secs_f64());
+        assert_eq!(r.index, pos);
+    }
     let bytes = s.summary().bytes;
     s.finish().unwrap();
     println!(
-        "store: {n} dispatches fed in {:.1} s; resident {:.1} MiB before, {:.1} MiB after ({:.0} bytes a dispatch), peak {:.1} MiB; the file {:.0} MiB; the oldest dispatch read back from the file in {:.2} ms",
+        "store: {n} dispatches fed in {:.1} s (rows kept: {keep_rows}); resident {:.1} MiB before, {:.1} MiB after ({:.0} bytes a dispatch), peak {:.1} MiB; the file {:.0} MiB; the oldest dispatch read back from the file in {:.2} ms, any of 100 spread over the session in at worst {:.2} ms",
         fed.as_secs_f64(),
         rss0 as f64 / 1024.0,
         rss1 as f64 / 1024.0,
         (rss1.saturating_sub(rss0) * 1024) as f64 / n as f64,
         hwm as f64 / 1024.0,
         bytes as f64 / f64::from(1 << 20),
-        read_back.as_secs_f64() * 1e3
+        read_back.as_secs_f64() * 1e3,
+        worst * 1e3
     );
 }
 

@@ -310,6 +310,11 @@ fn bad_binary_payloads_are_named_errors() {
 /// Attaches asking for a snapshot; while the target still ends a previous session (it refuses
 /// as busy for that moment), tries again, for at most `T`.
 fn snapshot_client(addr: &str) -> LiveClient {
+    snapshot_client_with(addr, false)
+}
+
+/// [`snapshot_client`], its dispatches kept as they came when `keep_received`.
+fn snapshot_client_with(addr: &str, keep_received: bool) -> LiveClient {
     let deadline = Instant::now() + T;
     loop {
         let c = LiveClient::connect_with(
@@ -317,6 +322,7 @@ fn snapshot_client(addr: &str) -> LiveClient {
             &ClientOptions {
                 snapshot: true,
                 client_name: "v2 test store".into(),
+                keep_received,
                 ..ClientOptions::default()
             },
         );
@@ -345,6 +351,7 @@ fn feed(c: &LiveClient, store: &mut LiveStore, n: usize) -> Vec<DispatchReport> 
             Some(Incoming::Message(m)) => {
                 let report = match &m {
                     ToDebugger::Dispatch { report, .. } => Some((**report).clone()),
+                    ToDebugger::Received(d) => Some(d.decode().unwrap().1),
                     _ => None,
                 };
                 if store.take(m).unwrap()
@@ -358,6 +365,50 @@ fn feed(c: &LiveClient, store: &mut LiveStore, n: usize) -> Vec<DispatchReport> 
         }
     }
     got
+}
+
+#[test]
+fn a_store_fed_dispatches_as_they_came_writes_their_bytes_and_finds_any_from_the_writers_list() {
+    let _g = serial();
+    let t = spawn_target(
+        loopback(),
+        DemoConfig {
+            dispatches_per_frame: 20,
+            ..DemoConfig::default()
+        },
+        120.0,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("received.dscap");
+    // As the window keeps it: no rows, no reports.
+    let mut store = LiveStore::create(
+        &path,
+        "received store test",
+        &StoreOptions {
+            window: 0,
+            flush_every: Duration::from_millis(100),
+            keep_rows: false,
+        },
+    );
+    let c = snapshot_client_with(&t.addr.to_string(), true);
+    let got = feed(&c, &mut store, 300);
+    assert_eq!(store.len(), got.len());
+    assert!(got.len() >= 300);
+    assert!(store.rows().is_empty());
+    // Every position, across the store's samples (every 64th) and between them.
+    for (pos, want) in got.iter().enumerate() {
+        assert_eq!(&store.report(pos).unwrap(), want, "position {pos}");
+    }
+    assert!(store.report(got.len()).is_err());
+    drop(c);
+    store.finish().unwrap();
+    // The file is a capture like any other, its DISPATCH records version 2.
+    let mut file = dispatchscope_formats::session::CaptureFile::open(&path).unwrap();
+    assert_eq!(file.n_dispatches(), got.len());
+    for pos in [0, 63, 64, 65, got.len() - 1] {
+        let r = file.dispatch(pos).unwrap();
+        assert_eq!(r.report.as_ref(), Some(&got[pos]), "position {pos}");
+    }
 }
 
 #[test]

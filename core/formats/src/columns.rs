@@ -120,6 +120,12 @@ pub enum ColumnsError {
     /// Bytes after the record's last block.
     #[error("{0} bytes after the record's access blocks")]
     Trailing(usize),
+    /// A versioned record of a version this build does not read.
+    #[error("a DISPATCH record of version word {0:#010x}, not one this build reads")]
+    UnknownVersion(u32),
+    /// A dispatch message's MessagePack part is not one ([`crate::message`]).
+    #[error("the dispatch message's MessagePack: {0}")]
+    MessagePack(String),
 }
 
 const KINDS: [AccessKind; 8] = [
@@ -348,6 +354,11 @@ impl<'a> Reader<'a> {
         let out = self.bytes.get(self.at..self.at + n).ok_or_else(short)?;
         self.at += n;
         Ok(out)
+    }
+
+    /// Takes the next `need` bytes; `part` names them in the error when fewer are left.
+    pub fn take_bytes(&mut self, part: &'static str, need: u64) -> Result<&'a [u8], ColumnsError> {
+        self.take(part, need)
     }
 
     /// Reads a `u32` LE; `part` names it in the error when fewer than 4 bytes are left.
@@ -780,6 +791,10 @@ pub fn decode_record(
     };
     let mut r = Reader::new(rest);
     let j = r.u32("JSON length")?;
+    if j & crate::message::VERSIONED != 0 {
+        let (input, report) = crate::message::decode_record(bytes)?;
+        return Ok((input, Some(report)));
+    }
     let text = r.take("JSON", u64::from(j))?;
     #[derive(serde::Deserialize)]
     struct Shell {
@@ -819,7 +834,7 @@ pub fn decode_record(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
@@ -844,7 +859,7 @@ mod tests {
         v
     }
 
-    fn report() -> (DispatchInput, DispatchReport) {
+    pub(crate) fn report() -> (DispatchInput, DispatchReport) {
         let mut e = Engine::<CpuBackend>::cpu(DeviceLimits::default()).unwrap();
         let base = 0x1000_0000u64;
         e.apply(&Event::Reserve {

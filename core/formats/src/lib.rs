@@ -12,6 +12,7 @@ pub mod checkpoint;
 pub mod columns;
 pub mod generate;
 pub mod instrumented;
+pub mod message;
 pub mod sample;
 pub mod session;
 pub mod shipped;

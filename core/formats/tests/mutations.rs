@@ -265,3 +265,56 @@ proptest! {
         open_and_run(bytes);
     }
 }
+
+/// Every shipped sample's dispatches as version 2 DISPATCH records (the live protocol's message
+/// as it came, what a live store writes; `dispatchscope_formats::message`).
+fn v2_records() -> Vec<Vec<u8>> {
+    use dispatchscope_formats::message;
+    let mut out = Vec::new();
+    for text in shipped_texts() {
+        let sample = Sample::from_json(text).unwrap();
+        let Ok(run) = sample.run() else { continue };
+        for (input, report) in sample.dispatches().zip(&run) {
+            let mut m = Vec::new();
+            message::encode_whole(report.index, input, report, &mut m).unwrap();
+            let mut record = Vec::new();
+            message::encode_record(&m, &[], &mut record);
+            out.push(record);
+        }
+    }
+    assert!(!out.is_empty(), "the shipped samples have dispatches");
+    out
+}
+
+#[test]
+fn every_truncation_of_a_version_2_record_is_a_named_error() {
+    use dispatchscope_formats::session::DispatchRecord;
+    for record in v2_records().iter().take(8) {
+        assert!(DispatchRecord::from_payload(record).is_ok());
+        for cut in 0..record.len() {
+            let e = DispatchRecord::from_payload(&record[..cut]).unwrap_err();
+            assert!(!e.is_empty(), "cut at {cut}");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+    /// A version 2 DISPATCH record with bytes flipped reads or is a named error, never a panic.
+    #[test]
+    fn a_version_2_record_with_flipped_bytes_never_panics(
+        pick in any::<prop::sample::Index>(),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+    ) {
+        let records = v2_records();
+        let mut b = records[pick.index(records.len())].clone();
+        for (at, x) in &flips {
+            let i = at.index(b.len());
+            b[i] ^= x | 1;
+        }
+        if let Err(e) = dispatchscope_formats::session::DispatchRecord::from_payload(&b) {
+            prop_assert!(!e.is_empty());
+        }
+    }
+}

@@ -49,6 +49,10 @@ pub struct ClientOptions {
     /// TCP pushes back and the target drops (and counts) what its queue cannot hold: a slow
     /// caller costs dispatches, never unbounded memory here.
     pub channel_capacity: usize,
+    /// Hand dispatches over as [`ToDebugger::Received`] (decoded only as far as a table row needs,
+    /// their bytes kept for a [`crate::LiveStore`] to write unchanged) rather than whole
+    /// [`ToDebugger::Dispatch`]es ([`crate::wire::Decoder::set_keep_received`]). Off by default.
+    pub keep_received: bool,
 }
 
 impl fmt::Debug for ClientOptions {
@@ -59,6 +63,7 @@ impl fmt::Debug for ClientOptions {
             .field("client_name", &self.client_name)
             .field("snapshot", &self.snapshot)
             .field("heartbeat", &self.heartbeat)
+            .field("keep_received", &self.keep_received)
             .finish_non_exhaustive()
     }
 }
@@ -73,6 +78,7 @@ impl Default for ClientOptions {
             heartbeat: Duration::from_millis(250),
             notify: None,
             channel_capacity: 16_384,
+            keep_received: false,
         }
     }
 }
@@ -399,12 +405,14 @@ impl LiveClient {
                 options.notify.clone(),
                 options.heartbeat,
             );
+            let mut decoder = Decoder::new();
+            decoder.set_keep_received(options.keep_received);
             std::thread::Builder::new()
                 .name("ds-client-read".into())
                 .spawn(move || {
                     read_loop(
                         read_stream,
-                        reader,
+                        (reader, decoder),
                         &tx,
                         &shared,
                         &writer,
@@ -625,7 +633,7 @@ fn ping_if_due(shared: &ClientShared, writer: &Mutex<TcpStream>, heartbeat: Dura
 
 fn read_loop(
     mut stream: TcpStream,
-    mut reader: FrameReader,
+    (mut reader, mut decoder): (FrameReader, Decoder),
     tx: &SyncSender<Incoming>,
     shared: &ClientShared,
     writer: &Mutex<TcpStream>,
@@ -646,7 +654,6 @@ fn read_loop(
             n();
         }
     };
-    let mut decoder = Decoder::new();
     let mut messages = Vec::new();
     loop {
         if shared.stop.load(Ordering::Relaxed) {

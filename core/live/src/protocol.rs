@@ -29,7 +29,7 @@
 //! - **Detail on request.** A dispatch's report carries at most
 //!   [`crate::TapConfig::streamed_accesses`] access reports; the rest are counted in
 //!   [`ToDebugger::Dispatch::accesses_left_out`], and the target keeps the whole list of its
-//!   latest [`DETAIL_KEPT`] such dispatches. A debugger asks for one with [`ToTarget::Detail`] (when
+//!   latest such dispatches (at most [`DETAIL_KEPT`], within [`crate::TapConfig::detail_bytes`]). A debugger asks for one with [`ToTarget::Detail`] (when
 //!   a person selects it) and gets [`ToDebugger::Detail`], or [`ToDebugger::DetailGone`] when the
 //!   target no longer has it.
 //!
@@ -105,8 +105,11 @@ pub const SNAPSHOT_CONTENTS_BYTES: usize = 1 << 20;
 /// Access reports a dispatch frame carries unless the tap is told otherwise
 /// ([`crate::TapConfig::streamed_accesses`]); the rest come on request ([`ToTarget::Detail`]).
 pub const DEFAULT_STREAMED_ACCESSES: usize = 4096;
-/// How many cut dispatches' whole access lists a target keeps for [`ToTarget::Detail`].
+/// How many cut dispatches' whole access lists a target keeps for [`ToTarget::Detail`] at most.
 pub const DETAIL_KEPT: usize = 64;
+/// The most heap bytes of whole access lists a target keeps for [`ToTarget::Detail`] unless told
+/// otherwise ([`crate::TapConfig::detail_bytes`]).
+pub const DEFAULT_DETAIL_BYTES: usize = 64 << 20;
 
 /// Why a frame could not be read or written.
 #[derive(Debug, Error)]
@@ -554,6 +557,12 @@ pub enum ToDebugger {
         #[serde(default, skip_serializing_if = "is_zero")]
         accesses_left_out: u64,
     },
+    /// A dispatch as a [`crate::wire::Decoder`] set to
+    /// [`crate::wire::Decoder::set_keep_received`] hands it over: decoded only as far as a table
+    /// row needs, with its bytes as they came (what a live store writes unchanged); never on the
+    /// wire itself.
+    #[serde(skip)]
+    Received(Box<crate::wire::ReceivedDispatch>),
     /// The whole access list of a dispatch, as [`ToTarget::Detail`] asked.
     Detail {
         /// The dispatch.
@@ -614,7 +623,7 @@ impl ToDebugger {
             ToDebugger::EventFailed { .. } => "event-failed",
             ToDebugger::MappingState { .. } => "mapping-state",
             ToDebugger::Program { .. } => "program",
-            ToDebugger::Dispatch { .. } => "dispatch",
+            ToDebugger::Dispatch { .. } | ToDebugger::Received(_) => "dispatch",
             ToDebugger::Detail { .. } => "detail",
             ToDebugger::DetailGone { .. } => "detail-gone",
             ToDebugger::DispatchFailed { .. } => "dispatch-failed",

@@ -175,7 +175,7 @@ impl CaptureRecorder {
         }
     }
 
-    /// Appends a record; returns the offset of its header in the file.
+    /// Appends a record; returns its seq (its number in the file).
     fn append(
         &mut self,
         kind: RecordKind,
@@ -186,11 +186,40 @@ impl CaptureRecorder {
         let Some(w) = self.writer.as_mut() else {
             return Ok(0);
         };
-        let offset = w.len_bytes();
-        w.append(kind, payload, compress)
+        let seq = w
+            .append(kind, payload, compress)
             .map_err(|error| RecordError::Capture { path, error })?;
         self.summary.bytes = w.len_bytes();
-        Ok(offset)
+        Ok(seq)
+    }
+
+    /// Where record `seq`'s header starts in the file (from the capture writer's own list).
+    pub fn record_offset(&self, seq: u64) -> Option<u64> {
+        self.writer.as_ref()?.record_offset(seq)
+    }
+
+    /// The seq of the `n`-th DISPATCH record from record `from` on (`n = 0`: the first at or
+    /// after `from`), from the capture writer's own list.
+    pub fn nth_dispatch_from(&self, from: u64, n: u64) -> Option<u64> {
+        self.writer
+            .as_ref()?
+            .nth_of_kind(from, RecordKind::DISPATCH, n)
+    }
+
+    /// Appends dispatch `index`'s DISPATCH record, counting any gap before it.
+    fn append_dispatch(&mut self, index: u64, payload: &[u8]) -> Result<u64, RecordError> {
+        if let Some(n) = self.next_dispatch
+            && index > n
+        {
+            self.summary.missing += index - n;
+            self.summary.dropped += index - n;
+        }
+        self.next_dispatch = Some(index + 1);
+        let at = self.append(RecordKind::DISPATCH, payload, true)?;
+        self.summary.dispatches += 1;
+        self.summary.first_dispatch.get_or_insert(index);
+        self.summary.last_dispatch = Some(index);
+        Ok(at)
     }
 
     /// The code of the programs the target sent so far (written to the capture as they came).
@@ -214,7 +243,8 @@ impl CaptureRecorder {
         self.take_at(message).map(|_| ())
     }
 
-    /// [`Self::take`], returning the offset of the DISPATCH record it wrote, if it wrote one.
+    /// [`Self::take`], returning the seq of the DISPATCH record it wrote, if it wrote one
+    /// ([`Self::record_offset`] finds it in the file).
     pub fn take_at(&mut self, message: &ToDebugger) -> Result<Option<u64>, RecordError> {
         let mut dispatch_at = None;
         match message {
@@ -285,24 +315,19 @@ impl CaptureRecorder {
                 report,
                 ..
             } if self.writer.is_some() => {
-                if let Some(n) = self.next_dispatch
-                    && *index > n
-                {
-                    self.summary.missing += index - n;
-                    self.summary.dropped += index - n;
-                }
-                self.next_dispatch = Some(index + 1);
                 // The access lists as rows, the rest as JSON (`dispatchscope_formats::columns`):
                 // a tenth of the JSON record's encoding time, read back by every capture reader.
                 self.payload.clear();
                 columns::encode_record(input, Some(report), &mut self.payload);
                 let payload = std::mem::take(&mut self.payload);
-                let at = self.append(RecordKind::DISPATCH, &payload, true);
+                let at = self.append_dispatch(*index, &payload);
                 self.payload = payload;
                 dispatch_at = Some(at?);
-                self.summary.dispatches += 1;
-                self.summary.first_dispatch.get_or_insert(*index);
-                self.summary.last_dispatch = Some(*index);
+            }
+            // The bytes as they came (`dispatchscope_formats::message`'s version 2 record): no
+            // decoding or encoding again.
+            ToDebugger::Received(d) if self.writer.is_some() => {
+                dispatch_at = Some(self.append_dispatch(d.index, d.record())?);
             }
             _ => {}
         }
@@ -354,6 +379,8 @@ pub fn record(
             timeout: options.timeout,
             client_name: "dispatchscope record".into(),
             snapshot: true,
+            // Recording writes each dispatch's bytes as they came.
+            keep_received: true,
             ..ClientOptions::default()
         },
     )?;

@@ -365,7 +365,9 @@ fn register(
 
 /// One session: starts the writer, reads commands until the session ends, then joins the writer.
 fn session(stream: TcpStream, shared: &Arc<Shared>, id: u64, queue: Arc<Queue>) {
-    let details = Arc::new(Mutex::new(DetailRing::default()));
+    let details = Arc::new(Mutex::new(DetailRing::with_max_bytes(
+        shared.config.detail_bytes,
+    )));
     let writer = stream.try_clone().ok().and_then(|w| {
         let (shared, queue, details) =
             (Arc::clone(shared), Arc::clone(&queue), Arc::clone(&details));

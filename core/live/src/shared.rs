@@ -44,6 +44,12 @@ pub struct TapConfig {
     /// (the target keeps the whole lists of its latest [`crate::protocol::DETAIL_KEPT`] cut
     /// dispatches).
     pub streamed_accesses: usize,
+    /// The most heap bytes the whole access lists kept for [`crate::ToTarget::Detail`] may take
+    /// (their reports, lookups, probes and values, counted as [`DetailRing`] does); the oldest go
+    /// first, and a list larger than this alone is not kept (a request for it is answered
+    /// [`crate::ToDebugger::DetailGone`]). 64 MiB by default
+    /// ([`crate::protocol::DEFAULT_DETAIL_BYTES`]).
+    pub detail_bytes: usize,
 }
 
 impl Default for TapConfig {
@@ -58,6 +64,7 @@ impl Default for TapConfig {
             queue_capacity: 4096,
             stats_interval: Duration::from_millis(500),
             streamed_accesses: crate::protocol::DEFAULT_STREAMED_ACCESSES,
+            detail_bytes: crate::protocol::DEFAULT_DETAIL_BYTES,
         }
     }
 }
@@ -241,34 +248,81 @@ impl Queue {
 }
 
 /// The whole access lists of a session's latest cut dispatches, for [`crate::ToTarget::Detail`]:
-/// the writer thread keeps them, the reader thread answers from them.
-#[derive(Default)]
+/// the writer thread keeps them, the reader thread answers from them. Bounded by count
+/// ([`crate::protocol::DETAIL_KEPT`]) and by heap bytes ([`TapConfig::detail_bytes`]).
 pub(crate) struct DetailRing {
-    kept: VecDeque<(u64, Vec<dispatchscope_core::report::AccessReport>)>,
+    kept: VecDeque<(u64, Vec<dispatchscope_core::report::AccessReport>, usize)>,
+    bytes: usize,
+    max_bytes: usize,
+}
+
+impl Default for DetailRing {
+    fn default() -> Self {
+        Self::with_max_bytes(crate::protocol::DEFAULT_DETAIL_BYTES)
+    }
+}
+
+/// The heap bytes an access list holds: its reports, their lookups, probes and values.
+pub(crate) fn access_list_bytes(accesses: &[dispatchscope_core::report::AccessReport]) -> usize {
+    use dispatchscope_core::report::{AccessReport, LookupTrace, ProbeStep};
+    accesses
+        .iter()
+        .fold(std::mem::size_of_val(accesses), |n, a: &AccessReport| {
+            n + a.lookups.len() * std::mem::size_of::<LookupTrace>()
+                + a.lookups
+                    .iter()
+                    .map(|l| l.probes.len() * std::mem::size_of::<ProbeStep>())
+                    .sum::<usize>()
+                + a.values.len() * 4
+        })
 }
 
 impl DetailRing {
+    /// A ring that keeps at most `max_bytes` of access lists.
+    pub(crate) fn with_max_bytes(max_bytes: usize) -> Self {
+        Self {
+            kept: VecDeque::new(),
+            bytes: 0,
+            max_bytes,
+        }
+    }
+
+    /// Heap bytes of the lists kept now.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     pub(crate) fn keep(
         &mut self,
         dispatch: u64,
         accesses: Vec<dispatchscope_core::report::AccessReport>,
     ) {
-        if self.kept.len() == crate::protocol::DETAIL_KEPT {
-            self.kept.pop_front();
+        let n = access_list_bytes(&accesses);
+        if n > self.max_bytes {
+            return;
         }
-        self.kept.push_back((dispatch, accesses));
+        while self.kept.len() >= crate::protocol::DETAIL_KEPT
+            || (self.bytes + n > self.max_bytes && !self.kept.is_empty())
+        {
+            if let Some((_, _, b)) = self.kept.pop_front() {
+                self.bytes -= b;
+            }
+        }
+        self.bytes += n;
+        self.kept.push_back((dispatch, accesses, n));
     }
 
     /// The answer to a request for `dispatch`'s detail.
     pub(crate) fn answer(&self, dispatch: u64) -> ToDebugger {
-        match self.kept.iter().find(|(d, _)| *d == dispatch) {
-            Some((_, accesses)) => ToDebugger::Detail {
+        match self.kept.iter().find(|(d, _, _)| *d == dispatch) {
+            Some((_, accesses, _)) => ToDebugger::Detail {
                 dispatch,
                 accesses: accesses.clone(),
             },
             None => {
                 let held = match (self.kept.front(), self.kept.back()) {
-                    (Some((a, _)), Some((b, _))) => format!(
+                    (Some((a, _, _)), Some((b, _, _))) => format!(
                         "it holds the whole access lists of {} cut dispatches, {a} to {b}",
                         self.kept.len()
                     ),
@@ -400,5 +454,67 @@ impl Shared {
             drop(c);
             self.wake.notify_all();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+    use dispatchscope_core::input::{AccessKind, Op};
+    use dispatchscope_core::report::{AccessReport, Route};
+    use dispatchscope_core::rules::Rule;
+
+    fn list(n: usize, values: usize) -> Vec<AccessReport> {
+        (0..n)
+            .map(|index| AccessReport {
+                index,
+                workgroup: 0,
+                wave: 0,
+                lane: 0,
+                pc: 0,
+                kind: AccessKind::Global,
+                op: Op::Load,
+                size_bytes: 4,
+                route: Route::NotRun,
+                rule: Rule::ALL[0],
+                lookups: Vec::new(),
+                device_address: None,
+                values: vec![7; values],
+                escaped: false,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_detail_ring_is_bounded_by_bytes_and_drops_the_oldest_first() {
+        let one = access_list_bytes(&list(100, 16));
+        assert!(one >= 100 * (std::mem::size_of::<AccessReport>() + 64));
+        let mut ring = DetailRing::with_max_bytes(3 * one);
+        for d in 0..10 {
+            ring.keep(d, list(100, 16));
+            assert!(ring.bytes() <= 3 * one, "after {d}: {}", ring.bytes());
+        }
+        assert!(matches!(
+            ring.answer(9),
+            ToDebugger::Detail { dispatch: 9, .. }
+        ));
+        assert!(matches!(
+            ring.answer(7),
+            ToDebugger::Detail { dispatch: 7, .. }
+        ));
+        assert!(matches!(ring.answer(6), ToDebugger::DetailGone { .. }));
+        // A list larger than the whole bound alone is not kept, and the others stay.
+        ring.keep(10, list(400, 16));
+        assert!(matches!(ring.answer(10), ToDebugger::DetailGone { .. }));
+        assert!(matches!(ring.answer(9), ToDebugger::Detail { .. }));
+        // The count bound still holds for small lists.
+        let mut ring = DetailRing::with_max_bytes(usize::MAX);
+        for d in 0..(crate::protocol::DETAIL_KEPT as u64 + 5) {
+            ring.keep(d, list(1, 0));
+        }
+        assert!(matches!(ring.answer(4), ToDebugger::DetailGone { .. }));
+        assert!(matches!(ring.answer(5), ToDebugger::Detail { .. }));
     }
 }

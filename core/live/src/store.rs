@@ -2,14 +2,20 @@
 //! window of recent reports in memory, so that memory stays bounded however long the game runs.
 //!
 //! Every message goes to a [`CaptureRecorder`] (a crash-safe capture: the snapshot, events and
-//! DISPATCH records, flushed at least every [`StoreOptions::flush_every`]). For each recorded
-//! dispatch the store keeps one [`DispatchRow`] (index, program, mode, counts, an interned label
-//! and the record's offset in the file: 48 bytes), and the reports of the latest
-//! [`StoreOptions::window`] dispatches. A report older than the window is read back from the file
-//! when asked for ([`LiveStore::report`]): one seek and one record, never a walk of the file.
+//! DISPATCH records, flushed at least every [`StoreOptions::flush_every`]). A dispatch that came
+//! as [`ToDebugger::Received`] is written as the bytes it came in (a version 2 DISPATCH record,
+//! `dispatchscope_formats::message`), never decoded or encoded again.
+//! The store keeps the record number of every [`DISPATCH_SAMPLE`]-th dispatch; the capture
+//! writer's own compact list (about 5 bytes a record: kind and stored length, every 256th offset)
+//! finds any dispatch's record and offset from there with no file access. With
+//! [`StoreOptions::keep_rows`] it keeps a [`DispatchRow`] a dispatch too (index, program, mode,
+//! counts, an interned label and the record's offset: 48 bytes), and it keeps the reports of the
+//! latest [`StoreOptions::window`] dispatches. A report older than the window is read back from
+//! the file when asked for ([`LiveStore::report`]): one seek and one record, never a walk of the
+//! file.
 //!
-//! What memory grows with: 48 bytes a dispatch for the rows, plus the capture writer's 32-byte
-//! entry per record (its index, written at the end); about 80 MB for 1,000,000 dispatches (see
+//! What memory grows with, with `keep_rows` off (the window's setting): the writer's 5 bytes a
+//! record and the store's 8 bytes every 64 dispatches, about 50 MB at 10,000,000 dispatches (see
 //! BENCHMARKS.md for the measured figure). Everything else is bounded by the window.
 //!
 //! The file is a capture like any other: `dispatchscope explain` and the app open it while it is
@@ -26,12 +32,16 @@ use thiserror::Error;
 
 use crate::protocol::ToDebugger;
 use crate::record::{CaptureRecorder, RecordError, RecordSummary};
+use crate::wire::ReceivedDispatch;
 use dispatchscope_core::report::{DispatchReport, Mode};
 use dispatchscope_formats::capture::RecordKind;
 use dispatchscope_formats::session::DispatchRecord;
 
 /// Bytes of a capture record's header (see `dispatchscope_formats::capture`'s layout).
 const RECORD_HEADER_BYTES: usize = 20;
+/// Dispatches between two sampled record numbers in a [`LiveStore`] (what it keeps per dispatch:
+/// 8 bytes over this many).
+pub const DISPATCH_SAMPLE: usize = 64;
 /// The largest record the store reads back (the container's own limit).
 const MAX_RECORD_BYTES: u32 = 256 << 20;
 
@@ -107,18 +117,27 @@ pub struct DispatchRow {
     pub hazards: u16,
 }
 
+/// A report the window keeps: whole, or as it came over the wire (decoded when asked for).
+enum Kept {
+    Report(Box<DispatchReport>),
+    Received(Box<ReceivedDispatch>),
+}
+
 /// A live session kept on disk with an index and a window in memory; see the module docs.
 pub struct LiveStore {
     recorder: CaptureRecorder,
-    /// Every recorded dispatch's DISPATCH record offset, in order.
-    offsets: Vec<u64>,
+    /// The DISPATCH record seq of every [`DISPATCH_SAMPLE`]-th recorded dispatch; the capture
+    /// writer's own list finds the others and every offset.
+    samples: Vec<u64>,
+    /// Dispatches recorded.
+    n: usize,
     /// Every recorded dispatch's row, when [`StoreOptions::keep_rows`].
     rows: Vec<DispatchRow>,
     keep_rows: bool,
     labels: Vec<String>,
     label_ids: HashMap<String, u32>,
     /// The latest reports, with their positions.
-    window: VecDeque<(usize, DispatchReport)>,
+    window: VecDeque<(usize, Kept)>,
     window_len: usize,
     reader: Option<File>,
 }
@@ -128,7 +147,8 @@ impl LiveStore {
     pub fn create(dest: &Path, title: &str, options: &StoreOptions) -> Self {
         Self {
             recorder: CaptureRecorder::new(dest, title, options.flush_every),
-            offsets: Vec::new(),
+            samples: Vec::new(),
+            n: 0,
             rows: Vec::new(),
             keep_rows: options.keep_rows,
             labels: Vec::new(),
@@ -160,13 +180,16 @@ impl LiveStore {
         if !self.take_ref(&message)? {
             return Ok(false);
         }
-        if self.window_len > 0
-            && let ToDebugger::Dispatch { report, .. } = message
-        {
+        let kept = match message {
+            ToDebugger::Dispatch { report, .. } => Kept::Report(report),
+            ToDebugger::Received(d) => Kept::Received(d),
+            _ => return Ok(true),
+        };
+        if self.window_len > 0 {
             if self.window.len() == self.window_len {
                 self.window.pop_front();
             }
-            self.window.push_back((self.rows.len() - 1, *report));
+            self.window.push_back((self.len() - 1, kept));
         }
         Ok(true)
     }
@@ -174,17 +197,22 @@ impl LiveStore {
     /// [`Self::take`] for a caller that keeps the reports it shows itself: records and indexes
     /// `message`, and keeps nothing of it in the window.
     pub fn take_ref(&mut self, message: &ToDebugger) -> Result<bool, StoreError> {
-        let Some(offset) = self.recorder.take_at(message)? else {
+        let Some(seq) = self.recorder.take_at(message)? else {
             return Ok(false);
         };
-        let ToDebugger::Dispatch { index, report, .. } = message else {
-            return Ok(false);
+        let (index, report) = match message {
+            ToDebugger::Dispatch { index, report, .. } => (*index, &**report),
+            ToDebugger::Received(d) => (d.index, &d.report),
+            _ => return Ok(false),
         };
-        self.offsets.push(offset);
+        if self.n.is_multiple_of(DISPATCH_SAMPLE) {
+            self.samples.push(seq);
+        }
+        self.n += 1;
         if !self.keep_rows {
             return Ok(true);
         }
-        let index = *index;
+        let offset = self.recorder.record_offset(seq).unwrap_or(0);
         let label = self.intern(&report.label);
         self.rows.push(DispatchRow {
             index,
@@ -218,12 +246,12 @@ impl LiveStore {
 
     /// Dispatches recorded.
     pub fn len(&self) -> usize {
-        self.offsets.len()
+        self.n
     }
 
     /// Whether none was recorded.
     pub fn is_empty(&self) -> bool {
-        self.offsets.is_empty()
+        self.n == 0
     }
 
     /// Every recorded dispatch's row, in order (none unless [`StoreOptions::keep_rows`]).
@@ -246,20 +274,32 @@ impl LiveStore {
         }
     }
 
-    /// The report at position `pos` if it is in the window.
-    pub fn recent(&self, pos: usize) -> Option<&DispatchReport> {
+    /// The report at position `pos` if it is in the window (decoded now when the window keeps it
+    /// as it came over the wire).
+    pub fn recent(&self, pos: usize) -> Option<Result<DispatchReport, StoreError>> {
         let first = self.window.front()?.0;
-        self.window
-            .get(pos.checked_sub(first)?)
-            .filter(|(p, _)| *p == pos)
-            .map(|(_, r)| r)
+        let (p, kept) = self.window.get(pos.checked_sub(first)?)?;
+        if *p != pos {
+            return None;
+        }
+        Some(match kept {
+            Kept::Report(r) => Ok((**r).clone()),
+            Kept::Received(d) => d
+                .decode()
+                .map(|(_, r)| r)
+                .map_err(|e| StoreError::ReadBack {
+                    path: self.recorder.path().to_owned(),
+                    offset: 0,
+                    message: format!("dispatch {} as it came: {e}", d.index),
+                }),
+        })
     }
 
     /// The report at position `pos`: from the window, or read back from the file (flushing first
     /// when the record is not durable yet).
     pub fn report(&mut self, pos: usize) -> Result<DispatchReport, StoreError> {
         if let Some(r) = self.recent(pos) {
-            return Ok(r.clone());
+            return r;
         }
         Ok(self.record(pos)?.1)
     }
@@ -269,10 +309,7 @@ impl LiveStore {
         &mut self,
         pos: usize,
     ) -> Result<(dispatchscope_core::input::DispatchInput, DispatchReport), StoreError> {
-        let offset = *self.offsets.get(pos).ok_or(StoreError::NoSuchDispatch {
-            pos,
-            len: self.offsets.len(),
-        })?;
+        let offset = self.offset_of(pos)?;
         if offset >= self.recorder.durable_bytes() {
             self.recorder.flush()?;
         }
@@ -304,6 +341,30 @@ impl LiveStore {
             )));
         }
         Ok((record.input, report))
+    }
+
+    /// Where dispatch `pos`'s DISPATCH record starts in the file: its sample's seq, a walk of at
+    /// most [`DISPATCH_SAMPLE`] dispatches along the capture writer's list of kinds, and the
+    /// writer's offset of that record.
+    fn offset_of(&self, pos: usize) -> Result<u64, StoreError> {
+        let missing = StoreError::NoSuchDispatch { pos, len: self.n };
+        if pos >= self.n {
+            return Err(missing);
+        }
+        let from = *self.samples.get(pos / DISPATCH_SAMPLE).ok_or(missing)?;
+        let n = (pos % DISPATCH_SAMPLE) as u64;
+        let fail = |message: &str| StoreError::ReadBack {
+            path: self.recorder.path().to_owned(),
+            offset: 0,
+            message: format!("dispatch {pos}: {message}"),
+        };
+        let seq = self
+            .recorder
+            .nth_dispatch_from(from, n)
+            .ok_or_else(|| fail("the capture writer lists no such DISPATCH record"))?;
+        self.recorder
+            .record_offset(seq)
+            .ok_or_else(|| fail("the capture writer lists no offset for its record"))
     }
 
     /// Makes every record so far durable.

@@ -65,6 +65,7 @@ use crate::protocol::{ProtocolError, SharedMappings, ToDebugger, decode_to_debug
 use dispatchscope_core::input::DispatchInput;
 use dispatchscope_core::report::{AccessReport, DispatchReport};
 use dispatchscope_formats::columns;
+use dispatchscope_formats::message;
 
 /// A [`ToDebugger::Dispatch`]'s fields, to write (borrowed).
 #[derive(Serialize)]
@@ -88,6 +89,11 @@ struct DispatchOwned {
     #[serde(default)]
     accesses_left_out: u64,
 }
+
+/// A message's kind byte: a dispatch message of [`dispatchscope_formats::message`] (the rest as
+/// MessagePack with names, the access lists as rows) after its `u32` LE length: the bytes a live
+/// store writes into its DISPATCH record unchanged.
+pub const MSG_DISPATCH_MESSAGE: u8 = 3;
 
 /// The first byte of a binary payload.
 pub const BINARY_MAGIC: u8 = 0xb2;
@@ -310,22 +316,23 @@ impl Encoder {
             cut(d.index, full);
         }
         self.one.clear();
-        self.one.push(MSG_DISPATCH_COLUMNS);
-        let fields = DispatchRef {
-            index: d.index,
-            input: &d.input,
-            report: &d.report,
+        self.one.push(MSG_DISPATCH_MESSAGE);
+        self.one.extend_from_slice(&[0; 4]);
+        message::encode(
+            d.index,
+            &d.input,
+            &d.report,
             mapping_state,
-            accesses_left_out: d.accesses_left_out,
-        };
-        rmp_serde::encode::write_named(&mut self.one, &fields)
-            .map_err(|e| malformed(format!("encoding a dispatch message: {e}")))?;
-        let len = u32::try_from(d.accesses.len()).map_err(|_| ProtocolError::TooLargeToSend {
-            len_bytes: d.accesses.len(),
+            d.accesses_left_out,
+            &d.accesses,
+            &mut self.one,
+        )
+        .map_err(|e| malformed(format!("encoding a dispatch message: {e}")))?;
+        let len = u32::try_from(self.one.len() - 5).map_err(|_| ProtocolError::TooLargeToSend {
+            len_bytes: self.one.len(),
             max_bytes: self.max_frame_bytes,
         })?;
-        self.one.extend_from_slice(&len.to_le_bytes());
-        self.one.extend_from_slice(&d.accesses);
+        self.one[1..5].copy_from_slice(&len.to_le_bytes());
         self.add_one(out)?;
         let mut spare = d.accesses;
         spare.clear();
@@ -418,13 +425,126 @@ impl Encoder {
 #[derive(Debug, Default)]
 pub struct Decoder {
     shared: Option<(u64, SharedMappings)>,
+    /// The last mapping state's three lists in a version 2 record's encoding.
+    shared_lists: Vec<u8>,
     body: Vec<u8>,
+    keep_received: bool,
+}
+
+/// A dispatch as it came over the wire, decoded only as far as a table row needs: its input and
+/// report without their access lists (and without the mapping lists when the report names a
+/// mapping state), and its version 2 DISPATCH record
+/// ([`dispatchscope_formats::message::encode_record`]): the message's bytes as they came and the
+/// mapping lists it names, what a live store writes unchanged. [`Self::decode`] reads the whole
+/// dispatch from it when someone asks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReceivedDispatch {
+    /// The dispatch's index.
+    pub index: u64,
+    /// Its input, with no accesses.
+    pub input: DispatchInput,
+    /// Its report, with no accesses, and with no mapping lists when it names a mapping state.
+    pub report: DispatchReport,
+    /// Access reports the target left out of the rows.
+    pub accesses_left_out: u64,
+    /// The version 2 DISPATCH record.
+    record: Vec<u8>,
+    /// Where the message's rows are in `record` (without their length word).
+    rows: std::ops::Range<usize>,
+    /// Where the mapping lists are in `record` (empty: none).
+    lists: std::ops::Range<usize>,
+    /// The mapping state it names, until the decoder puts its lists into `record`.
+    names_state: Option<u64>,
+}
+
+impl ReceivedDispatch {
+    /// The version 2 DISPATCH record of this dispatch (what a capture keeps).
+    pub fn record(&self) -> &[u8] {
+        &self.record
+    }
+
+    /// The whole input and report: the access lists decoded from the rows, the mapping lists put
+    /// back.
+    pub fn decode(&self) -> Result<(DispatchInput, DispatchReport), ProtocolError> {
+        let (mut input, mut report) = (self.input.clone(), self.report.clone());
+        self.fill(&mut input, &mut report)?;
+        Ok((input, report))
+    }
+
+    /// [`Self::decode`] as a [`ToDebugger::Dispatch`] (the shells moved, not cloned).
+    pub fn into_dispatch(self) -> Result<ToDebugger, ProtocolError> {
+        match self.into_dispatch_or_shell() {
+            (m, None) => Ok(m),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// [`Self::into_dispatch`], and when the rows or mapping lists do not decode, the dispatch
+    /// with its shells alone (no accesses) and why: a caller that must keep one report a
+    /// dispatch (a window's rows line up with its store's records) keeps that.
+    pub fn into_dispatch_or_shell(self) -> (ToDebugger, Option<ProtocolError>) {
+        let ReceivedDispatch {
+            index,
+            mut input,
+            mut report,
+            accesses_left_out,
+            record,
+            rows,
+            lists,
+            ..
+        } = self;
+        let filled = message::fill_rows(
+            record.get(rows).unwrap_or_default(),
+            &mut input,
+            &mut report,
+        )
+        .and_then(|()| {
+            message::restore_mapping_lists(record.get(lists).unwrap_or_default(), &mut report)
+        });
+        let error = filled.err().map(|e| {
+            input.accesses.clear();
+            report.accesses.clear();
+            malformed(format!("dispatch {index}'s rows or mapping lists: {e}"))
+        });
+        let m = ToDebugger::Dispatch {
+            index,
+            input: Box::new(input),
+            report: Box::new(report),
+            mapping_state: None,
+            accesses_left_out,
+        };
+        (m, error)
+    }
+
+    fn fill(
+        &self,
+        input: &mut DispatchInput,
+        report: &mut DispatchReport,
+    ) -> Result<(), ProtocolError> {
+        let rows = self.record.get(self.rows.clone()).unwrap_or_default();
+        let lists = self.record.get(self.lists.clone()).unwrap_or_default();
+        message::fill_rows(rows, input, report)
+            .and_then(|()| message::restore_mapping_lists(lists, report))
+            .map_err(|e| {
+                malformed(format!(
+                    "dispatch {}'s rows or mapping lists: {e}",
+                    self.index
+                ))
+            })
+    }
 }
 
 impl Decoder {
     /// A decoder that has seen no mapping state yet.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Whether dispatch messages are handed over as [`ToDebugger::Received`] (decoded only as far
+    /// as a table row needs, their bytes kept for a store) instead of whole
+    /// [`ToDebugger::Dispatch`]es. Off by default.
+    pub fn set_keep_received(&mut self, on: bool) {
+        self.keep_received = on;
     }
 
     /// Decodes one frame's payload, appending its messages to `out` in order. On `Err` nothing is
@@ -553,6 +673,16 @@ impl Decoder {
                         accesses_left_out: d.accesses_left_out,
                     }
                 }
+                MSG_DISPATCH_MESSAGE => {
+                    let from = de.position() as usize;
+                    let mut r = columns::Reader::new(body.get(from..).unwrap_or_default());
+                    let bytes = r
+                        .u32("dispatch message length")
+                        .and_then(|len| r.take_bytes("dispatch message", u64::from(len)))
+                        .map_err(|e| at(&e))?;
+                    de.get_mut().set_position((from + r.position()) as u64);
+                    self.dispatch_message(bytes).map_err(|e| at(&e))?
+                }
                 MSG_TAGGED => ToDebugger::deserialize(&mut de).map_err(|e| at(&e))?,
                 other => return Err(at(&format!("unknown message kind {other}"))),
             };
@@ -571,6 +701,36 @@ impl Decoder {
         Ok(())
     }
 
+    /// One dispatch message: whole, or as [`ReceivedDispatch`] when [`Self::set_keep_received`].
+    fn dispatch_message(&self, bytes: &[u8]) -> Result<ToDebugger, columns::ColumnsError> {
+        if !self.keep_received {
+            let m = message::decode_exact(bytes)?;
+            return Ok(ToDebugger::Dispatch {
+                index: m.index,
+                input: m.input,
+                report: m.report,
+                mapping_state: m.mapping_state,
+                accesses_left_out: m.accesses_left_out,
+            });
+        }
+        let (m, rows) = message::summary(bytes)?;
+        let mut record = Vec::with_capacity(bytes.len() + 16 + self.shared_lists.len());
+        message::encode_record(bytes, &[], &mut record);
+        // The message starts after the magic, the version word and its length.
+        let base = 12;
+        let end = record.len();
+        Ok(ToDebugger::Received(Box::new(ReceivedDispatch {
+            index: m.index,
+            input: *m.input,
+            report: *m.report,
+            accesses_left_out: m.accesses_left_out,
+            record,
+            rows: base + rows.start..base + rows.end,
+            lists: end..end,
+            names_state: m.mapping_state,
+        })))
+    }
+
     /// Keeps a mapping state, or puts the kept one back into a dispatch that names it.
     fn restore(
         &mut self,
@@ -579,7 +739,47 @@ impl Decoder {
     ) -> Result<(), ProtocolError> {
         match &mut message {
             ToDebugger::MappingState { id, mappings } => {
+                self.shared_lists.clear();
+                if self.keep_received {
+                    let lists = message::MappingListsRef {
+                        runs: &mappings.runs,
+                        pieces: &mappings.pieces,
+                        left_out: &mappings.left_out,
+                    };
+                    message::encode_mapping_lists(&lists, &mut self.shared_lists)
+                        .map_err(|e| malformed(format!("mapping state {id}: {e}")))?;
+                }
                 self.shared = Some((*id, (**mappings).clone()));
+            }
+            ToDebugger::Received(d) => {
+                if let Some(id) = d.names_state.take() {
+                    match &self.shared {
+                        Some((have, _)) if *have == id => {}
+                        other => {
+                            return Err(malformed(format!(
+                                "dispatch {} names mapping state {id}, but {}",
+                                d.index,
+                                match other {
+                                    None => "none was sent".to_owned(),
+                                    Some((have, _)) => format!("the last one sent is {have}"),
+                                }
+                            )));
+                        }
+                    }
+                    if d.report.mappings.is_none() {
+                        return Err(malformed(format!(
+                            "dispatch {} names mapping state {id}, but its report has no mapping state",
+                            d.index
+                        )));
+                    }
+                    let end = d.record.len();
+                    d.record.truncate(end - 4);
+                    let len = u32::try_from(self.shared_lists.len()).unwrap_or(u32::MAX);
+                    d.record.extend_from_slice(&len.to_le_bytes());
+                    let start = d.record.len();
+                    d.record.extend_from_slice(&self.shared_lists);
+                    d.lists = start..d.record.len();
+                }
             }
             ToDebugger::Dispatch {
                 index,

@@ -7,8 +7,9 @@ use std::path::Path;
 
 use super::format::{
     BUFFER_BYTES, CHECKPOINT_PAYLOAD_BYTES, CaptureError, FILE_HEADER_BYTES, FILE_MAGIC, FLAG_LZ4,
-    FORMAT_VERSION, INDEX_ENTRY_BYTES, MAX_HEADER_PAYLOAD_BYTES, MAX_RECORD_BYTES, RecordHeader,
-    RecordKind, RecordMeta, Result, TRAILER_BYTES, TRAILER_MAGIC, crc_of, io_error,
+    FORMAT_VERSION, INDEX_ENTRY_BYTES, MAX_HEADER_PAYLOAD_BYTES, MAX_RECORD_BYTES,
+    RECORD_HEADER_BYTES, RecordHeader, RecordKind, RecordMeta, Result, TRAILER_BYTES,
+    TRAILER_MAGIC, crc_of, io_error,
 };
 
 /// Something a [`CaptureWriter`] can write to and make durable.
@@ -43,9 +44,9 @@ pub struct CaptureWriter<W: CaptureSink = File> {
     out: BufWriter<W>,
     /// Offset of the next record header.
     offset_bytes: u64,
-    /// Every record written, checkpoints included, in seq order (a record's seq is its position,
-    /// and the next seq is the length); 16 bytes a record, what the index needs.
-    written: Vec<Written>,
+    /// Every record written, checkpoints included, in seq order: what the index needs, about 5
+    /// bytes a record ([`Written`]).
+    written: Written,
     /// Seq of the first record the next checkpoint covers.
     segment_first_seq: u64,
     /// crc32 over the headers of the records the next checkpoint covers.
@@ -86,7 +87,7 @@ impl<W: CaptureSink> CaptureWriter<W> {
         Ok(Self {
             out,
             offset_bytes: FILE_HEADER_BYTES + u64::from(payload_len),
-            written: Vec::new(),
+            written: Written::new(FILE_HEADER_BYTES + u64::from(payload_len)),
             segment_first_seq: 0,
             segment_headers: crc32fast::Hasher::new(),
             poisoned: None,
@@ -109,7 +110,7 @@ impl<W: CaptureSink> CaptureWriter<W> {
     /// that durable too (two `fsync`s when records were appended since the last flush, else one).
     pub fn flush(&mut self) -> Result<()> {
         self.check_usable()?;
-        let n_covered = self.written.len() as u64 - self.segment_first_seq;
+        let n_covered = self.written.len() - self.segment_first_seq;
         self.sync()?;
         if n_covered > 0 {
             let mut payload = [0u8; CHECKPOINT_PAYLOAD_BYTES as usize];
@@ -117,7 +118,7 @@ impl<W: CaptureSink> CaptureWriter<W> {
             payload[8..16].copy_from_slice(&n_covered.to_le_bytes());
             payload[16..20].copy_from_slice(&self.segment_headers.clone().finalize().to_le_bytes());
             self.write_record(RecordKind::CHECKPOINT, &payload, false)?;
-            self.segment_first_seq = self.written.len() as u64;
+            self.segment_first_seq = self.written.len();
             self.segment_headers = crc32fast::Hasher::new();
             self.sync()?;
         }
@@ -125,10 +126,14 @@ impl<W: CaptureSink> CaptureWriter<W> {
     }
 
     /// Appends the index and the trailer, makes everything durable, and returns the sink.
+    ///
+    /// The index is written in pieces from the compact list the writer keeps (uncompressed, its
+    /// crc computed in a first pass), so finishing a long recording never holds the whole index in
+    /// memory.
     pub fn finish(mut self) -> Result<W> {
         self.check_usable()?;
         let index_offset = self.offset_bytes;
-        let index_seq = self.written.len() as u64;
+        let index_seq = self.written.len();
         let index_len = index_seq
             .checked_mul(INDEX_ENTRY_BYTES)
             .and_then(|len| len.checked_add(8))
@@ -139,18 +144,29 @@ impl<W: CaptureSink> CaptureWriter<W> {
                     .saturating_add(8),
                 max_bytes: MAX_RECORD_BYTES,
             })?;
-        let mut index = Vec::with_capacity(index_len as usize);
-        index.extend_from_slice(&index_seq.to_le_bytes());
-        for (seq, w) in self.written.iter().enumerate() {
-            let meta = w.meta(seq as u64);
-            index.push(meta.kind.0);
-            index.push(meta.flags());
-            index.extend_from_slice(&[0, 0]);
-            index.extend_from_slice(&meta.stored_len_bytes.to_le_bytes());
-            index.extend_from_slice(&meta.seq.to_le_bytes());
-            index.extend_from_slice(&meta.offset_bytes.to_le_bytes());
+        let mut head = [0u8; RECORD_HEADER_BYTES as usize];
+        head[0] = RecordKind::INDEX.0;
+        head[4..12].copy_from_slice(&index_seq.to_le_bytes());
+        head[12..16].copy_from_slice(&(index_len as u32).to_le_bytes());
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&head[..16]);
+        self.written
+            .index_pieces(|piece| {
+                crc.update(piece);
+                Ok(())
+            })
+            .map_err(io_error("building the index"))?;
+        head[16..20].copy_from_slice(&crc.finalize().to_le_bytes());
+        let out = &mut self.out;
+        let written = &self.written;
+        let result = out
+            .write_all(&head)
+            .and_then(|()| written.index_pieces(|piece| out.write_all(piece)));
+        if let Err(source) = result {
+            let action = format!("writing the index at byte 0x{index_offset:x}");
+            return Err(self.poison(CaptureError::Io { action, source }));
         }
-        self.write_record(RecordKind::INDEX, &index, true)?;
+        self.offset_bytes = index_offset + RECORD_HEADER_BYTES + index_len;
 
         let mut trailer = [0u8; TRAILER_BYTES as usize];
         trailer[0..8].copy_from_slice(&TRAILER_MAGIC);
@@ -180,7 +196,24 @@ impl<W: CaptureSink> CaptureWriter<W> {
 
     /// Records appended so far, container records included; the seq the next record gets.
     pub fn n_records(&self) -> u64 {
-        self.written.len() as u64
+        self.written.len()
+    }
+
+    /// The kind of record `seq`, if it was written.
+    pub fn record_kind(&self, seq: u64) -> Option<RecordKind> {
+        self.written.kind(seq)
+    }
+
+    /// Where record `seq`'s header starts in the file, if it was written (found from the
+    /// writer's compact list: a sampled offset and at most [`OFFSET_SAMPLE`] lengths after it).
+    pub fn record_offset(&self, seq: u64) -> Option<u64> {
+        self.written.offset(seq)
+    }
+
+    /// The seq of the `n`-th record of `kind` from record `from` on (`n = 0`: the first at or
+    /// after `from`), walking the writer's list of kinds; `None` when there is none yet.
+    pub fn nth_of_kind(&self, from: u64, kind: RecordKind, n: u64) -> Option<u64> {
+        self.written.nth_of_kind(from, kind, n)
     }
 
     /// Bytes of the capture so far, buffered ones included.
@@ -230,7 +263,7 @@ impl<W: CaptureSink> CaptureWriter<W> {
                 flags = FLAG_LZ4;
             }
         }
-        let seq = self.written.len() as u64;
+        let seq = self.written.len();
         let header = RecordHeader::new(kind, flags, seq, &stored)?;
         let offset_bytes = self.offset_bytes;
         if let Err(source) = self
@@ -246,40 +279,121 @@ impl<W: CaptureSink> CaptureWriter<W> {
             self.segment_headers.update(&header.bytes);
         }
         self.offset_bytes = meta.end_offset_bytes();
-        self.written.push(Written::of(&meta));
+        self.written
+            .push(meta.kind, meta.stored_len_bytes, meta.compressed);
         Ok(seq)
     }
 }
 
-/// What the writer keeps of a record for the index: its [`RecordMeta`] without the seq, which is
-/// the record's position (a long recording keeps one per record, so it is kept small).
-#[derive(Clone, Copy, Debug)]
+/// Records between two sampled offsets in [`Written`].
+pub const OFFSET_SAMPLE: u64 = 256;
+
+/// Bit 31 of a [`Written`] length: the record is stored compressed (a stored length is at most
+/// [`MAX_RECORD_BYTES`], below `2^31`).
+const LEN_COMPRESSED: u32 = 1 << 31;
+
+/// What the writer keeps of every record for the index, compactly: its kind (1 byte) and stored
+/// length with the compressed flag (4 bytes); its seq is its position, and its offset the file
+/// header's end plus every earlier record's header and stored length, so only every
+/// [`OFFSET_SAMPLE`]-th offset is kept. About 5 bytes a record (16 before, 32 before that).
+#[derive(Debug, Default)]
 struct Written {
-    offset_bytes: u64,
-    stored_len_bytes: u32,
-    kind: RecordKind,
-    compressed: bool,
+    kinds: Vec<u8>,
+    lens: Vec<u32>,
+    /// The offset of records 0, [`OFFSET_SAMPLE`], 2·[`OFFSET_SAMPLE`], …
+    samples: Vec<u64>,
+    /// Where the next record starts.
+    next_offset: u64,
 }
 
 impl Written {
-    fn of(meta: &RecordMeta) -> Self {
+    fn new(first_offset: u64) -> Self {
         Self {
-            offset_bytes: meta.offset_bytes,
-            stored_len_bytes: meta.stored_len_bytes,
-            kind: meta.kind,
-            compressed: meta.compressed,
+            next_offset: first_offset,
+            ..Self::default()
         }
     }
 
-    fn meta(&self, seq: u64) -> RecordMeta {
-        RecordMeta {
-            kind: self.kind,
-            seq,
-            offset_bytes: self.offset_bytes,
-            stored_len_bytes: self.stored_len_bytes,
-            compressed: self.compressed,
+    fn len(&self) -> u64 {
+        self.kinds.len() as u64
+    }
+
+    fn push(&mut self, kind: RecordKind, stored_len: u32, compressed: bool) {
+        if self.len().is_multiple_of(OFFSET_SAMPLE) {
+            self.samples.push(self.next_offset);
         }
+        self.kinds.push(kind.0);
+        self.lens
+            .push(stored_len | if compressed { LEN_COMPRESSED } else { 0 });
+        self.next_offset += RECORD_HEADER_BYTES + u64::from(stored_len);
+    }
+
+    fn kind(&self, seq: u64) -> Option<RecordKind> {
+        self.kinds
+            .get(usize::try_from(seq).ok()?)
+            .map(|&k| RecordKind(k))
+    }
+
+    fn offset(&self, seq: u64) -> Option<u64> {
+        if seq >= self.len() {
+            return None;
+        }
+        let base = seq - seq % OFFSET_SAMPLE;
+        let mut at = *self
+            .samples
+            .get(usize::try_from(base / OFFSET_SAMPLE).ok()?)?;
+        let (from, to) = (usize::try_from(base).ok()?, usize::try_from(seq).ok()?);
+        for &len in self.lens.get(from..to)? {
+            at += RECORD_HEADER_BYTES + u64::from(len & !LEN_COMPRESSED);
+        }
+        Some(at)
+    }
+
+    fn nth_of_kind(&self, from: u64, kind: RecordKind, n: u64) -> Option<u64> {
+        let start = usize::try_from(from).ok()?;
+        let mut left = n;
+        for (i, &k) in self.kinds.get(start..)?.iter().enumerate() {
+            if k == kind.0 {
+                if left == 0 {
+                    return Some(from + i as u64);
+                }
+                left -= 1;
+            }
+        }
+        None
+    }
+
+    /// Hands the INDEX record's payload to `put` in pieces of up to 64 KiB: the count, then
+    /// every record's entry.
+    fn index_pieces(&self, mut put: impl FnMut(&[u8]) -> io::Result<()>) -> io::Result<()> {
+        const PIECE: usize = 64 << 10;
+        let mut piece = Vec::with_capacity(PIECE + INDEX_ENTRY_BYTES as usize);
+        piece.extend_from_slice(&self.len().to_le_bytes());
+        let mut offset = self.samples.first().copied().unwrap_or(self.next_offset);
+        for (seq, (&kind, &len)) in self.kinds.iter().zip(&self.lens).enumerate() {
+            let stored = len & !LEN_COMPRESSED;
+            let meta = RecordMeta {
+                kind: RecordKind(kind),
+                seq: seq as u64,
+                offset_bytes: offset,
+                stored_len_bytes: stored,
+                compressed: len & LEN_COMPRESSED != 0,
+            };
+            piece.push(meta.kind.0);
+            piece.push(meta.flags());
+            piece.extend_from_slice(&[0, 0]);
+            piece.extend_from_slice(&meta.stored_len_bytes.to_le_bytes());
+            piece.extend_from_slice(&meta.seq.to_le_bytes());
+            piece.extend_from_slice(&meta.offset_bytes.to_le_bytes());
+            offset += RECORD_HEADER_BYTES + u64::from(stored);
+            if piece.len() >= PIECE {
+                put(&piece)?;
+                piece.clear();
+            }
+        }
+        if !piece.is_empty() {
+            put(&piece)?;
+        }
+        Ok(())
     }
 }
-
-const _: () = assert!(std::mem::size_of::<Written>() == 16);

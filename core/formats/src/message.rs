@@ -1,0 +1,514 @@
+//! A dispatch's one binary encoding (issue 18): what the live protocol's dispatch messages carry
+//! and what a live recording's DISPATCH records keep, byte for byte, so that a debugger writes the
+//! bytes it received to its file without decoding or encoding them again.
+//!
+//! # A dispatch message
+//!
+//! | bytes | field |
+//! |---|---|
+//! | … | a MessagePack map with field names (`rmp-serde`'s `to_vec_named`): `index`, `input`, `report`, `mapping_state` (left out when none), `accesses_left_out`; both access lists empty |
+//! | u32 | `r`, the rows' length |
+//! | `r` | the input's access block, then the report's, in [`crate::columns`]' rows |
+//!
+//! The rest of a dispatch stays MessagePack with names because the report types skip empty
+//! fields, flatten tagged roles and gain fields as the engine grows: a format that does not
+//! describe itself would read them wrong.
+//! The access lists are nine tenths of a dispatch and of uniform shape, so they are rows.
+//! A report that names a mapping state (`mapping_state`) has its three mapping lists (runs,
+//! pieces, left-out pieces) empty: the live protocol sends them once, when they change.
+//!
+//! # A DISPATCH record in this form ([`encode_record`], version 2 of [`crate::columns`]' record)
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 4 | magic [`crate::columns::RECORD_MAGIC`] (`DSDC`) |
+//! | u32 | [`RECORD_V2`] (`0x8000_0002`); a version 1 record has its JSON's length here, always below `2^31` |
+//! | u32 | `m`, the message's length |
+//! | `m` | a dispatch message, as above |
+//! | u32 | `k`, the mapping lists' length (0: the report's lists are as the message has them) |
+//! | `k` | the mapping lists its report names, a MessagePack map with names: `runs`, `pieces`, `left_out` |
+//!
+//! Reading checks every length against the bytes left, and the rows as [`crate::columns`] does;
+//! bad bytes are a named [`ColumnsError`], never a panic.
+//! [`summary`] reads a message's MessagePack part and skips its rows: what a table row needs.
+
+use serde::{Deserialize, Serialize};
+
+use crate::columns::{self, ColumnsError, Reader};
+use dispatchscope_core::input::DispatchInput;
+use dispatchscope_core::report::{DispatchReport, LeftOutReport, PieceReport, ReadableRun};
+
+/// The word after the magic of a version 2 DISPATCH record (bit 31 set: no version 1 JSON is that
+/// long; the low bits are the version).
+pub const RECORD_V2: u32 = 0x8000_0002;
+/// Bit 31 of the word after the magic: a versioned record rather than a version 1 JSON length.
+pub const VERSIONED: u32 = 0x8000_0000;
+/// The deepest nesting the MessagePack part may have.
+const MAX_DEPTH: usize = 256;
+
+/// A dispatch message's MessagePack part, to write (borrowed).
+#[derive(Serialize)]
+struct MessageRef<'a> {
+    index: u64,
+    input: &'a DispatchInput,
+    report: &'a DispatchReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mapping_state: Option<u64>,
+    accesses_left_out: u64,
+}
+
+/// A dispatch message, read.
+#[derive(Debug, Deserialize)]
+pub struct Message {
+    /// The dispatch's index.
+    pub index: u64,
+    /// Its input.
+    pub input: Box<DispatchInput>,
+    /// Its report.
+    pub report: Box<DispatchReport>,
+    /// The mapping state its report names, if it names one.
+    #[serde(default)]
+    pub mapping_state: Option<u64>,
+    /// Access reports the target left out of the rows.
+    #[serde(default)]
+    pub accesses_left_out: u64,
+}
+
+/// The three mapping lists a report may name instead of carrying, to write (borrowed).
+#[derive(Serialize)]
+pub struct MappingListsRef<'a> {
+    /// The readable runs.
+    pub runs: &'a [ReadableRun],
+    /// The mapped pieces.
+    pub pieces: &'a [PieceReport],
+    /// The pieces left out.
+    pub left_out: &'a [LeftOutReport],
+}
+
+/// The three mapping lists, read.
+#[derive(Debug, Default, Deserialize)]
+struct MappingLists {
+    #[serde(default)]
+    runs: Vec<ReadableRun>,
+    #[serde(default)]
+    pieces: Vec<PieceReport>,
+    #[serde(default)]
+    left_out: Vec<LeftOutReport>,
+}
+
+fn mp(e: impl std::fmt::Display) -> ColumnsError {
+    ColumnsError::MessagePack(e.to_string())
+}
+
+/// Appends a dispatch message to `out`: `input` and `report` with their access lists left out
+/// (whatever they hold), then `rows`, the access blocks already written
+/// ([`columns::encode_accesses`] then [`columns::encode_access_reports`]).
+pub fn encode(
+    index: u64,
+    input: &DispatchInput,
+    report: &DispatchReport,
+    mapping_state: Option<u64>,
+    accesses_left_out: u64,
+    rows: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), ColumnsError> {
+    if !input.accesses.is_empty() || !report.accesses.is_empty() {
+        return encode_owned_shells(
+            index,
+            input,
+            report,
+            mapping_state,
+            accesses_left_out,
+            rows,
+            out,
+        );
+    }
+    write_parts(
+        index,
+        input,
+        report,
+        mapping_state,
+        accesses_left_out,
+        rows,
+        out,
+    )
+}
+
+/// [`encode`] for an input or report that still holds its access lists: their shells are cloned.
+fn encode_owned_shells(
+    index: u64,
+    input: &DispatchInput,
+    report: &DispatchReport,
+    mapping_state: Option<u64>,
+    accesses_left_out: u64,
+    rows: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), ColumnsError> {
+    let mut i = input.clone();
+    i.accesses.clear();
+    let mut r = report.clone();
+    r.accesses.clear();
+    write_parts(index, &i, &r, mapping_state, accesses_left_out, rows, out)
+}
+
+fn write_parts(
+    index: u64,
+    input: &DispatchInput,
+    report: &DispatchReport,
+    mapping_state: Option<u64>,
+    accesses_left_out: u64,
+    rows: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), ColumnsError> {
+    let len = u32::try_from(rows.len()).map_err(|_| ColumnsError::Inconsistent {
+        row: 0,
+        what: format!(
+            "{} bytes of access rows, more than a u32 counts",
+            rows.len()
+        ),
+    })?;
+    let fields = MessageRef {
+        index,
+        input,
+        report,
+        mapping_state,
+        accesses_left_out,
+    };
+    rmp_serde::encode::write_named(out, &fields).map_err(mp)?;
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(rows);
+    Ok(())
+}
+
+/// Appends `input` and `report` as a whole dispatch message (their access lists as rows) to `out`.
+pub fn encode_whole(
+    index: u64,
+    input: &DispatchInput,
+    report: &DispatchReport,
+    out: &mut Vec<u8>,
+) -> Result<(), ColumnsError> {
+    let mut rows = Vec::new();
+    columns::encode_accesses(&input.accesses, &mut rows);
+    columns::encode_access_reports(&report.accesses, &mut rows);
+    encode(index, input, report, None, 0, &rows, out)
+}
+
+/// Reads a message's MessagePack part from the start of `bytes`: the message with both access
+/// lists empty, and where its rows' length word starts.
+fn read_head(bytes: &[u8]) -> Result<(Message, usize), ColumnsError> {
+    let mut de = rmp_serde::Deserializer::new(std::io::Cursor::new(bytes));
+    de.set_max_depth(MAX_DEPTH);
+    let m = Message::deserialize(&mut de).map_err(mp)?;
+    let at = usize::try_from(de.position()).map_err(mp)?;
+    Ok((m, at))
+}
+
+/// Reads the rows at `r` into `m`'s two access lists, checking their length word.
+fn read_rows(r: &mut Reader<'_>, m: &mut Message) -> Result<(), ColumnsError> {
+    let len = r.u32("access rows length")?;
+    let start = r.position();
+    m.input.accesses = columns::decode_accesses(r)?;
+    m.report.accesses = columns::decode_access_reports(r)?;
+    let took = r.position() - start;
+    if took != len as usize {
+        return Err(ColumnsError::Inconsistent {
+            row: 0,
+            what: format!("the access rows take {took} bytes, their length says {len}"),
+        });
+    }
+    Ok(())
+}
+
+/// Reads a dispatch message from the start of `bytes`, access lists included; returns it and the
+/// bytes it took (a message may be followed by others).
+pub fn decode(bytes: &[u8]) -> Result<(Message, usize), ColumnsError> {
+    let (mut m, at) = read_head(bytes)?;
+    let rest = bytes.get(at..).unwrap_or_default();
+    let mut r = Reader::new(rest);
+    read_rows(&mut r, &mut m)?;
+    Ok((m, at + r.position()))
+}
+
+/// Reads the whole of `bytes` as one dispatch message, access lists included.
+pub fn decode_exact(bytes: &[u8]) -> Result<Message, ColumnsError> {
+    let (m, used) = decode(bytes)?;
+    if used != bytes.len() {
+        return Err(ColumnsError::Trailing(bytes.len() - used));
+    }
+    Ok(m)
+}
+
+/// Reads the whole of `bytes` as one dispatch message without decoding its rows: the message with
+/// both access lists empty, and the rows' bytes (checked only for their length), for
+/// [`fill_rows`] later.
+pub fn summary(bytes: &[u8]) -> Result<(Message, std::ops::Range<usize>), ColumnsError> {
+    let (m, at) = read_head(bytes)?;
+    let rest = bytes.get(at..).unwrap_or_default();
+    let mut r = Reader::new(rest);
+    let len = r.u32("access rows length")?;
+    let start = at + 4;
+    let have = bytes.len() - start;
+    if have != len as usize {
+        return Err(ColumnsError::Inconsistent {
+            row: 0,
+            what: format!("the message's rows have {have} bytes, their length says {len}"),
+        });
+    }
+    Ok((m, start..bytes.len()))
+}
+
+/// Decodes `rows` (a message's rows, without their length word, as [`summary`] gives their range)
+/// into `input`'s and `report`'s access lists.
+pub fn fill_rows(
+    rows: &[u8],
+    input: &mut DispatchInput,
+    report: &mut DispatchReport,
+) -> Result<(), ColumnsError> {
+    let mut r = Reader::new(rows);
+    input.accesses = columns::decode_accesses(&mut r)?;
+    report.accesses = columns::decode_access_reports(&mut r)?;
+    if r.remaining() != 0 {
+        return Err(ColumnsError::Trailing(r.remaining()));
+    }
+    Ok(())
+}
+
+/// Appends the MessagePack encoding of three mapping lists (what a version 2 record carries after
+/// its message) to `out`.
+pub fn encode_mapping_lists(
+    lists: &MappingListsRef<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), ColumnsError> {
+    rmp_serde::encode::write_named(out, lists).map_err(mp)
+}
+
+/// Appends a version 2 DISPATCH record to `out`: `message` (a dispatch message as it came) and
+/// `mapping_lists` (the encoded lists its report names, or empty).
+pub fn encode_record(message: &[u8], mapping_lists: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&columns::RECORD_MAGIC);
+    out.extend_from_slice(&RECORD_V2.to_le_bytes());
+    out.extend_from_slice(&len32(message.len()).to_le_bytes());
+    out.extend_from_slice(message);
+    out.extend_from_slice(&len32(mapping_lists.len()).to_le_bytes());
+    out.extend_from_slice(mapping_lists);
+}
+
+fn len32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Whether `bytes` is a versioned DISPATCH record (version 2 or later) rather than version 1.
+pub fn is_versioned_record(bytes: &[u8]) -> bool {
+    bytes
+        .strip_prefix(&columns::RECORD_MAGIC)
+        .and_then(|b| b.first_chunk::<4>())
+        .is_some_and(|w| u32::from_le_bytes(*w) & VERSIONED != 0)
+}
+
+/// The parts of a version 2 record: its message and its mapping lists (maybe empty).
+pub fn record_parts(bytes: &[u8]) -> Result<(&[u8], &[u8]), ColumnsError> {
+    let Some(rest) = bytes.strip_prefix(&columns::RECORD_MAGIC) else {
+        return Err(ColumnsError::BadMagic {
+            found: bytes.iter().take(4).copied().collect(),
+        });
+    };
+    let mut r = Reader::new(rest);
+    let word = r.u32("version word")?;
+    if word != RECORD_V2 {
+        return Err(ColumnsError::UnknownVersion(word));
+    }
+    let m = r.u32("message length")?;
+    let message = r.take_bytes("message", u64::from(m))?;
+    let k = r.u32("mapping lists length")?;
+    let lists = r.take_bytes("mapping lists", u64::from(k))?;
+    if r.remaining() != 0 {
+        return Err(ColumnsError::Trailing(r.remaining()));
+    }
+    Ok((message, lists))
+}
+
+/// Puts `lists` (encoded by [`encode_mapping_lists`]; empty: nothing) into `report`'s mapping
+/// report.
+pub fn restore_mapping_lists(
+    lists: &[u8],
+    report: &mut DispatchReport,
+) -> Result<(), ColumnsError> {
+    if lists.is_empty() {
+        return Ok(());
+    }
+    let mut de = rmp_serde::Deserializer::new(std::io::Cursor::new(lists));
+    de.set_max_depth(MAX_DEPTH);
+    let l = MappingLists::deserialize(&mut de).map_err(mp)?;
+    let used = usize::try_from(de.position()).map_err(mp)?;
+    if used != lists.len() {
+        return Err(ColumnsError::Trailing(lists.len() - used));
+    }
+    let Some(m) = report.mappings.as_mut() else {
+        return Err(ColumnsError::Inconsistent {
+            row: 0,
+            what: "mapping lists for a report without a mapping report".into(),
+        });
+    };
+    m.runs = l.runs;
+    m.pieces = l.pieces;
+    m.left_out = l.left_out;
+    Ok(())
+}
+
+/// Reads a version 2 DISPATCH record: the input and report, mapping lists put back.
+pub fn decode_record(bytes: &[u8]) -> Result<(DispatchInput, DispatchReport), ColumnsError> {
+    let (message, lists) = record_parts(bytes)?;
+    let m = decode_exact(message)?;
+    let (input, mut report) = (*m.input, *m.report);
+    restore_mapping_lists(lists, &mut report)?;
+    Ok((input, report))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+    use crate::session::DispatchRecord;
+
+    fn whole() -> (DispatchInput, DispatchReport, Vec<u8>) {
+        let (input, report) = crate::columns::tests::report();
+        let mut out = Vec::new();
+        encode_whole(report.index, &input, &report, &mut out).unwrap();
+        (input, report, out)
+    }
+
+    /// A record whose report names its mapping lists instead of carrying them, as a live store
+    /// writes it: the message without the lists, and the lists beside it.
+    fn record_naming_lists() -> (DispatchInput, DispatchReport, Vec<u8>) {
+        let (input, report) = crate::columns::tests::report();
+        let m = report.mappings.as_ref().unwrap();
+        assert!(!m.runs.is_empty(), "the engine's report has readable runs");
+        let mut lists = Vec::new();
+        let named = MappingListsRef {
+            runs: &m.runs,
+            pieces: &m.pieces,
+            left_out: &m.left_out,
+        };
+        encode_mapping_lists(&named, &mut lists).unwrap();
+        let mut shell = report.clone();
+        let sm = shell.mappings.as_mut().unwrap();
+        sm.runs.clear();
+        sm.pieces.clear();
+        sm.left_out.clear();
+        let mut rows = Vec::new();
+        columns::encode_accesses(&input.accesses, &mut rows);
+        columns::encode_access_reports(&report.accesses, &mut rows);
+        let mut message = Vec::new();
+        encode(7, &input, &shell, Some(3), 0, &rows, &mut message).unwrap();
+        let mut record = Vec::new();
+        encode_record(&message, &lists, &mut record);
+        (input, report, record)
+    }
+
+    #[test]
+    fn a_message_round_trips_whole_and_by_its_summary() {
+        let (input, report, bytes) = whole();
+        let m = decode_exact(&bytes).unwrap();
+        assert_eq!(*m.input, input);
+        assert_eq!(*m.report, report);
+        assert_eq!(m.mapping_state, None);
+        let (mut s, rows) = summary(&bytes).unwrap();
+        assert!(s.input.accesses.is_empty() && s.report.accesses.is_empty());
+        assert_eq!(s.report.counts, report.counts);
+        fill_rows(&bytes[rows], &mut s.input, &mut s.report).unwrap();
+        assert_eq!((*s.input, *s.report), (input, report));
+    }
+
+    #[test]
+    fn a_version_2_record_puts_its_mapping_lists_back_and_old_records_still_read() {
+        let (input, report, record) = record_naming_lists();
+        assert!(is_versioned_record(&record));
+        let r = DispatchRecord::from_payload(&record).unwrap();
+        assert_eq!(r.input, input);
+        assert_eq!(r.report.as_ref(), Some(&report));
+        // Version 1 (JSON rest) and plain JSON records read as before.
+        let mut v1 = Vec::new();
+        columns::encode_record(&input, Some(&report), &mut v1);
+        assert!(!is_versioned_record(&v1));
+        let r1 = DispatchRecord::from_payload(&v1).unwrap();
+        assert_eq!((r1.input, r1.report), (input.clone(), Some(report.clone())));
+        let json = serde_json::to_vec(&DispatchRecord {
+            input: input.clone(),
+            report: Some(report.clone()),
+        })
+        .unwrap();
+        let r0 = DispatchRecord::from_payload(&json).unwrap();
+        assert_eq!((r0.input, r0.report), (input, Some(report)));
+    }
+
+    #[test]
+    fn every_cut_of_a_version_2_record_is_an_error_and_no_flip_panics() {
+        let (_, _, record) = record_naming_lists();
+        for cut in 0..record.len() {
+            assert!(decode_record(&record[..cut]).is_err(), "cut at {cut}");
+        }
+        for at in 0..record.len() {
+            let mut b = record.clone();
+            b[at] ^= 0xa5;
+            let _ = decode_record(&b);
+            let _ = DispatchRecord::from_payload(&b);
+        }
+    }
+
+    #[test]
+    fn bad_version_2_records_are_named() {
+        let (_, _, record) = record_naming_lists();
+        let mut b = record.clone();
+        b[4..8].copy_from_slice(&0x8000_0003u32.to_le_bytes());
+        assert_eq!(
+            decode_record(&b).unwrap_err(),
+            ColumnsError::UnknownVersion(0x8000_0003)
+        );
+        let mut b = record.clone();
+        b.push(0);
+        assert_eq!(decode_record(&b).unwrap_err(), ColumnsError::Trailing(1));
+        let mut b = record.clone();
+        b[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            decode_record(&b).unwrap_err(),
+            ColumnsError::Truncated {
+                part: "message",
+                ..
+            }
+        ));
+        // The message's first byte (a MessagePack map) smashed.
+        let mut b = record.clone();
+        b[12] = 0xc1;
+        assert!(matches!(
+            decode_record(&b).unwrap_err(),
+            ColumnsError::MessagePack(_)
+        ));
+        // Mapping lists for a report without a mapping report.
+        let (input, mut report, _) = whole();
+        report.mappings = None;
+        let mut message = Vec::new();
+        encode_whole(1, &input, &report, &mut message).unwrap();
+        let mut lists = Vec::new();
+        let named = MappingListsRef {
+            runs: &[],
+            pieces: &[],
+            left_out: &[],
+        };
+        encode_mapping_lists(&named, &mut lists).unwrap();
+        let mut b = Vec::new();
+        encode_record(&message, &lists, &mut b);
+        assert!(matches!(
+            decode_record(&b).unwrap_err(),
+            ColumnsError::Inconsistent { .. }
+        ));
+        // A message whose rows' length word disagrees with its rows.
+        let (_, _, mut m) = whole();
+        let n = m.len();
+        m.push(0);
+        assert!(summary(&m).is_err());
+        assert!(decode_exact(&m).is_err());
+        m.truncate(n - 1);
+        assert!(decode_exact(&m).is_err());
+    }
+}
