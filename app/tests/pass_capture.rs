@@ -270,6 +270,7 @@ fn lanes_a_debugger_selects_are_captured_on_the_next_pass() {
         Ok(c) => c,
         Err(e) => {
             let _ = demo.kill();
+            let _ = demo.wait();
             let mut err = String::new();
             std::io::Read::read_to_string(&mut demo.stderr.take().unwrap(), &mut err).unwrap();
             if !required() && err.contains("opening the Vulkan device") {
@@ -281,7 +282,8 @@ fn lanes_a_debugger_selects_are_captured_on_the_next_pass() {
     };
     // The workgroups (and pixels) of the captured accesses of the next dispatch that satisfies
     // `done`, waiting at most a minute.
-    let next_capture = |done: &dyn Fn(&BTreeSet<u32>, &BTreeSet<[u32; 2]>) -> bool| {
+    type Wanted<'a> = &'a dyn Fn(&BTreeSet<u32>, &BTreeSet<[u32; 2]>) -> bool;
+    let next_capture = |done: Wanted| {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             assert!(Instant::now() < deadline, "no frame captured what was asked");
