@@ -163,7 +163,12 @@ fn o7_alignment_at_256_shows_exactly_its_o7_refusal_appearing() {
         .filter(|c| c.category() == Category::Refusals)
         .collect();
     assert_eq!(refusals.len(), 1, "{refusals:?}");
-    let Change::RefusalAdded { rule, message, .. } = refusals[0] else {
+    let Change::RefusalAdded {
+        rule,
+        message,
+        slot: refused_slot,
+    } = refusals[0].clone()
+    else {
         panic!("not a refusal added: {:?}", refusals[0]);
     };
     assert_eq!(rule.id(), "O7");
@@ -178,6 +183,12 @@ fn o7_alignment_at_256_shows_exactly_its_o7_refusal_appearing() {
                 assert_eq!((*before, *after), (Mode::Bound, Mode::Refused));
             }
             Change::RefusalAdded { .. } => {}
+            // The refused slot's O7 verdict itself.
+            Change::SlotAligned {
+                slot,
+                before: true,
+                after: false,
+            } => assert_eq!(Some(*slot), refused_slot, "{c:?}"),
             Change::Access { after, .. } => assert!(
                 after
                     .as_ref()

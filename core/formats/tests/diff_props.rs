@@ -15,7 +15,8 @@
 use std::collections::BTreeMap;
 
 use dispatchscope_core::diff::{Category, Compared, diff_reports};
-use dispatchscope_core::report::{DispatchReport, Mode, Route};
+use dispatchscope_core::Rule;
+use dispatchscope_core::report::{DispatchReport, Hazard, HazardKind, Mode, Refusal, Route};
 use dispatchscope_formats::generate::{GenConfig, random_sample};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -254,9 +255,16 @@ fn edit(r: &mut DispatchReport, what: u8, k: usize) {
             if let Some(i) = pick(r.refusals.len()) {
                 let x = r.refusals[i].clone();
                 r.refusals.push(x);
-            } else if let Some(i) = pick(r.slots.len()) {
-                let _ = i;
-                r.refusals.clear();
+            } else {
+                r.refusals.push(Refusal {
+                    rule: Rule::O7,
+                    decision: "D953".into(),
+                    slot: Some(k as u32),
+                    values: Vec::new(),
+                    message: format!("made up {k}"),
+                    would_run_if: String::new(),
+                    ours: false,
+                });
             }
         }
         7 => {
@@ -308,6 +316,19 @@ fn edit(r: &mut DispatchReport, what: u8, k: usize) {
         _ => {
             if let Some(i) = pick(r.hazards.len()) {
                 r.hazards.remove(i);
+            } else {
+                r.hazards.push(Hazard {
+                    rule: Rule::L1,
+                    kind: HazardKind::WriteBackOverDeviceStore,
+                    ours: false,
+                    bound_load: None,
+                    decision: String::new(),
+                    holder: 0,
+                    address: 0x1000 + k as u64,
+                    device_store: k,
+                    bound_store: None,
+                    message: String::new(),
+                });
             }
         }
     }
@@ -346,4 +367,27 @@ proptest! {
         check(a, &b)?;
         check(&b, a)?;
     }
+}
+
+/// The property has teeth: edits of every kind are found (by both) on some report of some session.
+#[test]
+fn every_kind_of_edit_is_found_somewhere() {
+    let mut seen = [false; 14];
+    for seed in 1..40 {
+        for a in reports(seed) {
+            for (what, hit) in seen.iter_mut().enumerate() {
+                for k in 0..4 {
+                    let mut b = a.clone();
+                    edit(&mut b, what as u8, k);
+                    let d = diff_reports(&a, &b, Compared::Everything);
+                    if !naive(&a, &b).is_empty() {
+                        assert!(!d.is_empty(), "edit {what}/{k} missed");
+                        *hit = true;
+                    }
+                }
+            }
+        }
+    }
+    let missed: Vec<usize> = (0..14).filter(|w| !seen[*w]).collect();
+    assert!(missed.is_empty(), "edits never found: {missed:?}");
 }
