@@ -18,14 +18,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Args;
-use dispatchscope_core::diff::{
-    Compared, DIFF_SCHEMA, DispatchDiff, SessionDiff, diff_sessions, diff_sessions_with,
-};
-use dispatchscope_core::input::{DeviceLimits, DispatchInput};
+use dispatchscope_core::diff::{Compared, DIFF_SCHEMA, DispatchDiff, SessionDiff, diff_sessions};
+use dispatchscope_core::input::DeviceLimits;
 use dispatchscope_core::report::DispatchReport;
-use dispatchscope_core::what_if::{PlanLimits, WhatIf, WhatIfError, needs_replay};
+use dispatchscope_core::what_if::{PlanLimits, WhatIfError, needs_replay};
 use dispatchscope_formats::sample::Sample;
 use dispatchscope_formats::session::{self, Opened};
+use dispatchscope_formats::what_if::{self, RePlanError};
 
 use crate::load::{BackendChoice, BadInput, load, run_sample};
 
@@ -206,77 +205,27 @@ fn what_if_diff(args: &DiffArgs) -> anyhow::Result<SessionDiff> {
         };
         return full_replay(path, &limits, &why);
     }
-    let mut what_if = WhatIf::new(args.plan_limits());
-    let mut recorded = Vec::new();
-    let mut now = Vec::new();
-    let mut compared = Vec::new();
-    let mut step = |i: usize, input: &DispatchInput, r: DispatchReport| -> anyhow::Result<()> {
-        let (n, c) = what_if.step(i, input, &r).map_err(|e| match e {
-            WhatIfError::Engine { .. } => bad(format!("{}: {e}", path.display())),
-            WhatIfError::NotReproduced { .. } => anyhow::Error::new(e),
-        })?;
-        recorded.push(r);
-        now.push(n);
-        compared.push(c);
-        Ok(())
-    };
-    let fast = match opened {
+    let re_planned = match opened {
         Opened::Sample(sample) => {
             let base_reports = run_sample(BackendChoice::Cpu, &sample, path, base.clone())?;
-            let inputs: Vec<&DispatchInput> = sample.dispatches().collect();
-            let mut result = Ok(());
-            for (i, (input, r)) in inputs.into_iter().zip(base_reports).enumerate() {
-                result = step(i, input, r);
-                if result.is_err() {
-                    break;
-                }
-            }
-            result
+            what_if::re_plan(sample.dispatches().zip(base_reports), args.plan_limits())
+                .map_err(RePlanError::from)
         }
         Opened::Capture(mut c) => {
             if let Some(note) = crate::load::torn_note(&c) {
                 eprintln!("dispatchscope: warning: {}: {note}", path.display());
             }
-            let mut result = Ok(());
-            for i in 0..c.n_dispatches() {
-                let record = c.dispatch(i).map_err(|e| bad(e.to_string()))?;
-                let Some(r) = record.report else {
-                    result = Err(anyhow::anyhow!(
-                        "dispatch {i} recorded no report to re-plan"
-                    ));
-                    break;
-                };
-                result = step(i, &record.input, r);
-                if result.is_err() {
-                    break;
-                }
-            }
-            result
+            what_if::re_plan_capture(&mut c, args.plan_limits())
         }
     };
-    if let Err(e) = fast {
-        if e.downcast_ref::<BadInput>().is_some() {
-            return Err(e);
+    match re_planned {
+        Ok(r) => Ok(r.diff()),
+        Err(e @ (RePlanError::Session(_) | RePlanError::WhatIf(WhatIfError::Engine { .. }))) => {
+            Err(bad(format!("{}: {e}", path.display())))
         }
-        return full_replay(path, &limits, &format!("the re-plan could not go on ({e:#})"));
+        // A capture without reports, or reports another recorder made: replay it.
+        Err(e) => full_replay(path, &limits, &format!("the re-plan could not go on: {e}")),
     }
-    let divergence = what_if.divergence().cloned();
-    let mut diff = diff_sessions_with(&recorded, &now, |j| {
-        compared.get(j).cloned().unwrap_or(Compared::Everything)
-    });
-    diff.notes.push(
-        "what if: re-planned from each dispatch's recorded input without running it (the planning limits are read by the planner alone)".into(),
-    );
-    match divergence {
-        None => diff.notes.push(
-            "no dispatch diverged: every run is as recorded, so every decision is compared".into(),
-        ),
-        Some(d) => diff.notes.push(format!(
-            "from position {} on, only the plan (mode, bindings, sets, refusals) is compared: {}; --replay compares the runs too",
-            d.position, d.why
-        )),
-    }
-    Ok(diff)
 }
 
 /// The session replayed whole under `limits` on the CPU reference, against its recorded reports

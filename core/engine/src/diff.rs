@@ -126,7 +126,10 @@ impl ProbeStats {
 
     /// The most probes a stored chunk needs.
     pub fn max_probes(&self) -> usize {
-        self.probe_histogram.iter().rposition(|&n| n > 0).unwrap_or(0)
+        self.probe_histogram
+            .iter()
+            .rposition(|&n| n > 0)
+            .unwrap_or(0)
     }
 }
 
@@ -424,7 +427,8 @@ impl Category {
 }
 
 fn opt<T: std::fmt::Display>(v: &Option<T>, none: &str) -> String {
-    v.as_ref().map_or_else(|| none.to_owned(), |x| x.to_string())
+    v.as_ref()
+        .map_or_else(|| none.to_owned(), |x| x.to_string())
 }
 
 fn hex_opt(v: Option<u64>) -> String {
@@ -586,7 +590,11 @@ impl Change {
                 rule,
                 slot,
                 message,
-            } => format!("refusal added: {}{}: {message}", rule.id(), slot_text(*slot)),
+            } => format!(
+                "refusal added: {}{}: {message}",
+                rule.id(),
+                slot_text(*slot)
+            ),
             Change::RefusalRemoved {
                 rule,
                 slot,
@@ -789,7 +797,10 @@ fn keyed<K: Ord, V: PartialEq>(
 
 /// A multiset difference: the items only in A (`removed`) and only in B (`added`), counted, in
 /// key order.
-fn multiset<K: Ord + Clone>(a: impl IntoIterator<Item = K>, b: impl IntoIterator<Item = K>) -> (Vec<K>, Vec<K>) {
+fn multiset<K: Ord + Clone>(
+    a: impl IntoIterator<Item = K>,
+    b: impl IntoIterator<Item = K>,
+) -> (Vec<K>, Vec<K>) {
     let mut count: BTreeMap<K, i64> = BTreeMap::new();
     for k in a {
         *count.entry(k).or_default() -= 1;
@@ -847,17 +858,28 @@ pub fn diff_reports(a: &DispatchReport, b: &DispatchReport, compared: Compared) 
         },
     );
     let refusal = |r: &crate::report::Refusal| (r.rule, r.slot, r.message.clone());
-    let (removed, added) = multiset(a.refusals.iter().map(refusal), b.refusals.iter().map(refusal));
-    c.extend(removed.into_iter().map(|(rule, slot, message)| Change::RefusalRemoved {
-        rule,
-        slot,
-        message,
-    }));
-    c.extend(added.into_iter().map(|(rule, slot, message)| Change::RefusalAdded {
-        rule,
-        slot,
-        message,
-    }));
+    let (removed, added) = multiset(
+        a.refusals.iter().map(refusal),
+        b.refusals.iter().map(refusal),
+    );
+    c.extend(
+        removed
+            .into_iter()
+            .map(|(rule, slot, message)| Change::RefusalRemoved {
+                rule,
+                slot,
+                message,
+            }),
+    );
+    c.extend(
+        added
+            .into_iter()
+            .map(|(rule, slot, message)| Change::RefusalAdded {
+                rule,
+                slot,
+                message,
+            }),
+    );
     if compared.everything() {
         diff_run(a, b, &mut c);
     }
@@ -1288,9 +1310,10 @@ fn lcs(a: &[u64], b: &[u64]) -> Vec<[usize; 2]> {
 
 /// The limits that differ between two reports' `device`, by name.
 pub fn limit_changes(a: &DispatchReport, b: &DispatchReport) -> Vec<LimitChange> {
-    let (Ok(serde_json::Value::Object(x)), Ok(serde_json::Value::Object(y))) =
-        (serde_json::to_value(&a.device), serde_json::to_value(&b.device))
-    else {
+    let (Ok(serde_json::Value::Object(x)), Ok(serde_json::Value::Object(y))) = (
+        serde_json::to_value(&a.device),
+        serde_json::to_value(&b.device),
+    ) else {
         return Vec::new();
     };
     let mut out = Vec::new();

@@ -50,7 +50,10 @@ pub fn needs_replay(base: &DeviceLimits, new: &DeviceLimits) -> Vec<&'static str
             v.push(name);
         }
     };
-    differs("host_page_bytes", base.host_page_bytes != new.host_page_bytes);
+    differs(
+        "host_page_bytes",
+        base.host_page_bytes != new.host_page_bytes,
+    );
     differs("lds_aperture", base.lds_aperture != new.lds_aperture);
     differs(
         "scratch_aperture",

@@ -100,7 +100,10 @@ fn fast_matches_full(what: &str, sample: &Sample, limits: PlanLimits) -> usize {
             let fp: Vec<&Change> = fc.iter().filter(|c| plan(c)).collect();
             let gp: Vec<&Change> = gc.iter().filter(|c| plan(c)).collect();
             assert_eq!(fp, gp, "{what}: dispatch {j}: the plan's changes");
-            assert!(fc.iter().all(plan), "{what}: dispatch {j}: a run's change claimed");
+            assert!(
+                fc.iter().all(plan),
+                "{what}: dispatch {j}: a run's change claimed"
+            );
         }
     }
     assert_eq!(plan_only, fast_diff.plan_only, "{what}");

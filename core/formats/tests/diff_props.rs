@@ -14,8 +14,8 @@
 
 use std::collections::BTreeMap;
 
-use dispatchscope_core::diff::{Category, Compared, diff_reports};
 use dispatchscope_core::Rule;
+use dispatchscope_core::diff::{Category, Compared, diff_reports};
 use dispatchscope_core::report::{DispatchReport, Hazard, HazardKind, Mode, Refusal, Route};
 use dispatchscope_formats::generate::{GenConfig, random_sample};
 use proptest::prelude::*;
@@ -32,7 +32,9 @@ fn keyed_count(a: Vec<(String, String)>, b: Vec<(String, String)>) -> usize {
     let mut keys: Vec<&String> = ma.keys().chain(mb.keys()).collect();
     keys.sort();
     keys.dedup();
-    keys.into_iter().filter(|k| ma.get(*k) != mb.get(*k)).count()
+    keys.into_iter()
+        .filter(|k| ma.get(*k) != mb.get(*k))
+        .count()
 }
 
 /// A multiset's symmetric difference, counted.
@@ -135,9 +137,12 @@ fn naive(a: &DispatchReport, b: &DispatchReport) -> BTreeMap<Category, usize> {
         r.write_back
             .iter()
             .flat_map(|w| {
-                w.words
-                    .iter()
-                    .map(move |x| (format!("{}|{}", w.holder, x.address), format!("{}|{}", x.old, x.new)))
+                w.words.iter().map(move |x| {
+                    (
+                        format!("{}|{}", w.holder, x.address),
+                        format!("{}|{}", x.old, x.new),
+                    )
+                })
             })
             .collect()
     };
@@ -166,7 +171,10 @@ fn naive(a: &DispatchReport, b: &DispatchReport) -> BTreeMap<Category, usize> {
             .map(|p| {
                 (
                     j(&p.guest),
-                    format!("{}|{}|{}", p.device_base, p.mapped_before_dispatch, p.by_revisit),
+                    format!(
+                        "{}|{}|{}",
+                        p.device_base, p.mapped_before_dispatch, p.by_revisit
+                    ),
                 )
             })
             .collect()
@@ -182,9 +190,9 @@ fn naive(a: &DispatchReport, b: &DispatchReport) -> BTreeMap<Category, usize> {
     put(Category::LeftOut, keyed_count(left(a), left(b)));
     let chunk = |r: &DispatchReport| r.table.as_ref().map(|t| t.chunk_bytes);
     let probes = |r: &DispatchReport| {
-        r.table.as_ref().map(|t| {
-            json!([t.capacity, t.n_chunks, t.probe_bound, t.probe_histogram]).to_string()
-        })
+        r.table
+            .as_ref()
+            .map(|t| json!([t.capacity, t.n_chunks, t.probe_bound, t.probe_histogram]).to_string())
     };
     put(
         Category::Table,
@@ -194,7 +202,12 @@ fn naive(a: &DispatchReport, b: &DispatchReport) -> BTreeMap<Category, usize> {
         r.accesses
             .iter()
             .map(|x| {
-                let v: Value = json!([x.pc, serde_json::to_value(&x.route).unwrap(), x.values, x.escaped]);
+                let v: Value = json!([
+                    x.pc,
+                    serde_json::to_value(&x.route).unwrap(),
+                    x.values,
+                    x.escaped
+                ]);
                 (x.index.to_string(), v.to_string())
             })
             .collect()
