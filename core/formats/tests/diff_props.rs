@@ -282,7 +282,7 @@ fn edit(r: &mut DispatchReport, what: u8, k: usize) {
         }
         7 => {
             if let Some(i) = pick(r.escapes.len()) {
-                if k % 2 == 0 {
+                if k.is_multiple_of(2) {
                     r.escapes.remove(i);
                 } else {
                     r.escapes[i].address += 8;
@@ -310,7 +310,7 @@ fn edit(r: &mut DispatchReport, what: u8, k: usize) {
         }
         11 => {
             if let Some(t) = r.table.as_mut() {
-                if k % 2 == 0 {
+                if k.is_multiple_of(2) {
                     t.chunk_bytes *= 2;
                 } else {
                     t.probe_histogram.push(1);
@@ -319,7 +319,7 @@ fn edit(r: &mut DispatchReport, what: u8, k: usize) {
         }
         12 => {
             if let Some(i) = pick(r.accesses.len()) {
-                if k % 2 == 0 {
+                if k.is_multiple_of(2) {
                     r.accesses[i].values.push(7);
                 } else {
                     r.accesses[i].route = Route::NotRun;
