@@ -5,6 +5,7 @@
 //! loading the subcommands and the window share is `load`'s.
 
 mod cli;
+mod diff_cli;
 mod disasm_cli;
 mod gui;
 mod live_cli;
@@ -56,12 +57,25 @@ enum Command {
     Pass(pass_demo::PassArgs),
     /// Export a sample or capture: `--trace OUT.json` writes a Chrome/Perfetto trace (ui.perfetto.dev).
     Export(cli::ExportArgs),
+    /// Compare two samples or captures dispatch by dispatch (exit 0 the same, 1 different, 2 bad input); with one file and a limit flag, what if it ran under those limits.
+    Diff(diff_cli::DiffArgs),
     /// List a sample's programs as RDNA2 code (`--program ADDR` for one), or decode raw code (`--raw CODE.bin`).
     Disasm(disasm_cli::DisasmArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::Diff(args)) = &cli.command {
+        // diff(1)'s statuses: 0 the same, 1 different, 2 trouble (bad input named).
+        return match diff_cli::diff_cmd(args) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(1),
+            Err(e) => {
+                eprintln!("dispatchscope: {e:#}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let result = match &cli.command {
         Some(Command::Explain(args)) => cli::explain_cmd(args),
         Some(Command::Convert { input, output }) => cli::convert_cmd(input, output),
@@ -74,6 +88,7 @@ fn main() -> ExitCode {
         Some(Command::Pass(args)) => pass_demo::pass_cmd(args),
         Some(Command::Export(args)) => cli::export_cmd(args),
         Some(Command::Disasm(args)) => disasm_cli::disasm_cmd(args),
+        Some(Command::Diff(_)) => Ok(()),
         None => gui::run_gui(cli.files.clone()),
     };
     match result {

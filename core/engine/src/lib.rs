@@ -15,6 +15,7 @@ pub mod addr;
 pub mod aperture;
 pub mod backend;
 pub mod chunk_table;
+pub mod diff;
 pub mod engine;
 pub mod exec;
 pub mod explain;
@@ -25,6 +26,7 @@ pub mod memory;
 pub mod overlap;
 pub mod report;
 pub mod rules;
+pub mod what_if;
 
 pub use addr::ByteRange;
 pub use backend::{Backend, CpuBackend};

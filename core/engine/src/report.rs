@@ -480,7 +480,7 @@ pub struct AccessReport {
 }
 
 /// What kind of escape (T4) an access made: why no mapping held its address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum EscapeClass {
     /// No reservation holds the address.

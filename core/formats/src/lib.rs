@@ -17,3 +17,4 @@ pub mod sample;
 pub mod session;
 pub mod shipped;
 pub mod stream;
+pub mod what_if;

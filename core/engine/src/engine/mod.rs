@@ -18,6 +18,9 @@
 //! | write back | O8, O9 | `Engine::write_back` |
 //! | the known limit | L1 | `after::detect_l1` |
 //!
+//! The first three (validate, plan, mode) are `replan::plan_phases`, which [`Replanner`] runs alone
+//! for a "what if" under other limits.
+//!
 //! The engine keeps its state across dispatches as the emulator does; it never draws anything.
 
 use thiserror::Error;
@@ -28,7 +31,7 @@ use crate::chunk_table::{ChunkTable, TableError};
 use crate::import::Mappings;
 use crate::input::{DeviceLimits, DispatchInput, InputError, LimitsError};
 use crate::memory::{GuestMemory, MemoryChange, MemoryError};
-use crate::overlap::{BindPlan, Planner};
+use crate::overlap::Planner;
 use crate::report::{
     AccessReport, BeforeDispatch, Counts, DispatchReport, Escape, EventReport, HandOff, Hazard,
     MappingReport, Mark, Mode, SCHEMA, SlotBinding, TableReport, TargetLost, WriteBack,
@@ -40,10 +43,12 @@ mod escape;
 mod events;
 mod mapping;
 mod mode;
+mod replan;
 mod route;
 mod validate;
 
 use mapping::{MappingState, TableSync};
+pub use replan::{Planned, Replanner, accesses_not_run};
 pub use validate::validate;
 
 /// Why the engine could not take an event or a dispatch. Nothing changed when it returns one.
@@ -171,22 +176,20 @@ impl<B: Backend> Engine<B> {
     pub fn dispatch(&mut self, input: &DispatchInput) -> Result<DispatchReport, EngineError> {
         puffin::profile_function!();
         let limits = self.limits.clone();
-        let checked = validate::check(input, &limits)?;
-        let BindPlan {
-            sets,
-            bindings,
-            refusals,
-        } = self.planner.plan(
-            &input.slots,
-            &checked.bases,
-            &limits,
-            input.page_buffer.as_ref(),
-        );
-        let decision = mode::choose(input, &checked, &bindings, refusals);
+        let (
+            checked,
+            Planned {
+                mode,
+                mode_reason,
+                slots: bindings,
+                sets,
+                refusals,
+            },
+        ) = replan::plan_phases(&mut self.planner, input, &limits)?;
         let index = self.next_dispatch;
         self.next_dispatch += 1;
         let events_before = std::mem::take(&mut self.pending);
-        let ran = match decision.mode {
+        let ran = match mode {
             Mode::Refused => Ran::not_run(input, self.memory.deferred_copies().len()),
             mode => self.run(index, input, &checked, &bindings, &limits, mode)?,
         };
@@ -196,14 +199,14 @@ impl<B: Backend> Engine<B> {
             program: input.program,
             label: input.label.clone(),
             kind: input.kind,
-            mode: decision.mode,
+            mode,
             backend: self.backend.name(),
             device: limits,
             reasons: input.reasons.clone(),
-            mode_reason: decision.reason,
+            mode_reason,
             slots: bindings,
             sets,
-            refusals: decision.refusals,
+            refusals,
             events_before,
             before: ran.before,
             mappings: ran.mappings,
@@ -217,7 +220,7 @@ impl<B: Backend> Engine<B> {
             counts: Counts::default(),
             instrumented: None,
         };
-        report.counts = counts(&report);
+        report.counts = counts_of(&report);
         Ok(report)
     }
 
@@ -363,7 +366,8 @@ impl Ran {
     }
 }
 
-fn counts(r: &DispatchReport) -> Counts {
+/// A report's counts, from its lists (what [`Engine::dispatch`] fills in last).
+pub fn counts_of(r: &DispatchReport) -> Counts {
     Counts {
         sets: r.sets.len(),
         refusals: r.refusals.len(),

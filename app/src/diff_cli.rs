@@ -1,0 +1,385 @@
+//! `dispatchscope diff A B [--json]`: two sessions compared dispatch by dispatch
+//! (`dispatchscope_core::diff`); and the "what if", `dispatchscope diff FILE --LIMIT VALUE`: one
+//! session against itself under other limits (`dispatchscope_core::what_if`).
+//!
+//! A sample's reports are its replay on the CPU reference; a capture's are the reports it
+//! recorded, read through its index one DISPATCH record at a time (a capture that recorded none is
+//! replayed as a sample is).
+//!
+//! A what-if over the planning limits (`--min-storage-buffer-offset-alignment`,
+//! `--max-storage-buffer-range`) re-plans each dispatch from its recorded input without running
+//! it, and compares the run only up to the first dispatch that diverges (the output says which,
+//! and why); `--probe-bound` and `--host-page-bytes` change the mapping and the table, so the
+//! session is replayed whole on the CPU reference, as `--replay` does for any limit.
+//!
+//! Exit status as diff(1): 0 the same, 1 different, 2 bad input (a named error) or any trouble.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::Args;
+use dispatchscope_core::diff::{Compared, DIFF_SCHEMA, DispatchDiff, SessionDiff, diff_sessions};
+use dispatchscope_core::input::DeviceLimits;
+use dispatchscope_core::report::DispatchReport;
+use dispatchscope_core::what_if::{PlanLimits, WhatIfError, needs_replay};
+use dispatchscope_formats::sample::Sample;
+use dispatchscope_formats::session::{self, Opened};
+use dispatchscope_formats::what_if::{self, RePlanError};
+
+use crate::load::{BackendChoice, BadInput, load, run_sample};
+
+/// `diff`'s arguments.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// A: the sample (`.json`) or capture (`.dscap`) compared from.
+    pub a: PathBuf,
+    /// B: the session compared to. Without it, a limit flag makes a "what if": A under those limits.
+    pub b: Option<PathBuf>,
+    /// Print the diff as JSON (schema `dispatchscope.diff/1`, `samples/diff.schema.json`).
+    #[arg(long)]
+    pub json: bool,
+    /// What if: minStorageBufferOffsetAlignment (O7), e.g. 256 or 0x100.
+    #[arg(long, value_parser = parse_number)]
+    pub min_storage_buffer_offset_alignment: Option<u64>,
+    /// What if: maxStorageBufferRange (O5).
+    #[arg(long, value_parser = parse_number)]
+    pub max_storage_buffer_range: Option<u64>,
+    /// What if: the chunk table's probe bound (T2); replays the session.
+    #[arg(long, value_parser = parse_number)]
+    pub probe_bound: Option<u64>,
+    /// What if: the host's page size in bytes; replays the session.
+    #[arg(long, value_parser = parse_number)]
+    pub host_page_bytes: Option<u64>,
+    /// Replay the whole session under the new limits on the CPU reference instead of re-planning.
+    #[arg(long)]
+    pub replay: bool,
+}
+
+fn parse_number(s: &str) -> Result<u64, String> {
+    dispatchscope_core::addr::parse_u64(s)
+        .ok_or_else(|| format!("{s:?} is not a number (decimal or 0x…)"))
+}
+
+fn bad(message: String) -> anyhow::Error {
+    BadInput(message).into()
+}
+
+impl DiffArgs {
+    fn what_if(&self) -> bool {
+        self.min_storage_buffer_offset_alignment.is_some()
+            || self.max_storage_buffer_range.is_some()
+            || self.probe_bound.is_some()
+            || self.host_page_bytes.is_some()
+    }
+
+    fn plan_limits(&self) -> PlanLimits {
+        PlanLimits {
+            min_storage_buffer_offset_alignment: self.min_storage_buffer_offset_alignment,
+            max_storage_buffer_range: self.max_storage_buffer_range,
+        }
+    }
+
+    /// `base` with every limit the flags set, each checked by name.
+    fn limits(&self, base: &DeviceLimits) -> anyhow::Result<DeviceLimits> {
+        if let Some(a) = self.min_storage_buffer_offset_alignment
+            && (!a.is_power_of_two() || a > 256)
+        {
+            return Err(bad(format!(
+                "--min-storage-buffer-offset-alignment {a:#x}: Vulkan requires a power of two of at most 256"
+            )));
+        }
+        let mut l = self.plan_limits().apply(base);
+        if let Some(p) = self.probe_bound {
+            l.probe_bound = u32::try_from(p)
+                .map_err(|_| bad(format!("--probe-bound {p}: more than 2^32 - 1")))?;
+        }
+        if let Some(h) = self.host_page_bytes {
+            l.host_page_bytes = h;
+        }
+        l.check()
+            .map_err(|e| bad(format!("the limits asked for describe no device: {e}")))?;
+        Ok(l)
+    }
+}
+
+/// `dispatchscope diff`: returns whether the two are the same (exit 0) or not (exit 1).
+pub fn diff_cmd(args: &DiffArgs) -> anyhow::Result<bool> {
+    let diff = match (&args.b, args.what_if()) {
+        (Some(b), false) => {
+            let a_reports = reports_of(&args.a)?;
+            let b_reports = reports_of(b)?;
+            diff_sessions(&a_reports, &b_reports)
+        }
+        (None, true) => what_if_diff(args)?,
+        (Some(_), true) => {
+            return Err(bad(
+                "diff: a what-if (a limit flag) takes one file, A, and compares it with itself under the new limits; give B or the flags, not both".into(),
+            ));
+        }
+        (None, false) => {
+            return Err(bad(
+                "diff: give two sessions (diff A B), or one and the limits to change (diff FILE --min-storage-buffer-offset-alignment 256)".into(),
+            ));
+        }
+    };
+    let b_name = args
+        .b
+        .as_ref()
+        .map_or_else(|| "(what if)".to_owned(), |b| b.display().to_string());
+    if args.json {
+        let doc = serde_json::json!({
+            "schema": DIFF_SCHEMA,
+            "a": args.a.display().to_string(),
+            "b": b_name,
+            "same": diff.is_empty(),
+            "diff": diff,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).context("serialising the diff")?
+        );
+    } else {
+        print!("{}", text(&args.a.display().to_string(), &b_name, &diff));
+    }
+    Ok(diff.is_empty())
+}
+
+/// A session's reports: a capture's recorded ones through its index, else a CPU replay.
+fn reports_of(path: &Path) -> anyhow::Result<Vec<DispatchReport>> {
+    let opened = session::open(path).map_err(|e| bad(e.to_string()))?;
+    match opened {
+        Opened::Sample(sample) => {
+            run_sample(BackendChoice::Cpu, &sample, path, sample.device.clone())
+        }
+        Opened::Capture(mut c) => {
+            if let Some(note) = crate::load::torn_note(&c) {
+                eprintln!("dispatchscope: warning: {}: {note}", path.display());
+            }
+            let n = c.n_dispatches();
+            let mut reports = Vec::with_capacity(n);
+            for i in 0..n {
+                let record = c.dispatch(i).map_err(|e| bad(e.to_string()))?;
+                match record.report {
+                    Some(r) => reports.push(r),
+                    None => return replayed(path),
+                }
+            }
+            Ok(reports)
+        }
+    }
+}
+
+/// A capture that did not record its reports, replayed on the CPU reference (keeping any
+/// instrumented section it recorded).
+fn replayed(path: &Path) -> anyhow::Result<Vec<DispatchReport>> {
+    let loaded = load(path)?;
+    let mut r = run_sample(
+        BackendChoice::Cpu,
+        &loaded.sample,
+        path,
+        loaded.sample.device.clone(),
+    )?;
+    session::keep_recorded_sections(&mut r, &loaded.recorded);
+    Ok(r)
+}
+
+/// The what-if: the re-plan where only planning limits change, else a full replay.
+fn what_if_diff(args: &DiffArgs) -> anyhow::Result<SessionDiff> {
+    let path = &args.a;
+    let opened = session::open(path).map_err(|e| bad(e.to_string()))?;
+    let base = match &opened {
+        Opened::Sample(s) => s.device.clone(),
+        Opened::Capture(c) => c.meta().device.clone(),
+    };
+    let limits = args.limits(&base)?;
+    let state_limits = needs_replay(&base, &limits);
+    if args.replay || !state_limits.is_empty() {
+        drop(opened);
+        let why = if args.replay {
+            "--replay".to_owned()
+        } else {
+            format!(
+                "{} change the mapping or the table, which need the engine's state",
+                state_limits.join(", ")
+            )
+        };
+        return full_replay(path, &limits, &why);
+    }
+    let re_planned = match opened {
+        Opened::Sample(sample) => {
+            let base_reports = run_sample(BackendChoice::Cpu, &sample, path, base.clone())?;
+            what_if::re_plan(sample.dispatches().zip(base_reports), args.plan_limits())
+                .map_err(RePlanError::from)
+        }
+        Opened::Capture(mut c) => {
+            if let Some(note) = crate::load::torn_note(&c) {
+                eprintln!("dispatchscope: warning: {}: {note}", path.display());
+            }
+            what_if::re_plan_capture(&mut c, args.plan_limits())
+        }
+    };
+    match re_planned {
+        Ok(r) => Ok(r.diff()),
+        Err(e @ (RePlanError::Session(_) | RePlanError::WhatIf(WhatIfError::Engine { .. }))) => {
+            Err(bad(format!("{}: {e}", path.display())))
+        }
+        // A capture without reports, or reports another recorder made: replay it.
+        Err(e) => full_replay(path, &limits, &format!("the re-plan could not go on: {e}")),
+    }
+}
+
+/// The session replayed whole under `limits` on the CPU reference, against its recorded reports
+/// (a sample's: its replay under its own limits).
+fn full_replay(path: &Path, limits: &DeviceLimits, why: &str) -> anyhow::Result<SessionDiff> {
+    let loaded = load(path)?;
+    let all_recorded: Option<Vec<DispatchReport>> = loaded.recorded.iter().cloned().collect();
+    let before = match all_recorded {
+        Some(r) if !r.is_empty() => r,
+        _ => {
+            let mut r = run_sample(
+                BackendChoice::Cpu,
+                &loaded.sample,
+                path,
+                loaded.sample.device.clone(),
+            )?;
+            session::keep_recorded_sections(&mut r, &loaded.recorded);
+            r
+        }
+    };
+    let mut after = replay_under(&loaded.sample, path, limits)?;
+    session::keep_recorded_sections(&mut after, &loaded.recorded);
+    let mut diff = diff_sessions(&before, &after);
+    diff.notes.push(format!(
+        "what if: the session replayed whole on the CPU reference ({why}); every decision is compared"
+    ));
+    Ok(diff)
+}
+
+fn replay_under(
+    sample: &Sample,
+    path: &Path,
+    limits: &DeviceLimits,
+) -> anyhow::Result<Vec<DispatchReport>> {
+    run_sample(BackendChoice::Cpu, sample, path, limits.clone())
+}
+
+/// The text form: a header, then each dispatch that changed and what changed, in a debugger's terms.
+pub fn text(a: &str, b: &str, d: &SessionDiff) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "A: {a} ({} dispatches)", d.a_dispatches);
+    let _ = writeln!(out, "B: {b} ({} dispatches)", d.b_dispatches);
+    for l in &d.limits {
+        let _ = writeln!(out, "limit {}: {} → {}", l.name, l.before, l.after);
+    }
+    let how = match d.matching {
+        dispatchscope_core::diff::Matching::ByOrder => "matched by order",
+        dispatchscope_core::diff::Matching::ByProgram => {
+            "matched by program address (longest common subsequence)"
+        }
+        dispatchscope_core::diff::Matching::ByOrderPastLimit => {
+            "matched by program address, and by order where the sequences were too long to align"
+        }
+    };
+    let _ = writeln!(out, "{how}: {} pairs", d.pairs.len());
+    for n in &d.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    for r in &d.only_a {
+        let _ = writeln!(
+            out,
+            "only in A: dispatch {} (program {:#x}{})",
+            r.index,
+            r.program,
+            label(&r.label)
+        );
+    }
+    for r in &d.only_b {
+        let _ = writeln!(
+            out,
+            "only in B: dispatch {} (program {:#x}{})",
+            r.index,
+            r.program,
+            label(&r.label)
+        );
+    }
+    for x in &d.dispatches {
+        out.push('\n');
+        dispatch_text(&mut out, x);
+    }
+    out.push('\n');
+    if d.is_empty() {
+        let _ = writeln!(out, "the same: no decision changed");
+    } else {
+        let _ = writeln!(
+            out,
+            "{} of {} paired dispatches changed ({} changes); {} only in A, {} only in B",
+            d.dispatches.len(),
+            d.pairs.len(),
+            d.n_changes(),
+            d.only_a.len(),
+            d.only_b.len()
+        );
+    }
+    if d.plan_only > 0 {
+        let _ = writeln!(
+            out,
+            "{} paired dispatches compared by plan only (their runs were not re-run)",
+            d.plan_only
+        );
+    }
+    out
+}
+
+fn label(l: &str) -> String {
+    if l.is_empty() {
+        String::new()
+    } else {
+        format!(", {l:?}")
+    }
+}
+
+/// The most changes of one category printed for a dispatch before "… and N more".
+const MAX_LINES_PER_CATEGORY: usize = 8;
+
+fn dispatch_text(out: &mut String, x: &DispatchDiff) {
+    use std::fmt::Write as _;
+    let index = if x.a == x.b {
+        format!("dispatch {}", x.a)
+    } else {
+        format!("dispatch {} (B's {})", x.a, x.b)
+    };
+    let _ = writeln!(
+        out,
+        "{index} (program {:#x}{}): {} change{}",
+        x.program,
+        label(&x.label),
+        x.changes.len(),
+        if x.changes.len() == 1 { "" } else { "s" }
+    );
+    let mut shown = 0;
+    let mut category = None;
+    let mut hidden = 0;
+    for c in &x.changes {
+        if category != Some(c.category()) {
+            if hidden > 0 {
+                let _ = writeln!(out, "  … and {hidden} more");
+            }
+            category = Some(c.category());
+            shown = 0;
+            hidden = 0;
+        }
+        if shown < MAX_LINES_PER_CATEGORY {
+            let _ = writeln!(out, "  {}", c.sentence());
+            shown += 1;
+        } else {
+            hidden += 1;
+        }
+    }
+    if hidden > 0 {
+        let _ = writeln!(out, "  … and {hidden} more");
+    }
+    if let Compared::PlanOnly { why } = &x.compared {
+        let _ = writeln!(out, "  (run not compared: {why})");
+    }
+}
