@@ -7,6 +7,7 @@
 mod cli;
 mod disasm_cli;
 mod gui;
+mod history_cli;
 mod live_cli;
 mod load;
 mod pass_demo;
@@ -56,6 +57,8 @@ enum Command {
     Pass(pass_demo::PassArgs),
     /// Export a sample or capture: `--trace OUT.json` writes a Chrome/Perfetto trace (ui.perfetto.dev).
     Export(cli::ExportArgs),
+    /// Every write a session made to the bytes at ADDRESS, in order, with the bytes before and after (`--json` for JSON).
+    History(history_cli::HistoryArgs),
     /// List a sample's programs as RDNA2 code (`--program ADDR` for one), or decode raw code (`--raw CODE.bin`).
     Disasm(disasm_cli::DisasmArgs),
 }
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
         Some(Command::Pass(args)) => pass_demo::pass_cmd(args),
         Some(Command::Export(args)) => cli::export_cmd(args),
         Some(Command::Disasm(args)) => disasm_cli::disasm_cmd(args),
+        Some(Command::History(args)) => history_cli::history_cmd(args),
         None => gui::run_gui(cli.files.clone()),
     };
     match result {

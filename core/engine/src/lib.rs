@@ -18,6 +18,7 @@ pub mod chunk_table;
 pub mod engine;
 pub mod exec;
 pub mod explain;
+pub mod history;
 pub mod import;
 pub mod input;
 pub mod instrument;
