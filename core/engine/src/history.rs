@@ -398,6 +398,11 @@ impl HistoryBuilder {
         }
     }
 
+    /// Whether a deferred copy waits for C3 (a dispatch's count of copies written matters then).
+    pub fn copies_pending(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
     /// Whether a reserve event of the session so far held a watched byte.
     pub fn reserved_ever(&self) -> bool {
         self.reserved_ever

@@ -34,6 +34,32 @@ fn main() {
         last = Some((h, file.len_bytes(), file.n_dispatches()));
     }
     times.sort();
+    // Where the time goes: each kind of record read alone, through the index.
+    if std::env::var_os("HISTORY_PHASES").is_some() {
+        use dispatchscope_formats::capture::RecordKind;
+        let t = Instant::now();
+        let mut file = CaptureFile::open(std::path::Path::new(path)).unwrap();
+        println!("open: {:?}", t.elapsed());
+        let records = file.records().to_vec();
+        for (kind, name) in [
+            (RecordKind::MEMORY, "MEMORY prefixes"),
+            (RecordKind::EVENTS, "EVENTS"),
+            (RecordKind::DISPATCH, "DISPATCH"),
+        ] {
+            let t = Instant::now();
+            let mut bytes = 0usize;
+            for (i, m) in records.iter().enumerate() {
+                if m.kind == kind {
+                    bytes += if kind == RecordKind::MEMORY {
+                        file.read_prefix(i, 12).unwrap().len()
+                    } else {
+                        file.read_record(i).unwrap().len()
+                    };
+                }
+            }
+            println!("{name}: {:?} ({bytes} bytes)", t.elapsed());
+        }
+    }
     let (h, bytes, n) = last.unwrap();
     println!(
         "history of {range} over {path} ({bytes} bytes, {n} dispatches): {} writes, {} dispatches read whole",

@@ -5,11 +5,11 @@
 //! - MEMORY records: only their first 12 bytes (address and length) through
 //!   [`CaptureFile::read_prefix`], then in full the ones that hold a watched byte;
 //! - EVENTS records: every one (they are small, and the order of deferred copies needs them all);
-//! - DISPATCH records: each is decompressed and read lean (the report's mode, the count of copies
-//!   C3 wrote before it, its marks (C1) and its write-backs' ranges (O8), and whether it has a
-//!   device pass's section), skipping the access lists without building them; only a dispatch
-//!   whose marks or write-backs reach a watched byte, or that has a section or no report, is
-//!   decoded whole.
+//! - DISPATCH records: each is decompressed; while no copy is deferred, only its last bytes are
+//!   parsed (the report's marks (C1), write-backs' ranges (O8) and instrumented section come
+//!   after its accesses); otherwise it is read lean (also the count of copies C3 wrote before
+//!   it), skipping the access lists without building them; only a dispatch whose marks or
+//!   write-backs reach a watched byte, or that has a section or no report, is decoded whole.
 //!
 //! A device store lands only in a chunk whose lookup hit, and every such chunk is marked (C1), so a
 //! dispatch with no mark over the bytes stored nothing there; a bound store reaches guest memory
@@ -144,12 +144,16 @@ enum Lean {
 }
 
 /// Reads a DISPATCH payload lean: `Whole` for anything but a plain JSON record whose report says
-/// it wrote nothing in `range`.
-fn lean(payload: &[u8], range: ByteRange) -> Lean {
+/// it wrote nothing in `range`. With no copy deferred (`copies_pending` false) the count of copies
+/// C3 wrote does not matter, and the report's tail says the rest ([`tail`]).
+fn lean(payload: &[u8], range: ByteRange, copies_pending: bool) -> Lean {
     if payload.starts_with(&FRAMED_DISPATCH_MAGIC)
         || payload.starts_with(&crate::columns::RECORD_MAGIC)
     {
         return Lean::Whole;
+    }
+    if !copies_pending && let Some(touches) = tail(payload, range) {
+        return if touches { Lean::Whole } else { Lean::Skip(0) };
     }
     let Ok(LeanRecord {
         report: Some(report),
@@ -166,6 +170,44 @@ fn lean(payload: &[u8], range: ByteRange) -> Lean {
     } else {
         Lean::Skip(report.before.copies.len())
     }
+}
+
+/// What the end of a plain JSON DISPATCH record says, read backwards from its last bytes: a
+/// report serializes its marks (C1), hand-off, write-backs (O8), hazards, counts and instrumented
+/// section last, after its accesses, so these few keys are found without reading the accesses.
+/// A key cannot occur inside a JSON string (its quotes would be escaped there), and each of them
+/// names one field of the report only. Returns whether the dispatch can have written `range`, or
+/// `None` when the tail is not as expected (then the record is read lean from the start).
+fn tail(payload: &[u8], range: ByteRange) -> Option<bool> {
+    // The counts come last but for the section (reports written before the section have none).
+    let counts = last_at(payload, b"\"counts\":")?;
+    if let Some(at) = last_at(&payload[counts..], b"\"instrumented\":")
+        && !payload[counts + at..].starts_with(b"\"instrumented\":null")
+    {
+        return Some(true);
+    }
+    let before = &payload[..counts];
+    let marks: Vec<Mark> = value_at(&before[last_at(before, b"\"marks\":")? + 8..])?;
+    let wb = last_at(before, b"\"write_back\":")?;
+    let write_back: Vec<LeanWriteBack> = value_at(&before[wb + 13..])?;
+    Some(
+        marks.iter().any(|m| m.guest.overlaps(&range))
+            || write_back.iter().any(|w| w.range.overlaps(&range)),
+    )
+}
+
+/// Where the last `key` in `payload` starts.
+fn last_at(payload: &[u8], key: &[u8]) -> Option<usize> {
+    let last = payload.len().checked_sub(key.len())?;
+    (0..=last).rev().find(|&i| payload[i..].starts_with(key))
+}
+
+/// The one JSON value `bytes` start with (what follows it is not read).
+fn value_at<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Option<T> {
+    serde_json::Deserializer::from_slice(bytes)
+        .into_iter::<T>()
+        .next()?
+        .ok()
 }
 
 /// The history of `range` in a capture, read through its index (the module docs say which
@@ -218,7 +260,7 @@ pub fn of_capture<R: std::io::Read + std::io::Seek>(
                     }
                 }
                 let bytes = file.read_record(i)?;
-                match lean(&bytes, b.range()) {
+                match lean(&bytes, b.range(), b.copies_pending()) {
                     Lean::Skip(copies) => b.skipped_dispatch(copies),
                     Lean::Whole => {
                         let d = DispatchRecord::from_payload(&bytes)

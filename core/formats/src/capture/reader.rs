@@ -238,7 +238,9 @@ impl<R: Read + Seek> CaptureReader<R> {
         let left = self.src.len_bytes.saturating_sub(meta.offset_bytes);
         header.check_shape(meta.offset_bytes, meta.seq, left)?;
         let stored_len = header.stored_len();
-        let mut take = stored_len.min(256);
+        // An lz4 block of incompressible bytes opens with one literal run whose length takes a
+        // byte per 255 bytes (4 KiB for a 1 MiB record): one read of 16 KiB is most often enough.
+        let mut take = stored_len.min(16 << 10);
         loop {
             let stored = self
                 .src
