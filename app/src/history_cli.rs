@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 
 use dispatchscope_core::ByteRange;
-use dispatchscope_core::history::{History, HISTORY_SCHEMA};
+use dispatchscope_core::history::{HISTORY_SCHEMA, History};
 use dispatchscope_formats::history::{of_capture, replay_sample, watched_range};
 use dispatchscope_formats::session::{self, Opened};
 
@@ -83,7 +83,11 @@ pub fn text(h: &History, file: &str) -> String {
         s,
         "bytes in memory order, two hex digits a byte, ?? where the session does not say"
     );
-    let _ = writeln!(s, "initial  {}  (the session's contents; zero where they hold none)", h.initial.text());
+    let _ = writeln!(
+        s,
+        "initial  {}  (the session's contents; zero where they hold none)",
+        h.initial.text()
+    );
     for (i, w) in h.writes.iter().enumerate() {
         let _ = writeln!(
             s,

@@ -68,7 +68,10 @@ fn history_of_a_written_back_word_as_text_and_json_in_a_sample_and_its_capture()
     assert!(o.status.success(), "{}", err(&o));
     let text = out(&o);
     assert!(text.contains("write-back (O8)"), "{text}");
-    assert!(text.contains(&format!("{} writes", want.writes.len())), "{text}");
+    assert!(
+        text.contains(&format!("{} writes", want.writes.len())),
+        "{text}"
+    );
     assert!(text.contains(&want.last.text()), "{text}");
 
     let dir = tempfile::tempdir().unwrap();
@@ -85,7 +88,13 @@ fn history_of_a_written_back_word_as_text_and_json_in_a_sample_and_its_capture()
         assert_eq!(got.last, want.last, "{file}");
     }
     // One byte, in decimal.
-    let o = run(&["history", &sample_path(name), &address.to_string(), "--bytes", "1"]);
+    let o = run(&[
+        "history",
+        &sample_path(name),
+        &address.to_string(),
+        "--bytes",
+        "1",
+    ]);
     assert!(o.status.success(), "{}", err(&o));
     assert!(out(&o).contains("(1 bytes)"), "{}", out(&o));
 }
@@ -105,9 +114,18 @@ fn bad_input_exits_two_with_the_reason() {
     let cases: [(&[&str], &str); 7] = [
         (&["history", &good, "zz"], "is not a number"),
         (&["history", &good, "0x10"], "no reservation"),
-        (&["history", &good, &a, "--bytes", "0"], "a history watches 1 to 64 bytes"),
-        (&["history", &good, &a, "--bytes", "65"], "a history watches 1 to 64 bytes"),
-        (&["history", &good, "0xffffffffffffffff"], "a history watches"),
+        (
+            &["history", &good, &a, "--bytes", "0"],
+            "a history watches 1 to 64 bytes",
+        ),
+        (
+            &["history", &good, &a, "--bytes", "65"],
+            "a history watches 1 to 64 bytes",
+        ),
+        (
+            &["history", &good, "0xffffffffffffffff"],
+            "a history watches",
+        ),
         (&["history", &junk, &a], "neither a dispatchscope sample"),
         (&["history", &cut, &a], "cut.json"),
     ];

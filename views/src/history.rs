@@ -93,9 +93,7 @@ impl HistoryPanel {
                     row.col(|ui| {
                         let who = w.kind.who();
                         let r = match w.kind.dispatch() {
-                            Some(d) => ui
-                                .link(who)
-                                .on_hover_text(format!("select dispatch {d}")),
+                            Some(d) => ui.link(who).on_hover_text(format!("select dispatch {d}")),
                             None => ui.label(who),
                         };
                         let r = match &w.note {

@@ -77,12 +77,12 @@ pub fn history_menu_text(address: u64) -> String {
 
 /// Asks the app for the write history of the bytes at `address`.
 pub fn request_history(ctx: &egui::Context, address: u64) {
-    ctx.data_mut(|d| d.insert_temp(egui::Id::new(HISTORY_REQUEST), address));
+    ctx.data_mut(|d| d.insert_temp(egui::Id::unique(HISTORY_REQUEST), address));
 }
 
 /// The address a "Write history of 0x…" menu asked for since the last call, if one did.
 pub fn take_history_request(ctx: &egui::Context) -> Option<u64> {
-    ctx.data_mut(|d| d.remove_temp::<u64>(egui::Id::new(HISTORY_REQUEST)))
+    ctx.data_mut(|d| d.remove_temp::<u64>(egui::Id::unique(HISTORY_REQUEST)))
 }
 
 /// `0x…`.

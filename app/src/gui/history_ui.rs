@@ -79,7 +79,7 @@ impl GuiApp {
         let mut open = true;
         let mut select = None;
         egui::Window::new(format!("Write history of {}", style::hex(w.range.start)))
-            .id(egui::Id::new("write-history"))
+            .id(egui::Id::unique("write-history"))
             .open(&mut open)
             .default_size([760.0, 360.0])
             .resizable(true)

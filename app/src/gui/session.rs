@@ -571,9 +571,11 @@ impl Session {
                 HistorySource::Sample(sample) => {
                     history::of_sample(&sample, &reports, range).map_err(|e| e.to_string())
                 }
-                HistorySource::Capture(reopen) => reopen()
-                    .map_err(|e| e.to_string())
-                    .and_then(|mut f| history::of_capture(&mut f, range).map_err(|e| e.to_string())),
+                HistorySource::Capture(reopen) => {
+                    reopen().map_err(|e| e.to_string()).and_then(|mut f| {
+                        history::of_capture(&mut f, range).map_err(|e| e.to_string())
+                    })
+                }
             };
             let _ = tx.send(h);
         });

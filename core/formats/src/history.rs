@@ -226,7 +226,10 @@ pub fn of_capture<R: std::io::Read + std::io::Seek>(
         }
         let head = file.read_prefix(i, 12)?;
         let (address, len) = memory_head(&head).ok_or_else(|| {
-            file.bad_record(i, format!("{} bytes, less than a contents header", head.len()))
+            file.bad_record(
+                i,
+                format!("{} bytes, less than a contents header", head.len()),
+            )
         })?;
         let held = ByteRange::new(address, address.saturating_add(len));
         if !held.overlaps(&b.range()) {

@@ -104,7 +104,10 @@ fn check(o: &Oracle, h: &History, a: u64, what: &str) {
     // The entries chain: each starts where the last one ended.
     let mut value = h.initial.0[0];
     for w in &h.writes {
-        assert_eq!(w.before.0[0], value, "{what} {a:#x}: {w:?} does not start where the last ended");
+        assert_eq!(
+            w.before.0[0], value,
+            "{what} {a:#x}: {w:?} does not start where the last ended"
+        );
         value = w.after.0[0];
     }
     assert_eq!(h.last.0[0], value, "{what} {a:#x}: final");
@@ -207,7 +210,12 @@ fn shipped_samples_match_the_oracle() {
     }
     assert!(n >= 8, "{n} samples");
     // No shipped sample's CPU write changes a byte; the generated sessions' do.
-    for k in ["deferred-copy", "write-back", "device-store", "contents-lost"] {
+    for k in [
+        "deferred-copy",
+        "write-back",
+        "device-store",
+        "contents-lost",
+    ] {
         assert!(kinds.contains(k), "no shipped sample has a {k}: {kinds:?}");
     }
 }
@@ -225,7 +233,10 @@ fn generated_sessions_match_the_oracle() {
         kinds.extend(check_sample(&sample, &format!("seed {seed}")));
     }
     for k in ["cpu-write", "write-back", "device-store"] {
-        assert!(kinds.contains(k), "no generated session has a {k}: {kinds:?}");
+        assert!(
+            kinds.contains(k),
+            "no generated session has a {k}: {kinds:?}"
+        );
     }
 }
 
