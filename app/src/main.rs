@@ -8,6 +8,7 @@ mod cli;
 mod diff_cli;
 mod disasm_cli;
 mod gui;
+mod history_cli;
 mod live_cli;
 mod load;
 mod pass_demo;
@@ -59,6 +60,8 @@ enum Command {
     Export(cli::ExportArgs),
     /// Compare two samples or captures dispatch by dispatch (exit 0 the same, 1 different, 2 bad input); with one file and a limit flag, what if it ran under those limits.
     Diff(diff_cli::DiffArgs),
+    /// Every write a session made to the bytes at ADDRESS, in order, with the bytes before and after (`--json` for JSON).
+    History(history_cli::HistoryArgs),
     /// List a sample's programs as RDNA2 code (`--program ADDR` for one), or decode raw code (`--raw CODE.bin`).
     Disasm(disasm_cli::DisasmArgs),
 }
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
         Some(Command::Export(args)) => cli::export_cmd(args),
         Some(Command::Disasm(args)) => disasm_cli::disasm_cmd(args),
         Some(Command::Diff(_)) => Ok(()),
+        Some(Command::History(args)) => history_cli::history_cmd(args),
         None => gui::run_gui(cli.files.clone()),
     };
     match result {

@@ -192,12 +192,13 @@ impl AccessesPanel {
                         let t = RichText::new(route_text(&a.route));
                         ui.label(if through { t.color(style::SELECTED) } else { t });
                     });
-                    row.col(|ui| {
-                        let addr = match a.route {
-                            Route::Device { address } => hex(address),
-                            _ => String::from("–"),
-                        };
-                        ui.label(mono(addr));
+                    row.col(|ui| match a.route {
+                        Route::Device { address } => {
+                            style::addr_cell(ui, address, mono(hex(address)));
+                        }
+                        _ => {
+                            ui.label(mono("–"));
+                        }
                     });
                     row.col(|ui| {
                         ui.label(mono(
@@ -281,7 +282,11 @@ fn card_ui(
             if let Some(w) = e.since {
                 ui.label(format!("dropped at event {}, before dispatch {}", w.event, w.before_dispatch));
             }
-            ui.label(mono(format!("first escaped address {}", hex(e.address))));
+            style::addr_cell(
+                ui,
+                e.address,
+                mono(format!("first escaped address {}", hex(e.address))),
+            );
             let (below, above) = nearest_mappings(report, e.address);
             ui.label(mono(match below {
                 Some((r, d)) => format!("nearest mapping below: {r} (device {})", hex(d)),

@@ -168,7 +168,7 @@ impl AfterPanel {
                                         .filter(|w| !self.changed_only || w.old != w.new)
                                     {
                                         let c = w.old != w.new;
-                                        ui.label(mono(hex(w.address)));
+                                        style::addr_cell(ui, w.address, mono(hex(w.address)));
                                         ui.label(mono(format!("{:#010x}", w.old)));
                                         let t = mono(format!("{:#010x}", w.new));
                                         ui.label(if c {

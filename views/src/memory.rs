@@ -254,6 +254,13 @@ impl MemoryPanel {
             .id_salt("memory-scroll")
             .auto_shrink([false, false])
             .show(ui, |ui| {
+                if let Some(a) = addr {
+                    ui.horizontal(|ui| {
+                        ui.label("the selected access reached guest address");
+                        style::addr_cell(ui, a, mono(hex(a)))
+                            .on_hover_text("right-click: the write history of these bytes");
+                    });
+                }
                 if let Some(view) = memory {
                     reservations_ui(ui, view, addr);
                 }
@@ -333,7 +340,11 @@ fn mappings_ui(ui: &mut egui::Ui, report: &DispatchReport, addr: Option<u64>) {
                 for p in &m.pieces {
                     let hit = addr.is_some_and(|a| p.guest.contains(a));
                     let t = mono(p.guest.to_string());
-                    ui.label(if hit { t.color(style::SELECTED) } else { t });
+                    style::addr_cell(
+                        ui,
+                        p.guest.start,
+                        if hit { t.color(style::SELECTED) } else { t },
+                    );
                     ui.label(mono(hex(p.device_base)));
                     ui.label(mono(p.mapped_before_dispatch.to_string()));
                     ui.label(if p.by_revisit {

@@ -46,6 +46,45 @@ pub fn addr_label(ui: &mut egui::Ui, text: impl Into<egui::WidgetText>) -> egui:
     ui.add(egui::Label::new(text).wrap_mode(egui::TextWrapMode::Extend))
 }
 
+/// Where a "Write history of 0x…" request waits for the app ([`take_history_request`]).
+const HISTORY_REQUEST: &str = "dispatchscope.history-request";
+
+/// An address cell: [`addr_label`] with a context menu whose "Write history of 0x…" asks the app
+/// for the history of the bytes at `address` (the app takes it with [`take_history_request`]).
+pub fn addr_cell(
+    ui: &mut egui::Ui,
+    address: u64,
+    text: impl Into<egui::WidgetText>,
+) -> egui::Response {
+    let response = ui.add(
+        egui::Label::new(text)
+            .wrap_mode(egui::TextWrapMode::Extend)
+            .sense(egui::Sense::click()),
+    );
+    response.context_menu(|ui| {
+        if ui.button(history_menu_text(address)).clicked() {
+            request_history(ui.ctx(), address);
+            ui.close();
+        }
+    });
+    response
+}
+
+/// The context menu's entry for `address`.
+pub fn history_menu_text(address: u64) -> String {
+    format!("Write history of {}", hex(address))
+}
+
+/// Asks the app for the write history of the bytes at `address`.
+pub fn request_history(ctx: &egui::Context, address: u64) {
+    ctx.data_mut(|d| d.insert_temp(egui::Id::unique(HISTORY_REQUEST), address));
+}
+
+/// The address a "Write history of 0x…" menu asked for since the last call, if one did.
+pub fn take_history_request(ctx: &egui::Context) -> Option<u64> {
+    ctx.data_mut(|d| d.remove_temp::<u64>(egui::Id::unique(HISTORY_REQUEST)))
+}
+
 /// `0x…`.
 pub fn hex(v: u64) -> String {
     format!("{v:#x}")

@@ -13,6 +13,7 @@
 //! `load.rs`.
 
 mod dialogs;
+pub mod history_ui;
 mod instrumented_ui;
 pub mod listing_ui;
 pub mod live;
@@ -111,6 +112,8 @@ pub struct GuiApp {
     /// The Program side panel (the listing around the selected access's pc).
     pub listing: listing_ui::ListingUi,
     timeline: TimelinePanel,
+    /// The Write history window, when open.
+    pub history: Option<history_ui::HistoryWindow>,
 }
 
 impl GuiApp {
@@ -148,6 +151,7 @@ impl GuiApp {
             pass: instrumented_ui::PassTab::default(),
             listing: listing_ui::ListingUi::default(),
             timeline: TimelinePanel::default(),
+            history: None,
         }
     }
 
@@ -401,6 +405,7 @@ impl GuiApp {
             actions.extend(self.central_ui(ui));
         });
         self.windows(&ctx);
+        self.history_window(&ctx);
         for a in actions {
             self.apply(a);
         }

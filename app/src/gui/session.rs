@@ -22,9 +22,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
+use dispatchscope_core::history::History;
 use dispatchscope_core::{CpuBackend, DispatchReport, Engine};
 use dispatchscope_formats::capture::{self, FILE_MAGIC};
 use dispatchscope_formats::checkpoint::StateIndex;
+use dispatchscope_formats::history;
 use dispatchscope_formats::sample::{Sample, SampleError};
 use dispatchscope_formats::session::{CaptureFile, Kind, SNIFF_BYTES, SessionError, kind_of};
 use dispatchscope_live::LiveStore;
@@ -119,7 +121,7 @@ impl<T: Read + Seek + Send> CaptureSource for T {}
 type Capture = CaptureFile<Box<dyn CaptureSource>>;
 
 /// Opens a capture again, for the thread that scans its rows.
-type Reopen = Box<dyn Fn() -> Result<Capture, SessionError> + Send>;
+type Reopen = Arc<dyn Fn() -> Result<Capture, SessionError> + Send + Sync>;
 
 /// The reports of a session: all in memory (a sample, a live session), or read from a capture
 /// through its index when a dispatch is selected ([`Session::prepare`]), a few kept.
@@ -304,6 +306,17 @@ pub struct Session {
     /// for the listing.
     pub programs: Vec<dispatchscope_formats::sample::Program>,
     rows_scan: Option<RowScan>,
+    /// What a write history is made from ([`Session::history`]); none for a live session.
+    history_source: Option<HistorySource>,
+}
+
+/// What a session's write histories are made from, on a thread of their own.
+#[derive(Clone)]
+enum HistorySource {
+    /// A sample, whose reports the session holds.
+    Sample(Arc<Sample>),
+    /// A capture, opened again on the history's thread and read through its index.
+    Capture(Reopen),
 }
 
 impl Session {
@@ -323,7 +336,7 @@ impl Session {
             let bytes: Arc<[u8]> = Arc::from(bytes);
             let reopen: Reopen = {
                 let (bytes, name) = (Arc::clone(&bytes), name.clone());
-                Box::new(move || open_capture_bytes(&name, Arc::clone(&bytes)))
+                Arc::new(move || open_capture_bytes(&name, Arc::clone(&bytes)))
             };
             let file = open_capture_bytes(&name, bytes).map_err(|e| capture_error(&name, e))?;
             return Self::load_capture(source, file, reopen, progress);
@@ -417,6 +430,7 @@ impl Session {
             warning: torn,
             state_note,
             rows_scan: None,
+            history_source: Some(HistorySource::Capture(Arc::clone(&reopen))),
         };
         if n > 0 {
             session.prepare(0).map_err(|e| capture_error(&name, e))?;
@@ -511,6 +525,7 @@ impl Session {
         let mut session = Self::from_reports(source, sample.title.clone(), reports, tables);
         session.memory = memory;
         session.programs = sample.programs.clone();
+        session.history_source = Some(HistorySource::Sample(Arc::new(sample.clone())));
         Ok(session)
     }
 
@@ -533,7 +548,38 @@ impl Session {
             state_note: None,
             programs: Vec::new(),
             rows_scan: None,
+            history_source: None,
         }
+    }
+
+    /// Starts making the write history of `range` on a thread of its own: a sample's from the
+    /// reports the session holds, a capture's read through its index (issue 15's 1 GiB capture
+    /// takes well under a second). `None` for a live session, whose history the store does not
+    /// keep whole.
+    pub fn history(
+        &self,
+        range: dispatchscope_core::ByteRange,
+    ) -> Option<mpsc::Receiver<Result<History, String>>> {
+        let source = self.history_source.clone()?;
+        let reports = match source {
+            HistorySource::Sample(_) => self.reports.in_memory_reports().to_vec(),
+            HistorySource::Capture(_) => Vec::new(),
+        };
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let h = match source {
+                HistorySource::Sample(sample) => {
+                    history::of_sample(&sample, &reports, range).map_err(|e| e.to_string())
+                }
+                HistorySource::Capture(reopen) => {
+                    reopen().map_err(|e| e.to_string()).and_then(|mut f| {
+                        history::of_capture(&mut f, range).map_err(|e| e.to_string())
+                    })
+                }
+            };
+            let _ = tx.send(h);
+        });
+        Some(rx)
     }
 
     /// Makes what the panels of dispatch `pos` draw ready: for a capture, its report and its
@@ -840,7 +886,7 @@ pub fn load_file(path: &Path, source: Source, progress: &Progress) -> Result<Ses
         let name = source.display();
         let file = open_capture_path(path).map_err(|e| capture_error(&name, e))?;
         let again = path.to_path_buf();
-        let reopen: Reopen = Box::new(move || open_capture_path(&again));
+        let reopen: Reopen = Arc::new(move || open_capture_path(&again));
         return Session::load_capture(source, file, reopen, progress);
     }
     let bytes = std::fs::read(path).map_err(read_error)?;

@@ -19,6 +19,7 @@ pub mod diff;
 pub mod engine;
 pub mod exec;
 pub mod explain;
+pub mod history;
 pub mod import;
 pub mod input;
 pub mod instrument;

@@ -11,6 +11,7 @@ pub mod capture;
 pub mod checkpoint;
 pub mod columns;
 pub mod generate;
+pub mod history;
 pub mod instrumented;
 pub mod message;
 pub mod sample;

@@ -455,6 +455,17 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
             })
     }
 
+    /// The first `want` bytes of `records()[idx]`'s payload, reading little more than them; not
+    /// checked by the record's crc ([`CaptureReader::read_prefix`]).
+    pub fn read_prefix(&mut self, idx: usize, want: usize) -> Result<Vec<u8>, SessionError> {
+        self.reader
+            .read_prefix(idx, want)
+            .map_err(|error| SessionError::Capture {
+                path: self.path.clone(),
+                error,
+            })
+    }
+
     /// The error for record `records()[idx]` whose payload is not what its kind says.
     pub fn bad_record(&self, idx: usize, message: String) -> SessionError {
         let meta = self.reader.records().get(idx);

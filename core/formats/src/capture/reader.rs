@@ -222,6 +222,55 @@ impl<R: Read + Seek> CaptureReader<R> {
         decode_payload(&meta, stored)
     }
 
+    /// The first `want` bytes of `records()[idx]`'s payload (decompressed when the record is),
+    /// reading only as much of the stored payload as they take (a few hundred bytes, more where an
+    /// lz4 block opens with a long literal run): enough to learn what a record is about (a MEMORY
+    /// record's address) without reading it. The record's crc covers its whole payload, so these
+    /// bytes are not checked by it; a caller that keeps the record reads it whole
+    /// ([`Self::read_record`]), which checks it.
+    pub fn read_prefix(&mut self, idx: usize, want: usize) -> Result<Vec<u8>> {
+        let meta = *self.records.get(idx).ok_or(CaptureError::NoSuchRecord {
+            idx,
+            n_records: self.records.len(),
+        })?;
+        let header = self.src.read_header_at(meta.offset_bytes)?;
+        header.check_against(&meta)?;
+        let left = self.src.len_bytes.saturating_sub(meta.offset_bytes);
+        header.check_shape(meta.offset_bytes, meta.seq, left)?;
+        let stored_len = header.stored_len();
+        // An lz4 block of incompressible bytes opens with one literal run whose length takes a
+        // byte per 255 bytes (4 KiB for a 1 MiB record): one read of 16 KiB is most often enough.
+        let mut take = stored_len.min(16 << 10);
+        loop {
+            let stored = self
+                .src
+                .read_vec_at(meta.offset_bytes + RECORD_HEADER_BYTES, take)?;
+            if !meta.compressed {
+                let mut stored = stored;
+                stored.truncate(want);
+                return Ok(stored);
+            }
+            let fail = |reason: String| CaptureError::Decompress {
+                offset_bytes: meta.offset_bytes,
+                reason,
+            };
+            if stored.len() >= 4 {
+                let total = le_u32(&stored, 0) as usize;
+                match lz4_prefix(&stored[4..], want.min(total)) {
+                    Ok(Some(out)) => return Ok(out),
+                    Ok(None) => {}
+                    Err(reason) => return Err(fail(reason)),
+                }
+            }
+            if take == stored_len {
+                return Err(fail(format!(
+                    "the stored payload ({stored_len} bytes) ends before its first {want} bytes"
+                )));
+            }
+            take = stored_len.min(take.saturating_mul(8));
+        }
+    }
+
     /// Where and why the capture was cut short, when it was.
     pub fn torn(&self) -> Option<&Torn> {
         self.torn.as_ref()
@@ -595,4 +644,98 @@ fn check_crcs<R: Read + Seek>(
         }
     }
     Ok(None)
+}
+
+/// The first `want` bytes an lz4 block (`lz4_flex::block`'s format) decodes to, from a prefix of
+/// the block: `Ok(None)` when the prefix ends first, `Err` when the block is not lz4.
+fn lz4_prefix(block: &[u8], want: usize) -> std::result::Result<Option<Vec<u8>>, String> {
+    let mut out: Vec<u8> = Vec::with_capacity(want);
+    let mut i = 0usize;
+    // A length's extension: bytes of 255 and one below it, each added.
+    let extend = |i: &mut usize, mut n: usize| -> Option<usize> {
+        loop {
+            let b = *block.get(*i)?;
+            *i += 1;
+            n = n.saturating_add(usize::from(b));
+            if b != 255 {
+                return Some(n);
+            }
+        }
+    };
+    while out.len() < want {
+        let Some(&token) = block.get(i) else {
+            return Ok(None);
+        };
+        i += 1;
+        let mut literals = usize::from(token >> 4);
+        if literals == 15 {
+            let Some(n) = extend(&mut i, literals) else {
+                return Ok(None);
+            };
+            literals = n;
+        }
+        let available = block.len().saturating_sub(i);
+        let copy = literals.min(available).min(want - out.len());
+        out.extend_from_slice(&block[i..i + copy]);
+        if out.len() >= want {
+            break;
+        }
+        if copy < literals {
+            return Ok(None);
+        }
+        i += literals;
+        let Some(offset) = block.get(i..i + 2) else {
+            return Ok(None);
+        };
+        let offset = usize::from(u16::from_le_bytes([offset[0], offset[1]]));
+        i += 2;
+        let mut len = usize::from(token & 15);
+        if len == 15 {
+            let Some(n) = extend(&mut i, len) else {
+                return Ok(None);
+            };
+            len = n;
+        }
+        len += 4;
+        if offset == 0 || offset > out.len() {
+            return Err(format!(
+                "a match {offset} bytes back, {} bytes into the block",
+                out.len()
+            ));
+        }
+        let from = out.len() - offset;
+        for k in 0..len.min(want - out.len()) {
+            let b = out[from + k];
+            out.push(b);
+        }
+    }
+    Ok(Some(out))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
+mod prefix_tests {
+    use super::lz4_prefix;
+
+    /// Every prefix length of blocks that repeat, and of one long literal run, decodes to what
+    /// the whole block decodes to; a cut block asks for more; a bad match is an error.
+    #[test]
+    fn lz4_prefixes_match_the_whole_block() {
+        let mut noisy = Vec::new();
+        let mut x = 7u32;
+        for _ in 0..5000 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            noisy.push((x >> 24) as u8);
+        }
+        let repeating: Vec<u8> = (0..3000u32).map(|i| (i % 7) as u8).collect();
+        for data in [noisy, repeating] {
+            let block = lz4_flex::block::compress(&data);
+            for want in [0, 1, 12, 100, data.len()] {
+                let got = lz4_prefix(&block, want).unwrap().unwrap();
+                assert_eq!(got, data[..want], "want {want}");
+            }
+            assert_eq!(lz4_prefix(&block[..2], 100).unwrap(), None);
+        }
+        assert!(lz4_prefix(&[0x10, 1, 9, 0], 10).is_err());
+    }
 }
