@@ -286,11 +286,17 @@ fn lanes_a_debugger_selects_are_captured_on_the_next_pass() {
     let next_capture = |done: Wanted| {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            assert!(Instant::now() < deadline, "no frame captured what was asked");
+            assert!(
+                Instant::now() < deadline,
+                "no frame captured what was asked"
+            );
             match client.recv_timeout(Duration::from_secs(5)) {
                 Some(Incoming::Message(ToDebugger::Dispatch { report, .. })) => {
                     let section = report.instrumented.as_ref().expect("an instrumented pass");
-                    assert_eq!(section.control, dispatchscope_core::report::ControlStatus::Fired);
+                    assert_eq!(
+                        section.control,
+                        dispatchscope_core::report::ControlStatus::Fired
+                    );
                     let groups: BTreeSet<u32> =
                         section.captured.iter().map(|c| c.workgroup).collect();
                     let pixels: BTreeSet<[u32; 2]> =
