@@ -780,7 +780,8 @@ pub fn encode_record(input: &DispatchInput, report: Option<&DispatchReport>, out
     encode_access_reports(report.map_or(&[][..], |r| &r.accesses), out);
 }
 
-/// Reads a record [`encode_record`] wrote: the input and, if it had one, the report.
+/// Reads a version 1 record [`encode_record`] wrote: the input and, if it had one, the report; a
+/// version 2 record is [`ColumnsError::UnknownVersion`] here.
 pub fn decode_record(
     bytes: &[u8],
 ) -> Result<(DispatchInput, Option<DispatchReport>), ColumnsError> {
@@ -791,9 +792,10 @@ pub fn decode_record(
     };
     let mut r = Reader::new(rest);
     let j = r.u32("JSON length")?;
-    if j & crate::message::VERSIONED != 0 {
-        let (input, report) = crate::message::decode_record(bytes)?;
-        return Ok((input, Some(report)));
+    // A version 2 record (`message.rs`) has its version here, with the top bit set: its reader is
+    // `message::decode_record`, which [`crate::session::DispatchRecord::from_payload`] chooses.
+    if j & 0x8000_0000 != 0 {
+        return Err(ColumnsError::UnknownVersion(j));
     }
     let text = r.take("JSON", u64::from(j))?;
     #[derive(serde::Deserialize)]

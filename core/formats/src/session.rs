@@ -97,6 +97,14 @@ impl DispatchRecord {
     /// Reads a payload [`Self::to_payload`] wrote, in either form, or a live recording's column
     /// record ([`crate::columns::encode_record`]); what is wrong is the message.
     pub fn from_payload(bytes: &[u8]) -> Result<Self, String> {
+        if crate::message::is_versioned_record(bytes) {
+            let (input, report) =
+                crate::message::decode_record(bytes).map_err(|e| e.to_string())?;
+            return Ok(Self {
+                input,
+                report: Some(report),
+            });
+        }
         if bytes.starts_with(&crate::columns::RECORD_MAGIC) {
             let (input, report) =
                 crate::columns::decode_record(bytes).map_err(|e| e.to_string())?;

@@ -13,7 +13,7 @@
 //!   report schema). Both hellos, [`ToDebugger::Attached`], [`ToDebugger::Refused`] and every
 //!   command a debugger sends ([`ToTarget`]) are JSON in every version, so a handshake is readable
 //!   in a packet dump and a version mismatch is always detected and named.
-//! - **Binary** (first byte [`crate::wire::BINARY_MAGIC`], version 2): everything else a target
+//! - **Binary** (first byte `wire::BINARY_MAGIC`, version 2): everything else a target
 //!   sends after the handshake, several messages to a frame. See [`crate::wire`] for the layout and
 //!   why it is MessagePack with field names, compressed with lz4, rather than a layout of our own.
 //!
@@ -82,6 +82,7 @@ use dispatchscope_core::report::{
     ReadableRun,
 };
 use dispatchscope_core::rules::Rule;
+use dispatchscope_formats::message;
 use dispatchscope_formats::sample::Contents;
 
 /// The `protocol` field of both hellos.
@@ -557,12 +558,12 @@ pub enum ToDebugger {
         #[serde(default, skip_serializing_if = "is_zero")]
         accesses_left_out: u64,
     },
-    /// A dispatch as a [`crate::wire::Decoder`] set to
-    /// [`crate::wire::Decoder::set_keep_received`] hands it over: decoded only as far as a table
+    /// A dispatch as a `wire::Decoder` set to
+    /// `wire::Decoder::set_keep_received` hands it over: decoded only as far as a table
     /// row needs, with its bytes as they came (what a live store writes unchanged); never on the
     /// wire itself.
     #[serde(skip)]
-    Received(Box<crate::wire::ReceivedDispatch>),
+    Received(Box<ReceivedDispatch>),
     /// The whole access list of a dispatch, as [`ToTarget::Detail`] asked.
     Detail {
         /// The dispatch.
@@ -890,4 +891,111 @@ pub fn tokens_match(expected: &str, given: &str) -> bool {
         diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
     }
     diff == 0
+}
+
+/// A dispatch as it came over the wire, decoded only as far as a table row needs: its input and
+/// report without their access lists (and without the mapping lists when the report names a
+/// mapping state), and its version 2 DISPATCH record
+/// ([`dispatchscope_formats::message::encode_record`]): the message's bytes as they came and the
+/// mapping lists it names, what a live store writes unchanged. [`Self::decode`] reads the whole
+/// dispatch from it when someone asks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReceivedDispatch {
+    /// The dispatch's index.
+    pub index: u64,
+    /// Its input, with no accesses.
+    pub input: DispatchInput,
+    /// Its report, with no accesses, and with no mapping lists when it names a mapping state.
+    pub report: DispatchReport,
+    /// Access reports the target left out of the rows.
+    pub accesses_left_out: u64,
+    /// The version 2 DISPATCH record.
+    pub(crate) record: Vec<u8>,
+    /// Where the message's rows are in `record` (without their length word).
+    pub(crate) rows: std::ops::Range<usize>,
+    /// Where the mapping lists are in `record` (empty: none).
+    pub(crate) lists: std::ops::Range<usize>,
+    /// The mapping state it names, until the decoder puts its lists into `record`.
+    pub(crate) names_state: Option<u64>,
+}
+
+impl ReceivedDispatch {
+    /// The version 2 DISPATCH record of this dispatch (what a capture keeps).
+    pub fn record(&self) -> &[u8] {
+        &self.record
+    }
+
+    /// The whole input and report: the access lists decoded from the rows, the mapping lists put
+    /// back.
+    pub fn decode(&self) -> Result<(DispatchInput, DispatchReport), ProtocolError> {
+        let (mut input, mut report) = (self.input.clone(), self.report.clone());
+        self.fill(&mut input, &mut report)?;
+        Ok((input, report))
+    }
+
+    /// [`Self::decode`] as a [`ToDebugger::Dispatch`] (the shells moved, not cloned).
+    pub fn into_dispatch(self) -> Result<ToDebugger, ProtocolError> {
+        match self.into_dispatch_or_shell() {
+            (m, None) => Ok(m),
+            (_, Some(e)) => Err(e),
+        }
+    }
+
+    /// [`Self::into_dispatch`], and when the rows or mapping lists do not decode, the dispatch
+    /// with its shells alone (no accesses) and why: a caller that must keep one report a
+    /// dispatch (a window's rows line up with its store's records) keeps that.
+    pub fn into_dispatch_or_shell(self) -> (ToDebugger, Option<ProtocolError>) {
+        let ReceivedDispatch {
+            index,
+            mut input,
+            mut report,
+            accesses_left_out,
+            record,
+            rows,
+            lists,
+            ..
+        } = self;
+        let filled = message::fill_rows(
+            record.get(rows).unwrap_or_default(),
+            &mut input,
+            &mut report,
+        )
+        .and_then(|()| {
+            message::restore_mapping_lists(record.get(lists).unwrap_or_default(), &mut report)
+        });
+        let error = filled.err().map(|e| {
+            input.accesses.clear();
+            report.accesses.clear();
+            malformed_dispatch(format!("dispatch {index}'s rows or mapping lists: {e}"))
+        });
+        let m = ToDebugger::Dispatch {
+            index,
+            input: Box::new(input),
+            report: Box::new(report),
+            mapping_state: None,
+            accesses_left_out,
+        };
+        (m, error)
+    }
+
+    fn fill(
+        &self,
+        input: &mut DispatchInput,
+        report: &mut DispatchReport,
+    ) -> Result<(), ProtocolError> {
+        let rows = self.record.get(self.rows.clone()).unwrap_or_default();
+        let lists = self.record.get(self.lists.clone()).unwrap_or_default();
+        message::fill_rows(rows, input, report)
+            .and_then(|()| message::restore_mapping_lists(lists, report))
+            .map_err(|e| {
+                malformed_dispatch(format!(
+                    "dispatch {}'s rows or mapping lists: {e}",
+                    self.index
+                ))
+            })
+    }
+}
+
+fn malformed_dispatch(message: String) -> ProtocolError {
+    ProtocolError::Malformed { message }
 }

@@ -30,9 +30,9 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use crate::protocol::ReceivedDispatch;
 use crate::protocol::ToDebugger;
 use crate::record::{CaptureRecorder, RecordError, RecordSummary};
-use crate::wire::ReceivedDispatch;
 use dispatchscope_core::report::{DispatchReport, Mode};
 use dispatchscope_formats::capture::RecordKind;
 use dispatchscope_formats::session::DispatchRecord;

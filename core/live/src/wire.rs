@@ -431,109 +431,6 @@ pub struct Decoder {
     keep_received: bool,
 }
 
-/// A dispatch as it came over the wire, decoded only as far as a table row needs: its input and
-/// report without their access lists (and without the mapping lists when the report names a
-/// mapping state), and its version 2 DISPATCH record
-/// ([`dispatchscope_formats::message::encode_record`]): the message's bytes as they came and the
-/// mapping lists it names, what a live store writes unchanged. [`Self::decode`] reads the whole
-/// dispatch from it when someone asks.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ReceivedDispatch {
-    /// The dispatch's index.
-    pub index: u64,
-    /// Its input, with no accesses.
-    pub input: DispatchInput,
-    /// Its report, with no accesses, and with no mapping lists when it names a mapping state.
-    pub report: DispatchReport,
-    /// Access reports the target left out of the rows.
-    pub accesses_left_out: u64,
-    /// The version 2 DISPATCH record.
-    record: Vec<u8>,
-    /// Where the message's rows are in `record` (without their length word).
-    rows: std::ops::Range<usize>,
-    /// Where the mapping lists are in `record` (empty: none).
-    lists: std::ops::Range<usize>,
-    /// The mapping state it names, until the decoder puts its lists into `record`.
-    names_state: Option<u64>,
-}
-
-impl ReceivedDispatch {
-    /// The version 2 DISPATCH record of this dispatch (what a capture keeps).
-    pub fn record(&self) -> &[u8] {
-        &self.record
-    }
-
-    /// The whole input and report: the access lists decoded from the rows, the mapping lists put
-    /// back.
-    pub fn decode(&self) -> Result<(DispatchInput, DispatchReport), ProtocolError> {
-        let (mut input, mut report) = (self.input.clone(), self.report.clone());
-        self.fill(&mut input, &mut report)?;
-        Ok((input, report))
-    }
-
-    /// [`Self::decode`] as a [`ToDebugger::Dispatch`] (the shells moved, not cloned).
-    pub fn into_dispatch(self) -> Result<ToDebugger, ProtocolError> {
-        match self.into_dispatch_or_shell() {
-            (m, None) => Ok(m),
-            (_, Some(e)) => Err(e),
-        }
-    }
-
-    /// [`Self::into_dispatch`], and when the rows or mapping lists do not decode, the dispatch
-    /// with its shells alone (no accesses) and why: a caller that must keep one report a
-    /// dispatch (a window's rows line up with its store's records) keeps that.
-    pub fn into_dispatch_or_shell(self) -> (ToDebugger, Option<ProtocolError>) {
-        let ReceivedDispatch {
-            index,
-            mut input,
-            mut report,
-            accesses_left_out,
-            record,
-            rows,
-            lists,
-            ..
-        } = self;
-        let filled = message::fill_rows(
-            record.get(rows).unwrap_or_default(),
-            &mut input,
-            &mut report,
-        )
-        .and_then(|()| {
-            message::restore_mapping_lists(record.get(lists).unwrap_or_default(), &mut report)
-        });
-        let error = filled.err().map(|e| {
-            input.accesses.clear();
-            report.accesses.clear();
-            malformed(format!("dispatch {index}'s rows or mapping lists: {e}"))
-        });
-        let m = ToDebugger::Dispatch {
-            index,
-            input: Box::new(input),
-            report: Box::new(report),
-            mapping_state: None,
-            accesses_left_out,
-        };
-        (m, error)
-    }
-
-    fn fill(
-        &self,
-        input: &mut DispatchInput,
-        report: &mut DispatchReport,
-    ) -> Result<(), ProtocolError> {
-        let rows = self.record.get(self.rows.clone()).unwrap_or_default();
-        let lists = self.record.get(self.lists.clone()).unwrap_or_default();
-        message::fill_rows(rows, input, report)
-            .and_then(|()| message::restore_mapping_lists(lists, report))
-            .map_err(|e| {
-                malformed(format!(
-                    "dispatch {}'s rows or mapping lists: {e}",
-                    self.index
-                ))
-            })
-    }
-}
-
 impl Decoder {
     /// A decoder that has seen no mapping state yet.
     pub fn new() -> Self {
@@ -701,7 +598,7 @@ impl Decoder {
         Ok(())
     }
 
-    /// One dispatch message: whole, or as [`ReceivedDispatch`] when [`Self::set_keep_received`].
+    /// One dispatch message: whole, or as [`crate::protocol::ReceivedDispatch`] when [`Self::set_keep_received`].
     fn dispatch_message(&self, bytes: &[u8]) -> Result<ToDebugger, columns::ColumnsError> {
         if !self.keep_received {
             let m = message::decode_exact(bytes)?;
@@ -719,16 +616,18 @@ impl Decoder {
         // The message starts after the magic, the version word and its length.
         let base = 12;
         let end = record.len();
-        Ok(ToDebugger::Received(Box::new(ReceivedDispatch {
-            index: m.index,
-            input: *m.input,
-            report: *m.report,
-            accesses_left_out: m.accesses_left_out,
-            record,
-            rows: base + rows.start..base + rows.end,
-            lists: end..end,
-            names_state: m.mapping_state,
-        })))
+        Ok(ToDebugger::Received(Box::new(
+            crate::protocol::ReceivedDispatch {
+                index: m.index,
+                input: *m.input,
+                report: *m.report,
+                accesses_left_out: m.accesses_left_out,
+                record,
+                rows: base + rows.start..base + rows.end,
+                lists: end..end,
+                names_state: m.mapping_state,
+            },
+        )))
     }
 
     /// Keeps a mapping state, or puts the kept one back into a dispatch that names it.
