@@ -13,7 +13,7 @@ use dispatchscope_formats::checkpoint;
 use dispatchscope_formats::sample::Sample;
 use dispatchscope_formats::session::{self, Opened};
 
-use crate::load::{BackendChoice, BadInput, load, run_sample};
+use crate::load::{BackendChoice, BadInput, check_alignment, load, parse_number, run_sample};
 
 /// `generate`'s arguments.
 #[derive(Debug, Args)]
@@ -62,11 +62,6 @@ pub struct ExplainArgs {
     pub backend: BackendChoice,
 }
 
-fn parse_number(s: &str) -> Result<u64, String> {
-    dispatchscope_core::addr::parse_u64(s)
-        .ok_or_else(|| format!("{s:?} is not a number (decimal or 0x…)"))
-}
-
 /// `dispatchscope explain`.
 pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
     let overrides = args.min_storage_buffer_offset_alignment.is_some()
@@ -97,12 +92,7 @@ pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
     let sample = &loaded.sample;
     let mut limits = sample.device.clone();
     if let Some(a) = args.min_storage_buffer_offset_alignment {
-        if !a.is_power_of_two() || a > 256 {
-            return Err(BadInput(format!(
-                "--min-storage-buffer-offset-alignment {a:#x}: Vulkan requires a power of two of at most 256"
-            ))
-            .into());
-        }
+        check_alignment(a)?;
         limits.min_storage_buffer_offset_alignment = a;
     }
     if let Some(m) = args.max_storage_buffer_range {

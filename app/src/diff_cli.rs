@@ -26,7 +26,7 @@ use dispatchscope_formats::sample::Sample;
 use dispatchscope_formats::session::{self, Opened};
 use dispatchscope_formats::what_if::{self, RePlanError};
 
-use crate::load::{BackendChoice, BadInput, load, run_sample};
+use crate::load::{BackendChoice, BadInput, check_alignment, load, parse_number, run_sample};
 
 /// `diff`'s arguments.
 #[derive(Debug, Args)]
@@ -55,11 +55,6 @@ pub struct DiffArgs {
     pub replay: bool,
 }
 
-fn parse_number(s: &str) -> Result<u64, String> {
-    dispatchscope_core::addr::parse_u64(s)
-        .ok_or_else(|| format!("{s:?} is not a number (decimal or 0x…)"))
-}
-
 fn bad(message: String) -> anyhow::Error {
     BadInput(message).into()
 }
@@ -81,12 +76,8 @@ impl DiffArgs {
 
     /// `base` with every limit the flags set, each checked by name.
     fn limits(&self, base: &DeviceLimits) -> anyhow::Result<DeviceLimits> {
-        if let Some(a) = self.min_storage_buffer_offset_alignment
-            && (!a.is_power_of_two() || a > 256)
-        {
-            return Err(bad(format!(
-                "--min-storage-buffer-offset-alignment {a:#x}: Vulkan requires a power of two of at most 256"
-            )));
+        if let Some(a) = self.min_storage_buffer_offset_alignment {
+            check_alignment(a)?;
         }
         let mut l = self.plan_limits().apply(base);
         if let Some(p) = self.probe_bound {

@@ -93,3 +93,20 @@ pub fn load(path: &Path) -> anyhow::Result<Loaded> {
         }
     }
 }
+
+/// A number on the command line, decimal or `0x…` (clap's `value_parser` for every numeric flag).
+pub fn parse_number(s: &str) -> Result<u64, String> {
+    dispatchscope_core::addr::parse_u64(s)
+        .ok_or_else(|| format!("{s:?} is not a number (decimal or 0x…)"))
+}
+
+/// `--min-storage-buffer-offset-alignment A`, checked as Vulkan bounds it: a power of two of at
+/// most 256.
+pub fn check_alignment(a: u64) -> Result<(), BadInput> {
+    if a.is_power_of_two() && a <= 256 {
+        return Ok(());
+    }
+    Err(BadInput(format!(
+        "--min-storage-buffer-offset-alignment {a:#x}: Vulkan requires a power of two of at most 256"
+    )))
+}

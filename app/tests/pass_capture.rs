@@ -177,33 +177,33 @@ fn a_pass_of_ten_million_accesses_records_explains_and_opens() {
 
 /// `demo --resolution`: the pass every frame on the device, its instrumented report streamed to a
 /// debugger attached through the demo's tap.
-#[test]
-fn the_demo_streams_the_instrumented_pass_to_a_debugger() {
+/// `demo --resolution 32x32` with `extra` on a port the system chooses, and the address it prints.
+fn spawn_demo(extra: &[&str]) -> (std::process::Child, String) {
     use std::io::{BufRead, BufReader};
     let mut demo = bin()
-        .args([
-            "demo",
-            "--resolution",
-            "32x32",
-            "--frames",
-            "600",
-            "--fps",
-            "20",
-            "--listen",
-            "127.0.0.1:0",
-        ])
+        .args(["demo", "--resolution", "32x32", "--listen", "127.0.0.1:0"])
+        .args(extra)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(demo.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
+    let mut out = BufReader::new(demo.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
     let addr = first
         .split("listening on ")
         .nth(1)
         .and_then(|r| r.split_whitespace().next())
         .unwrap_or_else(|| panic!("no address in {first:?}"))
         .to_owned();
+    // The demo prints on; its stdout stays open for as long as it runs.
+    demo.stdout = Some(out.into_inner());
+    (demo, addr)
+}
+
+#[test]
+fn the_demo_streams_the_instrumented_pass_to_a_debugger() {
+    let (mut demo, addr) = spawn_demo(&["--frames", "600", "--fps", "20"]);
     let out = bin()
         .args(["attach", &addr, "--steps", "1", "--json", "--wait", "60"])
         .output()
@@ -239,33 +239,9 @@ fn lanes_a_debugger_selects_are_captured_on_the_next_pass() {
     use dispatchscope_core::instrument::LaneSelection;
     use dispatchscope_live::{Incoming, LiveClient, ToDebugger};
     use std::collections::BTreeSet;
-    use std::io::{BufRead, BufReader};
     use std::time::{Duration, Instant};
 
-    let mut demo = bin()
-        .args([
-            "demo",
-            "--resolution",
-            "32x32",
-            "--fps",
-            "30",
-            "--check",
-            "--validation",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(demo.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    let addr = first
-        .split("listening on ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {first:?}"))
-        .to_owned();
+    let (mut demo, addr) = spawn_demo(&["--fps", "30", "--check", "--validation"]);
     let client = match LiveClient::connect(&addr, None, Duration::from_secs(60)) {
         Ok(c) => c,
         Err(e) => {
