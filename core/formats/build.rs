@@ -6,7 +6,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples");
+    // Read at run time: `env!` would fix the folder the build script was compiled in, and a
+    // target folder shared by two checkouts would embed the other checkout's samples (or none).
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default();
+    let dir = Path::new(&manifest).join("../../samples");
     println!("cargo::rerun-if-changed={}", dir.display());
     let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
         .map(|rd| {

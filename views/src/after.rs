@@ -131,7 +131,7 @@ impl AfterPanel {
                     let title = format!(
                         "holder slot {}: {} of {} words written back, {changed} changed, over {}",
                         wb.holder,
-                        wb.words.len(),
+                        wb.words_written(),
                         wb.words_total,
                         wb.range
                     );
@@ -180,9 +180,43 @@ impl AfterPanel {
                                         ui.end_row();
                                     }
                                 });
+                            if !wb.lists_every_word() {
+                                unlisted(ui, wb);
+                            }
                         });
                 }
             });
         actions
+    }
+}
+
+/// A device pass's write-back past the words it lists: how many, and its runs.
+fn unlisted(ui: &mut egui::Ui, wb: &dispatchscope_core::report::WriteBack) {
+    let runs = wb.runs.len() as u64 + wb.runs_not_listed;
+    ui.label(format!(
+        "{} more words written back, not listed (a device pass lists its first {}), in {runs} {}:",
+        wb.words_not_listed,
+        wb.words.len(),
+        if runs == 1 { "run" } else { "runs" }
+    ));
+    egui::Grid::new(("wb-runs", wb.holder))
+        .striped(true)
+        .num_columns(2)
+        .show(ui, |ui| {
+            for run in &wb.runs {
+                style::addr_cell(ui, run.start, mono(format!("{run}")));
+                let words = run.size_bytes().div_ceil(4);
+                ui.label(mono(format!(
+                    "{words} {}",
+                    if words == 1 { "word" } else { "words" }
+                )));
+                ui.end_row();
+            }
+        });
+    if wb.runs_not_listed > 0 {
+        style::nothing(
+            ui,
+            &format!("{} runs past these were counted, not placed.", wb.runs_not_listed),
+        );
     }
 }

@@ -88,6 +88,18 @@ pub struct WordValues {
     pub new: u64,
 }
 
+/// A write-back's words past those listed: how many, and where (their runs, and the runs past
+/// those listed).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unlisted {
+    /// Words written back but not listed.
+    pub words: u64,
+    /// The runs listed.
+    pub runs: Vec<ByteRange>,
+    /// Runs past those listed.
+    pub runs_not_listed: u64,
+}
+
 /// A mapped piece's state, as a change shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PieceState {
@@ -313,6 +325,16 @@ pub enum Change {
         /// B's write, if B wrote it.
         after: Option<WordValues>,
     },
+    /// The words a holder wrote back beyond those listed (a device pass's output, O8): their count
+    /// or their runs differ.
+    WriteBackUnlisted {
+        /// The holder slot.
+        holder: u32,
+        /// A's unlisted words and runs, if A wrote the holder back.
+        before: Option<Unlisted>,
+        /// B's.
+        after: Option<Unlisted>,
+    },
     /// A hazard (L1, or its read-side twin) in one report only.
     Hazard {
         /// Which case.
@@ -496,7 +518,7 @@ impl Change {
             Change::RefusalAdded { .. } | Change::RefusalRemoved { .. } => Category::Refusals,
             Change::EscapeAdded { .. } | Change::EscapeRemoved { .. } => Category::Escapes,
             Change::Mark { .. } => Category::Marks,
-            Change::WriteBackWord { .. } => Category::WriteBack,
+            Change::WriteBackWord { .. } | Change::WriteBackUnlisted { .. } => Category::WriteBack,
             Change::Hazard { .. } => Category::Hazards,
             Change::Piece { .. } => Category::Pieces,
             Change::LeftOut { .. } => Category::LeftOut,
@@ -657,6 +679,26 @@ impl Change {
                 ),
                 (None, None) => format!("write-back of holder {holder}, word {address:#x}"),
             },
+            Change::WriteBackUnlisted {
+                holder,
+                before,
+                after,
+            } => {
+                let say = |u: &Option<Unlisted>| {
+                    u.as_ref().map_or("none".to_owned(), |u| {
+                        format!(
+                            "{} in {} runs",
+                            u.words,
+                            u.runs.len() as u64 + u.runs_not_listed
+                        )
+                    })
+                };
+                format!(
+                    "write-back of holder {holder}, words not listed: {} became {} (O8)",
+                    say(before),
+                    say(after)
+                )
+            }
             Change::Hazard {
                 kind,
                 holder,
@@ -1016,6 +1058,29 @@ fn diff_run(a: &DispatchReport, b: &DispatchReport, c: &mut Vec<Change>) {
         c.push(Change::WriteBackWord {
             holder,
             address,
+            before,
+            after,
+        });
+    });
+    let unlisted = |r: &DispatchReport| -> Vec<(u32, Unlisted)> {
+        r.write_back
+            .iter()
+            .filter(|w| !w.lists_every_word())
+            .map(|w| {
+                (
+                    w.holder,
+                    Unlisted {
+                        words: w.words_not_listed,
+                        runs: w.runs.clone(),
+                        runs_not_listed: w.runs_not_listed,
+                    },
+                )
+            })
+            .collect()
+    };
+    keyed(unlisted(a), unlisted(b), |holder, before, after| {
+        c.push(Change::WriteBackUnlisted {
+            holder,
             before,
             after,
         });

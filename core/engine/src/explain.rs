@@ -374,9 +374,26 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
             "  write-back (O8): holder slot {} {}: {} of {} words",
             w.holder,
             w.range,
-            w.words.len(),
+            w.words_written(),
             w.words_total
         )?;
+        if !w.lists_every_word() {
+            writeln!(
+                o,
+                "    {} words listed; {} more written back, not listed, in {} runs{}",
+                w.words.len(),
+                w.words_not_listed,
+                w.runs.len() as u64 + w.runs_not_listed,
+                if w.runs_not_listed > 0 {
+                    format!(" ({} placed below, {} not)", w.runs.len(), w.runs_not_listed)
+                } else {
+                    String::new()
+                }
+            )?;
+            for run in w.runs.iter().take(detail.max_accesses) {
+                writeln!(o, "    run {run}: {} words", run.size_bytes().div_ceil(4))?;
+            }
+        }
         for word in w.words.iter().take(detail.max_accesses) {
             writeln!(
                 o,

@@ -708,7 +708,64 @@ impl HistoryBuilder {
                     note,
                 );
             }
+            if !wb.lists_every_word() {
+                self.unlisted_write_back(index, wb);
+            }
         }
+    }
+
+    /// A write-back that counts words past those it lists (a device pass's output): the bytes
+    /// of its runs that no listed word holds, and every byte past its last listed run when some
+    /// runs were not listed, were (or may have been) written, their values not recorded.
+    fn unlisted_write_back(&mut self, index: u64, wb: &crate::report::WriteBack) {
+        let listed = |a: u64| {
+            wb.words
+                .iter()
+                .any(|w| a >= w.address && a < w.address + u64::from(w.bytes.min(4)))
+        };
+        let past = wb
+            .runs
+            .last()
+            .filter(|_| wb.runs_not_listed > 0)
+            .map(|r| ByteRange::new(r.end, wb.range.end));
+        let unknown = |a: u64| {
+            !listed(a)
+                && (wb.runs.iter().any(|r| r.contains(a)) || past.is_some_and(|p| p.contains(a)))
+        };
+        let hit: Vec<u64> = (self.range.start..self.range.end)
+            .filter(|&a| unknown(a))
+            .collect();
+        let (Some(&first), Some(&last)) = (hit.first(), hit.last()) else {
+            return;
+        };
+        self.freeze_initial();
+        let before = Watched(self.bytes.clone());
+        for a in hit {
+            if let Some(i) = self.index_of(a) {
+                self.bytes[i] = None;
+            }
+        }
+        self.writes.push(WriteEntry {
+            kind: WriteKind::WriteBack {
+                dispatch: index,
+                holder: wb.holder,
+                slots: Vec::new(),
+                stores: Vec::new(),
+            },
+            range: ByteRange::new(first, last + 1),
+            before,
+            after: Watched(self.bytes.clone()),
+            note: Some(format!(
+                "the device's write-back lists {} of its {} words with their values; these bytes were written back{}, their values not recorded",
+                wb.words.len(),
+                wb.words_written(),
+                if wb.runs_not_listed > 0 {
+                    " or may have been (not every run is listed)"
+                } else {
+                    ""
+                }
+            )),
+        });
     }
 
     fn index_of(&self, a: u64) -> Option<usize> {

@@ -31,7 +31,7 @@ pub mod what_if;
 
 pub use addr::ByteRange;
 pub use backend::{Backend, CpuBackend};
-pub use engine::{Engine, EngineError};
+pub use engine::{DeviceWriteBackError, Engine, EngineError};
 pub use input::Event;
 pub use input::{Access, AccessKind, DeviceLimits, DispatchInput, DispatchKind, Slot};
 pub use memory::GuestMemory;

@@ -612,8 +612,40 @@ pub struct WriteBack {
     pub range: ByteRange,
     /// Words in the holder.
     pub words_total: u64,
-    /// The words written back: those a store set the mask of (O9).
+    /// The words written back: those a store set the mask of (O9), every one of them on the CPU
+    /// reference; a device pass's full-screen holder lists its first few (see `words_not_listed`).
     pub words: Vec<WordWritten>,
+    /// Words written back beyond those `words` lists: a device pass's output holder writes
+    /// millions, and a report's size must not grow with the lanes, so it lists the first few with
+    /// their values and counts the rest, which `runs` places.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub words_not_listed: u64,
+    /// Where the written words lie when not all are listed: the runs of consecutive written words,
+    /// in address order, at most [`WriteBack::LISTED_RUNS`]; empty when `words` lists them all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<ByteRange>,
+    /// Runs past the [`WriteBack::LISTED_RUNS`] that `runs` holds (counted, never lost silently).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub runs_not_listed: u64,
+}
+
+impl WriteBack {
+    /// The runs a write-back that does not list every word places, at most.
+    pub const LISTED_RUNS: usize = 64;
+
+    /// Every word written back, listed or not.
+    pub fn words_written(&self) -> u64 {
+        self.words.len() as u64 + self.words_not_listed
+    }
+
+    /// Whether `words` lists every word written back.
+    pub fn lists_every_word(&self) -> bool {
+        self.words_not_listed == 0
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Which of L1's two cases a hazard is.

@@ -19,8 +19,8 @@ use dispatchscope_core::report::Role;
 use dispatchscope_core::report::{EscapeClass, EventReport, LeftOutReason, Mode, Placement, Route};
 use dispatchscope_core::rules::DEVICE_TABLE_PUSH_WORD;
 use dispatchscope_core::{
-    Access, AccessKind, Backend, DeviceLimits, DispatchInput, DispatchKind, DispatchReport, Engine,
-    EngineError, Event, Rule, Slot,
+    Access, AccessKind, Backend, DeviceLimits, DeviceWriteBackError, DispatchInput, DispatchKind,
+    DispatchReport, Engine, EngineError, Event, Rule, Slot,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -626,6 +626,101 @@ fn o8_one_upload_and_one_write_back_of_the_stored_words() {
         0x1111_1111,
         "a word no store set is not written back"
     );
+}
+
+/// A device pass writes its holder itself; the engine writes back the words the device's masks
+/// set, lists the first few with their values and places the rest by runs (O8, O9).
+#[test]
+fn o8_a_device_holder_is_written_back_by_its_masks_listing_a_few_words() {
+    let mut e = engine();
+    reserve(&mut e, 0, 0x1_0000);
+    e.load_contents(0x1000, &[0x11; 0x100]);
+    let input = bound(
+        vec![slot(0, 0x1000, 0x80, true), slot(1, 0x1040, 0x40, true)],
+        vec![],
+    );
+    let mut report = run(&mut e, &input);
+    assert!(report.write_back.is_empty(), "nothing ran on the CPU");
+    // The device wrote words 0..4 and 8..40 (of 0x20 words over 0x1000..0x1080).
+    let mut data = vec![0u8; 0x80];
+    let mut masks = vec![0u8; 0x80];
+    for w in (0..4).chain(8..0x20) {
+        data[4 * w..4 * w + 4].copy_from_slice(&(0xd000 + w as u32).to_le_bytes());
+        masks[4 * w] = 1;
+    }
+    e.write_back_from_device(&mut report, 0, &data, &masks, 6)
+        .unwrap();
+    let wb = &report.write_back[0];
+    assert_eq!(
+        (wb.holder, wb.range, wb.words_total),
+        (0, r(0x1000, 0x1080), 0x20)
+    );
+    let listed: Vec<(u64, u64, u64)> = wb.words.iter().map(|w| (w.address, w.old, w.new)).collect();
+    assert_eq!(
+        listed,
+        vec![
+            (0x1000, 0x1111_1111, 0xd000),
+            (0x1004, 0x1111_1111, 0xd001),
+            (0x1008, 0x1111_1111, 0xd002),
+            (0x100c, 0x1111_1111, 0xd003),
+            (0x1020, 0x1111_1111, 0xd008),
+            (0x1024, 0x1111_1111, 0xd009),
+        ]
+    );
+    assert_eq!(wb.words_not_listed, 4 + 0x18 - 6);
+    assert_eq!(wb.runs, vec![r(0x1000, 0x1010), r(0x1020, 0x1080)]);
+    assert_eq!(report.counts.words_written_back, 4 + 0x18);
+    assert_eq!(
+        word(&e, 0x107c),
+        0xd01f,
+        "an unlisted word is written back too"
+    );
+    assert_eq!(word(&e, 0x1010), 0x1111_1111, "a word no mask set is not");
+    assert!(
+        report
+            .hand_off
+            .pages_noted_written
+            .iter()
+            .any(|p| p.contains(0x1000)),
+        "the write-back notes its pages written (D824)"
+    );
+    // Named refusals, nothing written: twice, another slot, short masks, an older dispatch.
+    let again = e.write_back_from_device(&mut report, 0, &data, &masks, 6);
+    assert!(matches!(
+        again,
+        Err(EngineError::DeviceWriteBack(
+            DeviceWriteBackError::AlreadyWrittenBack { slot: 0, .. }
+        ))
+    ));
+    let mut fresh = report.clone();
+    fresh.write_back.clear();
+    let member = e.write_back_from_device(&mut fresh, 1, &data, &masks, 6);
+    assert!(matches!(
+        member,
+        Err(EngineError::DeviceWriteBack(
+            DeviceWriteBackError::NotAHolder { slot: 1, .. }
+        ))
+    ));
+    let short = e.write_back_from_device(&mut fresh, 0, &data, &masks[..0x40], 6);
+    assert!(matches!(
+        short,
+        Err(EngineError::DeviceWriteBack(DeviceWriteBackError::Size {
+            holder_bytes: 0x80,
+            ..
+        }))
+    ));
+    run(&mut e, &input);
+    let old = e.write_back_from_device(&mut fresh, 0, &data, &masks, 6);
+    assert!(matches!(
+        old,
+        Err(EngineError::DeviceWriteBack(
+            DeviceWriteBackError::NotLastDispatch { .. }
+        ))
+    ));
+    // Its JSON keeps the new fields, and a report without them still reads.
+    let json = serde_json::to_value(&report).unwrap();
+    let back: DispatchReport = serde_json::from_value(json).unwrap();
+    assert_eq!(back.write_back, report.write_back);
 }
 
 #[test]

@@ -166,6 +166,10 @@ impl Commands {
                 .and_then(|_| check("vkEndCommandBuffer", d.end_command_buffer(cmd)))
         };
         let r = recorded.and_then(|_| self.submit_and_wait());
+        if r.is_err() {
+            // The copy may still run after a failed wait: the staging buffer outlives it.
+            ctx.wait_queue_idle();
+        }
         ctx.destroy_buffer(staging, calls);
         r
     }
@@ -173,6 +177,10 @@ impl Commands {
 
 impl Drop for Commands {
     fn drop(&mut self) {
+        if self.in_flight {
+            // A wait that failed left the dispatch running: nothing it uses is freed under it.
+            self.ctx.wait_queue_idle();
+        }
         // SAFETY: the owner waited for every submission, so nothing is pending on the fence or the
         // buffer; destroying a null fence does nothing; the pool frees its buffer.
         unsafe {

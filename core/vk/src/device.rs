@@ -419,6 +419,17 @@ impl Context {
         })
     }
 
+    /// Waits until the queue has finished all it was given: what an owner does before it frees
+    /// what a submission used, since a wait that failed (a timeout) leaves the submission running.
+    /// A failure here (a lost device, a poisoned lock) is not reported: a lost device runs
+    /// nothing, and the caller is already giving up.
+    pub fn wait_queue_idle(&self) {
+        if let Ok(queue) = self.queue.lock() {
+            // SAFETY: the queue is this device's, externally synchronised by the lock held here.
+            let _ = unsafe { self.device.queue_wait_idle(*queue) };
+        }
+    }
+
     /// What the device reports, for reports and the planner.
     pub fn info(&self) -> &DeviceInfo {
         &self.info

@@ -55,7 +55,8 @@ impl<B: Backend> Engine<B> {
     }
 
     /// O8: each written holder is written back once, only the words its write mask marks (O9),
-    /// as host writes (they note pages written and distrust targets like any other).
+    /// as host writes (they note pages written and distrust targets like any other). The CPU
+    /// reference lists every word.
     pub(super) fn write_back(
         &mut self,
         routed: &Routed<'_>,
@@ -69,39 +70,98 @@ impl<B: Backend> Engine<B> {
             if !mask.iter().any(|&m| m != 0) {
                 continue;
             }
-            let holder = routed.holder_slots[h];
-            let buf = &outcome.holders[h];
-            let mut words = Vec::new();
-            for (w, _) in mask.iter().enumerate().filter(|(_, m)| **m != 0) {
-                let address = range.start + 4 * w as u64;
-                let bytes = (range.end - address).min(4) as usize;
+            let written = |w: usize| mask.get(w).is_some_and(|&m| m != 0);
+            write_back.push(self.write_back_holder(
+                routed.holder_slots[h],
+                *range,
+                &outcome.holders[h],
+                written,
+                usize::MAX,
+                change,
+                hand_off,
+            ));
+        }
+        write_back
+    }
+
+    /// O8 for one holder: each run of consecutive words that `written` marks is written into
+    /// guest memory from `data` (the holder's bytes, from its range's start) as one host write.
+    /// The first `listed` words are reported with their old and new values; the rest are counted,
+    /// and then their runs placed ([`WriteBack::LISTED_RUNS`] of them, the others counted).
+    #[expect(clippy::too_many_arguments, reason = "one holder's write-back, its parts named")]
+    pub(super) fn write_back_holder(
+        &mut self,
+        holder: u32,
+        range: ByteRange,
+        data: &[u8],
+        written: impl Fn(usize) -> bool,
+        listed: usize,
+        change: &mut MemoryChange,
+        hand_off: &mut HandOff,
+    ) -> WriteBack {
+        let total = range.size_bytes().div_ceil(4);
+        let mut wb = WriteBack {
+            holder,
+            range,
+            words_total: total,
+            words: Vec::new(),
+            words_not_listed: 0,
+            runs: Vec::new(),
+            runs_not_listed: 0,
+        };
+        let n = usize::try_from(total).unwrap_or(usize::MAX);
+        let mut w = 0;
+        while w < n {
+            if !written(w) {
+                w += 1;
+                continue;
+            }
+            let first = w;
+            while w < n && written(w) {
+                w += 1;
+            }
+            let run = ByteRange::new(
+                range.start + 4 * first as u64,
+                (range.start + 4 * w as u64).min(range.end),
+            );
+            let Some(new) = data.get((4 * first)..(run.end - range.start) as usize) else {
+                continue;
+            };
+            // The listed words' old values, before the run lands over them.
+            let room = listed.saturating_sub(wb.words.len()).min(w - first);
+            for k in 0..room {
+                let address = run.start + 4 * k as u64;
+                let bytes = (run.end - address).min(4) as usize;
                 let mut old = [0u8; 4];
                 self.memory.read_bytes(address, &mut old[..bytes]);
-                let new = &buf[4 * w..4 * w + bytes];
-                let before = change.distrusted.len();
-                self.memory.host_write(address, new, change);
-                for &id in &change.distrusted[before..] {
-                    hand_off.targets_distrusted.push(
-                        self.target_lost(id, format!("write-back of holder slot {holder} (O8)")),
-                    );
-                }
                 let mut n = [0u8; 4];
-                n[..bytes].copy_from_slice(new);
-                words.push(WordWritten {
+                n[..bytes].copy_from_slice(&new[4 * k..4 * k + bytes]);
+                wb.words.push(WordWritten {
                     address,
                     old: u64::from(u32::from_le_bytes(old)),
                     new: u64::from(u32::from_le_bytes(n)),
                     bytes: bytes as u8,
                 });
             }
-            write_back.push(WriteBack {
-                holder,
-                range: *range,
-                words_total: range.size_bytes().div_ceil(4),
-                words,
-            });
+            wb.words_not_listed += (w - first - room) as u64;
+            if wb.runs.len() < WriteBack::LISTED_RUNS {
+                wb.runs.push(run);
+            } else {
+                wb.runs_not_listed += 1;
+            }
+            let before = change.distrusted.len();
+            self.memory.host_write(run.start, new, change);
+            for &id in &change.distrusted[before..] {
+                hand_off.targets_distrusted.push(
+                    self.target_lost(id, format!("write-back of holder slot {holder} (O8)")),
+                );
+            }
         }
-        write_back
+        if wb.lists_every_word() {
+            wb.runs.clear();
+            wb.runs_not_listed = 0;
+        }
+        wb
     }
 }
 

@@ -69,6 +69,52 @@ pub enum EngineError {
     /// The device limits describe no device.
     #[error("bad device limits: {0}")]
     Limits(#[from] LimitsError),
+    /// A device's holder bytes cannot be written back ([`Engine::write_back_from_device`]).
+    #[error("device write-back: {0}")]
+    DeviceWriteBack(#[from] DeviceWriteBackError),
+}
+
+/// Why [`Engine::write_back_from_device`] refused a device's holder bytes. Nothing was written.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum DeviceWriteBackError {
+    /// The report is not the engine's last dispatch: guest memory has moved on since.
+    #[error("dispatch {report} is not the engine's last dispatch ({last:?})")]
+    NotLastDispatch {
+        /// The report's dispatch.
+        report: u64,
+        /// The engine's last dispatch, if any.
+        last: Option<u64>,
+    },
+    /// The slot is not a resolved holder of the report's plan (O5, O6).
+    #[error("slot {slot} is not a resolved holder of dispatch {dispatch}")]
+    NotAHolder {
+        /// The slot asked for.
+        slot: u32,
+        /// The dispatch.
+        dispatch: u64,
+    },
+    /// The holder already has its write-back in the report.
+    #[error("holder slot {slot} of dispatch {dispatch} was already written back")]
+    AlreadyWrittenBack {
+        /// The holder slot.
+        slot: u32,
+        /// The dispatch.
+        dispatch: u64,
+    },
+    /// The device's data or mask is shorter than the holder (O9: one mask word a data word).
+    #[error(
+        "holder slot {slot} spans {holder_bytes} bytes, but the device gave {data} bytes of data and {masks} of masks"
+    )]
+    Size {
+        /// The holder slot.
+        slot: u32,
+        /// The holder's widened size (O5).
+        holder_bytes: u64,
+        /// The data bytes given.
+        data: usize,
+        /// The mask bytes given.
+        masks: usize,
+    },
 }
 
 /// The dispatch path of one emulated device.
@@ -224,6 +270,91 @@ impl<B: Backend> Engine<B> {
         Ok(report)
     }
 
+    /// O8 and O9 for a holder the device wrote itself: a translated pass that the emulator ran
+    /// outside the engine's backend (the way `dispatchscope_vk::pass` runs the traversal), after
+    /// [`Self::dispatch`] planned it and returned `report`. Each data word of `data` (the holder's
+    /// bytes from its widened start) whose mask word in `masks` (4 bytes a data word, non-zero
+    /// where a store set it) is set is written into guest memory as a host write, pages noted and
+    /// targets distrusted as any write-back; `report` gains the holder's [`WriteBack`], whose first
+    /// `listed` words carry their values and the rest are counted and placed by runs, so a
+    /// full-screen output keeps the report small. The device's own stores are not known here, so
+    /// L1 is not looked for.
+    pub fn write_back_from_device(
+        &mut self,
+        report: &mut DispatchReport,
+        holder: u32,
+        data: &[u8],
+        masks: &[u8],
+        listed: usize,
+    ) -> Result<(), EngineError> {
+        let dispatch = report.index;
+        let last = self.next_dispatch.checked_sub(1);
+        if last != Some(dispatch) || report.mode == Mode::Refused {
+            return Err(DeviceWriteBackError::NotLastDispatch {
+                report: dispatch,
+                last,
+            }
+            .into());
+        }
+        let range = report
+            .slots
+            .iter()
+            .find(|b| b.slot == holder)
+            .and_then(holder_range)
+            .ok_or(DeviceWriteBackError::NotAHolder {
+                slot: holder,
+                dispatch,
+            })?;
+        if report.write_back.iter().any(|w| w.holder == holder) {
+            return Err(DeviceWriteBackError::AlreadyWrittenBack {
+                slot: holder,
+                dispatch,
+            }
+            .into());
+        }
+        let bytes = range.size_bytes();
+        let words = bytes.div_ceil(4);
+        if (data.len() as u64) < bytes || (masks.len() as u64) < 4 * words {
+            return Err(DeviceWriteBackError::Size {
+                slot: holder,
+                holder_bytes: bytes,
+                data: data.len(),
+                masks: masks.len(),
+            }
+            .into());
+        }
+        let written = |w: usize| {
+            masks
+                .get(4 * w..4 * w + 4)
+                .is_some_and(|m| m != [0, 0, 0, 0])
+        };
+        let mut change = MemoryChange::default();
+        let mut hand_off = HandOff::default();
+        let wb = self.write_back_holder(
+            holder,
+            range,
+            data,
+            written,
+            listed,
+            &mut change,
+            &mut hand_off,
+        );
+        if wb.words_written() == 0 {
+            return Ok(());
+        }
+        report.write_back.push(wb);
+        report
+            .hand_off
+            .targets_distrusted
+            .append(&mut hand_off.targets_distrusted);
+        change
+            .noted_written
+            .extend(report.hand_off.pages_noted_written.iter().copied());
+        report.hand_off.pages_noted_written = after::merge_ranges(change.noted_written);
+        report.counts = counts_of(report);
+        Ok(())
+    }
+
     /// The phases of a dispatch that runs, bound or device-addressed.
     fn run(
         &mut self,
@@ -293,11 +424,7 @@ impl<B: Backend> Engine<B> {
     /// copy. Copies land in the order they were deferred, so every copy up to the last one a holder
     /// covers is written; the rest stay deferred.
     fn write_deferred_under(&mut self, bindings: &[SlotBinding]) -> BeforeDispatch {
-        let holders: Vec<ByteRange> = bindings
-            .iter()
-            .filter(|b| b.resolved && b.holder == Some(b.slot))
-            .map(|b| ByteRange::new(b.range.start, b.range.start.saturating_add(b.binding.end)))
-            .collect();
+        let holders: Vec<ByteRange> = bindings.iter().filter_map(holder_range).collect();
         let deferred = self.memory.deferred_copies();
         let covered = |(a, bytes): &(u64, Vec<u8>)| {
             let r = ByteRange::new(*a, a.saturating_add(bytes.len() as u64));
@@ -366,6 +493,13 @@ impl Ran {
     }
 }
 
+/// A resolved holder's widened guest range (O5), uploaded and written back (O8); `None` for a slot
+/// that holds no other.
+fn holder_range(b: &SlotBinding) -> Option<ByteRange> {
+    (b.resolved && b.holder == Some(b.slot))
+        .then(|| ByteRange::new(b.range.start, b.range.start.saturating_add(b.binding.end)))
+}
+
 /// A report's counts, from its lists (what [`Engine::dispatch`] fills in last).
 pub fn counts_of(r: &DispatchReport) -> Counts {
     Counts {
@@ -374,7 +508,7 @@ pub fn counts_of(r: &DispatchReport) -> Counts {
         escapes: r.escapes.len(),
         marks: r.marks.len(),
         accesses: r.accesses.len(),
-        words_written_back: r.write_back.iter().map(|w| w.words.len()).sum(),
+        words_written_back: r.write_back.iter().map(|w| w.words_written() as usize).sum(),
         hazards: r.hazards.len(),
     }
 }

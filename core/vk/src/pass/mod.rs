@@ -258,6 +258,20 @@ pub fn run_frame(
     let mut report = engine.dispatch(input).map_err(pass_err)?;
     let run = device.run(variant, selection, scene::CANARY_AT, scene)?;
     let started = Instant::now();
+    // O8: the device's output holder, written back into the engine's guest memory, its report
+    // listing a few words and counting the rest, so its size does not grow with the screen.
+    let holders: Vec<u32> = report
+        .slots
+        .iter()
+        .filter(|b| b.resolved && b.holder == Some(b.slot))
+        .map(|b| b.slot)
+        .collect();
+    if let [holder] = holders[..] {
+        let (data, masks) = device.holder();
+        engine
+            .write_back_from_device(&mut report, holder, data, masks, DEVICE_LISTED_WORDS)
+            .map_err(pass_err)?;
+    }
     if variant == Variant::Instrumented {
         report.instrumented = Some(decode_section(
             engine,
@@ -273,6 +287,10 @@ pub fn run_frame(
         section_build: started.elapsed(),
     })
 }
+
+/// The words of the output holder's write-back that a pass's report lists with their values; the
+/// rest are counted and placed by their runs ([`Engine::write_back_from_device`]).
+pub const DEVICE_LISTED_WORDS: usize = 16;
 
 /// What [`run_frame`] gives back.
 #[derive(Clone, Debug)]
@@ -782,6 +800,8 @@ impl DevicePass {
 
 impl Drop for DevicePass {
     fn drop(&mut self) {
+        // A run whose wait failed (a timeout) may still be executing: nothing is freed under it.
+        self.ctx.wait_queue_idle();
         let d = &self.ctx.device;
         // SAFETY: every submit was waited for, so nothing uses these objects now.
         unsafe {
