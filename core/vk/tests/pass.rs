@@ -20,7 +20,9 @@ use dispatchscope_core::input::Op;
 use dispatchscope_core::instrument::{Grid, InstrumentLayout, LaneSelection};
 use dispatchscope_core::report::{ControlStatus, EscapeClass, InstrumentedReport, Route};
 use dispatchscope_vk::pass::scene::{self, Scene, SceneConfig};
-use dispatchscope_vk::pass::{DevicePass, GuestMemoryOn, HostSide, masked_write_back};
+use dispatchscope_vk::pass::{
+    DEVICE_LISTED_WORDS, DevicePass, GuestMemoryOn, HostSide, masked_write_back, run_frame,
+};
 use dispatchscope_vk::spirv::library::Variant;
 use dispatchscope_vk::spirv::traversal::site;
 use dispatchscope_vk::{Context, ContextOptions, VkError};
@@ -215,6 +217,55 @@ fn the_traversal_pass_agrees_with_the_host_and_the_cpu_reference() {
         section.escapes_not_logged
     );
     assert!(json.len() <= 64 << 10, "{} bytes", json.len());
+    assert_quiet(&ctx);
+}
+
+/// O8 for the device's output: a frame writes the holder back into the engine's guest memory by
+/// its masks, and the report lists a few words and places the rest, so it stays small.
+#[test]
+fn a_frame_writes_the_output_holder_back_into_guest_memory() {
+    let Some(ctx) = context() else { return };
+    let grid = Grid::new(W, H).unwrap();
+    let scene = Scene::new(scene_cfg(), grid).unwrap();
+    let expected = scene.expected_image();
+    let mut host = HostSide::new(scene.clone()).unwrap();
+    let mut pass = DevicePass::new(&ctx, &host, layout(), false, GuestMemoryOn::Imported).unwrap();
+    let input = host.frame_input();
+    let HostSide {
+        engine,
+        scene,
+        slots,
+        ..
+    } = &mut host;
+    let frame = run_frame(
+        engine,
+        &input,
+        slots,
+        scene,
+        &mut pass,
+        Variant::Helper,
+        &LaneSelection::none(),
+    )
+    .unwrap();
+    let report = &frame.report;
+    assert_eq!(report.write_back.len(), 1, "{:?}", report.write_back);
+    let wb = &report.write_back[0];
+    let written = 2 * u64::from(W * H) + 16;
+    assert_eq!(wb.words_written(), written);
+    assert_eq!(wb.words.len(), DEVICE_LISTED_WORDS);
+    assert!(!wb.runs.is_empty());
+    assert_eq!(report.counts.words_written_back as u64, written);
+    // The guest bytes now hold the device's image.
+    let holder = scene.slots()[0];
+    let mut guest = vec![0u8; (holder.size_bytes() as usize).min(8 * expected.len())];
+    engine.memory().read_bytes(holder.start, &mut guest);
+    assert_eq!(image(&guest, expected.len()), expected);
+    let json = serde_json::to_string(&report.write_back).unwrap();
+    assert!(
+        json.len() < 8 << 10,
+        "{} bytes of write-back JSON",
+        json.len()
+    );
     assert_quiet(&ctx);
 }
 
