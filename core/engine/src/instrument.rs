@@ -16,12 +16,13 @@
 //! # The buffer (little-endian u32 words)
 //! | words | what |
 //! |---|---|
-//! | 0–15 | header: [`MAGIC`], sites, escape capacity, capture capacity, the selection (workgroup, lane mask, pixel rectangle), the canary's guest address, the grid's width |
+//! | 0–15 | header: [`MAGIC`], sites, escape capacity, capture capacity, the selection (workgroup, lane mask, pixel rectangle), the canary's guest address, the grid's width and height, the heat cell's side in workgroups |
 //! | 16–19 | 32-bit counters: escapes (the escape log's next entry), captured (the capture's next entry), canary escapes, 0 |
-//! | 20–55 | 64-bit counters (two words, low first): misses, stores marked, the probe histogram (16 buckets) |
-//! | 56… | sites: [`SITE_WORDS`] words each, eight 64-bit counters (low word first): guest, LDS, scratch, bound accesses, escapes, extra probes, longest lookup, split accesses |
+//! | 20–59 | 64-bit counters (two words, low first): misses, stores marked, the probe histogram (16 buckets), the workgroups' escapes and extra probes (the heat map's totals) |
+//! | 60… | sites: [`SITE_WORDS`] words each, eight 64-bit counters (low word first): guest, LDS, scratch, bound accesses, escapes, extra probes, longest lookup, split accesses |
 //! | then | escape log: [`ESCAPE_WORDS`] words an entry |
 //! | then | capture: [`CAPTURE_WORDS`] words an entry |
+//! | then | heat map: [`HEAT_CELL_WORDS`] words a cell (escapes, extra probes, 64-bit each), row by row, [`HEAT_WORDS`] words reserved |
 //!
 //! Lanes are numbered as the pass runs them: workgroups of 8×8 pixels ([`TILE`]), row by row, and
 //! within one the lane `local = ly * 8 + lx`; a wave is 32 lanes (`wave = local / 32`).
@@ -33,6 +34,11 @@
 //! added to the 64-bit counter at word [`wide_word`]`(w)` when the workgroup ends (a 32-bit atomic
 //! on the low word and a carry into the high one), so that no count wraps however long a pass runs.
 //! A site past the first [`WORKGROUP_SITES`] is counted straight into its 64-bit words.
+//!
+//! The heat map places every escape and probe on the screen, not only the logged ones: each
+//! workgroup, when it ends, adds its escapes and extra probes to its heat cell, a square of
+//! [`Grid::heat_scale`] workgroups a side, at most [`HEAT_SIDE`] cells a side, so its size does
+//! not grow with the resolution either.
 
 use thiserror::Error;
 
@@ -40,8 +46,8 @@ use crate::import::Mappings;
 use crate::input::{AccessKind, Op};
 use crate::memory::GuestMemory;
 use crate::report::{
-    CapturedAccess, ControlStatus, InstrumentCounters, InstrumentedReport, LoggedEscape, Route,
-    SiteReport, SlotBinding,
+    CapturedAccess, ControlStatus, HeatMap, InstrumentCounters, InstrumentedReport, LoggedEscape,
+    Route, SiteReport, SlotBinding,
 };
 
 /// The header's first word: `"DSI1"`.
@@ -77,6 +83,8 @@ pub mod header {
     pub const WIDTH: u32 = 13;
     /// The grid's height in pixels.
     pub const HEIGHT: u32 = 14;
+    /// Workgroups a side of one heat cell ([`super::Grid::heat_scale`]).
+    pub const HEAT_SCALE: u32 = 15;
 }
 
 /// Counter word indices.
@@ -114,8 +122,12 @@ pub mod workgroup {
     pub const STORES_MARKED: u32 = 1;
     /// The probe histogram: bucket `i` at `HISTOGRAM + i`.
     pub const HISTOGRAM: u32 = 2;
+    /// The workgroup's escapes (every site's, the canary left out): its heat cell's first count.
+    pub const ESCAPES: u32 = HISTOGRAM + super::HISTOGRAM_BUCKETS;
+    /// The workgroup's probes past each lookup's first: its heat cell's second count.
+    pub const EXTRA_PROBES: u32 = ESCAPES + 1;
     /// The first site's first word: site `s`'s word `k` ([`super::site`]) is `SITES + 8 s + k`.
-    pub const SITES: u32 = HISTOGRAM + super::HISTOGRAM_BUCKETS;
+    pub const SITES: u32 = EXTRA_PROBES + 1;
     /// Words per site.
     pub const SITE_WORDS: u32 = 8;
 }
@@ -123,7 +135,7 @@ pub mod workgroup {
 /// Sites counted in workgroup memory; a site numbered past them is counted straight into the
 /// buffer (correct, slower).
 pub const WORKGROUP_SITES: u32 = 64;
-/// 32-bit words of workgroup memory the instrumented helper takes (2,120 bytes).
+/// 32-bit words of workgroup memory the instrumented helper takes (2,128 bytes).
 pub const WORKGROUP_WORDS: u32 = workgroup::SITES + WORKGROUP_SITES * workgroup::SITE_WORDS;
 
 /// Where the sites start.
@@ -176,6 +188,14 @@ pub const DEFAULT_ESCAPE_CAPACITY: u32 = 48;
 /// The capture's default capacity (see [`DEFAULT_ESCAPE_CAPACITY`]).
 pub const DEFAULT_CAPTURE_CAPACITY: u32 = 192;
 
+/// Heat cells a side of the grid, at most: a cell is [`Grid::heat_scale`] workgroups a side, so
+/// the heat map has at most `HEAT_SIDE²` cells whatever the resolution.
+pub const HEAT_SIDE: u32 = 32;
+/// Words one heat cell takes: two 64-bit counts (escapes, extra probes), low word first.
+pub const HEAT_CELL_WORDS: u32 = 4;
+/// Words the heat map takes in the buffer (room for [`HEAT_SIDE`]² cells).
+pub const HEAT_WORDS: u32 = HEAT_SIDE * HEAT_SIDE * HEAT_CELL_WORDS;
+
 /// The sizes of the instrumentation buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InstrumentLayout {
@@ -207,9 +227,14 @@ impl InstrumentLayout {
         self.escapes_at() + self.escape_capacity * ESCAPE_WORDS
     }
 
+    /// The first word of the heat map: after the capture.
+    pub fn heat_at(&self) -> u32 {
+        self.capture_at() + self.capture_capacity * CAPTURE_WORDS
+    }
+
     /// Words in the buffer.
     pub fn words(&self) -> u32 {
-        self.capture_at() + self.capture_capacity * CAPTURE_WORDS
+        self.heat_at() + HEAT_WORDS
     }
 
     /// Bytes in the buffer.
@@ -327,6 +352,26 @@ impl Grid {
         ]
     }
 
+    /// Workgroups a side of one heat cell: the least that keeps the heat map within
+    /// [`HEAT_SIDE`] cells a side.
+    pub fn heat_scale(&self) -> u32 {
+        let groups = self.groups_x().max(self.height / TILE);
+        groups.div_ceil(HEAT_SIDE).max(1)
+    }
+
+    /// Heat cells a row and rows of heat cells.
+    pub fn heat_cells(&self) -> [u32; 2] {
+        let s = self.heat_scale();
+        [self.groups_x().div_ceil(s), (self.height / TILE).div_ceil(s)]
+    }
+
+    /// The heat cell workgroup `wg` adds to, row by row.
+    pub fn heat_cell_of(&self, wg: u32) -> usize {
+        let (gx, s) = (self.groups_x().max(1), self.heat_scale());
+        let [cx, _] = self.heat_cells();
+        ((wg / gx / s) * cx + (wg % gx) / s) as usize
+    }
+
     /// The workgroup and local index of the lane at `pixel`.
     pub fn lane_of(&self, pixel: [u32; 2]) -> (u32, u32) {
         let wg = (pixel[1] / TILE) * self.groups_x() + pixel[0] / TILE;
@@ -426,6 +471,7 @@ pub fn initial_words(
     set(header::CANARY + 1, (canary >> 32) as u32);
     set(header::WIDTH, grid.width);
     set(header::HEIGHT, grid.height);
+    set(header::HEAT_SCALE, grid.heat_scale());
     w
 }
 
@@ -442,6 +488,8 @@ pub struct Readback {
     escapes: Vec<u32>,
     /// The captured accesses' words.
     captured: Vec<u32>,
+    /// The heat cells' words.
+    heat: Vec<u32>,
 }
 
 fn word(w: &[u32], at: u32) -> u32 {
@@ -480,6 +528,7 @@ impl Readback {
             ),
             ("width", header::WIDTH, grid.width),
             ("height", header::HEIGHT, grid.height),
+            ("heat scale", header::HEAT_SCALE, grid.heat_scale()),
         ] {
             let found = word(words, at);
             if found != expected {
@@ -505,12 +554,16 @@ impl Readback {
             head: slice(0, layout.escapes_at()),
             escapes: slice(layout.escapes_at(), n_esc * ESCAPE_WORDS),
             captured: slice(layout.capture_at(), n_cap * CAPTURE_WORDS),
+            heat: {
+                let [cx, cy] = grid.heat_cells();
+                slice(layout.heat_at(), cx * cy * HEAT_CELL_WORDS)
+            },
         })
     }
 
     /// Bytes kept.
     pub fn kept_bytes(&self) -> usize {
-        4 * (self.head.len() + self.escapes.len() + self.captured.len())
+        4 * (self.head.len() + self.escapes.len() + self.captured.len() + self.heat.len())
     }
 
     fn at(&self, i: u32) -> u32 {
@@ -525,6 +578,22 @@ impl Readback {
     /// Site `site`'s counter `k` ([`site`]).
     fn site_counter(&self, site: u32, k: u32) -> u64 {
         self.wide(SITES_AT + site * SITE_WORDS + 2 * k)
+    }
+
+    /// The heat map: each cell's escapes and extra probes, summed over its workgroups.
+    pub fn heat_map(&self) -> HeatMap {
+        let cells = self.grid.heat_cells();
+        let wide = |c: &[u32], k: usize| {
+            u64::from(c.get(2 * k).copied().unwrap_or(0))
+                | u64::from(c.get(2 * k + 1).copied().unwrap_or(0)) << 32
+        };
+        let rows = self.heat.chunks_exact(HEAT_CELL_WORDS as usize);
+        HeatMap {
+            scale: self.grid.heat_scale(),
+            cells,
+            escapes: rows.clone().map(|c| wide(c, 0)).collect(),
+            extra_probes: rows.map(|c| wide(c, 1)).collect(),
+        }
     }
 
     /// Whether the positive control fired.
@@ -704,6 +773,7 @@ pub fn decode(
         captured,
         captured_not_logged: u64::from(rb.at(counter::CAPTURED)).saturating_sub(logged_captured),
         control: rb.control(),
+        heat: Some(rb.heat_map()),
     })
 }
 

@@ -842,6 +842,24 @@ pub struct InstrumentedReport {
     pub captured_not_logged: u64,
     /// The positive control: a canary lookup that must escape.
     pub control: ControlStatus,
+    /// Where on the screen the pass escaped and probed: every escape and extra probe, summed by
+    /// heat cell. Absent in sections recorded before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heat: Option<HeatMap>,
+}
+
+/// An instrumented pass's counts by screen region: cells of `scale × scale` workgroups, row by
+/// row, at most `HEAT_SIDE` (32) a side whatever the resolution.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeatMap {
+    /// Workgroups a side of one cell.
+    pub scale: u32,
+    /// Cells a row and rows of cells.
+    pub cells: [u32; 2],
+    /// Escapes in each cell (the positive control left out).
+    pub escapes: Vec<u64>,
+    /// Probes past each lookup's first, in each cell (T2).
+    pub extra_probes: Vec<u64>,
 }
 
 /// Counters over every lane of an instrumented pass.

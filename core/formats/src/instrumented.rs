@@ -7,14 +7,14 @@
 //! one row a site, escape or captured access), which is about a tenth of its JSON and is read
 //! without a parser. Nothing here runs the engine or touches a file.
 //!
-//! # Byte layout, version 1
+//! # Byte layout, version 2 (version 1 is the same without the flags and the heat map)
 //! All integers little-endian; `uN` is N bits; a column of `n` rows is `n` values back to back.
 //!
 //! | bytes | field |
 //! |---|---|
 //! | 4 | magic `DSIR` |
-//! | u16 | version ([`VERSION`], 1) |
-//! | u16 | reserved, 0 |
+//! | u16 | version ([`VERSION`], 2; 1 is read too) |
+//! | u16 | flags: bit 0, a heat map follows the values (version 1: 0) |
 //! | u32 ×2 | `grid` (width, height) |
 //! | u64 | `lanes` |
 //! | u64 | `workgroups` |
@@ -29,12 +29,14 @@
 //! | escapes, `e` rows | u32 workgroup · u32 wave · u32 lane · u32 pixel x · u32 pixel y · u32 site · u64 pc · u64 address · u32 size_bytes · u8 op · u32 escaped_bytes · u8 class · u8 reason · u8 nearest flags (bit 0 below, bit 1 above) · u64 below start · u64 below end · u64 above start · u64 above end |
 //! | captured, `c` rows | u32 workgroup · u32 wave · u32 lane · u32 pixel x · u32 pixel y · u32 site · u64 pc · u8 op · u8 route · u32 route holder · u64 route offset or address · u8 has slot · u32 slot · u64 slot offset · u32 size_bytes · u32 escaped_bytes · u32 value words |
 //! | u32 ×v | every captured access's values, in row order |
+//! | heat map, when flagged | u32 scale · u32 cells x · u32 cells y · u64 ×n escapes · u64 ×n extra probes (`n = x · y`, at most 32 · 32) |
 //!
 //! Codes: kind 0 global, 1 flat, 2 scalar, 3 untyped-buffer, 4 format-buffer, 5 ray-intersection,
 //! 6 lds, 7 scratch; op 0 load, 1 store; class 0 no-reservation, 1 not-readable, 2 left-out,
 //! 3 dropped, 4 probe-bound; reason 0 none, 1 not-committed, 2 not-private, 3 not-read-write; route
 //! 0 bound (holder, offset), 1 device (address), 2 lds (offset), 3 scratch (offset), 4 not-run. A
-//! field a row does not use is 0. The value words of a row sum to `v`, and nothing follows them.
+//! field a row does not use is 0. The value words of a row sum to `v`, and nothing follows them
+//! but the heat map.
 //!
 //! Reading ([`decode`]) checks every length against the bytes left before it allocates, every
 //! code against its table, and the totals; a bad record is a named [`InstrumentedError`], never a
@@ -45,14 +47,17 @@ use thiserror::Error;
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::input::{AccessKind, Op};
 use dispatchscope_core::report::{
-    CapturedAccess, ControlStatus, EscapeClass, InstrumentCounters, InstrumentedReport,
+    CapturedAccess, ControlStatus, EscapeClass, HeatMap, InstrumentCounters, InstrumentedReport,
     LeftOutReason, LoggedEscape, Route, SiteReport,
 };
 
 /// The record's first four bytes.
 pub const MAGIC: [u8; 4] = *b"DSIR";
 /// The layout version this module writes and reads.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
+
+/// The flag bit saying a heat map follows.
+const FLAG_HEAT: u16 = 1;
 
 /// Bytes of the fixed header before the columns.
 pub const HEADER_BYTES: usize = 4 + 2 + 2 + 8 + 8 + 8 + 9 * 8 + 8 + 8 + 4 + 5 * 4;
@@ -71,6 +76,26 @@ pub enum InstrumentedError {
     BadMagic {
         /// What was there.
         found: Vec<u8>,
+    },
+    /// Flags this build does not know, or flags in a version 1 record.
+    #[error("instrumented record version {version} with flags {flags:#06x}")]
+    Flags {
+        /// The record's version.
+        version: u16,
+        /// Its flags.
+        flags: u16,
+    },
+    /// A heat map whose cells do not match its counts, or more cells than a heat map has.
+    #[error(
+        "instrumented record: a heat map of {cells:?} cells with {escapes} escape and {extra_probes} probe counts"
+    )]
+    HeatCells {
+        /// Cells a row and rows.
+        cells: [u32; 2],
+        /// Escape counts given.
+        escapes: usize,
+        /// Probe counts given.
+        extra_probes: usize,
     },
     /// A version this build does not read.
     #[error("instrumented record version {found}; this build reads version {VERSION}")]
@@ -193,7 +218,7 @@ pub fn encode(section: &InstrumentedReport) -> Result<Vec<u8>, InstrumentedError
     let u64_ = |o: &mut Vec<u8>, v: u64| o.extend_from_slice(&v.to_le_bytes());
     o.extend_from_slice(&MAGIC);
     u16_(&mut o, VERSION);
-    u16_(&mut o, 0);
+    u16_(&mut o, if s.heat.is_some() { FLAG_HEAT } else { 0 });
     u32_(&mut o, s.grid[0]);
     u32_(&mut o, s.grid[1]);
     u64_(&mut o, s.lanes);
@@ -295,6 +320,22 @@ pub fn encode(section: &InstrumentedReport) -> Result<Vec<u8>, InstrumentedError
     for r in cap {
         for &v in &r.values {
             u32_(&mut o, v);
+        }
+    }
+    if let Some(h) = &s.heat {
+        let n = h.cells[0] as usize * h.cells[1] as usize;
+        if h.escapes.len() != n || h.extra_probes.len() != n {
+            return Err(InstrumentedError::HeatCells {
+                cells: h.cells,
+                escapes: h.escapes.len(),
+                extra_probes: h.extra_probes.len(),
+            });
+        }
+        u32_(&mut o, h.scale);
+        u32_(&mut o, h.cells[0]);
+        u32_(&mut o, h.cells[1]);
+        for &v in h.escapes.iter().chain(&h.extra_probes) {
+            u64_(&mut o, v);
         }
     }
     Ok(o)
@@ -416,10 +457,13 @@ pub fn decode(bytes: &[u8]) -> Result<InstrumentedReport, InstrumentedError> {
         });
     }
     let version = r.u16("the version")?;
-    if version != VERSION {
+    if version != VERSION && version != 1 {
         return Err(InstrumentedError::Version { found: version });
     }
-    r.u16("the header")?;
+    let flags = r.u16("the header")?;
+    if flags & !FLAG_HEAT != 0 || (version == 1 && flags != 0) {
+        return Err(InstrumentedError::Flags { version, flags });
+    }
     let grid = [r.u32("the header")?, r.u32("the header")?];
     let lanes = r.u64("the header")?;
     let workgroups = r.u64("the header")?;
@@ -598,6 +642,27 @@ pub fn decode(bytes: &[u8]) -> Result<InstrumentedReport, InstrumentedError> {
         });
         at = end;
     }
+    let heat = if flags & FLAG_HEAT != 0 {
+        let scale = r.u32("the heat map")?;
+        let cells = [r.u32("the heat map")?, r.u32("the heat map")?];
+        let n = u64::from(cells[0]) * u64::from(cells[1]);
+        let side = u64::from(dispatchscope_core::instrument::HEAT_SIDE);
+        if n > side * side || cells[0] == 0 || cells[1] == 0 {
+            return Err(InstrumentedError::HeatCells {
+                cells,
+                escapes: 0,
+                extra_probes: 0,
+            });
+        }
+        Some(HeatMap {
+            scale,
+            cells,
+            escapes: r.c64("heat.escapes", n as u32)?,
+            extra_probes: r.c64("heat.extra_probes", n as u32)?,
+        })
+    } else {
+        None
+    };
     let extra = bytes.len() - r.at;
     if extra != 0 {
         return Err(InstrumentedError::Trailing { extra });
@@ -614,6 +679,7 @@ pub fn decode(bytes: &[u8]) -> Result<InstrumentedReport, InstrumentedError> {
         captured,
         captured_not_logged,
         control,
+        heat,
     })
 }
 
@@ -735,34 +801,46 @@ mod tests {
             proptest::collection::vec(site(), 0..8),
             proptest::collection::vec(escape(), 0..8),
             proptest::collection::vec(captured(), 0..16),
+            proptest::option::of((any::<u32>(), 1u32..6, 1u32..6, any::<u64>())),
         )
             .prop_map(
-                |(grid, n, fired, probe_histogram, sites, escapes, captured)| InstrumentedReport {
-                    grid,
-                    lanes: n[0],
-                    workgroups: n[1],
-                    counters: InstrumentCounters {
-                        guest: n[2],
-                        lds: n[3],
-                        scratch: n[4],
-                        bound: n[5],
-                        lookups: n[6],
-                        hits: n[7],
-                        misses: n[8],
-                        escapes: n[9],
-                        stores_marked: n[10],
-                    },
-                    probe_histogram,
-                    sites,
-                    escapes,
-                    escapes_not_logged: n[11],
-                    captured,
-                    captured_not_logged: n[12],
-                    control: if fired {
-                        ControlStatus::Fired
-                    } else {
-                        ControlStatus::NotFired
-                    },
+                |(grid, n, fired, probe_histogram, sites, escapes, captured, heat)| {
+                    InstrumentedReport {
+                        heat: heat.map(|(scale, x, y, seed)| {
+                            let n = (x * y) as u64;
+                            HeatMap {
+                                scale,
+                                cells: [x, y],
+                                escapes: (0..n).map(|i| seed.wrapping_mul(i + 1)).collect(),
+                                extra_probes: (0..n).map(|i| seed.rotate_left(i as u32)).collect(),
+                            }
+                        }),
+                        grid,
+                        lanes: n[0],
+                        workgroups: n[1],
+                        counters: InstrumentCounters {
+                            guest: n[2],
+                            lds: n[3],
+                            scratch: n[4],
+                            bound: n[5],
+                            lookups: n[6],
+                            hits: n[7],
+                            misses: n[8],
+                            escapes: n[9],
+                            stores_marked: n[10],
+                        },
+                        probe_histogram,
+                        sites,
+                        escapes,
+                        escapes_not_logged: n[11],
+                        captured,
+                        captured_not_logged: n[12],
+                        control: if fired {
+                            ControlStatus::Fired
+                        } else {
+                            ControlStatus::NotFired
+                        },
+                    }
                 },
             )
     }
@@ -780,6 +858,7 @@ mod tests {
                     + ESCAPE_ROW_BYTES * s.escapes.len()
                     + CAPTURED_ROW_BYTES * s.captured.len()
                     + 4 * n_values
+                    + s.heat.as_ref().map_or(0, |h| 12 + 16 * h.escapes.len())
             );
             prop_assert_eq!(decode(&bytes).unwrap(), s);
         }
@@ -846,6 +925,47 @@ mod tests {
             captured: Vec::new(),
             captured_not_logged: 0,
             control: ControlStatus::Fired,
+            heat: None,
         }
+    }
+
+    /// A version 1 record (no flags, no heat map) still reads; flags in one, or unknown flags,
+    /// are named; a heat map of more cells than any grid has is refused before allocating.
+    #[test]
+    fn version_1_reads_and_bad_flags_and_heat_are_named() {
+        let mut b = encode(&empty()).unwrap();
+        b[4..6].copy_from_slice(&1u16.to_le_bytes());
+        assert_eq!(decode(&b).unwrap(), empty());
+        b[6..8].copy_from_slice(&FLAG_HEAT.to_le_bytes());
+        assert_eq!(
+            decode(&b),
+            Err(InstrumentedError::Flags {
+                version: 1,
+                flags: FLAG_HEAT
+            })
+        );
+        let mut b = encode(&empty()).unwrap();
+        b[6..8].copy_from_slice(&4u16.to_le_bytes());
+        assert!(matches!(decode(&b), Err(InstrumentedError::Flags { .. })));
+        let mut s = empty();
+        s.heat = Some(HeatMap {
+            scale: 1,
+            cells: [2, 1],
+            escapes: vec![3, 4],
+            extra_probes: vec![5, 6],
+        });
+        let mut b = encode(&s).unwrap();
+        assert_eq!(decode(&b).unwrap(), s);
+        let cells_at = b.len() - 4 * 8 - 8;
+        b[cells_at..cells_at + 4].copy_from_slice(&100_000u32.to_le_bytes());
+        assert!(matches!(
+            decode(&b),
+            Err(InstrumentedError::HeatCells { .. })
+        ));
+        s.heat.as_mut().unwrap().escapes.pop();
+        assert!(matches!(
+            encode(&s),
+            Err(InstrumentedError::HeatCells { .. })
+        ));
     }
 }

@@ -297,6 +297,19 @@ fn check_counts(section: &InstrumentedReport, traces: &[scene::Trace], grid: Gri
     assert_eq!(c.stores_marked, grid.workgroups());
     assert_eq!(c.lookups, c.hits + c.misses);
     assert_eq!(section.probe_histogram.iter().sum::<u64>(), c.lookups);
+    // The heat map places every escape, by the cell of the workgroup it happened in.
+    let heat = section.heat.as_ref().expect("a heat map");
+    assert_eq!(heat.cells, grid.heat_cells());
+    let mut expected = vec![0u64; heat.escapes.len()];
+    for (i, t) in traces.iter().enumerate() {
+        let (x, y) = (i as u32 % W, i as u32 / W);
+        let (wg, _) = grid.lane_of([x, y]);
+        expected[grid.heat_cell_of(wg)] += t.escapes.iter().map(|&e| u64::from(e)).sum::<u64>();
+    }
+    assert_eq!(heat.escapes, expected, "escapes by heat cell");
+    assert_eq!(heat.escapes.iter().sum::<u64>(), c.escapes);
+    let extra: u64 = section.sites.iter().map(|s| s.probes_sum - s.lookups).sum();
+    assert_eq!(heat.extra_probes.iter().sum::<u64>(), extra);
     assert!(c.misses >= c.escapes && c.escapes > 0);
     assert_eq!(
         section.escapes.len() as u64 + section.escapes_not_logged,

@@ -94,8 +94,8 @@ use super::helper::emit_lookup;
 use super::{R, record};
 use crate::VkError;
 use dispatchscope_core::instrument::{
-    CANARY_SITE, CAPTURE_WORDS, ESCAPE_WORDS, HISTOGRAM_BUCKETS, SITE_WORDS, SITES_AT,
-    WORKGROUP_SITES, WORKGROUP_WORDS, counter, header, route, site, wide_word, workgroup,
+    CANARY_SITE, CAPTURE_WORDS, ESCAPE_WORDS, HEAT_CELL_WORDS, HISTOGRAM_BUCKETS, SITE_WORDS,
+    SITES_AT, WORKGROUP_SITES, WORKGROUP_WORDS, counter, header, route, site, wide_word, workgroup,
 };
 
 pub use super::asm::PUSH_SYMBOL;
@@ -744,6 +744,63 @@ fn capture_at(a: &mut Asm) -> R<Word> {
     a.add(t.u32, e, n)
 }
 
+/// The first word of the heat map: after the capture.
+fn heat_at(a: &mut Asm) -> R<Word> {
+    let t = a.t;
+    let c = capture_at(a)?;
+    let at = iword_c(a, header::CAPTURE_CAPACITY)?;
+    let cap = a.ld32(at)?;
+    let w = a.c32(CAPTURE_WORDS);
+    let n = a.mul(t.u32, cap, w)?;
+    a.add(t.u32, c, n)
+}
+
+/// Adds the workgroup's escapes and extra probes to its heat cell (`Grid::heat_cell_of`, from
+/// the header's width and heat scale), one 64-bit count each.
+fn add_heat(a: &mut Asm, wg: Word) -> R<()> {
+    let t = a.t;
+    let at = iword_c(a, header::WIDTH)?;
+    let width = a.ld32(at)?;
+    let at = iword_c(a, header::HEAT_SCALE)?;
+    let scale = a.ld32(at)?;
+    let (zero, one) = (a.c32(0), a.c32(1));
+    // At least 1 each (the host writes both so), never a division by zero.
+    let at_least_one = |a: &mut Asm, x: Word| {
+        let z = a.eq(x, zero)?;
+        a.select(t.u32, z, one, x)
+    };
+    let scale = at_least_one(a, scale)?;
+    let tile = a.c32(dispatchscope_core::instrument::TILE);
+    let gx = a.bin(Op::UDiv, t.u32, width, tile)?;
+    let gx = at_least_one(a, gx)?;
+    let s1 = a.sub(t.u32, scale, one)?;
+    let cx = a.add(t.u32, gx, s1)?;
+    let cx = a.bin(Op::UDiv, t.u32, cx, scale)?;
+    let wy = a.bin(Op::UDiv, t.u32, wg, gx)?;
+    let wx = a.bin(Op::UMod, t.u32, wg, gx)?;
+    let row = a.bin(Op::UDiv, t.u32, wy, scale)?;
+    let col = a.bin(Op::UDiv, t.u32, wx, scale)?;
+    let rowc = a.mul(t.u32, row, cx)?;
+    let cell = a.add(t.u32, rowc, col)?;
+    let words = a.c32(HEAT_CELL_WORDS);
+    let off = a.mul(t.u32, cell, words)?;
+    let first = heat_at(a)?;
+    let lo = a.add(t.u32, first, off)?;
+    for (k, w) in [workgroup::ESCAPES, workgroup::EXTRA_PROBES].into_iter().enumerate() {
+        let wc = a.c32(w);
+        let p = wg_ptr(a, wc)?;
+        let v = a.get(t.u32, p)?;
+        let z = a.c32(0);
+        let any = a.ne(v, z)?;
+        a.if_(any, |a| {
+            let k2 = a.c32(2 * k as u32);
+            let at = a.add(t.u32, lo, k2)?;
+            wide_add(a, at, v)
+        })?;
+    }
+    Ok(())
+}
+
 /// The token's workgroup and local lane.
 fn lane_of(a: &mut Asm, token: Word) -> R<(Word, Word)> {
     let t = a.t;
@@ -783,6 +840,7 @@ fn count_probes(a: &mut Asm, site_id: Word, probes: Word) -> R<()> {
         let ptr = wg_ptr(a, hw)?;
         a.workgroup_atomic(Op::AtomicIAdd, ptr, one)?;
         let extra = a.sub(t.u32, probes, one)?;
+        bump_counter(a, workgroup::EXTRA_PROBES, extra)?;
         let ew = site_word(a, site_id, site::EXTRA_PROBES)?;
         bump(a, ew, extra, false)?;
         let mw = site_word(a, site_id, site::MAX_PROBES)?;
@@ -983,6 +1041,7 @@ fn emit_access(
                             let w = site_word(a, site_id, site::ESCAPES)?;
                             let one = a.c32(1);
                             bump(a, w, one, false)?;
+                            bump_counter(a, workgroup::ESCAPES, one)?;
                             let cap_at = iword_c(a, header::ESCAPE_CAPACITY)?;
                             let cap = a.ld32(cap_at)?;
                             let room = a.ult(idx, cap)?;
@@ -1213,6 +1272,11 @@ fn emit_flush(a: &mut Asm, instrumented: bool) -> R<Word> {
                 )
             })
         })?;
+        // The heat map: lane 0 adds the workgroup's escapes and extra probes to its cell.
+        let (wg, _) = lane_of(a, token)?;
+        let z = a.c32(0);
+        let first = a.eq(local, z)?;
+        a.if_(first, |a| add_heat(a, wg))?;
     }
     a.end_void_function()?;
     Ok(f)
