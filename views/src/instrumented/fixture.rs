@@ -15,7 +15,8 @@ use dispatchscope_core::input::{AccessKind, DispatchKind, Op};
 use dispatchscope_core::instrument::Grid;
 use dispatchscope_core::report::{
     BeforeDispatch, CapturedAccess, ControlStatus, Counts, DispatchReport, EscapeClass, HandOff,
-    InstrumentCounters, InstrumentedReport, LeftOutReason, LoggedEscape, Mode, Route, SiteReport,
+    HeatMap, InstrumentCounters, InstrumentedReport, LeftOutReason, LoggedEscape, Mode, Route,
+    SiteReport,
 };
 
 /// The traversal program's guest address.
@@ -244,6 +245,31 @@ impl Fixture {
             });
         }
 
+        // The heat map: every escape placed by the logged ones' spread (each stands for
+        // `total / logged`), and probes where the hierarchy is deep, in the first region.
+        let cells = grid.heat_cells();
+        let n_cells = cells[0] as usize * cells[1] as usize;
+        let mut heat = HeatMap {
+            scale: grid.heat_scale(),
+            cells,
+            escapes: vec![0; n_cells],
+            extra_probes: vec![0; n_cells],
+        };
+        let per = total.checked_div(logged).unwrap_or(0);
+        for e in &escapes {
+            let (wg, _) = grid.lane_of(e.pixel);
+            heat.escapes[grid.heat_cell_of(wg)] += per;
+        }
+        if let Some(first) = heat.escapes.iter().position(|&n| n > 0) {
+            heat.escapes[first] += total - per * logged;
+        }
+        let r = self.region();
+        for wg in 0..grid.workgroups() as u32 {
+            let [px, py] = grid.pixel(wg, 0);
+            if px >= r[0] && px < r[2] && py >= r[1] && py < r[3] {
+                heat.extra_probes[grid.heat_cell_of(wg)] += 64;
+            }
+        }
         let captured_all = self.captured_lanes(&grid);
         let keep = (self.capture_capacity as usize).min(captured_all.len());
         let captured_not_logged = (captured_all.len() - keep) as u64;
@@ -261,6 +287,7 @@ impl Fixture {
             captured,
             captured_not_logged,
             control: self.control,
+            heat: Some(heat),
         }
     }
 

@@ -1,17 +1,20 @@
-//! The grid picture of an instrumented pass: one cell per 8×8 workgroup, coloured by the logged
-//! escapes that fell in it or by its captured accesses, drawn as one egui texture that is built
-//! again only when the report or the colouring changes (a 4K pass is 480×270 workgroups). Zoomed
-//! in far enough, the logged escapes and captured lanes are drawn pixel by pixel over it.
+//! The grid picture of an instrumented pass, coloured by its escapes, its probes or its captured
+//! accesses, drawn as one egui texture that is built again only when the report or the colouring
+//! changes. Escapes and probes come from the section's heat map, which counts every one of them
+//! by screen cell (at most 32×32 cells of workgroups); a section recorded before heat maps
+//! existed places only its logged escapes, one texel per 8×8 workgroup (a 4K pass is 480×270
+//! workgroups). Zoomed in far enough, the logged escapes and captured lanes are drawn pixel by
+//! pixel over it.
 //!
 //! Hover names the cell (workgroup, pixel range, counts); a click selects its lanes as a
 //! [`LaneSelection`] (a workgroup, or one pixel when zoomed to pixels), which the pass panel
 //! exposes for a live link to capture on the next dispatch and uses to filter a saved pass.
 //!
-//! Only logged escapes can be placed: the device counts every escape, but logs (and so locates)
-//! only as many as the log holds. The legend says so.
+//! Without a heat map only logged escapes can be placed: the device counts every escape, but logs
+//! (and so locates) only as many as the log holds. The legend says which the picture shows.
 
 use dispatchscope_core::instrument::{LaneSelection, TILE};
-use dispatchscope_core::report::InstrumentedReport;
+use dispatchscope_core::report::{HeatMap, InstrumentedReport};
 use egui::{Color32, ColorImage, Pos2, Rect, RichText, Sense, Stroke, TextureHandle, Vec2};
 
 use crate::instrumented::sites::count;
@@ -25,9 +28,11 @@ pub const PIXEL_ZOOM: f32 = 3.0;
 /// What the cells are coloured by.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Colouring {
-    /// Logged escapes in the cell.
+    /// Escapes in the cell: every one by the heat map, else the logged ones.
     #[default]
     Escapes,
+    /// Probes past each lookup's first in the cell (T2), by the heat map.
+    Probes,
     /// Captured accesses in the cell.
     Captured,
 }
@@ -83,23 +88,25 @@ impl CellCounts {
             .then(|| cy as usize * self.cells[0] as usize + cx as usize)
     }
 
-    /// The counts `colouring` uses.
+    /// The counts `colouring` uses (probes are only in the heat map: none here).
     pub fn values(&self, colouring: Colouring) -> &[u32] {
         match colouring {
             Colouring::Escapes => &self.escapes,
+            Colouring::Probes => &[],
             Colouring::Captured => &self.captured,
         }
     }
 }
 
 /// A cell's colour: dark when empty, then by `ln(1 + n) / ln(1 + max)` from a dim to a bright tone.
-pub fn colour(n: u32, max: u32, colouring: Colouring) -> Color32 {
+pub fn colour(n: u64, max: u64, colouring: Colouring) -> Color32 {
     if n == 0 || max == 0 {
         return Color32::from_gray(0x26);
     }
     let t = ((1.0 + n as f32).ln() / (1.0 + max as f32).ln()).clamp(0.0, 1.0);
     let (lo, hi) = match colouring {
         Colouring::Escapes => ([0x70, 0x14, 0x14], [0xff, 0xe0, 0x40]),
+        Colouring::Probes => ([0x2c, 0x1c, 0x6c], [0xe0, 0x9c, 0xff]),
         Colouring::Captured => ([0x1c, 0x3c, 0x80], [0x8c, 0xe0, 0xff]),
     };
     let mix = |a: u8, b: u8| (f32::from(a) + (f32::from(b) - f32::from(a)) * t).round() as u8;
@@ -110,8 +117,54 @@ pub fn colour(n: u32, max: u32, colouring: Colouring) -> Color32 {
 pub fn image(c: &CellCounts, colouring: Colouring) -> ColorImage {
     let v = c.values(colouring);
     let max = v.iter().copied().max().unwrap_or(0);
-    let pixels = v.iter().map(|&n| colour(n, max, colouring)).collect();
+    let pixels = v
+        .iter()
+        .map(|&n| colour(u64::from(n), u64::from(max), colouring))
+        .collect();
     ColorImage::new([c.cells[0] as usize, c.cells[1] as usize], pixels)
+}
+
+/// The heat map's counts `colouring` uses, when it has them.
+pub fn heat_values(h: &HeatMap, colouring: Colouring) -> Option<&[u64]> {
+    match colouring {
+        Colouring::Escapes => Some(&h.escapes),
+        Colouring::Probes => Some(&h.extra_probes),
+        Colouring::Captured => None,
+    }
+}
+
+/// The heat map's picture: one texel a heat cell.
+pub fn heat_image(h: &HeatMap, values: &[u64], colouring: Colouring) -> ColorImage {
+    let max = values.iter().copied().max().unwrap_or(0);
+    let n = h.cells[0] as usize * h.cells[1] as usize;
+    let pixels = (0..n)
+        .map(|i| colour(values.get(i).copied().unwrap_or(0), max, colouring))
+        .collect();
+    ColorImage::new([h.cells[0] as usize, h.cells[1] as usize], pixels)
+}
+
+/// The part of a heat map's picture the grid covers: its cells can reach past the grid's last
+/// workgroup, so the picture is drawn with these texture coordinates.
+pub fn heat_uv(h: &HeatMap, grid: [u32; 2]) -> Rect {
+    let covered = |cells: u32, pixels: u32| {
+        let c = u64::from(cells) * u64::from(h.scale.max(1)) * u64::from(TILE);
+        if c == 0 {
+            1.0
+        } else {
+            (pixels as f32 / c as f32).min(1.0)
+        }
+    };
+    Rect::from_min_max(
+        Pos2::ZERO,
+        Pos2::new(covered(h.cells[0], grid[0]), covered(h.cells[1], grid[1])),
+    )
+}
+
+/// The heat cell holding `pixel`.
+pub fn heat_cell_of(h: &HeatMap, pixel: [u32; 2]) -> Option<usize> {
+    let side = TILE * h.scale.max(1);
+    let (cx, cy) = (pixel[0] / side, pixel[1] / side);
+    (cx < h.cells[0] && cy < h.cells[1]).then(|| (cy * h.cells[0] + cx) as usize)
 }
 
 /// The pixel under `pos` of a picture of a `grid` drawn over `rect`, if it lies on it.
@@ -222,7 +275,14 @@ impl GridView {
         }
         puffin::profile_scope!("grid texture");
         let colouring = self.colouring;
-        let img = image(self.counts(ir), colouring);
+        let img = match ir
+            .heat
+            .as_ref()
+            .and_then(|h| heat_values(h, colouring).map(|v| (h, v)))
+        {
+            Some((h, v)) => heat_image(h, v, colouring),
+            None => image(self.counts(ir), colouring),
+        };
         let t = ctx.load_texture("pass-grid", img, egui::TextureOptions::NEAREST);
         self.rebuilds += 1;
         self.texture = Some((key, t.clone()));
@@ -246,6 +306,11 @@ impl GridView {
         ui.horizontal_wrapped(|ui| {
             ui.label("Colour by:");
             ui.selectable_value(&mut self.colouring, Colouring::Escapes, "escapes");
+            if ir.heat.is_some() {
+                ui.selectable_value(&mut self.colouring, Colouring::Probes, "probes");
+            } else if self.colouring == Colouring::Probes {
+                self.colouring = Colouring::Escapes;
+            }
             ui.selectable_value(
                 &mut self.colouring,
                 Colouring::Captured,
@@ -276,12 +341,11 @@ impl GridView {
                 let (rect, resp) = ui.allocate_exact_size(size, Sense::click());
                 self.last_rect = Some(rect);
                 let painter = ui.painter_at(rect.intersect(ui.clip_rect()));
-                painter.image(
-                    tex.id(),
-                    rect,
-                    Rect::from_min_max(Pos2::ZERO, Pos2::new(1.0, 1.0)),
-                    Color32::WHITE,
-                );
+                let uv = match ir.heat.as_ref() {
+                    Some(h) if heat_values(h, self.colouring).is_some() => heat_uv(h, grid),
+                    _ => Rect::from_min_max(Pos2::ZERO, Pos2::new(1.0, 1.0)),
+                };
+                painter.image(tex.id(), rect, uv, Color32::WHITE);
                 let to_screen = |x: u32, y: u32| {
                     Pos2::new(
                         rect.min.x + x as f32 * points_per_pixel,
@@ -352,11 +416,20 @@ impl GridView {
 
     fn legend_ui(&mut self, ui: &mut egui::Ui, ir: &InstrumentedReport) {
         let colouring = self.colouring;
+        let heat = ir
+            .heat
+            .as_ref()
+            .and_then(|h| heat_values(h, colouring).map(|v| (h, v)));
         let c = self.counts(ir);
-        let max = c.values(colouring).iter().copied().max().unwrap_or(0);
-        let scale = c.scale;
+        let (max, scale) = match heat {
+            Some((h, v)) => (v.iter().copied().max().unwrap_or(0), h.scale),
+            None => (
+                u64::from(c.values(colouring).iter().copied().max().unwrap_or(0)),
+                c.scale,
+            ),
+        };
         ui.horizontal_wrapped(|ui| {
-            for (n, label) in [(0, "0".to_owned()), (1, "1".to_owned()), (max, count(u64::from(max)))] {
+            for (n, label) in [(0, "0".to_owned()), (1, "1".to_owned()), (max, count(max))] {
                 if n > max && n > 0 {
                     continue;
                 }
@@ -369,13 +442,21 @@ impl GridView {
             } else {
                 format!("a cell is {scale}×{scale} workgroups of 8×8")
             };
-            let what = match colouring {
-                Colouring::Escapes => format!(
+            let what = match (colouring, heat) {
+                (Colouring::Escapes, Some((_, v))) => format!(
+                    "{cell}; every escape placed: {} counted",
+                    count(v.iter().sum::<u64>())
+                ),
+                (Colouring::Probes, Some((_, v))) => format!(
+                    "{cell}; probes past each lookup's first: {} in all",
+                    count(v.iter().sum::<u64>())
+                ),
+                (Colouring::Escapes | Colouring::Probes, None) => format!(
                     "{cell}; only logged escapes are placed: {} logged of {} counted (the total is the counter)",
                     count(ir.escapes.len() as u64),
                     count(ir.counters.escapes)
                 ),
-                Colouring::Captured => format!(
+                (Colouring::Captured, _) => format!(
                     "{cell}; {} captured accesses kept",
                     count(ir.captured.len() as u64)
                 ),
@@ -395,6 +476,18 @@ impl GridView {
             x0 / TILE,
             y0 / TILE
         );
+        if let Some(h) = ir.heat.as_ref()
+            && let Some(i) = heat_cell_of(h, px)
+        {
+            let side = TILE * h.scale.max(1);
+            t.push_str(&format!(
+                "\nheat cell ({}, {}): {} escapes, {} probes past the first",
+                px[0] / side,
+                px[1] / side,
+                count(h.escapes.get(i).copied().unwrap_or(0)),
+                count(h.extra_probes.get(i).copied().unwrap_or(0))
+            ));
+        }
         if pixels {
             let pe = ir.escapes.iter().filter(|e| e.pixel == px).count();
             let pc = ir.captured.iter().filter(|a| a.pixel == px).count();
@@ -414,6 +507,38 @@ mod tests {
 
     use super::*;
     use crate::instrumented::fixture::Fixture;
+
+    #[test]
+    fn the_heat_picture_places_every_escape_and_probe_by_its_cell() {
+        let ir = Fixture::new(3840, 2160).section();
+        let h = ir.heat.as_ref().unwrap();
+        let grid = dispatchscope_core::instrument::Grid::new(3840, 2160).unwrap();
+        assert_eq!(h.cells, grid.heat_cells());
+        assert!(h.cells[0] <= 32 && h.cells[1] <= 32);
+        assert_eq!(h.escapes.iter().sum::<u64>(), ir.counters.escapes);
+        // A pixel's heat cell is its workgroup's.
+        for px in [[0, 0], [3839, 2159], [1234, 987], [8 * 15 * 3 + 1, 8 * 15]] {
+            let (wg, _) = grid.lane_of(px);
+            assert_eq!(heat_cell_of(h, px), Some(grid.heat_cell_of(wg)), "{px:?}");
+        }
+        assert_eq!(heat_cell_of(h, [3840 * 2, 0]), None);
+        for (colouring, values) in [
+            (Colouring::Escapes, &h.escapes),
+            (Colouring::Probes, &h.extra_probes),
+        ] {
+            let img = heat_image(h, heat_values(h, colouring).unwrap(), colouring);
+            assert_eq!(img.size, [h.cells[0] as usize, h.cells[1] as usize]);
+            let hottest = (0..values.len()).max_by_key(|&i| values[i]).unwrap();
+            let max = values[hottest];
+            assert_eq!(img.pixels[hottest], colour(max, max, colouring));
+            let cold = values.iter().position(|&n| n == 0).unwrap();
+            assert_eq!(img.pixels[cold], colour(0, max, colouring));
+        }
+        assert!(heat_values(h, Colouring::Captured).is_none());
+        // The cells reach past the grid's last workgroup: the picture is cut to the grid.
+        let uv = heat_uv(h, ir.grid);
+        assert!(uv.max.x > 0.9 && uv.max.x <= 1.0 && uv.max.y > 0.9 && uv.max.y <= 1.0);
+    }
 
     #[test]
     fn cells_count_the_logged_escapes_of_their_workgroup() {
