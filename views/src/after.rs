@@ -216,7 +216,10 @@ fn unlisted(ui: &mut egui::Ui, wb: &dispatchscope_core::report::WriteBack) {
     if wb.runs_not_listed > 0 {
         style::nothing(
             ui,
-            &format!("{} runs past these were counted, not placed.", wb.runs_not_listed),
+            &format!(
+                "{} runs past these were counted, not placed.",
+                wb.runs_not_listed
+            ),
         );
     }
 }

@@ -89,9 +89,10 @@ static ENGINES: Registry<EngineState> = Registry::new();
 
 fn engine_error(e: EngineError) -> Failure {
     let status = match e {
-        EngineError::Input(_) | EngineError::Memory(_) | EngineError::Limits(_) => {
-            ds_status::DS_BAD_INPUT
-        }
+        EngineError::Input(_)
+        | EngineError::Memory(_)
+        | EngineError::Limits(_)
+        | EngineError::DeviceWriteBack(_) => ds_status::DS_BAD_INPUT,
         EngineError::Backend(_) | EngineError::Table(_) => ds_status::DS_ENGINE,
     };
     Failure::new(status, e)

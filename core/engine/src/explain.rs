@@ -385,7 +385,11 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
                 w.words_not_listed,
                 w.runs.len() as u64 + w.runs_not_listed,
                 if w.runs_not_listed > 0 {
-                    format!(" ({} placed below, {} not)", w.runs.len(), w.runs_not_listed)
+                    format!(
+                        " ({} placed below, {} not)",
+                        w.runs.len(),
+                        w.runs_not_listed
+                    )
                 } else {
                     String::new()
                 }
@@ -523,6 +527,27 @@ pub fn explain_instrumented(
         .collect();
     if !buckets.is_empty() {
         writeln!(o, "    probes a lookup (T2): {}", buckets.join(", "))?;
+    }
+    if let Some(h) = &ir.heat {
+        let hottest = |v: &[u64]| {
+            (0..v.len())
+                .max_by_key(|&i| (v[i], std::cmp::Reverse(i)))
+                .filter(|&i| v[i] > 0)
+                .map(|i| {
+                    let w = h.cells[0].max(1) as usize;
+                    format!("hottest cell ({}, {}) with {}", i % w, i / w, v[i])
+                })
+                .unwrap_or_else(|| "none".to_owned())
+        };
+        writeln!(
+            o,
+            "    heat map: {}×{} cells of {s}×{s} workgroups; escapes: {}; probes past the first: {}",
+            h.cells[0],
+            h.cells[1],
+            hottest(&h.escapes),
+            hottest(&h.extra_probes),
+            s = h.scale
+        )?;
     }
     if !ir.sites.is_empty() {
         writeln!(o, "    sites:")?;
@@ -703,6 +728,12 @@ mod instrumented_tests {
                 escapes: 8,
                 stores_marked: 1024,
             },
+            heat: Some(crate::report::HeatMap {
+                scale: 1,
+                cells: [8, 2],
+                escapes: (0..16).map(|i| u64::from(i == 5) * 8).collect(),
+                extra_probes: (0..16).map(|i| u64::from(i % 3 == 0) * 3).collect(),
+            }),
             probe_histogram: vec![2000, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
             sites: vec![
                 SiteReport {
@@ -768,6 +799,7 @@ mod instrumented_tests {
     accesses: 2048 to guest memory, 1024 bound, 1024 LDS, 0 scratch; 1024 device stores marked (C1)
     lookups (T5): 2050, 2042 hits, 8 misses; 8 escapes (T4)
     probes a lookup (T2): 1: 2000, 2: 50
+    heat map: 8×2 cells of 1×1 workgroups; escapes: hottest cell (5, 0) with 8; probes past the first: hottest cell (0, 0) with 3
     sites:
       site  pc                kind              op     bytes      accesses     escapes       lookups  mean probes  max probes
          0  0x74005b854a80    untyped-buffer    load      16          1024           0             0            -           -

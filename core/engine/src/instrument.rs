@@ -362,7 +362,10 @@ impl Grid {
     /// Heat cells a row and rows of heat cells.
     pub fn heat_cells(&self) -> [u32; 2] {
         let s = self.heat_scale();
-        [self.groups_x().div_ceil(s), (self.height / TILE).div_ceil(s)]
+        [
+            self.groups_x().div_ceil(s),
+            (self.height / TILE).div_ceil(s),
+        ]
     }
 
     /// The heat cell workgroup `wg` adds to, row by row.

@@ -153,7 +153,12 @@ fn naive(a: &DispatchReport, b: &DispatchReport) -> BTreeMap<Category, usize> {
             .map(|w| {
                 (
                     w.holder.to_string(),
-                    format!("{}|{}|{}", w.words_not_listed, j(&w.runs), w.runs_not_listed),
+                    format!(
+                        "{}|{}|{}",
+                        w.words_not_listed,
+                        j(&w.runs),
+                        w.runs_not_listed
+                    ),
                 )
             })
             .collect()

@@ -318,7 +318,9 @@ mod tests {
         frame(&ctx, &mut panel, &old, Vec::new());
         let texts = frame(&ctx, &mut panel, &old, Vec::new());
         assert!(
-            texts.iter().any(|s| s.contains("only logged escapes are placed")),
+            texts
+                .iter()
+                .any(|s| s.contains("only logged escapes are placed")),
             "{texts:?}"
         );
     }

@@ -88,7 +88,10 @@ impl<B: Backend> Engine<B> {
     /// guest memory from `data` (the holder's bytes, from its range's start) as one host write.
     /// The first `listed` words are reported with their old and new values; the rest are counted,
     /// and then their runs placed ([`WriteBack::LISTED_RUNS`] of them, the others counted).
-    #[expect(clippy::too_many_arguments, reason = "one holder's write-back, its parts named")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one holder's write-back, its parts named"
+    )]
     pub(super) fn write_back_holder(
         &mut self,
         holder: u32,
@@ -152,9 +155,9 @@ impl<B: Backend> Engine<B> {
             let before = change.distrusted.len();
             self.memory.host_write(run.start, new, change);
             for &id in &change.distrusted[before..] {
-                hand_off.targets_distrusted.push(
-                    self.target_lost(id, format!("write-back of holder slot {holder} (O8)")),
-                );
+                hand_off
+                    .targets_distrusted
+                    .push(self.target_lost(id, format!("write-back of holder slot {holder} (O8)")));
             }
         }
         if wb.lists_every_word() {

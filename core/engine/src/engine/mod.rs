@@ -508,7 +508,11 @@ pub fn counts_of(r: &DispatchReport) -> Counts {
         escapes: r.escapes.len(),
         marks: r.marks.len(),
         accesses: r.accesses.len(),
-        words_written_back: r.write_back.iter().map(|w| w.words_written() as usize).sum(),
+        words_written_back: r
+            .write_back
+            .iter()
+            .map(|w| w.words_written() as usize)
+            .sum(),
         hazards: r.hazards.len(),
     }
 }

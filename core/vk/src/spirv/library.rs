@@ -786,7 +786,10 @@ fn add_heat(a: &mut Asm, wg: Word) -> R<()> {
     let off = a.mul(t.u32, cell, words)?;
     let first = heat_at(a)?;
     let lo = a.add(t.u32, first, off)?;
-    for (k, w) in [workgroup::ESCAPES, workgroup::EXTRA_PROBES].into_iter().enumerate() {
+    for (k, w) in [workgroup::ESCAPES, workgroup::EXTRA_PROBES]
+        .into_iter()
+        .enumerate()
+    {
         let wc = a.c32(w);
         let p = wg_ptr(a, wc)?;
         let v = a.get(t.u32, p)?;
