@@ -81,7 +81,7 @@ fn the_pass_tab_shows_the_sites_and_what_was_not_logged() {
     h.get_by_label(&not_logged_escapes(ir.escapes_not_logged));
     h.get_by_label("Sites");
     h.get_by_label("Escape log");
-    h.get_by_label_contains("only logged escapes are placed");
+    h.get_by_label_contains("every escape placed");
 }
 
 #[test]

@@ -819,12 +819,16 @@ mod tests {
     fn the_wide_counters_mirror_the_workgroup_words() {
         const { assert!(WIDE_AT > counter::CANARY) };
         assert_eq!(counter::MISSES, WIDE_AT);
-        assert_eq!(counter::HISTOGRAM + 2 * HISTOGRAM_BUCKETS, SITES_AT);
+        assert_eq!(
+            counter::HISTOGRAM + 2 * HISTOGRAM_BUCKETS,
+            wide_word(workgroup::ESCAPES)
+        );
+        assert_eq!(wide_word(workgroup::EXTRA_PROBES) + 2, SITES_AT);
         assert_eq!(
             wide_word(workgroup::SITES + 3 * workgroup::SITE_WORDS + site::SPLITS),
             SITES_AT + 3 * SITE_WORDS + 2 * site::SPLITS
         );
-        assert_eq!(4 * WORKGROUP_WORDS, 2120);
+        assert_eq!(4 * WORKGROUP_WORDS, 2128);
     }
 
     #[test]

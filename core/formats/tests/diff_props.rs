@@ -341,7 +341,7 @@ fn edit(r: &mut DispatchReport, what: u8, k: usize) {
             // A device pass's write-back: words past those listed, and their runs.
             if let Some(i) = pick(r.write_back.len()) {
                 let w = &mut r.write_back[i];
-                w.words_not_listed += 1 + k as u64;
+                w.words_not_listed = w.words_not_listed.wrapping_add(1 + (k % 64) as u64).max(1);
                 w.runs.push(w.range);
             }
         }

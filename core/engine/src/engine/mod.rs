@@ -15,7 +15,7 @@
 //! | run on the backend | T4, T5, C1, O8, O9 | `Backend::execute` (`exec.rs` on the CPU) |
 //! | trace lookups, escapes | T5, T4 | `accesses.rs`, `escape.rs` |
 //! | marks, hand-off | C1, C2 | `after::marks`, `Engine::hand_off` |
-//! | write back | O8, O9 | `Engine::write_back` |
+//! | write back | O8, O9 | `Engine::write_back`; a device pass's holder: `Engine::write_back_from_device` |
 //! | the known limit | L1 | `after::detect_l1` |
 //!
 //! The first three (validate, plan, mode) are `replan::plan_phases`, which [`Replanner`] runs alone

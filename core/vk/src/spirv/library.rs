@@ -45,9 +45,11 @@
 //!
 //! # Workgroup memory
 //! The instrumented helper counts in the workgroup memory of the translated module:
-//! `dispatchscope_workgroup`, an array of [`WORKGROUP_WORDS`] u32 (2,120 bytes; no explicit layout),
+//! `dispatchscope_workgroup`, an array of [`WORKGROUP_WORDS`] u32 (2,128 bytes; no explicit layout),
 //! laid out as `dispatchscope_core::instrument::workgroup` says (misses, stores marked, the probe
-//! histogram, then 8 words for each of the first [`WORKGROUP_SITES`] sites). The program declares
+//! histogram, the workgroup's escapes and extra probes, then 8 words for each of the first
+//! [`WORKGROUP_SITES`] sites). When the workgroup ends, `dispatchscope_flush` also adds its
+//! escapes and extra probes to its heat cell (`dispatchscope_core::instrument::Grid::heat_cell_of`). The program declares
 //! the variable (`OpVariable` of `Workgroup` storage), exports it with `LinkageAttributes
 //! "dispatchscope_workgroup" Export` and lists it in its entry point's interface; every library
 //! imports it (the raw and helper variants leave it unused), so one program links against any of
