@@ -597,18 +597,21 @@ impl GuiApp {
     /// alone, where it has none); the rest are A's actions.
     fn apply_b(&mut self, action: Action) {
         match action {
-            Action::SelectDispatch(p) => {
-                let a = self.compare.as_ref().and_then(|c| c.a_of(p));
-                if let Some(c) = &mut self.compare {
-                    c.b_sel.dispatch = p;
-                }
-                match a {
-                    Some(a) => self.apply(Action::SelectDispatch(a)),
-                    None => self.sync_b_alone(),
-                }
-            }
+            Action::SelectDispatch(p) => self.select_in_b(p),
             Action::ToggleBookmark(_) => {}
             other => self.apply(other),
+        }
+    }
+
+    /// Selects B's dispatch at `pos` (a click in B's list) and its match in A, if it has one.
+    pub fn select_in_b(&mut self, pos: usize) {
+        let a = self.compare.as_ref().and_then(|c| c.a_of(pos));
+        if let Some(c) = &mut self.compare {
+            c.b_sel.dispatch = pos;
+        }
+        match a {
+            Some(a) => self.apply(Action::SelectDispatch(a)),
+            None => self.sync_b_alone(),
         }
     }
 
