@@ -150,8 +150,10 @@ impl AfterPanel {
                         == Some(wb.holder);
                     let changed = wb.words.iter().filter(|w| w.old != w.new).count();
                     let n_differ = diff.words.iter().filter(|(h, _)| *h == wb.holder).count();
+                    // The header stays short (a narrow panel cuts it, never mid-address); the
+                    // range and what differs are the body's first lines.
                     let title = format!(
-                        "holder slot {}: {} of {} written back, {changed} changed, over {}",
+                        "holder slot {}: {} of {} written back, {changed} changed",
                         wb.holder,
                         wb.words.len(),
                         style::count(
@@ -159,7 +161,6 @@ impl AfterPanel {
                             "word",
                             "words"
                         ),
-                        wb.range
                     );
                     if selected_holder && let Some(s) = sel.slot {
                         ui.label(
@@ -171,12 +172,7 @@ impl AfterPanel {
                         );
                     }
                     let title = if n_differ > 0 {
-                        format!(
-                            "{title}; {} {n_differ} {} differ from {}",
-                            compare::GLYPH,
-                            compare::plural(n_differ, "word", "words"),
-                            diff.side.other().name()
-                        )
+                        format!("{} {title}", compare::GLYPH)
                     } else {
                         title
                     };
@@ -191,6 +187,21 @@ impl AfterPanel {
                         .id_salt(("write-back", wb.holder))
                         .default_open(wb.words.len() <= 64)
                         .show(ui, |ui| {
+                            ui.horizontal_wrapped(|ui| {
+                                ui.label("over");
+                                style::addr_label(ui, mono(wb.range.to_string()));
+                            });
+                            if n_differ > 0 {
+                                ui.label(
+                                    RichText::new(format!(
+                                        "{} {} from {}",
+                                        compare::GLYPH,
+                                        style::count(n_differ, "word differs", "words differ"),
+                                        diff.side.other().name()
+                                    ))
+                                    .color(compare::DIFFERS),
+                                );
+                            }
                             egui::Grid::new(("wb-grid", wb.holder))
                                 .striped(true)
                                 .num_columns(4)

@@ -445,7 +445,11 @@ impl DispatchesPanel {
             let edit = ui
                 .add(
                     egui::TextEdit::singleline(&mut self.filter.search)
-                        .id(search_id())
+                        .id(if self.id_salt.is_empty() {
+                            search_id()
+                        } else {
+                            Id::unique(self.id_salt).with("search")
+                        })
                         .hint_text("index, program, label, rule (Ctrl+F)")
                         .desired_width(f32::INFINITY),
                 )

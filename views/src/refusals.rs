@@ -38,7 +38,7 @@ impl RefusalsPanel {
     ) -> Vec<Action> {
         puffin::profile_function!();
         let mut actions = Vec::new();
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             ui.label("Mode:");
             ui.label(style::mode_text(report.mode));
             if self.diff.as_ref().is_some_and(|d| d.mode) {

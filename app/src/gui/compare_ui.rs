@@ -857,6 +857,12 @@ impl GuiApp {
         };
         let b_session = c.b.as_ref();
         ui.columns(2, |cols| {
+            // A side's content never draws over the other's (a wide table scrolls or is cut at
+            // its column's edge).
+            for col in cols.iter_mut() {
+                let clip = col.max_rect().intersect(col.clip_rect());
+                col.set_clip_rect(clip);
+            }
             cols[0].push_id("side-a", |ui| {
                 side_heading(
                     ui,

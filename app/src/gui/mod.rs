@@ -410,10 +410,14 @@ impl GuiApp {
                 });
         }
         if self.session.is_some() && self.compare.is_some() {
+            // Both sides' panels need the width: the lists take at most a third of it (their
+            // tables scroll sideways).
+            let most = (ui.available_width() / 3.0).max(240.0);
             egui::Panel::left("dispatches-compared")
                 .resizable(true)
-                .default_size(400.0)
+                .default_size(400.0_f32.min(most))
                 .min_size(200.0)
+                .max_size(most)
                 .show(ui, |ui| self.compare_lists_ui(ui, &mut actions));
         } else if self.session.is_some() {
             let bookmarks = self.bookmarks();
