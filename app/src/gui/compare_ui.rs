@@ -908,22 +908,51 @@ impl GuiApp {
             .id(egui::Id::unique("what-if"))
             .collapsible(false)
             .resizable(false)
+            .default_width(420.0)
             .show(ctx, |ui| {
-                ui.label("Replan the session under other limits and compare it with itself:");
-                egui::Grid::new("what-if-grid").num_columns(3).show(ui, |ui| {
-                    for (name, field, tip) in [
-                        ("minStorageBufferOffsetAlignment", &mut form.alignment, "O7: a power of two of at most 256; re-planned without a replay"),
-                        ("maxStorageBufferRange", &mut form.range, "O5: re-planned without a replay"),
-                        ("probe bound", &mut form.probe_bound, "T2: changes the table, so the session is replayed"),
-                        ("host page bytes", &mut form.host_page, "the host's page size: changes the mapping, so the session is replayed"),
-                    ] {
-                        let label = ui.label(name);
-                        ui.add(egui::TextEdit::singleline(field).desired_width(140.0))
-                            .labelled_by(label.id);
-                        ui.label(RichText::new(tip).small().color(style::MUTED));
-                        ui.end_row();
-                    }
-                });
+                ui.label("Re-plan the session under other limits and compare it with itself:");
+                egui::Grid::new("what-if-grid")
+                    .num_columns(2)
+                    .show(ui, |ui| {
+                        for (name, field, tip) in [
+                            (
+                                "minStorageBufferOffsetAlignment",
+                                &mut form.alignment,
+                                "O7: a power of two of at most 256; re-planned without a replay",
+                            ),
+                            (
+                                "maxStorageBufferRange",
+                                &mut form.range,
+                                "O5: re-planned without a replay",
+                            ),
+                            (
+                                "probe bound",
+                                &mut form.probe_bound,
+                                "T2: changes the table, so the session is replayed",
+                            ),
+                            (
+                                "host page bytes",
+                                &mut form.host_page,
+                                "the host's page size: changes the mapping, so the session is replayed",
+                            ),
+                        ] {
+                            let label = ui.label(name).on_hover_text(tip);
+                            ui.add_sized(
+                                [160.0, ui.spacing().interact_size.y],
+                                egui::TextEdit::singleline(field),
+                            )
+                            .labelled_by(label.id)
+                            .on_hover_text(tip);
+                            ui.end_row();
+                        }
+                    });
+                ui.label(
+                    RichText::new(
+                        "Decimal or 0x…. The alignment and the range re-plan each dispatch from its recorded input; the probe bound and the host page replay the session on the CPU reference.",
+                    )
+                    .small()
+                    .color(style::MUTED),
+                );
                 if let Some(e) = &form.error {
                     ui.colored_label(style::REFUSED, e);
                 }
