@@ -35,7 +35,7 @@ use crate::load::{WhatIfLimits, parse_number};
 
 /// What the comparison's thread sends: B once it is loaded, then the diff.
 enum Msg {
-    Loaded(Result<Session, LoadError>),
+    Loaded(Box<Result<Session, LoadError>>),
     Diff(Result<SessionDiff, String>),
 }
 
@@ -396,7 +396,7 @@ impl GuiApp {
                 Ok(b) => b,
                 Err(e) => {
                     let message = e.to_string();
-                    let _ = tx.send(Msg::Loaded(Err(e)));
+                    let _ = tx.send(Msg::Loaded(Box::new(Err(e))));
                     let _ = tx.send(Msg::Diff(Err(message)));
                     wake();
                     return;
@@ -405,7 +405,7 @@ impl GuiApp {
             let origin_b = b.origin();
             let b_len = origin_b.as_ref().map_or(0, |o| count(o, &b));
             prog.total.store(a_len + b_len, Ordering::Relaxed);
-            let _ = tx.send(Msg::Loaded(Ok(b)));
+            let _ = tx.send(Msg::Loaded(Box::new(Ok(b))));
             wake();
             let diff = match origin_b {
                 Some(ob) => diff_of(a, ob, &prog),
@@ -492,7 +492,7 @@ impl GuiApp {
         let prog = Arc::clone(&progress);
         std::thread::spawn(move || {
             let (b, diff) = what_if_session(origin, source, title, asked, &base, &prog);
-            let _ = tx.send(Msg::Loaded(b));
+            let _ = tx.send(Msg::Loaded(Box::new(b)));
             let _ = tx.send(Msg::Diff(diff));
             wake();
         });
@@ -527,13 +527,13 @@ impl GuiApp {
         let mut loaded = false;
         loop {
             match rx.try_recv() {
-                Ok(Msg::Loaded(Ok(b))) => {
-                    c.b = Some(b);
-                    loaded = true;
-                }
-                Ok(Msg::Loaded(Err(e))) => {
-                    self.error = Some(e);
-                }
+                Ok(Msg::Loaded(b)) => match *b {
+                    Ok(b) => {
+                        c.b = Some(b);
+                        loaded = true;
+                    }
+                    Err(e) => self.error = Some(e),
+                },
                 Ok(Msg::Diff(d)) => {
                     if let Ok(d) = &d {
                         c.take_diff(d);
