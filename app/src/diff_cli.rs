@@ -26,7 +26,7 @@ use dispatchscope_formats::sample::Sample;
 use dispatchscope_formats::session::{self, Opened};
 use dispatchscope_formats::what_if::{self, RePlanError};
 
-use crate::load::{BackendChoice, BadInput, check_alignment, load, parse_number, run_sample};
+use crate::load::{BackendChoice, BadInput, WhatIfLimits, load, parse_number, run_sample};
 
 /// `diff`'s arguments.
 #[derive(Debug, Args)]
@@ -61,35 +61,25 @@ fn bad(message: String) -> anyhow::Error {
 
 impl DiffArgs {
     fn what_if(&self) -> bool {
-        self.min_storage_buffer_offset_alignment.is_some()
-            || self.max_storage_buffer_range.is_some()
-            || self.probe_bound.is_some()
-            || self.host_page_bytes.is_some()
+        self.what_if_limits().any()
+    }
+
+    fn what_if_limits(&self) -> WhatIfLimits {
+        WhatIfLimits {
+            min_storage_buffer_offset_alignment: self.min_storage_buffer_offset_alignment,
+            max_storage_buffer_range: self.max_storage_buffer_range,
+            probe_bound: self.probe_bound,
+            host_page_bytes: self.host_page_bytes,
+        }
     }
 
     fn plan_limits(&self) -> PlanLimits {
-        PlanLimits {
-            min_storage_buffer_offset_alignment: self.min_storage_buffer_offset_alignment,
-            max_storage_buffer_range: self.max_storage_buffer_range,
-        }
+        self.what_if_limits().plan()
     }
 
     /// `base` with every limit the flags set, each checked by name.
     fn limits(&self, base: &DeviceLimits) -> anyhow::Result<DeviceLimits> {
-        if let Some(a) = self.min_storage_buffer_offset_alignment {
-            check_alignment(a)?;
-        }
-        let mut l = self.plan_limits().apply(base);
-        if let Some(p) = self.probe_bound {
-            l.probe_bound = u32::try_from(p)
-                .map_err(|_| bad(format!("--probe-bound {p}: more than 2^32 - 1")))?;
-        }
-        if let Some(h) = self.host_page_bytes {
-            l.host_page_bytes = h;
-        }
-        l.check()
-            .map_err(|e| bad(format!("the limits asked for describe no device: {e}")))?;
-        Ok(l)
+        Ok(self.what_if_limits().apply(base)?)
     }
 }
 

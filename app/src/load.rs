@@ -110,3 +110,51 @@ pub fn check_alignment(a: u64) -> Result<(), BadInput> {
         "--min-storage-buffer-offset-alignment {a:#x}: Vulkan requires a power of two of at most 256"
     )))
 }
+
+/// The what-if's limits, as `diff FILE --LIMIT` and the window's What if… dialog take them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WhatIfLimits {
+    /// minStorageBufferOffsetAlignment (O7).
+    pub min_storage_buffer_offset_alignment: Option<u64>,
+    /// maxStorageBufferRange (O5).
+    pub max_storage_buffer_range: Option<u64>,
+    /// The chunk table's probe bound (T2).
+    pub probe_bound: Option<u64>,
+    /// The host's page size in bytes.
+    pub host_page_bytes: Option<u64>,
+}
+
+impl WhatIfLimits {
+    /// Whether any limit is set.
+    pub fn any(&self) -> bool {
+        *self != WhatIfLimits::default()
+    }
+
+    /// The planning limits among them (O5, O7), which a re-plan changes without a replay.
+    pub fn plan(&self) -> dispatchscope_core::what_if::PlanLimits {
+        dispatchscope_core::what_if::PlanLimits {
+            min_storage_buffer_offset_alignment: self.min_storage_buffer_offset_alignment,
+            max_storage_buffer_range: self.max_storage_buffer_range,
+        }
+    }
+
+    /// `base` with every limit set, each checked by name: the alignment as Vulkan bounds it
+    /// ([`check_alignment`]), the probe bound in 32 bits, and the whole by
+    /// [`DeviceLimits::check`] (limits no device has).
+    pub fn apply(&self, base: &DeviceLimits) -> Result<DeviceLimits, BadInput> {
+        if let Some(a) = self.min_storage_buffer_offset_alignment {
+            check_alignment(a)?;
+        }
+        let mut l = self.plan().apply(base);
+        if let Some(p) = self.probe_bound {
+            l.probe_bound = u32::try_from(p)
+                .map_err(|_| BadInput(format!("--probe-bound {p}: more than 2^32 - 1")))?;
+        }
+        if let Some(h) = self.host_page_bytes {
+            l.host_page_bytes = h;
+        }
+        l.check()
+            .map_err(|e| BadInput(format!("the limits asked for describe no device: {e}")))?;
+        Ok(l)
+    }
+}

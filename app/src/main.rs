@@ -28,6 +28,10 @@ struct Cli {
     command: Option<Command>,
     /// A sample or capture to open in the debugger.
     files: Vec<PathBuf>,
+    /// Open the window comparing FILE (A) with B, a sample or capture, dispatch by dispatch (as
+    /// File ▸ Compare with… does): `dispatchscope A.dscap --compare B.dscap`.
+    #[arg(long, value_name = "B")]
+    compare: Option<PathBuf>,
 }
 
 /// A subcommand.
@@ -93,7 +97,7 @@ fn main() -> ExitCode {
         Some(Command::Disasm(args)) => disasm_cli::disasm_cmd(args),
         Some(Command::Diff(_)) => Ok(()),
         Some(Command::History(args)) => history_cli::history_cmd(args),
-        None => gui::run_gui(cli.files.clone()),
+        None => gui::run_gui(cli.files.clone(), cli.compare.clone()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

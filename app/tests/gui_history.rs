@@ -71,13 +71,7 @@ fn an_address_cell_opens_its_write_history_and_a_write_selects_its_dispatch() {
     let got = window.result.as_ref().unwrap().as_ref().unwrap();
     assert_eq!(got.writes, want.writes);
     h.run();
-    h.get_by_label(&format!(
-        "{} writes to {} (4 bytes) over {} events and {} dispatches",
-        want.writes.len(),
-        want.range,
-        want.events,
-        want.dispatches
-    ));
+    h.get_by_label(&dispatchscope_views::history::summary(&want));
     // Select another dispatch, then click the write-back's link: it selects the write's dispatch.
     let wb = want
         .writes

@@ -10,6 +10,7 @@ use egui::{RichText, Sense};
 use egui_extras::{Column, TableBuilder};
 
 use crate::chunk_table::describe_trace;
+use crate::compare::{self, DiffMarks};
 use crate::style::{self, hex, mono};
 use crate::{Action, Selection, Tab, access_uses_slot};
 
@@ -27,6 +28,11 @@ pub struct AccessesPanel {
     pub escapes_only: bool,
     /// List only accesses through the selected slot.
     pub slot_only: bool,
+    /// In a comparison, list only the accesses that differ from the other side.
+    pub differing_only: bool,
+    /// In a comparison, what differs from the other side (accesses whose route, values or
+    /// escape differ are highlighted).
+    pub diff: Option<DiffMarks>,
     cache: Option<(CacheKey, Vec<usize>)>,
 }
 
@@ -58,6 +64,23 @@ fn result_text(a: &AccessReport, escape: Option<&Escape>) -> RichText {
 impl AccessesPanel {
     fn visible(&mut self, report: &DispatchReport, sel: &Selection) -> Vec<usize> {
         let slot = if self.slot_only { sel.slot } else { None };
+        if self.differing_only
+            && let Some(d) = &self.diff
+        {
+            // Bounded by the pair's changes, so not cached.
+            return d
+                .accesses
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    report
+                        .accesses
+                        .get(i)
+                        .is_some_and(|a| !self.escapes_only || a.escaped)
+                })
+                .filter(|&i| slot.is_none_or(|s| access_uses_slot(report, i, s)))
+                .collect();
+        }
         let key = (
             report as *const DispatchReport as usize,
             report.index,
@@ -100,6 +123,18 @@ impl AccessesPanel {
                 sel.slot.is_some(),
                 egui::Checkbox::new(&mut self.slot_only, "through the selected slot"),
             );
+            if let Some(d) = &self.diff {
+                ui.checkbox(
+                    &mut self.differing_only,
+                    compare::mark_text(
+                        format!("differing only ({})", d.accesses.len()),
+                        !d.accesses.is_empty(),
+                    ),
+                )
+                .on_hover_text(
+                    "Only the accesses whose route, values or escape differ from the other session",
+                );
+            }
             ui.label(
                 RichText::new(format!("{} accesses", report.accesses.len())).color(style::MUTED),
             );
@@ -119,7 +154,23 @@ impl AccessesPanel {
             egui::CollapsingHeader::new(RichText::new(format!("Access {i}")).strong())
                 .id_salt("access-card")
                 .default_open(true)
-                .show(ui, |ui| card_ui(ui, report, a, &mut actions));
+                .show(ui, |ui| {
+                    if let Some(d) = &self.diff
+                        && d.accesses.contains(&i)
+                    {
+                        let what = if d.escapes.contains(&i) {
+                            format!("its escape is only in {}", d.side.name())
+                        } else {
+                            format!("it differs from {}", d.side.other().name())
+                        };
+                        ui.label(
+                            RichText::new(format!("{} {what}", compare::GLYPH))
+                                .strong()
+                                .color(compare::DIFFERS),
+                        );
+                    }
+                    card_ui(ui, report, a, &mut actions)
+                });
         }
         let visible = self.visible(report, sel);
         let row_h = ui.text_style_height(&egui::TextStyle::Body) + 4.0;
@@ -176,8 +227,12 @@ impl AccessesPanel {
                     let through = sel
                         .slot
                         .is_some_and(|s| access_uses_slot(report, a.index, s));
+                    let differs = self
+                        .diff
+                        .as_ref()
+                        .is_some_and(|d| d.accesses.contains(&a.index));
                     row.col(|ui| {
-                        ui.label(mono(a.index.to_string()));
+                        ui.label(compare::mark_mono(a.index.to_string(), differs));
                     });
                     row.col(|ui| {
                         ui.label(mono(format!("{}/{}/{}", a.workgroup, a.wave, a.lane)));
@@ -214,7 +269,13 @@ impl AccessesPanel {
                         }));
                     });
                     row.col(|ui| {
-                        ui.add(egui::Label::new(result_text(a, escape)).truncate());
+                        let t = result_text(a, escape);
+                        let t = if differs {
+                            t.color(compare::DIFFERS)
+                        } else {
+                            t
+                        };
+                        ui.add(egui::Label::new(t).truncate());
                     });
                     if row.response().clicked() {
                         let again = sel.access == Some(a.index);

@@ -5,6 +5,7 @@
 use dispatchscope_core::DispatchReport;
 use egui::RichText;
 
+use crate::compare::{self, DiffMarks};
 use crate::style::{self, hex, mono};
 use crate::{Action, Selection};
 
@@ -13,6 +14,9 @@ use crate::{Action, Selection};
 pub struct AfterPanel {
     /// Show only words whose value changed.
     pub changed_only: bool,
+    /// In a comparison, what differs from the other side (hazards, marks and write-back words
+    /// that differ are highlighted).
+    pub diff: Option<DiffMarks>,
 }
 
 impl AfterPanel {
@@ -25,6 +29,7 @@ impl AfterPanel {
     ) -> Vec<Action> {
         puffin::profile_function!();
         let mut actions = Vec::new();
+        let diff = self.diff.clone().unwrap_or_default();
         egui::ScrollArea::vertical()
             .id_salt("after-scroll")
             .auto_shrink([false, false])
@@ -37,9 +42,24 @@ impl AfterPanel {
                     );
                 }
                 for h in &report.hazards {
+                    let differs = diff.hazards.contains(&(h.holder, h.address));
                     egui::Frame::group(ui.style())
-                        .stroke(egui::Stroke::new(1.0, style::REFUSED))
+                        .stroke(if differs {
+                            egui::Stroke::new(2.0, compare::DIFFERS)
+                        } else {
+                            egui::Stroke::new(1.0, style::REFUSED)
+                        })
                         .show(ui, |ui| {
+                            if differs {
+                                ui.label(
+                                    RichText::new(format!(
+                                        "{} differs from {}",
+                                        compare::GLYPH,
+                                        diff.side.other().name()
+                                    ))
+                                    .color(compare::DIFFERS),
+                                );
+                            }
                             ui.label(
                                 RichText::new(format!(
                                     "{} · {} · holder slot {} · word {}",
@@ -92,7 +112,8 @@ impl AfterPanel {
                             {
                                 actions.push(Action::SelectTableSlot(Some(m.table_slot)));
                             }
-                            ui.label(mono(m.guest.to_string()));
+                            let differs = diff.mark(m.guest);
+                            style::addr_label(ui, compare::mark_mono(m.guest.to_string(), differs));
                             ui.label(mono(m.stores.to_string()));
                             ui.end_row();
                         }
@@ -128,12 +149,18 @@ impl AfterPanel {
                         .and_then(|b| b.holder)
                         == Some(wb.holder);
                     let changed = wb.words.iter().filter(|w| w.old != w.new).count();
+                    let n_differ = diff.words.iter().filter(|(h, _)| *h == wb.holder).count();
+                    // The header stays short (a narrow panel cuts it, never mid-address); the
+                    // range and what differs are the body's first lines.
                     let title = format!(
-                        "holder slot {}: {} of {} words written back, {changed} changed, over {}",
+                        "holder slot {}: {} of {} written back, {changed} changed",
                         wb.holder,
                         wb.words_written(),
-                        wb.words_total,
-                        wb.range
+                        style::count(
+                            usize::try_from(wb.words_total).unwrap_or(usize::MAX),
+                            "word",
+                            "words"
+                        ),
                     );
                     if selected_holder && let Some(s) = sel.slot {
                         ui.label(
@@ -144,8 +171,15 @@ impl AfterPanel {
                             .color(style::SELECTED),
                         );
                     }
+                    let title = if n_differ > 0 {
+                        format!("{} {title}", compare::GLYPH)
+                    } else {
+                        title
+                    };
                     let title = if selected_holder {
                         RichText::new(title).color(style::SELECTED)
+                    } else if n_differ > 0 {
+                        RichText::new(title).color(compare::DIFFERS)
                     } else {
                         RichText::new(title)
                     };
@@ -153,6 +187,21 @@ impl AfterPanel {
                         .id_salt(("write-back", wb.holder))
                         .default_open(wb.words.len() <= 64)
                         .show(ui, |ui| {
+                            ui.horizontal_wrapped(|ui| {
+                                ui.label("over");
+                                style::addr_label(ui, mono(wb.range.to_string()));
+                            });
+                            if n_differ > 0 {
+                                ui.label(
+                                    RichText::new(format!(
+                                        "{} {} from {}",
+                                        compare::GLYPH,
+                                        style::count(n_differ, "word differs", "words differ"),
+                                        diff.side.other().name()
+                                    ))
+                                    .color(compare::DIFFERS),
+                                );
+                            }
                             egui::Grid::new(("wb-grid", wb.holder))
                                 .striped(true)
                                 .num_columns(4)
@@ -168,7 +217,12 @@ impl AfterPanel {
                                         .filter(|w| !self.changed_only || w.old != w.new)
                                     {
                                         let c = w.old != w.new;
-                                        style::addr_cell(ui, w.address, mono(hex(w.address)));
+                                        let differs = diff.words.contains(&(wb.holder, w.address));
+                                        style::addr_cell(
+                                            ui,
+                                            w.address,
+                                            compare::mark_mono(hex(w.address), differs),
+                                        );
                                         ui.label(mono(format!("{:#010x}", w.old)));
                                         let t = mono(format!("{:#010x}", w.new));
                                         ui.label(if c {

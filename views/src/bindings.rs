@@ -8,6 +8,7 @@ use dispatchscope_core::input::BaseSource;
 use dispatchscope_core::report::{Role, SlotBinding};
 use egui::{Align2, Color32, FontId, Pos2, Rect, RichText, Sense, Stroke, StrokeKind, Vec2};
 
+use crate::compare::{self, DiffMarks};
 use crate::style::{self, hex, mono};
 use crate::{Action, Selection};
 
@@ -18,6 +19,9 @@ pub struct BindingsPanel {
     pub zoom_to_set: bool,
     /// Draw the address line to a linear scale instead of the log-compressed one.
     pub linear: bool,
+    /// In a comparison, what differs from the other side (highlighted in the slot table and the
+    /// sets).
+    pub diff: Option<DiffMarks>,
 }
 
 /// A role as the table writes it.
@@ -70,7 +74,7 @@ impl BindingsPanel {
                 });
                 self.address_line_ui(ui, report, sel, visible_width, &mut actions);
                 style::section(ui, "Sets (O2)");
-                sets_ui(ui, report, sel, &mut actions);
+                sets_ui(ui, report, sel, self.diff.as_ref(), &mut actions);
             });
         actions
     }
@@ -104,8 +108,15 @@ impl BindingsPanel {
                 ui.end_row();
                 for b in &report.slots {
                     let selected = sel.slot == Some(b.slot);
+                    let differs = self
+                        .diff
+                        .as_ref()
+                        .is_some_and(|d| d.slots.contains(&b.slot));
                     if ui
-                        .selectable_label(selected, format!("slot {}", b.slot))
+                        .selectable_label(
+                            selected,
+                            compare::mark_text(format!("slot {}", b.slot), differs),
+                        )
                         .on_hover_text("Select this slot in every panel")
                         .clicked()
                     {
@@ -121,9 +132,18 @@ impl BindingsPanel {
                     ui.label(base_source_text(b.base_source));
                     ui.label(b.set.map_or("–".into(), |s| s.to_string()));
                     ui.label(role_text(b.role));
-                    ui.label(b.holder.map_or("–".into(), |h| format!("slot {h}")));
-                    ui.label(mono(hex(b.offset)));
-                    ui.label(mono(b.binding.to_string()));
+                    let paint = |t: RichText| {
+                        if differs {
+                            t.color(compare::DIFFERS)
+                        } else {
+                            t
+                        }
+                    };
+                    ui.label(paint(RichText::new(
+                        b.holder.map_or("–".into(), |h| format!("slot {h}")),
+                    )));
+                    ui.label(paint(mono(hex(b.offset))));
+                    style::addr_label(ui, paint(mono(b.binding.to_string())));
                     if b.role == Role::Unbound {
                         ui.label(RichText::new("not bound").color(style::MUTED));
                     } else if b.aligned {
@@ -397,7 +417,13 @@ fn slot_tooltip(report: &DispatchReport, b: &SlotBinding) -> String {
     t
 }
 
-fn sets_ui(ui: &mut egui::Ui, report: &DispatchReport, sel: &Selection, actions: &mut Vec<Action>) {
+fn sets_ui(
+    ui: &mut egui::Ui,
+    report: &DispatchReport,
+    sel: &Selection,
+    diff: Option<&DiffMarks>,
+    actions: &mut Vec<Action>,
+) {
     if report.sets.is_empty() {
         style::nothing(
             ui,
@@ -409,14 +435,17 @@ fn sets_ui(ui: &mut egui::Ui, report: &DispatchReport, sel: &Selection, actions:
         let in_set = sel
             .slot
             .is_some_and(|s| s == set.holder || set.members.iter().any(|m| m.slot == s));
+        let differs = diff.is_some_and(|d| d.sets.contains(&set.holder));
         let frame = egui::Frame::group(ui.style()).stroke(if in_set {
             Stroke::new(1.5, style::SELECTED)
+        } else if differs {
+            Stroke::new(1.5, compare::DIFFERS)
         } else {
             ui.visuals().widgets.noninteractive.bg_stroke
         });
         frame.show(ui, |ui| {
             ui.horizontal_wrapped(|ui| {
-                ui.label(RichText::new(format!("set {i}")).strong());
+                ui.label(compare::mark_text(format!("set {i}"), differs).strong());
                 ui.label("held by");
                 if ui.link(format!("slot {}", set.holder)).clicked() {
                     actions.push(Action::SelectSlot(Some(set.holder)));

@@ -14,6 +14,7 @@ use dispatchscope_core::report::{LookupOutcome, LookupTrace};
 use egui::{Color32, Mesh, Pos2, Rect, RichText, Sense, Shape, Stroke, StrokeKind, Vec2};
 use egui_plot::{Bar, BarChart, Plot};
 
+use crate::compare::{self, DiffMarks};
 use crate::style::{self, hex, mono};
 use crate::{Action, Selection};
 
@@ -64,6 +65,9 @@ pub struct ChunkTablePanel {
     /// Size of a grid cell in points.
     pub cell: f32,
     last_access: Option<usize>,
+    /// In a comparison, what differs from the other side (the chunk size and the probes are
+    /// highlighted when they changed).
+    pub diff: Option<DiffMarks>,
 }
 
 impl Default for ChunkTablePanel {
@@ -76,6 +80,7 @@ impl Default for ChunkTablePanel {
             scroll_to: None,
             cell: 6.0,
             last_access: None,
+            diff: None,
         }
     }
 }
@@ -183,16 +188,20 @@ impl ChunkTablePanel {
                 self.step = usize::MAX;
             }
         }
-        summary_ui(ui, report, snap);
+        summary_ui(ui, report, snap, self.diff.as_ref());
         let Some(snap) = snap else {
             return actions;
         };
         let traces = self.traces(report, Some(snap));
         self.lookup_ui(ui, &traces);
-        egui::CollapsingHeader::new("Probe lengths of stored chunks")
-            .id_salt("probe-hist")
-            .default_open(true)
-            .show(ui, |ui| histogram_ui(ui, report, snap));
+        let probes_differ = self.diff.as_ref().is_some_and(|d| d.probes);
+        egui::CollapsingHeader::new(compare::mark_text(
+            "Probe lengths of stored chunks",
+            probes_differ,
+        ))
+        .id_salt("probe-hist")
+        .default_open(true)
+        .show(ui, |ui| histogram_ui(ui, report, snap));
         let trace = traces.get(self.lookup.min(traces.len().saturating_sub(1)));
         let shown = trace
             .map(|t| self.step.clamp(1, t.probes.len().max(1)))
@@ -500,7 +509,14 @@ fn slot_tooltip(
     t
 }
 
-fn summary_ui(ui: &mut egui::Ui, report: &DispatchReport, snap: Option<&TableSnapshot>) {
+fn summary_ui(
+    ui: &mut egui::Ui,
+    report: &DispatchReport,
+    snap: Option<&TableSnapshot>,
+    diff: Option<&DiffMarks>,
+) {
+    let chunk_differs = diff.is_some_and(|d| d.chunk_bytes);
+    let probes_differ = diff.is_some_and(|d| d.probes);
     match (&report.table, snap) {
         (Some(t), _) => {
             egui::CollapsingHeader::new("Table (T1–T6)")
@@ -510,17 +526,17 @@ fn summary_ui(ui: &mut egui::Ui, report: &DispatchReport, snap: Option<&TableSna
                     egui::Grid::new("table-summary-grid")
                         .num_columns(4)
                         .show(ui, |ui| {
-                            ui.label("chunk (T1)");
+                            ui.label(compare::mark_text("chunk (T1)", chunk_differs));
                             ui.label(mono(hex(t.chunk_bytes)));
                             ui.label("why");
                             ui.label(&t.chunk_reason);
                             ui.end_row();
-                            ui.label("slots");
+                            ui.label(compare::mark_text("slots", probes_differ));
                             ui.label(mono(t.capacity.to_string()));
-                            ui.label("chunks stored");
+                            ui.label(compare::mark_text("chunks stored", probes_differ));
                             ui.label(mono(format!("{} (load {:.3})", t.n_chunks, t.load)));
                             ui.end_row();
-                            ui.label("probe bound (T2)");
+                            ui.label(compare::mark_text("probe bound (T2)", probes_differ));
                             ui.label(mono(t.probe_bound.to_string()));
                             ui.label("mean probes hit / miss");
                             ui.label(mono(format!(

@@ -6,6 +6,8 @@
 pub mod find;
 pub mod rows;
 
+use std::sync::Arc;
+
 use dispatchscope_core::report::{Counts, Mode};
 use dispatchscope_core::{DispatchReport, Rule};
 use egui::{Id, RichText, Sense};
@@ -13,6 +15,7 @@ use egui_extras::{Column, TableBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::Action;
+use crate::compare::{RowMark, Side};
 use crate::style::{self, hex, mono};
 use find::Finder;
 pub use rows::Rows;
@@ -217,6 +220,13 @@ pub struct DispatchesPanel {
     finder: Finder,
     focus_search: bool,
     last_current: Option<usize>,
+    /// In a comparison: which side this list is, and each dispatch's [`RowMark`] by position
+    /// (a difference column is drawn while set).
+    pub row_marks: Option<(Side, Arc<[RowMark]>)>,
+    /// In a comparison, list only the dispatches that differ (or have no counterpart).
+    pub only_differing: bool,
+    /// The table's id, for two lists in one window.
+    pub id_salt: &'static str,
 }
 
 /// The id of the search box, for focusing it (Ctrl+F).
@@ -258,20 +268,57 @@ impl DispatchesPanel {
         self.filters_ui(ui);
         let n_total = rows.len();
         let filter = self.filter.clone();
-        let visible = self.finder.find(rows, &filter, bookmarks);
+        let marks = self.row_marks.clone();
+        if let Some((_, m)) = &marks {
+            let n = m.iter().filter(|r| r.differs()).count();
+            ui.checkbox(
+                &mut self.only_differing,
+                crate::compare::mark_text(
+                    format!("only differing ({n})"),
+                    n > 0,
+                ),
+            )
+            .on_hover_text("List only the dispatches that differ from the other session, or have no counterpart there (F7 / Shift+F7 jump between them)");
+        }
+        let only_differing = self.only_differing && marks.is_some();
+        let shown = self.finder.find(rows, &filter, bookmarks);
+        // The "only differing" filter narrows the finder's answer (a comparison's marks are the
+        // app's, not the finder's).
+        let narrowed: Option<Vec<usize>> = match (&marks, only_differing) {
+            (Some((_, m)), true) => Some(
+                shown
+                    .to_vec()
+                    .into_iter()
+                    .filter(|&p| m.get(p).is_some_and(|r| r.differs()))
+                    .collect(),
+            ),
+            _ => None,
+        };
+        let n_visible = narrowed.as_ref().map_or(shown.len(), Vec::len);
+        let visible_get = |i: usize| match &narrowed {
+            Some(v) => v.get(i).copied(),
+            None => shown.get(i),
+        };
         ui.horizontal(|ui| {
             ui.label(
-                RichText::new(format!("{} of {} dispatches", visible.len(), n_total))
-                    .small()
-                    .color(style::MUTED),
+                RichText::new(format!(
+                    "{n_visible} of {}",
+                    style::count(n_total, "dispatch", "dispatches")
+                ))
+                .small()
+                .color(style::MUTED),
             );
-            if filter.is_active() && ui.small_button("Clear filters").clicked() {
+            if (filter.is_active() || only_differing) && ui.small_button("Clear filters").clicked()
+            {
                 clear = true;
             }
         });
         let scroll_to = if self.last_current != Some(current) {
             self.last_current = Some(current);
-            visible.position_of(current)
+            match &narrowed {
+                Some(v) => v.iter().position(|&p| p == current),
+                None => shown.position_of(current),
+            }
         } else {
             None
         };
@@ -280,11 +327,20 @@ impl DispatchesPanel {
         // column is clipped instead).
         ui.style_mut().interaction.selectable_labels = false;
         ui.style_mut().wrap_mode = Some(egui::TextWrapMode::Extend);
+        let id_salt = if self.id_salt.is_empty() {
+            "dispatches-table"
+        } else {
+            self.id_salt
+        };
         let mut table = TableBuilder::new(ui)
-            .id_salt("dispatches-table")
+            .id_salt(id_salt)
             .striped(true)
             .sense(Sense::click())
-            .cell_layout(egui::Layout::left_to_right(egui::Align::Center))
+            .cell_layout(egui::Layout::left_to_right(egui::Align::Center));
+        if marks.is_some() {
+            table = table.column(Column::exact(18.0));
+        }
+        let mut table = table
             .column(Column::exact(22.0))
             .column(Column::auto().at_least(40.0))
             .column(Column::auto().at_least(110.0))
@@ -298,6 +354,12 @@ impl DispatchesPanel {
         }
         table
             .header(row_height, |mut h| {
+                if marks.is_some() {
+                    h.col(|ui| {
+                        ui.strong(crate::compare::GLYPH)
+                            .on_hover_text("differs from the other session (+ added, − removed)");
+                    });
+                }
                 for title in [
                     "", "#", "program", "mode", "sets", "refus.", "esc.", "marks", "label",
                 ] {
@@ -307,8 +369,8 @@ impl DispatchesPanel {
                 }
             })
             .body(|body| {
-                body.rows(row_height, visible.len(), |mut row| {
-                    let Some(pos) = visible.get(row.index()) else {
+                body.rows(row_height, n_visible, |mut row| {
+                    let Some(pos) = visible_get(row.index()) else {
                         return;
                     };
                     let (Some(index), Some(sig), Some(counts)) =
@@ -317,6 +379,16 @@ impl DispatchesPanel {
                         return;
                     };
                     row.set_selected(pos == current);
+                    if let Some((side, m)) = &marks {
+                        let mark = m.get(pos).copied().unwrap_or_default();
+                        let (glyph, colour) = mark.glyph(*side);
+                        row.col(|ui| {
+                            let r = ui.label(RichText::new(glyph).strong().color(colour));
+                            if mark.differs() {
+                                r.on_hover_text(mark.tip(*side));
+                            }
+                        });
+                    }
                     let marked = bookmarks.contains(&pos);
                     row.col(|ui| {
                         let star = if marked { "★" } else { "☆" };
@@ -362,6 +434,7 @@ impl DispatchesPanel {
             });
         if clear {
             self.filter = Filter::default();
+            self.only_differing = false;
         }
         actions
     }
@@ -372,7 +445,11 @@ impl DispatchesPanel {
             let edit = ui
                 .add(
                     egui::TextEdit::singleline(&mut self.filter.search)
-                        .id(search_id())
+                        .id(if self.id_salt.is_empty() {
+                            search_id()
+                        } else {
+                            Id::unique(self.id_salt).with("search")
+                        })
                         .hint_text("index, program, label, rule (Ctrl+F)")
                         .desired_width(f32::INFINITY),
                 )

@@ -15,18 +15,24 @@ pub struct HistoryPanel {
     selected: Option<usize>,
 }
 
+/// The line above the table: "1 write to … (4 bytes) over 3 events and 1 dispatch".
+pub fn summary(h: &History) -> String {
+    let n = |x: u64| usize::try_from(x).unwrap_or(usize::MAX);
+    format!(
+        "{} to {} ({}) over {} and {}",
+        style::count(h.writes.len(), "write", "writes"),
+        h.range,
+        style::count(n(h.range.size_bytes()), "byte", "bytes"),
+        style::count(n(h.events), "event", "events"),
+        style::count(n(h.dispatches), "dispatch", "dispatches"),
+    )
+}
+
 impl HistoryPanel {
     /// Draws `h`; returns the dispatch (by position) a click asked to select, if one did.
     pub fn ui(&mut self, ui: &mut egui::Ui, h: &History) -> Option<u64> {
         let mut select = None;
-        ui.label(format!(
-            "{} writes to {} ({} bytes) over {} events and {} dispatches",
-            h.writes.len(),
-            h.range,
-            h.range.size_bytes(),
-            h.events,
-            h.dispatches
-        ));
+        ui.label(summary(h));
         ui.horizontal(|ui| {
             ui.label("initial");
             ui.label(mono(h.initial.text()));

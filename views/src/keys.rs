@@ -40,6 +40,11 @@ pub enum Command {
     ShowPass,
     /// Show or hide the Program panel: the listing around the selected access's pc.
     ShowListing,
+    /// In a comparison, the next dispatch that differs from the other session (or has no
+    /// counterpart there).
+    NextDifference,
+    /// In a comparison, the previous dispatch that differs.
+    PreviousDifference,
 }
 
 /// Every binding, in the order F1 lists them.
@@ -82,6 +87,16 @@ pub fn bindings() -> Vec<(KeyboardShortcut, Command, &'static str)> {
             KeyboardShortcut::new(shift, Key::F8),
             Command::PreviousRefusal,
             "previous dispatch with a refusal",
+        ),
+        (
+            KeyboardShortcut::new(none, Key::F7),
+            Command::NextDifference,
+            "comparison: next dispatch that differs (or has no counterpart)",
+        ),
+        (
+            KeyboardShortcut::new(shift, Key::F7),
+            Command::PreviousDifference,
+            "comparison: previous dispatch that differs",
         ),
         (
             KeyboardShortcut::new(none, Key::F9),

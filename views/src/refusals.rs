@@ -7,12 +7,17 @@
 use dispatchscope_core::DispatchReport;
 use egui::{RichText, Stroke};
 
+use crate::compare::{self, DiffMarks};
 use crate::style::{self, mono};
 use crate::{Action, Selection};
 
 /// The Refusals panel's state.
 #[derive(Debug, Default)]
-pub struct RefusalsPanel {}
+pub struct RefusalsPanel {
+    /// In a comparison, what differs from the other side (a refusal only this side has is
+    /// highlighted, as is the mode when it changed).
+    pub diff: Option<DiffMarks>,
+}
 
 /// The title of a refusal card: `"O7 · D953 · slot 1"`; tests find cards by it.
 pub fn card_title(r: &dispatchscope_core::report::Refusal) -> String {
@@ -33,9 +38,15 @@ impl RefusalsPanel {
     ) -> Vec<Action> {
         puffin::profile_function!();
         let mut actions = Vec::new();
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             ui.label("Mode:");
             ui.label(style::mode_text(report.mode));
+            if self.diff.as_ref().is_some_and(|d| d.mode) {
+                ui.label(
+                    RichText::new(format!("{} mode differs", compare::GLYPH))
+                        .color(compare::DIFFERS),
+                );
+            }
             ui.label(&report.mode_reason);
         });
         if !report.reasons.is_empty() {
@@ -53,8 +64,11 @@ impl RefusalsPanel {
             .show(ui, |ui| {
                 for (i, r) in report.refusals.iter().enumerate() {
                     let selected = r.slot.is_some() && r.slot == sel.slot;
+                    let differs = self.diff.as_ref().filter(|d| d.refusal(r));
                     let stroke = if selected {
                         Stroke::new(1.5, style::SELECTED)
+                    } else if differs.is_some() {
+                        Stroke::new(2.0, compare::DIFFERS)
                     } else {
                         Stroke::new(1.0, style::REFUSED)
                     };
@@ -66,6 +80,17 @@ impl RefusalsPanel {
                                 ui.label(
                                     RichText::new(format!("about the selected slot {s}"))
                                         .color(style::SELECTED),
+                                );
+                            }
+                            if let Some(d) = differs {
+                                ui.label(
+                                    RichText::new(format!(
+                                        "{} {}",
+                                        compare::GLYPH,
+                                        d.refusal_note()
+                                    ))
+                                    .strong()
+                                    .color(compare::DIFFERS),
                                 );
                             }
                             ui.label(RichText::new(&r.message).color(style::REFUSED));

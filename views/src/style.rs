@@ -85,6 +85,16 @@ pub fn take_history_request(ctx: &egui::Context) -> Option<u64> {
     ctx.data_mut(|d| d.remove_temp::<u64>(egui::Id::unique(HISTORY_REQUEST)))
 }
 
+/// `one` when `n` is 1, else `many`: "1 write", "2 writes".
+pub fn plural(n: usize, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 { one } else { many }
+}
+
+/// `n` and its noun: "1 write", "0 writes", "3 writes".
+pub fn count(n: usize, one: &'static str, many: &'static str) -> String {
+    format!("{n} {}", plural(n, one, many))
+}
+
 /// `0x…`.
 pub fn hex(v: u64) -> String {
     format!("{v:#x}")

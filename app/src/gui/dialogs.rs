@@ -23,6 +23,8 @@ pub(super) struct OpenDialog {
     note: String,
     /// The path field.
     path: String,
+    /// Whether the path chosen is B, to compare the open session with (File ▸ Compare with…).
+    for_compare: bool,
 }
 
 impl OpenDialog {
@@ -30,18 +32,41 @@ impl OpenDialog {
     pub(super) fn ask_for_path(&mut self, why: &str) {
         self.typing = true;
         self.note = why.to_owned();
+        self.for_compare = false;
+    }
+
+    /// Shows the path field for File ▸ Compare with….
+    pub(super) fn ask_for_compare_path(&mut self, why: &str) {
+        self.typing = true;
+        self.note = why.to_owned();
+        self.for_compare = true;
     }
 }
 
 impl GuiApp {
     /// Starts the file dialog on its own thread; [`GuiApp::poll_open_dialog`] takes its answer.
     pub(super) fn start_open_dialog(&mut self, ctx: &egui::Context) {
+        self.start_file_dialog(ctx, false);
+    }
+
+    /// File ▸ Compare with…: the file dialog for B, on its own thread.
+    pub(super) fn start_compare_dialog(&mut self, ctx: &egui::Context) {
+        self.start_file_dialog(ctx, true);
+    }
+
+    fn start_file_dialog(&mut self, ctx: &egui::Context, for_compare: bool) {
         let (tx, rx) = mpsc::channel();
         let ctx = ctx.clone();
+        let title = if for_compare {
+            "Compare the open session with…"
+        } else {
+            "Open a dispatchscope sample"
+        };
+        self.dialog.for_compare = for_compare;
         std::thread::spawn(move || {
             let picked = rfd::FileDialog::new()
-                .set_title("Open a dispatchscope sample")
-                .add_filter("dispatchscope sample", &["json"])
+                .set_title(title)
+                .add_filter("dispatchscope sample or capture", &["json", "dscap"])
                 .add_filter("any file", &["*"])
                 .pick_file();
             let _ = tx.send(picked);
@@ -56,14 +81,29 @@ impl GuiApp {
             match rx.try_recv() {
                 Ok(Some(path)) => {
                     self.dialog.pending = None;
-                    self.open_path(ctx, path);
+                    self.open_or_compare(ctx, path);
                 }
                 Ok(None) | Err(mpsc::TryRecvError::Disconnected) => {
                     self.dialog.pending = None;
-                    self.dialog.ask_for_path("No file was chosen: the file dialog was cancelled, or this desktop has no file-dialog portal (xdg-desktop-portal). Type a path instead.");
+                    let why = "No file was chosen: the file dialog was cancelled, or this desktop has no file-dialog portal (xdg-desktop-portal). Type a path instead.";
+                    if self.dialog.for_compare {
+                        self.dialog.ask_for_compare_path(why);
+                    } else {
+                        self.dialog.ask_for_path(why);
+                    }
                 }
                 Err(mpsc::TryRecvError::Empty) => {}
             }
+        }
+    }
+
+    /// Opens `path`, or compares the open session with it when the dialog was Compare with….
+    fn open_or_compare(&mut self, ctx: &egui::Context, path: PathBuf) {
+        if self.dialog.for_compare {
+            let ctx = ctx.clone();
+            self.compare_with_path(move || ctx.request_repaint(), path);
+        } else {
+            self.open_path(ctx, path);
         }
     }
 
@@ -134,7 +174,13 @@ impl GuiApp {
         if self.dialog.typing {
             let mut close = false;
             let mut open = None;
-            egui::Window::new("Open a sample")
+            let title = if self.dialog.for_compare {
+                "Compare with…"
+            } else {
+                "Open a sample"
+            };
+            egui::Window::new(title)
+                .id(egui::Id::unique("open-path"))
                 .collapsible(false)
                 .show(ctx, |ui| {
                     if !self.dialog.note.is_empty() {
@@ -150,7 +196,12 @@ impl GuiApp {
                             .labelled_by(label.id);
                         let enter =
                             edit.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
-                        if ui.button("Open").clicked() || enter {
+                        let verb = if self.dialog.for_compare {
+                            "Compare"
+                        } else {
+                            "Open"
+                        };
+                        if ui.button(verb).clicked() || enter {
                             open = Some(PathBuf::from(self.dialog.path.trim()));
                             close = true;
                         }
@@ -163,7 +214,7 @@ impl GuiApp {
                 self.dialog.typing = false;
             }
             if let Some(p) = open.filter(|p| !p.as_os_str().is_empty()) {
-                self.open_path(ctx, p);
+                self.open_or_compare(ctx, p);
             }
         }
         if let Some(e) = &self.profiler_error {

@@ -34,6 +34,20 @@ const STEP_BUTTONS: [&[(&str, Command, &str)]; 2] = [
     ],
 ];
 
+/// The comparison's stepping buttons, shown while one is open.
+const DIFFERENCE_BUTTONS: [(&str, Command, &str); 2] = [
+    (
+        "Previous difference",
+        Command::PreviousDifference,
+        "Previous dispatch that differs from B (Shift+F7)",
+    ),
+    (
+        "Next difference",
+        Command::NextDifference,
+        "Next dispatch that differs from B, or has no counterpart there (F7)",
+    ),
+];
+
 impl GuiApp {
     /// The menu bar.
     pub(super) fn menu_ui(&mut self, ui: &mut egui::Ui) {
@@ -74,11 +88,49 @@ impl GuiApp {
                     }
                 });
                 ui.separator();
+                let can_compare = self.session.is_some() && self.live.is_none();
+                if ui
+                    .add_enabled(can_compare, egui::Button::new("Compare with…"))
+                    .on_hover_text("Compare the open session (A) with another sample or capture (B), dispatch by dispatch")
+                    .clicked()
+                {
+                    self.start_compare_dialog(&ctx);
+                }
+                if ui
+                    .add_enabled(can_compare, egui::Button::new("Compare with path…"))
+                    .on_hover_text("Type the path of the session to compare with")
+                    .clicked()
+                {
+                    self.dialog.ask_for_compare_path("");
+                }
+                if ui
+                    .add_enabled(self.compare.is_some(), egui::Button::new("Close comparison"))
+                    .clicked()
+                {
+                    self.close_compare();
+                }
+                ui.separator();
                 if ui.button("Quit").clicked() {
                     ctx.send_viewport_cmd(egui::ViewportCommand::Close);
                 }
             });
             ui.menu_button("Live", |ui| self.live_menu_ui(ui));
+            ui.menu_button("Session", |ui| {
+                let can = self.session.is_some() && self.live.is_none();
+                if ui
+                    .add_enabled(can, egui::Button::new("What if…"))
+                    .on_hover_text("Re-plan the session under other limits and compare it with itself")
+                    .clicked()
+                {
+                    self.open_what_if();
+                }
+                if ui
+                    .add_enabled(self.compare.is_some(), egui::Button::new("Close comparison"))
+                    .clicked()
+                {
+                    self.close_compare();
+                }
+            });
             ui.menu_button("Go", |ui| {
                 for (label, cmd) in [
                     ("Next dispatch (F10)", Command::Next),
@@ -89,6 +141,8 @@ impl GuiApp {
                     ("Previous refusal (Shift+F8)", Command::PreviousRefusal),
                     ("Next escape (F9)", Command::NextEscape),
                     ("Previous escape (Shift+F9)", Command::PreviousEscape),
+                    ("Next difference (F7)", Command::NextDifference),
+                    ("Previous difference (Shift+F7)", Command::PreviousDifference),
                     ("Go to dispatch… (Ctrl+G)", Command::GoTo),
                     ("Bookmark (Ctrl+B)", Command::Bookmark),
                 ] {
@@ -140,6 +194,19 @@ impl GuiApp {
             }
             for group in STEP_BUTTONS {
                 for &(label, cmd, tip) in group {
+                    let enabled = self.target(cmd).is_some();
+                    if ui
+                        .add_enabled(enabled, egui::Button::new(label))
+                        .on_hover_text(tip)
+                        .clicked()
+                    {
+                        self.command(&ctx, cmd);
+                    }
+                }
+                ui.separator();
+            }
+            if self.compare.is_some() {
+                for (label, cmd, tip) in DIFFERENCE_BUTTONS {
                     let enabled = self.target(cmd).is_some();
                     if ui
                         .add_enabled(enabled, egui::Button::new(label))

@@ -12,6 +12,7 @@
 //! only to `crate::load`, so the tests and the bench can include it with `#[path]` beside
 //! `load.rs`.
 
+pub mod compare_ui;
 mod dialogs;
 pub mod history_ui;
 mod instrumented_ui;
@@ -114,6 +115,14 @@ pub struct GuiApp {
     timeline: TimelinePanel,
     /// The Write history window, when open.
     pub history: Option<history_ui::HistoryWindow>,
+    /// The context that threads wake when they finish (set on the first frame or the first open).
+    wake: Option<egui::Context>,
+    /// A comparison with another session (File ▸ Compare with…, Session ▸ What if…), when open.
+    pub compare: Option<compare_ui::Comparison>,
+    /// A file to compare the session being opened with, once it is open (`--compare B`).
+    pub pending_compare: Option<PathBuf>,
+    /// The What if… dialog, when open.
+    pub what_if_form: Option<compare_ui::WhatIfForm>,
 }
 
 impl GuiApp {
@@ -152,6 +161,10 @@ impl GuiApp {
             listing: listing_ui::ListingUi::default(),
             timeline: TimelinePanel::default(),
             history: None,
+            wake: None,
+            compare: None,
+            pending_compare: None,
+            what_if_form: None,
         }
     }
 
@@ -183,8 +196,9 @@ impl GuiApp {
 
     /// Starts opening the file at `path` on a background thread.
     pub fn open_path(&mut self, ctx: &egui::Context, path: PathBuf) {
-        let ctx = ctx.clone();
-        self.loader = Some(Loader::spawn(path, move || ctx.request_repaint()));
+        let wake = ctx.clone();
+        self.loader = Some(Loader::spawn(path, move || wake.request_repaint()));
+        self.wake = Some(ctx.clone());
     }
 
     /// Shows `session` (a loaded session, or reports made by a test).
@@ -216,7 +230,20 @@ impl GuiApp {
                 if let Some(mut l) = self.live.take() {
                     l.detach();
                 }
+                // A comparison is of the session it started from.
+                self.close_compare();
                 self.set_session(s);
+                if let Some(b) = self.pending_compare.take() {
+                    let wake = self.wake.clone();
+                    self.compare_with_path(
+                        move || {
+                            if let Some(c) = &wake {
+                                c.request_repaint();
+                            }
+                        },
+                        b,
+                    );
+                }
             }
             // The session already open stays as it is.
             Err(e) => self.error = Some(e),
@@ -245,6 +272,7 @@ impl GuiApp {
                     self.sel.access = None;
                     self.prepare_selected();
                 }
+                self.sync_b();
             }
             Action::ToggleBookmark(pos) => {
                 let Some(key) = self.session.as_ref().map(|s| s.source.key()) else {
@@ -258,9 +286,18 @@ impl GuiApp {
                     b.sort_unstable();
                 }
             }
-            Action::SelectSlot(s) => self.sel.slot = s,
-            Action::SelectAccess(a) => self.sel.access = a,
-            Action::SelectTableSlot(s) => self.sel.table_slot = s,
+            Action::SelectSlot(s) => {
+                self.sel.slot = s;
+                self.sync_b();
+            }
+            Action::SelectAccess(a) => {
+                self.sel.access = a;
+                self.sync_b();
+            }
+            Action::SelectTableSlot(s) => {
+                self.sel.table_slot = s;
+                self.sync_b();
+            }
             Action::ShowTab(t) => self.settings.tab = t,
         }
     }
@@ -285,6 +322,7 @@ impl GuiApp {
             Command::PreviousRefusal => find_back(&refused),
             Command::NextEscape => find_fwd(&escaped),
             Command::PreviousEscape => find_back(&escaped),
+            Command::NextDifference | Command::PreviousDifference => self.difference_target(cmd),
             Command::JumpToBookmark(k) => self
                 .bookmarks()
                 .get(usize::from(k).saturating_sub(1))
@@ -346,6 +384,9 @@ impl GuiApp {
         }
         puffin::profile_function!();
         let ctx = ui.ctx().clone();
+        if self.wake.is_none() {
+            self.wake = Some(ctx.clone());
+        }
         self.poll(&ctx);
         for cmd in keys::consume(&ctx) {
             self.command(&ctx, cmd);
@@ -368,7 +409,17 @@ impl GuiApp {
                     actions.extend(self.timeline.ui(ui, &s.rows, self.sel.dispatch, h));
                 });
         }
-        if self.session.is_some() {
+        if self.session.is_some() && self.compare.is_some() {
+            // Both sides' panels need the width: the lists take at most a third of it (their
+            // tables scroll sideways).
+            let most = (ui.available_width() / 3.0).max(240.0);
+            egui::Panel::left("dispatches-compared")
+                .resizable(true)
+                .default_size(400.0_f32.min(most))
+                .min_size(200.0)
+                .max_size(most)
+                .show(ui, |ui| self.compare_lists_ui(ui, &mut actions));
+        } else if self.session.is_some() {
             let bookmarks = self.bookmarks();
             egui::Panel::left("dispatches")
                 .resizable(true)
@@ -402,9 +453,14 @@ impl GuiApp {
         egui::CentralPanel::default().show(ui, |ui| {
             self.banners_ui(ui);
             self.error_ui(ui);
-            actions.extend(self.central_ui(ui));
+            if self.compare.is_some() {
+                actions.extend(self.compare_central_ui(ui));
+            } else {
+                actions.extend(self.central_ui(ui));
+            }
         });
         self.windows(&ctx);
+        self.what_if_window(&ctx);
         self.history_window(&ctx);
         for a in actions {
             self.apply(a);
@@ -415,6 +471,7 @@ impl GuiApp {
 
     fn poll(&mut self, ctx: &egui::Context) {
         self.poll_live(ctx);
+        self.poll_compare(ctx);
         if let Some(s) = &mut self.session
             && s.scanning()
         {
@@ -658,8 +715,8 @@ impl GuiApp {
         {
             ui.label(
                 RichText::new(format!(
-                    "disconnected ({reason}); the {} dispatches received are kept",
-                    self.n_dispatches()
+                    "disconnected ({reason}); the {} received are kept",
+                    style::count(self.n_dispatches(), "dispatch", "dispatches")
                 ))
                 .color(style::MUTED),
             );
@@ -685,7 +742,14 @@ impl eframe::App for EframeApp {
 /// Runs the debugger window. With no path it starts the demo target on a thread and attaches to
 /// it (or, if the demo cannot start, opens the built-in default sample with a notice); with paths
 /// it opens the first (on a background thread) and remembers the others as recent files.
-pub fn run_gui(open: Vec<PathBuf>) -> anyhow::Result<()> {
+/// `compare` (`--compare B`) compares the first path with B once it is open.
+pub fn run_gui(open: Vec<PathBuf>, compare: Option<PathBuf>) -> anyhow::Result<()> {
+    if compare.is_some() && open.is_empty() {
+        return Err(crate::load::BadInput(
+            "--compare B compares the session opened (A) with B: give A first, as in `dispatchscope A.dscap --compare B.dscap`".into(),
+        )
+        .into());
+    }
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default()
             .with_title("dispatchscope")
@@ -716,6 +780,7 @@ pub fn run_gui(open: Vec<PathBuf>) -> anyhow::Result<()> {
                         app.settings.recent.retain(|r| *r != rest);
                         app.settings.recent.insert(0, rest);
                     }
+                    app.pending_compare = compare;
                     app.open_path(&cc.egui_ctx, first);
                 }
                 None => app.open_default(&cc.egui_ctx),

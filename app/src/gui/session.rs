@@ -118,7 +118,7 @@ pub trait CaptureSource: Read + Seek + Send {}
 impl<T: Read + Seek + Send> CaptureSource for T {}
 
 /// An open capture read on demand.
-type Capture = CaptureFile<Box<dyn CaptureSource>>;
+pub type Capture = CaptureFile<Box<dyn CaptureSource>>;
 
 /// Opens a capture again, for the thread that scans its rows.
 type Reopen = Arc<dyn Fn() -> Result<Capture, SessionError> + Send + Sync>;
@@ -310,9 +310,10 @@ pub struct Session {
     history_source: Option<HistorySource>,
 }
 
-/// What a session's write histories are made from, on a thread of their own.
+/// What a session's write histories, comparisons and what-ifs are made from, on a thread of
+/// their own.
 #[derive(Clone)]
-enum HistorySource {
+pub enum HistorySource {
     /// A sample, whose reports the session holds.
     Sample(Arc<Sample>),
     /// A capture, opened again on the history's thread and read through its index.
@@ -582,6 +583,21 @@ impl Session {
         Some(rx)
     }
 
+    /// What a thread reads this session's reports from again ([`Origin::reports`]): a sample's
+    /// replay (copied), a capture reopened and read through its index; `None` for a live
+    /// session, which keeps no whole session.
+    pub fn origin(&self) -> Option<Origin> {
+        if self.reports.live.is_some() {
+            return None;
+        }
+        let source = self.history_source.clone();
+        let reports = match source {
+            Some(HistorySource::Capture(_)) => Vec::new(),
+            _ => self.reports.in_memory_reports().to_vec(),
+        };
+        Some(Origin { source, reports })
+    }
+
     /// Makes what the panels of dispatch `pos` draw ready: for a capture, its report and its
     /// checkpoints, read through the index unless already read; for a session in memory, nothing.
     pub fn prepare(&mut self, pos: usize) -> Result<(), SessionError> {
@@ -722,6 +738,59 @@ impl Session {
                 }
                 Err(_) => self.rows_scan = None,
             }
+        }
+    }
+}
+
+/// A session's reports as a thread reads them again: what a comparison and a what-if start from.
+#[derive(Clone)]
+pub struct Origin {
+    /// The sample (with its replay in `reports`), or the capture to reopen; none for reports
+    /// made in memory alone (tests, a what-if's re-plan), which `reports` holds.
+    pub source: Option<HistorySource>,
+    /// A sample's reports (empty for a capture).
+    pub reports: Vec<DispatchReport>,
+}
+
+impl Origin {
+    /// Dispatches in the session, where known without reading it (a sample's).
+    pub fn known_len(&self) -> Option<usize> {
+        match self.source {
+            Some(HistorySource::Capture(_)) => None,
+            _ => Some(self.reports.len()),
+        }
+    }
+
+    /// Every report, in order: a sample's as held, a capture's read one DISPATCH record at a
+    /// time through its index (never its MEMORY records), counting each in `done`.
+    pub fn reports(self, done: &AtomicUsize) -> Result<Vec<DispatchReport>, String> {
+        match self.source {
+            None | Some(HistorySource::Sample(_)) => {
+                done.fetch_add(self.reports.len(), Ordering::Relaxed);
+                Ok(self.reports)
+            }
+            Some(HistorySource::Capture(reopen)) => {
+                let mut file = reopen().map_err(|e| e.to_string())?;
+                let n = file.n_dispatches();
+                let mut out = Vec::with_capacity(n);
+                for pos in 0..n {
+                    let record = file.dispatch(pos).map_err(|e| e.to_string())?;
+                    let r = record.report.ok_or_else(|| {
+                        format!("dispatch {pos} carries no report (the recorder did not have it); a comparison needs every report")
+                    })?;
+                    out.push(r);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// The capture, reopened through its index (a what-if re-plans it record by record).
+    pub fn reopen(&self) -> Option<Result<Capture, String>> {
+        match &self.source {
+            Some(HistorySource::Capture(reopen)) => Some(reopen().map_err(|e| e.to_string())),
+            _ => None,
         }
     }
 }

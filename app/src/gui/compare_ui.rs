@@ -1,0 +1,1053 @@
+//! A comparison of the open session (A) with another (B): File ▸ Compare with… (or
+//! `dispatchscope A --compare B`) loads B as the window loads any file (a capture through its
+//! index), and Session ▸ What if… makes B from A under other limits. The [`SessionDiff`] is made
+//! on a thread of its own (`dispatchscope_core::diff`, reading each capture's DISPATCH records
+//! one at a time, never a replay), with progress; then the window shows both sides: two dispatch
+//! lists with a difference column (Δ differs, − only in A, + only in B) and an "only differing"
+//! filter, F7 / Shift+F7 to the next / previous dispatch that differs, a selection on one side
+//! selecting its match on the other, the selected pair's panels side by side with what differs
+//! highlighted, and the Differences panel (the pair's change sentences by category, each a link to
+//! its tab).
+//!
+//! The what-if re-plans where only planning limits change (`dispatchscope_formats::what_if`) and
+//! replays on the CPU reference where a limit needs the engine's state, as `diff FILE --LIMIT`
+//! does; the diff's notes say which, and from which position only the plan is compared.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, mpsc};
+
+use dispatchscope_core::diff::{Matching, SessionDiff, diff_sessions};
+use dispatchscope_core::input::DeviceLimits;
+use dispatchscope_core::what_if::{WhatIfError, needs_replay};
+use dispatchscope_formats::what_if::{self, RePlanError};
+use dispatchscope_views::compare::{self, DIFFERS, plural};
+use dispatchscope_views::keys::Command;
+use dispatchscope_views::{
+    AccessesPanel, Action, AfterPanel, BindingsPanel, ChunkTablePanel, DiffMarks, DifferencesPanel,
+    DispatchesPanel, MemoryPanel, RefusalsPanel, RowMark, Selection, Side, Tab, style,
+};
+use egui::RichText;
+
+use super::GuiApp;
+use super::session::{HistorySource, LoadError, Origin, Progress, Session, Source, load_file};
+use crate::load::{WhatIfLimits, parse_number};
+
+/// What the comparison's thread sends: B once it is loaded, then the diff.
+enum Msg {
+    Loaded(Box<Result<Session, LoadError>>),
+    Diff(Result<SessionDiff, String>),
+}
+
+/// B's panels: the same panels as A's, with their own state.
+#[derive(Default)]
+struct Panels {
+    bindings: BindingsPanel,
+    refusals: RefusalsPanel,
+    memory: MemoryPanel,
+    table: ChunkTablePanel,
+    accesses: AccessesPanel,
+    after: AfterPanel,
+}
+
+/// A comparison in progress or shown.
+pub struct Comparison {
+    /// How B is named: its file, or the what-if's limits.
+    pub b_name: String,
+    /// Whether B is the what-if's (A under other limits).
+    pub what_if: bool,
+    /// B, once loaded.
+    pub b: Option<Session>,
+    rx: Option<mpsc::Receiver<Msg>>,
+    /// Reports read for the diff so far, of `total`.
+    pub progress: Arc<Progress>,
+    /// The diff, or why there is none.
+    pub diff: Option<Result<SessionDiff, String>>,
+    /// A's dispatches' marks, by position.
+    pub a_marks: Arc<[RowMark]>,
+    /// B's dispatches' marks, by position.
+    pub b_marks: Arc<[RowMark]>,
+    a_to_b: Vec<Option<usize>>,
+    b_to_a: Vec<Option<usize>>,
+    /// B's selection (its dispatch follows A's match; the slot, access and table slot are A's).
+    pub b_sel: Selection,
+    b_list: DispatchesPanel,
+    panels: Panels,
+}
+
+impl Comparison {
+    fn new(
+        b_name: String,
+        what_if: bool,
+        rx: mpsc::Receiver<Msg>,
+        progress: Arc<Progress>,
+    ) -> Self {
+        let mut b_list = DispatchesPanel::default();
+        b_list.id_salt = "dispatches-table-b";
+        Self {
+            b_name,
+            what_if,
+            b: None,
+            rx: Some(rx),
+            progress,
+            diff: None,
+            a_marks: Arc::from(Vec::new()),
+            b_marks: Arc::from(Vec::new()),
+            a_to_b: Vec::new(),
+            b_to_a: Vec::new(),
+            b_sel: Selection::default(),
+            b_list,
+            panels: Panels::default(),
+        }
+    }
+
+    /// Whether B or the diff is still being made.
+    #[allow(dead_code, reason = "the window's tests wait on it")]
+    pub fn pending(&self) -> bool {
+        self.rx.is_some()
+    }
+
+    /// The diff, once made.
+    pub fn session_diff(&self) -> Option<&SessionDiff> {
+        self.diff.as_ref().and_then(|d| d.as_ref().ok())
+    }
+
+    /// B's position paired with A's `pos`, if it has one.
+    pub fn b_of(&self, pos: usize) -> Option<usize> {
+        self.a_to_b.get(pos).copied().flatten()
+    }
+
+    /// A's position paired with B's `pos`, if it has one.
+    pub fn a_of(&self, pos: usize) -> Option<usize> {
+        self.b_to_a.get(pos).copied().flatten()
+    }
+
+    /// Takes the diff: marks every dispatch and pairs the positions.
+    fn take_diff(&mut self, d: &SessionDiff) {
+        let mut a = vec![RowMark::Same; d.a_dispatches];
+        let mut b = vec![RowMark::Same; d.b_dispatches];
+        for r in &d.only_a {
+            if let Some(m) = a.get_mut(r.position) {
+                *m = RowMark::Unmatched;
+            }
+        }
+        for r in &d.only_b {
+            if let Some(m) = b.get_mut(r.position) {
+                *m = RowMark::Unmatched;
+            }
+        }
+        for x in &d.dispatches {
+            if let Some(m) = a.get_mut(x.position[0]) {
+                *m = RowMark::Differs;
+            }
+            if let Some(m) = b.get_mut(x.position[1]) {
+                *m = RowMark::Differs;
+            }
+        }
+        self.a_to_b = vec![None; d.a_dispatches];
+        self.b_to_a = vec![None; d.b_dispatches];
+        for &[i, j] in &d.pairs {
+            if let Some(x) = self.a_to_b.get_mut(i) {
+                *x = Some(j);
+            }
+            if let Some(x) = self.b_to_a.get_mut(j) {
+                *x = Some(i);
+            }
+        }
+        self.a_marks = Arc::from(a);
+        self.b_marks = Arc::from(b);
+        self.b_list.row_marks = Some((Side::B, Arc::clone(&self.b_marks)));
+    }
+
+    /// The marks the pair at A's `a` and B's `b` puts on `side`.
+    fn marks(&self, side: Side, a: usize, b: Option<usize>) -> Option<DiffMarks> {
+        let d = self.session_diff()?;
+        match side {
+            Side::A => {
+                if self.a_marks.get(a) == Some(&RowMark::Unmatched) {
+                    return Some(DiffMarks::unmatched(Side::A));
+                }
+                d.for_a(a).map(|x| DiffMarks::of(x, Side::A))
+            }
+            Side::B => {
+                let b = b?;
+                if self.b_marks.get(b) == Some(&RowMark::Unmatched) {
+                    return Some(DiffMarks::unmatched(Side::B));
+                }
+                d.for_b(b).map(|x| DiffMarks::of(x, Side::B))
+            }
+        }
+    }
+}
+
+/// Reports in `origin`, or in the session, for the progress bar's total.
+fn count(origin: &Origin, s: &Session) -> usize {
+    origin.known_len().unwrap_or(s.reports.len())
+}
+
+/// The diff of A's and B's reports, read again on this thread.
+fn diff_of(a: Origin, b: Origin, progress: &Progress) -> Result<SessionDiff, String> {
+    let ra = a.reports(&progress.done)?;
+    let rb = b.reports(&progress.done)?;
+    Ok(diff_sessions(&ra, &rb))
+}
+
+/// The What if… dialog's fields.
+#[derive(Clone, Debug, Default)]
+pub struct WhatIfForm {
+    /// minStorageBufferOffsetAlignment (O7).
+    pub alignment: String,
+    /// maxStorageBufferRange (O5).
+    pub range: String,
+    /// The chunk table's probe bound (T2).
+    pub probe_bound: String,
+    /// The host's page size in bytes.
+    pub host_page: String,
+    /// The limits the fields were filled from.
+    pub base: DeviceLimits,
+    /// Why the last Run was refused.
+    pub error: Option<String>,
+}
+
+impl WhatIfForm {
+    /// The fields filled from `base`.
+    pub fn of(base: DeviceLimits) -> Self {
+        Self {
+            alignment: style::hex(base.min_storage_buffer_offset_alignment),
+            range: style::hex(base.max_storage_buffer_range),
+            probe_bound: base.probe_bound.to_string(),
+            host_page: style::hex(base.host_page_bytes),
+            base,
+            error: None,
+        }
+    }
+
+    /// The limits the fields ask for (a field equal to the session's limit changes nothing), and
+    /// the whole, checked as `diff FILE --LIMIT` checks them.
+    pub fn limits(&self) -> Result<(WhatIfLimits, DeviceLimits), String> {
+        let field = |name: &str, text: &str, base: u64| -> Result<Option<u64>, String> {
+            let v = parse_number(text.trim()).map_err(|e| format!("{name}: {e}"))?;
+            Ok((v != base).then_some(v))
+        };
+        let b = &self.base;
+        let w = WhatIfLimits {
+            min_storage_buffer_offset_alignment: field(
+                "minStorageBufferOffsetAlignment",
+                &self.alignment,
+                b.min_storage_buffer_offset_alignment,
+            )?,
+            max_storage_buffer_range: field(
+                "maxStorageBufferRange",
+                &self.range,
+                b.max_storage_buffer_range,
+            )?,
+            probe_bound: field("probe bound", &self.probe_bound, u64::from(b.probe_bound))?,
+            host_page_bytes: field("host page bytes", &self.host_page, b.host_page_bytes)?,
+        };
+        if !w.any() {
+            return Err(
+                "every field holds the session's own limit: change one to ask what if".into(),
+            );
+        }
+        let limits = w.apply(b).map_err(|e| e.0)?;
+        Ok((w, limits))
+    }
+}
+
+/// A what-if's B and its diff, made on the comparison's thread.
+fn what_if_session(
+    origin: Origin,
+    source: Source,
+    title: String,
+    (w, limits): (WhatIfLimits, DeviceLimits),
+    base: &DeviceLimits,
+    progress: &Progress,
+) -> (Result<Session, LoadError>, Result<SessionDiff, String>) {
+    let failed = |message: String| {
+        let e = LoadError {
+            source: source.display(),
+            message: message.clone(),
+            at: None,
+            offset_bytes: None,
+        };
+        (Err(e), Err(message))
+    };
+    let state = needs_replay(base, &limits);
+    let why = if state.is_empty() {
+        let re_planned = match (&origin.source, origin.reopen()) {
+            (Some(HistorySource::Sample(sample)), _) => what_if::re_plan(
+                sample.dispatches().zip(origin.reports.iter().cloned()),
+                w.plan(),
+            )
+            .map_err(RePlanError::from),
+            (_, Some(Ok(mut file))) => what_if::re_plan_capture(&mut file, w.plan()),
+            (_, Some(Err(e))) => return failed(e),
+            (_, None) => return failed("the session cannot be read again".into()),
+        };
+        match re_planned {
+            Ok(r) => {
+                let diff = r.diff();
+                progress.done.store(r.now.len(), Ordering::Relaxed);
+                let b = Session::from_reports(source, title, r.now, Vec::new());
+                return (Ok(b), Ok(diff));
+            }
+            Err(
+                e @ (RePlanError::Session(_) | RePlanError::WhatIf(WhatIfError::Engine { .. })),
+            ) => {
+                return failed(e.to_string());
+            }
+            // A capture without reports, or reports another recorder made: replay it.
+            Err(e) => format!("the re-plan could not go on: {e}"),
+        }
+    } else {
+        format!(
+            "{} change the mapping or the table, which need the engine's state",
+            state.join(", ")
+        )
+    };
+    // The whole session replayed on the CPU reference under the new limits.
+    let sample = match (&origin.source, origin.reopen()) {
+        (Some(HistorySource::Sample(s)), _) => (**s).clone(),
+        (_, Some(Ok(mut file))) => match file.to_sample() {
+            Ok((s, _)) => s,
+            Err(e) => return failed(e.to_string()),
+        },
+        (_, Some(Err(e))) => return failed(e),
+        (_, None) => return failed("the session cannot be read again".into()),
+    };
+    let mut sample = sample;
+    sample.device = limits;
+    let b = match Session::replay(source.clone(), &sample, progress) {
+        Ok(mut b) => {
+            b.title = title;
+            b
+        }
+        Err(e) => {
+            return failed(format!(
+                "the session replays under the new limits with an error: {e}"
+            ));
+        }
+    };
+    let before = match origin.reports(&std::sync::atomic::AtomicUsize::new(0)) {
+        Ok(r) => r,
+        Err(e) => return failed(e),
+    };
+    let mut diff = diff_sessions(&before, b.reports.in_memory_reports());
+    diff.notes.push(format!(
+        "what if: the session replayed whole on the CPU reference ({why}); every decision is compared"
+    ));
+    (Ok(b), Ok(diff))
+}
+
+/// The what-if's name for B: the limits it changed.
+fn what_if_name(w: &WhatIfLimits) -> String {
+    let mut parts = Vec::new();
+    if let Some(a) = w.min_storage_buffer_offset_alignment {
+        parts.push(format!("alignment {}", style::hex(a)));
+    }
+    if let Some(r) = w.max_storage_buffer_range {
+        parts.push(format!("max range {}", style::hex(r)));
+    }
+    if let Some(p) = w.probe_bound {
+        parts.push(format!("probe bound {p}"));
+    }
+    if let Some(h) = w.host_page_bytes {
+        parts.push(format!("host page {}", style::hex(h)));
+    }
+    format!("what if: {}", parts.join(", "))
+}
+
+impl GuiApp {
+    /// A's origin, or the reason a comparison cannot start.
+    fn compare_origin(&self) -> Result<Origin, String> {
+        let s = self
+            .session
+            .as_ref()
+            .ok_or_else(|| "open a session first: it is A, the session compared from".to_owned())?;
+        s.origin().ok_or_else(|| {
+            "a live session keeps no whole session to compare: save it and open the capture".into()
+        })
+    }
+
+    fn compare_refused(&mut self, message: String) {
+        self.error = Some(LoadError {
+            source: "the comparison".into(),
+            message,
+            at: None,
+            offset_bytes: None,
+        });
+    }
+
+    /// Starts comparing the open session with the sample or capture at `path`: B is loaded and
+    /// the diff made on a thread of their own.
+    pub fn compare_with_path(&mut self, wake: impl Fn() + Send + 'static, path: PathBuf) {
+        let a = match self.compare_origin() {
+            Ok(a) => a,
+            Err(e) => return self.compare_refused(e),
+        };
+        let a_len = self.n_dispatches();
+        let progress = Arc::new(Progress::default());
+        let (tx, rx) = mpsc::channel();
+        let prog = Arc::clone(&progress);
+        let name = path.display().to_string();
+        std::thread::spawn(move || {
+            let loaded = load_file(&path, Source::File(path.clone()), &Progress::default());
+            let b = match loaded {
+                Ok(b) => b,
+                Err(e) => {
+                    let message = e.to_string();
+                    let _ = tx.send(Msg::Loaded(Box::new(Err(e))));
+                    let _ = tx.send(Msg::Diff(Err(message)));
+                    wake();
+                    return;
+                }
+            };
+            let origin_b = b.origin();
+            let b_len = origin_b.as_ref().map_or(0, |o| count(o, &b));
+            prog.total.store(a_len + b_len, Ordering::Relaxed);
+            let _ = tx.send(Msg::Loaded(Box::new(Ok(b))));
+            wake();
+            let diff = match origin_b {
+                Some(ob) => diff_of(a, ob, &prog),
+                None => Err("B cannot be read again".into()),
+            };
+            let _ = tx.send(Msg::Diff(diff));
+            wake();
+        });
+        self.compare = Some(Comparison::new(name, false, rx, progress));
+    }
+
+    /// Compares the open session with `b`, already made (tests; a session built in memory).
+    #[allow(dead_code, reason = "the window's tests use it")]
+    pub fn compare_with_session(&mut self, b: Session, b_name: &str) {
+        let a = match self.compare_origin() {
+            Ok(a) => a,
+            Err(e) => return self.compare_refused(e),
+        };
+        let Some(ob) = b.origin() else {
+            return self.compare_refused(
+                "a live session keeps no whole session to compare: save it and open the capture"
+                    .into(),
+            );
+        };
+        let progress = Arc::new(Progress::default());
+        progress
+            .total
+            .store(self.n_dispatches() + b.reports.len(), Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel();
+        let prog = Arc::clone(&progress);
+        std::thread::spawn(move || {
+            let _ = tx.send(Msg::Diff(diff_of(a, ob, &prog)));
+        });
+        let mut c = Comparison::new(b_name.to_owned(), false, rx, progress);
+        c.b = Some(b);
+        self.compare = Some(c);
+        self.sync_b();
+    }
+
+    /// Opens the What if… dialog, filled from the selected dispatch's limits.
+    pub fn open_what_if(&mut self) {
+        let base = self
+            .session
+            .as_ref()
+            .and_then(|s| s.reports.get(self.sel.dispatch))
+            .map(|r| r.device.clone());
+        match base {
+            Some(b) => self.what_if_form = Some(WhatIfForm::of(b)),
+            None => self.compare_refused(
+                "open a session with a dispatch first: the what-if changes its limits".into(),
+            ),
+        }
+    }
+
+    /// Runs the what-if the dialog's fields ask for; a bad field stays in the dialog as its error.
+    pub fn run_what_if(&mut self, wake: impl Fn() + Send + 'static) {
+        let Some(form) = &mut self.what_if_form else {
+            return;
+        };
+        let asked = match form.limits() {
+            Ok(x) => x,
+            Err(e) => {
+                form.error = Some(e);
+                return;
+            }
+        };
+        let base = form.base.clone();
+        let origin = match self.compare_origin() {
+            Ok(o) => o,
+            Err(e) => {
+                if let Some(f) = &mut self.what_if_form {
+                    f.error = Some(e);
+                }
+                return;
+            }
+        };
+        self.what_if_form = None;
+        let Some(s) = &self.session else { return };
+        let name = what_if_name(&asked.0);
+        let (source, title) = (s.source.clone(), format!("{} ({name})", s.title));
+        let progress = Arc::new(Progress::default());
+        progress.total.store(s.reports.len(), Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel();
+        let prog = Arc::clone(&progress);
+        std::thread::spawn(move || {
+            let (b, diff) = what_if_session(origin, source, title, asked, &base, &prog);
+            let _ = tx.send(Msg::Loaded(Box::new(b)));
+            let _ = tx.send(Msg::Diff(diff));
+            wake();
+        });
+        self.compare = Some(Comparison::new(name, true, rx, progress));
+    }
+
+    /// Ends the comparison (the menu's Close comparison).
+    pub fn close_compare(&mut self) {
+        self.compare = None;
+        self.dispatches.row_marks = None;
+        for p in [
+            &mut self.bindings.diff,
+            &mut self.refusals.diff,
+            &mut self.accesses.diff,
+            &mut self.after.diff,
+            &mut self.table.diff,
+        ] {
+            *p = None;
+        }
+    }
+
+    /// Takes what the comparison's thread sent.
+    pub(super) fn poll_compare(&mut self, ctx: &egui::Context) {
+        let Some(c) = &mut self.compare else { return };
+        if let Some(b) = &mut c.b
+            && b.scanning()
+        {
+            b.poll_rows();
+            ctx.request_repaint_after(std::time::Duration::from_millis(50));
+        }
+        let Some(rx) = &c.rx else { return };
+        let mut loaded = false;
+        loop {
+            match rx.try_recv() {
+                Ok(Msg::Loaded(b)) => match *b {
+                    Ok(b) => {
+                        c.b = Some(b);
+                        loaded = true;
+                    }
+                    Err(e) => self.error = Some(e),
+                },
+                Ok(Msg::Diff(d)) => {
+                    if let Ok(d) = &d {
+                        c.take_diff(d);
+                    }
+                    c.diff = Some(d);
+                    c.rx = None;
+                    self.dispatches.row_marks = Some((Side::A, Arc::clone(&c.a_marks)));
+                    loaded = true;
+                    break;
+                }
+                Err(mpsc::TryRecvError::Empty) => {
+                    ctx.request_repaint_after(std::time::Duration::from_millis(30));
+                    break;
+                }
+                Err(mpsc::TryRecvError::Disconnected) => {
+                    c.diff = Some(Err("the comparison's thread stopped".into()));
+                    c.rx = None;
+                    break;
+                }
+            }
+        }
+        if self
+            .compare
+            .as_ref()
+            .is_some_and(|c| c.b.is_none() && c.rx.is_none())
+        {
+            // B never loaded: nothing to show side by side.
+            self.close_compare();
+            return;
+        }
+        if loaded {
+            self.sync_b();
+        }
+    }
+
+    /// Makes B's selection follow A's: its match, and A's slot, access and table slot; reads
+    /// what B's panels need.
+    pub(super) fn sync_b(&mut self) {
+        let Some(c) = &mut self.compare else { return };
+        if let Some(p) = c.b_of(self.sel.dispatch) {
+            c.b_sel.dispatch = p;
+        } else if c.session_diff().is_none() {
+            c.b_sel.dispatch = self.sel.dispatch;
+        }
+        c.b_sel.slot = self.sel.slot;
+        c.b_sel.access = self.sel.access;
+        c.b_sel.table_slot = self.sel.table_slot;
+        if let Some(b) = &mut c.b {
+            let n = b.reports.len();
+            if n > 0 {
+                c.b_sel.dispatch = c.b_sel.dispatch.min(n - 1);
+            }
+            if let Err(e) = b.prepare(c.b_sel.dispatch) {
+                let name = b.source.display();
+                self.error = Some(super::session::capture_error(&name, e));
+            }
+        }
+    }
+
+    /// Applies an action from B's list or panels: a dispatch selects its match in A (or B's
+    /// alone, where it has none); the rest are A's actions.
+    fn apply_b(&mut self, action: Action) {
+        match action {
+            Action::SelectDispatch(p) => self.select_in_b(p),
+            Action::ToggleBookmark(_) => {}
+            other => self.apply(other),
+        }
+    }
+
+    /// Selects B's dispatch at `pos` (a click in B's list) and its match in A, if it has one.
+    pub fn select_in_b(&mut self, pos: usize) {
+        let a = self.compare.as_ref().and_then(|c| c.a_of(pos));
+        if let Some(c) = &mut self.compare {
+            c.b_sel.dispatch = pos;
+        }
+        match a {
+            Some(a) => self.apply(Action::SelectDispatch(a)),
+            None => self.sync_b_alone(),
+        }
+    }
+
+    /// Reads B's selected dispatch without moving A (a dispatch only B has).
+    fn sync_b_alone(&mut self) {
+        let Some(c) = &mut self.compare else { return };
+        if let Some(b) = &mut c.b
+            && let Err(e) = b.prepare(c.b_sel.dispatch)
+        {
+            let name = b.source.display();
+            self.error = Some(super::session::capture_error(&name, e));
+        }
+    }
+
+    /// The position the difference keys move to, in A's list, if any.
+    pub(super) fn difference_target(&self, cmd: Command) -> Option<usize> {
+        let c = self.compare.as_ref()?;
+        let cur = self.sel.dispatch;
+        let m = &c.a_marks;
+        match cmd {
+            Command::NextDifference => (cur + 1..m.len()).find(|&p| m[p].differs()),
+            Command::PreviousDifference => (0..cur.min(m.len())).rev().find(|&p| m[p].differs()),
+            _ => None,
+        }
+    }
+
+    /// The left panel in a comparison: A's list above B's.
+    pub(super) fn compare_lists_ui(&mut self, ui: &mut egui::Ui, actions: &mut Vec<Action>) {
+        let bookmarks = self.bookmarks();
+        let Some(s) = &self.session else { return };
+        let half = (ui.available_height() / 2.0 - 24.0).max(120.0);
+        ui.label(RichText::new(format!("A: {}", s.source.display())).strong())
+            .on_hover_text("The session compared from");
+        ui.allocate_ui(egui::vec2(ui.available_width(), half), |ui| {
+            ui.push_id("list-a", |ui| {
+                actions.extend(
+                    self.dispatches
+                        .ui(ui, &s.rows, &bookmarks, self.sel.dispatch),
+                );
+            });
+        });
+        ui.separator();
+        let mut b_actions = Vec::new();
+        if let Some(c) = &mut self.compare {
+            ui.label(RichText::new(format!("B: {}", c.b_name)).strong())
+                .on_hover_text("The session compared to");
+            match &c.b {
+                Some(b) => {
+                    ui.push_id("list-b", |ui| {
+                        b_actions = c.b_list.ui(ui, &b.rows, &[], c.b_sel.dispatch);
+                    });
+                }
+                None => {
+                    ui.horizontal(|ui| {
+                        ui.spinner();
+                        ui.label("loading B…");
+                    });
+                }
+            }
+        }
+        for a in b_actions {
+            self.apply_b(a);
+        }
+    }
+
+    /// The comparison's header: what is compared, how, its notes, and its progress.
+    fn compare_header_ui(&mut self, ui: &mut egui::Ui) {
+        let Some(c) = &self.compare else { return };
+        let mut close = false;
+        ui.horizontal_wrapped(|ui| {
+            ui.label(
+                RichText::new(if c.what_if { "What if" } else { "Comparing" })
+                    .heading()
+                    .color(DIFFERS),
+            );
+            ui.label(RichText::new(format!("B: {}", c.b_name)).strong());
+            close = ui.button("Close comparison").clicked();
+        });
+        if close {
+            self.close_compare();
+            return;
+        }
+        match &c.diff {
+            None => {
+                let done = c.progress.done.load(Ordering::Relaxed);
+                let total = c.progress.total.load(Ordering::Relaxed);
+                ui.horizontal(|ui| {
+                    ui.spinner();
+                    let frac = if total == 0 {
+                        0.0
+                    } else {
+                        done as f32 / total as f32
+                    };
+                    ui.add(
+                        egui::ProgressBar::new(frac.min(1.0))
+                            .desired_width(240.0)
+                            .text(if c.b.is_none() && !c.what_if {
+                                "loading B…".to_owned()
+                            } else if total == 0 || done >= total {
+                                "comparing…".to_owned()
+                            } else {
+                                format!("reading reports: {done} of {total}")
+                            }),
+                    );
+                });
+            }
+            Some(Err(e)) => {
+                ui.colored_label(style::REFUSED, format!("The comparison failed: {e}"));
+            }
+            Some(Ok(d)) => {
+                ui.label(summary(d));
+                for l in &d.limits {
+                    ui.label(style::mono(format!(
+                        "limit {}: {} → {}",
+                        l.name, l.before, l.after
+                    )));
+                }
+                for n in &d.notes {
+                    ui.label(RichText::new(n).color(style::MUTED));
+                }
+            }
+        }
+    }
+
+    /// The central area in a comparison: the header, the Differences panel, the tabs, and the
+    /// selected pair's panels side by side.
+    pub(super) fn compare_central_ui(&mut self, ui: &mut egui::Ui) -> Vec<Action> {
+        let mut actions = Vec::new();
+        self.compare_header_ui(ui);
+        let Some(c) = &self.compare else {
+            return actions;
+        };
+        let a_pos = self.sel.dispatch;
+        let b_pos = c.b_of(a_pos).or(match c.b_marks.get(c.b_sel.dispatch) {
+            Some(RowMark::Unmatched) => Some(c.b_sel.dispatch),
+            _ => None,
+        });
+        let b_pos = if c.session_diff().is_none() {
+            Some(c.b_sel.dispatch)
+        } else {
+            b_pos
+        };
+        let a_marks = c.marks(Side::A, a_pos, b_pos);
+        let b_marks = c.marks(Side::B, a_pos, b_pos);
+        // The Differences panel: the selected pair's sentences.
+        let pair = c.session_diff().and_then(|d| d.for_a(a_pos)).cloned();
+        let has_diff = c.session_diff().is_some();
+        let a_unmatched = a_marks.as_ref().is_some_and(|m| m.unmatched);
+        let b_unmatched = b_pos.is_some_and(|b| c.b_marks.get(b) == Some(&RowMark::Unmatched));
+        let mut differences = DifferencesPanel::default();
+        egui::CollapsingHeader::new(
+            RichText::new(match &pair {
+                Some(p) => format!("Differences ({})", p.changes.len()),
+                None => "Differences".to_owned(),
+            })
+            .strong(),
+        )
+        .id_salt("differences-panel")
+        .default_open(true)
+        .show(ui, |ui| {
+            egui::ScrollArea::vertical()
+                .id_salt("differences-scroll")
+                .max_height(170.0)
+                .auto_shrink([false, true])
+                .show(ui, |ui| {
+                    if a_unmatched {
+                        style::nothing(
+                            ui,
+                            "This dispatch is only in A: B has no counterpart (removed).",
+                        );
+                    } else if b_unmatched {
+                        style::nothing(
+                            ui,
+                            "B's selected dispatch is only in B: A has no counterpart (added).",
+                        );
+                    } else if has_diff {
+                        actions.extend(differences.ui(ui, pair.as_ref()));
+                    }
+                });
+        });
+        // The tabs.
+        ui.horizontal_wrapped(|ui| {
+            for t in Tab::ALL {
+                if t == Tab::Pass {
+                    continue;
+                }
+                let title = match (&a_marks, &b_marks) {
+                    (Some(m), _) | (_, Some(m)) if tab_differs(t, m) => {
+                        format!("{} {}", compare::GLYPH, t.title())
+                    }
+                    _ => t.title().to_owned(),
+                };
+                let text = if title.starts_with(compare::GLYPH) {
+                    RichText::new(title).color(DIFFERS)
+                } else {
+                    RichText::new(title)
+                };
+                if ui.selectable_label(self.settings.tab == t, text).clicked() {
+                    actions.push(Action::ShowTab(t));
+                }
+            }
+        });
+        ui.separator();
+        let tab = if self.settings.tab == Tab::Pass {
+            Tab::Bindings
+        } else {
+            self.settings.tab
+        };
+        self.bindings.diff = a_marks.clone();
+        self.refusals.diff = a_marks.clone();
+        self.accesses.diff = a_marks.clone();
+        self.after.diff = a_marks.clone();
+        self.table.diff = a_marks;
+        let mut b_actions = Vec::new();
+        let sel = self.sel.clone();
+        let Some(s) = &self.session else {
+            return actions;
+        };
+        let Some(c) = &mut self.compare else {
+            return actions;
+        };
+        c.panels.bindings.diff = b_marks.clone();
+        c.panels.refusals.diff = b_marks.clone();
+        c.panels.accesses.diff = b_marks.clone();
+        c.panels.after.diff = b_marks.clone();
+        c.panels.table.diff = b_marks;
+        let b_sel = c.b_sel.clone();
+        let mut a_panels = PanelsMut {
+            bindings: &mut self.bindings,
+            refusals: &mut self.refusals,
+            memory: &mut self.memory,
+            table: &mut self.table,
+            accesses: &mut self.accesses,
+            after: &mut self.after,
+        };
+        let mut b_panels = PanelsMut {
+            bindings: &mut c.panels.bindings,
+            refusals: &mut c.panels.refusals,
+            memory: &mut c.panels.memory,
+            table: &mut c.panels.table,
+            accesses: &mut c.panels.accesses,
+            after: &mut c.panels.after,
+        };
+        let b_session = c.b.as_ref();
+        ui.columns(2, |cols| {
+            // A side's content never draws over the other's (a wide table scrolls or is cut at
+            // its column's edge).
+            for col in cols.iter_mut() {
+                let clip = col.max_rect().intersect(col.clip_rect());
+                col.set_clip_rect(clip);
+            }
+            cols[0].push_id("side-a", |ui| {
+                side_heading(
+                    ui,
+                    Side::A,
+                    s.reports.get(sel.dispatch).map(|r| r.index),
+                    Some(sel.dispatch),
+                );
+                match s.reports.get(sel.dispatch) {
+                    Some(r) => actions.extend(a_panels.tab_ui(ui, tab, r, s, &sel)),
+                    None => style::nothing(ui, "This dispatch's record could not be read."),
+                }
+            });
+            cols[1].push_id("side-b", |ui| {
+                let Some(b) = b_session else {
+                    ui.spinner();
+                    return;
+                };
+                let shown = b_pos.and_then(|p| b.reports.get(p).map(|r| (p, r)));
+                side_heading(ui, Side::B, shown.map(|(_, r)| r.index), b_pos);
+                match shown {
+                    Some((_, r)) => b_actions = b_panels.tab_ui(ui, tab, r, b, &b_sel),
+                    None => style::nothing(
+                        ui,
+                        "No counterpart in B: this dispatch is only in A (removed).",
+                    ),
+                }
+            });
+        });
+        for a in b_actions {
+            self.apply_b(a);
+        }
+        actions
+    }
+
+    /// The What if… dialog.
+    pub(super) fn what_if_window(&mut self, ctx: &egui::Context) {
+        let Some(form) = &mut self.what_if_form else {
+            return;
+        };
+        let mut run = false;
+        let mut cancel = false;
+        egui::Window::new("What if…")
+            .id(egui::Id::unique("what-if"))
+            .collapsible(false)
+            .resizable(false)
+            .default_width(420.0)
+            .show(ctx, |ui| {
+                ui.label("Re-plan the session under other limits and compare it with itself:");
+                egui::Grid::new("what-if-grid")
+                    .num_columns(2)
+                    .show(ui, |ui| {
+                        for (name, field, tip) in [
+                            (
+                                "minStorageBufferOffsetAlignment",
+                                &mut form.alignment,
+                                "O7: a power of two of at most 256; re-planned without a replay",
+                            ),
+                            (
+                                "maxStorageBufferRange",
+                                &mut form.range,
+                                "O5: re-planned without a replay",
+                            ),
+                            (
+                                "probe bound",
+                                &mut form.probe_bound,
+                                "T2: changes the table, so the session is replayed",
+                            ),
+                            (
+                                "host page bytes",
+                                &mut form.host_page,
+                                "the host's page size: changes the mapping, so the session is replayed",
+                            ),
+                        ] {
+                            let label = ui.label(name).on_hover_text(tip);
+                            ui.add_sized(
+                                [160.0, ui.spacing().interact_size.y],
+                                egui::TextEdit::singleline(field),
+                            )
+                            .labelled_by(label.id)
+                            .on_hover_text(tip);
+                            ui.end_row();
+                        }
+                    });
+                ui.label(
+                    RichText::new(
+                        "Decimal or 0x…. The alignment and the range re-plan each dispatch from its recorded input; the probe bound and the host page replay the session on the CPU reference.",
+                    )
+                    .small()
+                    .color(style::MUTED),
+                );
+                if let Some(e) = &form.error {
+                    ui.colored_label(style::REFUSED, e);
+                }
+                ui.horizontal(|ui| {
+                    run = ui.button("Run").clicked();
+                    cancel = ui.button("Cancel").clicked();
+                });
+            });
+        if cancel {
+            self.what_if_form = None;
+        }
+        if run {
+            let ctx = ctx.clone();
+            self.run_what_if(move || ctx.request_repaint());
+        }
+    }
+}
+
+/// Whether tab `t` shows something `m` marks.
+fn tab_differs(t: Tab, m: &DiffMarks) -> bool {
+    match t {
+        Tab::Bindings => !m.slots.is_empty() || !m.sets.is_empty(),
+        Tab::Refusals => m.mode || !m.refusals.is_empty(),
+        Tab::Memory => !m.pieces.is_empty(),
+        Tab::ChunkTable => m.chunk_bytes || m.probes,
+        Tab::Accesses => !m.accesses.is_empty(),
+        Tab::After => !m.marks.is_empty() || !m.words.is_empty() || !m.hazards.is_empty(),
+        Tab::Pass => false,
+    }
+}
+
+/// "A · dispatch 4" above a side's panel.
+fn side_heading(ui: &mut egui::Ui, side: Side, index: Option<u64>, pos: Option<usize>) {
+    let text = match (index, pos) {
+        (Some(i), Some(p)) => format!("{} · dispatch {i} (position {p})", side.name()),
+        _ => format!("{} · no counterpart", side.name()),
+    };
+    ui.label(RichText::new(text).strong());
+}
+
+/// The one-line summary of a diff.
+pub fn summary(d: &SessionDiff) -> String {
+    let how = match d.matching {
+        Matching::ByOrder => "matched by order",
+        Matching::ByProgram => "matched by program address",
+        Matching::ByOrderPastLimit => {
+            "matched by program address, by order past the alignment's limit"
+        }
+    };
+    if d.is_empty() {
+        return format!(
+            "the same: no decision differs ({} {}, {how})",
+            d.pairs.len(),
+            plural(d.pairs.len(), "pair", "pairs")
+        );
+    }
+    let n = d.dispatches.len();
+    let changes = d.n_changes();
+    format!(
+        "{n} of {} paired {} {} ({changes} {}); {} only in A, {} only in B; {how}",
+        d.pairs.len(),
+        plural(d.pairs.len(), "dispatch", "dispatches"),
+        plural(n, "differs", "differ"),
+        plural(changes, "change", "changes"),
+        d.only_a.len(),
+        d.only_b.len(),
+    )
+}
+
+/// One side's panels, borrowed for a frame.
+struct PanelsMut<'a> {
+    bindings: &'a mut BindingsPanel,
+    refusals: &'a mut RefusalsPanel,
+    memory: &'a mut MemoryPanel,
+    table: &'a mut ChunkTablePanel,
+    accesses: &'a mut AccessesPanel,
+    after: &'a mut AfterPanel,
+}
+
+impl PanelsMut<'_> {
+    fn tab_ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        tab: Tab,
+        r: &dispatchscope_core::DispatchReport,
+        s: &Session,
+        sel: &Selection,
+    ) -> Vec<Action> {
+        match tab {
+            Tab::Bindings | Tab::Pass => self.bindings.ui(ui, r, sel),
+            Tab::Refusals => self.refusals.ui(ui, r, sel),
+            Tab::Memory => self.memory.ui(ui, r, s.memory(sel.dispatch), sel),
+            Tab::ChunkTable => self.table.ui(ui, r, s.table(sel.dispatch), sel),
+            Tab::Accesses => self.accesses.ui(ui, r, sel),
+            Tab::After => self.after.ui(ui, r, sel),
+        }
+    }
+}
