@@ -149,7 +149,8 @@ impl AfterPanel {
                         .and_then(|b| b.holder)
                         == Some(wb.holder);
                     let changed = wb.words.iter().filter(|w| w.old != w.new).count();
-                    let n_differ = diff.words.iter().filter(|(h, _)| *h == wb.holder).count();
+                    let n_differ = diff.words.iter().filter(|(h, _)| *h == wb.holder).count()
+                        + usize::from(diff.unlisted.contains(&wb.holder));
                     // The header stays short (a narrow panel cuts it, never mid-address); the
                     // range and what differs are the body's first lines.
                     let title = format!(

@@ -118,6 +118,8 @@ pub struct DiffMarks {
     pub words: BTreeSet<(u32, u64)>,
     /// Hazards that differ: (holder, guest word).
     pub hazards: BTreeSet<(u32, u64)>,
+    /// Holders whose words written back but not listed (a device pass's) differ (O8).
+    pub unlisted: BTreeSet<u32>,
     /// Mapped or left-out pieces (M3) that differ, by guest bytes.
     pub pieces: Vec<ByteRange>,
     /// The table's chunk size (T1) differs.
@@ -190,6 +192,9 @@ impl DiffMarks {
                     holder, address, ..
                 } => {
                     m.words.insert((*holder, *address));
+                }
+                Change::WriteBackUnlisted { holder, .. } => {
+                    m.unlisted.insert(*holder);
                 }
                 Change::Hazard {
                     holder, address, ..
