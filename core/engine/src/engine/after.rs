@@ -84,10 +84,15 @@ impl<B: Backend> Engine<B> {
         write_back
     }
 
-    /// O8 for one holder: each run of consecutive words that `written` marks is written into
-    /// guest memory from `data` (the holder's bytes, from its range's start) as one host write.
-    /// The first `listed` words are reported with their old and new values; the rest are counted,
-    /// and then their runs placed ([`WriteBack::LISTED_RUNS`] of them, the others counted).
+    /// O8 for one holder: every word `written` marks is written into guest memory from `data`
+    /// (the holder's bytes, from its range's start) as a host write. The first `listed` words are
+    /// reported with their old and new values; the rest are counted, and then their runs placed
+    /// ([`WriteBack::LISTED_RUNS`] of them, the others counted).
+    ///
+    /// The written words are taken in groups whose pages touch (a page apart at most): each group
+    /// is read once, its written words laid over, written once and noted written once (D824,
+    /// D720), so a mask of every other word over a full-screen holder costs what a dense one does.
+    /// The pages noted are exactly those a written word lies on.
     #[expect(
         clippy::too_many_arguments,
         reason = "one holder's write-back, its parts named"
@@ -112,48 +117,62 @@ impl<B: Backend> Engine<B> {
             runs: Vec::new(),
             runs_not_listed: 0,
         };
-        let n = usize::try_from(total).unwrap_or(usize::MAX);
-        let mut w = 0;
-        while w < n {
-            if !written(w) {
-                w += 1;
-                continue;
+        let n = usize::try_from(total)
+            .unwrap_or(usize::MAX)
+            .min(data.len().div_ceil(4));
+        let shift = self.memory.page_bytes().trailing_zeros();
+        let page = |w: usize| (range.start + 4 * w as u64) >> shift;
+        // The groups of written words, as word ranges: at most one a page of the holder.
+        let mut groups: Vec<(usize, usize)> = Vec::new();
+        for w in (0..n).filter(|&w| written(w)) {
+            match groups.last_mut() {
+                Some((_, end)) if page(w) <= page(*end - 1) + 1 => *end = w + 1,
+                _ => groups.push((w, w + 1)),
             }
-            let first = w;
-            while w < n && written(w) {
-                w += 1;
-            }
-            let run = ByteRange::new(
-                range.start + 4 * first as u64,
-                (range.start + 4 * w as u64).min(range.end),
-            );
-            let Some(new) = data.get((4 * first)..(run.end - range.start) as usize) else {
-                continue;
-            };
-            // The listed words' old values, before the run lands over them.
-            let room = listed.saturating_sub(wb.words.len()).min(w - first);
-            for k in 0..room {
-                let address = run.start + 4 * k as u64;
-                let bytes = (run.end - address).min(4) as usize;
-                let mut old = [0u8; 4];
-                self.memory.read_bytes(address, &mut old[..bytes]);
-                let mut n = [0u8; 4];
-                n[..bytes].copy_from_slice(&new[4 * k..4 * k + bytes]);
-                wb.words.push(WordWritten {
-                    address,
-                    old: u64::from(u32::from_le_bytes(old)),
-                    new: u64::from(u32::from_le_bytes(n)),
-                    bytes: bytes as u8,
-                });
-            }
-            wb.words_not_listed += (w - first - room) as u64;
-            if wb.runs.len() < WriteBack::LISTED_RUNS {
-                wb.runs.push(run);
-            } else {
-                wb.runs_not_listed += 1;
+        }
+        let at = |w: usize| ((range.start + 4 * w as u64).min(range.end) - range.start) as usize;
+        let mut buf = Vec::new();
+        for (first, end) in groups {
+            let bytes =
+                ByteRange::new(range.start + at(first) as u64, range.start + at(end) as u64);
+            buf.clear();
+            buf.resize(bytes.size_bytes() as usize, 0);
+            self.memory.read_bytes(bytes.start, &mut buf);
+            let mut run_start = None;
+            for w in first..=end {
+                let inside = w < end && written(w);
+                if inside {
+                    let (from, to) = (at(w), at(w + 1));
+                    let (b0, b1) = (from - at(first), to - at(first));
+                    if wb.words.len() < listed {
+                        let mut old = [0u8; 4];
+                        let mut new = [0u8; 4];
+                        old[..to - from].copy_from_slice(&buf[b0..b1]);
+                        new[..to - from].copy_from_slice(&data[from..to]);
+                        wb.words.push(WordWritten {
+                            address: range.start + from as u64,
+                            old: u64::from(u32::from_le_bytes(old)),
+                            new: u64::from(u32::from_le_bytes(new)),
+                            bytes: (to - from) as u8,
+                        });
+                    } else {
+                        wb.words_not_listed += 1;
+                    }
+                    buf[b0..b1].copy_from_slice(&data[from..to]);
+                    run_start.get_or_insert(w);
+                } else if let Some(r) = run_start.take() {
+                    if wb.runs.len() < WriteBack::LISTED_RUNS {
+                        wb.runs.push(ByteRange::new(
+                            range.start + at(r) as u64,
+                            range.start + at(w) as u64,
+                        ));
+                    } else {
+                        wb.runs_not_listed += 1;
+                    }
+                }
             }
             let before = change.distrusted.len();
-            self.memory.host_write(run.start, new, change);
+            self.memory.host_write(bytes.start, &buf, change);
             for &id in &change.distrusted[before..] {
                 hand_off
                     .targets_distrusted
