@@ -138,37 +138,41 @@ impl<B: Backend> Engine<B> {
             buf.clear();
             buf.resize(bytes.size_bytes() as usize, 0);
             self.memory.read_bytes(bytes.start, &mut buf);
-            let mut run_start = None;
-            for w in first..=end {
-                let inside = w < end && written(w);
-                if inside {
-                    let (from, to) = (at(w), at(w + 1));
-                    let (b0, b1) = (from - at(first), to - at(first));
-                    if wb.words.len() < listed {
-                        let mut old = [0u8; 4];
-                        let mut new = [0u8; 4];
-                        old[..to - from].copy_from_slice(&buf[b0..b1]);
-                        new[..to - from].copy_from_slice(&data[from..to]);
-                        wb.words.push(WordWritten {
-                            address: range.start + from as u64,
-                            old: u64::from(u32::from_le_bytes(old)),
-                            new: u64::from(u32::from_le_bytes(new)),
-                            bytes: (to - from) as u8,
-                        });
-                    } else {
-                        wb.words_not_listed += 1;
-                    }
-                    buf[b0..b1].copy_from_slice(&data[from..to]);
-                    run_start.get_or_insert(w);
-                } else if let Some(r) = run_start.take() {
-                    if wb.runs.len() < WriteBack::LISTED_RUNS {
-                        wb.runs.push(ByteRange::new(
-                            range.start + at(r) as u64,
-                            range.start + at(w) as u64,
-                        ));
-                    } else {
-                        wb.runs_not_listed += 1;
-                    }
+            let base = at(first);
+            let mut w = first;
+            while w < end {
+                if !written(w) {
+                    w += 1;
+                    continue;
+                }
+                let r = w;
+                while w < end && written(w) {
+                    w += 1;
+                }
+                // The run r..w: its first words listed with their old values, then laid over.
+                let room = listed.saturating_sub(wb.words.len()).min(w - r);
+                for k in r..r + room {
+                    let (from, to) = (at(k), at(k + 1));
+                    let mut old = [0u8; 4];
+                    let mut new = [0u8; 4];
+                    old[..to - from].copy_from_slice(&buf[from - base..to - base]);
+                    new[..to - from].copy_from_slice(&data[from..to]);
+                    wb.words.push(WordWritten {
+                        address: range.start + from as u64,
+                        old: u64::from(u32::from_le_bytes(old)),
+                        new: u64::from(u32::from_le_bytes(new)),
+                        bytes: (to - from) as u8,
+                    });
+                }
+                wb.words_not_listed += (w - r - room) as u64;
+                buf[at(r) - base..at(w) - base].copy_from_slice(&data[at(r)..at(w)]);
+                if wb.runs.len() < WriteBack::LISTED_RUNS {
+                    wb.runs.push(ByteRange::new(
+                        range.start + at(r) as u64,
+                        range.start + at(w) as u64,
+                    ));
+                } else {
+                    wb.runs_not_listed += 1;
                 }
             }
             let before = change.distrusted.len();
