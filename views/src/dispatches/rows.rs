@@ -47,10 +47,7 @@ impl PackedCounts {
     fn of(c: &RowCounts) -> Option<Self> {
         let byte = |x: u32| (x < Self::WIDE).then_some(x);
         Some(Self(
-            byte(c.sets)?
-                | byte(c.refusals)? << 8
-                | byte(c.escapes)? << 16
-                | byte(c.marks)? << 24,
+            byte(c.sets)? | byte(c.refusals)? << 8 | byte(c.escapes)? << 16 | byte(c.marks)? << 24,
         ))
     }
 
@@ -347,7 +344,6 @@ impl Rows {
         &self.sig
     }
 
-
     /// The signatures, by number, with their search text.
     pub(crate) fn signatures(&self) -> impl ExactSizeIterator<Item = (&Signature, &str)> + '_ {
         self.sigs.iter().zip(self.sig_text.iter().map(|t| &**t))
@@ -463,7 +459,11 @@ mod tests {
         }
         assert_eq!(rows.counts(counts.len()), None);
         assert!(!rows.has_escapes(counts.len()));
-        assert_eq!(rows.wide.len(), 2, "only the rows that need it are kept whole");
+        assert_eq!(
+            rows.wide.len(),
+            2,
+            "only the rows that need it are kept whole"
+        );
         assert_eq!(rows.clone(), rows);
     }
 
