@@ -1,6 +1,6 @@
 //! The Dispatches panel: every dispatch of the session in a virtualised table, with filters, a
 //! search box and bookmarks. It draws from [`Rows`] (every dispatch's summary in columns, about
-//! 20 bytes a dispatch), so that a session of ten million dispatches costs only the rows on screen
+//! 8 bytes a dispatch), so that a session of ten million dispatches costs only the rows on screen
 //! (`TableBuilder`'s `body.rows` lays out those alone); it never holds a report.
 
 pub mod find;

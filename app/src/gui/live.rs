@@ -281,19 +281,18 @@ impl LiveLink {
                 None => self.recording = false,
             }
         }
-        // A dispatch that came with its bytes: the store wrote them; the window shows it whole.
-        let m = match m {
+        // A dispatch that came with its bytes: the store wrote them; the window keeps them and
+        // decodes the rest only when the dispatch is selected (`Session::push_received`).
+        match m {
             ToDebugger::Received(d) => {
                 let index = d.index;
-                let (m, error) = d.into_dispatch_or_shell();
-                if let Some(e) = error {
+                if let Some(e) = session.push_received(d, stored) {
                     self.failures.push((index, e.to_string()));
                 }
-                m
+                out.dispatches += 1;
             }
-            m => m,
-        };
-        self.take(m, stored, session, out);
+            m => self.take(m, stored, session, out),
+        }
     }
 
     fn take(&mut self, m: ToDebugger, stored: bool, session: &mut Session, out: &mut Drained) {

@@ -259,6 +259,15 @@ impl GuiApp {
                 self.sel.access = None;
             }
         }
+        // The window keeps its latest dispatches as they came: the selected one is decoded when
+        // it has arrived, once (a failure shows in the error panel).
+        if d.dispatches > 0
+            && self.sel.dispatch < s.reports.len()
+            && s.reports.get(self.sel.dispatch).is_none()
+            && let Err(e) = s.prepare(self.sel.dispatch)
+        {
+            self.error = Some(super::session::capture_error(&s.source.display(), e));
+        }
         if d.more {
             ctx.request_repaint();
         }

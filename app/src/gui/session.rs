@@ -30,6 +30,8 @@ use dispatchscope_formats::history;
 use dispatchscope_formats::sample::{Sample, SampleError};
 use dispatchscope_formats::session::{CaptureFile, Kind, SNIFF_BYTES, SessionError, kind_of};
 use dispatchscope_live::LiveStore;
+use dispatchscope_live::ToDebugger;
+use dispatchscope_live::protocol::ReceivedDispatch;
 use dispatchscope_views::{DispatchRow, MemoryView, Rows, TableSnapshot};
 
 use crate::load::torn_note;
@@ -134,6 +136,16 @@ pub struct Reports {
     live: Option<Live>,
 }
 
+/// One of a live session's latest dispatches, as the window keeps it.
+enum Recent {
+    /// Its report, whole.
+    Report(DispatchReport),
+    /// As it came over the wire: its table row was read from the message's MessagePack part,
+    /// and its access rows and mapping lists are decoded only when it is selected
+    /// ([`Live::prepare`]), so that the UI thread does not decode every dispatch of a game.
+    Received(Box<ReceivedDispatch>),
+}
+
 /// A live session's reports: the latest in memory, the rest in the live store's file.
 struct Live {
     store: SharedStore,
@@ -142,17 +154,19 @@ struct Live {
     store_first: Option<usize>,
     /// Dispatches in the session.
     n: usize,
-    /// The latest [`LIVE_WINDOW`] reports, the last at position `n - 1`.
-    recent: VecDeque<DispatchReport>,
-    /// Reports read back from the store, newest last.
+    /// The latest [`LIVE_WINDOW`] dispatches, the last at position `n - 1`.
+    recent: VecDeque<Recent>,
+    /// Reports read back from the store or decoded from the window, newest last.
     cache: Vec<(usize, DispatchReport)>,
 }
 
 impl Live {
     fn get(&self, pos: usize) -> Option<&DispatchReport> {
         let first_recent = self.n - self.recent.len();
-        if pos >= first_recent {
-            return self.recent.get(pos - first_recent);
+        if pos >= first_recent
+            && let Some(Recent::Report(r)) = self.recent.get(pos - first_recent)
+        {
+            return Some(r);
         }
         self.cache
             .iter()
@@ -163,12 +177,29 @@ impl Live {
 
     /// Reads the report at `pos` back from the store unless it is in memory.
     fn prepare(&mut self, pos: usize) -> Result<(), String> {
-        if pos >= self.n || pos >= self.n - self.recent.len() {
+        if pos >= self.n {
+            return Ok(());
+        }
+        let first_recent = self.n - self.recent.len();
+        if let Some(Recent::Report(_)) = pos
+            .checked_sub(first_recent)
+            .and_then(|i| self.recent.get(i))
+        {
             return Ok(());
         }
         if let Some(i) = self.cache.iter().position(|(p, _)| *p == pos) {
             let hit = self.cache.remove(i);
             self.cache.push(hit);
+            return Ok(());
+        }
+        if let Some(Recent::Received(d)) = pos
+            .checked_sub(first_recent)
+            .and_then(|i| self.recent.get(i))
+        {
+            let (_, report) = d
+                .decode()
+                .map_err(|e| format!("dispatch {}'s rows or mapping lists: {e}", d.index))?;
+            self.keep(pos, report);
             return Ok(());
         }
         let not_stored = || {
@@ -190,11 +221,29 @@ impl Live {
             return Err(not_stored());
         }
         let report = store.report(spos).map_err(|e| e.to_string())?;
+        drop(guard);
+        self.keep(pos, report);
+        Ok(())
+    }
+
+    /// Keeps `report` (of `pos`) among the last [`REPORT_CACHE`] read.
+    fn keep(&mut self, pos: usize, report: DispatchReport) {
         if self.cache.len() >= REPORT_CACHE {
             self.cache.remove(0);
         }
         self.cache.push((pos, report));
-        Ok(())
+    }
+
+    /// Appends a dispatch to the window (the oldest there leaves memory).
+    fn push(&mut self, recent: Recent, stored: bool) {
+        if stored && self.store_first.is_none() {
+            self.store_first = Some(self.n);
+        }
+        if self.recent.len() >= LIVE_WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(recent);
+        self.n += 1;
     }
 }
 
@@ -464,18 +513,31 @@ impl Session {
     pub fn push_live(&mut self, report: DispatchReport, stored: bool) {
         self.rows.push_report(&report);
         match &mut self.reports.live {
-            Some(l) => {
-                if stored && l.store_first.is_none() {
-                    l.store_first = Some(l.n);
-                }
-                if l.recent.len() >= LIVE_WINDOW {
-                    l.recent.pop_front();
-                }
-                l.recent.push_back(report);
-                l.n += 1;
-            }
+            Some(l) => l.push(Recent::Report(report), stored),
             None => self.reports.kept.push(report),
         }
+    }
+
+    /// [`Self::push_live`] for a dispatch as it came over the wire: its row is read from the
+    /// parts already decoded, and its access rows and mapping lists wait until it is selected
+    /// ([`Self::prepare`] decodes it then; [`Self::get`] has nothing for it before). A session
+    /// that is not live keeps it whole, or its shells (no accesses) and why the rest did not
+    /// decode.
+    pub fn push_received(
+        &mut self,
+        d: Box<ReceivedDispatch>,
+        stored: bool,
+    ) -> Option<dispatchscope_live::protocol::ProtocolError> {
+        if let Some(l) = &mut self.reports.live {
+            self.rows.push_report(&d.report);
+            l.push(Recent::Received(d), stored);
+            return None;
+        }
+        let (m, error) = d.into_dispatch_or_shell();
+        if let ToDebugger::Dispatch { report, .. } = m {
+            self.push_live(*report, stored);
+        }
+        error
     }
 
     /// Replays `sample` as [`Sample::run`] does, keeping a snapshot of the chunk table after each

@@ -97,9 +97,14 @@ pub mod hex {
     use serde::{Deserializer, Serializer, de};
 
     /// Writes `value` as `"0x…"`, formatted straight into the serializer's output (no `String` per
-    /// address).
+    /// address), for a human-readable format (JSON); a binary one (the live protocol's
+    /// MessagePack) gets the number itself, which [`deserialize`] reads back as well.
     pub fn serialize<S: Serializer>(value: &u64, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(&format_args!("{value:#x}"))
+        if s.is_human_readable() {
+            s.collect_str(&format_args!("{value:#x}"))
+        } else {
+            s.serialize_u64(*value)
+        }
     }
 
     /// Reads `"0x…"`, a decimal string, or a JSON number, straight from the deserializer (no

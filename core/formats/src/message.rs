@@ -420,6 +420,51 @@ mod tests {
         assert_eq!((*s.input, *s.report), (input, report));
     }
 
+    /// A message as version 2 wrote it before addresses went as numbers: the same MessagePack
+    /// with names, its addresses `"0x…"` strings.
+    fn message_with_string_addresses(input: &DispatchInput, report: &DispatchReport) -> Vec<u8> {
+        let (mut i, mut r) = (input.clone(), report.clone());
+        let mut rows = Vec::new();
+        columns::encode_accesses(&i.accesses, &mut rows);
+        columns::encode_access_reports(&r.accesses, &mut rows);
+        i.accesses.clear();
+        r.accesses.clear();
+        let fields = MessageRef {
+            index: r.index,
+            input: &i,
+            report: &r,
+            mapping_state: None,
+            accesses_left_out: 0,
+        };
+        let mut out = Vec::new();
+        let mut ser = rmp_serde::Serializer::new(&mut out)
+            .with_struct_map()
+            .with_human_readable();
+        fields.serialize(&mut ser).unwrap();
+        out.extend_from_slice(&(rows.len() as u32).to_le_bytes());
+        out.extend_from_slice(&rows);
+        out
+    }
+
+    #[test]
+    fn addresses_go_as_numbers_and_messages_with_address_strings_still_read() {
+        let (input, report, bytes) = whole();
+        let old = message_with_string_addresses(&input, &report);
+        let text = |b: &[u8]| b.windows(6).filter(|w| *w == b"0x1000").count();
+        // The report's sentences still name addresses; its address fields do not.
+        assert!(
+            text(&old) > text(&bytes),
+            "the old form spells address fields out, the new carries them as numbers"
+        );
+        assert!(bytes.len() < old.len(), "{} >= {}", bytes.len(), old.len());
+        let m = decode_exact(&old).unwrap();
+        assert_eq!((*m.input, *m.report), (input.clone(), report.clone()));
+        let mut record = Vec::new();
+        encode_record(&old, &[], &mut record);
+        let r = DispatchRecord::from_payload(&record).unwrap();
+        assert_eq!((r.input, r.report), (input, Some(report)));
+    }
+
     #[test]
     fn a_version_2_record_puts_its_mapping_lists_back_and_old_records_still_read() {
         let (input, report, record) = record_naming_lists();

@@ -243,7 +243,6 @@ impl Finder {
             .collect();
         let marked: HashSet<usize> = bookmarks.iter().copied().collect();
         let sig_of = rows.sig_column();
-        let counts = rows.counts_column();
         let runs = rows.index_runs();
         let mut digits = [0u8; 20];
         let mut checked = 0usize;
@@ -254,7 +253,7 @@ impl Finder {
                     return false;
                 };
                 if matches!(answer, SigAnswer::No)
-                    || (filter.has_escapes && counts.get(pos).is_none_or(|c| c.escapes == 0))
+                    || (filter.has_escapes && !rows.has_escapes(pos))
                     || (filter.bookmarked && !marked.contains(&pos))
                 {
                     return false;

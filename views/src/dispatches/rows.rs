@@ -4,10 +4,11 @@
 //! A row is split into what repeats and what does not. What repeats across a game's dispatches
 //! (program, label, mode, the rules cited) is interned once as a signature, [`Signature`], with its
 //! lower-case search text; each row keeps the signature's number (4 bytes) and its four table
-//! counts (16 bytes). Report indices and frames change by rule (one more each dispatch; a frame
-//! every few hundred), so they are kept as runs, a few bytes per break in the rule. That is
-//! 20 bytes a dispatch plus the runs and the signatures ([`Rows::heap_bytes`] says how many).
-//! Nothing here draws.
+//! counts packed a byte each (4 bytes, [`PackedCounts`]; a row with a count of 255 or more keeps
+//! its counts whole in a side list, by position). Report indices and frames change by rule (one
+//! more each dispatch; a frame every few hundred), so they are kept as runs, a few bytes per break
+//! in the rule. That is 8 bytes a dispatch plus the runs, the side list and the signatures
+//! ([`Rows::heap_bytes`] says how many). Nothing here draws.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,6 +34,53 @@ pub struct Signature {
 
 static ROWS_ID: AtomicU64 = AtomicU64::new(1);
 
+/// A row's four counts a byte each (sets, refusals, escapes, marks, from the low byte);
+/// [`PackedCounts::WIDE`] in any byte: the row's counts are in [`Rows`]' side list, whole.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PackedCounts(u32);
+
+impl PackedCounts {
+    /// The byte that says a count did not fit (every count of such a row is kept whole).
+    const WIDE: u32 = 0xff;
+
+    /// `c` packed, or `None` when a count does not fit a byte below [`Self::WIDE`].
+    fn of(c: &RowCounts) -> Option<Self> {
+        let byte = |x: u32| (x < Self::WIDE).then_some(x);
+        Some(Self(
+            byte(c.sets)? | byte(c.refusals)? << 8 | byte(c.escapes)? << 16 | byte(c.marks)? << 24,
+        ))
+    }
+
+    /// The packed word of a row whose counts are kept whole.
+    const fn wide() -> Self {
+        Self(Self::WIDE)
+    }
+
+    fn is_wide(self) -> bool {
+        self.0 & 0xff == Self::WIDE
+    }
+
+    fn byte(self, at: u32) -> u32 {
+        (self.0 >> at) & 0xff
+    }
+
+    /// The counts, when they are packed here.
+    fn unpack(self) -> Option<RowCounts> {
+        (!self.is_wide()).then(|| RowCounts {
+            sets: self.byte(0),
+            refusals: self.byte(8),
+            escapes: self.byte(16),
+            marks: self.byte(24),
+        })
+    }
+
+    /// Whether the row escaped: its escapes' byte is not zero (a wide row keeps its counts
+    /// whole, so this asks the side list instead).
+    pub(crate) fn has_escapes(self) -> Option<bool> {
+        (!self.is_wide()).then(|| self.byte(16) != 0)
+    }
+}
+
 /// Every row of a session in columns; see the module docs.
 #[derive(Debug)]
 pub struct Rows {
@@ -40,8 +88,10 @@ pub struct Rows {
     id: u64,
     /// Per row: its signature's number into `sigs`.
     sig: Vec<u32>,
-    /// Per row: sets, refusals, escapes and marks.
-    counts: Vec<RowCounts>,
+    /// Per row: sets, refusals, escapes and marks, a byte each.
+    counts: Vec<PackedCounts>,
+    /// The counts of every row with a count of 255 or more, by position (ascending).
+    wide: Vec<(u64, RowCounts)>,
     /// Runs of consecutive report indices: (first position, its report index), by position.
     index_runs: Vec<(u64, u64)>,
     /// Runs of one frame: (first position, the frame), by position.
@@ -60,6 +110,7 @@ impl Default for Rows {
             id: ROWS_ID.fetch_add(1, Ordering::Relaxed),
             sig: Vec::new(),
             counts: Vec::new(),
+            wide: Vec::new(),
             index_runs: Vec::new(),
             frame_runs: Vec::new(),
             sigs: Vec::new(),
@@ -77,6 +128,7 @@ impl Clone for Rows {
             id: self.id,
             sig: self.sig.clone(),
             counts: self.counts.clone(),
+            wide: self.wide.clone(),
             index_runs: self.index_runs.clone(),
             frame_runs: self.frame_runs.clone(),
             sigs: self.sigs.clone(),
@@ -174,7 +226,13 @@ impl Rows {
             self.frame_runs.push((pos, row.frame));
         }
         self.sig.push(id);
-        self.counts.push(row.counts);
+        match PackedCounts::of(&row.counts) {
+            Some(p) => self.counts.push(p),
+            None => {
+                self.counts.push(PackedCounts::wide());
+                self.wide.push((pos, row.counts));
+            }
+        }
     }
 
     /// Appends every row of `rows`.
@@ -214,7 +272,27 @@ impl Rows {
 
     /// The counts of the row at `pos`.
     pub fn counts(&self, pos: usize) -> Option<RowCounts> {
-        self.counts.get(pos).copied()
+        let p = self.counts.get(pos)?;
+        p.unpack().or_else(|| self.wide_counts(pos))
+    }
+
+    /// The counts of a row kept whole in the side list.
+    fn wide_counts(&self, pos: usize) -> Option<RowCounts> {
+        let i = self
+            .wide
+            .binary_search_by_key(&(pos as u64), |(p, _)| *p)
+            .ok()?;
+        self.wide.get(i).map(|(_, c)| *c)
+    }
+
+    /// Whether the row at `pos` escaped (false when there is none).
+    pub(crate) fn has_escapes(&self, pos: usize) -> bool {
+        match self.counts.get(pos) {
+            None => false,
+            Some(p) => p
+                .has_escapes()
+                .unwrap_or_else(|| self.wide_counts(pos).is_some_and(|c| c.escapes > 0)),
+        }
     }
 
     /// The signature of the row at `pos`.
@@ -266,11 +344,6 @@ impl Rows {
         &self.sig
     }
 
-    /// Per row, its counts.
-    pub(crate) fn counts_column(&self) -> &[RowCounts] {
-        &self.counts
-    }
-
     /// The signatures, by number, with their search text.
     pub(crate) fn signatures(&self) -> impl ExactSizeIterator<Item = (&Signature, &str)> + '_ {
         self.sigs.iter().zip(self.sig_text.iter().map(|t| &**t))
@@ -298,7 +371,8 @@ impl Rows {
         let sig_entry = size_of::<Signature>() + size_of::<u32>() + 8;
         let label_entry = 2 * size_of::<Arc<str>>() + size_of::<u32>() + 8;
         self.sig.capacity() * size_of::<u32>()
-            + self.counts.capacity() * size_of::<RowCounts>()
+            + self.counts.capacity() * size_of::<PackedCounts>()
+            + self.wide.capacity() * size_of::<(u64, RowCounts)>()
             + (self.index_runs.capacity() + self.frame_runs.capacity()) * 16
             + self.sigs.capacity() * size_of::<Signature>()
             + self.sig_text.iter().map(|t| t.len() + 16).sum::<usize>()
@@ -349,7 +423,52 @@ mod tests {
     }
 
     #[test]
-    fn a_million_rows_of_a_repeating_game_cost_about_20_bytes_each() {
+    fn counts_past_a_byte_read_back_whole_and_escapes_are_found_either_way() {
+        let mut rows = Rows::new();
+        let counts = [
+            RowCounts::default(),
+            RowCounts {
+                sets: 254,
+                refusals: 1,
+                escapes: 2,
+                marks: 3,
+            },
+            RowCounts {
+                escapes: 255,
+                ..RowCounts::default()
+            },
+            RowCounts {
+                sets: u32::MAX,
+                marks: 300,
+                ..RowCounts::default()
+            },
+            RowCounts {
+                refusals: 7,
+                ..RowCounts::default()
+            },
+        ];
+        for (i, c) in counts.iter().enumerate() {
+            rows.push(&DispatchRow {
+                counts: *c,
+                ..row(i as u64, 0, "x")
+            });
+        }
+        for (i, c) in counts.iter().enumerate() {
+            assert_eq!(rows.counts(i), Some(*c), "row {i}");
+            assert_eq!(rows.has_escapes(i), c.escapes > 0, "row {i}");
+        }
+        assert_eq!(rows.counts(counts.len()), None);
+        assert!(!rows.has_escapes(counts.len()));
+        assert_eq!(
+            rows.wide.len(),
+            2,
+            "only the rows that need it are kept whole"
+        );
+        assert_eq!(rows.clone(), rows);
+    }
+
+    #[test]
+    fn a_million_rows_of_a_repeating_game_cost_about_8_bytes_each() {
         let mut rows = Rows::new();
         for i in 0..1_000_000u64 {
             rows.push(&row(
@@ -359,8 +478,8 @@ mod tests {
             ));
         }
         let per_row = rows.heap_bytes() as f64 / 1e6;
-        // 20 bytes of columns a row (grown by doubling: up to twice that), plus runs of frames.
-        assert!(per_row < 50.0, "{per_row} bytes a row");
+        // 8 bytes of columns a row (grown by doubling: up to twice that), plus runs of frames.
+        assert!(per_row < 17.0, "{per_row} bytes a row");
         assert!(rows.n_signatures() <= 9);
     }
 }
