@@ -139,7 +139,7 @@ pub struct Reports {
 /// One of a live session's latest dispatches, as the window keeps it.
 enum Recent {
     /// Its report, whole.
-    Report(DispatchReport),
+    Report(Box<DispatchReport>),
     /// As it came over the wire: its table row was read from the message's MessagePack part,
     /// and its access rows and mapping lists are decoded only when it is selected
     /// ([`Live::prepare`]), so that the UI thread does not decode every dispatch of a game.
@@ -513,7 +513,7 @@ impl Session {
     pub fn push_live(&mut self, report: DispatchReport, stored: bool) {
         self.rows.push_report(&report);
         match &mut self.reports.live {
-            Some(l) => l.push(Recent::Report(report), stored),
+            Some(l) => l.push(Recent::Report(Box::new(report)), stored),
             None => self.reports.kept.push(report),
         }
     }
