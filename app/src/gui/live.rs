@@ -33,6 +33,10 @@ use super::session::{Session, SharedStore};
 use std::sync::Mutex;
 /// The most messages taken from the channel in one frame (the rest wait for the next frame).
 const DRAIN_PER_FRAME: usize = 4_096;
+/// The longest one frame spends taking messages: the window stays responsive however fast a
+/// game sends (what waits is taken next frame; what the channel cannot hold the target counts as
+/// dropped).
+const DRAIN_BUDGET: std::time::Duration = std::time::Duration::from_millis(8);
 
 /// What the target is doing, as far as this debugger knows.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -243,7 +247,11 @@ impl LiveLink {
     /// Takes what arrived into `session`.
     pub fn drain(&mut self, session: &mut Session) -> Drained {
         let mut out = Drained::default();
+        let started = std::time::Instant::now();
         for _ in 0..DRAIN_PER_FRAME {
+            if started.elapsed() >= DRAIN_BUDGET {
+                break;
+            }
             let Some(incoming) = self.client.as_ref().and_then(LiveClient::try_recv) else {
                 return out;
             };
@@ -414,8 +422,18 @@ pub struct DemoTarget {
 }
 
 impl DemoTarget {
-    /// Starts the demo on `127.0.0.1:0` at `fps` frames per second (`None`: as fast as it can).
+    /// Starts the demo on `127.0.0.1:0` at `fps` frames per second (`None`: as fast as it can),
+    /// with the scene's own dispatches a frame.
+    #[allow(
+        dead_code,
+        reason = "the tests and benches, which include this module, use it"
+    )]
     pub fn start(fps: Option<f64>) -> Result<Self, String> {
+        Self::start_with(fps, dispatchscope_demo::BASE_DISPATCHES_PER_FRAME)
+    }
+
+    /// [`Self::start`] with `dispatches_per_frame` a frame (at least the scene's own 5).
+    pub fn start_with(fps: Option<f64>, dispatches_per_frame: u32) -> Result<Self, String> {
         let config = TapConfig {
             target_name: "dispatchscope demo (in the window's process)".into(),
             ..TapConfig::listening_on(SocketAddr::from(([127, 0, 0, 1], 0)))
@@ -424,8 +442,11 @@ impl DemoTarget {
         let addr = tap
             .local_addr()
             .ok_or_else(|| "the demo's tap has no address".to_owned())?;
-        let mut demo =
-            Demo::new(DemoConfig::default()).map_err(|e| format!("the demo's engine: {e}"))?;
+        let mut demo = Demo::new(DemoConfig {
+            dispatches_per_frame,
+            ..DemoConfig::default()
+        })
+        .map_err(|e| format!("the demo's engine: {e}"))?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
