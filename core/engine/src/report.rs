@@ -123,6 +123,19 @@ pub struct SlotBinding {
     pub aligned: bool,
 }
 
+impl SlotBinding {
+    /// A resolved holder's widened guest range (O5), uploaded and written back (O8); `None` for
+    /// a slot that holds no other.
+    pub fn holder_range(&self) -> Option<ByteRange> {
+        (self.resolved && self.holder == Some(self.slot)).then(|| {
+            ByteRange::new(
+                self.range.start,
+                self.range.start.saturating_add(self.binding.end),
+            )
+        })
+    }
+}
+
 /// A join that made a set: two slots sharing bytes, at least one written (O1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Join {

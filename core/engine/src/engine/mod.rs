@@ -300,7 +300,7 @@ impl<B: Backend> Engine<B> {
             .slots
             .iter()
             .find(|b| b.slot == holder)
-            .and_then(holder_range)
+            .and_then(SlotBinding::holder_range)
             .ok_or(DeviceWriteBackError::NotAHolder {
                 slot: holder,
                 dispatch,
@@ -424,7 +424,10 @@ impl<B: Backend> Engine<B> {
     /// copy. Copies land in the order they were deferred, so every copy up to the last one a holder
     /// covers is written; the rest stay deferred.
     fn write_deferred_under(&mut self, bindings: &[SlotBinding]) -> BeforeDispatch {
-        let holders: Vec<ByteRange> = bindings.iter().filter_map(holder_range).collect();
+        let holders: Vec<ByteRange> = bindings
+            .iter()
+            .filter_map(SlotBinding::holder_range)
+            .collect();
         let deferred = self.memory.deferred_copies();
         let covered = |(a, bytes): &(u64, Vec<u8>)| {
             let r = ByteRange::new(*a, a.saturating_add(bytes.len() as u64));
@@ -491,13 +494,6 @@ impl Ran {
             ..Self::default()
         }
     }
-}
-
-/// A resolved holder's widened guest range (O5), uploaded and written back (O8); `None` for a slot
-/// that holds no other.
-fn holder_range(b: &SlotBinding) -> Option<ByteRange> {
-    (b.resolved && b.holder == Some(b.slot))
-        .then(|| ByteRange::new(b.range.start, b.range.start.saturating_add(b.binding.end)))
 }
 
 /// A report's counts, from its lists (what [`Engine::dispatch`] fills in last).

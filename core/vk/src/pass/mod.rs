@@ -263,7 +263,7 @@ pub fn run_frame(
     let holders: Vec<u32> = report
         .slots
         .iter()
-        .filter(|b| b.resolved && b.holder == Some(b.slot))
+        .filter(|b| b.holder_range().is_some())
         .map(|b| b.slot)
         .collect();
     if let [holder] = holders[..] {
