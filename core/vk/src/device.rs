@@ -116,7 +116,7 @@ pub struct DeviceInfo {
     pub timestamp_valid_bits: u32,
     /// Lanes per subgroup.
     pub subgroup_size: u32,
-    /// Whether compute shaders have subgroup ballots (the instrumented helper needs them).
+    /// Whether compute shaders have subgroup ballots (reported; no helper variant needs them).
     pub subgroup_ballot: bool,
 }
 

@@ -56,6 +56,9 @@ pub(super) struct Asm {
     pub(super) push_var: Word,
     /// The instrumented helper's workgroup counters (`library::declare_workgroup`), once declared.
     pub(super) workgroup_var: Option<Word>,
+    /// The lane's last lookup (`library::declare_lane_cache`): its chunk and its answer, once
+    /// declared.
+    pub(super) lane_cache: Option<(Word, Word)>,
     pub(super) interface: Vec<Word>,
 }
 
@@ -127,6 +130,7 @@ impl Asm {
             },
             push_var: 0,
             workgroup_var: None,
+            lane_cache: None,
             interface: Vec::new(),
         };
         let n = a.c32(32);

@@ -119,12 +119,9 @@ fn caller_module() -> (Vec<u32>, EmittedHelpers) {
     }
     b.ret().unwrap();
     b.end_function().unwrap();
-    b.entry_point(
-        ExecutionModel::GLCompute,
-        main,
-        "main",
-        [gid_var, h.push_block],
-    );
+    let mut interface = vec![gid_var, h.push_block];
+    interface.extend(h.lane_cache.into_iter().flatten());
+    b.entry_point(ExecutionModel::GLCompute, main, "main", interface);
     b.execution_mode(main, ExecutionMode::LocalSize, [64, 1, 1]);
     let words = b.module().assemble();
     super::validate("caller_module", &words).expect("spirv-val accepts the caller's module");

@@ -68,28 +68,38 @@
 //! set 0, binding 0, and their write masks binding 1, as the replay's, O6–O9).
 //!
 //! Counting goes to the workgroup counters: an access's (site, route) word takes one
-//! workgroup-scope atomic per wave when the wave's active lanes are at one site (the common case;
-//! `OpGroupNonUniformAllEqual`, then a ballot's count from one elected lane), one per lane
-//! otherwise; rarer events (splits, probes past the first, misses, site escapes) add theirs per
-//! lane, in workgroup memory too. `dispatchscope_flush` adds them to the buffer's 64-bit counters
-//! (`dispatchscope_core::instrument::wide_word`) with a 32-bit atomic and a carry, so a count
-//! never wraps; a site numbered past [`WORKGROUP_SITES`] is counted straight there. The escape log's
-//! and the capture's entry counters, and the canary's, stay device-scope atomics on the buffer
-//! (rare, and each escape needs its log index at once).
+//! workgroup-scope atomic per lane; rarer events (splits, probes past the first, misses, site
+//! escapes) add theirs per lane, in workgroup memory too. `dispatchscope_flush` adds them to the
+//! buffer's 64-bit counters (`dispatchscope_core::instrument::wide_word`) with a 32-bit atomic and
+//! a carry, so a count never wraps; a site numbered past [`WORKGROUP_SITES`] is counted straight
+//! there. The escape log's and the capture's entry counters, and the canary's, stay device-scope
+//! atomics on the buffer (rare, and each escape needs its log index at once).
 //!
-//! The helper and instrumented variants look a chunk up once for the wave when every active lane
-//! asks for the same one (`OpGroupNonUniformAllEqual` on the chunk, the lookup in one elected lane,
-//! its answer broadcast with `OpGroupNonUniformBroadcastFirst`), and each lane for itself
-//! otherwise. The table does not change while a dispatch runs (T6), so each lane gets the answer
-//! its own lookup would have given, probe count included: every count stays the CPU reference's.
-//! Both need the device's subgroup operations `VOTE` and `BALLOT` in compute shaders (Vulkan 1.1's
-//! `subgroupSupportedOperations`). Nothing here calls Vulkan.
+//! # The lane's lookup cache
+//! Each lane keeps its last lookup: the chunk it asked for and the answer, in two `Private`
+//! variables, `dispatchscope_last_chunk` (`u64`, first `u64::MAX`, never a chunk) and
+//! `dispatchscope_last_hit` (the `Hit`, first a miss). An access whose first chunk is the last
+//! one takes the answer again without a probe; the table does not change while a dispatch runs
+//! (T6), so it is the answer the lookup would give, its probe count included, and every count stays
+//! the CPU reference's. On the H200 it made the helper 1.26× faster at 4K (BENCHMARKS.md,
+//! 2026-12-02). As with the workgroup counters, the program declares both, with their first
+//! values, exports them by those names and lists them in its entry point's interface; every
+//! library imports them (the raw variant leaves them unused); [`emit_into`] declares them in a
+//! Rust caller's module ([`EmittedHelpers::lane_cache`]).
+//!
+//! Every lane looks its own chunks up, and no subgroup operation is used. Two wave-level schemes
+//! were built and measured on the H200 (BENCHMARKS.md, 2026-12-02) and removed: one lookup for a
+//! wave whose lanes share a chunk, broadcast to the others (the helper 1.85× slower at 4K: the
+//! lanes' identical probes were already one cached load, and the vote, the election and the
+//! broadcasts lengthened every access's dependent chain), and one counter atomic for a wave at one
+//! site from a ballot's count (the instrumented pass 1.9× slower than an atomic a lane). Nothing
+//! here calls Vulkan.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 
 use rspirv::dr::Operand;
-use rspirv::spirv::{Capability, GroupOperation, LinkageType, Op, Scope, StorageClass, Word};
+use rspirv::spirv::{LinkageType, Op, StorageClass, Word};
 
 use super::asm::Asm;
 use super::helper::emit_lookup;
@@ -120,6 +130,12 @@ pub mod symbol {
     pub const FLUSH: &str = "dispatchscope_flush";
     /// The workgroup counters, a `Workgroup` variable the program exports and the library imports.
     pub const WORKGROUP: &str = "dispatchscope_workgroup";
+    /// The lane's last chunk looked up, a `Private` `u64` the program exports and the library
+    /// imports.
+    pub const LAST_CHUNK: &str = "dispatchscope_last_chunk";
+    /// The lane's last lookup's answer, a `Private` `Hit` the program exports and the library
+    /// imports.
+    pub const LAST_HIT: &str = "dispatchscope_last_hit";
 }
 
 /// The push words the helper reads besides the table's (T3: 18–20, 28–31).
@@ -243,6 +259,10 @@ pub(super) fn declare_helpers(a: &mut Asm) -> R<Helpers> {
     // The program holds the workgroup counters (whichever library it links with).
     let wg = declare_workgroup(a);
     a.link(wg, symbol::WORKGROUP, LinkageType::Export);
+    // And the lane's lookup cache, with its first values (whichever library it links with).
+    let (chunk, hit) = declare_lane_cache(a, true);
+    a.link(chunk, symbol::LAST_CHUNK, LinkageType::Export);
+    a.link(hit, symbol::LAST_HIT, LinkageType::Export);
     Ok(Helpers {
         lane,
         route,
@@ -279,6 +299,10 @@ pub fn helper_library(variant: Variant) -> R<Vec<u32>> {
     a.linkable(LinkageType::Import);
     let wg = declare_workgroup(&mut a);
     a.link(wg, symbol::WORKGROUP, LinkageType::Import);
+    // An imported variable has no initializer: the program's export holds the first values.
+    let (chunk, hit) = declare_lane_cache(&mut a, false);
+    a.link(chunk, symbol::LAST_CHUNK, LinkageType::Import);
+    a.link(hit, symbol::LAST_HIT, LinkageType::Import);
     emit_helpers_into(&mut a, variant, true)?;
     a.finish_linkable()
 }
@@ -291,11 +315,6 @@ pub(super) fn emit_helpers(a: &mut Asm, variant: Variant) -> R<Helpers> {
 fn emit_helpers_into(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> {
     let s = sigs(a);
     let instrumented = variant == Variant::Instrumented;
-    if variant != Variant::Raw {
-        a.b.capability(Capability::GroupNonUniform);
-        a.b.capability(Capability::GroupNonUniformBallot);
-        a.b.capability(Capability::GroupNonUniformVote);
-    }
     if instrumented {
         declare_workgroup(a);
     }
@@ -309,8 +328,9 @@ fn emit_helpers_into(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> 
         Some(f)
     };
     let route = emit_route(a)?;
-    let load = emit_access(a, &s, variant, lookup, false)?;
-    let store = emit_access(a, &s, variant, lookup, true)?;
+    let cache = lookup.map(|_| declare_lane_cache(a, true));
+    let load = emit_access(a, &s, variant, lookup, cache, false)?;
+    let store = emit_access(a, &s, variant, lookup, cache, true)?;
     let note = emit_note(a, &s, instrumented)?;
     let lane = emit_lane(a, instrumented, load, s.vec4)?;
     let flush = emit_flush(a, instrumented)?;
@@ -363,6 +383,10 @@ pub struct EmittedHelpers {
     /// The workgroup counters (`Some` in [`Variant::Instrumented`]): a `Workgroup` variable of
     /// [`WORKGROUP_WORDS`] u32 that the caller's entry point must list in its interface.
     pub workgroup: Option<Word>,
+    /// The lane's lookup cache (`Some` in the variants with a lookup): two `Private` variables,
+    /// the chunk the lane last asked for and the answer, that the caller's entry point must list
+    /// in its interface.
+    pub lane_cache: Option<[Word; 2]>,
     /// The `Hit` struct type `lookup` returns.
     pub hit_type: Word,
     /// `u32`.
@@ -381,9 +405,10 @@ pub struct EmittedHelpers {
 }
 
 /// Emits the helper functions of `variant` (with T5's lookup, and what they need: the types, the
-/// push block of the documented layout, and for the instrumented variant the subgroup
-/// capabilities, and for the instrumented variant its workgroup counters) into a translator's own rspirv builder, and returns their ids, for a Rust
-/// recompiler that builds its module with rspirv instead of linking [`helper_library`].
+/// push block of the documented layout, the lane's lookup cache where there is a lookup, and for
+/// the instrumented variant its workgroup counters) into a translator's own rspirv builder, and
+/// returns their ids, for a Rust recompiler that builds its module with rspirv instead of linking
+/// [`helper_library`].
 ///
 /// The builder's module may already hold the caller's declarations; the capabilities it lacks of
 /// Shader, Int64 and PhysicalStorageBufferAddresses are added, and its memory model must be
@@ -418,6 +443,7 @@ pub fn emit_into(builder: &mut rspirv::dr::Builder, variant: Variant) -> R<Emitt
     let mut a = Asm::on("emit_into", taken);
     let emitted = emit_helpers(&mut a, variant);
     let (t, push_block, workgroup) = (a.t, a.push_var, a.workgroup_var);
+    let lane_cache = a.lane_cache.map(|(c, h)| [c, h]);
     *builder = a.into_builder();
     let h = emitted?;
     Ok(EmittedHelpers {
@@ -429,6 +455,7 @@ pub fn emit_into(builder: &mut rspirv::dr::Builder, variant: Variant) -> R<Emitt
         note: h.note,
         flush: h.flush,
         workgroup,
+        lane_cache,
         hit_type: t.hit,
         u32_type: t.u32,
         u64_type: t.u64,
@@ -601,89 +628,14 @@ fn bump_counter(a: &mut Asm, k: u32, n: Word) -> R<()> {
     a.workgroup_atomic(Op::AtomicIAdd, p, n).map(|_| ())
 }
 
-/// Adds one to workgroup word `key` for each active lane: one atomic for the wave when every
-/// active lane has the same key, one per lane otherwise.
+/// Adds one to workgroup word `key` for this lane: one workgroup atomic per lane. (A wave's
+/// lanes at one site made one atomic between them through `OpGroupNonUniformAllEqual` and a
+/// ballot's count; on the H200 that made the instrumented pass 1.9× slower than this, the
+/// driver's own handling of same-address workgroup atomics being the faster: BENCHMARKS.md,
+/// 2026-12-02.)
 fn count_lanes(a: &mut Asm, key: Word) -> R<()> {
-    let t = a.t;
-    let sg = a.c32(Scope::Subgroup as u32);
-    let same =
-        a.b.group_non_uniform_all_equal(t.bool_, None, sg, key)
-            .map_err(|e| a.err(e))?;
-    let vec4 = a.b.type_vector(t.u32, 4);
-    a.if_else(
-        same,
-        |a| {
-            let yes = a.cbool(true);
-            let ballot =
-                a.b.group_non_uniform_ballot(vec4, None, sg, yes)
-                    .map_err(|e| a.err(e))?;
-            let n = a
-                .b
-                .group_non_uniform_ballot_bit_count(t.u32, None, sg, GroupOperation::Reduce, ballot)
-                .map_err(|e| a.err(e))?;
-            let elected =
-                a.b.group_non_uniform_elect(t.bool_, None, sg)
-                    .map_err(|e| a.err(e))?;
-            a.if_(elected, |a| bump(a, key, n, false))
-        },
-        |a| {
-            let one = a.c32(1);
-            bump(a, key, one, false)
-        },
-    )
-}
-
-/// T5 for the wave: when every active lane asks for the same chunk, one elected lane looks it up
-/// and the answer is broadcast (the table does not change during a dispatch, so it is each lane's
-/// own answer, probes included); otherwise each lane looks up its own. One call of the lookup
-/// (one copy of its loop once inlined); 64-bit values are compared and broadcast as two 32-bit
-/// halves (64-bit subgroup operations would need `shaderSubgroupExtendedTypes`).
-fn wave_lookup(a: &mut Asm, lookup: Word, chunk: Word) -> R<Word> {
-    let t = a.t;
-    let sg = a.c32(Scope::Subgroup as u32);
-    let p_fn_hit = a.b.type_pointer(None, StorageClass::Function, t.hit);
-    let v = a.var(p_fn_hit)?;
-    // What a lane that does not look up holds until the broadcast: a miss, never a false hit.
-    let z64 = a.c64(0);
-    let none = a.c32(record::NO_SLOT);
-    let z = a.c32(0);
-    let miss = a.b.constant_composite(t.hit, [z64, none, z]);
-    a.set(v, miss)?;
-    let (lo, hi) = (a.narrow(chunk)?, a.high(chunk)?);
-    let same_lo =
-        a.b.group_non_uniform_all_equal(t.bool_, None, sg, lo)
-            .map_err(|e| a.err(e))?;
-    let same_hi =
-        a.b.group_non_uniform_all_equal(t.bool_, None, sg, hi)
-            .map_err(|e| a.err(e))?;
-    let same = a.land(same_lo, same_hi)?;
-    let elected =
-        a.b.group_non_uniform_elect(t.bool_, None, sg)
-            .map_err(|e| a.err(e))?;
-    let own = a.lnot(same)?;
-    let looks = a.lor(own, elected)?;
-    a.if_(looks, |a| {
-        let h = a.call(t.hit, lookup, &[chunk])?;
-        a.set(v, h)
-    })?;
-    let h = a.get(t.hit, v)?;
-    let (d, sl, n) = (a.extract(h, 0)?, a.extract(h, 1)?, a.extract(h, 2)?);
-    let first = |a: &mut Asm, x: Word| {
-        a.b.group_non_uniform_broadcast_first(t.u32, None, sg, x)
-            .map_err(|e| a.err(e))
-    };
-    let (d_lo, d_hi) = (a.narrow(d)?, a.high(d)?);
-    let (b_lo, b_hi, b_sl, b_n) = (
-        first(a, d_lo)?,
-        first(a, d_hi)?,
-        first(a, sl)?,
-        first(a, n)?,
-    );
-    let b_d = a.join(b_lo, b_hi)?;
-    let d = a.select(t.u64, same, b_d, d)?;
-    let sl = a.select(t.u32, same, b_sl, sl)?;
-    let n = a.select(t.u32, same, b_n, n)?;
-    a.inst(Op::CompositeConstruct, t.hit, &[d, sl, n])
+    let one = a.c32(1);
+    bump(a, key, one, false)
 }
 
 /// Appends a capture entry when the lane is captured (token bit 0): `flags`, `addr`, the four
@@ -854,11 +806,60 @@ fn count_probes(a: &mut Asm, site_id: Word, probes: Word) -> R<()> {
 }
 
 /// `dispatchscope_load` (`store == false`) or `dispatchscope_store`.
+/// Declares the lane's lookup cache once per module: two `Private` variables, listed in the
+/// interface, that hold the chunk the lane last asked for and the lookup's answer. With `init`
+/// they start as `u64::MAX` (never a chunk: a chunk number is an address shifted right by at
+/// least 12) and a miss; a library's imports have no initializer (the program's export holds it).
+pub(super) fn declare_lane_cache(a: &mut Asm, init: bool) -> (Word, Word) {
+    if let Some(c) = a.lane_cache {
+        return c;
+    }
+    let t = a.t;
+    let p64 = a.b.type_pointer(None, StorageClass::Private, t.u64);
+    let ph = a.b.type_pointer(None, StorageClass::Private, t.hit);
+    let (first_chunk, first_hit) = if init {
+        let none = a.c64(u64::MAX);
+        let z64 = a.c64(0);
+        let no_slot = a.c32(record::NO_SLOT);
+        let z = a.c32(0);
+        let miss = a.b.constant_composite(t.hit, [z64, no_slot, z]);
+        (Some(none), Some(miss))
+    } else {
+        (None, None)
+    };
+    let chunk = a.b.variable(p64, None, StorageClass::Private, first_chunk);
+    let hit = a.b.variable(ph, None, StorageClass::Private, first_hit);
+    a.b.name(chunk, symbol::LAST_CHUNK);
+    a.b.name(hit, symbol::LAST_HIT);
+    a.interface.push(chunk);
+    a.interface.push(hit);
+    a.lane_cache = Some((chunk, hit));
+    (chunk, hit)
+}
+
+/// T5 through the lane's cache: the last answer again when the lane asks for the same chunk (the
+/// table does not change during a dispatch, T6, so it is the lookup's own answer, probes
+/// included), else the lookup, remembered.
+fn cached_lookup(a: &mut Asm, lookup: Word, cache: (Word, Word), chunk: Word) -> R<Word> {
+    let t = a.t;
+    let (last_chunk, last_hit) = cache;
+    let prev = a.get(t.u64, last_chunk)?;
+    let again = a.eq(prev, chunk)?;
+    let fresh = a.lnot(again)?;
+    a.if_(fresh, |a| {
+        let h = a.call(t.hit, lookup, &[chunk])?;
+        a.set(last_hit, h)?;
+        a.set(last_chunk, chunk)
+    })?;
+    a.get(t.hit, last_hit)
+}
+
 fn emit_access(
     a: &mut Asm,
     s: &Sigs,
     variant: Variant,
     lookup: Option<Word>,
+    cache: Option<(Word, Word)>,
     store: bool,
 ) -> R<Word> {
     let t = a.t;
@@ -925,7 +926,10 @@ fn emit_access(
             let end = a.add(t.u64, addr, size64)?;
             let last = a.sub(t.u64, end, one64)?;
             let c1 = a.shr(t.u64, last, shift)?;
-            let h0 = wave_lookup(a, lookup, c0)?;
+            let h0 = match cache {
+                Some(c) => cached_lookup(a, lookup, c, c0)?,
+                None => a.call(t.hit, lookup, &[c0])?,
+            };
             let split = a.ne(c1, c0)?;
             let p_fn_hit = a.b.type_pointer(None, StorageClass::Function, t.hit);
             let v_h1 = a.var(p_fn_hit)?;
