@@ -786,8 +786,9 @@ pub fn hello_header(payload: &[u8]) -> Result<HelloHeader, ProtocolError> {
 
 /// Reads frames from a stream that may time out, keeping a partial frame across timeouts.
 ///
-/// The header's length is checked against the limit before the payload buffer grows, so a peer
-/// cannot make the reader allocate more than the limit.
+/// The header's length is checked against the limit before the payload buffer grows, and the
+/// buffer then grows with the bytes that arrive (64 KiB at first, then doubling), so a peer cannot
+/// make the reader allocate more than the limit, nor much more than it sent.
 #[derive(Debug)]
 pub struct FrameReader {
     max_bytes: u32,
@@ -822,7 +823,16 @@ impl FrameReader {
         loop {
             let step = match self.payload_len {
                 None => r.read(&mut self.header[self.header_filled..]),
-                Some(len) => r.read(&mut self.payload[self.payload_filled..len]),
+                Some(len) => {
+                    // The buffer grows with the bytes that came, not with what the header
+                    // claims: when it is full it doubles (64 KiB at first), up to the length.
+                    let at = self.payload_filled;
+                    if at == self.payload.len() {
+                        let grown = (2 * at).max(READ_STEP_BYTES).min(len);
+                        self.payload.resize(grown, 0);
+                    }
+                    r.read(&mut self.payload[at..])
+                }
             };
             let n = match step {
                 Ok(0) => {
@@ -864,7 +874,6 @@ impl FrameReader {
                             });
                         }
                         self.payload.clear();
-                        self.payload.resize(len as usize, 0);
                         self.payload_len = Some(len as usize);
                         self.payload_filled = 0;
                     }
@@ -882,6 +891,11 @@ impl FrameReader {
         }
     }
 }
+
+/// What a frame's payload buffer holds at first; it doubles each time it fills, so a frame of `n`
+/// bytes zeroes each byte once, in about `log2(n / READ_STEP_BYTES)` steps, and a header that
+/// claims more than was sent costs at most twice what was sent.
+const READ_STEP_BYTES: usize = 64 * 1024;
 
 /// Compares two tokens in time independent of where they differ.
 pub fn tokens_match(expected: &str, given: &str) -> bool {
@@ -998,4 +1012,99 @@ impl ReceivedDispatch {
 
 fn malformed_dispatch(message: String) -> ProtocolError {
     ProtocolError::Malformed { message }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{self, Read};
+
+    use super::{FRAME_HEADER_BYTES, FrameReader, ProtocolError, READ_STEP_BYTES};
+
+    /// A stream that gives at most `step` bytes a read and, every other read, times out.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        step: usize,
+        stall: bool,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.stall = !self.stall;
+            if self.stall {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            let n = self.step.min(buf.len()).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    fn framed(payload: &[u8]) -> Vec<u8> {
+        let mut out = (payload.len() as u32).to_le_bytes().to_vec();
+        out.extend_from_slice(payload);
+        out
+    }
+
+    #[test]
+    fn a_frame_read_in_pieces_across_timeouts_is_the_payload_sent() {
+        let payload: Vec<u8> = (0..3 * READ_STEP_BYTES + 17)
+            .map(|i| (i * 7) as u8)
+            .collect();
+        let mut bytes = framed(&payload);
+        bytes.extend(framed(b"next"));
+        for step in [1, 3, 4096, 1 << 20] {
+            let mut s = Trickle {
+                data: &bytes,
+                step,
+                stall: false,
+            };
+            let mut r = FrameReader::new(1 << 24);
+            let mut got = Vec::new();
+            while got.len() < 2 {
+                if let Some(p) = r.read_frame(&mut s).unwrap() {
+                    got.push(p);
+                }
+            }
+            assert_eq!(got[0], payload, "step {step}");
+            assert_eq!(got[1], b"next", "step {step}");
+        }
+    }
+
+    #[test]
+    fn a_header_that_claims_more_than_was_sent_costs_what_was_sent() {
+        let mut bytes = (30u32 << 20).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&[9; 10]);
+        let mut r = FrameReader::new(32 << 20);
+        let err = r.read_frame(&mut &bytes[..]).unwrap_err();
+        assert!(
+            matches!(err, ProtocolError::Closed { mid_frame: true }),
+            "{err:?}"
+        );
+        assert_eq!(r.payload_filled, 10);
+        assert!(
+            r.payload.capacity() <= READ_STEP_BYTES,
+            "{}",
+            r.payload.capacity()
+        );
+    }
+
+    #[test]
+    fn a_header_past_the_limit_is_refused_before_any_payload() {
+        let bytes = (1u32 << 20).to_le_bytes();
+        let mut r = FrameReader::new(1 << 10);
+        let err = r.read_frame(&mut &bytes[..]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ProtocolError::Oversize {
+                    len_bytes: 1048576,
+                    max_bytes: 1024
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(r.payload.capacity(), 0);
+        assert_eq!(FRAME_HEADER_BYTES, 4);
+    }
 }
