@@ -14,6 +14,7 @@
 //! The target never waits for a debugger that did not ask it to pause, and never longer than the
 //! pause timeout after the debugger's last word.
 
+pub mod checkpoint;
 pub mod client;
 pub mod protocol;
 pub mod record;

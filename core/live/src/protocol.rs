@@ -564,6 +564,10 @@ pub enum ToDebugger {
     /// wire itself.
     #[serde(skip)]
     Received(Box<ReceivedDispatch>),
+    /// The engine state the dispatch just before it left, where it changed (message kind
+    /// `wire::MSG_CHECKPOINT`; see [`crate::checkpoint`]); only in binary frames.
+    #[serde(skip)]
+    Checkpoint(Box<crate::checkpoint::Checkpoint>),
     /// The whole access list of a dispatch, as [`ToTarget::Detail`] asked.
     Detail {
         /// The dispatch.
@@ -625,6 +629,7 @@ impl ToDebugger {
             ToDebugger::MappingState { .. } => "mapping-state",
             ToDebugger::Program { .. } => "program",
             ToDebugger::Dispatch { .. } | ToDebugger::Received(_) => "dispatch",
+            ToDebugger::Checkpoint(_) => "checkpoint",
             ToDebugger::Detail { .. } => "detail",
             ToDebugger::DetailGone { .. } => "detail-gone",
             ToDebugger::DispatchFailed { .. } => "dispatch-failed",
