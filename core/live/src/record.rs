@@ -129,6 +129,8 @@ pub struct CaptureRecorder {
     payload: Vec<u8>,
     /// Where each recorded dispatch's checkpoints are (record numbers are seqs).
     states: StateIndex,
+    /// Bytes written out to the file (not necessarily durable) by [`Self::write_out`].
+    written_out: u64,
     /// Whether a full table record was written since the start or the last unknown table, so
     /// that a delta has its base in the file.
     table_base: bool,
@@ -195,6 +197,7 @@ impl CaptureRecorder {
             programs: Vec::new(),
             payload: Vec::new(),
             states: StateIndex::default(),
+            written_out: 0,
             table_base: false,
             pending: None,
         }
@@ -434,6 +437,23 @@ impl CaptureRecorder {
             self.flush()?;
         }
         Ok(dispatch_at)
+    }
+
+    /// Writes every record so far to the file without making it durable, so that a reader of the
+    /// file sees them (a live store reading a checkpoint it just wrote).
+    pub fn write_out(&mut self) -> Result<(), RecordError> {
+        let path = self.path.clone();
+        if let Some(w) = self.writer.as_mut() {
+            w.write_out()
+                .map_err(|error| RecordError::Capture { path, error })?;
+            self.written_out = w.len_bytes();
+        }
+        Ok(())
+    }
+
+    /// Bytes of the file a reader sees: what the last [`Self::write_out`] or flush wrote out.
+    pub fn written_out_bytes(&self) -> u64 {
+        self.written_out.max(self.durable_bytes)
     }
 
     /// Makes every record so far durable.

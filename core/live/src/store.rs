@@ -412,11 +412,12 @@ impl LiveStore {
         read_seq(&self.recorder, &mut self.reader, record, kind)
     }
 
-    /// Flushes when the latest record is not durable yet (state records are read soon after the
-    /// dispatch they follow is selected).
+    /// Writes buffered records out to the file when the latest is not there yet (a window that
+    /// follows the newest dispatch reads its state right after it was written): no `fsync`,
+    /// which the periodic flush does.
     fn flush_for_states(&mut self) -> Result<(), StoreError> {
-        if self.recorder.summary().bytes > self.recorder.durable_bytes() {
-            self.recorder.flush()?;
+        if self.recorder.summary().bytes > self.recorder.written_out_bytes() {
+            self.recorder.write_out()?;
         }
         Ok(())
     }
