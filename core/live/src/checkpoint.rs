@@ -594,6 +594,51 @@ mod tests {
         }
     }
 
+    /// A checkpoint travels in a binary frame as message kind 4, between other messages, and a
+    /// frame cut anywhere inside it is a named error.
+    #[test]
+    fn a_checkpoint_round_trips_through_a_frame() {
+        use crate::protocol::ToDebugger;
+        use crate::wire::{Decoder, Encoder};
+        for compress in [false, true] {
+            let mut enc = Encoder::new(16, 1 << 20);
+            enc.set_compress(compress);
+            let mut out = Vec::new();
+            let c = sample();
+            let mut cut = |_: u64, _: Vec<_>| {};
+            enc.push(ToDebugger::Attached { session: 1 }, &mut out, &mut cut)
+                .unwrap();
+            enc.push(
+                ToDebugger::Checkpoint(Box::new(c.clone())),
+                &mut out,
+                &mut cut,
+            )
+            .unwrap();
+            enc.push(
+                ToDebugger::Stats(crate::protocol::Stats::default()),
+                &mut out,
+                &mut cut,
+            )
+            .unwrap();
+            enc.finish_frame(&mut out);
+            let payload = &out[4..];
+            let mut got = Vec::new();
+            Decoder::new().decode(payload, &mut got).unwrap();
+            assert!(
+                got.contains(&ToDebugger::Checkpoint(Box::new(c))),
+                "{got:?}"
+            );
+            if !compress {
+                for n in 6..payload.len() {
+                    let mut got = Vec::new();
+                    let e = Decoder::new().decode(&payload[..n], &mut got).unwrap_err();
+                    assert!(!e.to_string().is_empty());
+                    assert!(got.is_empty());
+                }
+            }
+        }
+    }
+
     /// Every truncation, every flipped byte of the header and every bad field is a named error,
     /// never a panic.
     #[test]
