@@ -248,7 +248,7 @@ fn dropped_checkpoints_never_make_a_dispatch_show_a_wrong_state() {
                 if dispatch {
                     taken += 1;
                     // A debugger slower than the game: the target's queue fills and drops.
-                    if taken % 8 == 0 {
+                    if taken.is_multiple_of(8) {
                         std::thread::sleep(Duration::from_millis(3));
                     }
                 }
