@@ -13,7 +13,12 @@
 //! for every dispatch since attach (the compact [`Rows`]), the latest [`LIVE_WINDOW`] reports in
 //! memory, and any older report read back from the live store's file when it is selected (one
 //! seek, [`LiveStore::report`]), a few kept; memory is bounded by those two windows plus the rows,
-//! however long the game runs.
+//! however long the game runs. Its Memory and Chunk table panels come from the checkpoints of
+//! engine state the target sends when they change, which the store records after their dispatch
+//! (`dispatchscope_live::checkpoint`): read for the selected dispatch from the store's file, as a
+//! capture's are; a reopened live recording is a capture like any other. Where a state is unknown
+//! (the target could not send it) or was not recorded, the panels say so
+//! ([`Session::state_note_at`]).
 
 use std::collections::VecDeque;
 use std::io::{Read, Seek};
@@ -637,8 +642,9 @@ impl Session {
 
     /// Appends a dispatch received from a live target: its row, and its report to the window of
     /// the latest (the oldest there leaves memory; the store's file keeps it). `stored` says
-    /// whether the live store recorded it (as its next dispatch). No chunk table or memory view:
-    /// the target sends reports, not its engine's state.
+    /// whether the live store recorded it (as its next dispatch). Its chunk table and memory
+    /// view come from the checkpoints the target sent, which the store recorded after it, when it
+    /// is prepared ([`Self::prepare`]).
     pub fn push_live(&mut self, report: DispatchReport, stored: bool) {
         self.rows.push_report(&report);
         match &mut self.reports.live {

@@ -11,6 +11,10 @@
 //! a checkpoint, made durable) at least every [`RecordOptions::flush_every`], so a recorder killed
 //! at any moment leaves a capture that opens with every record up to its last flush.
 //! Messages before the snapshot are ignored: the snapshot already holds their effects.
+//! A checkpoint of engine state ([`crate::checkpoint`]) becomes MEMORY_STATE / TABLE_STATE records
+//! (or MEMORY_UNKNOWN / TABLE_UNKNOWN) right after its dispatch's DISPATCH record, in the order
+//! `dispatchscope_formats::checkpoint::StateIndex` reads them; a table delta whose base the file
+//! lacks is written as unknown.
 //!
 //! [`record`] is the headless recorder: it asks for a snapshot, then makes the target run in steps
 //! of [`RecordOptions::batch`] dispatches, asking for the next step as soon as one ends, so no

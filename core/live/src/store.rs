@@ -18,6 +18,10 @@
 //! record and the store's 8 bytes every 64 dispatches, about 50 MB at 10,000,000 dispatches (see
 //! BENCHMARKS.md for the measured figure). Everything else is bounded by the window.
 //!
+//! The target's checkpoints of engine state are recorded after their dispatches; the recorder
+//! keeps where they are ([`LiveStore::states`], 24 bytes a checkpoint record), and
+//! [`LiveStore::memory_state`] and [`LiveStore::table_at`] read a dispatch's back from the file.
+//!
 //! The file is a capture like any other: `dispatchscope explain` and the app open it while it is
 //! being written (as a capture cut short) and after [`LiveStore::finish`] (through its index).
 //! This module never draws and never opens a socket.
