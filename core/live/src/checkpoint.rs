@@ -5,9 +5,9 @@
 //!
 //! # How the target knows, and what the game thread pays
 //!
-//! After each dispatch the tap reads two things: [`GuestMemory::state_changes`] (one load; it
+//! After each dispatch the tap reads two things: [`GuestMemory::state_changes`](dispatchscope_core::memory::GuestMemory::state_changes) (one load; it
 //! moves with every change of a page's state or a target, in events and in the dispatch's own
-//! commits, write-backs and hand-offs) and the dispatch's [`TableReport`] (the table changes only
+//! commits, write-backs and hand-offs) and the dispatch's [`TableReport`](dispatchscope_core::report::TableReport) (the table changes only
 //! when a dispatch inserts, removes or rebuilds, which its report says). When neither moved since
 //! the last checkpoint that went into the queue, nothing more happens. When one did, the game
 //! thread copies that state ([`MemoryState::of`]: one pass over the reservations' runs, not their
@@ -57,9 +57,6 @@ use dispatchscope_formats::checkpoint::{
     MemoryState, TableImage, TableWriter, check_table_payload, decode_memory_state,
     encode_memory_state,
 };
-
-#[allow(unused_imports, reason = "named in the docs")]
-use dispatchscope_core::{memory::GuestMemory, report::TableReport};
 
 /// The version of a checkpoint message this build writes and reads.
 pub const CHECKPOINT_VERSION: u8 = 1;
@@ -337,7 +334,7 @@ pub(crate) struct StateCopy {
 #[derive(Debug)]
 pub(crate) struct Tracker {
     session: Option<u64>,
-    /// [`GuestMemory::state_changes`] when memory was last queued (`None`: not this session).
+    /// [`GuestMemory::state_changes`](dispatchscope_core::memory::GuestMemory::state_changes) when memory was last queued (`None`: not this session).
     memory_sent: Option<u64>,
     /// Whether the table was queued as it stands.
     table_sent: bool,
