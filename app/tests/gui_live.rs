@@ -359,3 +359,87 @@ fn a_live_session_past_the_old_cap_lists_and_shows_its_first_dispatch() {
         assert!(s.reports.held() <= LIVE_WINDOW + REPORT_CACHE);
     }
 }
+
+/// The target sends checkpoints of its engine state when they change: a live dispatch that left
+/// the window (only on disk) shows Memory and Chunk table from them, with no note, and the
+/// recording reopened as a file shows each dispatch's the same, through the capture's index.
+#[test]
+fn live_dispatches_on_disk_and_the_reopened_recording_show_memory_and_table_from_checkpoints() {
+    use gui::session::LIVE_WINDOW;
+    let demo = DemoTarget::start(Some(240.0)).unwrap();
+    let mut h = harness(GuiApp::new(Settings::default()));
+    h.run();
+    let ctx = h.ctx.clone();
+    assert!(h.state_mut().attach(&ctx, &demo.addr.to_string(), None));
+    until(&mut h, "dispatches past the window", |a| {
+        indices(a).len() > LIVE_WINDOW + 64
+    });
+    h.state_mut().live.as_mut().unwrap().detach();
+    drop(demo);
+    let n = h.state().session.as_ref().unwrap().rows.len();
+    let picks: Vec<usize> = vec![0, 1, 7, 63, 64, 200, n - 2, n - 1];
+    let mut shown = Vec::new();
+    for &pos in &picks {
+        let s = h.state_mut().session.as_mut().unwrap();
+        s.prepare(pos).unwrap();
+        let memory = s.memory(pos).cloned();
+        let table = s.table(pos).map(|t| t.table.slots().to_vec());
+        assert!(
+            memory.is_some(),
+            "dispatch {pos} shows no memory checkpoint: {:?}",
+            s.state_note_at(pos)
+        );
+        assert_eq!(s.state_note_at(pos), None, "dispatch {pos}");
+        let report = s.reports.get(pos).unwrap();
+        if report.table.is_some() {
+            assert!(
+                table.is_some(),
+                "dispatch {pos} used a table but shows none"
+            );
+        }
+        shown.push((report.index, memory, table));
+    }
+    // The window draws it: dispatch 0 is on disk only.
+    h.state_mut()
+        .apply(dispatchscope_views::Action::SelectDispatch(0));
+    h.state_mut().settings.tab = dispatchscope_views::Tab::Memory;
+    h.run_steps(2);
+    h.get_by_label("Reservations, as this dispatch left them");
+    assert!(h.query_by_label_contains("report carries").is_none());
+
+    // Reopened: the recording as a capture (cut short, as a crash would leave it), read through
+    // its index and its checkpoints, not replayed.
+    let path = h
+        .state()
+        .live
+        .as_ref()
+        .unwrap()
+        .recording_path()
+        .to_path_buf();
+    let mut again = gui::session::load_file(
+        &path,
+        gui::Source::File(path.clone()),
+        &gui::Progress::default(),
+    )
+    .unwrap();
+    assert!(
+        again.reports.on_disk(),
+        "read through its index, not replayed"
+    );
+    again.finish_rows();
+    for (index, memory, table) in shown {
+        let pos = again.rows.position_of(index).unwrap();
+        again.prepare(pos).unwrap();
+        assert_eq!(
+            again.memory(pos).cloned(),
+            memory,
+            "dispatch {index}'s memory"
+        );
+        assert_eq!(
+            again.table(pos).map(|t| t.table.slots().to_vec()),
+            table,
+            "dispatch {index}'s table"
+        );
+        assert_eq!(again.state_note_at(pos), None);
+    }
+}

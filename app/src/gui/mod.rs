@@ -643,7 +643,7 @@ impl GuiApp {
             }
         });
         ui.separator();
-        if let Some(note) = &s.state_note
+        if let Some(note) = s.state_note_at(self.sel.dispatch)
             && matches!(self.settings.tab, Tab::Memory | Tab::ChunkTable)
         {
             ui.label(RichText::new(note).color(style::MUTED));

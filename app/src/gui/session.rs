@@ -13,7 +13,12 @@
 //! for every dispatch since attach (the compact [`Rows`]), the latest [`LIVE_WINDOW`] reports in
 //! memory, and any older report read back from the live store's file when it is selected (one
 //! seek, [`LiveStore::report`]), a few kept; memory is bounded by those two windows plus the rows,
-//! however long the game runs.
+//! however long the game runs. Its Memory and Chunk table panels come from the checkpoints of
+//! engine state the target sends when they change, which the store records after their dispatch
+//! (`dispatchscope_live::checkpoint`): read for the selected dispatch from the store's file, as a
+//! capture's are; a reopened live recording is a capture like any other. Where a state is unknown
+//! (the target could not send it) or was not recorded, the panels say so
+//! ([`Session::state_note_at`]).
 
 use std::collections::VecDeque;
 use std::io::{Read, Seek};
@@ -25,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use dispatchscope_core::history::History;
 use dispatchscope_core::{CpuBackend, DispatchReport, Engine};
 use dispatchscope_formats::capture::{self, FILE_MAGIC};
-use dispatchscope_formats::checkpoint::StateIndex;
+use dispatchscope_formats::checkpoint::{MEMORY_UNKNOWN, StateAt, StateIndex, TABLE_UNKNOWN};
 use dispatchscope_formats::history;
 use dispatchscope_formats::sample::{Sample, SampleError};
 use dispatchscope_formats::session::{CaptureFile, Kind, SNIFF_BYTES, SessionError, kind_of};
@@ -158,9 +163,114 @@ struct Live {
     recent: VecDeque<Recent>,
     /// Reports read back from the store or decoded from the window, newest last.
     cache: Vec<(usize, DispatchReport)>,
+    /// The engine state the target sent for the dispatch prepared last, from the store's
+    /// checkpoints (`dispatchscope_live::checkpoint`).
+    states: LiveStates,
+}
+
+/// A live session's checkpoints as read for one dispatch: guest memory and the chunk table by the
+/// store record that held them (kept while the next dispatch's state is the same record), and
+/// why one is missing.
+#[derive(Default)]
+struct LiveStates {
+    /// The session position they were read for.
+    pos: Option<usize>,
+    memory: Option<(usize, Arc<MemoryView>)>,
+    /// Whether `memory` is the state at `pos`.
+    memory_here: bool,
+    table: Option<(usize, TableSnapshot)>,
+    table_here: bool,
+    note: Option<String>,
 }
 
 impl Live {
+    /// Reads the report at `pos` unless it is in memory, and the engine state the store's
+    /// checkpoints hold for it.
+    fn prepare(&mut self, pos: usize) -> Result<(), String> {
+        let report = self.prepare_report(pos);
+        if pos < self.n {
+            self.prepare_states(pos);
+        }
+        report
+    }
+
+    /// Reads dispatch `pos`'s memory and table checkpoints from the store (the records the target
+    /// sent after the dispatches that changed them), unless the ones read last still hold; a
+    /// state that is not there gets a note saying why.
+    fn prepare_states(&mut self, pos: usize) {
+        let first = self.store_first;
+        let st = &mut self.states;
+        st.pos = Some(pos);
+        st.memory_here = false;
+        st.table_here = false;
+        st.note = None;
+        let not_stored = || {
+            Some(format!(
+                "Dispatch {pos} is not in this live session's recording (it arrived before the recording started or after it stopped), so the Memory and Chunk table panels show what its report carries."
+            ))
+        };
+        let Some(spos) = first.and_then(|f| pos.checked_sub(f)) else {
+            st.note = not_stored();
+            return;
+        };
+        let Ok(mut guard) = self.store.lock() else {
+            st.note = Some("The live store's lock was poisoned (a bug in dispatchscope).".into());
+            return;
+        };
+        let Some(store) = guard.as_mut() else {
+            st.note = Some("The live session's recording was closed, so the Memory and Chunk table panels show what the report carries.".into());
+            return;
+        };
+        if spos >= store.len() {
+            st.note = not_stored();
+            return;
+        }
+        let base = first.unwrap_or(0);
+        let mut notes: Vec<String> = Vec::new();
+        let memory_at = store.states().memory_state_at(spos);
+        let table_at = store.states().table_state_at(spos);
+        match memory_at {
+            StateAt::Known { record, .. } => {
+                if st.memory.as_ref().is_none_or(|(r, _)| *r != record) {
+                    match store.memory_state(record) {
+                        Ok(m) => st.memory = Some((record, Arc::new(memory_view(m)))),
+                        Err(e) => notes.push(format!("Memory: {e}")),
+                    }
+                }
+                st.memory_here = st.memory.as_ref().is_some_and(|(r, _)| *r == record);
+            }
+            StateAt::Unknown { from, record } => {
+                let why = store
+                    .unknown_why(record, MEMORY_UNKNOWN)
+                    .unwrap_or_else(|e| e.to_string());
+                notes.push(unknown_note("guest memory", from + base, &why));
+            }
+            StateAt::None => notes.push(NO_MEMORY_CHECKPOINT.into()),
+        }
+        match table_at {
+            StateAt::Known { record, .. } => {
+                if st.table.as_ref().is_none_or(|(r, _)| *r != record) {
+                    match store.table_at(spos) {
+                        Ok(Some((from, idx, t))) => {
+                            st.table = Some((idx, TableSnapshot::new(t.table, from + base)));
+                        }
+                        Ok(None) => {}
+                        Err(e) => notes.push(format!("Chunk table: {e}")),
+                    }
+                }
+                st.table_here = st.table.as_ref().is_some_and(|(r, _)| *r == record);
+            }
+            StateAt::Unknown { from, record } => {
+                let why = store
+                    .unknown_why(record, TABLE_UNKNOWN)
+                    .unwrap_or_else(|e| e.to_string());
+                notes.push(unknown_note("chunk table", from + base, &why));
+            }
+            StateAt::None => {}
+        }
+        st.note = (!notes.is_empty()).then(|| notes.join(" "));
+    }
+
     fn get(&self, pos: usize) -> Option<&DispatchReport> {
         let first_recent = self.n - self.recent.len();
         if pos >= first_recent
@@ -176,7 +286,7 @@ impl Live {
     }
 
     /// Reads the report at `pos` back from the store unless it is in memory.
-    fn prepare(&mut self, pos: usize) -> Result<(), String> {
+    fn prepare_report(&mut self, pos: usize) -> Result<(), String> {
         if pos >= self.n {
             return Ok(());
         }
@@ -258,6 +368,29 @@ struct Disk {
     memory: Option<(usize, Arc<MemoryView>)>,
     /// The table checkpoint last read: its record, and the snapshot made from it.
     table: Option<(usize, TableSnapshot)>,
+    /// Why the dispatch prepared last lacks a state the capture's checkpoints otherwise give.
+    note: Option<(usize, String)>,
+}
+
+/// What the panels say of a dispatch that no memory checkpoint reaches.
+const NO_MEMORY_CHECKPOINT: &str = "No checkpoint of guest memory reaches this dispatch (the recording holds none at or before it), so the Memory panel shows what the report carries.";
+
+/// The note for a state a checkpoint says is unknown from dispatch `from` on.
+fn unknown_note(what: &str, from: usize, why: &str) -> String {
+    format!(
+        "The target's {what} is not known from dispatch {from} until its next checkpoint: {why}. The panel shows what the report carries."
+    )
+}
+
+/// The Memory panel's view of a checkpoint.
+fn memory_view(m: dispatchscope_formats::checkpoint::MemoryState) -> MemoryView {
+    MemoryView::from_runs(
+        m.page_bytes,
+        m.reservations
+            .into_iter()
+            .map(|r| (r.range, r.runs.into_iter().map(|x| (x.pages, x.page)))),
+        m.targets,
+    )
 }
 
 impl Reports {
@@ -471,6 +604,7 @@ impl Session {
                     states,
                     memory: None,
                     table: None,
+                    note: None,
                 }),
                 live: None,
             },
@@ -495,21 +629,22 @@ impl Session {
     pub fn live(addr: &str, title: String, store: SharedStore) -> Session {
         let mut s =
             Self::from_reports(Source::Live(addr.to_owned()), title, Vec::new(), Vec::new());
-        s.state_note = Some("A live session's Memory and Chunk table panels show what each dispatch's report carries: the target sends reports, not its engine's state (`dispatchscope convert` a saved session to a capture with checkpoints to see them).".into());
         s.reports.live = Some(Live {
             store,
             store_first: None,
             n: 0,
             recent: VecDeque::new(),
             cache: Vec::new(),
+            states: LiveStates::default(),
         });
         s
     }
 
     /// Appends a dispatch received from a live target: its row, and its report to the window of
     /// the latest (the oldest there leaves memory; the store's file keeps it). `stored` says
-    /// whether the live store recorded it (as its next dispatch). No chunk table or memory view:
-    /// the target sends reports, not its engine's state.
+    /// whether the live store recorded it (as its next dispatch). Its chunk table and memory
+    /// view come from the checkpoints the target sent, which the store recorded after it, when it
+    /// is prepared ([`Self::prepare`]).
     pub fn push_live(&mut self, report: DispatchReport, stored: bool) {
         self.rows.push_report(&report);
         match &mut self.reports.live {
@@ -701,15 +836,25 @@ impl Session {
             && d.memory.as_ref().is_none_or(|(i, _)| *i != idx)
         {
             let m = d.file.memory_state(idx)?;
-            let view = MemoryView::from_runs(
-                m.page_bytes,
-                m.reservations
-                    .into_iter()
-                    .map(|r| (r.range, r.runs.into_iter().map(|x| (x.pages, x.page)))),
-                m.targets,
-            );
-            d.memory = Some((idx, Arc::new(view)));
+            d.memory = Some((idx, Arc::new(memory_view(m))));
         }
+        // A state a live target could not send is unknown from its record on (checkpoint.rs).
+        let mut notes: Vec<String> = Vec::new();
+        if d.states.has_memory() {
+            match d.states.memory_state_at(pos) {
+                StateAt::Unknown { from, record } => {
+                    let why = d.file.unknown_why(record)?;
+                    notes.push(unknown_note("guest memory", from, &why));
+                }
+                StateAt::None => notes.push(NO_MEMORY_CHECKPOINT.into()),
+                StateAt::Known { .. } => {}
+            }
+        }
+        if let StateAt::Unknown { from, record } = d.states.table_state_at(pos) {
+            let why = d.file.unknown_why(record)?;
+            notes.push(unknown_note("chunk table", from, &why));
+        }
+        d.note = (!notes.is_empty()).then(|| (pos, notes.join(" ")));
         if let Some((_, idx)) = d.states.table_at(pos)
             && d.table.as_ref().is_none_or(|(i, _)| *i != idx)
             && let Some((from, idx, t)) = d.file.table_at(&d.states, pos)?
@@ -719,8 +864,35 @@ impl Session {
         Ok(())
     }
 
+    /// Why the Memory and Chunk table panels of dispatch `pos` lack engine state, when they do:
+    /// the session's own note, or the one [`Self::prepare`] made for `pos` (a state a live target
+    /// could not send, a dispatch before a recording's first checkpoint, one not recorded).
+    pub fn state_note_at(&self, pos: usize) -> Option<&str> {
+        if let Some(l) = &self.reports.live {
+            return l
+                .states
+                .note
+                .as_deref()
+                .filter(|_| l.states.pos == Some(pos));
+        }
+        if let Some((p, note)) = self.reports.disk.as_ref().and_then(|d| d.note.as_ref())
+            && *p == pos
+        {
+            return Some(note);
+        }
+        self.state_note.as_deref()
+    }
+
     /// Guest memory as the dispatch at `pos` left it, if the session kept it.
     pub fn memory(&self, pos: usize) -> Option<&MemoryView> {
+        if let Some(l) = &self.reports.live {
+            let st = &l.states;
+            return st
+                .memory
+                .as_ref()
+                .filter(|_| st.pos == Some(pos) && st.memory_here)
+                .map(|(_, m)| &**m);
+        }
         match &self.reports.disk {
             None => self.memory.get(pos).map(|m| &**m),
             Some(d) => {
@@ -735,6 +907,14 @@ impl Session {
 
     /// The chunk table as the dispatch at `pos` left it.
     pub fn table(&self, pos: usize) -> Option<&TableSnapshot> {
+        if let Some(l) = &self.reports.live {
+            let st = &l.states;
+            return st
+                .table
+                .as_ref()
+                .filter(|_| st.pos == Some(pos) && st.table_here)
+                .map(|(_, t)| t);
+        }
         match &self.reports.disk {
             None => self.tables.get(pos).and_then(Option::as_ref),
             Some(d) => {

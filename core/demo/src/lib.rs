@@ -328,6 +328,16 @@ impl Demo {
         tap: &mut Tap,
         mut each: impl FnMut(&DispatchInput, &DispatchReport),
     ) -> Result<FrameSummary, EngineError> {
+        self.frame_each(tap, |_, input, report| each(input, report))
+    }
+
+    /// [`Self::frame_with`], showing `each` the engine too, as each dispatch left it (before the
+    /// frame's later events): what a test's oracle of the target's state reads.
+    pub fn frame_each(
+        &mut self,
+        tap: &mut Tap,
+        mut each: impl FnMut(&Engine, &DispatchInput, &DispatchReport),
+    ) -> Result<FrameSummary, EngineError> {
         let f = self.frame;
         let mut summary = FrameSummary {
             frame: f,
@@ -428,7 +438,7 @@ impl Demo {
         }
         for input in &inputs {
             let report = tap.dispatch(&mut self.engine, input)?;
-            each(input, &report);
+            each(&self.engine, input, &report);
             summary.dispatches += 1;
             summary.refused += u64::from(report.mode == Mode::Refused);
             summary.escapes += report.escapes.len() as u64;

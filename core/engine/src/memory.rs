@@ -290,6 +290,9 @@ pub struct GuestMemory {
     targets: BTreeMap<u32, ProtectedTarget>,
     deferred: Vec<(u64, Vec<u8>)>,
     generation: u64,
+    /// Moves whenever a page's state or a target changes (what a checkpoint of memory state
+    /// holds); see [`GuestMemory::state_changes`].
+    state_changes: u64,
 }
 
 impl GuestMemory {
@@ -308,6 +311,7 @@ impl GuestMemory {
             targets: BTreeMap::new(),
             deferred: Vec::new(),
             generation: 0,
+            state_changes: 0,
         })
     }
 
@@ -319,6 +323,15 @@ impl GuestMemory {
     /// M4: the generation of the readable runs; it moves when they change.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// A count that moves whenever a reservation, a page's state or a protected target changes
+    /// (not when only contents or deferred copies do): what a debugger's tap reads, one load a
+    /// dispatch, to know whether its last checkpoint of memory state still holds. Equal counts
+    /// mean equal states; a moved count may still leave the state as it was (a target removed
+    /// and made again).
+    pub fn state_changes(&self) -> u64 {
+        self.state_changes
     }
 
     /// Every reservation, by start.
@@ -431,7 +444,7 @@ impl GuestMemory {
     fn pages_mut(
         &mut self,
         range: ByteRange,
-        f: impl FnMut(&mut PageState),
+        mut f: impl FnMut(&mut PageState),
     ) -> Result<u64, MemoryError> {
         self.check_aligned(range)?;
         let shift = self.page_shift;
@@ -444,7 +457,16 @@ impl GuestMemory {
             .ok_or(MemoryError::OutsideReservation { range })?;
         let first = (range.start - r.range.start) >> shift;
         let end = (range.end - r.range.start) >> shift;
-        Ok(r.pages.update(first, end, f))
+        let mut changed = false;
+        let n = r.pages.update(first, end, |p| {
+            let before = *p;
+            f(p);
+            changed |= *p != before;
+        });
+        if changed {
+            self.state_changes += 1;
+        }
+        Ok(n)
     }
 
     fn check_aligned(&self, range: ByteRange) -> Result<(), MemoryError> {
@@ -525,6 +547,7 @@ impl GuestMemory {
                         pages: PageRuns::new(n, page),
                     },
                 );
+                self.state_changes += 1;
                 change.runs_changed = *readable;
             }
             Event::Release { base } => {
@@ -536,6 +559,7 @@ impl GuestMemory {
                 change.runs_changed = r.pages.runs().any(|(_, _, p)| p.guest.readable);
                 change.host_memory_going.push(range);
                 self.reservations.remove(base);
+                self.state_changes += 1;
                 self.drop_contents(range);
             }
             Event::Commit { range } => {
@@ -599,11 +623,13 @@ impl GuestMemory {
                         trusted: true,
                     },
                 );
+                self.state_changes += 1;
             }
             Event::RemoveTarget { id } => {
                 self.targets
                     .remove(id)
                     .ok_or(MemoryError::NoTarget { id: *id })?;
+                self.state_changes += 1;
             }
             Event::Retire => {}
         }
@@ -657,6 +683,7 @@ impl GuestMemory {
             range.end.saturating_add(self.page_bytes - 1) & !(self.page_bytes - 1),
         );
         let shift = self.page_shift;
+        let mut changed = false;
         let first_res = self
             .reservations
             .range(..=pages.start)
@@ -669,15 +696,22 @@ impl GuestMemory {
             if let Some(both) = r.range.intersection(&pages) {
                 let first = (both.start - r.range.start) >> shift;
                 let end = (both.end - r.range.start) >> shift;
-                r.pages.update(first, end, |p| p.written = true);
+                r.pages.update(first, end, |p| {
+                    changed |= !p.written;
+                    p.written = true;
+                });
                 change.noted_written.push(both);
             }
         }
         for t in self.targets.values_mut() {
             if t.trusted && t.range.overlaps(&range) {
                 t.trusted = false;
+                changed = true;
                 change.distrusted.push(t.id);
             }
+        }
+        if changed {
+            self.state_changes += 1;
         }
     }
 
@@ -867,6 +901,89 @@ mod tests {
         })
         .unwrap();
         assert_eq!(m.generation(), g + 1, "the same view again changes no run");
+    }
+
+    /// The count a tap reads moves with every change of a page's state or a target, and not for
+    /// an event that leaves them as they were (so equal counts mean equal states).
+    #[test]
+    fn state_changes_move_with_the_state_alone() {
+        let mut m = mem();
+        let mut last = m.state_changes();
+        let mut step = |m: &mut GuestMemory, e: Event, moves: bool| {
+            let before = (
+                m.reservations().cloned().collect::<Vec<_>>(),
+                m.targets().cloned().collect::<Vec<_>>(),
+            );
+            m.apply(&e).unwrap();
+            let after = (
+                m.reservations().cloned().collect::<Vec<_>>(),
+                m.targets().cloned().collect::<Vec<_>>(),
+            );
+            let now = m.state_changes();
+            assert_eq!(now != last, moves, "{e:?}");
+            if before != after {
+                assert_ne!(
+                    now, last,
+                    "the state changed under {e:?} but the count did not move"
+                );
+            }
+            last = now;
+        };
+        let page = ByteRange::new(0x11000, 0x12000);
+        step(&mut m, Event::Commit { range: page }, true);
+        step(&mut m, Event::Commit { range: page }, false);
+        step(
+            &mut m,
+            Event::Write {
+                address: 0x11000,
+                bytes: vec![1],
+            },
+            true,
+        );
+        step(
+            &mut m,
+            Event::Write {
+                address: 0x11004,
+                bytes: vec![2],
+            },
+            false,
+        );
+        step(
+            &mut m,
+            Event::DeferCopy {
+                address: 0x11000,
+                bytes: vec![3],
+            },
+            false,
+        );
+        step(
+            &mut m,
+            Event::AddTarget {
+                id: 1,
+                name: "t".into(),
+                range: page,
+            },
+            true,
+        );
+        step(
+            &mut m,
+            Event::Write {
+                address: 0x11008,
+                bytes: vec![4],
+            },
+            true,
+        );
+        step(&mut m, Event::Guard { range: page }, true);
+        step(&mut m, Event::Retire, false);
+        step(&mut m, Event::RemoveTarget { id: 1 }, true);
+        step(&mut m, Event::Release { base: 0x10000 }, true);
+        let mut m = mem();
+        let c = m.state_changes();
+        m.commit_for_mapping(ByteRange::new(0x10000, 0x20000));
+        assert_ne!(m.state_changes(), c, "M2 commits and notes pages");
+        let c = m.state_changes();
+        m.write_bytes(0x10000, &[1, 2, 3]);
+        assert_eq!(m.state_changes(), c, "contents are not state");
     }
 
     #[test]

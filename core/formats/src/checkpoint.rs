@@ -9,9 +9,14 @@
 //! - [`TABLE_STATE`]: the chunk table as the DISPATCH record before it left it ([`TableState`]),
 //!   a small JSON header then the slots as the device reads them (16 bytes each), lz4.
 //!
+//! - [`MEMORY_UNKNOWN`] and [`TABLE_UNKNOWN`]: from the dispatch before it on, that state is not
+//!   known (a live target that could not send it says why, UTF-8); the next record of the state's
+//!   kind makes it known again (for the table, a full one: a delta never follows an unknown).
+//!
 //! Each is written only after a dispatch that changed it, so the state of dispatch N is the latest
 //! record of its kind at or before DISPATCH N in record order; [`StateIndex`] finds it from the
-//! capture's index alone, without reading a payload. A capture without them (an older one, or a
+//! capture's index alone, without reading a payload. A live recording's records are the target's
+//! checkpoints, written by the debugger's store in the same order (`dispatchscope_live`). A capture without them (an older one, or a
 //! live recording whose target sent reports only) is still a valid capture: [`StateIndex`] then
 //! says so, and readers that ignore these kinds (`CaptureFile::to_sample`) skip them.
 //!
@@ -36,6 +41,12 @@ use dispatchscope_core::{ByteRange, CpuBackend, Engine};
 pub const MEMORY_STATE: RecordKind = RecordKind(0x05);
 /// Record kind: the chunk table as the dispatch before it left it ([`TableState`]).
 pub const TABLE_STATE: RecordKind = RecordKind(0x06);
+/// Record kind: guest memory's state is not known from the dispatch before it on, until the next
+/// [`MEMORY_STATE`] record (a live target could not send it); the payload is why, UTF-8.
+pub const MEMORY_UNKNOWN: RecordKind = RecordKind(0x08);
+/// Record kind: the chunk table is not known from the dispatch before it on, until the next full
+/// [`TABLE_STATE`] record; the payload is why, UTF-8.
+pub const TABLE_UNKNOWN: RecordKind = RecordKind(0x09);
 
 /// Consecutive pages in one state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,6 +133,18 @@ impl MemoryState {
     }
 }
 
+/// A [`MEMORY_STATE`] record's payload for `state` (JSON).
+pub fn encode_memory_state(state: &MemoryState) -> Vec<u8> {
+    json(state)
+}
+
+/// Reads a [`MEMORY_STATE`] record's payload, checking that each reservation's runs cover it.
+pub fn decode_memory_state(bytes: &[u8]) -> Result<MemoryState, String> {
+    serde_json::from_slice::<MemoryState>(bytes)
+        .map_err(|e| format!("the memory state: {e}"))
+        .and_then(|m| m.check().map(|()| m))
+}
+
 /// The parameters of a saved chunk table; its slots follow them in the record: every slot, or
 /// (`delta`) only the slots that changed since the previous [`TABLE_STATE`] record, as
 /// `(slot u64, guest_chunk u64, device_addr u64)`.
@@ -200,23 +223,81 @@ fn split_table_payload(bytes: &[u8]) -> Result<(TableHeader, &[u8]), String> {
     Ok((header, body))
 }
 
-/// What the writer remembers of the last table it saved, to write the next as a delta.
-#[derive(Default)]
-struct TableWriter {
-    last: Option<(TableHeader, Vec<TableSlot>)>,
+/// A chunk table's parameters and slots, copied out of the engine (what a live tap hands its
+/// writer thread, so that the delta and the encoding are made there).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableImage {
+    /// Bytes per chunk (T1).
+    pub chunk_bytes: u64,
+    /// T2's probe bound.
+    pub probe_bound: u32,
+    /// The hash's multiplier.
+    pub multiplier: u64,
+    /// Every slot, as the device reads them.
+    pub slots: Vec<TableSlot>,
+}
+
+impl TableImage {
+    /// A copy of `table`: its parameters and one copy of its slots.
+    pub fn of(table: &ChunkTable) -> Self {
+        Self {
+            chunk_bytes: table.chunk_bytes(),
+            probe_bound: table.probe_bound(),
+            multiplier: table.multiplier(),
+            slots: table.slots().to_vec(),
+        }
+    }
+
+    fn header(&self, delta: bool) -> TableHeader {
+        TableHeader {
+            chunk_bytes: self.chunk_bytes,
+            probe_bound: self.probe_bound,
+            multiplier: self.multiplier,
+            capacity: self.slots.len() as u64,
+            delta,
+        }
+    }
+
+    /// The full [`TABLE_STATE`] payload of this image: what [`TableState::encode`] writes for the
+    /// table it was copied from.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut body = Vec::with_capacity(self.slots.len() * 16);
+        for s in &self.slots {
+            body.extend_from_slice(&s.guest_chunk.to_le_bytes());
+            body.extend_from_slice(&s.device_addr.to_le_bytes());
+        }
+        table_payload(&self.header(false), &body)
+    }
+}
+
+/// What a writer remembers of the last table it saved, to write the next as a delta: used by
+/// [`write_replayed_capture`] and by a live target's writer thread, whose every [`TABLE_STATE`]
+/// payload goes into the debugger's recording in the same order.
+#[derive(Debug, Default)]
+pub struct TableWriter {
+    last: Option<TableImage>,
     deltas: usize,
 }
 
 impl TableWriter {
     /// The payload for `table` if it changed since the last one: a delta when the shape is the
     /// same, few slots changed and the chain is short; else every slot.
-    fn next(&mut self, table: &ChunkTable) -> Option<Vec<u8>> {
-        let full = TableHeader::of(table, false);
-        let slots = table.slots();
+    pub fn next(&mut self, table: &ChunkTable) -> Option<Vec<u8>> {
+        self.next_image(TableImage::of(table))
+    }
+
+    /// [`Self::next`] for a table already copied out of the engine.
+    pub fn next_image(&mut self, image: TableImage) -> Option<Vec<u8>> {
+        let full = image.header(false);
         let payload = match &self.last {
-            Some((h, prev)) if h.same_shape(&full) && prev.len() == slots.len() => {
-                let changed: Vec<usize> =
-                    (0..slots.len()).filter(|&i| prev[i] != slots[i]).collect();
+            Some(prev)
+                if prev.header(false).same_shape(&full)
+                    && prev.slots.len() == image.slots.len() =>
+            {
+                let slots = &image.slots;
+                let changed: Vec<usize> = (0..slots.len())
+                    .filter(|&i| prev.slots[i] != slots[i])
+                    .collect();
                 if changed.is_empty() {
                     return None;
                 }
@@ -229,26 +310,56 @@ impl TableWriter {
                         body.extend_from_slice(&slots[i].device_addr.to_le_bytes());
                     }
                     self.deltas += 1;
-                    table_payload(
-                        &TableHeader {
-                            delta: true,
-                            ..full
-                        },
-                        &body,
-                    )
+                    table_payload(&image.header(true), &body)
                 } else {
                     self.deltas = 0;
-                    TableState::encode(table)
+                    image.encode()
                 }
             }
             _ => {
                 self.deltas = 0;
-                TableState::encode(table)
+                image.encode()
             }
         };
-        self.last = Some((full, slots.to_vec()));
+        self.last = Some(image);
         Some(payload)
     }
+
+    /// Forgets the last table, so that the next payload is a full one (after an unknown state,
+    /// which a delta may not follow).
+    pub fn reset(&mut self) {
+        self.last = None;
+        self.deltas = 0;
+    }
+}
+
+/// Checks a [`TABLE_STATE`] payload's shape without building the table: its header, a full
+/// record's slots (checked as [`ChunkTable::from_slots`] does) or a delta's entries (each slot
+/// inside the table). Returns whether it is a delta.
+pub fn check_table_payload(bytes: &[u8]) -> Result<bool, String> {
+    let (header, body) = split_table_payload(bytes)?;
+    if header.delta {
+        if !body.len().is_multiple_of(DELTA_ENTRY_BYTES) {
+            return Err(format!(
+                "a delta of {} bytes, not a multiple of {DELTA_ENTRY_BYTES}",
+                body.len()
+            ));
+        }
+        if let Some(slot) = body
+            .chunks_exact(DELTA_ENTRY_BYTES)
+            .map(|e| u64_at(e, 0))
+            .find(|&slot| slot >= header.capacity)
+        {
+            return Err(format!(
+                "a delta changes slot {slot} of a table of {}",
+                header.capacity
+            ));
+        }
+        return Ok(true);
+    }
+    let image = full_image(&header, body)?;
+    TableState::from_image(&header, &image)?;
+    Ok(false)
 }
 
 /// The chunk table as a dispatch left it.
@@ -330,13 +441,45 @@ fn apply_delta(image: &mut [TableSlot], body: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// One state record in a [`StateIndex`]: the dispatch it follows, its record, and whether it
+/// holds the state or says it is unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    pos: usize,
+    record: usize,
+    known: bool,
+}
+
+/// What a [`StateIndex`] says of one state (memory or table) at one dispatch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateAt {
+    /// No record of it at or before the dispatch (a capture without checkpoints, or a live
+    /// recording before its first one).
+    None,
+    /// The record `record` holds it, written after dispatch `from`.
+    Known {
+        /// The dispatch that left it.
+        from: usize,
+        /// Its record.
+        record: usize,
+    },
+    /// Not known since dispatch `from`: the record `record` (a [`MEMORY_UNKNOWN`] or
+    /// [`TABLE_UNKNOWN`]) says why.
+    Unknown {
+        /// The dispatch from which it is unknown.
+        from: usize,
+        /// The record that says why.
+        record: usize,
+    },
+}
+
 /// Where each dispatch's checkpoints are in a capture, from its index alone.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StateIndex {
-    /// `(dispatch position, record index)` of every [`MEMORY_STATE`] record, in order.
-    memory: Vec<(usize, usize)>,
-    /// The same for [`TABLE_STATE`].
-    table: Vec<(usize, usize)>,
+    /// Every [`MEMORY_STATE`] and [`MEMORY_UNKNOWN`] record, in order.
+    memory: Vec<Entry>,
+    /// The same for [`TABLE_STATE`] and [`TABLE_UNKNOWN`].
+    table: Vec<Entry>,
 }
 
 impl StateIndex {
@@ -346,46 +489,161 @@ impl StateIndex {
         let mut index = Self::default();
         let mut dispatches = 0usize;
         for (i, m) in records.iter().enumerate() {
-            match m.kind {
-                RecordKind::DISPATCH => dispatches += 1,
-                k if k == MEMORY_STATE || k == TABLE_STATE => {
-                    let Some(pos) = dispatches.checked_sub(1) else {
-                        continue;
-                    };
-                    let list = if k == MEMORY_STATE {
-                        &mut index.memory
-                    } else {
-                        &mut index.table
-                    };
-                    list.push((pos, i));
-                }
-                _ => {}
+            if m.kind == RecordKind::DISPATCH {
+                dispatches += 1;
+            } else if let Some(pos) = dispatches.checked_sub(1) {
+                index.push(m.kind, pos, i);
             }
         }
         index
     }
 
-    /// Whether the capture keeps any memory checkpoint (captures written before checkpoints, and
-    /// live recordings, keep none).
-    pub fn has_memory(&self) -> bool {
-        !self.memory.is_empty()
+    /// Adds record `record` of `kind`, written after dispatch `pos` (a live store builds its index
+    /// this way as it writes); a kind that is no state record is ignored. Positions must not go
+    /// back.
+    pub fn push(&mut self, kind: RecordKind, pos: usize, record: usize) {
+        let (list, known) = match kind {
+            k if k == MEMORY_STATE => (&mut self.memory, true),
+            k if k == MEMORY_UNKNOWN => (&mut self.memory, false),
+            k if k == TABLE_STATE => (&mut self.table, true),
+            k if k == TABLE_UNKNOWN => (&mut self.table, false),
+            _ => return,
+        };
+        list.push(Entry { pos, record, known });
     }
 
-    /// The record holding guest memory as dispatch `pos` left it, and the dispatch that wrote it.
+    /// Whether the capture keeps any memory checkpoint (captures written before checkpoints, and
+    /// live recordings made before targets sent them, keep none).
+    pub fn has_memory(&self) -> bool {
+        self.memory.iter().any(|e| e.known)
+    }
+
+    /// State records of both kinds (what a live store's index costs).
+    pub fn len(&self) -> usize {
+        self.memory.len() + self.table.len()
+    }
+
+    /// Whether it holds no state record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The record holding guest memory as dispatch `pos` left it, and the dispatch that wrote it;
+    /// `None` when there is none or it is unknown there ([`Self::memory_state_at`] says which).
     pub fn memory_at(&self, pos: usize) -> Option<(usize, usize)> {
-        latest(&self.memory, pos)
+        known(latest(&self.memory, pos))
     }
 
     /// The record holding the chunk table as dispatch `pos` left it, and the dispatch that wrote
-    /// it; `None` when no dispatch up to `pos` had a table.
+    /// it; `None` when no dispatch up to `pos` had a table, or it is unknown there.
     pub fn table_at(&self, pos: usize) -> Option<(usize, usize)> {
+        known(latest(&self.table, pos))
+    }
+
+    /// What is known of guest memory at dispatch `pos`.
+    pub fn memory_state_at(&self, pos: usize) -> StateAt {
+        latest(&self.memory, pos)
+    }
+
+    /// What is known of the chunk table at dispatch `pos`.
+    pub fn table_state_at(&self, pos: usize) -> StateAt {
         latest(&self.table, pos)
+    }
+
+    /// The chunk table as dispatch `pos` left it, rebuilt from the [`TABLE_STATE`] records
+    /// `read` returns by record: the latest full one at or before it and the deltas after that
+    /// (at most [`MAX_TABLE_DELTAS`]); with the dispatch that wrote it and its record. `None` when
+    /// no dispatch up to `pos` had a table, or it is unknown there.
+    pub fn rebuild_table<E>(
+        &self,
+        pos: usize,
+        mut read: impl FnMut(usize) -> Result<Vec<u8>, E>,
+    ) -> Result<Option<(usize, usize, TableState)>, Rebuild<E>> {
+        let bad = |record: usize, message: String| Rebuild::Bad { record, message };
+        let k = self.table.partition_point(|e| e.pos <= pos);
+        let Some(last) = k.checked_sub(1) else {
+            return Ok(None);
+        };
+        let Entry {
+            pos: from,
+            record: idx,
+            known,
+        } = self.table[last];
+        if !known {
+            return Ok(None);
+        }
+        // Walk back to a full record, keeping the deltas.
+        let mut deltas: Vec<(usize, Vec<u8>)> = Vec::new();
+        let mut at = last;
+        let (header, mut image) = loop {
+            let e = self.table[at];
+            if !e.known {
+                return Err(bad(
+                    e.record,
+                    "a table delta follows a record that says the table is unknown".into(),
+                ));
+            }
+            let bytes = read(e.record).map_err(Rebuild::Read)?;
+            let (header, body) = split_table_payload(&bytes).map_err(|m| bad(e.record, m))?;
+            if !header.delta {
+                let image = full_image(&header, body).map_err(|m| bad(e.record, m))?;
+                break (header, image);
+            }
+            deltas.push((e.record, body.to_vec()));
+            match at.checked_sub(1) {
+                Some(prev) if deltas.len() <= MAX_TABLE_DELTAS => at = prev,
+                _ => {
+                    return Err(bad(
+                        e.record,
+                        format!(
+                            "a table delta with no full table within {MAX_TABLE_DELTAS} records before it"
+                        ),
+                    ));
+                }
+            }
+        };
+        for (i, body) in deltas.iter().rev() {
+            apply_delta(&mut image, body).map_err(|m| bad(*i, m))?;
+        }
+        let state = TableState::from_image(&header, &image).map_err(|m| bad(idx, m))?;
+        Ok(Some((from, idx, state)))
     }
 }
 
-fn latest(list: &[(usize, usize)], pos: usize) -> Option<(usize, usize)> {
-    let n = list.partition_point(|(p, _)| *p <= pos);
-    n.checked_sub(1).and_then(|i| list.get(i)).copied()
+/// Why [`StateIndex::rebuild_table`] could not rebuild a table.
+#[derive(Debug)]
+pub enum Rebuild<E> {
+    /// A record could not be read.
+    Read(E),
+    /// Record `record` is not what it should be.
+    Bad {
+        /// Its index.
+        record: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn latest(list: &[Entry], pos: usize) -> StateAt {
+    let n = list.partition_point(|e| e.pos <= pos);
+    match n.checked_sub(1).and_then(|i| list.get(i)) {
+        None => StateAt::None,
+        Some(e) if e.known => StateAt::Known {
+            from: e.pos,
+            record: e.record,
+        },
+        Some(e) => StateAt::Unknown {
+            from: e.pos,
+            record: e.record,
+        },
+    }
+}
+
+fn known(at: StateAt) -> Option<(usize, usize)> {
+    match at {
+        StateAt::Known { from, record } => Some((from, record)),
+        _ => None,
+    }
 }
 
 /// What [`write_replayed_capture`] wrote.
@@ -516,54 +774,30 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
     /// Reads the [`MEMORY_STATE`] record at `records()[idx]`.
     pub fn memory_state(&mut self, idx: usize) -> Result<MemoryState, SessionError> {
         let bytes = self.read_record(idx)?;
-        serde_json::from_slice::<MemoryState>(&bytes)
-            .map_err(|e| e.to_string())
-            .and_then(|m| m.check().map(|()| m))
-            .map_err(|message| self.bad_record(idx, message))
+        decode_memory_state(&bytes).map_err(|message| self.bad_record(idx, message))
+    }
+
+    /// Why the [`MEMORY_UNKNOWN`] or [`TABLE_UNKNOWN`] record at `records()[idx]` says a state
+    /// is unknown.
+    pub fn unknown_why(&mut self, idx: usize) -> Result<String, SessionError> {
+        let bytes = self.read_record(idx)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
     /// The chunk table as dispatch `pos` left it, rebuilt from the [`TABLE_STATE`] records
-    /// `states` names: the latest full one at or before it and the deltas after that (at most
-    /// [`MAX_TABLE_DELTAS`]); with the dispatch that wrote it and its record. `None` when no
-    /// dispatch up to `pos` had a table.
+    /// `states` names ([`StateIndex::rebuild_table`]); with the dispatch that wrote it and its
+    /// record. `None` when no dispatch up to `pos` had a table, or it is unknown there.
     pub fn table_at(
         &mut self,
         states: &StateIndex,
         pos: usize,
     ) -> Result<Option<(usize, usize, TableState)>, SessionError> {
-        let k = states.table.partition_point(|(p, _)| *p <= pos);
-        let Some(last) = k.checked_sub(1) else {
-            return Ok(None);
-        };
-        let (from, idx) = states.table[last];
-        // Walk back to a full record, keeping the deltas.
-        let mut deltas: Vec<(usize, Vec<u8>)> = Vec::new();
-        let mut at = last;
-        let (header, mut image) = loop {
-            let (_, i) = states.table[at];
-            let bytes = self.read_record(i)?;
-            let (header, body) = split_table_payload(&bytes).map_err(|m| self.bad_record(i, m))?;
-            if !header.delta {
-                let image = full_image(&header, body).map_err(|m| self.bad_record(i, m))?;
-                break (header, image);
-            }
-            let body = body.to_vec();
-            deltas.push((i, body));
-            match at.checked_sub(1) {
-                Some(prev) if deltas.len() <= MAX_TABLE_DELTAS => at = prev,
-                _ => {
-                    return Err(self.bad_record(
-                        i,
-                        format!("a table delta with no full table within {MAX_TABLE_DELTAS} records before it"),
-                    ));
-                }
-            }
-        };
-        for (i, body) in deltas.iter().rev() {
-            apply_delta(&mut image, body).map_err(|m| self.bad_record(*i, m))?;
-        }
-        let state = TableState::from_image(&header, &image).map_err(|m| self.bad_record(idx, m))?;
-        Ok(Some((from, idx, state)))
+        states
+            .rebuild_table(pos, |i| self.read_record(i))
+            .map_err(|e| match e {
+                Rebuild::Read(e) => e,
+                Rebuild::Bad { record, message } => self.bad_record(record, message),
+            })
     }
 }
 
@@ -620,6 +854,78 @@ mod tests {
             assert_eq!(from, pos);
             assert_eq!(got.table.slots(), want.as_slice(), "dispatch {pos}");
         }
+    }
+
+    /// An unknown record hides the state before it until the next record of its kind, and a
+    /// delta may not follow it; an image's payload is the table's.
+    #[test]
+    fn unknown_records_end_a_state_until_the_next() {
+        let t = ChunkTable::build(0x1000, 8, &[(1, 0x1000), (2, 0x2000)]).unwrap();
+        assert_eq!(TableImage::of(&t).encode(), TableState::encode(&t));
+        assert!(!check_table_payload(&TableState::encode(&t)).unwrap());
+        let mut index = StateIndex::default();
+        index.push(MEMORY_STATE, 0, 1);
+        index.push(TABLE_STATE, 0, 2);
+        index.push(MEMORY_UNKNOWN, 3, 5);
+        index.push(TABLE_UNKNOWN, 4, 6);
+        index.push(MEMORY_STATE, 6, 8);
+        index.push(TABLE_STATE, 7, 9);
+        index.push(RecordKind::EVENTS, 7, 10);
+        assert_eq!(index.len(), 6);
+        assert_eq!(index.memory_at(2), Some((0, 1)));
+        assert_eq!(index.memory_at(3), None);
+        assert_eq!(
+            index.memory_state_at(5),
+            StateAt::Unknown { from: 3, record: 5 }
+        );
+        assert_eq!(
+            index.memory_state_at(6),
+            StateAt::Known { from: 6, record: 8 }
+        );
+        assert_eq!(
+            index.table_state_at(3),
+            StateAt::Known { from: 0, record: 2 }
+        );
+        assert_eq!(
+            index.table_state_at(4),
+            StateAt::Unknown { from: 4, record: 6 }
+        );
+        assert!(index.has_memory());
+        // Rebuilding over an unknown table is nothing; a delta right after it is a named error.
+        let full = TableState::encode(&t);
+        let mut delta_writer = TableWriter::default();
+        delta_writer.next(&t);
+        let mut t2 = t.clone();
+        t2.insert(3, 0x3000).unwrap();
+        let delta = delta_writer.next(&t2).unwrap();
+        assert!(check_table_payload(&delta).unwrap());
+        let read = |i: usize| -> Result<Vec<u8>, ()> {
+            Ok(if i == 9 { delta.clone() } else { full.clone() })
+        };
+        assert!(index.rebuild_table(5, read).unwrap().is_none());
+        match index.rebuild_table(7, read) {
+            Err(Rebuild::Bad { record: 6, message }) => {
+                assert!(message.contains("unknown"), "{message}")
+            }
+            other => panic!("{other:?}"),
+        }
+        let (from, record, got) = index.rebuild_table(2, read).unwrap().unwrap();
+        assert_eq!((from, record), (0, 2));
+        assert_eq!(got.table.slots(), t.slots());
+        let mut far = delta.clone();
+        let n = far.len();
+        far[n - 24..n - 16].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(check_table_payload(&far).unwrap_err().contains("slot"));
+        assert!(decode_memory_state(b"{").is_err());
+        let bad = MemoryState {
+            page_bytes: 3,
+            ..MemoryState::default()
+        };
+        assert!(
+            decode_memory_state(&encode_memory_state(&bad))
+                .unwrap_err()
+                .contains("power of two")
+        );
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! default). The debugger side is a [`LiveClient`],
 //! which the CLI (`dispatchscope attach`, `record`) and the app share, and [`record()`] writes a
 //! session to a crash-safe capture. The wire format is [`protocol`]'s (version 2's binary frames
-//! are [`wire`]'s); [`store`] keeps a whole live session on disk with a window of it in memory.
+//! are [`wire`]'s); [`store`] keeps a whole live session on disk with a window of it in memory,
+//! and [`checkpoint`] sends the engine's memory and chunk-table state when it changes, so that a
+//! recording's panels are rebuilt for any dispatch as a file capture's are.
 //!
 //! This crate uses std threads and std::net only; the state the game thread and the socket
 //! threads share is `shared.rs`'s, which both `tap.rs` and `server.rs` import. It never draws and
@@ -14,6 +16,7 @@
 //! The target never waits for a debugger that did not ask it to pause, and never longer than the
 //! pause timeout after the debugger's last word.
 
+pub mod checkpoint;
 pub mod client;
 pub mod protocol;
 pub mod record;

@@ -33,6 +33,12 @@
 //!   a person selects it) and gets [`ToDebugger::Detail`], or [`ToDebugger::DetailGone`] when the
 //!   target no longer has it.
 //!
+//! - **Engine state when it changes.** After a dispatch that changed guest memory's page states
+//!   or targets, or the chunk table, the target sends a checkpoint of that state
+//!   ([`ToDebugger::Checkpoint`], message kind `wire::MSG_CHECKPOINT`, layout and rules in
+//!   [`crate::checkpoint`]), queued with the dispatch so that both or neither are dropped; a
+//!   state it could not send is marked unknown, never left stale.
+//!
 //! - **Program code once.** When the target knows a program's code ([`crate::Tap::add_program`]),
 //!   [`ToDebugger::Program`] carries it once a session, just before the first dispatch that names
 //!   the program; a recording keeps it (the capture's META, or a PROGRAM record once the META is
@@ -564,6 +570,10 @@ pub enum ToDebugger {
     /// wire itself.
     #[serde(skip)]
     Received(Box<ReceivedDispatch>),
+    /// The engine state the dispatch just before it left, where it changed (message kind
+    /// `wire::MSG_CHECKPOINT`; see [`crate::checkpoint`]); only in binary frames.
+    #[serde(skip)]
+    Checkpoint(Box<crate::checkpoint::Checkpoint>),
     /// The whole access list of a dispatch, as [`ToTarget::Detail`] asked.
     Detail {
         /// The dispatch.
@@ -625,6 +635,7 @@ impl ToDebugger {
             ToDebugger::MappingState { .. } => "mapping-state",
             ToDebugger::Program { .. } => "program",
             ToDebugger::Dispatch { .. } | ToDebugger::Received(_) => "dispatch",
+            ToDebugger::Checkpoint(_) => "checkpoint",
             ToDebugger::Detail { .. } => "detail",
             ToDebugger::DetailGone { .. } => "detail-gone",
             ToDebugger::DispatchFailed { .. } => "dispatch-failed",

@@ -11,6 +11,10 @@
 //! a checkpoint, made durable) at least every [`RecordOptions::flush_every`], so a recorder killed
 //! at any moment leaves a capture that opens with every record up to its last flush.
 //! Messages before the snapshot are ignored: the snapshot already holds their effects.
+//! A checkpoint of engine state ([`crate::checkpoint`]) becomes MEMORY_STATE / TABLE_STATE records
+//! (or MEMORY_UNKNOWN / TABLE_UNKNOWN) right after its dispatch's DISPATCH record, in the order
+//! `dispatchscope_formats::checkpoint::StateIndex` reads them; a table delta whose base the file
+//! lacks is written as unknown.
 //!
 //! [`record`] is the headless recorder: it asks for a snapshot, then makes the target run in steps
 //! of [`RecordOptions::batch`] dispatches, asking for the next step as soon as one ends, so no
@@ -24,9 +28,13 @@ use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
+use crate::checkpoint::{Checkpoint, StatePart};
 use crate::client::{ClientError, ClientOptions, Incoming, LiveClient};
 use crate::protocol::{ResumeReason, ToDebugger};
 use dispatchscope_formats::capture::{CaptureError, CaptureWriter, RecordKind};
+use dispatchscope_formats::checkpoint::{
+    MEMORY_STATE, MEMORY_UNKNOWN, StateIndex, TABLE_STATE, TABLE_UNKNOWN, check_table_payload,
+};
 use dispatchscope_formats::columns;
 use dispatchscope_formats::sample::Program;
 use dispatchscope_formats::sample::{Contents, Provenance, SAMPLE_VERSION};
@@ -102,6 +110,8 @@ pub struct RecordSummary {
     pub last_dispatch: Option<u64>,
     /// Bytes written so far.
     pub bytes: u64,
+    /// Checkpoint records of engine state (MEMORY_STATE, TABLE_STATE and their unknowns).
+    pub checkpoints: u64,
 }
 
 /// Appends a live session's messages to a capture; see the module docs.
@@ -121,6 +131,41 @@ pub struct CaptureRecorder {
     programs: Vec<Program>,
     /// A DISPATCH record's payload, kept to reuse its allocation.
     payload: Vec<u8>,
+    /// Where each recorded dispatch's checkpoints are (record numbers are seqs).
+    states: StateIndex,
+    /// Bytes written out to the file (not necessarily durable) by [`Self::write_out`].
+    written_out: u64,
+    /// Whether a full table record was written since the start or the last unknown table, so
+    /// that a delta has its base in the file.
+    table_base: bool,
+    /// A checkpoint of a dispatch the file does not hold (it came before its dispatch was
+    /// recorded): the state of the next recorded dispatch unless that one brings its own.
+    pending: Option<Checkpoint>,
+}
+
+/// `later` over `earlier`: each state the later one carries replaces the earlier one's. Two table
+/// parts cannot be merged (a delta needs the one before it in the file), so that one is unknown.
+fn merge(earlier: Option<Checkpoint>, later: &Checkpoint) -> Checkpoint {
+    let Some(mut c) = earlier else {
+        return later.clone();
+    };
+    c.dispatch = later.dispatch;
+    if later.memory.is_some() {
+        c.memory.clone_from(&later.memory);
+    }
+    match (&c.table, &later.table) {
+        (_, None) => {}
+        (None, t) => c.table.clone_from(t),
+        (Some(_), Some(StatePart::Known(b))) if check_table_payload(b) == Ok(false) => {
+            c.table = later.table.clone();
+        }
+        (Some(_), Some(_)) => {
+            c.table = Some(StatePart::Unknown(
+                "two chunk tables came before their dispatch was recorded".into(),
+            ));
+        }
+    }
+    c
 }
 
 fn json<T: serde::Serialize>(kind: &'static str, value: &T) -> Result<Vec<u8>, RecordError> {
@@ -155,7 +200,56 @@ impl CaptureRecorder {
             durable_bytes: 0,
             programs: Vec::new(),
             payload: Vec::new(),
+            states: StateIndex::default(),
+            written_out: 0,
+            table_base: false,
+            pending: None,
         }
+    }
+
+    /// Where each recorded dispatch's checkpoints of engine state are: positions are dispatches
+    /// in recording order, record numbers seqs ([`Self::record_offset`] finds them).
+    pub fn states(&self) -> &StateIndex {
+        &self.states
+    }
+
+    /// Writes checkpoint `c`'s states as the records of the dispatch recorded last: a known state
+    /// as its MEMORY_STATE or TABLE_STATE payload unchanged, an unknown one (or a table delta
+    /// whose base this file lacks) as MEMORY_UNKNOWN or TABLE_UNKNOWN with why.
+    fn write_checkpoint(&mut self, c: &Checkpoint) -> Result<(), RecordError> {
+        let Some(pos) = (self.summary.dispatches as usize).checked_sub(1) else {
+            return Ok(());
+        };
+        if let Some(part) = &c.memory {
+            let (kind, bytes) = match part {
+                StatePart::Known(b) => (MEMORY_STATE, b.as_slice()),
+                StatePart::Unknown(why) => (MEMORY_UNKNOWN, why.as_bytes()),
+            };
+            let seq = self.append(kind, bytes, true)?;
+            self.states.push(kind, pos, seq as usize);
+            self.summary.checkpoints += 1;
+        }
+        if let Some(part) = &c.table {
+            let late = "the recording began after the target's last full chunk table, so the table is not known until the next one";
+            let (kind, bytes) = match part {
+                StatePart::Known(b) => match check_table_payload(b) {
+                    Ok(false) => {
+                        self.table_base = true;
+                        (TABLE_STATE, b.as_slice())
+                    }
+                    Ok(true) if self.table_base => (TABLE_STATE, b.as_slice()),
+                    _ => (TABLE_UNKNOWN, late.as_bytes()),
+                },
+                StatePart::Unknown(why) => {
+                    self.table_base = false;
+                    (TABLE_UNKNOWN, why.as_bytes())
+                }
+            };
+            let seq = self.append(kind, bytes, true)?;
+            self.states.push(kind, pos, seq as usize);
+            self.summary.checkpoints += 1;
+        }
+        Ok(())
     }
 
     /// Whether the snapshot has arrived and records are being written.
@@ -219,6 +313,9 @@ impl CaptureRecorder {
         self.summary.dispatches += 1;
         self.summary.first_dispatch.get_or_insert(index);
         self.summary.last_dispatch = Some(index);
+        if let Some(c) = self.pending.take() {
+            self.write_checkpoint(&c)?;
+        }
         Ok(at)
     }
 
@@ -324,6 +421,15 @@ impl CaptureRecorder {
                 self.payload = payload;
                 dispatch_at = Some(at?);
             }
+            // The state the dispatch recorded last left, right after it (StateIndex's order); one
+            // of a dispatch not recorded waits for the next that is.
+            ToDebugger::Checkpoint(c) if self.writer.is_some() => {
+                if self.summary.last_dispatch == Some(c.dispatch) {
+                    self.write_checkpoint(c)?;
+                } else {
+                    self.pending = Some(merge(self.pending.take(), c));
+                }
+            }
             // The bytes as they came (`dispatchscope_formats::message`'s version 2 record): no
             // decoding or encoding again.
             ToDebugger::Received(d) if self.writer.is_some() => {
@@ -335,6 +441,23 @@ impl CaptureRecorder {
             self.flush()?;
         }
         Ok(dispatch_at)
+    }
+
+    /// Writes every record so far to the file without making it durable, so that a reader of the
+    /// file sees them (a live store reading a checkpoint it just wrote).
+    pub fn write_out(&mut self) -> Result<(), RecordError> {
+        let path = self.path.clone();
+        if let Some(w) = self.writer.as_mut() {
+            w.write_out()
+                .map_err(|error| RecordError::Capture { path, error })?;
+            self.written_out = w.len_bytes();
+        }
+        Ok(())
+    }
+
+    /// Bytes of the file a reader sees: what the last [`Self::write_out`] or flush wrote out.
+    pub fn written_out_bytes(&self) -> u64 {
+        self.written_out.max(self.durable_bytes)
     }
 
     /// Makes every record so far durable.

@@ -545,14 +545,38 @@ fn write_loop(
     let mut last_count = 0u64;
     let mut keep = |dispatch: u64, accesses| lock(details).keep(dispatch, accesses);
     let mut programs_sent = std::collections::HashSet::new();
+    // Checkpoints of engine state: a table as a delta against the last one sent (checkpoint.rs).
+    let mut states = crate::checkpoint::Writer::default();
+    let max_part = (MAX_FRAME_BYTES as usize - 1024) / 2;
+    let mut last_dispatch_sent: Option<u64> = None;
     loop {
         let wait = interval.saturating_sub(last_stats.elapsed());
         let state = queue.pop_all(wait, &mut batch);
         out.clear();
-        for item in batch.drain(..) {
+        let mut items = batch.drain(..).peekable();
+        while let Some(item) = items.next() {
             let message = match item {
                 Outgoing::Message(m) => m,
+                Outgoing::State(copy) => {
+                    // Sent only after its dispatch; a state whose dispatch was not sent is owed.
+                    let c = if last_dispatch_sent == Some(copy.dispatch) {
+                        states.message(*copy, max_part)
+                    } else {
+                        states.not_sent();
+                        queue.want_state();
+                        None
+                    };
+                    if let Some(c) = c
+                        && let Err(e) = encoder.push_checkpoint(&c, &mut out)
+                    {
+                        shared.notice(format!("a checkpoint was not sent: {e}"));
+                        states.not_sent();
+                        queue.want_state();
+                    }
+                    continue;
+                }
                 Outgoing::Dispatch(d) => {
+                    let index = d.index;
                     let program = d.input.program;
                     if !programs_sent.contains(&program)
                         && let Some(code) = lock(&shared.programs).get(&program).cloned()
@@ -573,8 +597,19 @@ fn write_loop(
                         Ok(rows) => {
                             queue.give_back(rows);
                             sent += 1;
+                            last_dispatch_sent = Some(index);
+                            // A state an unsent dispatch owes is unknown from here.
+                            if !matches!(items.peek(), Some(Outgoing::State(_)))
+                                && let Some(c) = states.after(index)
+                                && encoder.push_checkpoint(&c, &mut out).is_ok()
+                            {
+                                sent += 1;
+                            }
                         }
-                        Err(e) => shared.notice(format!("a dispatch message was not sent: {e}")),
+                        Err(e) => {
+                            last_dispatch_sent = None;
+                            shared.notice(format!("a dispatch message was not sent: {e}"));
+                        }
                     }
                     continue;
                 }

@@ -50,6 +50,10 @@ pub struct TapConfig {
     /// [`crate::ToDebugger::DetailGone`]). 64 MiB by default
     /// ([`crate::protocol::DEFAULT_DETAIL_BYTES`]).
     pub detail_bytes: usize,
+    /// The share of the game thread's time that copying engine state for checkpoints may take
+    /// (`checkpoint.rs`'s budget): 0.02 by default; a change that finds the budget spent is sent as
+    /// unknown and copied at a later dispatch. 0 never copies.
+    pub checkpoint_share: f64,
 }
 
 impl Default for TapConfig {
@@ -65,6 +69,7 @@ impl Default for TapConfig {
             stats_interval: Duration::from_millis(500),
             streamed_accesses: crate::protocol::DEFAULT_STREAMED_ACCESSES,
             detail_bytes: crate::protocol::DEFAULT_DETAIL_BYTES,
+            checkpoint_share: 0.02,
         }
     }
 }
@@ -122,6 +127,8 @@ pub(crate) struct Queue {
     capacity: usize,
     /// Row buffers the writer is done with, for the game thread's next dispatches.
     spare: Mutex<Vec<Vec<u8>>>,
+    /// Set by the writer when the game thread must send every state again.
+    resend_state: AtomicBool,
 }
 
 /// Row buffers kept for reuse; more than a writer's usual batch gains nothing.
@@ -133,6 +140,8 @@ const SPARE_BUFFER_BYTES: usize = 1 << 20;
 pub(crate) enum Outgoing {
     Message(ToDebugger),
     Dispatch(Box<EncodedDispatch>),
+    /// The engine state the dispatch queued just before it left ([`Queue::push_with_state`]).
+    State(Box<crate::checkpoint::StateCopy>),
 }
 
 struct QueueInner {
@@ -158,6 +167,7 @@ impl Queue {
             ready: Condvar::new(),
             capacity: capacity.max(1),
             spare: Mutex::new(Vec::new()),
+            resend_state: AtomicBool::new(false),
         }
     }
 
@@ -196,6 +206,47 @@ impl Queue {
             self.ready.notify_one();
         }
         true
+    }
+
+    /// Queues a dispatch and the state it left as one: both, or (when the queue is full, counted
+    /// as one dropped message) neither, so that a state never reaches the debugger without its
+    /// dispatch (`checkpoint.rs`).
+    pub(crate) fn push_with_state(
+        &self,
+        dispatch: Outgoing,
+        state: Box<crate::checkpoint::StateCopy>,
+    ) -> bool {
+        let mut q = lock(&self.inner);
+        if q.closed {
+            return false;
+        }
+        if q.items.len() >= self.capacity {
+            q.dropped += 1;
+            return false;
+        }
+        let was_empty = q.items.is_empty();
+        q.items.push_back(dispatch);
+        q.items.push_back(Outgoing::State(state));
+        drop(q);
+        if was_empty {
+            self.ready.notify_one();
+        }
+        true
+    }
+
+    /// Asks the game thread to send every state again (the writer could not send a dispatch
+    /// that carried one).
+    pub(crate) fn want_state(&self) {
+        self.resend_state
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether [`Self::want_state`] was asked since the last call.
+    pub(crate) fn take_want_state(&self) -> bool {
+        self.resend_state.load(std::sync::atomic::Ordering::Relaxed)
+            && self
+                .resend_state
+                .swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Queues a control message, whatever the queue holds.

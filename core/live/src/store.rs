@@ -18,6 +18,10 @@
 //! record and the store's 8 bytes every 64 dispatches, about 50 MB at 10,000,000 dispatches (see
 //! BENCHMARKS.md for the measured figure). Everything else is bounded by the window.
 //!
+//! The target's checkpoints of engine state are recorded after their dispatches; the recorder
+//! keeps where they are ([`LiveStore::states`], 24 bytes a checkpoint record), and
+//! [`LiveStore::memory_state`] and [`LiveStore::table_at`] read a dispatch's back from the file.
+//!
 //! The file is a capture like any other: `dispatchscope explain` and the app open it while it is
 //! being written (as a capture cut short) and after [`LiveStore::finish`] (through its index).
 //! This module never draws and never opens a socket.
@@ -35,6 +39,9 @@ use crate::protocol::ToDebugger;
 use crate::record::{CaptureRecorder, RecordError, RecordSummary};
 use dispatchscope_core::report::{DispatchReport, Mode};
 use dispatchscope_formats::capture::RecordKind;
+use dispatchscope_formats::checkpoint::{
+    MEMORY_STATE, MemoryState, Rebuild, StateIndex, TABLE_STATE, TableState, decode_memory_state,
+};
 use dispatchscope_formats::session::DispatchRecord;
 
 /// Bytes of a capture record's header (see `dispatchscope_formats::capture`'s layout).
@@ -367,6 +374,66 @@ impl LiveStore {
             .ok_or_else(|| fail("the capture writer lists no offset for its record"))
     }
 
+    /// Where each recorded dispatch's checkpoints of engine state are, by the store's positions
+    /// (record numbers are seqs): what the target sent after each dispatch that changed them.
+    pub fn states(&self) -> &StateIndex {
+        self.recorder.states()
+    }
+
+    /// Guest memory's state from the MEMORY_STATE record `record` that [`Self::states`] names.
+    pub fn memory_state(&mut self, record: usize) -> Result<MemoryState, StoreError> {
+        let bytes = self.read_state(record, MEMORY_STATE)?;
+        decode_memory_state(&bytes).map_err(|message| self.state_error(record, message))
+    }
+
+    /// Why the MEMORY_UNKNOWN or TABLE_UNKNOWN record `record` says a state is unknown.
+    pub fn unknown_why(&mut self, record: usize, kind: RecordKind) -> Result<String, StoreError> {
+        let bytes = self.read_state(record, kind)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// The chunk table as dispatch `pos` left it, from the TABLE_STATE records [`Self::states`]
+    /// names (the latest full one and its deltas), with the dispatch that wrote it and its
+    /// record; `None` when none was recorded up to `pos` or it is unknown there.
+    pub fn table_at(
+        &mut self,
+        pos: usize,
+    ) -> Result<Option<(usize, usize, TableState)>, StoreError> {
+        self.flush_for_states()?;
+        let (recorder, reader) = (&self.recorder, &mut self.reader);
+        recorder
+            .states()
+            .rebuild_table(pos, |seq| read_seq(recorder, reader, seq, TABLE_STATE))
+            .map_err(|e| match e {
+                Rebuild::Read(e) => e,
+                Rebuild::Bad { record, message } => self.state_error(record, message),
+            })
+    }
+
+    /// Reads state record `record` (a seq) of `kind`, flushing first when it is not durable.
+    fn read_state(&mut self, record: usize, kind: RecordKind) -> Result<Vec<u8>, StoreError> {
+        self.flush_for_states()?;
+        read_seq(&self.recorder, &mut self.reader, record, kind)
+    }
+
+    /// Writes buffered records out to the file when the latest is not there yet (a window that
+    /// follows the newest dispatch reads its state right after it was written): no `fsync`,
+    /// which the periodic flush does.
+    fn flush_for_states(&mut self) -> Result<(), StoreError> {
+        if self.recorder.summary().bytes > self.recorder.written_out_bytes() {
+            self.recorder.write_out()?;
+        }
+        Ok(())
+    }
+
+    fn state_error(&self, record: usize, message: String) -> StoreError {
+        StoreError::ReadBack {
+            path: self.recorder.path().to_owned(),
+            offset: self.recorder.record_offset(record as u64).unwrap_or(0),
+            message: format!("the state record {record}: {message}"),
+        }
+    }
+
     /// Makes every record so far durable.
     pub fn flush(&mut self) -> Result<(), StoreError> {
         Ok(self.recorder.flush()?)
@@ -376,6 +443,30 @@ impl LiveStore {
     pub fn finish(self) -> Result<RecordSummary, StoreError> {
         Ok(self.recorder.finish()?)
     }
+}
+
+/// Reads record `seq` of `kind` through the capture writer's list of offsets.
+fn read_seq(
+    recorder: &CaptureRecorder,
+    reader: &mut Option<File>,
+    seq: usize,
+    kind: RecordKind,
+) -> Result<Vec<u8>, StoreError> {
+    let path = recorder.path().to_owned();
+    let offset = recorder.record_offset(seq as u64);
+    let fail = |message: String| StoreError::ReadBack {
+        path: path.clone(),
+        offset: offset.unwrap_or(0),
+        message,
+    };
+    let offset = offset.ok_or_else(|| fail(format!("the capture writer lists no record {seq}")))?;
+    if reader.is_none() {
+        *reader = Some(File::open(&path).map_err(|e| fail(e.to_string()))?);
+    }
+    let Some(file) = reader.as_mut() else {
+        return Err(fail("the file is not open".into()));
+    };
+    read_record_at(file, offset, kind).map_err(fail)
 }
 
 fn saturate(n: usize) -> u32 {

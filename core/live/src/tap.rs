@@ -23,11 +23,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use crate::checkpoint::{Copied, Tracker};
 use crate::protocol::{
     Breakpoints, PauseReason, ResumeReason, SNAPSHOT_EVENTS_PER_FRAME, Snapshot, ToDebugger,
 };
 use crate::server::Server;
-use crate::shared::{Control, Outgoing, Release, Shared, TapConfig, TapError, lock};
+use crate::shared::{Control, Outgoing, Queue, Release, Shared, TapConfig, TapError, lock};
 use crate::snapshot::snapshot_of;
 use crate::wire::EncodedDispatch;
 use dispatchscope_core::backend::Backend;
@@ -89,6 +90,8 @@ impl TapHandle {
 pub struct Tap {
     shared: Arc<Shared>,
     server: Option<Server>,
+    /// What this session was sent of the engine's state (`checkpoint.rs`).
+    checkpoints: Tracker,
 }
 
 impl Tap {
@@ -98,6 +101,7 @@ impl Tap {
         Self {
             shared: Arc::new(Shared::new(TapConfig::default())),
             server: None,
+            checkpoints: Tracker::new(0.0),
         }
     }
 
@@ -109,11 +113,13 @@ impl Tap {
                 addr: config.listen,
             });
         }
+        let checkpoints = Tracker::new(config.checkpoint_share);
         let shared = Arc::new(Shared::new(config));
         let server = Server::start(Arc::clone(&shared))?;
         Ok(Self {
             shared,
             server: Some(server),
+            checkpoints,
         })
     }
 
@@ -203,16 +209,19 @@ impl Tap {
         let queue = lock(&shared.control)
             .link
             .as_ref()
-            .map(|l| Arc::clone(&l.queue));
-        let Some(queue) = queue else { return result };
+            .map(|l| (Arc::clone(&l.queue), l.id));
+        let Some((queue, session)) = queue else {
+            return result;
+        };
         shared.dispatches.fetch_add(1, Ordering::Relaxed);
         match &mut result {
             Ok(report) => {
                 let streamed = shared.config.streamed_accesses;
                 let rows = queue.spare_buffer();
-                queue.push(Outgoing::Dispatch(Box::new(EncodedDispatch::of_into(
+                let item = Outgoing::Dispatch(Box::new(EncodedDispatch::of_into(
                     index, input, report, streamed, rows,
-                ))));
+                )));
+                self.queue_dispatch(&queue, session, engine, report, index, item);
                 let mut c = lock(&shared.control);
                 if let Some((left, _)) = c.steps.as_mut() {
                     *left = left.saturating_sub(1);
@@ -305,17 +314,20 @@ impl Tap {
         let queue = lock(&shared.control)
             .link
             .as_ref()
-            .map(|l| Arc::clone(&l.queue));
-        let Some(queue) = queue else { return result };
+            .map(|l| (Arc::clone(&l.queue), l.id));
+        let Some((queue, session)) = queue else {
+            return result;
+        };
         shared.dispatches.fetch_add(1, Ordering::Relaxed);
         match &mut result {
             Ok(report) => {
                 // The access lists go as rows written here; only the rest is cloned (wire.rs).
                 let streamed = shared.config.streamed_accesses;
                 let rows = queue.spare_buffer();
-                queue.push(Outgoing::Dispatch(Box::new(EncodedDispatch::of_into(
+                let item = Outgoing::Dispatch(Box::new(EncodedDispatch::of_into(
                     index, input, report, streamed, rows,
-                ))));
+                )));
+                self.queue_dispatch(&queue, session, engine, report, index, item);
                 let mut c = lock(&shared.control);
                 if let Some((left, _)) = c.steps.as_mut() {
                     *left = left.saturating_sub(1);
@@ -333,6 +345,40 @@ impl Tap {
             }
         }
         result
+    }
+}
+
+impl Tap {
+    /// Queues an attached dispatch, and with it (as one item) a copy of the engine state it left
+    /// when that state changed since the state last queued this session (`checkpoint.rs`).
+    fn queue_dispatch<B: Backend>(
+        &mut self,
+        queue: &Queue,
+        session: u64,
+        engine: &Engine<B>,
+        report: &DispatchReport,
+        index: u64,
+        item: Outgoing,
+    ) {
+        if queue.take_want_state() {
+            self.checkpoints.resend();
+        }
+        match self.checkpoints.copy(session, engine, report, index) {
+            None => {
+                queue.push(item);
+            }
+            Some(copy) => {
+                let changes = engine.memory().state_changes();
+                let copy = Box::new(copy);
+                let flags = (
+                    matches!(copy.memory, Some(Copied::State(_))),
+                    matches!(copy.table, Some(Copied::State(_))),
+                );
+                if queue.push_with_state(item, copy) {
+                    self.checkpoints.queued_parts(flags, changes);
+                }
+            }
+        }
     }
 }
 

@@ -95,6 +95,10 @@ struct DispatchOwned {
 /// store writes into its DISPATCH record unchanged.
 pub const MSG_DISPATCH_MESSAGE: u8 = 3;
 
+/// A message's kind byte: a checkpoint of engine state ([`crate::checkpoint`]'s layout) after its
+/// `u32` LE length, sent right after the dispatch that left the state.
+pub const MSG_CHECKPOINT: u8 = 4;
+
 /// The first byte of a binary payload.
 pub const BINARY_MAGIC: u8 = 0xb2;
 /// Flag bit 0: the body is lz4 compressed.
@@ -274,8 +278,27 @@ impl Encoder {
                 let d = EncodedDispatch::of(index, &input, &mut report, self.streamed_accesses);
                 self.push_dispatch(d, out, cut).map(drop)
             }
+            ToDebugger::Checkpoint(c) => self.push_checkpoint(&c, out),
             other => self.add(&other, out),
         }
+    }
+
+    /// Adds a checkpoint (message kind [`MSG_CHECKPOINT`]) to the frame being built.
+    pub fn push_checkpoint(
+        &mut self,
+        c: &crate::checkpoint::Checkpoint,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ProtocolError> {
+        self.one.clear();
+        self.one.push(MSG_CHECKPOINT);
+        self.one.extend_from_slice(&[0; 4]);
+        c.encode(&mut self.one);
+        let len = u32::try_from(self.one.len() - 5).map_err(|_| ProtocolError::TooLargeToSend {
+            len_bytes: self.one.len(),
+            max_bytes: self.max_frame_bytes,
+        })?;
+        self.one[1..5].copy_from_slice(&len.to_le_bytes());
+        self.add_one(out)
     }
 
     /// [`Self::push`] for a dispatch the tap already wrote as rows; returns the rows' buffer,
@@ -579,6 +602,17 @@ impl Decoder {
                         .map_err(|e| at(&e))?;
                     de.get_mut().set_position((from + r.position()) as u64);
                     self.dispatch_message(bytes).map_err(|e| at(&e))?
+                }
+                MSG_CHECKPOINT => {
+                    let from = de.position() as usize;
+                    let mut r = columns::Reader::new(body.get(from..).unwrap_or_default());
+                    let bytes = r
+                        .u32("checkpoint length")
+                        .and_then(|len| r.take_bytes("checkpoint", u64::from(len)))
+                        .map_err(|e| at(&e))?;
+                    de.get_mut().set_position((from + r.position()) as u64);
+                    let c = crate::checkpoint::Checkpoint::decode(bytes).map_err(|e| at(&e))?;
+                    ToDebugger::Checkpoint(Box::new(c))
                 }
                 MSG_TAGGED => ToDebugger::deserialize(&mut de).map_err(|e| at(&e))?,
                 other => return Err(at(&format!("unknown message kind {other}"))),

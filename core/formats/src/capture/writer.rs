@@ -106,6 +106,17 @@ impl<W: CaptureSink> CaptureWriter<W> {
         self.write_record(kind, payload, compress)
     }
 
+    /// Writes buffered records to the sink without making them durable: another reader of the same
+    /// file sees them (no `fsync`; a crash may still lose them until [`Self::flush`]).
+    pub fn write_out(&mut self) -> Result<()> {
+        self.check_usable()?;
+        let result = self
+            .out
+            .flush()
+            .map_err(io_error("writing buffered records out"));
+        result.map_err(|e| self.poison(e))
+    }
+
     /// Writes buffered records, makes them durable, then appends a checkpoint covering them and makes
     /// that durable too (two `fsync`s when records were appended since the last flush, else one).
     pub fn flush(&mut self) -> Result<()> {

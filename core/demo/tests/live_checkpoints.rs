@@ -1,0 +1,336 @@
+//! Checkpoints of engine state in live sessions (issue 18): a recording of the demo, reopened,
+//! holds for every dispatch the state the target's engine held after it (the oracle: the test's
+//! target keeps its own copy of each dispatch's state), under back-pressure too; and a state the
+//! target could not send is marked unknown, never shown wrong.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "in a test, an unwrap is an assertion"
+)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use common::{T, loopback, serial};
+use dispatchscope_core::chunk_table::TableSlot;
+use dispatchscope_demo::{Demo, DemoConfig};
+use dispatchscope_formats::checkpoint::{MEMORY_UNKNOWN, MemoryState, StateAt, TABLE_UNKNOWN};
+use dispatchscope_formats::session::CaptureFile;
+use dispatchscope_live::{
+    ClientOptions, Incoming, LiveClient, LiveStore, RecordOptions, StoreOptions, Tap, TapConfig,
+    ToDebugger, record,
+};
+
+/// What the target's engine held after one dispatch.
+#[derive(Clone, Debug, PartialEq)]
+struct Held {
+    memory: MemoryState,
+    table: Option<Vec<TableSlot>>,
+}
+
+type Oracle = Arc<Mutex<HashMap<u64, Held>>>;
+
+/// The demo in a thread, keeping the state its engine held after every dispatch.
+struct Target {
+    addr: String,
+    oracle: Oracle,
+    frames: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn spawn(config: TapConfig, demo: DemoConfig, fps: f64) -> Target {
+    let oracle: Oracle = Arc::default();
+    let frames = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let thread = {
+        let (oracle, frames, stop) = (Arc::clone(&oracle), Arc::clone(&frames), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut tap = Tap::listen(config).unwrap();
+            tx.send(tap.local_addr().unwrap().to_string()).unwrap();
+            let mut demo = Demo::new(demo).unwrap();
+            let frame = Duration::from_secs_f64(1.0 / fps);
+            while !stop.load(Ordering::Relaxed) && frames.load(Ordering::Relaxed) < 20_000 {
+                let t0 = Instant::now();
+                demo.frame_each(&mut tap, |engine, _, report| {
+                    oracle.lock().unwrap().insert(
+                        report.index,
+                        Held {
+                            memory: MemoryState::of(engine.memory()),
+                            table: engine.table().map(|t| t.slots().to_vec()),
+                        },
+                    );
+                })
+                .unwrap();
+                frames.fetch_add(1, Ordering::Relaxed);
+                if let Some(rest) = frame.checked_sub(t0.elapsed()) {
+                    std::thread::sleep(rest);
+                }
+            }
+        })
+    };
+    let addr = rx.recv_timeout(T).unwrap();
+    Target {
+        addr,
+        oracle,
+        frames,
+        stop,
+        thread: Some(thread),
+    }
+}
+
+/// Asserts two tables are the same, naming the first slot that differs (not printing both).
+fn same_table(got: Option<&[TableSlot]>, want: Option<&[TableSlot]>, index: u64) {
+    match (got, want) {
+        (Some(g), Some(w)) if g.len() == w.len() => {
+            if let Some(i) = (0..g.len()).find(|&i| g[i] != w[i]) {
+                panic!(
+                    "dispatch {index}'s chunk table: slot {i} is {:?}, the target held {:?}",
+                    g[i], w[i]
+                );
+            }
+        }
+        (g, w) => panic!(
+            "dispatch {index}'s chunk table: {:?} slots, the target held {:?}",
+            g.map(<[_]>::len),
+            w.map(<[_]>::len)
+        ),
+    }
+}
+
+/// Checks every dispatch of the capture at `path` against the oracle; returns (dispatches,
+/// memory records, dispatches whose memory is unknown).
+fn check_against(path: &Path, oracle: &Oracle) -> (usize, usize, usize) {
+    let mut file = CaptureFile::open(path).unwrap();
+    let states = file.states();
+    let n = file.n_dispatches();
+    let oracle = oracle.lock().unwrap().clone();
+    let mut unknown = 0;
+    for pos in 0..n {
+        let index = file.dispatch(pos).unwrap().report.unwrap().index;
+        let held = &oracle[&index];
+        match states.memory_state_at(pos) {
+            StateAt::Known { record, .. } => {
+                let m = file.memory_state(record).unwrap();
+                assert_eq!(&m, &held.memory, "dispatch {index} (record position {pos})");
+            }
+            StateAt::Unknown { .. } => unknown += 1,
+            StateAt::None => panic!("dispatch {index}: no memory checkpoint at or before it"),
+        }
+        match states.table_state_at(pos) {
+            StateAt::Known { .. } => {
+                let (_, _, t) = file.table_at(&states, pos).unwrap().unwrap();
+                same_table(Some(t.table.slots()), held.table.as_deref(), index);
+            }
+            StateAt::Unknown { .. } => {}
+            StateAt::None => assert!(held.table.is_none(), "dispatch {index} had a table"),
+        }
+    }
+    let memory_records = file
+        .records()
+        .iter()
+        .filter(|m| m.kind == dispatchscope_formats::checkpoint::MEMORY_STATE)
+        .count();
+    (n, memory_records, unknown)
+}
+
+#[test]
+fn a_live_recording_reopened_holds_each_dispatchs_state_as_the_target_held_it() {
+    let _s = serial();
+    let target = spawn(
+        loopback("checkpoint target"),
+        DemoConfig {
+            dispatches_per_frame: 12,
+            ..DemoConfig::default()
+        },
+        500.0,
+    );
+    // Let the game run a while first, so that the recording begins mid-session.
+    while target.frames.load(Ordering::Relaxed) < 20 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("rec.dscap");
+    let stop = AtomicBool::new(false);
+    let summary = record(
+        &target.addr,
+        None,
+        &dest,
+        &RecordOptions {
+            dispatches: Some(800),
+            batch: 40,
+            ..RecordOptions::default()
+        },
+        &stop,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(summary.dispatches, 800);
+    assert!(summary.checkpoints > 0);
+    let (n, memory_records, unknown) = check_against(&dest, &target.oracle);
+    assert_eq!(n, 800);
+    assert_eq!(
+        unknown, 0,
+        "the default budget copies every change of the demo"
+    );
+    // Sent when the state changes, not every dispatch: the demo changes memory a few times a frame
+    // (a CPU write, a target made again), at most once for each of its 12 dispatches.
+    assert!(memory_records > 800 / 12, "{memory_records} memory records");
+    assert!(
+        memory_records < 800,
+        "{memory_records} memory records for 800 dispatches"
+    );
+}
+
+/// A window's store, fed by a debugger too slow for the target: the target drops dispatches
+/// (and the checkpoints queued with them), and every dispatch recorded still shows the state its
+/// dispatch left, read back from the live store's file while it is written and from the file
+/// reopened.
+#[test]
+fn dropped_checkpoints_never_make_a_dispatch_show_a_wrong_state() {
+    let _s = serial();
+    let target = spawn(
+        TapConfig {
+            queue_capacity: 16,
+            ..loopback("slow debugger target")
+        },
+        DemoConfig {
+            dispatches_per_frame: 10,
+            ..DemoConfig::default()
+        },
+        2000.0,
+    );
+    let client = LiveClient::connect_with(
+        &target.addr,
+        &ClientOptions {
+            snapshot: true,
+            keep_received: true,
+            channel_capacity: 4,
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("window.dscap");
+    let mut store = LiveStore::create(
+        &dest,
+        "slow window",
+        &StoreOptions {
+            window: 0,
+            keep_rows: false,
+            ..StoreOptions::default()
+        },
+    );
+    let t0 = Instant::now();
+    let mut taken = 0usize;
+    while store.len() < 400 {
+        assert!(t0.elapsed() < T * 3, "{} dispatches stored", store.len());
+        match client.receiver().recv_timeout(T).unwrap() {
+            Incoming::Message(m) => {
+                let dispatch = matches!(m, ToDebugger::Received(_));
+                store.take(m).unwrap();
+                if dispatch {
+                    taken += 1;
+                    // A debugger slower than the game: the target's queue fills and drops.
+                    if taken.is_multiple_of(8) {
+                        std::thread::sleep(Duration::from_millis(3));
+                    }
+                }
+            }
+            Incoming::Disconnected { reason, .. } => panic!("{reason}"),
+        }
+    }
+    let dropped = store.summary().dropped;
+    assert!(
+        dropped > 0,
+        "the target dropped nothing: the test did not push it"
+    );
+    // Read back from the store while it is being written, as the window does.
+    let oracle = target.oracle.lock().unwrap().clone();
+    for pos in (0..store.len()).step_by(7) {
+        let index = store.record(pos).unwrap().1.index;
+        match store.states().memory_state_at(pos) {
+            StateAt::Known { record, .. } => {
+                assert_eq!(store.memory_state(record).unwrap(), oracle[&index].memory);
+            }
+            other => panic!("dispatch {index}: {other:?}"),
+        }
+        let table = store
+            .table_at(pos)
+            .unwrap()
+            .map(|(_, _, t)| t.table.slots().to_vec());
+        same_table(table.as_deref(), oracle[&index].table.as_deref(), index);
+    }
+    let _ = client.detach(Duration::from_secs(1));
+    store.finish().unwrap();
+    let (n, _, unknown) = check_against(&dest, &target.oracle);
+    assert!(n >= 400);
+    assert_eq!(unknown, 0);
+    eprintln!("{n} dispatches recorded, {dropped} dropped, every state as the target held it");
+}
+
+/// A target that may not spend time copying its state (a budget of 0) sends each change as
+/// unknown: the recording says so from the first dispatch, and never holds a state.
+#[test]
+fn a_state_the_target_could_not_copy_is_unknown_not_wrong() {
+    let _s = serial();
+    let target = spawn(
+        TapConfig {
+            checkpoint_share: 0.0,
+            ..loopback("no budget target")
+        },
+        DemoConfig::default(),
+        500.0,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("unknown.dscap");
+    let stop = AtomicBool::new(false);
+    record(
+        &target.addr,
+        None,
+        &dest,
+        &RecordOptions {
+            dispatches: Some(100),
+            batch: 25,
+            ..RecordOptions::default()
+        },
+        &stop,
+        |_| {},
+    )
+    .unwrap();
+    let mut file = CaptureFile::open(&dest).unwrap();
+    let states = file.states();
+    assert!(!states.has_memory());
+    let unknowns: Vec<usize> = file
+        .records()
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.kind == MEMORY_UNKNOWN || m.kind == TABLE_UNKNOWN)
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!unknowns.is_empty());
+    for pos in 0..file.n_dispatches() {
+        let StateAt::Unknown { record, .. } = states.memory_state_at(pos) else {
+            panic!("dispatch {pos}: {:?}", states.memory_state_at(pos));
+        };
+        let why = file.unknown_why(record).unwrap();
+        assert!(why.contains("budget"), "{why}");
+        assert!(file.table_at(&states, pos).unwrap().is_none());
+    }
+}
