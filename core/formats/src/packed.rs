@@ -13,13 +13,13 @@
 //! # Byte layout
 //! `v` is a LEB128 varint (at most 10 bytes; the value must fit its field), `z` a zigzag varint of
 //! the difference from the previous row's same field (0 before the first row; wrapping for 64-bit
-//! fields), `u8` one byte, `u32` four bytes little-endian.
+//! fields), `u8` one byte.
 //!
 //! Input accesses ([`encode_accesses`]): `v` rows `n`; `n` rows of `z` workgroup · `z` wave · `z`
 //! lane · `z` pc · `u8` kind (bits 0–2) and op (bit 3) and present (bits 4–7: address, slot,
 //! offset, index) · `z` address (when present) · `v` slot (when present) · `v` offset (when
 //! present) · `v` index (when present) · `v` size_bytes · `v` value words; then every row's value
-//! words (`u32` each) in row order.
+//! words (`v` each) in row order.
 //!
 //! Report accesses ([`encode_access_reports`]): `v` rows `n`; `n` rows of `z` index · `z`
 //! workgroup · `z` wave · `z` lane · `z` pc · `u8` kind (bits 0–2), op (bit 3), route (bits 4–6)
@@ -28,10 +28,10 @@
 //! address (when it has one) · `v` lookups · `v` value words; then every lookup in row order: `z`
 //! guest_chunk · `z` home_slot · `u8` outcome · `z` slot (hit, miss-empty) · `z` device address
 //! (hit) · `v` probes; then every probe in lookup order: `z` slot · `u8` has a key (0 or 1) · `z`
-//! key (when it has one); then every value word in row order.
+//! key (when it has one); then every value word (`v`) in row order.
 //!
 //! The codes are [`crate::columns`]'. Reading checks every count against the bytes left before
-//! it allocates (a row takes at least 6 bytes, a lookup 4, a probe 2, a value word 4), every code
+//! it allocates (a row takes at least 6 bytes, a lookup 4, a probe 2, a value word 1), every code
 //! against its table and every value against its field; bad bytes are a named [`ColumnsError`],
 //! never a panic.
 
@@ -67,8 +67,8 @@ fn put_z(out: &mut Vec<u8>, prev: &mut u64, v: u64) {
 }
 
 fn put_words(out: &mut Vec<u8>, words: &[u32]) {
-    for v in words {
-        out.extend_from_slice(&v.to_le_bytes());
+    for &v in words {
+        put_v(out, u64::from(v));
     }
 }
 
@@ -273,12 +273,14 @@ impl In<'_, '_> {
         }
     }
 
-    /// `n` value words.
+    /// `n` value words, already checked against the bytes left.
     fn words(&mut self, n: u64) -> Result<Vec<u32>, ColumnsError> {
-        let b = self.r.take_bytes("value words", n.saturating_mul(4))?;
-        Ok(b.chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        let n = usize_of(n, 0, "value words")?;
+        let mut out = Vec::with_capacity(n);
+        for row in 0..n {
+            out.push(self.v32("value word", row)?);
+        }
+        Ok(out)
     }
 }
 
@@ -353,7 +355,7 @@ pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> 
             values: Vec::new(),
         });
     }
-    let t = total(&i, "value words", &counts, 4)?;
+    let t = total(&i, "value words", &counts, 1)?;
     let words = i.words(t)?;
     deal(&mut out, &counts, words, |a, v| a.values = v);
     Ok(out)
@@ -472,7 +474,7 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
     }
     deal(&mut lookups, &n_probes, probes, |l, v| l.probes = v);
     deal(&mut out, &n_lookups, lookups, |a, v| a.lookups = v);
-    let t = total(&i, "value words", &n_values, 4)?;
+    let t = total(&i, "value words", &n_values, 1)?;
     let words = i.words(t)?;
     deal(&mut out, &n_values, words, |a, v| a.values = v);
     Ok(out)

@@ -65,7 +65,8 @@ use crate::protocol::{ProtocolError, SharedMappings, ToDebugger, decode_to_debug
 use dispatchscope_core::input::DispatchInput;
 use dispatchscope_core::report::{AccessReport, DispatchReport};
 use dispatchscope_formats::columns;
-use dispatchscope_formats::message;
+use dispatchscope_formats::message::{self, Rows};
+use dispatchscope_formats::packed;
 
 /// A [`ToDebugger::Dispatch`]'s fields, to write (borrowed).
 #[derive(Serialize)]
@@ -94,6 +95,11 @@ struct DispatchOwned {
 /// MessagePack with names, the access lists as rows) after its `u32` LE length: the bytes a live
 /// store writes into its DISPATCH record unchanged.
 pub const MSG_DISPATCH_MESSAGE: u8 = 3;
+/// A message's kind byte: a dispatch message as [`MSG_DISPATCH_MESSAGE`], its access lists in
+/// [`dispatchscope_formats::packed`]' rows (varints and deltas, about a third of the fixed rows):
+/// what a target sends for every dispatch, and what a live store writes as a version 3 DISPATCH
+/// record ([`dispatchscope_formats::message::RECORD_V3`]).
+pub const MSG_DISPATCH_PACKED: u8 = 4;
 
 /// The first byte of a binary payload.
 pub const BINARY_MAGIC: u8 = 0xb2;
@@ -123,7 +129,8 @@ pub struct EncodedDispatch {
     pub input: DispatchInput,
     /// Its report, with no accesses.
     pub report: DispatchReport,
-    /// The input's access block, then the report's (its first `streamed` accesses).
+    /// The input's access block, then the report's (its first `streamed` accesses), in
+    /// [`dispatchscope_formats::packed`]' rows.
     pub accesses: Vec<u8>,
     /// Access reports left out of the rows.
     pub accesses_left_out: u64,
@@ -158,10 +165,10 @@ impl EncodedDispatch {
         let shell = report.clone();
         report.accesses = accesses;
         bytes.clear();
-        columns::encode_accesses(&input.accesses, &mut bytes);
+        packed::encode_accesses(&input.accesses, &mut bytes);
         let all = &report.accesses;
         let kept = &all[..all.len().min(streamed)];
-        columns::encode_access_reports(kept, &mut bytes);
+        packed::encode_access_reports(kept, &mut bytes);
         let left_out = all.len() - kept.len();
         Self {
             index,
@@ -316,7 +323,7 @@ impl Encoder {
             cut(d.index, full);
         }
         self.one.clear();
-        self.one.push(MSG_DISPATCH_MESSAGE);
+        self.one.push(MSG_DISPATCH_PACKED);
         self.one.extend_from_slice(&[0; 4]);
         message::encode(
             d.index,
@@ -570,7 +577,12 @@ impl Decoder {
                         accesses_left_out: d.accesses_left_out,
                     }
                 }
-                MSG_DISPATCH_MESSAGE => {
+                MSG_DISPATCH_MESSAGE | MSG_DISPATCH_PACKED => {
+                    let rows = if kind[0] == MSG_DISPATCH_PACKED {
+                        Rows::Packed
+                    } else {
+                        Rows::Fixed
+                    };
                     let from = de.position() as usize;
                     let mut r = columns::Reader::new(body.get(from..).unwrap_or_default());
                     let bytes = r
@@ -578,7 +590,7 @@ impl Decoder {
                         .and_then(|len| r.take_bytes("dispatch message", u64::from(len)))
                         .map_err(|e| at(&e))?;
                     de.get_mut().set_position((from + r.position()) as u64);
-                    self.dispatch_message(bytes).map_err(|e| at(&e))?
+                    self.dispatch_message(rows, bytes).map_err(|e| at(&e))?
                 }
                 MSG_TAGGED => ToDebugger::deserialize(&mut de).map_err(|e| at(&e))?,
                 other => return Err(at(&format!("unknown message kind {other}"))),
@@ -599,9 +611,13 @@ impl Decoder {
     }
 
     /// One dispatch message: whole, or as [`crate::protocol::ReceivedDispatch`] when [`Self::set_keep_received`].
-    fn dispatch_message(&self, bytes: &[u8]) -> Result<ToDebugger, columns::ColumnsError> {
+    fn dispatch_message(
+        &self,
+        rows_format: Rows,
+        bytes: &[u8],
+    ) -> Result<ToDebugger, columns::ColumnsError> {
         if !self.keep_received {
-            let m = message::decode_exact(bytes)?;
+            let m = message::decode_exact_with(rows_format, bytes)?;
             return Ok(ToDebugger::Dispatch {
                 index: m.index,
                 input: m.input,
@@ -612,7 +628,7 @@ impl Decoder {
         }
         let (m, rows) = message::summary(bytes)?;
         let mut record = Vec::with_capacity(bytes.len() + 16 + self.shared_lists.len());
-        message::encode_record(bytes, &[], &mut record);
+        message::encode_record_with(rows_format, bytes, &[], &mut record);
         // The message starts after the magic, the version word and its length.
         let base = 12;
         let end = record.len();
