@@ -356,6 +356,11 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
+    /// The bytes not read yet.
+    pub fn rest(&self) -> &'a [u8] {
+        self.bytes.get(self.at..).unwrap_or_default()
+    }
+
     /// Takes the next `need` bytes; `part` names them in the error when fewer are left.
     pub fn take_bytes(&mut self, part: &'static str, need: u64) -> Result<&'a [u8], ColumnsError> {
         self.take(part, need)

@@ -49,26 +49,61 @@ const MIN_LOOKUP_BYTES: u64 = 4;
 /// The fewest bytes a packed probe takes.
 const MIN_PROBE_BYTES: u64 = 2;
 
-#[inline(always)]
-fn put_v(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
+/// Bytes a row is built in before one copy into the output (the longest row takes 83).
+const BUF_BYTES: usize = 128;
+
+/// A row built on the stack, then appended with one copy: pushing byte by byte into the `Vec`
+/// measured about three times as slow (a capacity check a byte).
+struct Buf {
+    b: [u8; BUF_BYTES],
+    at: usize,
+}
+
+impl Buf {
+    fn new() -> Self {
+        Self {
+            b: [0; BUF_BYTES],
+            at: 0,
+        }
     }
-    out.push(v as u8);
-}
 
-/// Appends the zigzag difference of `v` from `*prev` and makes `v` the previous value.
-#[inline(always)]
-fn put_z(out: &mut Vec<u8>, prev: &mut u64, v: u64) {
-    let d = v.wrapping_sub(*prev) as i64;
-    *prev = v;
-    put_v(out, ((d << 1) ^ (d >> 63)) as u64);
-}
+    #[inline(always)]
+    fn u8(&mut self, v: u8) {
+        self.b[self.at] = v;
+        self.at += 1;
+    }
 
-fn put_words(out: &mut Vec<u8>, words: &[u32]) {
-    for &v in words {
-        put_v(out, u64::from(v));
+    #[inline(always)]
+    fn v(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.u8((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.u8(v as u8);
+    }
+
+    /// The zigzag difference of `v` from `*prev`; `v` becomes the previous value.
+    #[inline(always)]
+    fn z(&mut self, prev: &mut u64, v: u64) {
+        let d = v.wrapping_sub(*prev) as i64;
+        *prev = v;
+        self.v(((d << 1) ^ (d >> 63)) as u64);
+    }
+
+    #[inline(always)]
+    fn flush(&mut self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.b[..self.at]);
+        self.at = 0;
+    }
+
+    /// Every word of `words` as a varint.
+    fn words(&mut self, words: &[u32], out: &mut Vec<u8>) {
+        for &w in words {
+            if self.at > BUF_BYTES - 10 {
+                self.flush(out);
+            }
+            self.v(u64::from(w));
+        }
     }
 }
 
@@ -89,88 +124,94 @@ struct Prev {
 pub fn encode_accesses(accesses: &[Access], out: &mut Vec<u8>) {
     let values: usize = accesses.iter().map(|a| a.values.len()).sum();
     out.reserve(10 + accesses.len() * 16 + values * 4);
-    put_v(out, accesses.len() as u64);
+    let mut w = Buf::new();
+    w.v(accesses.len() as u64);
     let mut p = Prev::default();
     for a in accesses {
-        put_z(out, &mut p.workgroup, u64::from(a.workgroup));
-        put_z(out, &mut p.wave, u64::from(a.wave));
-        put_z(out, &mut p.lane, u64::from(a.lane));
-        put_z(out, &mut p.pc, a.pc);
+        w.z(&mut p.workgroup, u64::from(a.workgroup));
+        w.z(&mut p.wave, u64::from(a.wave));
+        w.z(&mut p.lane, u64::from(a.lane));
+        w.z(&mut p.pc, a.pc);
         let present = u8::from(a.address.is_some())
             | u8::from(a.slot.is_some()) << 1
             | u8::from(a.offset.is_some()) << 2
             | u8::from(a.index.is_some()) << 3;
-        out.push(kind_code(a.kind) | op_code(a.op) << 3 | present << 4);
+        w.u8(kind_code(a.kind) | op_code(a.op) << 3 | present << 4);
         if let Some(v) = a.address {
-            put_z(out, &mut p.address, v);
+            w.z(&mut p.address, v);
         }
         if let Some(v) = a.slot {
-            put_v(out, u64::from(v));
+            w.v(u64::from(v));
         }
         if let Some(v) = a.offset {
-            put_v(out, v);
+            w.v(v);
         }
         if let Some(v) = a.index {
-            put_v(out, u64::from(v));
+            w.v(u64::from(v));
         }
-        put_v(out, u64::from(a.size_bytes));
-        put_v(out, a.values.len() as u64);
+        w.v(u64::from(a.size_bytes));
+        w.v(a.values.len() as u64);
+        w.flush(out);
     }
     for a in accesses {
-        put_words(out, &a.values);
+        w.words(&a.values, out);
     }
+    w.flush(out);
 }
 
 /// Appends the packed access block of `accesses` (a report's list) to `out`.
 pub fn encode_access_reports(accesses: &[AccessReport], out: &mut Vec<u8>) {
     out.reserve(10 + accesses.len() * 40);
-    put_v(out, accesses.len() as u64);
+    let mut w = Buf::new();
+    w.v(accesses.len() as u64);
     let mut p = Prev::default();
     for a in accesses {
-        put_z(out, &mut p.index, a.index as u64);
-        put_z(out, &mut p.workgroup, u64::from(a.workgroup));
-        put_z(out, &mut p.wave, u64::from(a.wave));
-        put_z(out, &mut p.lane, u64::from(a.lane));
-        put_z(out, &mut p.pc, a.pc);
+        w.z(&mut p.index, a.index as u64);
+        w.z(&mut p.workgroup, u64::from(a.workgroup));
+        w.z(&mut p.wave, u64::from(a.wave));
+        w.z(&mut p.lane, u64::from(a.lane));
+        w.z(&mut p.pc, a.pc);
         let (route, holder, at) = route_parts(&a.route);
-        out.push(
+        w.u8(
             kind_code(a.kind) | op_code(a.op) << 3 | route << 4 | u8::from(a.escaped) << 7,
         );
-        out.push(rule_code(a.rule));
-        put_v(out, u64::from(a.size_bytes));
+        w.u8(rule_code(a.rule));
+        w.v(u64::from(a.size_bytes));
         if route == 0 {
-            put_v(out, u64::from(holder));
+            w.v(u64::from(holder));
         }
         if route != 4 {
-            put_z(out, &mut p.at, at);
+            w.z(&mut p.at, at);
         }
-        out.push(u8::from(a.device_address.is_some()));
+        w.u8(u8::from(a.device_address.is_some()));
         if let Some(d) = a.device_address {
-            put_z(out, &mut p.device, d);
+            w.z(&mut p.device, d);
         }
-        put_v(out, a.lookups.len() as u64);
-        put_v(out, a.values.len() as u64);
+        w.v(a.lookups.len() as u64);
+        w.v(a.values.len() as u64);
+        w.flush(out);
     }
     let (mut chunk, mut home, mut slot, mut device) = (0u64, 0u64, 0u64, 0u64);
     for l in accesses.iter().flat_map(|a| &a.lookups) {
-        put_z(out, &mut chunk, l.guest_chunk);
-        put_z(out, &mut home, l.home_slot as u64);
+        w.z(&mut chunk, l.guest_chunk);
+        w.z(&mut home, l.home_slot as u64);
         match l.outcome {
             LookupOutcome::Hit {
                 slot: s,
                 device_addr,
             } => {
-                out.push(0);
-                put_z(out, &mut slot, s as u64);
-                put_z(out, &mut device, device_addr);
+                w.u8(0);
+                w.z(&mut slot, s as u64);
+                w.z(&mut device, device_addr);
             }
             LookupOutcome::MissEmpty { slot: s } => {
-                out.push(1);
-                put_z(out, &mut slot, s as u64);
+                w.u8(1);
+                w.z(&mut slot, s as u64);
             }
-            LookupOutcome::MissBound => out.push(2),
+            LookupOutcome::MissBound => w.u8(2),
         }
-        put_v(out, l.probes.len() as u64);
+        w.v(l.probes.len() as u64);
+        w.flush(out);
     }
     let (mut slot, mut key) = (0u64, 0u64);
     for q in accesses
@@ -178,30 +219,73 @@ pub fn encode_access_reports(accesses: &[AccessReport], out: &mut Vec<u8>) {
         .flat_map(|a| &a.lookups)
         .flat_map(|l| &l.probes)
     {
-        put_z(out, &mut slot, q.slot as u64);
-        out.push(u8::from(q.key.is_some()));
+        w.z(&mut slot, q.slot as u64);
+        w.u8(u8::from(q.key.is_some()));
         if let Some(k) = q.key {
-            put_z(out, &mut key, k);
+            w.z(&mut key, k);
         }
+        w.flush(out);
     }
     for a in accesses {
-        put_words(out, &a.values);
+        w.words(&a.values, out);
     }
+    w.flush(out);
 }
 
-/// Reads varints and bytes from a [`Reader`], naming the part in every error.
-struct In<'r, 'a> {
-    r: &'r mut Reader<'a>,
+/// Reads varints and bytes from what a [`Reader`] has left, naming the part in every error;
+/// [`In::done`] moves the reader past what was read.
+struct In<'a> {
+    b: &'a [u8],
+    at: usize,
+    /// The reader's position where `b` starts.
+    base: usize,
 }
 
-impl In<'_, '_> {
+impl<'a> In<'a> {
+    fn new(r: &Reader<'a>) -> Self {
+        Self {
+            b: r.rest(),
+            at: 0,
+            base: r.position(),
+        }
+    }
+
+    fn done(self, r: &mut Reader<'a>) -> Result<(), ColumnsError> {
+        r.take_bytes("packed rows", self.at as u64).map(drop)
+    }
+
+    fn remaining(&self) -> usize {
+        self.b.len() - self.at
+    }
+
     #[inline(always)]
     fn u8(&mut self, part: &'static str) -> Result<u8, ColumnsError> {
-        Ok(self.r.take_bytes(part, 1)?[0])
+        match self.b.get(self.at) {
+            Some(&v) => {
+                self.at += 1;
+                Ok(v)
+            }
+            None => Err(ColumnsError::Truncated {
+                part,
+                at: self.base + self.at,
+                need: 1,
+                have: 0,
+            }),
+        }
     }
 
-    #[inline]
+    #[inline(always)]
     fn v(&mut self, part: &'static str, row: usize) -> Result<u64, ColumnsError> {
+        match self.b.get(self.at) {
+            Some(&v) if v < 0x80 => {
+                self.at += 1;
+                Ok(u64::from(v))
+            }
+            _ => self.v_long(part, row),
+        }
+    }
+
+    fn v_long(&mut self, part: &'static str, row: usize) -> Result<u64, ColumnsError> {
         let mut v = 0u64;
         for shift in (0..70).step_by(7) {
             let b = self.u8(part)?;
@@ -253,11 +337,11 @@ impl In<'_, '_> {
     }
 
     fn fits(&self, part: &'static str, n: u64, min: u64) -> Result<usize, ColumnsError> {
-        let have = self.r.remaining();
+        let have = self.remaining();
         if n.saturating_mul(min) > have as u64 {
             return Err(ColumnsError::Truncated {
                 part,
-                at: self.r.position(),
+                at: self.base + self.at,
                 need: n.saturating_mul(min),
                 have,
             });
@@ -273,14 +357,13 @@ impl In<'_, '_> {
         }
     }
 
-    /// `n` value words, already checked against the bytes left.
-    fn words(&mut self, n: u64) -> Result<Vec<u32>, ColumnsError> {
-        let n = usize_of(n, 0, "value words")?;
-        let mut out = Vec::with_capacity(n);
+    /// `n` value words into `out`, without a vector of their own in between.
+    fn words_into(&mut self, n: usize, out: &mut Vec<u32>) -> Result<(), ColumnsError> {
+        out.reserve_exact(n);
         for row in 0..n {
             out.push(self.v32("value word", row)?);
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -300,7 +383,7 @@ fn deal<T, R>(out: &mut [R], counts: &[u32], all: Vec<T>, mut set: impl FnMut(&m
 }
 
 /// The sum of `counts`, checked against the bytes left at `min` bytes an item.
-fn total(i: &In<'_, '_>, part: &'static str, counts: &[u32], min: u64) -> Result<u64, ColumnsError> {
+fn total(i: &In<'_>, part: &'static str, counts: &[u32], min: u64) -> Result<u64, ColumnsError> {
     let t: u64 = counts.iter().map(|&c| u64::from(c)).sum();
     i.fits(part, t, min)?;
     Ok(t)
@@ -308,7 +391,7 @@ fn total(i: &In<'_, '_>, part: &'static str, counts: &[u32], min: u64) -> Result
 
 /// Reads a packed input access block from `r`.
 pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> {
-    let mut i = In { r };
+    let mut i = In::new(r);
     let n = i.count("access rows", MIN_ROW_BYTES)?;
     let mut out = Vec::with_capacity(n);
     let mut counts = Vec::with_capacity(n);
@@ -355,15 +438,17 @@ pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> 
             values: Vec::new(),
         });
     }
-    let t = total(&i, "value words", &counts, 1)?;
-    let words = i.words(t)?;
-    deal(&mut out, &counts, words, |a, v| a.values = v);
+    total(&i, "value words", &counts, 1)?;
+    for (a, &k) in out.iter_mut().zip(&counts) {
+        i.words_into(k as usize, &mut a.values)?;
+    }
+    i.done(r)?;
     Ok(out)
 }
 
 /// Reads a packed report access block from `r`.
 pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, ColumnsError> {
-    let mut i = In { r };
+    let mut i = In::new(r);
     let n = i.count("access report rows", MIN_ROW_BYTES)?;
     let mut out = Vec::with_capacity(n);
     let mut n_lookups = Vec::with_capacity(n);
@@ -474,9 +559,11 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
     }
     deal(&mut lookups, &n_probes, probes, |l, v| l.probes = v);
     deal(&mut out, &n_lookups, lookups, |a, v| a.lookups = v);
-    let t = total(&i, "value words", &n_values, 1)?;
-    let words = i.words(t)?;
-    deal(&mut out, &n_values, words, |a, v| a.values = v);
+    total(&i, "value words", &n_values, 1)?;
+    for (a, &k) in out.iter_mut().zip(&n_values) {
+        i.words_into(k as usize, &mut a.values)?;
+    }
+    i.done(r)?;
     Ok(out)
 }
 
@@ -485,6 +572,18 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
+
+    fn put_v(out: &mut Vec<u8>, v: u64) {
+        let mut w = Buf::new();
+        w.v(v);
+        w.flush(out);
+    }
+
+    fn put_z(out: &mut Vec<u8>, prev: &mut u64, v: u64) {
+        let mut w = Buf::new();
+        w.z(prev, v);
+        w.flush(out);
+    }
 
     fn blocks() -> (Vec<Access>, Vec<AccessReport>, Vec<u8>) {
         let (input, report) = crate::columns::tests::report();

@@ -24,7 +24,8 @@ use std::sync::{Arc, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::protocol::{
-    Breakpoints, PauseReason, ResumeReason, SNAPSHOT_EVENTS_PER_FRAME, Snapshot, ToDebugger,
+    Breakpoints, PauseReason, ResumeReason, SNAPSHOT_EVENTS_PER_FRAME, SharedMappings, Snapshot,
+    ToDebugger,
 };
 use crate::server::Server;
 use crate::shared::{Control, Outgoing, Release, Shared, TapConfig, TapError, lock};
@@ -89,6 +90,9 @@ impl TapHandle {
 pub struct Tap {
     shared: Arc<Shared>,
     server: Option<Server>,
+    /// The mapping lists of the last dispatch sent, shared with the next ones while they stay
+    /// the same ([`EncodedDispatch::of_into_sharing`]).
+    last_mappings: Option<Arc<SharedMappings>>,
 }
 
 impl Tap {
@@ -98,6 +102,7 @@ impl Tap {
         Self {
             shared: Arc::new(Shared::new(TapConfig::default())),
             server: None,
+            last_mappings: None,
         }
     }
 
@@ -114,6 +119,7 @@ impl Tap {
         Ok(Self {
             shared,
             server: Some(server),
+            last_mappings: None,
         })
     }
 
@@ -210,9 +216,16 @@ impl Tap {
             Ok(report) => {
                 let streamed = shared.config.streamed_accesses;
                 let rows = queue.spare_buffer();
-                queue.push(Outgoing::Dispatch(Box::new(EncodedDispatch::of_into(
-                    index, input, report, streamed, rows,
-                ))));
+                queue.push(Outgoing::Dispatch(Box::new(
+                    EncodedDispatch::of_into_sharing(
+                        index,
+                        input,
+                        report,
+                        streamed,
+                        rows,
+                        &mut self.last_mappings,
+                    ),
+                )));
                 let mut c = lock(&shared.control);
                 if let Some((left, _)) = c.steps.as_mut() {
                     *left = left.saturating_sub(1);
@@ -313,9 +326,16 @@ impl Tap {
                 // The access lists go as rows written here; only the rest is cloned (wire.rs).
                 let streamed = shared.config.streamed_accesses;
                 let rows = queue.spare_buffer();
-                queue.push(Outgoing::Dispatch(Box::new(EncodedDispatch::of_into(
-                    index, input, report, streamed, rows,
-                ))));
+                queue.push(Outgoing::Dispatch(Box::new(
+                    EncodedDispatch::of_into_sharing(
+                        index,
+                        input,
+                        report,
+                        streamed,
+                        rows,
+                        &mut self.last_mappings,
+                    ),
+                )));
                 let mut c = lock(&shared.control);
                 if let Some((left, _)) = c.steps.as_mut() {
                     *left = left.saturating_sub(1);

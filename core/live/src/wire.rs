@@ -56,6 +56,7 @@
 //! naming what was wrong.
 
 use std::io::Cursor;
+use std::sync::Arc;
 
 use std::io::Read;
 
@@ -136,6 +137,10 @@ pub struct EncodedDispatch {
     pub accesses_left_out: u64,
     /// The whole access list when some were left out, for detail requests.
     pub cut: Option<Vec<AccessReport>>,
+    /// The report's three mapping lists, shared with every dispatch the tap saw with the same
+    /// lists (the report's own are then empty); `None` when the report has no mapping report,
+    /// or keeps its lists itself.
+    pub mappings: Option<Arc<SharedMappings>>,
 }
 
 impl EncodedDispatch {
@@ -159,11 +164,43 @@ impl EncodedDispatch {
         input: &DispatchInput,
         report: &mut DispatchReport,
         streamed: usize,
+        bytes: Vec<u8>,
+    ) -> Self {
+        Self::of_into_sharing(index, input, report, streamed, bytes, &mut None)
+    }
+
+    /// [`Self::of_into`], the report's mapping lists not copied when they equal `last`'s (the
+    /// lists of the tap's previous dispatch): they are shared, and `last` becomes the lists that
+    /// were copied when they differ. The writer then compares one pointer, not the lists.
+    pub fn of_into_sharing(
+        index: u64,
+        input: &DispatchInput,
+        report: &mut DispatchReport,
+        streamed: usize,
         mut bytes: Vec<u8>,
+        last: &mut Option<Arc<SharedMappings>>,
     ) -> Self {
         let accesses = std::mem::take(&mut report.accesses);
+        let lists = report.mappings.as_mut().map(SharedMappings::take_from);
         let shell = report.clone();
         report.accesses = accesses;
+        let mappings = match (lists, report.mappings.as_mut()) {
+            (Some(lists), Some(m)) => {
+                let shared = match last {
+                    Some(a) if **a == lists => Arc::clone(a),
+                    _ => {
+                        let a = Arc::new(lists.clone());
+                        *last = Some(Arc::clone(&a));
+                        a
+                    }
+                };
+                m.runs = lists.runs;
+                m.pieces = lists.pieces;
+                m.left_out = lists.left_out;
+                Some(shared)
+            }
+            _ => None,
+        };
         bytes.clear();
         packed::encode_accesses(&input.accesses, &mut bytes);
         let all = &report.accesses;
@@ -177,6 +214,7 @@ impl EncodedDispatch {
             accesses: bytes,
             accesses_left_out: left_out as u64,
             cut: (left_out > 0).then(|| all.clone()),
+            mappings,
         }
     }
 }
@@ -218,7 +256,7 @@ fn malformed(message: impl Into<String>) -> ProtocolError {
 #[derive(Debug)]
 pub struct Encoder {
     /// The mapping state last sent, and its id.
-    shared: Option<(u64, SharedMappings)>,
+    shared: Option<(u64, Arc<SharedMappings>)>,
     next_id: u64,
     streamed_accesses: usize,
     /// The body being built, uncompressed.
@@ -294,9 +332,15 @@ impl Encoder {
         cut: &mut dyn FnMut(u64, Vec<AccessReport>),
     ) -> Result<Vec<u8>, ProtocolError> {
         let mut mapping_state = None;
+        let lists = d.mappings.take();
         if let Some(m) = d.report.mappings.as_mut() {
+            let same = match (&self.shared, &lists) {
+                (Some((_, s)), Some(l)) => Arc::ptr_eq(s, l) || **s == **l,
+                (Some((_, s)), None) => s.same_as(m),
+                (None, _) => false,
+            };
             let id = match &self.shared {
-                Some((id, s)) if s.same_as(m) => {
+                Some((id, _)) if same => {
                     m.runs.clear();
                     m.pieces.clear();
                     m.left_out.clear();
@@ -305,11 +349,14 @@ impl Encoder {
                 _ => {
                     let id = self.next_id;
                     self.next_id += 1;
-                    let s = SharedMappings::take_from(m);
+                    let s = lists.unwrap_or_else(|| Arc::new(SharedMappings::take_from(m)));
+                    m.runs.clear();
+                    m.pieces.clear();
+                    m.left_out.clear();
                     self.add(
                         &ToDebugger::MappingState {
                             id,
-                            mappings: Box::new(s.clone()),
+                            mappings: Box::new((*s).clone()),
                         },
                         out,
                     )?;
