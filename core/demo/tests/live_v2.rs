@@ -273,7 +273,8 @@ fn packed_dispatch_messages_are_what_a_target_sends_and_fixed_row_messages_still
             let mut d = Decoder::new();
             d.set_keep_received(keep);
             let mut got = Vec::new();
-            d.decode(&one_message_frame(kind, message), &mut got).unwrap();
+            d.decode(&one_message_frame(kind, message), &mut got)
+                .unwrap();
             let whole = match got.pop().unwrap() {
                 ToDebugger::Received(r) => {
                     let version = u32::from_le_bytes(r.record()[4..8].try_into().unwrap());
@@ -282,12 +283,18 @@ fn packed_dispatch_messages_are_what_a_target_sends_and_fixed_row_messages_still
                 }
                 other => other,
             };
-            assert!(same_dispatch(&messages[0], &whole), "kind {kind}, kept {keep}");
+            assert!(
+                same_dispatch(&messages[0], &whole),
+                "kind {kind}, kept {keep}"
+            );
         }
         // Read as the other kind, its rows are an error, not a wrong report.
         let mut d = Decoder::new();
         let other = if kind == 3 { 4 } else { 3 };
-        assert!(d.decode(&one_message_frame(other, message), &mut Vec::new()).is_err());
+        assert!(
+            d.decode(&one_message_frame(other, message), &mut Vec::new())
+                .is_err()
+        );
     }
 }
 

@@ -83,10 +83,7 @@ impl Rows {
         }
     }
 
-    fn decode(
-        self,
-        r: &mut Reader<'_>,
-    ) -> Result<(Vec<Access>, Vec<AccessReport>), ColumnsError> {
+    fn decode(self, r: &mut Reader<'_>) -> Result<(Vec<Access>, Vec<AccessReport>), ColumnsError> {
         Ok(match self {
             Rows::Fixed => (
                 columns::decode_accesses(r)?,
@@ -277,12 +274,7 @@ fn read_head(bytes: &[u8]) -> Result<(Message, usize), ColumnsError> {
 /// The length of the one MessagePack value at the start of `bytes`, found from its markers
 /// without decoding it: every length checked against the bytes left.
 pub fn messagepack_len(bytes: &[u8]) -> Result<usize, ColumnsError> {
-    let short = |at: usize| {
-        mp(format!(
-            "a value cut short at byte {at} of {}",
-            bytes.len()
-        ))
-    };
+    let short = |at: usize| mp(format!("a value cut short at byte {at} of {}", bytes.len()));
     let be = |at: usize, n: usize| -> Result<u64, ColumnsError> {
         let b = bytes.get(at..at + n).ok_or_else(|| short(at))?;
         Ok(b.iter().fold(0u64, |v, &x| v << 8 | u64::from(x)))

@@ -172,9 +172,7 @@ pub fn encode_access_reports(accesses: &[AccessReport], out: &mut Vec<u8>) {
         w.z(&mut p.lane, u64::from(a.lane));
         w.z(&mut p.pc, a.pc);
         let (route, holder, at) = route_parts(&a.route);
-        w.u8(
-            kind_code(a.kind) | op_code(a.op) << 3 | route << 4 | u8::from(a.escaped) << 7,
-        );
+        w.u8(kind_code(a.kind) | op_code(a.op) << 3 | route << 4 | u8::from(a.escaped) << 7);
         w.u8(rule_code(a.rule));
         w.v(u64::from(a.size_bytes));
         if route == 0 {
@@ -325,7 +323,12 @@ impl<'a> In<'a> {
         fit32(v, part, row)
     }
 
-    fn usize(&mut self, part: &'static str, row: usize, prev: &mut u64) -> Result<usize, ColumnsError> {
+    fn usize(
+        &mut self,
+        part: &'static str,
+        row: usize,
+        prev: &mut u64,
+    ) -> Result<usize, ColumnsError> {
         let v = self.z(part, row, prev)?;
         usize_of(v, row, part)
     }
@@ -611,7 +614,12 @@ mod tests {
         let mut fixed = Vec::new();
         crate::columns::encode_accesses(&a, &mut fixed);
         crate::columns::encode_access_reports(&ar, &mut fixed);
-        assert!(b.len() * 2 < fixed.len(), "{} against {}", b.len(), fixed.len());
+        assert!(
+            b.len() * 2 < fixed.len(),
+            "{} against {}",
+            b.len(),
+            fixed.len()
+        );
     }
 
     #[test]
@@ -700,7 +708,10 @@ mod tests {
         b[codes] = (b[codes] & 0x8f) | 5 << 4;
         assert!(matches!(
             read(&b).unwrap_err(),
-            ColumnsError::BadCode { column: "route", .. }
+            ColumnsError::BadCode {
+                column: "route",
+                ..
+            }
         ));
         b[codes] &= 0x8f;
         b[codes + 1] = 0xfe;

@@ -966,8 +966,8 @@ impl ReceivedDispatch {
                 )
             })
             .and_then(|()| {
-            message::restore_mapping_lists(record.get(lists).unwrap_or_default(), &mut report)
-        });
+                message::restore_mapping_lists(record.get(lists).unwrap_or_default(), &mut report)
+            });
         let error = filled.err().map(|e| {
             input.accesses.clear();
             report.accesses.clear();
