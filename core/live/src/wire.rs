@@ -10,7 +10,13 @@
 //! | 6.. | body | the messages; when compressed: their length `u32` LE (at most [`MAX_BODY_BYTES`], checked before anything is allocated), then one lz4 block (`lz4_flex::block`) |
 //!
 //! The messages are `count` values back to back, each one byte of kind then its encoding:
-//! - kind [`MSG_DISPATCH_COLUMNS`] (2), what a target sends for every dispatch: the
+//! - kind [`MSG_DISPATCH_PACKED`] (4), what a target sends for every dispatch: a `u32` LE length
+//!   and a [`dispatchscope_formats::message`] dispatch message whose access lists are in
+//!   [`dispatchscope_formats::packed`]' rows (varints, deltas from the row before): the bytes a
+//!   live store writes, unchanged and uncompressed, as a version 3 DISPATCH record;
+//! - kind [`MSG_DISPATCH_MESSAGE`] (3), read but no longer written (a version 2 target's): the
+//!   same with [`dispatchscope_formats::columns`]' fixed-width rows, kept as a version 2 record;
+//! - kind [`MSG_DISPATCH_COLUMNS`] (2), read but no longer written: the
 //!   [`ToDebugger::Dispatch`]'s fields as a MessagePack map with field names (`index`, `input`,
 //!   `report`, `mapping_state`, `accesses_left_out`; `rmp-serde`'s `to_vec_named`) with both access
 //!   lists empty, then a `u32` LE length and the two access lists in
