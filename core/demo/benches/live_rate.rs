@@ -110,30 +110,57 @@ fn wire() {
             _ => unreachable!(),
         })
         .collect();
+    // As the tap does it: the row buffers the writer gave back, the mapping lists shared.
     let mut game_s = f64::MAX;
-    let mut encoded = Vec::new();
+    let mut encoded: Vec<EncodedDispatch> = Vec::new();
+    let mut last = None;
     let rounds: usize = env_or("LIVE_RATE_GAME_ROUNDS", 5);
     for _ in 0..rounds {
-        drop(std::mem::take(&mut encoded));
+        let mut spare: Vec<Vec<u8>> = std::mem::take(&mut encoded)
+            .into_iter()
+            .map(|d| d.accesses)
+            .collect();
         let t = Instant::now();
         encoded = owned
             .iter_mut()
             .enumerate()
-            .map(|(i, (input, report))| EncodedDispatch::of(i as u64, input, report, usize::MAX))
+            .map(|(i, (input, report))| {
+                let rows = spare.pop().unwrap_or_default();
+                EncodedDispatch::of_into_sharing(
+                    i as u64,
+                    input,
+                    report,
+                    usize::MAX,
+                    rows,
+                    &mut last,
+                )
+            })
             .collect();
         game_s = game_s.min(t.elapsed().as_secs_f64());
     }
-    let t = Instant::now();
-    let mut enc = Encoder::new(usize::MAX, MAX_FRAME_BYTES);
-    let mut bytes = Vec::new();
-    let mut encoded = encoded.into_iter();
-    for _ in 0..n.div_ceil(64) {
-        for d in encoded.by_ref().take(64) {
-            enc.push_dispatch(d, &mut bytes, &mut |_, _| {}).unwrap();
+    // The writer thread: as to a debugger on loopback (uncompressed frames, what the stream
+    // phase's writer does), then compressed (what goes to any other debugger: the bytes figure).
+    let encode = |compress: bool, encoded: Vec<EncodedDispatch>| {
+        let mut enc = Encoder::new(usize::MAX, MAX_FRAME_BYTES);
+        enc.set_compress(compress);
+        let mut bytes = Vec::with_capacity(16 << 20);
+        let mut encoded = encoded.into_iter();
+        let t = Instant::now();
+        for _ in 0..n.div_ceil(64) {
+            for d in encoded.by_ref().take(64) {
+                enc.push_dispatch(d, &mut bytes, &mut |_, _| {}).unwrap();
+            }
+            enc.finish_frame(&mut bytes);
         }
-        enc.finish_frame(&mut bytes);
-    }
-    let enc_s = t.elapsed().as_secs_f64();
+        (t.elapsed().as_secs_f64(), bytes)
+    };
+    let again: Vec<EncodedDispatch> = owned
+        .iter_mut()
+        .enumerate()
+        .map(|(i, (input, report))| EncodedDispatch::of(i as u64, input, report, usize::MAX))
+        .collect();
+    let (loopback_s, loopback) = encode(false, again);
+    let (enc_s, bytes) = encode(true, encoded);
     let decode_all = |keep: bool| {
         let t = Instant::now();
         let mut dec = Decoder::new();
@@ -186,26 +213,60 @@ fn wire() {
     // ... and now: the bytes as they came, lz4 as the capture writer stores them.
     let t = Instant::now();
     let mut v2_bytes = 0usize;
+    let mut record_raw = 0usize;
     for d in &received {
         v2_bytes += lz4_flex::block::compress(d.record()).len();
+        record_raw += d.record().len();
     }
     let v2_s = t.elapsed().as_secs_f64();
+    // What the store pays a dispatch as the window keeps it: each received dispatch written to a
+    // capture (`LiveStore::take_ref`), the record as it came.
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = LiveStore::create(
+        &dir.path().join("wire.dscap"),
+        "wire",
+        &StoreOptions {
+            keep_rows: false,
+            window: 0,
+            ..StoreOptions::default()
+        },
+    );
+    store
+        .take(ToDebugger::Snapshot(Box::new(Snapshot {
+            next_dispatch: 0,
+            device: DeviceLimits::default(),
+            n_event_frames: 0,
+            n_contents: 0,
+        })))
+        .unwrap();
+    let t = Instant::now();
+    for d in received {
+        store.take_ref(&ToDebugger::Received(d)).unwrap();
+    }
+    let store_s = t.elapsed().as_secs_f64();
+    let stored = store.summary().bytes;
+    store.finish().unwrap();
     let per = |s: f64| s * 1e6 / n as f64;
     println!(
-        "wire: {n} demo dispatches; v1 {} bytes a dispatch, v2 {} bytes a dispatch ({:.1}x smaller); game thread {:.1} us a dispatch (a clone of input and report was {:.1} us); v2 encode {:.1} us, decode {:.1} us a dispatch (a row's part only {:.1} us, then a selected one's whole {:.1} us); the store's DISPATCH record: as it came {:.1} us and {} bytes a dispatch (re-encoded as before: {:.1} us and {} bytes)",
+        "wire: {n} demo dispatches; v1 {} bytes a dispatch, v2 {} bytes a dispatch compressed ({:.1}x smaller), {} uncompressed (loopback); game thread {:.1} us a dispatch (a clone of input and report was {:.1} us); v2 encode {:.1} us to loopback, {:.1} us compressed, decode {:.1} us a dispatch (a row's part only {:.1} us, then a selected one's whole {:.1} us); the store's DISPATCH record: {} bytes as it came (lz4 of it: {:.1} us and {} bytes; re-encoded as before: {:.1} us and {} bytes); the store's take {:.1} us a dispatch, {} bytes a dispatch in its file",
         v1 / n,
         bytes.len() / n,
         v1 as f64 / bytes.len() as f64,
+        loopback.len() / n,
         per(game_s),
         per(clone_s),
+        per(loopback_s),
         per(enc_s),
         per(dec_s),
         per(summary_s),
         per(whole_s),
+        record_raw / n,
         per(v2_s),
         v2_bytes / n,
         per(record_s),
-        record_bytes / n
+        record_bytes / n,
+        per(store_s),
+        stored / n as u64
     );
 }
 

@@ -217,6 +217,87 @@ fn demo_reports_survive_and_name_their_mapping_state_once() {
     );
 }
 
+/// A frame of one dispatch message of `kind` (3: fixed-width rows, 4: packed), uncompressed.
+fn one_message_frame(kind: u8, message: &[u8]) -> Vec<u8> {
+    let mut p = vec![BINARY_MAGIC, 0];
+    p.extend_from_slice(&1u32.to_le_bytes());
+    p.push(kind);
+    p.extend_from_slice(&(message.len() as u32).to_le_bytes());
+    p.extend_from_slice(message);
+    p
+}
+
+#[test]
+fn packed_dispatch_messages_are_what_a_target_sends_and_fixed_row_messages_still_read() {
+    let messages = demo_messages(DemoConfig::default(), 1);
+    let (out, _, _) = round_trip(&messages, usize::MAX, 64);
+    let mut enc = Encoder::new(usize::MAX, MAX_FRAME_BYTES);
+    enc.set_compress(false);
+    let mut bytes = Vec::new();
+    enc.push(messages[0].clone(), &mut bytes, &mut |_, _| {})
+        .unwrap();
+    enc.finish_frame(&mut bytes);
+    let ToDebugger::Dispatch { input, report, .. } = &messages[0] else {
+        unreachable!()
+    };
+    // What the encoder wrote is packed: its dispatch reads as a version 3 record.
+    let mut d = Decoder::new();
+    d.set_keep_received(true);
+    let mut got = Vec::new();
+    d.decode(&bytes[4..], &mut got).unwrap();
+    let Some(ToDebugger::Received(r)) = got.pop() else {
+        panic!("no dispatch")
+    };
+    assert_eq!(r.record()[4..8], 0x8000_0003u32.to_le_bytes());
+    assert_eq!(only_dispatches(&out).len(), messages.len());
+    // A version 2 target's message (kind 3, fixed-width rows) reads whole and as received.
+    let mut m = Vec::new();
+    dispatchscope_formats::message::encode_whole(report.index, input, report, &mut m).unwrap();
+    let mut packed = Vec::new();
+    dispatchscope_formats::message::encode_whole_with(
+        dispatchscope_formats::message::Rows::Packed,
+        report.index,
+        input,
+        report,
+        &mut packed,
+    )
+    .unwrap();
+    assert!(
+        packed.len() * 4 < m.len() * 3,
+        "{} against {}",
+        packed.len(),
+        m.len()
+    );
+    for (kind, message) in [(3u8, &m), (4, &packed)] {
+        for keep in [false, true] {
+            let mut d = Decoder::new();
+            d.set_keep_received(keep);
+            let mut got = Vec::new();
+            d.decode(&one_message_frame(kind, message), &mut got)
+                .unwrap();
+            let whole = match got.pop().unwrap() {
+                ToDebugger::Received(r) => {
+                    let version = u32::from_le_bytes(r.record()[4..8].try_into().unwrap());
+                    assert_eq!(version, 0x8000_0000 | u32::from(kind - 1), "kind {kind}");
+                    r.into_dispatch().unwrap()
+                }
+                other => other,
+            };
+            assert!(
+                same_dispatch(&messages[0], &whole),
+                "kind {kind}, kept {keep}"
+            );
+        }
+        // Read as the other kind, its rows are an error, not a wrong report.
+        let mut d = Decoder::new();
+        let other = if kind == 3 { 4 } else { 3 };
+        assert!(
+            d.decode(&one_message_frame(other, message), &mut Vec::new())
+                .is_err()
+        );
+    }
+}
+
 #[test]
 fn long_access_lists_are_cut_and_counted() {
     let messages = demo_messages(DemoConfig::default(), 3);

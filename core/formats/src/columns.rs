@@ -128,7 +128,7 @@ pub enum ColumnsError {
     MessagePack(String),
 }
 
-const KINDS: [AccessKind; 8] = [
+pub(crate) const KINDS: [AccessKind; 8] = [
     AccessKind::Global,
     AccessKind::Flat,
     AccessKind::Scalar,
@@ -139,7 +139,7 @@ const KINDS: [AccessKind; 8] = [
     AccessKind::Scratch,
 ];
 
-fn kind_code(k: AccessKind) -> u8 {
+pub(crate) fn kind_code(k: AccessKind) -> u8 {
     match k {
         AccessKind::Global => 0,
         AccessKind::Flat => 1,
@@ -152,14 +152,14 @@ fn kind_code(k: AccessKind) -> u8 {
     }
 }
 
-fn op_code(op: Op) -> u8 {
+pub(crate) fn op_code(op: Op) -> u8 {
     match op {
         Op::Load => 0,
         Op::Store => 1,
     }
 }
 
-fn rule_code(r: Rule) -> u8 {
+pub(crate) fn rule_code(r: Rule) -> u8 {
     // Rule::ALL lists the variants in declaration order, so the discriminant is the position.
     r as u8
 }
@@ -239,7 +239,7 @@ pub fn encode_accesses(accesses: &[Access], out: &mut Vec<u8>) {
     }
 }
 
-fn route_parts(r: &Route) -> (u8, u32, u64) {
+pub(crate) fn route_parts(r: &Route) -> (u8, u32, u64) {
     match *r {
         Route::Bound { holder, offset } => (0, holder, offset),
         Route::Device { address } => (1, 0, address),
@@ -356,6 +356,11 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
+    /// The bytes not read yet.
+    pub fn rest(&self) -> &'a [u8] {
+        self.bytes.get(self.at..).unwrap_or_default()
+    }
+
     /// Takes the next `need` bytes; `part` names them in the error when fewer are left.
     pub fn take_bytes(&mut self, part: &'static str, need: u64) -> Result<&'a [u8], ColumnsError> {
         self.take(part, need)
@@ -397,7 +402,7 @@ impl Row<'_> {
     }
 }
 
-fn code<T: Copy>(
+pub(crate) fn code<T: Copy>(
     table: &[T],
     column: &'static str,
     row: usize,
@@ -409,7 +414,7 @@ fn code<T: Copy>(
         .ok_or(ColumnsError::BadCode { column, row, value })
 }
 
-fn usize_of(v: u64, row: usize, what: &str) -> Result<usize, ColumnsError> {
+pub(crate) fn usize_of(v: u64, row: usize, what: &str) -> Result<usize, ColumnsError> {
     usize::try_from(v).map_err(|_| ColumnsError::Inconsistent {
         row,
         what: format!("{what} {v} does not fit this machine"),

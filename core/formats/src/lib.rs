@@ -14,6 +14,7 @@ pub mod generate;
 pub mod history;
 pub mod instrumented;
 pub mod message;
+pub mod packed;
 pub mod sample;
 pub mod session;
 pub mod shipped;

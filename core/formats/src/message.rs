@@ -8,7 +8,10 @@
 //! |---|---|
 //! | … | a MessagePack map with field names (`rmp-serde`'s `to_vec_named`): `index`, `input`, `report`, `mapping_state` (left out when none), `accesses_left_out`; both access lists empty |
 //! | u32 | `r`, the rows' length |
-//! | `r` | the input's access block, then the report's, in [`crate::columns`]' rows |
+//! | `r` | the input's access block, then the report's: in [`crate::columns`]' fixed-width rows ([`Rows::Fixed`], what version 2 wrote), or in [`crate::packed`]' rows ([`Rows::Packed`], version 3) |
+//!
+//! The message does not say which rows it has: the live wire's message kind and the record's
+//! version word do (kind 3 and [`RECORD_V2`] fixed, kind 4 and [`RECORD_V3`] packed).
 //!
 //! The rest of a dispatch stays MessagePack with names because the report types skip empty
 //! fields, flatten tagged roles and gain fields as the engine grows: a format that does not
@@ -17,12 +20,12 @@
 //! A report that names a mapping state (`mapping_state`) has its three mapping lists (runs,
 //! pieces, left-out pieces) empty: the live protocol sends them once, when they change.
 //!
-//! # A DISPATCH record in this form ([`encode_record`], version 2 of [`crate::columns`]' record)
+//! # A DISPATCH record in this form ([`encode_record`], versions 2 and 3 of [`crate::columns`]' record)
 //!
 //! | bytes | field |
 //! |---|---|
 //! | 4 | magic [`crate::columns::RECORD_MAGIC`] (`DSDC`) |
-//! | u32 | [`RECORD_V2`] (`0x8000_0002`); a version 1 record has its JSON's length here, always below `2^31` |
+//! | u32 | [`RECORD_V2`] (`0x8000_0002`: fixed-width rows) or [`RECORD_V3`] (`0x8000_0003`: packed rows); a version 1 record has its JSON's length here, always below `2^31` |
 //! | u32 | `m`, the message's length |
 //! | `m` | a dispatch message, as above |
 //! | u32 | `k`, the mapping lists' length (0: the report's lists are as the message has them) |
@@ -35,12 +38,64 @@
 use serde::{Deserialize, Serialize};
 
 use crate::columns::{self, ColumnsError, Reader};
-use dispatchscope_core::input::DispatchInput;
-use dispatchscope_core::report::{DispatchReport, LeftOutReport, PieceReport, ReadableRun};
+use crate::packed;
+use dispatchscope_core::input::{Access, DispatchInput};
+use dispatchscope_core::report::{
+    AccessReport, DispatchReport, LeftOutReport, PieceReport, ReadableRun,
+};
 
 /// The word after the magic of a version 2 DISPATCH record (bit 31 set: no version 1 JSON is that
 /// long; the low bits are the version).
 pub const RECORD_V2: u32 = 0x8000_0002;
+/// The word after the magic of a version 3 DISPATCH record: version 2's layout, its message's
+/// rows packed ([`crate::packed`]).
+pub const RECORD_V3: u32 = 0x8000_0003;
+
+/// Which rows a dispatch message's access lists are in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rows {
+    /// [`crate::columns`]' fixed-width rows (wire message kind 3, [`RECORD_V2`]).
+    Fixed,
+    /// [`crate::packed`]' rows (wire message kind 4, [`RECORD_V3`]).
+    Packed,
+}
+
+impl Rows {
+    /// The record version word of a record whose message has these rows.
+    pub fn record_version(self) -> u32 {
+        match self {
+            Rows::Fixed => RECORD_V2,
+            Rows::Packed => RECORD_V3,
+        }
+    }
+
+    /// Appends `input`'s and `report`'s access blocks in these rows to `out`.
+    pub fn encode(self, input: &[Access], report: &[AccessReport], out: &mut Vec<u8>) {
+        match self {
+            Rows::Fixed => {
+                columns::encode_accesses(input, out);
+                columns::encode_access_reports(report, out);
+            }
+            Rows::Packed => {
+                packed::encode_accesses(input, out);
+                packed::encode_access_reports(report, out);
+            }
+        }
+    }
+
+    fn decode(self, r: &mut Reader<'_>) -> Result<(Vec<Access>, Vec<AccessReport>), ColumnsError> {
+        Ok(match self {
+            Rows::Fixed => (
+                columns::decode_accesses(r)?,
+                columns::decode_access_reports(r)?,
+            ),
+            Rows::Packed => (
+                packed::decode_accesses(r)?,
+                packed::decode_access_reports(r)?,
+            ),
+        })
+    }
+}
 /// Bit 31 of the word after the magic: a versioned record rather than a version 1 JSON length.
 pub const VERSIONED: u32 = 0x8000_0000;
 /// The deepest nesting the MessagePack part may have.
@@ -180,35 +235,101 @@ fn write_parts(
     Ok(())
 }
 
-/// Appends `input` and `report` as a whole dispatch message (their access lists as rows) to `out`.
+/// Appends `input` and `report` as a whole dispatch message (their access lists as fixed-width
+/// rows, as version 2 wrote it) to `out`.
 pub fn encode_whole(
     index: u64,
     input: &DispatchInput,
     report: &DispatchReport,
     out: &mut Vec<u8>,
 ) -> Result<(), ColumnsError> {
-    let mut rows = Vec::new();
-    columns::encode_accesses(&input.accesses, &mut rows);
-    columns::encode_access_reports(&report.accesses, &mut rows);
-    encode(index, input, report, None, 0, &rows, out)
+    encode_whole_with(Rows::Fixed, index, input, report, out)
+}
+
+/// [`encode_whole`] with the access lists in `rows`.
+pub fn encode_whole_with(
+    rows: Rows,
+    index: u64,
+    input: &DispatchInput,
+    report: &DispatchReport,
+    out: &mut Vec<u8>,
+) -> Result<(), ColumnsError> {
+    let mut bytes = Vec::new();
+    rows.encode(&input.accesses, &report.accesses, &mut bytes);
+    encode(index, input, report, None, 0, &bytes, out)
 }
 
 /// Reads a message's MessagePack part from the start of `bytes`: the message with both access
 /// lists empty, and where its rows' length word starts.
 fn read_head(bytes: &[u8]) -> Result<(Message, usize), ColumnsError> {
-    let mut de = rmp_serde::Deserializer::new(std::io::Cursor::new(bytes));
+    // Found first, so that the MessagePack is read from a slice: field names and strings are
+    // borrowed, not copied through a reader one by one (a quarter of a dispatch's decode).
+    let at = messagepack_len(bytes)?;
+    let mut de = rmp_serde::Deserializer::from_read_ref(&bytes[..at]);
     de.set_max_depth(MAX_DEPTH);
     let m = Message::deserialize(&mut de).map_err(mp)?;
-    let at = usize::try_from(de.position()).map_err(mp)?;
     Ok((m, at))
 }
 
+/// The length of the one MessagePack value at the start of `bytes`, found from its markers
+/// without decoding it: every length checked against the bytes left.
+pub fn messagepack_len(bytes: &[u8]) -> Result<usize, ColumnsError> {
+    let short = |at: usize| mp(format!("a value cut short at byte {at} of {}", bytes.len()));
+    let be = |at: usize, n: usize| -> Result<u64, ColumnsError> {
+        let b = bytes.get(at..at + n).ok_or_else(|| short(at))?;
+        Ok(b.iter().fold(0u64, |v, &x| v << 8 | u64::from(x)))
+    };
+    let (mut at, mut pending) = (0usize, 1u64);
+    while pending > 0 {
+        pending -= 1;
+        let m = *bytes.get(at).ok_or_else(|| short(at))?;
+        at += 1;
+        // (values that follow, bytes that follow)
+        let (items, skip): (u64, u64) = match m {
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
+            0x80..=0x8f => (u64::from(m & 0x0f) * 2, 0),
+            0x90..=0x9f => (u64::from(m & 0x0f), 0),
+            0xa0..=0xbf => (0, u64::from(m & 0x1f)),
+            0xc4 | 0xd9 => (0, be(at, 1)? + 1),
+            0xc5 | 0xda => (0, be(at, 2)? + 2),
+            0xc6 | 0xdb => (0, be(at, 4)? + 4),
+            0xc7 => (0, be(at, 1)? + 2),
+            0xc8 => (0, be(at, 2)? + 3),
+            0xc9 => (0, be(at, 4)? + 5),
+            0xcc | 0xd0 => (0, 1),
+            0xcd | 0xd1 | 0xd4 => (0, 2),
+            0xd5 => (0, 3),
+            0xca | 0xce | 0xd2 => (0, 4),
+            0xd6 => (0, 5),
+            0xcb | 0xcf | 0xd3 => (0, 8),
+            0xd7 => (0, 9),
+            0xd8 => (0, 17),
+            0xdc => (be(at, 2)?, 2),
+            0xdd => (be(at, 4)?, 4),
+            0xde => (be(at, 2)? * 2, 2),
+            0xdf => (be(at, 4)? * 2, 4),
+            0xc1 => return Err(mp(format!("marker 0xc1 (never used) at byte {}", at - 1))),
+        };
+        let end = u64::try_from(at)
+            .ok()
+            .and_then(|a| a.checked_add(skip))
+            .filter(|&e| e <= bytes.len() as u64)
+            .ok_or_else(|| short(at))?;
+        at = end as usize;
+        pending += items;
+        // Every value takes a byte at least.
+        if pending > (bytes.len() - at) as u64 {
+            return Err(short(at));
+        }
+    }
+    Ok(at)
+}
+
 /// Reads the rows at `r` into `m`'s two access lists, checking their length word.
-fn read_rows(r: &mut Reader<'_>, m: &mut Message) -> Result<(), ColumnsError> {
+fn read_rows(rows: Rows, r: &mut Reader<'_>, m: &mut Message) -> Result<(), ColumnsError> {
     let len = r.u32("access rows length")?;
     let start = r.position();
-    m.input.accesses = columns::decode_accesses(r)?;
-    m.report.accesses = columns::decode_access_reports(r)?;
+    (m.input.accesses, m.report.accesses) = rows.decode(r)?;
     let took = r.position() - start;
     if took != len as usize {
         return Err(ColumnsError::Inconsistent {
@@ -219,19 +340,30 @@ fn read_rows(r: &mut Reader<'_>, m: &mut Message) -> Result<(), ColumnsError> {
     Ok(())
 }
 
-/// Reads a dispatch message from the start of `bytes`, access lists included; returns it and the
-/// bytes it took (a message may be followed by others).
+/// Reads a dispatch message with fixed-width rows (version 2) from the start of `bytes`, access
+/// lists included; returns it and the bytes it took (a message may be followed by others).
 pub fn decode(bytes: &[u8]) -> Result<(Message, usize), ColumnsError> {
+    decode_with(Rows::Fixed, bytes)
+}
+
+/// [`decode`] for a message whose access lists are in `rows`.
+pub fn decode_with(rows: Rows, bytes: &[u8]) -> Result<(Message, usize), ColumnsError> {
     let (mut m, at) = read_head(bytes)?;
     let rest = bytes.get(at..).unwrap_or_default();
     let mut r = Reader::new(rest);
-    read_rows(&mut r, &mut m)?;
+    read_rows(rows, &mut r, &mut m)?;
     Ok((m, at + r.position()))
 }
 
-/// Reads the whole of `bytes` as one dispatch message, access lists included.
+/// Reads the whole of `bytes` as one dispatch message with fixed-width rows, access lists
+/// included.
 pub fn decode_exact(bytes: &[u8]) -> Result<Message, ColumnsError> {
-    let (m, used) = decode(bytes)?;
+    decode_exact_with(Rows::Fixed, bytes)
+}
+
+/// [`decode_exact`] for a message whose access lists are in `rows`.
+pub fn decode_exact_with(rows: Rows, bytes: &[u8]) -> Result<Message, ColumnsError> {
+    let (m, used) = decode_with(rows, bytes)?;
     if used != bytes.len() {
         return Err(ColumnsError::Trailing(bytes.len() - used));
     }
@@ -257,16 +389,25 @@ pub fn summary(bytes: &[u8]) -> Result<(Message, std::ops::Range<usize>), Column
     Ok((m, start..bytes.len()))
 }
 
-/// Decodes `rows` (a message's rows, without their length word, as [`summary`] gives their range)
-/// into `input`'s and `report`'s access lists.
+/// Decodes `rows` (a message's fixed-width rows, without their length word, as [`summary`] gives
+/// their range) into `input`'s and `report`'s access lists.
 pub fn fill_rows(
     rows: &[u8],
     input: &mut DispatchInput,
     report: &mut DispatchReport,
 ) -> Result<(), ColumnsError> {
+    fill_rows_with(Rows::Fixed, rows, input, report)
+}
+
+/// [`fill_rows`] for rows in `format`.
+pub fn fill_rows_with(
+    format: Rows,
+    rows: &[u8],
+    input: &mut DispatchInput,
+    report: &mut DispatchReport,
+) -> Result<(), ColumnsError> {
     let mut r = Reader::new(rows);
-    input.accesses = columns::decode_accesses(&mut r)?;
-    report.accesses = columns::decode_access_reports(&mut r)?;
+    (input.accesses, report.accesses) = format.decode(&mut r)?;
     if r.remaining() != 0 {
         return Err(ColumnsError::Trailing(r.remaining()));
     }
@@ -282,11 +423,16 @@ pub fn encode_mapping_lists(
     rmp_serde::encode::write_named(out, lists).map_err(mp)
 }
 
-/// Appends a version 2 DISPATCH record to `out`: `message` (a dispatch message as it came) and
-/// `mapping_lists` (the encoded lists its report names, or empty).
+/// Appends a version 2 DISPATCH record to `out`: `message` (a dispatch message with fixed-width
+/// rows, as it came) and `mapping_lists` (the encoded lists its report names, or empty).
 pub fn encode_record(message: &[u8], mapping_lists: &[u8], out: &mut Vec<u8>) {
+    encode_record_with(Rows::Fixed, message, mapping_lists, out);
+}
+
+/// [`encode_record`] for a message whose access lists are in `rows` (packed: version 3).
+pub fn encode_record_with(rows: Rows, message: &[u8], mapping_lists: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&columns::RECORD_MAGIC);
-    out.extend_from_slice(&RECORD_V2.to_le_bytes());
+    out.extend_from_slice(&rows.record_version().to_le_bytes());
     out.extend_from_slice(&len32(message.len()).to_le_bytes());
     out.extend_from_slice(message);
     out.extend_from_slice(&len32(mapping_lists.len()).to_le_bytes());
@@ -305,18 +451,31 @@ pub fn is_versioned_record(bytes: &[u8]) -> bool {
         .is_some_and(|w| u32::from_le_bytes(*w) & VERSIONED != 0)
 }
 
-/// The parts of a version 2 record: its message and its mapping lists (maybe empty).
-pub fn record_parts(bytes: &[u8]) -> Result<(&[u8], &[u8]), ColumnsError> {
+/// Which rows a version 2 or 3 record's message has, from its version word.
+pub fn rows_of_record(bytes: &[u8]) -> Result<Rows, ColumnsError> {
     let Some(rest) = bytes.strip_prefix(&columns::RECORD_MAGIC) else {
         return Err(ColumnsError::BadMagic {
             found: bytes.iter().take(4).copied().collect(),
         });
     };
-    let mut r = Reader::new(rest);
-    let word = r.u32("version word")?;
-    if word != RECORD_V2 {
-        return Err(ColumnsError::UnknownVersion(word));
+    match Reader::new(rest).u32("version word")? {
+        RECORD_V2 => Ok(Rows::Fixed),
+        RECORD_V3 => Ok(Rows::Packed),
+        word => Err(ColumnsError::UnknownVersion(word)),
     }
+}
+
+/// The parts of a version 2 or 3 record: which rows its message has, the message and its mapping
+/// lists (maybe empty).
+pub fn record_parts(bytes: &[u8]) -> Result<(Rows, &[u8], &[u8]), ColumnsError> {
+    let Some(rest) = bytes.strip_prefix(&columns::RECORD_MAGIC) else {
+        return Err(ColumnsError::BadMagic {
+            found: bytes.iter().take(4).copied().collect(),
+        });
+    };
+    let rows = rows_of_record(bytes)?;
+    let mut r = Reader::new(rest);
+    r.u32("version word")?;
     let m = r.u32("message length")?;
     let message = r.take_bytes("message", u64::from(m))?;
     let k = r.u32("mapping lists length")?;
@@ -324,7 +483,7 @@ pub fn record_parts(bytes: &[u8]) -> Result<(&[u8], &[u8]), ColumnsError> {
     if r.remaining() != 0 {
         return Err(ColumnsError::Trailing(r.remaining()));
     }
-    Ok((message, lists))
+    Ok((rows, message, lists))
 }
 
 /// Puts `lists` (encoded by [`encode_mapping_lists`]; empty: nothing) into `report`'s mapping
@@ -355,10 +514,10 @@ pub fn restore_mapping_lists(
     Ok(())
 }
 
-/// Reads a version 2 DISPATCH record: the input and report, mapping lists put back.
+/// Reads a version 2 or 3 DISPATCH record: the input and report, mapping lists put back.
 pub fn decode_record(bytes: &[u8]) -> Result<(DispatchInput, DispatchReport), ColumnsError> {
-    let (message, lists) = record_parts(bytes)?;
-    let m = decode_exact(message)?;
+    let (rows, message, lists) = record_parts(bytes)?;
+    let m = decode_exact_with(rows, message)?;
     let (input, mut report) = (*m.input, *m.report);
     restore_mapping_lists(lists, &mut report)?;
     Ok((input, report))
@@ -381,6 +540,10 @@ mod tests {
     /// A record whose report names its mapping lists instead of carrying them, as a live store
     /// writes it: the message without the lists, and the lists beside it.
     fn record_naming_lists() -> (DispatchInput, DispatchReport, Vec<u8>) {
+        record_naming_lists_with(Rows::Fixed)
+    }
+
+    fn record_naming_lists_with(format: Rows) -> (DispatchInput, DispatchReport, Vec<u8>) {
         let (input, report) = crate::columns::tests::report();
         let m = report.mappings.as_ref().unwrap();
         assert!(!m.runs.is_empty(), "the engine's report has readable runs");
@@ -397,13 +560,91 @@ mod tests {
         sm.pieces.clear();
         sm.left_out.clear();
         let mut rows = Vec::new();
-        columns::encode_accesses(&input.accesses, &mut rows);
-        columns::encode_access_reports(&report.accesses, &mut rows);
+        format.encode(&input.accesses, &report.accesses, &mut rows);
         let mut message = Vec::new();
         encode(7, &input, &shell, Some(3), 0, &rows, &mut message).unwrap();
         let mut record = Vec::new();
-        encode_record(&message, &lists, &mut record);
+        encode_record_with(format, &message, &lists, &mut record);
         (input, report, record)
+    }
+
+    #[test]
+    fn messagepack_lengths_are_found_from_the_markers() {
+        #[derive(Serialize)]
+        struct Many {
+            small: u8,
+            big: u64,
+            neg: i64,
+            f: f64,
+            g: f32,
+            s: String,
+            long: String,
+            bytes: serde_bytes_like::Bytes,
+            list: Vec<u32>,
+            map: std::collections::BTreeMap<String, Option<bool>>,
+            nested: Vec<Vec<i16>>,
+        }
+        mod serde_bytes_like {
+            pub struct Bytes(pub Vec<u8>);
+            impl serde::Serialize for Bytes {
+                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    s.serialize_bytes(&self.0)
+                }
+            }
+        }
+        for n in [0usize, 1, 15, 16, 31, 32, 255, 256, 70_000] {
+            let v = Many {
+                small: 7,
+                big: u64::MAX - n as u64,
+                neg: -(n as i64) - 40_000,
+                f: 1.5,
+                g: 2.5,
+                s: "x".repeat(n.min(40)),
+                long: "y".repeat(n),
+                bytes: serde_bytes_like::Bytes(vec![1; n]),
+                list: (0..n as u32).collect(),
+                map: (0..n.min(300))
+                    .map(|i| (i.to_string(), (i % 3 != 0).then_some(i % 2 == 0)))
+                    .collect(),
+                nested: vec![vec![-1, 300, -30_000]; n.min(20)],
+            };
+            let mut b = rmp_serde::to_vec_named(&v).unwrap();
+            assert_eq!(messagepack_len(&b).unwrap(), b.len(), "n {n}");
+            for cut in [0, 1, b.len() / 2, b.len() - 1] {
+                assert!(messagepack_len(&b[..cut]).is_err(), "n {n} cut {cut}");
+            }
+            b.extend_from_slice(&[1, 2, 3]);
+            assert_eq!(messagepack_len(&b).unwrap(), b.len() - 3);
+        }
+        assert!(messagepack_len(&[0xc1]).is_err());
+        assert!(messagepack_len(&[0xdf, 0xff, 0xff, 0xff, 0xff]).is_err());
+    }
+
+    #[test]
+    fn a_version_3_record_with_packed_rows_round_trips_and_is_smaller() {
+        let (input, report, v3) = record_naming_lists_with(Rows::Packed);
+        let (_, _, v2) = record_naming_lists();
+        assert_eq!(v3[4..8], RECORD_V3.to_le_bytes());
+        assert!(is_versioned_record(&v3));
+        assert!(v3.len() < v2.len(), "{} >= {}", v3.len(), v2.len());
+        let r = DispatchRecord::from_payload(&v3).unwrap();
+        assert_eq!((r.input, r.report), (input.clone(), Some(report.clone())));
+        // A packed message read as fixed rows (or the other way) is an error, not a wrong report.
+        let (rows, message, _) = record_parts(&v3).unwrap();
+        assert_eq!(rows, Rows::Packed);
+        assert!(decode_exact(message).is_err());
+        let (mut s, range) = summary(message).unwrap();
+        fill_rows_with(Rows::Packed, &message[range], &mut s.input, &mut s.report).unwrap();
+        assert_eq!(s.input.accesses, input.accesses);
+        assert_eq!(s.report.accesses, report.accesses);
+        for cut in 0..v3.len() {
+            assert!(decode_record(&v3[..cut]).is_err(), "cut at {cut}");
+        }
+        for at in 0..v3.len() {
+            let mut b = v3.clone();
+            b[at] ^= 0xa5;
+            let _ = decode_record(&b);
+        }
     }
 
     #[test]
@@ -505,10 +746,10 @@ mod tests {
     fn bad_version_2_records_are_named() {
         let (_, _, record) = record_naming_lists();
         let mut b = record.clone();
-        b[4..8].copy_from_slice(&0x8000_0003u32.to_le_bytes());
+        b[4..8].copy_from_slice(&0x8000_0004u32.to_le_bytes());
         assert_eq!(
             decode_record(&b).unwrap_err(),
-            ColumnsError::UnknownVersion(0x8000_0003)
+            ColumnsError::UnknownVersion(0x8000_0004)
         );
         let mut b = record.clone();
         b.push(0);

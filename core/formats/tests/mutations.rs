@@ -269,6 +269,16 @@ proptest! {
 /// Every shipped sample's dispatches as version 2 DISPATCH records (the live protocol's message
 /// as it came, what a live store writes; `dispatchscope_formats::message`).
 fn v2_records() -> Vec<Vec<u8>> {
+    records_with(dispatchscope_formats::message::Rows::Fixed)
+}
+
+/// The same dispatches as version 3 records: their access lists in packed rows
+/// (`dispatchscope_formats::packed`), what a live store writes now.
+fn v3_records() -> Vec<Vec<u8>> {
+    records_with(dispatchscope_formats::message::Rows::Packed)
+}
+
+fn records_with(rows: dispatchscope_formats::message::Rows) -> Vec<Vec<u8>> {
     use dispatchscope_formats::message;
     let mut out = Vec::new();
     for text in shipped_texts() {
@@ -276,9 +286,9 @@ fn v2_records() -> Vec<Vec<u8>> {
         let Ok(run) = sample.run() else { continue };
         for (input, report) in sample.dispatches().zip(&run) {
             let mut m = Vec::new();
-            message::encode_whole(report.index, input, report, &mut m).unwrap();
+            message::encode_whole_with(rows, report.index, input, report, &mut m).unwrap();
             let mut record = Vec::new();
-            message::encode_record(&m, &[], &mut record);
+            message::encode_record_with(rows, &m, &[], &mut record);
             out.push(record);
         }
     }
@@ -287,9 +297,10 @@ fn v2_records() -> Vec<Vec<u8>> {
 }
 
 #[test]
-fn every_truncation_of_a_version_2_record_is_a_named_error() {
+fn every_truncation_of_a_version_2_or_3_record_is_a_named_error() {
     use dispatchscope_formats::session::DispatchRecord;
-    for record in v2_records().iter().take(8) {
+    let (v2, v3) = (v2_records(), v3_records());
+    for record in v2.iter().take(8).chain(v3.iter().take(8)) {
         assert!(DispatchRecord::from_payload(record).is_ok());
         for cut in 0..record.len() {
             let e = DispatchRecord::from_payload(&record[..cut]).unwrap_err();
@@ -303,11 +314,12 @@ proptest! {
 
     /// A version 2 DISPATCH record with bytes flipped reads or is a named error, never a panic.
     #[test]
-    fn a_version_2_record_with_flipped_bytes_never_panics(
+    fn a_version_2_or_3_record_with_flipped_bytes_never_panics(
         pick in any::<prop::sample::Index>(),
+        packed in any::<bool>(),
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
     ) {
-        let records = v2_records();
+        let records = if packed { v3_records() } else { v2_records() };
         let mut b = records[pick.index(records.len())].clone();
         for (at, x) in &flips {
             let i = at.index(b.len());

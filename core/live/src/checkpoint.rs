@@ -591,7 +591,7 @@ mod tests {
         }
     }
 
-    /// A checkpoint travels in a binary frame as message kind 4, between other messages, and a
+    /// A checkpoint travels in a binary frame as message kind 5, between other messages, and a
     /// frame cut anywhere inside it is a named error.
     #[test]
     fn a_checkpoint_round_trips_through_a_frame() {

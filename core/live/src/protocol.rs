@@ -945,7 +945,8 @@ pub struct ReceivedDispatch {
 }
 
 impl ReceivedDispatch {
-    /// The version 2 DISPATCH record of this dispatch (what a capture keeps).
+    /// The DISPATCH record of this dispatch (what a capture keeps): version 3 for a packed message
+    /// (kind 4), version 2 for one with fixed-width rows (kind 3).
     pub fn record(&self) -> &[u8] {
         &self.record
     }
@@ -980,14 +981,18 @@ impl ReceivedDispatch {
             lists,
             ..
         } = self;
-        let filled = message::fill_rows(
-            record.get(rows).unwrap_or_default(),
-            &mut input,
-            &mut report,
-        )
-        .and_then(|()| {
-            message::restore_mapping_lists(record.get(lists).unwrap_or_default(), &mut report)
-        });
+        let filled = message::rows_of_record(&record)
+            .and_then(|format| {
+                message::fill_rows_with(
+                    format,
+                    record.get(rows).unwrap_or_default(),
+                    &mut input,
+                    &mut report,
+                )
+            })
+            .and_then(|()| {
+                message::restore_mapping_lists(record.get(lists).unwrap_or_default(), &mut report)
+            });
         let error = filled.err().map(|e| {
             input.accesses.clear();
             report.accesses.clear();
@@ -1010,7 +1015,8 @@ impl ReceivedDispatch {
     ) -> Result<(), ProtocolError> {
         let rows = self.record.get(self.rows.clone()).unwrap_or_default();
         let lists = self.record.get(self.lists.clone()).unwrap_or_default();
-        message::fill_rows(rows, input, report)
+        message::rows_of_record(&self.record)
+            .and_then(|format| message::fill_rows_with(format, rows, input, report))
             .and_then(|()| message::restore_mapping_lists(lists, report))
             .map_err(|e| {
                 malformed_dispatch(format!(

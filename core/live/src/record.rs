@@ -36,6 +36,7 @@ use dispatchscope_formats::checkpoint::{
     MEMORY_STATE, MEMORY_UNKNOWN, StateIndex, TABLE_STATE, TABLE_UNKNOWN, check_table_payload,
 };
 use dispatchscope_formats::columns;
+use dispatchscope_formats::message::{self, Rows};
 use dispatchscope_formats::sample::Program;
 use dispatchscope_formats::sample::{Contents, Provenance, SAMPLE_VERSION};
 use dispatchscope_formats::session::{CAPTURE_FORMAT, CaptureMeta, PROGRAM};
@@ -300,8 +301,14 @@ impl CaptureRecorder {
             .nth_of_kind(from, RecordKind::DISPATCH, n)
     }
 
-    /// Appends dispatch `index`'s DISPATCH record, counting any gap before it.
-    fn append_dispatch(&mut self, index: u64, payload: &[u8]) -> Result<u64, RecordError> {
+    /// Appends dispatch `index`'s DISPATCH record, counting any gap before it; `compress`: lz4
+    /// it where that makes it smaller.
+    fn append_dispatch(
+        &mut self,
+        index: u64,
+        payload: &[u8],
+        compress: bool,
+    ) -> Result<u64, RecordError> {
         if let Some(n) = self.next_dispatch
             && index > n
         {
@@ -309,7 +316,7 @@ impl CaptureRecorder {
             self.summary.dropped += index - n;
         }
         self.next_dispatch = Some(index + 1);
-        let at = self.append(RecordKind::DISPATCH, payload, true)?;
+        let at = self.append(RecordKind::DISPATCH, payload, compress)?;
         self.summary.dispatches += 1;
         self.summary.first_dispatch.get_or_insert(index);
         self.summary.last_dispatch = Some(index);
@@ -417,7 +424,7 @@ impl CaptureRecorder {
                 self.payload.clear();
                 columns::encode_record(input, Some(report), &mut self.payload);
                 let payload = std::mem::take(&mut self.payload);
-                let at = self.append_dispatch(*index, &payload);
+                let at = self.append_dispatch(*index, &payload, true);
                 self.payload = payload;
                 dispatch_at = Some(at?);
             }
@@ -430,10 +437,14 @@ impl CaptureRecorder {
                     self.pending = Some(merge(self.pending.take(), c));
                 }
             }
-            // The bytes as they came (`dispatchscope_formats::message`'s version 2 record): no
-            // decoding or encoding again.
+            // The bytes as they came (`dispatchscope_formats::message`'s version 2 or 3 record):
+            // no decoding or encoding again. A version 3 record's rows are packed, its largest
+            // part already about as small as lz4 made the fixed rows, so it is not compressed:
+            // lz4 over the rest was most of the store thread's time at a game's rate (issue 18,
+            // BENCHMARKS.md).
             ToDebugger::Received(d) if self.writer.is_some() => {
-                dispatch_at = Some(self.append_dispatch(d.index, d.record())?);
+                let packed = matches!(message::rows_of_record(d.record()), Ok(Rows::Packed));
+                dispatch_at = Some(self.append_dispatch(d.index, d.record(), !packed)?);
             }
             _ => {}
         }

@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use crate::checkpoint::{Copied, Tracker};
 use crate::protocol::{
-    Breakpoints, PauseReason, ResumeReason, SNAPSHOT_EVENTS_PER_FRAME, Snapshot, ToDebugger,
+    Breakpoints, PauseReason, ResumeReason, SNAPSHOT_EVENTS_PER_FRAME, SharedMappings, Snapshot,
+    ToDebugger,
 };
 use crate::server::Server;
 use crate::shared::{Control, Outgoing, Queue, Release, Shared, TapConfig, TapError, lock};
@@ -92,6 +93,9 @@ pub struct Tap {
     server: Option<Server>,
     /// What this session was sent of the engine's state (`checkpoint.rs`).
     checkpoints: Tracker,
+    /// The mapping lists of the last dispatch sent, shared with the next ones while they stay
+    /// the same ([`EncodedDispatch::of_into_sharing`]).
+    last_mappings: Option<Arc<SharedMappings>>,
 }
 
 impl Tap {
@@ -102,6 +106,7 @@ impl Tap {
             shared: Arc::new(Shared::new(TapConfig::default())),
             server: None,
             checkpoints: Tracker::new(0.0),
+            last_mappings: None,
         }
     }
 
@@ -120,6 +125,7 @@ impl Tap {
             shared,
             server: Some(server),
             checkpoints,
+            last_mappings: None,
         })
     }
 
@@ -218,8 +224,13 @@ impl Tap {
             Ok(report) => {
                 let streamed = shared.config.streamed_accesses;
                 let rows = queue.spare_buffer();
-                let item = Outgoing::Dispatch(Box::new(EncodedDispatch::of_into(
-                    index, input, report, streamed, rows,
+                let item = Outgoing::Dispatch(Box::new(EncodedDispatch::of_into_sharing(
+                    index,
+                    input,
+                    report,
+                    streamed,
+                    rows,
+                    &mut self.last_mappings,
                 )));
                 self.queue_dispatch(&queue, session, engine, report, index, item);
                 let mut c = lock(&shared.control);
@@ -324,8 +335,13 @@ impl Tap {
                 // The access lists go as rows written here; only the rest is cloned (wire.rs).
                 let streamed = shared.config.streamed_accesses;
                 let rows = queue.spare_buffer();
-                let item = Outgoing::Dispatch(Box::new(EncodedDispatch::of_into(
-                    index, input, report, streamed, rows,
+                let item = Outgoing::Dispatch(Box::new(EncodedDispatch::of_into_sharing(
+                    index,
+                    input,
+                    report,
+                    streamed,
+                    rows,
+                    &mut self.last_mappings,
                 )));
                 self.queue_dispatch(&queue, session, engine, report, index, item);
                 let mut c = lock(&shared.control);

@@ -10,7 +10,15 @@
 //! | 6.. | body | the messages; when compressed: their length `u32` LE (at most [`MAX_BODY_BYTES`], checked before anything is allocated), then one lz4 block (`lz4_flex::block`) |
 //!
 //! The messages are `count` values back to back, each one byte of kind then its encoding:
-//! - kind [`MSG_DISPATCH_COLUMNS`] (2), what a target sends for every dispatch: the
+//! - kind [`MSG_CHECKPOINT`] (5), a checkpoint of engine state ([`crate::checkpoint`]'s layout)
+//!   after its `u32` LE length, right after the dispatch that left the state;
+//! - kind [`MSG_DISPATCH_PACKED`] (4), what a target sends for every dispatch: a `u32` LE length
+//!   and a [`dispatchscope_formats::message`] dispatch message whose access lists are in
+//!   [`dispatchscope_formats::packed`]' rows (varints, deltas from the row before): the bytes a
+//!   live store writes, unchanged and uncompressed, as a version 3 DISPATCH record;
+//! - kind [`MSG_DISPATCH_MESSAGE`] (3), read but no longer written (a version 2 target's): the
+//!   same with [`dispatchscope_formats::columns`]' fixed-width rows, kept as a version 2 record;
+//! - kind [`MSG_DISPATCH_COLUMNS`] (2), read but no longer written: the
 //!   [`ToDebugger::Dispatch`]'s fields as a MessagePack map with field names (`index`, `input`,
 //!   `report`, `mapping_state`, `accesses_left_out`; `rmp-serde`'s `to_vec_named`) with both access
 //!   lists empty, then a `u32` LE length and the two access lists in
@@ -56,6 +64,7 @@
 //! naming what was wrong.
 
 use std::io::Cursor;
+use std::sync::Arc;
 
 use std::io::Read;
 
@@ -65,7 +74,8 @@ use crate::protocol::{ProtocolError, SharedMappings, ToDebugger, decode_to_debug
 use dispatchscope_core::input::DispatchInput;
 use dispatchscope_core::report::{AccessReport, DispatchReport};
 use dispatchscope_formats::columns;
-use dispatchscope_formats::message;
+use dispatchscope_formats::message::{self, Rows};
+use dispatchscope_formats::packed;
 
 /// A [`ToDebugger::Dispatch`]'s fields, to write (borrowed).
 #[derive(Serialize)]
@@ -94,10 +104,15 @@ struct DispatchOwned {
 /// MessagePack with names, the access lists as rows) after its `u32` LE length: the bytes a live
 /// store writes into its DISPATCH record unchanged.
 pub const MSG_DISPATCH_MESSAGE: u8 = 3;
+/// A message's kind byte: a dispatch message as [`MSG_DISPATCH_MESSAGE`], its access lists in
+/// [`dispatchscope_formats::packed`]' rows (varints and deltas, about a third of the fixed rows):
+/// what a target sends for every dispatch, and what a live store writes as a version 3 DISPATCH
+/// record ([`dispatchscope_formats::message::RECORD_V3`]).
+pub const MSG_DISPATCH_PACKED: u8 = 4;
 
 /// A message's kind byte: a checkpoint of engine state ([`crate::checkpoint`]'s layout) after its
 /// `u32` LE length, sent right after the dispatch that left the state.
-pub const MSG_CHECKPOINT: u8 = 4;
+pub const MSG_CHECKPOINT: u8 = 5;
 
 /// The first byte of a binary payload.
 pub const BINARY_MAGIC: u8 = 0xb2;
@@ -127,12 +142,17 @@ pub struct EncodedDispatch {
     pub input: DispatchInput,
     /// Its report, with no accesses.
     pub report: DispatchReport,
-    /// The input's access block, then the report's (its first `streamed` accesses).
+    /// The input's access block, then the report's (its first `streamed` accesses), in
+    /// [`dispatchscope_formats::packed`]' rows.
     pub accesses: Vec<u8>,
     /// Access reports left out of the rows.
     pub accesses_left_out: u64,
     /// The whole access list when some were left out, for detail requests.
     pub cut: Option<Vec<AccessReport>>,
+    /// The report's three mapping lists, shared with every dispatch the tap saw with the same
+    /// lists (the report's own are then empty); `None` when the report has no mapping report,
+    /// or keeps its lists itself.
+    pub mappings: Option<Arc<SharedMappings>>,
 }
 
 impl EncodedDispatch {
@@ -156,16 +176,48 @@ impl EncodedDispatch {
         input: &DispatchInput,
         report: &mut DispatchReport,
         streamed: usize,
+        bytes: Vec<u8>,
+    ) -> Self {
+        Self::of_into_sharing(index, input, report, streamed, bytes, &mut None)
+    }
+
+    /// [`Self::of_into`], the report's mapping lists not copied when they equal `last`'s (the
+    /// lists of the tap's previous dispatch): they are shared, and `last` becomes the lists that
+    /// were copied when they differ. The writer then compares one pointer, not the lists.
+    pub fn of_into_sharing(
+        index: u64,
+        input: &DispatchInput,
+        report: &mut DispatchReport,
+        streamed: usize,
         mut bytes: Vec<u8>,
+        last: &mut Option<Arc<SharedMappings>>,
     ) -> Self {
         let accesses = std::mem::take(&mut report.accesses);
+        let lists = report.mappings.as_mut().map(SharedMappings::take_from);
         let shell = report.clone();
         report.accesses = accesses;
+        let mappings = match (lists, report.mappings.as_mut()) {
+            (Some(lists), Some(m)) => {
+                let shared = match last {
+                    Some(a) if **a == lists => Arc::clone(a),
+                    _ => {
+                        let a = Arc::new(lists.clone());
+                        *last = Some(Arc::clone(&a));
+                        a
+                    }
+                };
+                m.runs = lists.runs;
+                m.pieces = lists.pieces;
+                m.left_out = lists.left_out;
+                Some(shared)
+            }
+            _ => None,
+        };
         bytes.clear();
-        columns::encode_accesses(&input.accesses, &mut bytes);
+        packed::encode_accesses(&input.accesses, &mut bytes);
         let all = &report.accesses;
         let kept = &all[..all.len().min(streamed)];
-        columns::encode_access_reports(kept, &mut bytes);
+        packed::encode_access_reports(kept, &mut bytes);
         let left_out = all.len() - kept.len();
         Self {
             index,
@@ -174,6 +226,7 @@ impl EncodedDispatch {
             accesses: bytes,
             accesses_left_out: left_out as u64,
             cut: (left_out > 0).then(|| all.clone()),
+            mappings,
         }
     }
 }
@@ -215,7 +268,7 @@ fn malformed(message: impl Into<String>) -> ProtocolError {
 #[derive(Debug)]
 pub struct Encoder {
     /// The mapping state last sent, and its id.
-    shared: Option<(u64, SharedMappings)>,
+    shared: Option<(u64, Arc<SharedMappings>)>,
     next_id: u64,
     streamed_accesses: usize,
     /// The body being built, uncompressed.
@@ -310,9 +363,15 @@ impl Encoder {
         cut: &mut dyn FnMut(u64, Vec<AccessReport>),
     ) -> Result<Vec<u8>, ProtocolError> {
         let mut mapping_state = None;
+        let lists = d.mappings.take();
         if let Some(m) = d.report.mappings.as_mut() {
+            let same = match (&self.shared, &lists) {
+                (Some((_, s)), Some(l)) => Arc::ptr_eq(s, l) || **s == **l,
+                (Some((_, s)), None) => s.same_as(m),
+                (None, _) => false,
+            };
             let id = match &self.shared {
-                Some((id, s)) if s.same_as(m) => {
+                Some((id, _)) if same => {
                     m.runs.clear();
                     m.pieces.clear();
                     m.left_out.clear();
@@ -321,11 +380,14 @@ impl Encoder {
                 _ => {
                     let id = self.next_id;
                     self.next_id += 1;
-                    let s = SharedMappings::take_from(m);
+                    let s = lists.unwrap_or_else(|| Arc::new(SharedMappings::take_from(m)));
+                    m.runs.clear();
+                    m.pieces.clear();
+                    m.left_out.clear();
                     self.add(
                         &ToDebugger::MappingState {
                             id,
-                            mappings: Box::new(s.clone()),
+                            mappings: Box::new((*s).clone()),
                         },
                         out,
                     )?;
@@ -339,7 +401,7 @@ impl Encoder {
             cut(d.index, full);
         }
         self.one.clear();
-        self.one.push(MSG_DISPATCH_MESSAGE);
+        self.one.push(MSG_DISPATCH_PACKED);
         self.one.extend_from_slice(&[0; 4]);
         message::encode(
             d.index,
@@ -593,7 +655,12 @@ impl Decoder {
                         accesses_left_out: d.accesses_left_out,
                     }
                 }
-                MSG_DISPATCH_MESSAGE => {
+                MSG_DISPATCH_MESSAGE | MSG_DISPATCH_PACKED => {
+                    let rows = if kind[0] == MSG_DISPATCH_PACKED {
+                        Rows::Packed
+                    } else {
+                        Rows::Fixed
+                    };
                     let from = de.position() as usize;
                     let mut r = columns::Reader::new(body.get(from..).unwrap_or_default());
                     let bytes = r
@@ -601,7 +668,7 @@ impl Decoder {
                         .and_then(|len| r.take_bytes("dispatch message", u64::from(len)))
                         .map_err(|e| at(&e))?;
                     de.get_mut().set_position((from + r.position()) as u64);
-                    self.dispatch_message(bytes).map_err(|e| at(&e))?
+                    self.dispatch_message(rows, bytes).map_err(|e| at(&e))?
                 }
                 MSG_CHECKPOINT => {
                     let from = de.position() as usize;
@@ -633,9 +700,13 @@ impl Decoder {
     }
 
     /// One dispatch message: whole, or as [`crate::protocol::ReceivedDispatch`] when [`Self::set_keep_received`].
-    fn dispatch_message(&self, bytes: &[u8]) -> Result<ToDebugger, columns::ColumnsError> {
+    fn dispatch_message(
+        &self,
+        rows_format: Rows,
+        bytes: &[u8],
+    ) -> Result<ToDebugger, columns::ColumnsError> {
         if !self.keep_received {
-            let m = message::decode_exact(bytes)?;
+            let m = message::decode_exact_with(rows_format, bytes)?;
             return Ok(ToDebugger::Dispatch {
                 index: m.index,
                 input: m.input,
@@ -646,7 +717,7 @@ impl Decoder {
         }
         let (m, rows) = message::summary(bytes)?;
         let mut record = Vec::with_capacity(bytes.len() + 16 + self.shared_lists.len());
-        message::encode_record(bytes, &[], &mut record);
+        message::encode_record_with(rows_format, bytes, &[], &mut record);
         // The message starts after the magic, the version word and its length.
         let base = 12;
         let end = record.len();
