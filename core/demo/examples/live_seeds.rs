@@ -20,6 +20,7 @@ use dispatchscope_demo::{Demo, DemoConfig};
 use dispatchscope_live::protocol::{
     DebuggerHello, FrameReader, MAX_COMMAND_FRAME_BYTES, MAX_FRAME_BYTES, ToTarget, write_frame,
 };
+use dispatchscope_live::wire::{BINARY_MAGIC, FLAG_LZ4};
 use dispatchscope_live::{Tap, TapConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -80,6 +81,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (i, f) in got.iter().enumerate() {
         std::fs::File::create(out.join(format!("frame-{i:04}")))?.write_all(f)?;
         bytes += f.len();
+    }
+    // Each binary frame again with its body lz4 compressed, as a target sends to a debugger that
+    // is not on loopback (`dispatchscope_live::wire`'s layout: magic, flags bit 0, count, then the
+    // body's length and one lz4 block).
+    for (i, f) in got.iter().enumerate() {
+        let payload = &f[4..];
+        if payload.len() < 6 || payload[0] != BINARY_MAGIC || payload[1] & FLAG_LZ4 != 0 {
+            continue;
+        }
+        let body = &payload[6..];
+        let mut z = vec![BINARY_MAGIC, payload[1] | FLAG_LZ4];
+        z.extend_from_slice(&payload[2..6]);
+        z.extend_from_slice(&u32::try_from(body.len())?.to_le_bytes());
+        z.extend_from_slice(&lz4_flex::block::compress(body));
+        let mut frame = u32::try_from(z.len())?.to_le_bytes().to_vec();
+        frame.extend_from_slice(&z);
+        std::fs::File::create(out.join(format!("lz4-{i:04}")))?.write_all(&frame)?;
     }
     // Runs of consecutive frames: a dispatch that names a mapping state sent in an earlier frame.
     for (i, run) in got.chunks(8).enumerate() {
