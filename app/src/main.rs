@@ -32,6 +32,10 @@ struct Cli {
     /// File ▸ Compare with… does): `dispatchscope A.dscap --compare B.dscap`.
     #[arg(long, value_name = "B")]
     compare: Option<PathBuf>,
+    /// With no FILE: dispatches a frame the window's own demo target makes, at 60 frames a second
+    /// (`dispatchscope demo` makes a game's 200 in a process of its own).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    demo_dispatches_per_frame: Option<u32>,
 }
 
 /// A subcommand.
@@ -97,7 +101,11 @@ fn main() -> ExitCode {
         Some(Command::Disasm(args)) => disasm_cli::disasm_cmd(args),
         Some(Command::Diff(_)) => Ok(()),
         Some(Command::History(args)) => history_cli::history_cmd(args),
-        None => gui::run_gui(cli.files.clone(), cli.compare.clone()),
+        None => gui::run_gui(
+            cli.files.clone(),
+            cli.compare.clone(),
+            cli.demo_dispatches_per_frame,
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -37,6 +37,9 @@ const DRAIN_PER_FRAME: usize = 4_096;
 /// game sends (what waits is taken next frame; what the channel cannot hold the target counts as
 /// dropped).
 const DRAIN_BUDGET: std::time::Duration = std::time::Duration::from_millis(8);
+/// The messages the window's client holds for it at most (`ClientOptions::channel_capacity`;
+/// the headless client's 16,384 held about 190 MB of received dispatches while the window lagged).
+const WINDOW_CHANNEL_MESSAGES: usize = 2_048;
 
 /// What the target is doing, as far as this debugger knows.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,6 +113,10 @@ impl LiveLink {
             // Dispatches come with their bytes, which the store writes as they came; the rows
             // are decoded here, after (`take_message`).
             keep_received: true,
+            // What waits for the window is held as it came, about 10 KB a dispatch: 2,048 of
+            // them (0.7 s at 3,000 a second) bound it to about 20 MB; past that TCP pushes back
+            // and the target counts what it cannot queue as dropped.
+            channel_capacity: WINDOW_CHANNEL_MESSAGES,
             ..ClientOptions::default()
         };
         let client = LiveClient::connect_with(addr, &options).map_err(|e| e.to_string())?;

@@ -14,10 +14,12 @@ use egui::RichText;
 
 use super::{DemoTarget, GuiApp, LiveLink, LiveState, LoadError, Session, Source, default_sample};
 
-/// Dispatches a frame the demo the window starts makes: the scene's own 5. `dispatchscope demo`
-/// runs at a game's 200; the window's own demo does not yet: in a dev build at 200 the demo's
-/// engine, in the window's process, made about 15 dispatches a second (2 frames in 28 s), so
-/// `dispatchscope demo` in a terminal and Live ▸ Attach… is the way to watch a game's rate.
+/// Dispatches a frame the demo the window starts makes by default: the scene's own 5
+/// (`--demo-dispatches-per-frame N` sets another). `dispatchscope demo` runs at a game's 200 in a
+/// process of its own; the window's own demo does not: in the release window under Xvfb on the
+/// 2-core VM, at 50 a frame the window took about 640 dispatches a second and the target dropped
+/// the rest (BENCHMARKS.md, 2026-12-02), because the window's thread stores and decodes each
+/// dispatch it takes.
 pub const WINDOW_DEMO_DISPATCHES_PER_FRAME: u32 = dispatchscope_demo::BASE_DISPATCHES_PER_FRAME;
 
 /// The Live ▸ Attach window's fields.
@@ -156,7 +158,7 @@ impl GuiApp {
 
     /// Starts the demo target on a thread of this process and attaches to it.
     pub fn start_demo(&mut self, ctx: &egui::Context) -> Result<(), String> {
-        let demo = DemoTarget::start_with(Some(60.0), WINDOW_DEMO_DISPATCHES_PER_FRAME)?;
+        let demo = DemoTarget::start_with(Some(60.0), self.demo_dispatches_per_frame)?;
         let addr = demo.addr.to_string();
         self.demo = Some(demo);
         if self.attach(ctx, &addr, None) {

@@ -121,6 +121,9 @@ pub struct GuiApp {
     pub compare: Option<compare_ui::Comparison>,
     /// A file to compare the session being opened with, once it is open (`--compare B`).
     pub pending_compare: Option<PathBuf>,
+    /// Dispatches a frame the demo target this window starts makes
+    /// (`--demo-dispatches-per-frame`; [`live_ui::WINDOW_DEMO_DISPATCHES_PER_FRAME`] by default).
+    pub demo_dispatches_per_frame: u32,
     /// The What if… dialog, when open.
     pub what_if_form: Option<compare_ui::WhatIfForm>,
 }
@@ -164,6 +167,7 @@ impl GuiApp {
             wake: None,
             compare: None,
             pending_compare: None,
+            demo_dispatches_per_frame: live_ui::WINDOW_DEMO_DISPATCHES_PER_FRAME,
             what_if_form: None,
         }
     }
@@ -743,7 +747,11 @@ impl eframe::App for EframeApp {
 /// it (or, if the demo cannot start, opens the built-in default sample with a notice); with paths
 /// it opens the first (on a background thread) and remembers the others as recent files.
 /// `compare` (`--compare B`) compares the first path with B once it is open.
-pub fn run_gui(open: Vec<PathBuf>, compare: Option<PathBuf>) -> anyhow::Result<()> {
+pub fn run_gui(
+    open: Vec<PathBuf>,
+    compare: Option<PathBuf>,
+    demo_dispatches_per_frame: Option<u32>,
+) -> anyhow::Result<()> {
     if compare.is_some() && open.is_empty() {
         return Err(crate::load::BadInput(
             "--compare B compares the session opened (A) with B: give A first, as in `dispatchscope A.dscap --compare B.dscap`".into(),
@@ -773,6 +781,9 @@ pub fn run_gui(open: Vec<PathBuf>, compare: Option<PathBuf>) -> anyhow::Result<(
                 .and_then(|s| eframe::get_value(s, eframe::APP_KEY))
                 .unwrap_or_default();
             let mut app = GuiApp::new(settings);
+            if let Some(n) = demo_dispatches_per_frame {
+                app.demo_dispatches_per_frame = n;
+            }
             let mut paths = open.into_iter();
             match paths.next() {
                 Some(first) => {
