@@ -316,3 +316,16 @@ fn export_trace_writes_frames_dispatches_and_counters() {
         err(&o)
     );
 }
+
+#[test]
+fn a_demo_rate_out_of_range_is_refused_by_name_before_any_window() {
+    for bad in ["0", "10001", "many"] {
+        let o = run(&["--demo-dispatches-per-frame", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", err(&o));
+        assert!(
+            err(&o).contains("--demo-dispatches-per-frame"),
+            "{bad}: {}",
+            err(&o)
+        );
+    }
+}
