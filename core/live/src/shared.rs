@@ -189,6 +189,22 @@ impl Queue {
 
     /// Queues a dispatch or event; drops it when the queue is full.
     pub(crate) fn push(&self, message: Outgoing) -> bool {
+        self.push_items(message, None)
+    }
+
+    /// Queues a dispatch and the state it left as one: both, or (when the queue is full, counted
+    /// as one dropped message) neither, so that a state never reaches the debugger without its
+    /// dispatch (`checkpoint.rs`).
+    pub(crate) fn push_with_state(
+        &self,
+        dispatch: Outgoing,
+        state: Box<crate::checkpoint::StateCopy>,
+    ) -> bool {
+        self.push_items(dispatch, Some(Outgoing::State(state)))
+    }
+
+    /// Queues `first` and `then` together, or drops both (one message counted).
+    fn push_items(&self, first: Outgoing, then: Option<Outgoing>) -> bool {
         let mut q = lock(&self.inner);
         if q.closed {
             return false;
@@ -200,33 +216,8 @@ impl Queue {
         // The writer drains everything at once, so it waits only on an empty queue: waking it
         // for each message would cost the game thread a system call a dispatch.
         let was_empty = q.items.is_empty();
-        q.items.push_back(message);
-        drop(q);
-        if was_empty {
-            self.ready.notify_one();
-        }
-        true
-    }
-
-    /// Queues a dispatch and the state it left as one: both, or (when the queue is full, counted
-    /// as one dropped message) neither, so that a state never reaches the debugger without its
-    /// dispatch (`checkpoint.rs`).
-    pub(crate) fn push_with_state(
-        &self,
-        dispatch: Outgoing,
-        state: Box<crate::checkpoint::StateCopy>,
-    ) -> bool {
-        let mut q = lock(&self.inner);
-        if q.closed {
-            return false;
-        }
-        if q.items.len() >= self.capacity {
-            q.dropped += 1;
-            return false;
-        }
-        let was_empty = q.items.is_empty();
-        q.items.push_back(dispatch);
-        q.items.push_back(Outgoing::State(state));
+        q.items.push_back(first);
+        q.items.extend(then);
         drop(q);
         if was_empty {
             self.ready.notify_one();

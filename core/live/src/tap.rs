@@ -175,7 +175,7 @@ impl Tap {
         if !self.is_attached() {
             return engine.dispatch(input);
         }
-        self.dispatch_attached(engine, input)
+        self.dispatch_attached(engine, input, |e, i| e.dispatch(i))
     }
 
     /// [`Tap::dispatch`] for a dispatch the emulator runs itself: `run` is called once, with the
@@ -184,8 +184,7 @@ impl Tap {
     /// instrumented section the device's buffers gave, issue 14). Pauses, steps, breakpoints and
     /// snapshots are those of [`Tap::dispatch`]; `run`'s error is sent as the dispatch's failure.
     /// Detached, it costs what [`Tap::dispatch`] does: one relaxed load, then `run`.
-    ///
-    /// Added beside `dispatch` and touching nothing of it (issue 14's demo, `app/src/pass_demo.rs`).
+    /// (Issue 14's demo runs its device pass through it, `app/src/pass_demo.rs`.)
     pub fn dispatch_with<B: Backend, E: std::fmt::Display>(
         &mut self,
         engine: &mut Engine<B>,
@@ -195,61 +194,7 @@ impl Tap {
         if !self.is_attached() {
             return run(engine, input);
         }
-        let index = engine.next_dispatch();
-        let shared = Arc::clone(&self.shared);
-        {
-            let mut c = lock(&shared.control);
-            if c.link.is_none() {
-                drop(c);
-                return run(engine, input);
-            }
-            if c.snapshot_wanted {
-                c.snapshot_wanted = false;
-                send_snapshot(&c, engine);
-            }
-            if let Some(why) = pause_before(&c, index, input) {
-                drop(pause(&shared, c, index, why, Some(input)));
-            }
-        }
-        let mut result = run(engine, input);
-        let queue = lock(&shared.control)
-            .link
-            .as_ref()
-            .map(|l| (Arc::clone(&l.queue), l.id));
-        let Some((queue, session)) = queue else {
-            return result;
-        };
-        shared.dispatches.fetch_add(1, Ordering::Relaxed);
-        match &mut result {
-            Ok(report) => {
-                let streamed = shared.config.streamed_accesses;
-                let rows = queue.spare_buffer();
-                let item = Outgoing::Dispatch(Box::new(EncodedDispatch::of_into_sharing(
-                    index,
-                    input,
-                    report,
-                    streamed,
-                    rows,
-                    &mut self.last_mappings,
-                )));
-                self.queue_dispatch(&queue, session, engine, report, index, item);
-                let mut c = lock(&shared.control);
-                if let Some((left, _)) = c.steps.as_mut() {
-                    *left = left.saturating_sub(1);
-                }
-                if let Some(why) = pause_after(&c.breakpoints, report) {
-                    drop(pause(&shared, c, index + 1, why, None));
-                }
-            }
-            Err(e) => {
-                queue.push(Outgoing::Message(ToDebugger::DispatchFailed {
-                    index,
-                    program: input.program,
-                    message: e.to_string(),
-                }));
-            }
-        }
-        result
+        self.dispatch_attached(engine, input, run)
     }
 
     /// Applies `event` as [`Engine::apply`] does, and sends it to an attached debugger. Events
@@ -297,13 +242,15 @@ impl Tap {
         result
     }
 
+    /// The attached path of [`Tap::dispatch`] and [`Tap::dispatch_with`]: `run` is the dispatch.
     #[cold]
     #[inline(never)]
-    fn dispatch_attached<B: Backend>(
+    fn dispatch_attached<B: Backend, E: std::fmt::Display>(
         &mut self,
         engine: &mut Engine<B>,
         input: &DispatchInput,
-    ) -> Result<DispatchReport, EngineError> {
+        run: impl FnOnce(&mut Engine<B>, &DispatchInput) -> Result<DispatchReport, E>,
+    ) -> Result<DispatchReport, E> {
         let index = engine.next_dispatch();
         let shared = Arc::clone(&self.shared);
         // Before the dispatch: a snapshot if one was asked for, then the pauses known beforehand.
@@ -311,7 +258,7 @@ impl Tap {
             let mut c = lock(&shared.control);
             if c.link.is_none() {
                 drop(c);
-                return engine.dispatch(input);
+                return run(engine, input);
             }
             if c.snapshot_wanted {
                 c.snapshot_wanted = false;
@@ -321,7 +268,7 @@ impl Tap {
                 drop(pause(&shared, c, index, why, Some(input)));
             }
         }
-        let mut result = engine.dispatch(input);
+        let mut result = run(engine, input);
         let queue = lock(&shared.control)
             .link
             .as_ref()
