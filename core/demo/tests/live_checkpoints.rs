@@ -98,6 +98,8 @@ fn spawn(config: TapConfig, demo: DemoConfig, fps: f64) -> Target {
 /// Asserts two tables are the same, naming the first slot that differs (not printing both).
 fn same_table(got: Option<&[TableSlot]>, want: Option<&[TableSlot]>, index: u64) {
     match (got, want) {
+        // No table yet on either side (a dispatch before the first one was built).
+        (None, None) => {}
         (Some(g), Some(w)) if g.len() == w.len() => {
             if let Some(i) = (0..g.len()).find(|&i| g[i] != w[i]) {
                 panic!(
