@@ -47,6 +47,7 @@ fn gib(fragmented: bool) -> GuestMemory {
         writable: true,
         committed: true,
         backing: Backing::Private,
+        host_base: None,
     })
     .unwrap();
     if fragmented {

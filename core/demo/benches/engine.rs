@@ -52,6 +52,7 @@ fn unchanged_1gib(c: &mut Criterion) {
             writable: true,
             committed: true,
             backing: Backing::Private,
+            host_base: None,
         })
         .unwrap();
     for p in (GUEST_BASE..res.end).step_by(8 << 12) {

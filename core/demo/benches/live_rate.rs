@@ -407,6 +407,7 @@ fn store() {
             writable: true,
             committed: true,
             backing: Backing::Private,
+            host_base: None,
         })
         .unwrap();
     let input = DispatchInput {

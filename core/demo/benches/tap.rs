@@ -46,6 +46,7 @@ fn tiny() -> (Engine<CpuBackend>, DispatchInput) {
             writable: true,
             committed: true,
             backing: Backing::Private,
+            host_base: None,
         })
         .unwrap();
     let input = DispatchInput {

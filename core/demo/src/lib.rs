@@ -265,6 +265,7 @@ impl Demo {
             writable: true,
             committed: true,
             backing: Backing::Private,
+            host_base: None,
         };
         let events = [
             rw(range(INSTANCES, 1)),
@@ -452,6 +453,7 @@ impl Demo {
                 writable: true,
                 committed: true,
                 backing: Backing::Private,
+                host_base: None,
             });
             let ring: Vec<u8> = (0..0x1100u32).map(|i| (i * 7 + f as u32) as u8).collect();
             after.push(Event::Write {

@@ -21,6 +21,7 @@ fn reserves(n: u64) -> Vec<Event> {
                 writable: true,
                 committed: true,
                 backing: Backing::Private,
+                host_base: None,
             }
         })
         .collect()
@@ -57,6 +58,7 @@ fn memory_events(c: &mut Criterion) {
                         writable: true,
                         committed: false,
                         backing: Backing::Private,
+                        host_base: None,
                     },
                 );
                 apply(

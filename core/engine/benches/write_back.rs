@@ -21,6 +21,7 @@ fn write_back(c: &mut Criterion) {
         writable: true,
         committed: true,
         backing: Backing::Private,
+        host_base: None,
     })
     .unwrap_or_else(|e| panic!("{e}"));
     let input = DispatchInput {

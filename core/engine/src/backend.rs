@@ -29,6 +29,9 @@ pub enum BackendError {
     Execute(String),
     #[error("the device failed to place the chunk table of {bytes:#x} bytes: {why}")]
     Table { bytes: u64, why: String },
+    /// A call into the emulator's memory failed (host mode: commit, guard release, hand-off).
+    #[error(transparent)]
+    Host(#[from] crate::host::HostError),
 }
 
 /// A device the engine can run dispatches on.
@@ -67,6 +70,21 @@ pub trait Backend {
     /// Device calls made so far (imports, releases, table uploads), for "an unchanged generation
     /// makes none" checks.
     fn calls(&self) -> u64;
+
+    /// C1 for a dispatch the emulator runs itself: zeroed mark words (one `u32` a table slot of
+    /// `slots`) the device can store to, and their device address; `None` where this backend
+    /// keeps none (the emulator then hands its own marks to `Engine::complete`).
+    fn mark_words(&mut self, slots: usize) -> Result<Option<u64>, BackendError> {
+        let _ = slots;
+        Ok(None)
+    }
+
+    /// C1 after the emulator's fence: the slots whose mark words are set, with their counts, in
+    /// slot order; the words are zeroed for the next dispatch.
+    fn take_marks(&mut self, slots: usize) -> Result<Vec<(usize, u32)>, BackendError> {
+        let _ = slots;
+        Ok(Vec::new())
+    }
 }
 
 /// The CPU reference: a simulated device address space over guest memory.

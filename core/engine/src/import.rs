@@ -71,6 +71,25 @@ pub struct Mappings {
     changes: Vec<PieceChange>,
     /// Moves whenever the pieces or the left-out pieces may have changed ([`Mappings::version`]).
     version: u64,
+    /// Host mode: real-mapping checks made.
+    real_checks: u64,
+}
+
+/// Host mode: the process's real mapping of `guest`'s host pages, checked against M3's demand
+/// (`crate::host::check_real`); `None` when it agrees, when the host cannot tell, or in simulated
+/// memory.
+fn real_refusal(memory: &GuestMemory, guest: ByteRange) -> Option<String> {
+    let host = memory.host()?;
+    let (h, left) = memory.host_address(guest.start)?;
+    let bytes = guest.size_bytes().min(left);
+    let maps = host.real_mappings(h, bytes)?;
+    crate::host::check_real(ByteRange::new(h, h + bytes), &maps).map(|r| {
+        format!(
+            "{r}; {} was not handed to the driver ({})",
+            guest,
+            crate::host::DRIVER_FACTS
+        )
+    })
 }
 
 fn category(p: &PageState) -> Option<LeftOutReason> {
@@ -190,6 +209,9 @@ impl Mappings {
         self.mapped_generation != Some(memory.generation())
     }
 
+    /// M1 for one piece that M3 let through; in host mode the process's real mapping of it is
+    /// read first and a contradiction leaves it out by name instead (`crate::host::check_real`).
+    /// Returns whether the piece was imported.
     fn import(
         &mut self,
         backend: &mut dyn Backend,
@@ -198,7 +220,23 @@ impl Mappings {
         reservation: u64,
         before: u64,
         by_revisit: bool,
-    ) -> Result<(), BackendError> {
+    ) -> Result<bool, BackendError> {
+        if let Some(refusal) = real_refusal(memory, guest) {
+            self.real_checks += 1;
+            self.version += 1;
+            self.left_out.insert(
+                guest.start,
+                LeftOutReport {
+                    guest,
+                    reason: LeftOutReason::RealMapping,
+                    detail: Some(refusal),
+                },
+            );
+            return Ok(false);
+        }
+        if memory.host().is_some() {
+            self.real_checks += 1;
+        }
         let device_base = backend.import(guest, memory)?;
         let piece = Piece {
             guest,
@@ -212,7 +250,12 @@ impl Mappings {
         self.dropped.retain(|d| !d.guest.overlaps(&guest));
         self.pieces.insert(guest.start, piece);
         self.changes.push(PieceChange::Added(piece));
-        Ok(())
+        Ok(true)
+    }
+
+    /// Real-mapping checks made in host mode, one a piece handed to the driver.
+    pub fn real_checks(&self) -> u64 {
+        self.real_checks
     }
 
     fn release_piece(
@@ -248,7 +291,14 @@ impl Mappings {
         let mut wanted: BTreeMap<u64, (ByteRange, u64)> = BTreeMap::new();
         let mut left_out = BTreeMap::new();
         for run in &runs {
-            let (committed, released) = memory.commit_for_mapping(run.range);
+            let (committed, released) =
+                memory.commit_for_mapping(run.range).map_err(|e| match e {
+                    crate::memory::MemoryError::Host(h) => BackendError::Host(h),
+                    e => BackendError::Import {
+                        piece: run.range,
+                        why: e.to_string(),
+                    },
+                })?;
             stats.committed_pages += committed;
             stats.guards_released += released;
             stats.pages_noted_written += run.range.size_bytes() / page;
@@ -258,7 +308,14 @@ impl Mappings {
                         wanted.insert(r.start, (r, run.reservation));
                     }
                     Some(reason) => {
-                        left_out.insert(r.start, LeftOutReport { guest: r, reason });
+                        left_out.insert(
+                            r.start,
+                            LeftOutReport {
+                                guest: r,
+                                reason,
+                                detail: None,
+                            },
+                        );
                     }
                 }
             }
@@ -271,10 +328,10 @@ impl Mappings {
                 wanted.remove(&p.guest.start);
             }
         }
+        self.left_out = left_out;
         for (_, (r, reservation)) in wanted {
             self.import(backend, memory, r, reservation, before, false)?;
         }
-        self.left_out = left_out;
         self.mapped_generation = Some(memory.generation());
         self.remaps += 1;
         Ok(stats)
@@ -368,10 +425,21 @@ impl Mappings {
     ) -> Result<(), BackendError> {
         for (r, cat) in parts {
             match cat {
-                None => self.import(backend, memory, r, reservation, before, by_revisit)?,
+                None => {
+                    if !self.import(backend, memory, r, reservation, before, by_revisit)? {
+                        seen(r, Some(LeftOutReason::RealMapping));
+                        continue;
+                    }
+                }
                 Some(reason) => {
-                    self.left_out
-                        .insert(r.start, LeftOutReport { guest: r, reason });
+                    self.left_out.insert(
+                        r.start,
+                        LeftOutReport {
+                            guest: r,
+                            reason,
+                            detail: None,
+                        },
+                    );
                 }
             }
             seen(r, cat);
@@ -436,17 +504,25 @@ impl Mappings {
                 }
                 for (r, cat) in stretches(memory, part) {
                     match cat {
-                        None => self.import(
-                            backend,
-                            memory,
-                            r,
-                            p.reservation,
-                            p.mapped_before_dispatch,
-                            p.by_revisit,
-                        )?,
+                        None => {
+                            self.import(
+                                backend,
+                                memory,
+                                r,
+                                p.reservation,
+                                p.mapped_before_dispatch,
+                                p.by_revisit,
+                            )?;
+                        }
                         Some(reason) => {
-                            self.left_out
-                                .insert(r.start, LeftOutReport { guest: r, reason });
+                            self.left_out.insert(
+                                r.start,
+                                LeftOutReport {
+                                    guest: r,
+                                    reason,
+                                    detail: None,
+                                },
+                            );
                         }
                     }
                 }
@@ -454,8 +530,14 @@ impl Mappings {
             if !released && let Some(gone) = p.guest.intersection(&range) {
                 for (r, cat) in stretches(memory, gone) {
                     if let Some(reason) = cat {
-                        self.left_out
-                            .insert(r.start, LeftOutReport { guest: r, reason });
+                        self.left_out.insert(
+                            r.start,
+                            LeftOutReport {
+                                guest: r,
+                                reason,
+                                detail: None,
+                            },
+                        );
                     }
                 }
             }
@@ -474,8 +556,14 @@ impl Mappings {
                 self.left_out.remove(&l.guest.start);
                 for (r, cat) in stretches(memory, l.guest) {
                     if let Some(reason) = cat {
-                        self.left_out
-                            .insert(r.start, LeftOutReport { guest: r, reason });
+                        self.left_out.insert(
+                            r.start,
+                            LeftOutReport {
+                                guest: r,
+                                reason,
+                                detail: None,
+                            },
+                        );
                     }
                 }
             }

@@ -804,6 +804,14 @@ pub enum Event {
         /// Private or shared.
         #[serde(default)]
         backing: Backing,
+        /// Host mode: the host address where the emulator keeps the reservation's first byte
+        /// (page-aligned). Simulated memory keeps it for the record only.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            with = "crate::addr::hex::option"
+        )]
+        host_base: Option<u64>,
     },
     /// Release a reservation (M4: its mappings are dropped first; M5: after in-flight dispatches).
     Release {

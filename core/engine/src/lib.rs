@@ -20,6 +20,7 @@ pub mod engine;
 pub mod exec;
 pub mod explain;
 pub mod history;
+pub mod host;
 pub mod import;
 pub mod input;
 pub mod instrument;

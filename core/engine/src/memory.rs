@@ -6,12 +6,14 @@
 //! never maps anything (that is [`crate::import`]'s) and never looks at a dispatch.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::addr::ByteRange;
+use crate::host::{HostError, HostMemory, HostTraffic};
 use crate::input::{Backing, Event, HostProtection};
 use crate::report::ReadableRun;
 
@@ -75,6 +77,13 @@ pub struct Reservation {
     pub range: ByteRange,
     /// The state of every page, kept as runs of equal states.
     pub pages: PageRuns,
+    /// Host mode: where the emulator keeps the reservation's first byte (its own pointer).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::addr::hex::option"
+    )]
+    pub host_base: Option<u64>,
 }
 
 /// The pages of one reservation as maximal runs of equal [`PageState`]s, so that a reservation
@@ -260,6 +269,24 @@ pub enum MemoryError {
     BadPageSize { page_bytes: u64 },
     #[error("{len:#x} bytes at {address:#x} pass the end of the 64-bit address space")]
     BytesWrap { address: u64, len: u64 },
+    #[error(
+        "reserving {range} in host mode needs the host address where the emulator keeps it (host_base)"
+    )]
+    NoHostBase { range: ByteRange },
+    #[error(
+        "host base {host_base:#x} of {range} is not aligned to the {page_bytes:#x}-byte host page"
+    )]
+    HostBaseUnaligned {
+        range: ByteRange,
+        host_base: u64,
+        page_bytes: u64,
+    },
+    #[error(
+        "the host base {host_base:#x} of {range} makes host addresses pass the end of the address space"
+    )]
+    HostBaseWraps { range: ByteRange, host_base: u64 },
+    #[error("{0}")]
+    Host(#[from] HostError),
 }
 
 /// What an event changed, for the engine and the report.
@@ -278,15 +305,43 @@ pub struct MemoryChange {
     pub distrusted: Vec<u32>,
 }
 
+/// Where guest bytes are: one memory interface, two implementations. Simulated memory keeps sparse
+/// page contents (samples, captures, replays, `verify`); host memory is the emulator's own pages,
+/// never copied (`crate::host`).
+#[derive(Clone)]
+enum Contents {
+    /// Page number to the page's bytes. hashbrown's default hasher: the CPU reference looks pages
+    /// up per contiguous run of every device access, where std's SipHash was a fifth of a dispatch.
+    Simulated(HashMap<u64, Box<[u8]>>),
+    /// The emulator's pages, and the first failure of a call that had no way to return it.
+    Host {
+        host: Arc<dyn HostMemory>,
+        failure: Option<HostError>,
+        /// Bytes read from the emulator's pages (reads take `&self`).
+        bytes_read: Arc<std::sync::atomic::AtomicU64>,
+    },
+}
+
+impl std::fmt::Debug for Contents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Contents::Simulated(pages) => write!(f, "Simulated({} pages)", pages.len()),
+            Contents::Host { host, failure, .. } => {
+                write!(f, "Host({}, {failure:?})", host.name())
+            }
+        }
+    }
+}
+
 /// All of guest memory as the emulator's memory manager keeps it.
 #[derive(Clone, Debug)]
 pub struct GuestMemory {
     page_bytes: u64,
     page_shift: u32,
     reservations: BTreeMap<u64, Reservation>,
-    /// Page number to the page's bytes. hashbrown's default hasher: the CPU reference looks pages
-    /// up per contiguous run of every device access, where std's SipHash was a fifth of a dispatch.
-    contents: HashMap<u64, Box<[u8]>>,
+    contents: Contents,
+    /// What host mode did with the emulator's bytes.
+    traffic: HostTraffic,
     targets: BTreeMap<u32, ProtectedTarget>,
     deferred: Vec<(u64, Vec<u8>)>,
     generation: u64,
@@ -307,12 +362,68 @@ impl GuestMemory {
             page_bytes,
             page_shift: page_bytes.trailing_zeros(),
             reservations: BTreeMap::new(),
-            contents: HashMap::new(),
+            contents: Contents::Simulated(HashMap::new()),
+            traffic: HostTraffic::default(),
             targets: BTreeMap::new(),
             deferred: Vec::new(),
             generation: 0,
             state_changes: 0,
         })
+    }
+
+    /// Empty guest memory in host mode: its bytes are the emulator's own pages, reached through
+    /// `host` (`crate::host`); every reservation must name its host base.
+    pub fn with_host(page_bytes: u64, host: Arc<dyn HostMemory>) -> Result<Self, MemoryError> {
+        let mut m = Self::new(page_bytes)?;
+        m.contents = Contents::Host {
+            host,
+            failure: None,
+            bytes_read: Arc::default(),
+        };
+        Ok(m)
+    }
+
+    /// The emulator's memory, in host mode.
+    pub fn host(&self) -> Option<&Arc<dyn HostMemory>> {
+        match &self.contents {
+            Contents::Host { host, .. } => Some(host),
+            Contents::Simulated(_) => None,
+        }
+    }
+
+    /// What host mode did with the emulator's bytes so far (all zero in simulated mode).
+    pub fn host_traffic(&self) -> HostTraffic {
+        let mut t = self.traffic;
+        if let Contents::Host { bytes_read, .. } = &self.contents {
+            t.bytes_read = bytes_read.load(std::sync::atomic::Ordering::Relaxed);
+        }
+        t
+    }
+
+    /// Takes the first failure of a host call that could not return it (a write-back word the
+    /// emulator refused to write); the engine turns it into an error of the dispatch.
+    pub fn take_host_failure(&mut self) -> Option<HostError> {
+        match &mut self.contents {
+            Contents::Host { failure, .. } => failure.take(),
+            Contents::Simulated(_) => None,
+        }
+    }
+
+    /// The host address of guest `addr` in host mode, and how many bytes from there the same
+    /// reservation holds.
+    pub fn host_address(&self, addr: u64) -> Option<(u64, u64)> {
+        let r = self.reservation_at(addr)?;
+        let base = r.host_base?;
+        Some((base + (addr - r.range.start), r.range.end - addr))
+    }
+
+    fn record_failure(&mut self, e: HostError) {
+        self.traffic.failures += 1;
+        if let Contents::Host { failure, .. } = &mut self.contents
+            && failure.is_none()
+        {
+            *failure = Some(e);
+        }
     }
 
     /// Bytes in a host page.
@@ -516,8 +627,32 @@ impl GuestMemory {
                 writable,
                 committed,
                 backing,
+                host_base,
             } => {
                 self.check_aligned(*range)?;
+                let host_base = match (&self.contents, host_base) {
+                    (Contents::Host { .. }, None) => {
+                        return Err(MemoryError::NoHostBase { range: *range });
+                    }
+                    (Contents::Host { .. }, Some(h)) => {
+                        if h & (self.page_bytes - 1) != 0 {
+                            return Err(MemoryError::HostBaseUnaligned {
+                                range: *range,
+                                host_base: *h,
+                                page_bytes: self.page_bytes,
+                            });
+                        }
+                        if h.checked_add(range.size_bytes()).is_none() {
+                            return Err(MemoryError::HostBaseWraps {
+                                range: *range,
+                                host_base: *h,
+                            });
+                        }
+                        Some(*h)
+                    }
+                    // Simulated memory keeps a recorded host base for the record only.
+                    (Contents::Simulated(_), h) => *h,
+                };
                 // Reservations never overlap, so the one starting last before the range's end is
                 // the only one that can: O(log n), not a scan.
                 if let Some((_, existing)) = self.reservations.range(..range.end).next_back()
@@ -545,6 +680,7 @@ impl GuestMemory {
                     Reservation {
                         range: *range,
                         pages: PageRuns::new(n, page),
+                        host_base,
                     },
                 );
                 self.state_changes += 1;
@@ -603,8 +739,14 @@ impl GuestMemory {
                 })?;
             }
             Event::Write { address, bytes } => {
-                self.byte_range(*address, bytes.len())?;
-                self.host_write(*address, bytes, &mut change);
+                let range = self.byte_range(*address, bytes.len())?;
+                if self.host().is_some() {
+                    // The emulator's CPU wrote its own pages: the bytes are there already; the
+                    // write-watch notes and D720 follow as for any host write.
+                    self.note_written(range, &mut change);
+                } else {
+                    self.host_write(*address, bytes, &mut change);
+                }
             }
             Event::DeferCopy { address, bytes } => {
                 self.byte_range(*address, bytes.len())?;
@@ -716,21 +858,161 @@ impl GuestMemory {
     }
 
     /// M2: commit every page of `range`, release the guards over it and note its pages written.
-    /// Returns (pages committed now, guards released).
-    pub fn commit_for_mapping(&mut self, range: ByteRange) -> (u64, u64) {
+    /// Returns (pages committed now, guards released). In host mode the commit and the guard
+    /// release are the emulator's, asked run by run; a refusal changes nothing and is returned.
+    pub fn commit_for_mapping(&mut self, range: ByteRange) -> Result<(u64, u64), MemoryError> {
         let mut committed = 0;
         let mut released = 0;
+        let mut to_commit = Vec::new();
+        let mut to_release = Vec::new();
         self.for_page_runs(range, |run, p| {
             let pages = run.size_bytes() >> self.page_shift;
-            committed += if p.committed { 0 } else { pages };
-            released += if p.guarded { pages } else { 0 };
+            if !p.committed {
+                committed += pages;
+                to_commit.push(run);
+            }
+            if p.guarded {
+                released += pages;
+                to_release.push(run);
+            }
         });
+        if let Some(host) = self.host().cloned() {
+            for run in to_commit {
+                let (h, _) = self.host_address(run.start).unwrap_or_default();
+                host.commit(h, run.size_bytes())
+                    .inspect_err(|_| self.traffic.failures += 1)?;
+            }
+            for run in to_release {
+                let (h, _) = self.host_address(run.start).unwrap_or_default();
+                host.release_guards(h, run.size_bytes())
+                    .inspect_err(|_| self.traffic.failures += 1)?;
+            }
+        }
         let _ = self.pages_mut(range, |p| {
             p.committed = true;
             p.guarded = false;
             p.written = true;
         });
-        (committed, released)
+        Ok((committed, released))
+    }
+
+    /// M2 again in host mode, before a device-addressed dispatch: a write-watch guard the emulator
+    /// placed over a mapped page since it was mapped is released (through the emulator) and the
+    /// page noted written, because a device store through the import would pass the guard by on
+    /// one driver and kill the process on another (TOOLCHAIN.md). Returns the pages released.
+    pub fn release_guards_over(&mut self, range: ByteRange) -> Result<u64, MemoryError> {
+        let Some(host) = self.host().cloned() else {
+            return Ok(0);
+        };
+        let mut guarded = Vec::new();
+        self.for_page_runs(range, |run, p| {
+            if p.guarded {
+                guarded.push(run);
+            }
+        });
+        let mut pages = 0;
+        for run in guarded {
+            let (h, _) = self.host_address(run.start).unwrap_or_default();
+            host.release_guards(h, run.size_bytes())
+                .inspect_err(|_| self.traffic.failures += 1)?;
+            self.pages_mut(run, |p| {
+                p.guarded = false;
+                p.written = true;
+            })?;
+            pages += run.size_bytes() >> self.page_shift;
+        }
+        Ok(pages)
+    }
+
+    /// C2 in host mode: the emulator learns that the device stored into `range`.
+    pub fn hand_off_to_host(&mut self, range: ByteRange) {
+        let Some(host) = self.host().cloned() else {
+            return;
+        };
+        let Some((h, _)) = self.host_address(range.start) else {
+            return;
+        };
+        if let Err(e) = host.hand_off(range, h) {
+            self.record_failure(e);
+        }
+    }
+
+    /// Reads guest bytes for a debugger: from the emulator's pages in host mode (counted), from the
+    /// simulated contents otherwise; bytes no page holds read as zero. A page the process cannot
+    /// read is an error, never a crash.
+    pub fn try_read_bytes(&mut self, address: u64, out: &mut [u8]) -> Result<(), HostError> {
+        if self.host().is_none() {
+            self.read_bytes(address, out);
+            return Ok(());
+        }
+        self.read_host(address, out)
+    }
+
+    /// Reads host-mode bytes, reservation by reservation; bytes outside every reservation read as
+    /// zero.
+    fn read_host(&self, address: u64, out: &mut [u8]) -> Result<(), HostError> {
+        let Contents::Host {
+            host, bytes_read, ..
+        } = &self.contents
+        else {
+            return Ok(());
+        };
+        let mut done = 0usize;
+        while done < out.len() {
+            let addr = address.wrapping_add(done as u64);
+            let rest = out.len() - done;
+            match self.host_address(addr) {
+                Some((h, left)) => {
+                    let n = (left.min(rest as u64)) as usize;
+                    host.read(h, &mut out[done..done + n])?;
+                    bytes_read.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                    done += n;
+                }
+                None => {
+                    let next = self
+                        .reservations
+                        .range(addr..)
+                        .next()
+                        .map_or(u64::MAX, |(&k, _)| k);
+                    let n = (next.saturating_sub(addr).min(rest as u64)) as usize;
+                    out[done..done + n.max(1)].fill(0);
+                    done += n.max(1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes host-mode bytes through the emulator, reservation by reservation; bytes outside
+    /// every reservation are dropped.
+    fn write_host(&mut self, address: u64, bytes: &[u8]) {
+        let Contents::Host { host, .. } = &self.contents else {
+            return;
+        };
+        let host = Arc::clone(host);
+        let mut done = 0usize;
+        while done < bytes.len() {
+            let addr = address.wrapping_add(done as u64);
+            let rest = bytes.len() - done;
+            match self.host_address(addr) {
+                Some((h, left)) => {
+                    let n = (left.min(rest as u64)) as usize;
+                    self.traffic.bytes_written += n as u64;
+                    if let Err(e) = host.write(h, &bytes[done..done + n]) {
+                        self.record_failure(e);
+                    }
+                    done += n;
+                }
+                None => {
+                    let next = self
+                        .reservations
+                        .range(addr..)
+                        .next()
+                        .map_or(u64::MAX, |(&k, _)| k);
+                    done += (next.saturating_sub(addr).min(rest as u64) as usize).max(1);
+                }
+            }
+        }
     }
 
     /// C3: writes the first `n` deferred copies into guest memory, in the order they were deferred;
@@ -757,15 +1039,26 @@ impl GuestMemory {
         copies
     }
 
-    /// Reads guest bytes; bytes no page holds read as zero.
+    /// Reads guest bytes; bytes no page holds read as zero. In host mode it reads the emulator's
+    /// pages; a page the process cannot read reads as zero and is recorded as a failure
+    /// ([`GuestMemory::take_host_failure`]).
     pub fn read_bytes(&self, address: u64, out: &mut [u8]) {
+        let contents = match &self.contents {
+            Contents::Simulated(c) => c,
+            Contents::Host { .. } => {
+                if self.read_host(address, out).is_err() {
+                    out.fill(0);
+                }
+                return;
+            }
+        };
         let mut done = 0usize;
         while done < out.len() {
             let addr = address.wrapping_add(done as u64);
             let page = addr >> self.page_shift;
             let in_page = (addr & (self.page_bytes - 1)) as usize;
             let n = (self.page_bytes as usize - in_page).min(out.len() - done);
-            match self.contents.get(&page) {
+            match contents.get(&page) {
                 Some(p) => out[done..done + n].copy_from_slice(&p[in_page..in_page + n]),
                 None => out[done..done + n].fill(0),
             }
@@ -781,6 +1074,10 @@ impl GuestMemory {
         if len == 0 {
             return;
         }
+        let contents = match &self.contents {
+            Contents::Simulated(c) => c,
+            Contents::Host { .. } => return self.read_bytes(address, out),
+        };
         let end = address.saturating_add(len);
         let first_page = address >> self.page_shift;
         let last_page = (end - 1) >> self.page_shift;
@@ -794,15 +1091,15 @@ impl GuestMemory {
                 out[dst..dst + n].copy_from_slice(&bytes[src..src + n]);
             }
         };
-        if last_page - first_page >= self.contents.len() as u64 {
-            for (&page, bytes) in &self.contents {
+        if last_page - first_page >= contents.len() as u64 {
+            for (&page, bytes) in contents {
                 if (first_page..=last_page).contains(&page) {
                     copy(page, bytes);
                 }
             }
         } else {
             for page in first_page..=last_page {
-                if let Some(bytes) = self.contents.get(&page) {
+                if let Some(bytes) = contents.get(&page) {
                     copy(page, bytes);
                 }
             }
@@ -812,6 +1109,10 @@ impl GuestMemory {
     /// Writes guest bytes with no write-watch or target effects (a device store, or loading a
     /// sample's contents).
     pub fn write_bytes(&mut self, address: u64, bytes: &[u8]) {
+        let contents = match &mut self.contents {
+            Contents::Simulated(c) => c,
+            Contents::Host { .. } => return self.write_host(address, bytes),
+        };
         let mut done = 0usize;
         let page_bytes = self.page_bytes as usize;
         while done < bytes.len() {
@@ -819,8 +1120,7 @@ impl GuestMemory {
             let page = addr >> self.page_shift;
             let in_page = (addr & (self.page_bytes - 1)) as usize;
             let n = (page_bytes - in_page).min(bytes.len() - done);
-            let p = self
-                .contents
+            let p = contents
                 .entry(page)
                 .or_insert_with(|| vec![0u8; page_bytes].into_boxed_slice());
             p[in_page..in_page + n].copy_from_slice(&bytes[done..done + n]);
@@ -829,21 +1129,30 @@ impl GuestMemory {
     }
 
     /// Pages whose contents are held, with their bytes (for saving samples).
+    /// In host mode there are none: the emulator's pages are its own.
     pub fn content_pages(&self) -> impl Iterator<Item = (u64, &[u8])> {
-        self.contents
-            .iter()
+        let pages = match &self.contents {
+            Contents::Simulated(c) => Some(c.iter()),
+            Contents::Host { .. } => None,
+        };
+        pages
+            .into_iter()
+            .flatten()
             .map(move |(p, b)| (p << self.page_shift, &b[..]))
     }
 
     fn drop_contents(&mut self, range: ByteRange) {
+        let Contents::Simulated(contents) = &mut self.contents else {
+            return;
+        };
         let first = range.start >> self.page_shift;
         let last = range.end.saturating_sub(1) >> self.page_shift;
-        if last - first < self.contents.len() as u64 {
+        if last - first < contents.len() as u64 {
             for p in first..=last {
-                self.contents.remove(&p);
+                contents.remove(&p);
             }
         } else {
-            self.contents.retain(|p, _| *p < first || *p > last);
+            contents.retain(|p, _| *p < first || *p > last);
         }
     }
 }
@@ -868,6 +1177,7 @@ mod tests {
             writable: true,
             committed: false,
             backing: Backing::Private,
+            host_base: None,
         })
         .unwrap();
         m
@@ -979,7 +1289,8 @@ mod tests {
         step(&mut m, Event::Release { base: 0x10000 }, true);
         let mut m = mem();
         let c = m.state_changes();
-        m.commit_for_mapping(ByteRange::new(0x10000, 0x20000));
+        m.commit_for_mapping(ByteRange::new(0x10000, 0x20000))
+            .unwrap();
         assert_ne!(m.state_changes(), c, "M2 commits and notes pages");
         let c = m.state_changes();
         m.write_bytes(0x10000, &[1, 2, 3]);

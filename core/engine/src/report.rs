@@ -297,6 +297,10 @@ pub enum LeftOutReason {
     /// Its host pages are not read-write: the guest may not write them (a page the guest may not
     /// write is left out whatever the host's protection), the host lowered them, or a guard holds.
     NotReadWrite,
+    /// Host mode: the events say the pages qualify, but the process's real mapping of them does
+    /// not (shared, file-backed, not read-write, or unmapped): refused before the driver saw them
+    /// (`crate::host::check_real`); the report's `detail` says what the kernel said.
+    RealMapping,
 }
 
 impl LeftOutReason {
@@ -306,6 +310,26 @@ impl LeftOutReason {
             LeftOutReason::NotCommitted => "host pages not committed",
             LeftOutReason::NotPrivate => "host pages shared (aliased), not private",
             LeftOutReason::NotReadWrite => "host pages not read-write",
+            LeftOutReason::RealMapping => {
+                "the process's real mapping contradicts the events (refused before the driver saw it)"
+            }
+        }
+    }
+
+    /// What the drivers measured here do with such pages, so an explanation says why M3 exists
+    /// and not only that it fired ([`crate::host::DRIVER_FACTS`]).
+    pub fn driver_note(self) -> &'static str {
+        match self {
+            LeftOutReason::NotCommitted => {
+                "NVIDIA makes every page of an import resident as it maps it, so an uncommitted page would be committed behind the emulator's back (M2 commits first)"
+            }
+            LeftOutReason::NotPrivate => {
+                "RADV refuses shared and memfd-backed pages (VK_ERROR_INVALID_EXTERNAL_HANDLE); NVIDIA and lavapipe import them"
+            }
+            LeftOutReason::NotReadWrite => {
+                "NVIDIA refuses an import holding a page that is not read-write (VK_ERROR_OUT_OF_DEVICE_MEMORY); lavapipe imports it and kills the process with SIGSEGV when the device stores to it"
+            }
+            LeftOutReason::RealMapping => crate::host::DRIVER_FACTS,
         }
     }
 }
@@ -334,6 +358,9 @@ pub struct LeftOutReport {
     pub guest: ByteRange,
     /// Why.
     pub reason: LeftOutReason,
+    /// For [`LeftOutReason::RealMapping`]: what the kernel said of the host pages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
 /// The mappings as a dispatch saw them (M1–M5).

@@ -59,6 +59,7 @@ fn reserve_as(e: &mut Engine, start: u64, end: u64, readable: bool, writable: bo
             writable,
             committed: true,
             backing: Backing::Private,
+            host_base: None,
         },
     );
 }
@@ -243,6 +244,7 @@ fn m1_a_reservation_of_the_whole_address_space_is_one_run() {
             writable: true,
             committed: false,
             backing: Backing::Private,
+            host_base: None,
         },
     );
     let res = e.memory().reservations().next().unwrap();
@@ -277,6 +279,7 @@ fn m1_a_reservation_of_the_whole_address_space_is_one_run() {
             writable: true,
             committed: true,
             backing: Backing::Private,
+            host_base: None,
         })
         .unwrap_err();
     assert!(err.to_string().contains("overlaps"), "{err}");

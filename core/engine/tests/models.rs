@@ -480,6 +480,7 @@ fn event_of(e: &Engine, ev: &Ev) -> Option<Event> {
             } else {
                 Backing::Private
             },
+            host_base: None,
         },
         Ev::Release(i) => {
             let bases: Vec<u64> = e.memory().reservations().map(|r| r.range.start).collect();
@@ -827,7 +828,7 @@ proptest! {
     ) {
         // Alignment 4 so that no member is refused (O7) and every dispatch runs.
         let mut e = Engine::cpu(DeviceLimits { min_storage_buffer_offset_alignment: 4, ..DeviceLimits::default() }).unwrap();
-        e.apply(&Event::Reserve { range: r(MEM, MEM_END), readable: true, writable: true, committed: true, backing: Backing::Private }).unwrap();
+        e.apply(&Event::Reserve { range: r(MEM, MEM_END), readable: true, writable: true, committed: true, backing: Backing::Private, host_base: None }).unwrap();
         let initial = noise(seed, MODELLED.size_bytes() as usize);
         e.load_contents(MODELLED.start, &initial);
         let slots: Vec<Slot> = raw_slots.iter().enumerate().map(|(i, &(b, n, w))| Slot::new(i as u32, b, n, w)).collect();

@@ -66,6 +66,7 @@ fn reserve_as(
             writable,
             committed,
             backing: Backing::Private,
+            host_base: None,
         },
     );
 }
@@ -2272,6 +2273,7 @@ fn bad_events_are_named_errors_and_change_nothing() {
             writable: true,
             committed: true,
             backing: Backing::Private,
+            host_base: None,
         })
         .unwrap_err();
     assert!(

@@ -267,6 +267,7 @@ fn run_335_a_readable_run_is_committed_and_mapped_in_pieces() {
         writable: true,
         committed: true,
         backing: Backing::Private,
+        host_base: None,
     });
     apply(Event::Decommit {
         range: r(page(4), page(6)),
@@ -365,6 +366,7 @@ fn ray_traversal_runs_device_addressed() {
             writable: true,
             committed: true,
             backing: Backing::Private,
+            host_base: None,
         })
         .unwrap();
     }

@@ -875,6 +875,7 @@ pub(crate) mod tests {
             writable: true,
             committed: true,
             backing: dispatchscope_core::input::Backing::Private,
+            host_base: None,
         })
         .unwrap();
         let mut store = Access::new(AccessKind::Global, Op::Store, 4);

@@ -93,6 +93,7 @@ pub fn random_sample(seed: u64, cfg: GenConfig) -> Sample {
             writable: true,
             committed: rng.chance(80),
             backing: Backing::Private,
+            host_base: None,
         }));
         // A few pages in other states, so that M3 has something to leave out.
         let n = cfg.pages_per_reservation.max(1);

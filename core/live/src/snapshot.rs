@@ -37,6 +37,7 @@ pub fn snapshot_of(memory: &GuestMemory) -> (Vec<Event>, Vec<Contents>) {
             writable: first.guest.writable,
             committed: first.committed,
             backing: first.backing,
+            host_base: None,
         });
         let at = |i: usize| r.range.start + i as u64 * page;
         // Each attribute: the runs of pages whose value differs from what the events before set.

@@ -205,6 +205,7 @@ fn reserve(start: u64, end: u64) -> Step {
         writable: true,
         committed: true,
         backing: Backing::Private,
+        host_base: None,
     })
 }
 
@@ -455,6 +456,7 @@ fn an_unchanged_generation_makes_no_vulkan_calls() {
             writable: true,
             committed: true,
             backing: Backing::Private,
+            host_base: None,
         })
         .expect("reserve");
     let first = engine.dispatch(input).expect("first");

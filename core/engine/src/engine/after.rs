@@ -46,6 +46,7 @@ impl<B: Backend> Engine<B> {
         for m in marks {
             let before = change.distrusted.len();
             self.memory.note_written(m.guest, change);
+            self.memory.hand_off_to_host(m.guest);
             for &id in &change.distrusted[before..] {
                 hand_off
                     .targets_distrusted

@@ -34,7 +34,7 @@ use crate::memory::{GuestMemory, MemoryChange, MemoryError};
 use crate::overlap::Planner;
 use crate::report::{
     AccessReport, BeforeDispatch, Counts, DispatchReport, Escape, EventReport, HandOff, Hazard,
-    MappingReport, Mark, Mode, SCHEMA, SlotBinding, TableReport, TargetLost, WriteBack,
+    Mark, Mode, SlotBinding, TargetLost, WriteBack,
 };
 
 mod accesses;
@@ -43,11 +43,16 @@ mod escape;
 mod events;
 mod mapping;
 mod mode;
+mod prepare;
 mod replan;
 mod route;
 mod validate;
 
 use mapping::{MappingState, TableSync};
+pub use prepare::{
+    CompleteError, DeviceAddressing, DeviceRun, HolderRun, Prepared, Ran as RanOn, SlotPlan,
+    push_word,
+};
 pub use replan::{Planned, Replanner, accesses_not_run};
 pub use validate::validate;
 
@@ -72,6 +77,12 @@ pub enum EngineError {
     /// A device's holder bytes cannot be written back ([`Engine::write_back_from_device`]).
     #[error("device write-back: {0}")]
     DeviceWriteBack(#[from] DeviceWriteBackError),
+    /// A dispatch is prepared and not completed: complete (or abandon) it first.
+    #[error("dispatch {0} is prepared and not completed; complete or abandon it first")]
+    Prepared(u64),
+    /// What [`Engine::complete`] was given does not fit the prepared dispatch.
+    #[error("complete: {0}")]
+    Complete(#[from] CompleteError),
 }
 
 /// Why [`Engine::write_back_from_device`] refused a device's holder bytes. Nothing was written.
@@ -135,6 +146,10 @@ pub struct Engine<B: Backend = CpuBackend> {
     mapping_state: MappingState,
     /// The last event that set each page's state, for escapes into pages left out (M3).
     page_events: events::PageEvents,
+    /// The dispatch [`Engine::prepare`] handed out and [`Engine::complete`] has not taken.
+    prepared: Option<u64>,
+    /// Host mode: the memory's state count when mapped pages were last checked for guards.
+    guards_checked: Option<u64>,
 }
 
 impl Engine<CpuBackend> {
@@ -147,15 +162,37 @@ impl Engine<CpuBackend> {
 impl<B: Backend> Engine<B> {
     /// An engine on `backend`. The backend's real limits, if it has any, take the place of the
     /// storage-buffer limits in `limits`.
-    pub fn new(mut limits: DeviceLimits, backend: B) -> Result<Self, EngineError> {
+    pub fn new(limits: DeviceLimits, backend: B) -> Result<Self, EngineError> {
+        Self::with_memory(limits, backend, None)
+    }
+
+    /// An engine in host mode: guest memory is the emulator's own pages, reached through `host`
+    /// (`crate::host`); nothing is copied, and every reservation names its host base.
+    pub fn with_host(
+        limits: DeviceLimits,
+        backend: B,
+        host: std::sync::Arc<dyn crate::host::HostMemory>,
+    ) -> Result<Self, EngineError> {
+        Self::with_memory(limits, backend, Some(host))
+    }
+
+    fn with_memory(
+        mut limits: DeviceLimits,
+        backend: B,
+        host: Option<std::sync::Arc<dyn crate::host::HostMemory>>,
+    ) -> Result<Self, EngineError> {
         if let Some(real) = backend.limits() {
             limits.name = real.name;
             limits.min_storage_buffer_offset_alignment = real.min_storage_buffer_offset_alignment;
             limits.max_storage_buffer_range = real.max_storage_buffer_range;
         }
         limits.check()?;
+        let memory = match host {
+            Some(h) => GuestMemory::with_host(limits.host_page_bytes, h)?,
+            None => GuestMemory::new(limits.host_page_bytes)?,
+        };
         Ok(Self {
-            memory: GuestMemory::new(limits.host_page_bytes)?,
+            memory,
             limits,
             backend,
             mappings: Mappings::new(),
@@ -168,6 +205,8 @@ impl<B: Backend> Engine<B> {
             planner: Planner::new(),
             mapping_state: MappingState::default(),
             page_events: events::PageEvents::default(),
+            prepared: None,
+            guards_checked: None,
         })
     }
 
@@ -215,59 +254,33 @@ impl<B: Backend> Engine<B> {
         Ok(())
     }
 
-    /// Plans, maps, runs and hands off one dispatch, and reports everything it did.
-    ///
-    /// One phase a rule group, in the order an emulator runs them; each hands what it found to the
-    /// next, and the report is made of their results at the end (nothing is read back from it).
+    /// Plans, maps, runs and hands off one dispatch, and reports everything it did: prepare, the
+    /// engine's own backend, complete (`prepare.rs`), the same path an emulator's own dispatch
+    /// takes with its device in the middle.
     pub fn dispatch(&mut self, input: &DispatchInput) -> Result<DispatchReport, EngineError> {
         puffin::profile_function!();
-        let limits = self.limits.clone();
-        let (
-            checked,
-            Planned {
-                mode,
-                mode_reason,
-                slots: bindings,
-                sets,
-                refusals,
-            },
-        ) = replan::plan_phases(&mut self.planner, input, &limits)?;
-        let index = self.next_dispatch;
-        self.next_dispatch += 1;
-        let events_before = std::mem::take(&mut self.pending);
-        let ran = match mode {
-            Mode::Refused => Ran::not_run(input, self.memory.deferred_copies().len()),
-            mode => self.run(index, input, &checked, &bindings, &limits, mode)?,
+        let prepared = self.prepare(input)?;
+        let outcome = match prepared.mode {
+            Mode::Refused => None,
+            _ => {
+                let routed = self.routed(input, &prepared);
+                match self
+                    .backend
+                    .execute(&routed.job, self.table.as_ref(), &mut self.memory)
+                {
+                    Ok(o) => Some(o),
+                    Err(e) => {
+                        self.prepared = None;
+                        return Err(e.into());
+                    }
+                }
+            }
         };
-        let mut report = DispatchReport {
-            schema: SCHEMA.to_owned(),
-            index,
-            program: input.program,
-            label: input.label.clone(),
-            kind: input.kind,
-            mode,
-            backend: self.backend.name(),
-            device: limits,
-            reasons: input.reasons.clone(),
-            mode_reason,
-            slots: bindings,
-            sets,
-            refusals,
-            events_before,
-            before: ran.before,
-            mappings: ran.mappings,
-            table: ran.table,
-            accesses: ran.accesses,
-            escapes: ran.escapes,
-            marks: ran.marks,
-            hand_off: ran.hand_off,
-            write_back: ran.write_back,
-            hazards: ran.hazards,
-            counts: Counts::default(),
-            instrumented: None,
+        let ran = match outcome {
+            Some(o) => prepare::Ran::Backend(o),
+            None => prepare::Ran::Device(DeviceRun::default()),
         };
-        report.counts = counts_of(&report);
-        Ok(report)
+        self.complete(input, prepared, ran)
     }
 
     /// O8 and O9 for a holder the device wrote itself: a translated pass that the emulator ran
@@ -355,61 +368,6 @@ impl<B: Backend> Engine<B> {
         Ok(())
     }
 
-    /// The phases of a dispatch that runs, bound or device-addressed.
-    fn run(
-        &mut self,
-        index: u64,
-        input: &DispatchInput,
-        checked: &validate::Checked,
-        bindings: &[SlotBinding],
-        limits: &DeviceLimits,
-        mode: Mode,
-    ) -> Result<Ran, EngineError> {
-        let device_addressed = mode == Mode::DeviceAddressed;
-        let (before, mappings, table) = if device_addressed {
-            let before = self.write_deferred();
-            let mappings = self.map(index)?;
-            (before, Some(mappings), Some(self.sync_table(limits)?))
-        } else {
-            (self.write_deferred_under(bindings), None, None)
-        };
-        let routed = route::route(input, checked, bindings, limits);
-        let mut outcome =
-            self.backend
-                .execute(&routed.job, self.table.as_ref(), &mut self.memory)?;
-        let lookups = accesses::trace_lookups(input, &routed.routes, self.table.as_ref());
-        let escapes = self.escapes(input, &routed.routes, &outcome, &lookups);
-        let marks = after::marks(&outcome, self.table.as_ref());
-        let mut change = MemoryChange::default();
-        let mut hand_off = HandOff::default();
-        self.hand_off(&marks, &mut change, &mut hand_off);
-        let write_back = self.write_back(&routed, &outcome, &mut change, &mut hand_off);
-        hand_off.pages_noted_written = after::merge_ranges(change.noted_written);
-        let mut hazards =
-            after::detect_l1(input, &routed, &lookups, self.table.as_ref(), &write_back);
-        hazards.extend(after::detect_stale_loads(
-            input,
-            &routed,
-            &lookups,
-            self.table.as_ref(),
-        ));
-        let accesses = accesses::reports(input, routed.routes, lookups, &mut outcome);
-        if device_addressed {
-            self.in_flight = Some(index);
-        }
-        Ok(Ran {
-            before,
-            mappings,
-            table,
-            accesses,
-            escapes,
-            marks,
-            hand_off,
-            write_back,
-            hazards,
-        })
-    }
-
     /// C3: the dispatch may read anywhere, so the frame pending and every deferred copy land in
     /// guest memory first, as host writes (D824 notes, D720 distrust).
     fn write_deferred(&mut self) -> BeforeDispatch {
@@ -473,9 +431,6 @@ impl<B: Backend> Engine<B> {
 /// What the phases of one dispatch found, in the report's words.
 #[derive(Default)]
 struct Ran {
-    before: BeforeDispatch,
-    mappings: Option<MappingReport>,
-    table: Option<TableReport>,
     accesses: Vec<AccessReport>,
     escapes: Vec<Escape>,
     marks: Vec<Mark>,
@@ -487,9 +442,8 @@ struct Ran {
 impl Ran {
     /// A refused dispatch: nothing ran; each access is reported as not run (A1), and the deferred
     /// copies stay deferred.
-    fn not_run(input: &DispatchInput, still_deferred: usize) -> Self {
+    fn not_run(input: &DispatchInput) -> Self {
         Self {
-            before: left_deferred(still_deferred),
             accesses: accesses::not_run(input),
             ..Self::default()
         }

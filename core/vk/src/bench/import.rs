@@ -80,6 +80,7 @@ pub fn import_bench(ctx: &Arc<Context>, mapped_bytes: u64) -> Result<ImportFigur
             writable: true,
             committed: true,
             backing: Backing::Private,
+            host_base: None,
         },
     )?;
     for p in (GUEST_BASE..res.end).step_by(8 << 12) {

@@ -110,6 +110,7 @@ impl HostSide {
                 writable: true,
                 committed: true,
                 backing: Backing::Private,
+                host_base: None,
             })
             .collect()
     }

@@ -1,0 +1,533 @@
+//! The dispatch path split where the emulator's own dispatch goes: [`Engine::prepare`] runs every
+//! phase before the device (validate, O1–O11, A1/W2, C3, M1–M5, T1–T3/T6, routing) and hands out
+//! what the emulator's command buffer needs ([`Prepared`]); the emulator records and submits its
+//! own dispatch with its own module (linked against the lookup helper); after its fence,
+//! [`Engine::complete`] takes what the device left ([`DeviceRun`]: the marks, each holder's data
+//! and write mask) and runs every phase after the device (C1, C2, O8/O9, L1) into the report.
+//!
+//! `Engine::dispatch` is the same two calls with the engine's own backend run between them
+//! ([`Ran::Backend`]), so there is one path, not two.
+
+use super::route::{self, Routed};
+use super::validate::Checked;
+use super::{Engine, EngineError, after, counts_of, replan};
+use crate::addr::ByteRange;
+use crate::backend::Backend;
+use crate::exec::Outcome;
+use crate::input::{DeviceLimits, DispatchInput};
+use crate::memory::MemoryChange;
+use crate::report::{
+    BeforeDispatch, BindSet, DispatchReport, EventReport, HandOff, MappingReport, Mode, Refusal,
+    SCHEMA, SlotBinding, TableReport,
+};
+use crate::rules::DEVICE_TABLE_PUSH_WORD;
+use thiserror::Error;
+
+/// Push-block words the lookup helper reads (`dispatchscope-vk`'s `spirv::library` states the
+/// interface): 18 `log2` chunk bytes, 19 `log2` table capacity, 20 the probe bound, 24–25 the mark
+/// words' device address (C1), 28–29 the hash multiplier, 30–31 the table's device address (T3).
+/// Eleven words, 44 bytes: more than the one 64-bit value a push block as full as shadPS4's has left.
+pub mod push_word {
+    /// `log2(chunk bytes)` (T1).
+    pub const CHUNK_SHIFT: u32 = 18;
+    /// `log2(table capacity)`.
+    pub const CAPACITY_LOG2: u32 = 19;
+    /// The probe bound (T2).
+    pub const PROBE_BOUND: u32 = 20;
+    /// The mark words' device address (2 words, C1).
+    pub const MARKS: u32 = 24;
+    /// The hash multiplier (2 words, T2).
+    pub const MULTIPLIER: u32 = 28;
+    /// The table's device address (2 words, T3).
+    pub const TABLE: u32 = super::DEVICE_TABLE_PUSH_WORD;
+}
+
+/// How the emulator binds one slot of a bound dispatch (O5–O9), in the emulator's words: which
+/// guest bytes its buffer holds, and where in that buffer the slot's descriptor starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotPlan {
+    /// The slot number the program binds.
+    pub slot: u32,
+    /// The slot whose buffer it binds (itself when alone or holder, O4).
+    pub holder: u32,
+    /// The guest bytes the holder's buffer holds: its widened range (O5), uploaded once (O8).
+    pub buffer: ByteRange,
+    /// The descriptor's offset into the holder's buffer (O6), a multiple of
+    /// `minStorageBufferOffsetAlignment` (O7 refused the dispatch otherwise).
+    pub offset_bytes: u64,
+    /// The descriptor's range: from `offset_bytes` to the holder's widened end (O6).
+    pub range_bytes: u64,
+    /// The write mask's descriptor offset into the holder's mask buffer: one 4-byte mask word a
+    /// data word, at the slot's own offset (O9).
+    pub mask_offset_bytes: u64,
+    /// Whether the dispatch writes through it (its holder is then written back, O8).
+    pub written: bool,
+}
+
+/// What a device-addressed dispatch's module needs (D964): the table and the words its push block
+/// carries for the helper.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceAddressing {
+    /// T3: the chunk table's device address.
+    pub table_address: u64,
+    /// C1: the mark words' device address (one `u32` a table slot, zero before the dispatch), or 0
+    /// where the engine's backend keeps none and the emulator hands its own to [`DeviceRun`].
+    pub marks_address: u64,
+    /// Mark words: one a table slot.
+    pub mark_words: u64,
+    /// T1: bytes a chunk.
+    pub chunk_bytes: u64,
+    /// Every push word the helper reads, as (word index, value), in word order.
+    pub push_words: Vec<(u32, u32)>,
+}
+
+/// Everything the emulator's command buffer needs for one dispatch, and what the engine keeps
+/// until [`Engine::complete`].
+#[derive(Debug)]
+pub struct Prepared {
+    /// The dispatch's index in the session.
+    pub index: u64,
+    /// Bound, device-addressed or refused.
+    pub mode: Mode,
+    /// Why, in one sentence.
+    pub mode_reason: String,
+    /// Each slot's binding as the report has it.
+    pub slots: Vec<SlotBinding>,
+    /// Sets of two or more slots (O2).
+    pub sets: Vec<BindSet>,
+    /// Refusals by rule; a refused dispatch must not run.
+    pub refusals: Vec<Refusal>,
+    /// How to bind each slot (bound and device-addressed dispatches both bind the slots the host
+    /// resolved, W1); empty for a refused one.
+    pub bindings: Vec<SlotPlan>,
+    /// The table and the push words, for a device-addressed dispatch.
+    pub device: Option<DeviceAddressing>,
+    pub(super) checked: Checked,
+    pub(super) limits: DeviceLimits,
+    pub(super) events_before: Vec<EventReport>,
+    pub(super) before: BeforeDispatch,
+    pub(super) mappings: Option<MappingReport>,
+    pub(super) table: Option<TableReport>,
+}
+
+impl Prepared {
+    /// The push block's 32 words with the helper's words set (others zero): what a program with no
+    /// push words of its own pushes.
+    pub fn push_block(&self) -> [u32; 32] {
+        let mut words = [0u32; 32];
+        for &(w, v) in self.device.iter().flat_map(|d| d.push_words.iter()) {
+            if let Some(slot) = words.get_mut(w as usize) {
+                *slot = v;
+            }
+        }
+        words
+    }
+
+    /// The plan of holder slot `slot`, if it is one.
+    pub fn holder(&self, slot: u32) -> Option<&SlotPlan> {
+        self.bindings
+            .iter()
+            .find(|b| b.slot == slot && b.holder == slot)
+    }
+}
+
+/// One holder's bytes after the emulator's dispatch, for O8's masked write-back.
+#[derive(Clone, Copy, Debug)]
+pub struct HolderRun<'a> {
+    /// The holder slot.
+    pub slot: u32,
+    /// The holder's buffer, from its widened start (`SlotPlan::buffer`).
+    pub data: &'a [u8],
+    /// Its write mask: 4 bytes a data word, non-zero where a store set it (O9).
+    pub masks: &'a [u8],
+}
+
+/// What the emulator's device left, read after its fence.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceRun<'a> {
+    /// C1: the mark words as the device left them (one a table slot), when the emulator kept its
+    /// own; `None` reads them from the engine's backend (`DeviceAddressing::marks_address`).
+    pub marks: Option<&'a [u32]>,
+    /// O8: each written holder's data and mask. A holder left out is not written back: the
+    /// emulator's buffer was its own guest pages (imported zero-copy), so its stores are in place.
+    pub holders: Vec<HolderRun<'a>>,
+}
+
+/// What ran between prepare and complete.
+#[derive(Debug)]
+pub enum Ran<'a> {
+    /// The engine's own backend ran the routed job (`Engine::dispatch`).
+    Backend(Outcome),
+    /// The emulator ran its own dispatch.
+    Device(DeviceRun<'a>),
+}
+
+/// Why [`Engine::complete`] refused what it was given. Nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum CompleteError {
+    /// No dispatch is prepared, or another one is (completed twice, or out of order).
+    #[error(
+        "dispatch {given} is not the prepared one ({prepared:?}): completed twice or out of order"
+    )]
+    NotPrepared {
+        /// The dispatch given.
+        given: u64,
+        /// The one prepared, if any.
+        prepared: Option<u64>,
+    },
+    /// The dispatch was refused; it did not run and has nothing to complete but its report.
+    #[error("holder slot {slot} is not a written holder of dispatch {dispatch}")]
+    NotAHolder {
+        /// The slot.
+        slot: u32,
+        /// The dispatch.
+        dispatch: u64,
+    },
+    /// A holder's data or mask is shorter than its buffer.
+    #[error(
+        "holder slot {slot} spans {bytes} bytes, but {data} bytes of data and {masks} of masks came"
+    )]
+    HolderSize {
+        /// The slot.
+        slot: u32,
+        /// The holder's widened size.
+        bytes: u64,
+        /// Data bytes given.
+        data: usize,
+        /// Mask bytes given.
+        masks: usize,
+    },
+    /// The mark words are not one a table slot.
+    #[error("{given} mark words came; the table has {slots} slots")]
+    MarkWords {
+        /// Words given.
+        given: usize,
+        /// Table slots.
+        slots: usize,
+    },
+}
+
+impl<B: Backend> Engine<B> {
+    /// Every phase before the device: validate, plan (O1–O11), choose the mode (A1, W2), write the
+    /// deferred copies (C3), map (M1–M5) and bring the table up (T1–T3, T6); returns what the
+    /// emulator binds and pushes. A refused dispatch is prepared too (its refusals say why); it
+    /// must not run, and [`Engine::complete`] gives its report. One dispatch is prepared at a time.
+    pub fn prepare(&mut self, input: &DispatchInput) -> Result<Prepared, EngineError> {
+        puffin::profile_function!();
+        if let Some(p) = self.prepared {
+            return Err(EngineError::Prepared(p));
+        }
+        let limits = self.limits.clone();
+        let (checked, planned) = replan::plan_phases(&mut self.planner, input, &limits)?;
+        let index = self.next_dispatch;
+        let (before, mappings, table) = match planned.mode {
+            Mode::Refused => (
+                super::left_deferred(self.memory.deferred_copies().len()),
+                None,
+                None,
+            ),
+            Mode::DeviceAddressed => {
+                let before = self.write_deferred();
+                let mappings = self.map(index)?;
+                self.release_guards_over_pieces()?;
+                (before, Some(mappings), Some(self.sync_table(&limits)?))
+            }
+            Mode::Bound => (self.write_deferred_under(&planned.slots), None, None),
+        };
+        if let Some(e) = self.memory.take_host_failure() {
+            return Err(crate::backend::BackendError::Host(e).into());
+        }
+        let device = match &table {
+            Some(t) => Some(self.device_addressing(t)?),
+            None => None,
+        };
+        self.next_dispatch += 1;
+        self.prepared = Some(index);
+        let bindings = if planned.mode == Mode::Refused {
+            Vec::new()
+        } else {
+            slot_plans(&planned.slots)
+        };
+        Ok(Prepared {
+            index,
+            mode: planned.mode,
+            mode_reason: planned.mode_reason,
+            slots: planned.slots,
+            sets: planned.sets,
+            refusals: planned.refusals,
+            bindings,
+            device,
+            checked,
+            limits,
+            events_before: std::mem::take(&mut self.pending),
+            before,
+            mappings,
+            table,
+        })
+    }
+
+    /// The routed job of a prepared dispatch: what the engine's own backend runs.
+    pub(super) fn routed<'a>(&self, input: &'a DispatchInput, prepared: &Prepared) -> Routed<'a> {
+        route::route(input, &prepared.checked, &prepared.slots, &prepared.limits)
+    }
+
+    /// Every phase after the device: the marks (C1), their hand-off (C2), the masked write-back
+    /// (O8, O9), L1; returns the dispatch's report. `input` is the input `prepared` was made from.
+    pub fn complete(
+        &mut self,
+        input: &DispatchInput,
+        prepared: Prepared,
+        ran: Ran<'_>,
+    ) -> Result<DispatchReport, EngineError> {
+        puffin::profile_function!();
+        if self.prepared != Some(prepared.index) {
+            return Err(CompleteError::NotPrepared {
+                given: prepared.index,
+                prepared: self.prepared,
+            }
+            .into());
+        }
+        let ran_report = match prepared.mode {
+            Mode::Refused => super::Ran::not_run(input),
+            _ => {
+                let routed = self.routed(input, &prepared);
+                let outcome = match ran {
+                    Ran::Backend(outcome) => outcome,
+                    Ran::Device(run) => self.device_outcome(&prepared, &routed, run)?,
+                };
+                self.after(input, routed, outcome)
+            }
+        };
+        self.prepared = None;
+        if prepared.mode == Mode::DeviceAddressed {
+            self.in_flight = Some(prepared.index);
+        }
+        let host_failure = self.memory.take_host_failure();
+        let mut report = DispatchReport {
+            schema: SCHEMA.to_owned(),
+            index: prepared.index,
+            program: input.program,
+            label: input.label.clone(),
+            kind: input.kind,
+            mode: prepared.mode,
+            backend: self.backend.name(),
+            device: prepared.limits,
+            reasons: input.reasons.clone(),
+            mode_reason: prepared.mode_reason,
+            slots: prepared.slots,
+            sets: prepared.sets,
+            refusals: prepared.refusals,
+            events_before: prepared.events_before,
+            before: prepared.before,
+            mappings: prepared.mappings,
+            table: prepared.table,
+            accesses: ran_report.accesses,
+            escapes: ran_report.escapes,
+            marks: ran_report.marks,
+            hand_off: ran_report.hand_off,
+            write_back: ran_report.write_back,
+            hazards: ran_report.hazards,
+            counts: Default::default(),
+            instrumented: None,
+        };
+        report.counts = counts_of(&report);
+        if let Some(e) = host_failure {
+            return Err(crate::backend::BackendError::Host(e).into());
+        }
+        Ok(report)
+    }
+
+    /// Forgets a prepared dispatch the emulator will not run (its device failed): the next
+    /// dispatch may be prepared. Its index stays used.
+    pub fn abandon(&mut self, prepared: Prepared) -> Result<(), EngineError> {
+        if self.prepared != Some(prepared.index) {
+            return Err(CompleteError::NotPrepared {
+                given: prepared.index,
+                prepared: self.prepared,
+            }
+            .into());
+        }
+        self.prepared = None;
+        Ok(())
+    }
+
+    /// The prepared dispatch's index, if one waits for [`Engine::complete`].
+    pub fn prepared(&self) -> Option<u64> {
+        self.prepared
+    }
+
+    /// The phases after the device, over an outcome.
+    fn after(
+        &mut self,
+        input: &DispatchInput,
+        routed: Routed<'_>,
+        mut outcome: Outcome,
+    ) -> super::Ran {
+        let lookups = super::accesses::trace_lookups(input, &routed.routes, self.table.as_ref());
+        let escapes = self.escapes(input, &routed.routes, &outcome, &lookups);
+        let marks = after::marks(&outcome, self.table.as_ref());
+        let mut change = MemoryChange::default();
+        let mut hand_off = HandOff::default();
+        self.hand_off(&marks, &mut change, &mut hand_off);
+        let write_back = self.write_back(&routed, &outcome, &mut change, &mut hand_off);
+        hand_off.pages_noted_written = after::merge_ranges(change.noted_written);
+        let mut hazards =
+            after::detect_l1(input, &routed, &lookups, self.table.as_ref(), &write_back);
+        hazards.extend(after::detect_stale_loads(
+            input,
+            &routed,
+            &lookups,
+            self.table.as_ref(),
+        ));
+        let accesses = super::accesses::reports(input, routed.routes, lookups, &mut outcome);
+        super::Ran {
+            accesses,
+            escapes,
+            marks,
+            hand_off,
+            write_back,
+            hazards,
+        }
+    }
+
+    /// The outcome of the emulator's own run, in the backend's words: no accesses (the host never
+    /// saw them), the marks, and each holder's data and mask in the job's holder order.
+    fn device_outcome(
+        &mut self,
+        prepared: &Prepared,
+        routed: &Routed<'_>,
+        run: DeviceRun<'_>,
+    ) -> Result<Outcome, EngineError> {
+        let dispatch = prepared.index;
+        let slots = self.table.as_ref().map_or(0, |t| t.capacity());
+        let marks: Vec<(usize, u32)> = match (run.marks, prepared.mode) {
+            (_, Mode::Bound) => Vec::new(),
+            (Some(words), _) => {
+                if words.len() != slots {
+                    return Err(CompleteError::MarkWords {
+                        given: words.len(),
+                        slots,
+                    }
+                    .into());
+                }
+                words
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, w)| **w != 0)
+                    .map(|(i, w)| (i, *w))
+                    .collect()
+            }
+            (None, _) => self.backend.take_marks(slots)?,
+        };
+        for h in &run.holders {
+            if !routed.holder_slots.contains(&h.slot) {
+                return Err(CompleteError::NotAHolder {
+                    slot: h.slot,
+                    dispatch,
+                }
+                .into());
+            }
+        }
+        let mut holders = Vec::with_capacity(routed.job.holders.len());
+        let mut masks = Vec::with_capacity(routed.job.holders.len());
+        for (slot, range) in routed.holder_slots.iter().zip(&routed.job.holders) {
+            let Some(h) = run.holders.iter().find(|h| h.slot == *slot) else {
+                holders.push(Vec::new());
+                masks.push(Vec::new());
+                continue;
+            };
+            let bytes = range.size_bytes();
+            let words = bytes.div_ceil(4);
+            if (h.data.len() as u64) < bytes || (h.masks.len() as u64) < 4 * words {
+                return Err(CompleteError::HolderSize {
+                    slot: h.slot,
+                    bytes,
+                    data: h.data.len(),
+                    masks: h.masks.len(),
+                }
+                .into());
+            }
+            holders.push(h.data[..bytes as usize].to_vec());
+            masks.push(
+                h.masks[..4 * words as usize]
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            );
+        }
+        Ok(Outcome {
+            accesses: Vec::new(),
+            marks,
+            holders,
+            masks,
+        })
+    }
+
+    /// T3 and C1 for the emulator's module: the table's words and the mark words' address.
+    fn device_addressing(&mut self, t: &TableReport) -> Result<DeviceAddressing, EngineError> {
+        let marks_address = self.backend.mark_words(t.capacity as usize)?.unwrap_or(0);
+        let lo = |v: u64| v as u32;
+        let hi = |v: u64| (v >> 32) as u32;
+        let chunk_shift = t.chunk_bytes.trailing_zeros();
+        let capacity_log2 = t.capacity.max(1).trailing_zeros();
+        let mut push_words = vec![
+            (push_word::CHUNK_SHIFT, chunk_shift),
+            (push_word::CAPACITY_LOG2, capacity_log2),
+            (push_word::PROBE_BOUND, t.probe_bound),
+            (push_word::MARKS, lo(marks_address)),
+            (push_word::MARKS + 1, hi(marks_address)),
+            (push_word::MULTIPLIER, lo(t.multiplier)),
+            (push_word::MULTIPLIER + 1, hi(t.multiplier)),
+            (push_word::TABLE, lo(t.device_address)),
+            (push_word::TABLE + 1, hi(t.device_address)),
+        ];
+        push_words.sort_unstable();
+        Ok(DeviceAddressing {
+            table_address: t.device_address,
+            marks_address,
+            mark_words: t.capacity,
+            chunk_bytes: t.chunk_bytes,
+            push_words,
+        })
+    }
+
+    /// M2 again in host mode: guards the emulator raised over mapped pages since they were mapped
+    /// are released before the device may store through them (`GuestMemory::release_guards_over`).
+    fn release_guards_over_pieces(&mut self) -> Result<(), EngineError> {
+        if self.memory.host().is_none() {
+            return Ok(());
+        }
+        let key = self.memory.state_changes();
+        if self.guards_checked == Some(key) {
+            return Ok(());
+        }
+        let pieces: Vec<ByteRange> = self.mappings.pieces().map(|p| p.guest).collect();
+        for p in pieces {
+            self.memory.release_guards_over(p)?;
+        }
+        self.guards_checked = Some(self.memory.state_changes());
+        Ok(())
+    }
+}
+
+/// How the emulator binds each slot, from the plan (O4–O9).
+fn slot_plans(slots: &[SlotBinding]) -> Vec<SlotPlan> {
+    slots
+        .iter()
+        .filter(|b| b.resolved)
+        .filter_map(|b| {
+            let holder = b.holder?;
+            let h = slots.iter().find(|s| s.slot == holder)?;
+            let buffer = h.holder_range()?;
+            Some(SlotPlan {
+                slot: b.slot,
+                holder,
+                buffer,
+                offset_bytes: b.offset,
+                range_bytes: b.binding.size_bytes(),
+                mask_offset_bytes: b.offset,
+                written: b.written,
+            })
+        })
+        .collect()
+}
