@@ -27,6 +27,12 @@ pub enum BackendError {
     UnknownImport { device_base: u64 },
     #[error("the device failed to run the dispatch: {0}")]
     Execute(String),
+    /// The device is lost (`VK_ERROR_DEVICE_LOST`): nothing more runs on it.
+    #[error("the device was lost ({call} answered VK_ERROR_DEVICE_LOST)")]
+    DeviceLost { call: String },
+    /// The device or the host ran out of memory.
+    #[error("out of memory ({call} answered {code})")]
+    OutOfMemory { call: String, code: String },
     #[error("the device failed to place the chunk table of {bytes:#x} bytes: {why}")]
     Table { bytes: u64, why: String },
     /// A call into the emulator's memory failed (host mode: commit, guard release, hand-off).

@@ -32,6 +32,9 @@ pub struct VulkanBackend {
     commands: Commands,
     /// Vulkan calls outside `execute` ([`Backend::calls`]).
     calls: u64,
+    /// C1 for a dispatch the emulator runs itself: host-visible mark words, one a table slot
+    /// ([`Backend::mark_words`]).
+    marks: Option<crate::buffer::Buf>,
 }
 
 impl std::fmt::Debug for VulkanBackend {
@@ -59,6 +62,7 @@ impl VulkanBackend {
             replay: Replay::new(&ctx),
             commands,
             calls: 0,
+            marks: None,
             ctx,
         })
     }
@@ -197,11 +201,45 @@ impl Backend for VulkanBackend {
     fn calls(&self) -> u64 {
         self.calls
     }
+
+    fn mark_words(&mut self, slots: usize) -> Result<Option<u64>, BackendError> {
+        let bytes = 4 * slots.max(1) as u64;
+        if self.marks.as_ref().is_none_or(|m| m.size < bytes) {
+            if let Some(old) = self.marks.take() {
+                self.commands.wait_in_flight(&mut self.calls)?;
+                self.ctx.destroy_buffer(old, &mut self.calls);
+            }
+            let buf = self
+                .ctx
+                .host_buffer(bytes, "the mark words (C1)", &mut self.calls)?;
+            self.marks = Some(buf);
+        }
+        let Some(m) = self.marks.as_mut() else {
+            return Ok(None);
+        };
+        m.bytes_mut().fill(0);
+        Ok(Some(m.address))
+    }
+
+    fn take_marks(&mut self, slots: usize) -> Result<Vec<(usize, u32)>, BackendError> {
+        let Some(m) = self.marks.as_mut() else {
+            return Ok(Vec::new());
+        };
+        let marks = (0..slots)
+            .map(|i| (i, m.word(i)))
+            .filter(|&(_, w)| w != 0)
+            .collect();
+        m.bytes_mut().fill(0);
+        Ok(marks)
+    }
 }
 
 impl Drop for VulkanBackend {
     fn drop(&mut self) {
         let _ = self.commands.wait_in_flight(&mut self.calls);
+        if let Some(m) = self.marks.take() {
+            self.ctx.destroy_buffer(m, &mut self.calls);
+        }
         // The parts are destroyed with the fields (imports, table, replay buffers, then the
         // commands): nothing is pending on them (waited above).
     }

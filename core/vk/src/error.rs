@@ -241,6 +241,20 @@ impl From<VkError> for dispatchscope_core::backend::BackendError {
             VkError::UnknownImport { device_base } => {
                 dispatchscope_core::backend::BackendError::UnknownImport { device_base }
             }
+            VkError::Call { call, ref code, .. } if code == "VK_ERROR_DEVICE_LOST" => {
+                dispatchscope_core::backend::BackendError::DeviceLost {
+                    call: call.to_owned(),
+                }
+            }
+            VkError::Call { call, ref code, .. }
+                if code == "VK_ERROR_OUT_OF_DEVICE_MEMORY"
+                    || code == "VK_ERROR_OUT_OF_HOST_MEMORY" =>
+            {
+                dispatchscope_core::backend::BackendError::OutOfMemory {
+                    call: call.to_owned(),
+                    code: code.clone(),
+                }
+            }
             other => dispatchscope_core::backend::BackendError::Execute(other.to_string()),
         }
     }

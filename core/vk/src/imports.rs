@@ -2,7 +2,12 @@
 //! (`host`), imports it with `VK_EXT_external_memory_host`, binds a buffer with a device address to
 //! it, and frees it on release.
 //!
-//! It also keeps the mirrors and guest memory in step: before a dispatch that reads guest memory
+//! In host mode (guest memory that is the emulator's own pages, `dispatchscope_core::host`) there
+//! is no mirror: the piece's host pages themselves are imported (zero-copy), so device stores land
+//! in the emulator's memory and nothing is copied either way; such an import is refused by name
+//! when its host address or size is not a multiple of `minImportedHostPointerAlignment`.
+//!
+//! Otherwise it keeps the mirrors and guest memory in step: before a dispatch that reads guest memory
 //! by device address every guest page with contents is copied into its mirror, and after one the
 //! bytes of the chunks it marked are copied back (C1). It never decides what to import: the engine's
 //! mappings say which pieces, and the backend waits for any dispatch in flight before a release (M5).
@@ -26,12 +31,18 @@ pub struct ImportTime {
     pub mirror: Duration,
     /// The Vulkan calls of the imports.
     pub vulkan: Duration,
+    /// Guest bytes copied into or out of mirrors (0 in host mode: the pages are imported as
+    /// they are).
+    pub bytes_copied: u64,
+    /// Imports of the emulator's own pages, zero-copy (host mode).
+    pub zero_copy: u64,
 }
 
 /// One imported piece: its mirror, the imported memory over it and the buffer bound to that.
 pub(crate) struct Import {
     pub(crate) guest: ByteRange,
-    mirror: HostAlloc,
+    /// The mirror imported, or `None` for the emulator's own pages (host mode).
+    mirror: Option<HostAlloc>,
     memory: vk::DeviceMemory,
     buffer: vk::Buffer,
     pub(crate) device_base: u64,
@@ -103,6 +114,9 @@ impl Imports {
                 ),
             ));
         }
+        if memory.host().is_some() {
+            return self.import_in_place(piece, memory, calls);
+        }
         let started = Instant::now();
         let mut mirror = HostAlloc::zeroed(bytes, align)?;
         let size = piece.size_bytes() as usize;
@@ -110,6 +124,7 @@ impl Imports {
             return Err(refused(0, "the mirror is shorter than the piece".into()));
         };
         memory.read_bytes(piece.start, dst);
+        self.time.bytes_copied += size as u64;
         let page = memory.page_bytes();
         let touched: BTreeSet<u64> = mirror.bytes()[..size]
             .chunks(page as usize)
@@ -121,14 +136,14 @@ impl Imports {
         self.time.mirror += copied - started;
         let host = mirror.addr();
         let (memory_obj, buffer, device_base) = self
-            .import_host(&mirror, bytes, calls)
+            .import_host(mirror.as_ptr(), bytes, calls)
             .map_err(|e| refused(host, e.to_string()))?;
         self.time.vulkan += copied.elapsed();
         self.by_base.insert(
             device_base,
             Import {
                 guest: piece,
-                mirror,
+                mirror: Some(mirror),
                 memory: memory_obj,
                 buffer,
                 device_base,
@@ -139,11 +154,78 @@ impl Imports {
         Ok(device_base)
     }
 
+    /// M1 in host mode: imports the emulator's own pages behind `piece` where they lie. The
+    /// engine checked the process's real mapping of them first (M3, `dispatchscope_core::host`).
+    fn import_in_place(
+        &mut self,
+        piece: ByteRange,
+        memory: &GuestMemory,
+        calls: &mut u64,
+    ) -> Result<u64, VkError> {
+        let align = self.ctx.info.min_imported_host_pointer_alignment.max(1);
+        let bytes = piece.size_bytes();
+        let refused = |host: u64, why: String| VkError::ImportRefused {
+            piece,
+            bytes,
+            host,
+            why,
+        };
+        let Some((host, left)) = memory.host_address(piece.start) else {
+            return Err(refused(
+                0,
+                "no reservation names a host address for it".into(),
+            ));
+        };
+        if left < bytes {
+            return Err(refused(
+                host,
+                "the piece passes its reservation's end".into(),
+            ));
+        }
+        if host % align != 0 || bytes % align != 0 {
+            return Err(refused(
+                host,
+                format!(
+                    "host {host:#x} and size {bytes:#x} must be multiples of minImportedHostPointerAlignment {align:#x}"
+                ),
+            ));
+        }
+        if bytes > self.ctx.info.max_memory_allocation_size {
+            return Err(refused(
+                host,
+                format!(
+                    "{bytes:#x} bytes is over maxMemoryAllocationSize {:#x}",
+                    self.ctx.info.max_memory_allocation_size
+                ),
+            ));
+        }
+        let started = Instant::now();
+        let (memory_obj, buffer, device_base) = self
+            .import_host(host as *mut u8, bytes, calls)
+            .map_err(|e| refused(host, e.to_string()))?;
+        self.time.vulkan += started.elapsed();
+        self.time.zero_copy += 1;
+        self.by_base.insert(
+            device_base,
+            Import {
+                guest: piece,
+                mirror: None,
+                memory: memory_obj,
+                buffer,
+                device_base,
+                touched: BTreeSet::new(),
+            },
+        );
+        self.by_guest.insert(piece.start, device_base);
+        Ok(device_base)
+    }
+
     /// The Vulkan half of an import: host pointer properties, imported memory, a buffer bound to
-    /// it, its device address.
+    /// it, its device address. `ptr` is aligned to minImportedHostPointerAlignment and its
+    /// `bytes` stay mapped until the import is released.
     fn import_host(
         &self,
-        mirror: &HostAlloc,
+        ptr: *mut u8,
         bytes: u64,
         calls: &mut u64,
     ) -> Result<(vk::DeviceMemory, vk::Buffer, u64), VkError> {
@@ -159,7 +241,7 @@ impl Imports {
             (ctx.host_import.fp().get_memory_host_pointer_properties_ext)(
                 d.handle(),
                 handle,
-                mirror.as_ptr().cast(),
+                ptr.cast(),
                 &mut props,
             )
         };
@@ -203,7 +285,7 @@ impl Imports {
         }
         let mut import = vk::ImportMemoryHostPointerInfoEXT::default()
             .handle_type(handle)
-            .host_pointer(mirror.as_ptr().cast());
+            .host_pointer(ptr.cast());
         let mut flags =
             vk::MemoryAllocateFlagsInfo::default().flags(vk::MemoryAllocateFlags::DEVICE_ADDRESS);
         let alloc = vk::MemoryAllocateInfo::default()
@@ -275,7 +357,7 @@ impl Imports {
     pub(crate) fn mirror_mut(&mut self, device_base: u64) -> Option<&mut [u8]> {
         let imp = self.by_base.get_mut(&device_base)?;
         let n = imp.guest.size_bytes() as usize;
-        imp.mirror.bytes_mut().get_mut(..n)
+        imp.mirror.as_mut()?.bytes_mut().get_mut(..n)
     }
 
     /// Copies every guest page with contents into its import's mirror where they differ, and zeroes
@@ -295,12 +377,15 @@ impl Imports {
             }
             let off = (addr - imp.guest.start) as usize;
             let len = (imp.guest.end - addr).min(page) as usize;
-            if let (Some(dst), Some(src)) = (
-                imp.mirror.bytes_mut().get_mut(off..off + len),
-                bytes.get(..len),
-            ) && dst != src
+            let Some(mirror) = imp.mirror.as_mut() else {
+                continue;
+            };
+            if let (Some(dst), Some(src)) =
+                (mirror.bytes_mut().get_mut(off..off + len), bytes.get(..len))
+                && dst != src
             {
                 dst.copy_from_slice(src);
+                self.time.bytes_copied += len as u64;
             }
             imp.touched.insert(addr);
             seen.insert(addr);
@@ -315,7 +400,11 @@ impl Imports {
             for p in stale {
                 let off = (p - imp.guest.start) as usize;
                 let len = (imp.guest.end - p).min(page) as usize;
-                if let Some(dst) = imp.mirror.bytes_mut().get_mut(off..off + len) {
+                if let Some(dst) = imp
+                    .mirror
+                    .as_mut()
+                    .and_then(|m| m.bytes_mut().get_mut(off..off + len))
+                {
                     dst.fill(0);
                 }
                 imp.touched.remove(&p);
@@ -328,13 +417,18 @@ impl Imports {
     pub(crate) fn copy_back(&mut self, marked: &[u64], chunk: u64, memory: &mut GuestMemory) {
         let page = memory.page_bytes();
         let mut old = vec![0u8; chunk as usize];
+        let mut copied = 0u64;
         for &device_addr in marked {
             let Some((imp, off)) = self.at(device_addr, chunk) else {
                 continue;
             };
             let guest = imp.guest.start + off;
             let base = imp.device_base;
-            let Some(new) = imp.mirror.bytes().get(off as usize..(off + chunk) as usize) else {
+            // The emulator's own pages hold the device's stores already: nothing to copy.
+            let Some(mirror) = imp.mirror.as_ref() else {
+                continue;
+            };
+            let Some(new) = mirror.bytes().get(off as usize..(off + chunk) as usize) else {
                 continue;
             };
             memory.read_bytes(guest, &mut old);
@@ -350,6 +444,7 @@ impl Imports {
                     i += 1;
                 }
                 memory.write_bytes(guest + start as u64, &new[start..i]);
+                copied += (i - start) as u64;
                 wrote.push(guest + start as u64);
             }
             if let Some(imp) = self.by_base.get_mut(&base) {
@@ -358,6 +453,7 @@ impl Imports {
                 }
             }
         }
+        self.time.bytes_copied += copied;
     }
 }
 

@@ -34,6 +34,7 @@ mod device;
 mod encode;
 mod error;
 mod host;
+pub mod host_pages;
 mod imports;
 pub mod pass;
 mod pipeline;
