@@ -82,8 +82,8 @@ pub struct DeviceAddressing {
 }
 
 /// Everything the emulator's command buffer needs for one dispatch, and what the engine keeps
-/// until [`Engine::complete`].
-#[derive(Debug)]
+/// until [`Engine::complete`]. A clone completes only once: the engine matches it by index.
+#[derive(Clone, Debug)]
 pub struct Prepared {
     /// The dispatch's index in the session.
     pub index: u64,
@@ -337,12 +337,13 @@ impl<B: Backend> Engine<B> {
         Ok(report)
     }
 
-    /// Forgets a prepared dispatch the emulator will not run (its device failed): the next
-    /// dispatch may be prepared. Its index stays used.
-    pub fn abandon(&mut self, prepared: Prepared) -> Result<(), EngineError> {
-        if self.prepared != Some(prepared.index) {
+    /// Forgets prepared dispatch `index`, which the emulator will not complete (its device
+    /// failed, or what it handed to complete was refused and it gives up): the next dispatch may
+    /// be prepared. The index stays used.
+    pub fn abandon(&mut self, index: u64) -> Result<(), EngineError> {
+        if self.prepared != Some(index) {
             return Err(CompleteError::NotPrepared {
-                given: prepared.index,
+                given: index,
                 prepared: self.prepared,
             }
             .into());

@@ -1,0 +1,306 @@
+//! Prepare and complete (issue 29): what the emulator's command buffer is handed, and what
+//! complete makes of what its device left, on the CPU reference's engine with simulated memory.
+//! The same engine's `dispatch` is prepare, its backend, complete, so every shipped sample and
+//! golden file exercises the split too (`core/formats/tests`).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests: a panic is the test failing, with its message"
+)]
+
+use dispatchscope_core::addr::ByteRange;
+use dispatchscope_core::engine::{
+    CompleteError, DeviceRun, EngineError, HolderRun, RanOn, SlotPlan, push_word,
+};
+use dispatchscope_core::input::{Access, AccessKind, Backing, Event, Op, Reason, Slot};
+use dispatchscope_core::report::Mode;
+use dispatchscope_core::rules::{DEVICE_TABLE_PUSH_WORD, Rule};
+use dispatchscope_core::{DeviceLimits, DispatchInput, Engine};
+
+const BASE: u64 = 0x4000_0000;
+
+fn engine() -> Engine {
+    let mut e = Engine::cpu(DeviceLimits::default()).unwrap();
+    e.apply(&Event::Reserve {
+        range: ByteRange::new(BASE, BASE + 0x20000),
+        readable: true,
+        writable: true,
+        committed: true,
+        backing: Backing::Private,
+        host_base: None,
+    })
+    .unwrap();
+    e
+}
+
+fn bound(slots: Vec<Slot>) -> DispatchInput {
+    DispatchInput {
+        program: 0x4000_03e1_9200,
+        slots,
+        ..DispatchInput::default()
+    }
+}
+
+/// Run 305, programs 0x400003e19200 and 0x400003e1ac00: a 0x20-byte written range that a
+/// 0xe40f-byte written range ends inside. One holder, the small range a member 0xe400 into it.
+#[test]
+fn run_305_is_bound_as_one_holder_with_its_member_offset() {
+    let mut e = engine();
+    let input = bound(vec![
+        Slot::new(0, BASE, 0xe40f, true),
+        Slot::new(1, BASE + 0xe400, 0x20, true),
+    ]);
+    let p = e.prepare(&input).unwrap();
+    assert_eq!(p.mode, Mode::Bound);
+    assert!(p.device.is_none());
+    let buffer = ByteRange::new(BASE, BASE + 0xe420);
+    assert_eq!(
+        p.bindings,
+        vec![
+            SlotPlan {
+                slot: 0,
+                holder: 0,
+                buffer,
+                offset_bytes: 0,
+                range_bytes: 0xe420,
+                mask_offset_bytes: 0,
+                written: true,
+            },
+            SlotPlan {
+                slot: 1,
+                holder: 0,
+                buffer,
+                offset_bytes: 0xe400,
+                range_bytes: 0x20,
+                mask_offset_bytes: 0xe400,
+                written: true,
+            },
+        ]
+    );
+    assert_eq!(p.holder(0).map(|h| h.buffer), Some(buffer));
+    assert!(p.holder(1).is_none());
+    // The emulator's device stored two words through the member; complete writes back exactly
+    // those (O8, O9).
+    let mut data = vec![0u8; 0xe420];
+    let mut masks = vec![0u8; 4 * 0xe420 / 4];
+    for (w, v) in [(0xe400 / 4, 0x1111_1111u32), (0xe41c / 4, 0x2222_2222)] {
+        data[4 * w..4 * w + 4].copy_from_slice(&v.to_le_bytes());
+        masks[4 * w] = 1;
+    }
+    data[0..4].copy_from_slice(&7u32.to_le_bytes()); // not masked: never written back
+    let run = DeviceRun {
+        marks: None,
+        holders: vec![HolderRun {
+            slot: 0,
+            data: &data,
+            masks: &masks,
+        }],
+    };
+    let r = e.complete(&input, p, RanOn::Device(run)).unwrap();
+    assert_eq!(r.counts.words_written_back, 2);
+    let mut got = [0u8; 4];
+    e.memory().read_bytes(BASE + 0xe41c, &mut got);
+    assert_eq!(u32::from_le_bytes(got), 0x2222_2222);
+    e.memory().read_bytes(BASE, &mut got);
+    assert_eq!(u32::from_le_bytes(got), 0);
+    assert_eq!(r.backend, "cpu-reference");
+}
+
+/// Run 305, program 0x400003d88400: a four-byte written range inside a 0x94-byte range.
+#[test]
+fn a_four_byte_range_inside_a_0x94_byte_range_binds_inside_its_holder() {
+    let mut e = engine();
+    let input = bound(vec![
+        Slot::new(3, BASE + 0x100, 0x94, false),
+        Slot::new(4, BASE + 0x150, 4, true),
+    ]);
+    let p = e.prepare(&input).unwrap();
+    assert_eq!(p.mode, Mode::Bound);
+    let member = p.bindings.iter().find(|b| b.slot == 4).unwrap();
+    assert_eq!(
+        (member.holder, member.offset_bytes, member.range_bytes),
+        (3, 0x50, 0x44)
+    );
+    e.complete(&input, p, RanOn::Device(DeviceRun::default()))
+        .unwrap();
+}
+
+/// O7: a member offset that is not a multiple of minStorageBufferOffsetAlignment (0x10 here, as
+/// on lavapipe and the H200) is refused by name; nothing is bound.
+#[test]
+fn o7_refuses_a_misaligned_member_and_hands_out_nothing_to_bind() {
+    let mut e = engine();
+    let input = bound(vec![
+        Slot::new(0, BASE, 0x100, true),
+        Slot::new(1, BASE + 0x24, 0x10, true),
+    ]);
+    let p = e.prepare(&input).unwrap();
+    assert_eq!(p.mode, Mode::Refused);
+    assert_eq!(p.refusals[0].rule, Rule::O7);
+    assert_eq!(p.refusals[0].slot, Some(1));
+    assert!(p.bindings.is_empty());
+    let r = e
+        .complete(&input, p, RanOn::Device(DeviceRun::default()))
+        .unwrap();
+    assert_eq!(r.mode, Mode::Refused);
+}
+
+fn device_input() -> DispatchInput {
+    DispatchInput {
+        program: 0x7400_5b85_4a00,
+        reasons: vec![Reason::D753],
+        ..DispatchInput::default()
+    }
+}
+
+/// A device-addressed dispatch hands out the table and every push word the helper reads; the
+/// emulator's own marks come back as C1's marks and C2's hand-off.
+#[test]
+fn a_device_addressed_dispatch_hands_out_the_table_and_takes_the_marks() {
+    let mut e = engine();
+    let input = device_input();
+    let p = e.prepare(&input).unwrap();
+    assert_eq!(p.mode, Mode::DeviceAddressed);
+    let d = p.device.clone().unwrap();
+    let t = e.table().unwrap();
+    assert_eq!(d.mark_words, t.capacity() as u64);
+    assert_eq!(d.chunk_bytes, t.chunk_bytes());
+    let block = p.push_block();
+    assert_eq!(
+        u64::from(block[DEVICE_TABLE_PUSH_WORD as usize])
+            | u64::from(block[DEVICE_TABLE_PUSH_WORD as usize + 1]) << 32,
+        d.table_address
+    );
+    assert_eq!(block[push_word::CHUNK_SHIFT as usize], t.chunk_shift());
+    assert_eq!(block[push_word::CAPACITY_LOG2 as usize], t.capacity_log2());
+    assert_eq!(
+        u64::from(block[push_word::MULTIPLIER as usize])
+            | u64::from(block[push_word::MULTIPLIER as usize + 1]) << 32,
+        t.multiplier()
+    );
+    assert_eq!(d.marks_address, 0, "the CPU reference keeps no mark words");
+    // The device stored into the chunk of BASE + 0x10010.
+    let chunk = (BASE + 0x10010) >> t.chunk_shift();
+    let slot = t.lookup_slot(chunk).unwrap();
+    let mut marks = vec![0u32; t.capacity()];
+    marks[slot] = 3;
+    let r = e
+        .complete(
+            &input,
+            p,
+            RanOn::Device(DeviceRun {
+                marks: Some(&marks),
+                holders: Vec::new(),
+            }),
+        )
+        .unwrap();
+    assert_eq!(r.marks.len(), 1);
+    assert_eq!(r.marks[0].stores, 3);
+    assert!(r.marks[0].guest.contains(BASE + 0x10010));
+    assert!(
+        r.hand_off
+            .pages_noted_written
+            .iter()
+            .any(|p| p.contains(BASE + 0x10010))
+    );
+}
+
+/// Out of order, twice, or with the wrong number of mark words: a named error, nothing changed.
+#[test]
+fn misuse_is_a_named_error() {
+    let mut e = engine();
+    let input = device_input();
+    let p = e.prepare(&input).unwrap();
+    let index = p.index;
+    assert!(matches!(
+        e.prepare(&input),
+        Err(EngineError::Prepared(i)) if i == index
+    ));
+    let wrong = vec![0u32; 3];
+    let err = e
+        .complete(
+            &input,
+            p,
+            RanOn::Device(DeviceRun {
+                marks: Some(&wrong),
+                holders: Vec::new(),
+            }),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EngineError::Complete(CompleteError::MarkWords { given: 3, .. })
+        ),
+        "{err}"
+    );
+    // The prepared dispatch is still the one waiting; abandon it and go on.
+    assert_eq!(e.prepared(), Some(index));
+    let p2 = e.prepare(&bound(vec![Slot::new(0, BASE, 0x10, true)]));
+    assert!(p2.is_err());
+    let mut store = Access::new(AccessKind::Global, Op::Store, 4);
+    store.address = Some(BASE);
+    store.values = vec![1];
+    let again = e.dispatch(&device_input());
+    assert!(again.is_err(), "a dispatch waits for the prepared one too");
+    e.abandon(index).unwrap();
+    assert!(e.abandon(index).is_err(), "abandoned once");
+    let mut input = device_input();
+    input.accesses = vec![store];
+    let r = e.dispatch(&input).unwrap();
+    assert_eq!(r.index, index + 1, "the abandoned index stays used");
+}
+
+/// A prepared dispatch completed twice is refused: the second has no prepared dispatch to match.
+#[test]
+fn completing_twice_is_refused() {
+    let mut e = engine();
+    let input = bound(vec![Slot::new(0, BASE, 0x10, true)]);
+    let p = e.prepare(&input).unwrap();
+    let stale = p.clone();
+    e.complete(&input, p, RanOn::Device(DeviceRun::default()))
+        .unwrap();
+    let err = e
+        .complete(&input, stale, RanOn::Device(DeviceRun::default()))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EngineError::Complete(CompleteError::NotPrepared {
+                given: 0,
+                prepared: None
+            })
+        ),
+        "{err}"
+    );
+}
+
+/// A holder's data shorter than its buffer, or a slot that is no holder, is refused by name.
+#[test]
+fn holder_data_is_checked() {
+    let mut e = engine();
+    let input = bound(vec![
+        Slot::new(0, BASE, 0x100, true),
+        Slot::new(1, BASE + 0x40, 0x10, true),
+    ]);
+    let p = e.prepare(&input).unwrap();
+    let short = vec![0u8; 0x10];
+    let err = e
+        .complete(
+            &input,
+            p,
+            RanOn::Device(DeviceRun {
+                marks: None,
+                holders: vec![HolderRun {
+                    slot: 0,
+                    data: &short,
+                    masks: &short,
+                }],
+            }),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("spans 256 bytes"), "{err}");
+    let p = e.prepare(&input);
+    assert!(p.is_err(), "still prepared after a refused complete");
+}
