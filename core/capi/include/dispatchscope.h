@@ -8,7 +8,11 @@
  * destroyed handle is never valid again (a second destroy is DS_INVALID_HANDLE).
  * Threads: any thread may call any function; calls on one engine are serialised, calls on
  * different engines run in parallel. A debugger's pause stops the calling thread inside
- * ds_engine_dispatch*, as a game's GPU thread would be stopped.
+ * ds_engine_dispatch* and ds_engine_prepare, as a game's GPU thread would be stopped.
+ * The host path: ds_engine_create_host (or _vulkan_host) with ds_host_callbacks, events as
+ * ds_event (DS_EVENT_RESERVE takes host_address), then per dispatch ds_engine_prepare, the
+ * emulator's own command buffer, its fence, ds_engine_complete. Every struct that may grow starts
+ * with its size; DS_ABI_VERSION names the layout.
  * Ownership: arguments are borrowed for the call; pointers handed out (ds_last_error,
  * ds_engine_report_json) stay valid until the thread's (resp. the engine's) next call.
  */
@@ -21,6 +25,22 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+// The layout of every struct of this header: a caller compiled against another version is
+// refused by name (`DS_ABI_MISMATCH`) rather than misread.
+#define DS_ABI_VERSION 2
+
+// `ds_event::flags`: the guest may read.
+#define DS_EVENT_READABLE (1 << 0)
+
+// `ds_event::flags`: the guest may write.
+#define DS_EVENT_WRITABLE (1 << 1)
+
+// `ds_event::flags`: host pages committed (reserve).
+#define DS_EVENT_COMMITTED (1 << 2)
+
+// `ds_event::flags`: host pages shared (reserve, set-backing).
+#define DS_EVENT_SHARED (1 << 3)
 
 // `ds_slot::flags`: the dispatch writes through the slot.
 #define DS_SLOT_WRITTEN (1 << 0)
@@ -66,6 +86,18 @@ typedef enum ds_status {
   // A panic inside the library, caught at the boundary; the engine it happened in is refused
   // from then on.
   DS_PANICKED = 8,
+  // The device was lost (`VK_ERROR_DEVICE_LOST`): nothing more runs on it.
+  DS_DEVICE_LOST = 9,
+  // The device or the host ran out of memory.
+  DS_OUT_OF_MEMORY = 10,
+  // A host callback (commit, guard release, write, hand-off, read) reported failure, or a page
+  // the process cannot read was read.
+  DS_HOST_CALLBACK = 11,
+  // A struct's `size` or `abi_version` is not this library's (`DS_ABI_VERSION`).
+  DS_ABI_MISMATCH = 12,
+  // Prepare and complete out of order: a second prepare before complete, a complete of a
+  // dispatch not prepared (or completed already).
+  DS_ORDER = 13,
 } ds_status;
 
 // A dispatch's mode, as the report has it.
@@ -77,6 +109,37 @@ typedef enum ds_mode {
   // Not run.
   DS_MODE_REFUSED = 2,
 } ds_mode;
+
+// `ds_event::kind`.
+typedef enum ds_event_kind {
+  // Reserve `start..end` at `host_address`, with the `DS_EVENT_*` flags.
+  DS_EVENT_RESERVE = 0,
+  // Release the reservation at `start`.
+  DS_EVENT_RELEASE = 1,
+  // Commit host pages `start..end`.
+  DS_EVENT_COMMIT = 2,
+  // Decommit host pages `start..end`.
+  DS_EVENT_DECOMMIT = 3,
+  // The guest's view of `start..end`: `DS_EVENT_READABLE`, `DS_EVENT_WRITABLE`.
+  DS_EVENT_PROTECT = 4,
+  // The host's protection of `start..end`: `protection` 0 none, 1 read, 2 read-write.
+  DS_EVENT_HOST_PROTECT = 5,
+  // `start..end` become shared (`DS_EVENT_SHARED`) or private.
+  DS_EVENT_SET_BACKING = 6,
+  // D824: the write-watch guards `start..end`.
+  DS_EVENT_GUARD = 7,
+  // A CPU write of `n_bytes` at `start` (the bytes are in the emulator's pages already; in
+  // simulated memory they are `bytes`).
+  DS_EVENT_WRITE = 8,
+  // C3: a copy deferred to `start`, `n_bytes` at `bytes`.
+  DS_EVENT_DEFER_COPY = 9,
+  // D720: protected target `target_id` (`name`) over `start..end`.
+  DS_EVENT_ADD_TARGET = 10,
+  // Protected target `target_id` is dropped.
+  DS_EVENT_REMOVE_TARGET = 11,
+  // Every fence waited: no dispatch in flight.
+  DS_EVENT_RETIRE = 12,
+} ds_event_kind;
 
 // A device's limits, as [`DeviceLimits`] has them. [`crate::ds_limits_default`] fills one with
 // the CPU reference's defaults, so a caller sets only what its device says.
@@ -148,6 +211,51 @@ typedef struct ds_dispatch {
   size_t n_push;
 } ds_dispatch;
 
+// A host write: `bytes` bytes from `src` to the emulator's memory at `host_addr`.
+typedef int32_t (*ds_host_write_fn)(void *user,
+                                    uint64_t host_addr,
+                                    const uint8_t *src,
+                                    uint64_t bytes);
+
+// A host callback: 0 for done, any other value a failure the engine reports by name
+// (`DS_HOST_CALLBACK`, with the call and the value).
+typedef int32_t (*ds_host_range_fn)(void *user, uint64_t host_addr, uint64_t bytes);
+
+// C2's hand-off: the device stored into guest `guest_start..guest_end` at `host_addr`.
+typedef int32_t (*ds_host_hand_off_fn)(void *user,
+                                       uint64_t guest_start,
+                                       uint64_t guest_end,
+                                       uint64_t host_addr);
+
+// A host read: `bytes` bytes of the emulator's memory at `host_addr` into `dst`.
+typedef int32_t (*ds_host_read_fn)(void *user, uint64_t host_addr, uint8_t *dst, uint64_t bytes);
+
+// The calls into the emulator that host mode makes, registered once when the engine is made.
+// `write`, `commit`, `release_guards` and `hand_off` are required; `read` may be null (the engine
+// then reads the process's memory with `process_vm_readv`, which fails instead of crashing on a
+// page the process cannot read). Each is called on the thread that called the engine.
+typedef struct ds_host_callbacks {
+  // `sizeof(ds_host_callbacks)`.
+  uint32_t size;
+  // `DS_ABI_VERSION`.
+  uint32_t abi_version;
+  // Handed back to every callback.
+  void *user;
+  // A host write of guest bytes through the emulator's write-watch (C3's deferred copies, O8's
+  // write-back words): the emulator notes the pages written and drops textures over them.
+  ds_host_write_fn write;
+  // M2: commit a run the emulator committed lazily.
+  ds_host_range_fn commit;
+  // M2: release the write-watch's read-only guards over a run (the engine notes its pages
+  // written, as M2 says).
+  ds_host_range_fn release_guards;
+  // C2: a chunk the device marked; the emulator treats it as a host write.
+  ds_host_hand_off_fn hand_off;
+  // Optional: read guest bytes (the debugger's memory view, a bound holder's upload on the
+  // engine's own backend).
+  ds_host_read_fn read;
+} ds_host_callbacks;
+
 // The Vulkan objects an emulator created and lends to an engine, which uses them until it is
 // destroyed and never destroys them. The device must have been created with what D964 needs
 // enabled: Vulkan 1.2, `VK_EXT_external_memory_host`, `bufferDeviceAddress`, `shaderInt64` and
@@ -179,6 +287,132 @@ typedef struct ds_vulkan_device {
   // only, which cannot enable `bufferDeviceAddress` (refused).
   const void *enabled_features;
 } ds_vulkan_device;
+
+// One memory event in struct form. Fields an event does not use are ignored.
+typedef struct ds_event {
+  // `sizeof(ds_event)`.
+  uint32_t size;
+  // A `ds_event_kind` value.
+  uint32_t kind;
+  // The first guest byte (a range's start, a reservation's base, a write's address).
+  uint64_t start;
+  // The guest byte after the range (page-aligned ranges).
+  uint64_t end;
+  // `DS_EVENT_RESERVE`: the host address where the emulator keeps the reservation's first
+  // byte (page-aligned); 0 for an engine on simulated memory.
+  uint64_t host_address;
+  // `DS_EVENT_*` bits.
+  uint32_t flags;
+  // `DS_EVENT_HOST_PROTECT`: 0 none, 1 read, 2 read-write.
+  uint32_t protection;
+  // `DS_EVENT_WRITE`, `DS_EVENT_DEFER_COPY`: the bytes (may be null for a write in host mode).
+  const uint8_t *bytes;
+  // How many bytes.
+  uint64_t n_bytes;
+  // `DS_EVENT_ADD_TARGET`, `DS_EVENT_REMOVE_TARGET`: the target's id.
+  uint32_t target_id;
+  // Reserved, 0.
+  uint32_t reserved;
+  // `DS_EVENT_ADD_TARGET`: its name (NUL-terminated UTF-8) or null.
+  const char *name;
+} ds_event;
+
+// How the emulator binds one slot (O5–O9): its holder's buffer holds guest
+// `buffer_start..buffer_end`; the slot's descriptor is that buffer at `offset_bytes` for
+// `range_bytes`, and its write mask the mask buffer at `mask_offset_bytes`.
+typedef struct ds_slot_plan {
+  // The slot the program binds.
+  uint32_t slot;
+  // The slot whose buffer it binds (O4).
+  uint32_t holder;
+  // The holder's widened guest range (O5), uploaded once (O8).
+  uint64_t buffer_start;
+  // Its end.
+  uint64_t buffer_end;
+  // The descriptor's offset into the holder's buffer (O6, a multiple of the device's
+  // minStorageBufferOffsetAlignment, O7).
+  uint64_t offset_bytes;
+  // The descriptor's range (O6: to the holder's widened end).
+  uint64_t range_bytes;
+  // The write mask's descriptor offset (O9: one mask word a data word, at the same offset).
+  uint64_t mask_offset_bytes;
+  // 1 where the dispatch writes through it.
+  uint32_t written;
+  // Reserved, 0.
+  uint32_t reserved;
+} ds_slot_plan;
+
+// What [`ds_engine_prepare`] hands out. The caller sets `size`, `bindings` and
+// `bindings_capacity` (at least the dispatch's `n_slots`); the rest is written.
+typedef struct ds_prepared {
+  // `sizeof(ds_prepared)` (in).
+  uint32_t size;
+  // A `ds_mode`: a refused dispatch must not run (its refusals are in the report
+  // [`ds_engine_complete`] makes).
+  uint32_t mode;
+  // The dispatch's index: what [`ds_engine_complete`] takes.
+  uint64_t index;
+  // The caller's array of `bindings_capacity` plans (in).
+  struct ds_slot_plan *bindings;
+  // Its capacity (in).
+  uint32_t bindings_capacity;
+  // Plans written.
+  uint32_t n_bindings;
+  // Refusals by rule (0 unless refused).
+  uint32_t n_refusals;
+  // Reserved, 0.
+  uint32_t reserved;
+  // T3: the chunk table's device address (device-addressed dispatches; else 0).
+  uint64_t table_address;
+  // C1: the mark words' device address, or 0 where the emulator keeps its own and hands them
+  // to [`ds_engine_complete`].
+  uint64_t marks_address;
+  // Mark words: one a table slot.
+  uint64_t mark_words;
+  // T1: bytes a chunk.
+  uint64_t chunk_bytes;
+  // The push block with the helper's words set (others 0).
+  uint32_t push[32];
+  // Bit `w` is set where the helper reads push word `w` (18–20, 24–25, 28–31).
+  uint32_t push_mask;
+  // Reserved, 0.
+  uint32_t reserved2;
+} ds_prepared;
+
+// One holder's buffer after the emulator's dispatch (O8): its data from its widened start and
+// its write mask (4 bytes a data word, non-zero where a store set it).
+typedef struct ds_holder_run {
+  // The holder slot.
+  uint32_t slot;
+  // Reserved, 0.
+  uint32_t reserved;
+  // Its data.
+  const uint8_t *data;
+  // Bytes of data.
+  uint64_t data_bytes;
+  // Its write mask.
+  const uint8_t *masks;
+  // Bytes of mask.
+  uint64_t mask_bytes;
+} ds_holder_run;
+
+// What the emulator's device left, for [`ds_engine_complete`].
+typedef struct ds_completion {
+  // `sizeof(ds_completion)`.
+  uint32_t size;
+  // How many holders at `holders`.
+  uint32_t n_holders;
+  // The prepared dispatch's index (`ds_prepared::index`).
+  uint64_t index;
+  // C1: the mark words as the device left them (`n_marks`, one a table slot), or null to read
+  // the engine's own (`ds_prepared::marks_address`).
+  const uint32_t *marks;
+  // How many mark words.
+  uint64_t n_marks;
+  // O8: the written holders' data and masks; a holder left out was the emulator's own pages
+  // (nothing to write back).
+  const struct ds_holder_run *holders;
+} ds_completion;
 
 #ifdef __cplusplus
 extern "C" {
@@ -304,6 +538,70 @@ enum ds_status ds_engine_capture_end(ds_engine engine);
 // The message of the calling thread's last failed call: a NUL-terminated UTF-8 string, empty
 // when the last call succeeded. It stays valid until the thread's next call into this library.
 const char *ds_last_error(void);
+
+// The ABI version this library was built with (compare with `DS_ABI_VERSION`).
+uint32_t ds_abi_version(void);
+
+// Creates an engine in host mode on the CPU reference: its guest memory is the emulator's own
+// pages (every reservation names its host address), reached through `callbacks` and never
+// copied; the emulator runs its dispatches itself between [`ds_engine_prepare`] and
+// [`ds_engine_complete`].
+//
+// # Safety
+// `limits` and `callbacks` must be null (an error) or point at their structs; the callbacks and
+// `user` must stay valid until the engine is destroyed; `out` must be valid for a write.
+enum ds_status ds_engine_create_host(const struct ds_limits *limits,
+                                     const struct ds_host_callbacks *callbacks,
+                                     ds_engine *out);
+
+// Creates an engine in host mode on the emulator's own Vulkan device ([`crate::ds_vulkan_device`]):
+// the emulator's pages are imported zero-copy into that device, the chunk table and the mark
+// words live there, and the emulator's own module reaches them by device address.
+//
+// # Safety
+// As [`crate::ds_engine_create_vulkan`] for `device`, and [`ds_engine_create_host`] for
+// `callbacks` and `out`.
+enum ds_status ds_engine_create_vulkan_host(const struct ds_vulkan_device *device,
+                                            const struct ds_host_callbacks *callbacks,
+                                            ds_engine *out);
+
+// Applies one memory event in struct form (the hot calls: protect and write-watch events).
+//
+// # Safety
+// `event` must be null (an error) or point at a `ds_event` whose pointers are valid for their
+// counts.
+enum ds_status ds_engine_apply(ds_engine engine, const struct ds_event *event);
+
+// Every phase before the device (validate, O1–O11, A1/W2, C3, M1–M5, T1–T3/T6) for one
+// dispatch the emulator will run itself; fills `*out` with what its command buffer needs. One
+// dispatch is prepared at a time; a debugger's pause stops the calling thread here.
+//
+// # Safety
+// `dispatch` as for [`crate::ds_engine_dispatch`]; `out` must be null (an error) or point at a
+// `ds_prepared` whose `bindings` holds `bindings_capacity` elements.
+enum ds_status ds_engine_prepare(ds_engine engine,
+                                 const struct ds_dispatch *dispatch,
+                                 struct ds_prepared *out);
+
+// Every phase after the device (C1, C2, O8/O9, L1) for the prepared dispatch, after the
+// emulator's fence: the marked chunks go to the emulator's `hand_off`, the masked write-back
+// through its `write`. The report is then the engine's last report. A completion refused as bad
+// input leaves the dispatch prepared (fix it and complete again, or [`ds_engine_abandon`]).
+//
+// # Safety
+// `completion` must be null (an error) or point at a `ds_completion` whose pointers are valid
+// for their counts.
+enum ds_status ds_engine_complete(ds_engine engine, const struct ds_completion *completion);
+
+// Forgets prepared dispatch `index`, which the emulator will not complete (its device failed).
+enum ds_status ds_engine_abandon(ds_engine engine, uint64_t index);
+
+// Reads `len` guest bytes at `address` into `out`, as the engine sees them (the emulator's pages
+// in host mode; a page the process cannot read is `DS_HOST_CALLBACK`, never a crash).
+//
+// # Safety
+// `out` must be null (an error) or valid for `len` writes.
+enum ds_status ds_engine_read_guest(ds_engine engine, uint64_t address, uint8_t *out, size_t len);
 
 // Creates an engine whose backend runs on the emulator's own Vulkan device (see
 // [`ds_vulkan_device`]) and writes its handle to `*out`. The planner uses the device's own

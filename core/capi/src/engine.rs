@@ -7,10 +7,12 @@ use std::time::{Duration, Instant};
 
 use dispatchscope_core::backend::BackendError;
 use dispatchscope_core::chunk_table::ChunkTable;
-use dispatchscope_core::engine::EngineError;
+use dispatchscope_core::engine::{CompleteError, EngineError, Prepared, RanOn};
 use dispatchscope_core::exec::{Job, Outcome as RunOutcome};
+use dispatchscope_core::host::HostMemory;
 use dispatchscope_core::input::{DeviceLimits, DispatchInput, Event};
 use dispatchscope_core::memory::GuestMemory;
+use dispatchscope_core::memory::MemoryError;
 use dispatchscope_core::report::DispatchReport;
 use dispatchscope_core::report::Placement;
 use dispatchscope_core::{Backend, ByteRange, CpuBackend, Engine};
@@ -19,6 +21,7 @@ use dispatchscope_formats::session::{CAPTURE_FORMAT, CaptureMeta, DispatchRecord
 use dispatchscope_formats::stream::SessionWriter;
 use dispatchscope_live::snapshot::snapshot_of;
 use dispatchscope_live::{Tap, TapConfig};
+use std::sync::Arc;
 
 use crate::ffi::{Failure, Outcome, boundary, bytes_arg, ds_status, str_arg, write_out};
 use crate::handle::{Registry, lock};
@@ -65,6 +68,12 @@ impl Backend for AnyBackend {
     fn calls(&self) -> u64 {
         self.0.calls()
     }
+    fn mark_words(&mut self, slots: usize) -> Result<Option<u64>, BackendError> {
+        self.0.mark_words(slots)
+    }
+    fn take_marks(&mut self, slots: usize) -> Result<Vec<(usize, u32)>, BackendError> {
+        self.0.take_marks(slots)
+    }
 }
 
 /// What one engine handle holds.
@@ -78,6 +87,10 @@ pub(crate) struct EngineState {
     /// The last report as JSON, made when first asked for.
     last_json: Option<CString>,
     capture: Option<Capture>,
+    /// The dispatch [`crate::ds_engine_prepare`] handed out, and its input, until
+    /// [`crate::ds_engine_complete`].
+    prepared: Option<Prepared>,
+    prepared_input: DispatchInput,
 }
 
 struct Capture {
@@ -87,12 +100,22 @@ struct Capture {
 
 static ENGINES: Registry<EngineState> = Registry::new();
 
-fn engine_error(e: EngineError) -> Failure {
-    let status = match e {
+pub(crate) fn engine_error(e: EngineError) -> Failure {
+    let status = match &e {
+        EngineError::Memory(MemoryError::Host(_)) => ds_status::DS_HOST_CALLBACK,
         EngineError::Input(_)
         | EngineError::Memory(_)
         | EngineError::Limits(_)
-        | EngineError::DeviceWriteBack(_) => ds_status::DS_BAD_INPUT,
+        | EngineError::DeviceWriteBack(_)
+        | EngineError::Complete(CompleteError::HolderSize { .. })
+        | EngineError::Complete(CompleteError::NotAHolder { .. })
+        | EngineError::Complete(CompleteError::MarkWords { .. }) => ds_status::DS_BAD_INPUT,
+        EngineError::Prepared(_) | EngineError::Complete(CompleteError::NotPrepared { .. }) => {
+            ds_status::DS_ORDER
+        }
+        EngineError::Backend(BackendError::DeviceLost { .. }) => ds_status::DS_DEVICE_LOST,
+        EngineError::Backend(BackendError::OutOfMemory { .. }) => ds_status::DS_OUT_OF_MEMORY,
+        EngineError::Backend(BackendError::Host(_)) => ds_status::DS_HOST_CALLBACK,
         EngineError::Backend(_) | EngineError::Table(_) => ds_status::DS_ENGINE,
     };
     Failure::new(status, e)
@@ -102,7 +125,10 @@ fn capture_error(e: SessionError) -> Failure {
     Failure::new(ds_status::DS_IO, e)
 }
 
-fn with_engine(handle: ds_engine, body: impl FnOnce(&mut EngineState) -> Outcome) -> ds_status {
+pub(crate) fn with_engine(
+    handle: ds_engine,
+    body: impl FnOnce(&mut EngineState) -> Outcome,
+) -> ds_status {
     boundary(|| {
         let entry = ENGINES.get(handle, "engine")?;
         let mut state = lock(&entry, "engine")?;
@@ -111,7 +137,7 @@ fn with_engine(handle: ds_engine, body: impl FnOnce(&mut EngineState) -> Outcome
 }
 
 fn create(limits: DeviceLimits, out: *mut ds_engine) -> Outcome {
-    create_on(limits, CpuBackend::new(), out)
+    create_engine(limits, CpuBackend::new(), None, out)
 }
 
 /// Registers an engine on `backend` (which brings its device's own limits) for an emulator.
@@ -123,18 +149,25 @@ pub(crate) fn insert_engine(
         name: backend.name(),
         ..DeviceLimits::default()
     };
-    create_on(limits, backend, out)
+    create_engine(limits, backend, None, out)
 }
 
-fn create_on(
+/// Registers an engine on `backend`, in host mode when `host` is given.
+pub(crate) fn create_engine(
     limits: DeviceLimits,
     backend: impl Backend + Send + 'static,
+    host: Option<Arc<dyn HostMemory>>,
     out: *mut ds_engine,
 ) -> Outcome {
     if out.is_null() {
         return Err(crate::ffi::null("out"));
     }
-    let engine = Engine::new(limits, AnyBackend(Box::new(backend))).map_err(engine_error)?;
+    let backend = AnyBackend(Box::new(backend));
+    let engine = match host {
+        Some(h) => Engine::with_host(limits, backend, h),
+        None => Engine::new(limits, backend),
+    }
+    .map_err(engine_error)?;
     let handle = ENGINES.insert(EngineState {
         engine,
         tap: Tap::detached(),
@@ -142,6 +175,8 @@ fn create_on(
         last: None,
         last_json: None,
         capture: None,
+        prepared: None,
+        prepared_input: DispatchInput::default(),
     });
     // SAFETY: `out` was checked non-null; the caller promises it is valid for a write.
     unsafe { write_out(out, handle, "out") }
@@ -271,12 +306,106 @@ pub unsafe extern "C" fn ds_engine_apply_json(
         let bytes = unsafe { bytes_arg(json, len, "json") }?;
         let event: Event = serde_json::from_slice(bytes)
             .map_err(|e| Failure::new(ds_status::DS_BAD_INPUT, format!("event JSON: {e}")))?;
-        s.tap.apply(&mut s.engine, &event).map_err(engine_error)?;
-        if let Some(c) = &mut s.capture {
-            c.writer.event(&event).map_err(capture_error)?;
+        s.apply(&event)
+    })
+}
+
+impl EngineState {
+    /// Whether guest memory is the emulator's own pages.
+    pub(crate) fn host_mode(&self) -> bool {
+        self.engine.memory().host().is_some()
+    }
+
+    /// One event, through the tap and into the capture.
+    pub(crate) fn apply(&mut self, event: &Event) -> Outcome {
+        self.tap
+            .apply(&mut self.engine, event)
+            .map_err(engine_error)?;
+        if let Some(c) = &mut self.capture {
+            c.writer.event(event).map_err(capture_error)?;
         }
         Ok(())
-    })
+    }
+
+    /// Prepares the struct-form dispatch; a debugger's pause stops the thread first.
+    ///
+    /// # Safety
+    /// `dispatch`'s pointers must be valid for their counts.
+    pub(crate) unsafe fn prepare(&mut self, dispatch: &ds_dispatch) -> Result<Prepared, Failure> {
+        if let Some(p) = &self.prepared {
+            return Err(Failure::new(
+                ds_status::DS_ORDER,
+                format!(
+                    "dispatch {} is prepared and not completed; complete or abandon it first",
+                    p.index
+                ),
+            ));
+        }
+        let mut input = std::mem::take(&mut self.prepared_input);
+        // SAFETY: the caller's promise.
+        let filled = unsafe { dispatch.fill(&mut input) };
+        let result = filled.and_then(|()| {
+            self.tap.before_prepare(&self.engine, &input);
+            self.engine.prepare(&input).map_err(engine_error)
+        });
+        self.prepared_input = input;
+        result
+    }
+
+    /// Keeps what [`EngineState::prepare`] handed out until complete.
+    pub(crate) fn keep_prepared(&mut self, p: Prepared) {
+        self.prepared = Some(p);
+    }
+
+    /// Completes prepared dispatch `index` with what the device left; the report becomes the last
+    /// one, goes to an attached debugger and into the capture.
+    pub(crate) fn complete(&mut self, index: u64, ran: RanOn<'_>) -> Outcome {
+        let Some(p) = self.prepared.as_ref().filter(|p| p.index == index) else {
+            return Err(Failure::new(
+                ds_status::DS_ORDER,
+                format!(
+                    "dispatch {index} is not the prepared one ({}): completed twice or out of order",
+                    self.prepared
+                        .as_ref()
+                        .map_or("none is".to_owned(), |p| format!("{} is", p.index))
+                ),
+            ));
+        };
+        self.last = None;
+        self.last_json = None;
+        let mut result = self.engine.complete(&self.prepared_input, p.clone(), ran);
+        if let Err(EngineError::Complete(_)) = &result {
+            // Bad input: the dispatch stays prepared, to be completed right or abandoned.
+            return result.map(drop).map_err(engine_error);
+        }
+        self.prepared = None;
+        self.tap
+            .after_complete(&self.engine, &self.prepared_input, index, &mut result);
+        let report = result.map_err(engine_error)?;
+        if let Some(c) = &mut self.capture {
+            let record = DispatchRecord {
+                input: self.prepared_input.clone(),
+                report: Some(report.clone()),
+            };
+            c.writer.dispatch(&record).map_err(capture_error)?;
+        }
+        self.last = Some(report);
+        Ok(())
+    }
+
+    /// Forgets prepared dispatch `index`.
+    pub(crate) fn abandon(&mut self, index: u64) -> Outcome {
+        self.engine.abandon(index).map_err(engine_error)?;
+        self.prepared = None;
+        Ok(())
+    }
+
+    /// Guest bytes as the engine sees them.
+    pub(crate) fn read_guest(&mut self, address: u64, out: &mut [u8]) -> Outcome {
+        self.engine
+            .read_guest(address, out)
+            .map_err(crate::host::host_error)
+    }
 }
 
 fn run(s: &mut EngineState, input: &DispatchInput) -> Outcome {

@@ -32,6 +32,18 @@ pub enum ds_status {
     /// A panic inside the library, caught at the boundary; the engine it happened in is refused
     /// from then on.
     DS_PANICKED = 8,
+    /// The device was lost (`VK_ERROR_DEVICE_LOST`): nothing more runs on it.
+    DS_DEVICE_LOST = 9,
+    /// The device or the host ran out of memory.
+    DS_OUT_OF_MEMORY = 10,
+    /// A host callback (commit, guard release, write, hand-off, read) reported failure, or a page
+    /// the process cannot read was read.
+    DS_HOST_CALLBACK = 11,
+    /// A struct's `size` or `abi_version` is not this library's (`DS_ABI_VERSION`).
+    DS_ABI_MISMATCH = 12,
+    /// Prepare and complete out of order: a second prepare before complete, a complete of a
+    /// dispatch not prepared (or completed already).
+    DS_ORDER = 13,
 }
 
 /// A status with its message: what every function body returns before the boundary.

@@ -45,11 +45,13 @@
 mod engine;
 mod ffi;
 mod handle;
+mod host;
 mod input;
 mod vulkan;
 
 pub use engine::*;
 pub use ffi::{ds_last_error, ds_status};
+pub use host::*;
 pub use input::{
     DS_BASE_DESCRIPTOR, DS_BASE_PUSH_BLOCK, DS_FORMAT_NONE, DS_NO_ALIAS, DS_SLOT_INDEX_FROM_LANE,
     DS_SLOT_RESOLVED, DS_SLOT_WRITTEN, ds_dispatch, ds_limits, ds_mode, ds_slot,

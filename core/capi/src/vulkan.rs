@@ -93,62 +93,70 @@ pub unsafe extern "C" fn ds_engine_create_vulkan(
     out: *mut ds_engine,
 ) -> ds_status {
     boundary(|| {
-        if device.is_null() {
-            return Err(null("device"));
-        }
-        // SAFETY: non-null, and the caller promises it points at a `ds_vulkan_device`.
-        let d = unsafe { *device };
-        if d.get_instance_proc_addr.is_null() {
-            return Err(null("device.get_instance_proc_addr"));
-        }
-        for (what, p) in [
-            ("device.instance", d.instance),
-            ("device.physical_device", d.physical_device),
-            ("device.device", d.device),
-            ("device.queue", d.queue),
-        ] {
-            if p.is_null() {
-                return Err(null(what));
-            }
-        }
-        // SAFETY: the caller promises `n_enabled_extensions` NUL-terminated names.
-        let names = unsafe {
-            slice_arg(
-                d.enabled_extensions,
-                d.n_enabled_extensions,
-                "device.enabled_extensions",
-            )
-        }?;
-        let mut enabled_extensions = Vec::with_capacity(names.len());
-        for (i, &n) in names.iter().enumerate() {
-            if n.is_null() {
-                return Err(null(&format!("device.enabled_extensions[{i}]")));
-            }
-            // SAFETY: non-null and NUL-terminated, as the caller promises.
-            enabled_extensions.push(unsafe { CStr::from_ptr(n) }.to_owned());
-        }
-        // SAFETY: the caller promises a valid chain or null.
-        let features = unsafe { enabled_features(d.enabled_features) };
-        // SAFETY: a PFN_vkGetInstanceProcAddr is a function pointer of exactly this type.
-        let gipa: vk::PFN_vkGetInstanceProcAddr = unsafe {
-            std::mem::transmute::<*const c_void, vk::PFN_vkGetInstanceProcAddr>(
-                d.get_instance_proc_addr,
-            )
-        };
-        let host = HostDevice {
-            get_instance_proc_addr: gipa,
-            instance: vk::Instance::from_raw(d.instance as u64),
-            physical_device: vk::PhysicalDevice::from_raw(d.physical_device as u64),
-            device: vk::Device::from_raw(d.device as u64),
-            queue: vk::Queue::from_raw(d.queue as u64),
-            queue_family: d.queue_family_index,
-            api_version: d.api_version,
-            enabled_extensions,
-            features,
-        };
-        // SAFETY: the caller promises live handles that outlive the engine.
-        let backend = unsafe { VulkanBackend::on_host(&host) }
-            .map_err(|e| Failure::new(ds_status::DS_ENGINE, e))?;
+        // SAFETY: the caller's promises, passed on.
+        let backend = unsafe { backend_of(device) }?;
         insert_engine(backend, out)
     })
+}
+
+/// A backend on the emulator's own device, every handle and extension checked.
+///
+/// # Safety
+/// As [`ds_engine_create_vulkan`] for `device`.
+pub(crate) unsafe fn backend_of(device: *const ds_vulkan_device) -> Result<VulkanBackend, Failure> {
+    if device.is_null() {
+        return Err(null("device"));
+    }
+    // SAFETY: non-null, and the caller promises it points at a `ds_vulkan_device`.
+    let d = unsafe { *device };
+    if d.get_instance_proc_addr.is_null() {
+        return Err(null("device.get_instance_proc_addr"));
+    }
+    for (what, p) in [
+        ("device.instance", d.instance),
+        ("device.physical_device", d.physical_device),
+        ("device.device", d.device),
+        ("device.queue", d.queue),
+    ] {
+        if p.is_null() {
+            return Err(null(what));
+        }
+    }
+    // SAFETY: the caller promises `n_enabled_extensions` NUL-terminated names.
+    let names = unsafe {
+        slice_arg(
+            d.enabled_extensions,
+            d.n_enabled_extensions,
+            "device.enabled_extensions",
+        )
+    }?;
+    let mut enabled_extensions = Vec::with_capacity(names.len());
+    for (i, &n) in names.iter().enumerate() {
+        if n.is_null() {
+            return Err(null(&format!("device.enabled_extensions[{i}]")));
+        }
+        // SAFETY: non-null and NUL-terminated, as the caller promises.
+        enabled_extensions.push(unsafe { CStr::from_ptr(n) }.to_owned());
+    }
+    // SAFETY: the caller promises a valid chain or null.
+    let features = unsafe { enabled_features(d.enabled_features) };
+    // SAFETY: a PFN_vkGetInstanceProcAddr is a function pointer of exactly this type.
+    let gipa: vk::PFN_vkGetInstanceProcAddr = unsafe {
+        std::mem::transmute::<*const c_void, vk::PFN_vkGetInstanceProcAddr>(
+            d.get_instance_proc_addr,
+        )
+    };
+    let host = HostDevice {
+        get_instance_proc_addr: gipa,
+        instance: vk::Instance::from_raw(d.instance as u64),
+        physical_device: vk::PhysicalDevice::from_raw(d.physical_device as u64),
+        device: vk::Device::from_raw(d.device as u64),
+        queue: vk::Queue::from_raw(d.queue as u64),
+        queue_family: d.queue_family_index,
+        api_version: d.api_version,
+        enabled_extensions,
+        features,
+    };
+    // SAFETY: the caller promises live handles that outlive the engine.
+    unsafe { VulkanBackend::on_host(&host) }.map_err(|e| Failure::new(ds_status::DS_ENGINE, e))
 }

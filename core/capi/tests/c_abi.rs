@@ -35,8 +35,9 @@ fn ok(status: ds_status) {
     assert_eq!(status, ds_status::DS_OK, "{}", message());
 }
 
-#[test]
-fn bad_input_from_c_is_a_status_and_a_message() {
+/// Builds `tests/c/NAME.c` with the system's C compiler against the committed header and the
+/// cdylib, runs it, and returns what it printed (it must exit 0).
+fn run_c(name: &str) -> String {
     let dir = tempfile::tempdir().unwrap();
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lib = lib_dir();
@@ -45,12 +46,12 @@ fn bad_input_from_c_is_a_status_and_a_message() {
         "the cdylib is not in {}",
         lib.display()
     );
-    let exe = dir.path().join("bad_input");
+    let exe = dir.path().join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let built = Command::new(&cc)
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
         .arg(&exe)
-        .arg(manifest.join("tests/c/bad_input.c"))
+        .arg(manifest.join(format!("tests/c/{name}.c")))
         .arg("-I")
         .arg(manifest.join("include"))
         .arg("-L")
@@ -61,18 +62,39 @@ fn bad_input_from_c_is_a_status_and_a_message() {
         .unwrap_or_else(|e| panic!("the C compiler `{cc}` (apt: gcc) does not run: {e}"));
     assert!(
         built.status.success(),
-        "bad_input.c does not build:\n{}",
+        "{name}.c does not build:\n{}",
         String::from_utf8_lossy(&built.stderr)
     );
     let run = Command::new(&exe).output().unwrap();
-    let out = String::from_utf8_lossy(&run.stdout);
+    let out = String::from_utf8_lossy(&run.stdout).into_owned();
     assert!(
         run.status.success(),
-        "bad_input failed:\n{out}{}",
+        "{name} failed:\n{out}{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    assert!(out.contains("destroy again: status 2"), "{out}");
     assert!(out.ends_with("0 failures\n"), "{out}");
+    out
+}
+
+#[test]
+fn bad_input_from_c_is_a_status_and_a_message() {
+    let out = run_c("bad_input");
+    assert!(out.contains("destroy again: status 2"), "{out}");
+}
+
+/// The host path from C: real pages, struct events, prepare and complete, and its misuse.
+#[test]
+fn the_host_path_from_c() {
+    let out = run_c("host_path");
+    assert!(out.contains("ok complete run 305"), "{out}");
+    assert!(
+        out.contains("ok the shared pages are refused by name"),
+        "{out}"
+    );
+    assert!(
+        out.contains("ok prepare when commit fails: status 11"),
+        "{out}"
+    );
 }
 
 /// Replays `sample` through the C ABI's JSON functions and returns each dispatch's report JSON.

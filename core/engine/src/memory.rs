@@ -631,7 +631,7 @@ impl GuestMemory {
             } => {
                 self.check_aligned(*range)?;
                 let host_base = match (&self.contents, host_base) {
-                    (Contents::Host { .. }, None) => {
+                    (Contents::Host { .. }, None | Some(0)) => {
                         return Err(MemoryError::NoHostBase { range: *range });
                     }
                     (Contents::Host { .. }, Some(h)) => {
@@ -940,7 +940,7 @@ impl GuestMemory {
     /// Reads guest bytes for a debugger: from the emulator's pages in host mode (counted), from the
     /// simulated contents otherwise; bytes no page holds read as zero. A page the process cannot
     /// read is an error, never a crash.
-    pub fn try_read_bytes(&mut self, address: u64, out: &mut [u8]) -> Result<(), HostError> {
+    pub fn try_read_bytes(&self, address: u64, out: &mut [u8]) -> Result<(), HostError> {
         if self.host().is_none() {
             self.read_bytes(address, out);
             return Ok(());

@@ -252,32 +252,82 @@ impl Tap {
         run: impl FnOnce(&mut Engine<B>, &DispatchInput) -> Result<DispatchReport, E>,
     ) -> Result<DispatchReport, E> {
         let index = engine.next_dispatch();
-        let shared = Arc::clone(&self.shared);
-        // Before the dispatch: a snapshot if one was asked for, then the pauses known beforehand.
-        {
-            let mut c = lock(&shared.control);
-            if c.link.is_none() {
-                drop(c);
-                return run(engine, input);
-            }
-            if c.snapshot_wanted {
-                c.snapshot_wanted = false;
-                send_snapshot(&c, engine);
-            }
-            if let Some(why) = pause_before(&c, index, input) {
-                drop(pause(&shared, c, index, why, Some(input)));
-            }
-        }
+        self.before_attached(engine, input, index);
         let mut result = run(engine, input);
+        self.after_attached(engine, input, index, &mut result);
+        result
+    }
+
+    /// For a dispatch the emulator runs itself through [`Engine::prepare`] and
+    /// [`Engine::complete`]: call it before prepare. A pause the debugger asked for (a step, a
+    /// breakpoint known beforehand) stops the calling thread here, before anything of the
+    /// dispatch happened. Detached, one relaxed load.
+    #[inline]
+    pub fn before_prepare<B: Backend>(&mut self, engine: &Engine<B>, input: &DispatchInput) {
+        if self.is_attached() {
+            self.before_attached(engine, input, engine.next_dispatch());
+        }
+    }
+
+    /// After [`Engine::complete`] (or its failure): the report goes to an attached debugger, and a
+    /// breakpoint on what it shows (a refusal, an escape) stops the calling thread here.
+    /// Detached, one relaxed load.
+    #[inline]
+    pub fn after_complete<B: Backend, E: std::fmt::Display>(
+        &mut self,
+        engine: &Engine<B>,
+        input: &DispatchInput,
+        index: u64,
+        result: &mut Result<DispatchReport, E>,
+    ) {
+        if self.is_attached() {
+            self.after_attached(engine, input, index, result);
+        }
+    }
+
+    /// Before the dispatch: a snapshot if one was asked for, then the pauses known beforehand.
+    #[cold]
+    #[inline(never)]
+    fn before_attached<B: Backend>(
+        &mut self,
+        engine: &Engine<B>,
+        input: &DispatchInput,
+        index: u64,
+    ) {
+        let shared = Arc::clone(&self.shared);
+        let mut c = lock(&shared.control);
+        if c.link.is_none() {
+            return;
+        }
+        if c.snapshot_wanted {
+            c.snapshot_wanted = false;
+            send_snapshot(&c, engine);
+        }
+        if let Some(why) = pause_before(&c, index, input) {
+            drop(pause(&shared, c, index, why, Some(input)));
+        }
+    }
+
+    /// After the dispatch: its report (or failure) to the debugger, then a pause it asked for.
+    #[cold]
+    #[inline(never)]
+    fn after_attached<B: Backend, E: std::fmt::Display>(
+        &mut self,
+        engine: &Engine<B>,
+        input: &DispatchInput,
+        index: u64,
+        result: &mut Result<DispatchReport, E>,
+    ) {
+        let shared = Arc::clone(&self.shared);
         let queue = lock(&shared.control)
             .link
             .as_ref()
             .map(|l| (Arc::clone(&l.queue), l.id));
         let Some((queue, session)) = queue else {
-            return result;
+            return;
         };
         shared.dispatches.fetch_add(1, Ordering::Relaxed);
-        match &mut result {
+        match result {
             Ok(report) => {
                 // The access lists go as rows written here; only the rest is cloned (wire.rs).
                 let streamed = shared.config.streamed_accesses;
@@ -307,7 +357,6 @@ impl Tap {
                 }));
             }
         }
-        result
     }
 }
 

@@ -235,6 +235,13 @@ impl<B: Backend> Engine<B> {
         &self.backend
     }
 
+    /// Guest bytes as the engine sees them, for a debugger: the emulator's own pages in host mode
+    /// (a page the process cannot read is an error, never a crash), the simulated contents
+    /// otherwise.
+    pub fn read_guest(&self, address: u64, out: &mut [u8]) -> Result<(), crate::host::HostError> {
+        self.memory.try_read_bytes(address, out)
+    }
+
     /// The index the next dispatch will get.
     pub fn next_dispatch(&self) -> u64 {
         self.next_dispatch

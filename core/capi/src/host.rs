@@ -1,0 +1,798 @@
+//! The host path in struct form (issue 29): an engine whose guest memory is the emulator's own
+//! pages ([`ds_engine_create_host`], [`ds_engine_create_vulkan_host`]), memory events as structs
+//! ([`ds_engine_apply`]), and the emulator's own dispatch between [`ds_engine_prepare`] and
+//! [`ds_engine_complete`]. Nothing on this path allocates on the caller's behalf or speaks JSON;
+//! every struct that may grow starts with its `size`, and [`DS_ABI_VERSION`] names the layout.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use dispatchscope_core::addr::ByteRange;
+use dispatchscope_core::engine::{DeviceRun, HolderRun, RanOn};
+use dispatchscope_core::host::{HostError, HostMemory, RealMapping};
+use dispatchscope_core::input::{Backing, Event, HostProtection};
+use dispatchscope_vk::host_pages::{HostCalls, ProcessHost};
+
+use crate::engine::{create_engine, ds_engine, with_engine};
+use crate::ffi::{Failure, boundary, ds_status, null, slice_arg, str_arg};
+use crate::input::{ds_dispatch, ds_limits, ds_mode};
+
+/// The layout of every struct of this header: a caller compiled against another version is
+/// refused by name (`DS_ABI_MISMATCH`) rather than misread.
+pub const DS_ABI_VERSION: u32 = 2;
+
+/// The ABI version this library was built with (compare with `DS_ABI_VERSION`).
+#[unsafe(no_mangle)]
+pub extern "C" fn ds_abi_version() -> u32 {
+    DS_ABI_VERSION
+}
+
+/// A host callback: 0 for done, any other value a failure the engine reports by name
+/// (`DS_HOST_CALLBACK`, with the call and the value).
+#[allow(non_camel_case_types)]
+pub type ds_host_range_fn =
+    Option<unsafe extern "C" fn(user: *mut c_void, host_addr: u64, bytes: u64) -> i32>;
+
+/// A host write: `bytes` bytes from `src` to the emulator's memory at `host_addr`.
+#[allow(non_camel_case_types)]
+pub type ds_host_write_fn = Option<
+    unsafe extern "C" fn(user: *mut c_void, host_addr: u64, src: *const u8, bytes: u64) -> i32,
+>;
+
+/// C2's hand-off: the device stored into guest `guest_start..guest_end` at `host_addr`.
+#[allow(non_camel_case_types)]
+pub type ds_host_hand_off_fn = Option<
+    unsafe extern "C" fn(
+        user: *mut c_void,
+        guest_start: u64,
+        guest_end: u64,
+        host_addr: u64,
+    ) -> i32,
+>;
+
+/// A host read: `bytes` bytes of the emulator's memory at `host_addr` into `dst`.
+#[allow(non_camel_case_types)]
+pub type ds_host_read_fn = Option<
+    unsafe extern "C" fn(user: *mut c_void, host_addr: u64, dst: *mut u8, bytes: u64) -> i32,
+>;
+
+/// The calls into the emulator that host mode makes, registered once when the engine is made.
+/// `write`, `commit`, `release_guards` and `hand_off` are required; `read` may be null (the engine
+/// then reads the process's memory with `process_vm_readv`, which fails instead of crashing on a
+/// page the process cannot read). Each is called on the thread that called the engine.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[allow(non_camel_case_types)]
+pub struct ds_host_callbacks {
+    /// `sizeof(ds_host_callbacks)`.
+    pub size: u32,
+    /// `DS_ABI_VERSION`.
+    pub abi_version: u32,
+    /// Handed back to every callback.
+    pub user: *mut c_void,
+    /// A host write of guest bytes through the emulator's write-watch (C3's deferred copies, O8's
+    /// write-back words): the emulator notes the pages written and drops textures over them.
+    pub write: ds_host_write_fn,
+    /// M2: commit a run the emulator committed lazily.
+    pub commit: ds_host_range_fn,
+    /// M2: release the write-watch's read-only guards over a run (the engine notes its pages
+    /// written, as M2 says).
+    pub release_guards: ds_host_range_fn,
+    /// C2: a chunk the device marked; the emulator treats it as a host write.
+    pub hand_off: ds_host_hand_off_fn,
+    /// Optional: read guest bytes (the debugger's memory view, a bound holder's upload on the
+    /// engine's own backend).
+    pub read: ds_host_read_fn,
+}
+
+/// The emulator's callbacks, checked non-null.
+struct Callbacks {
+    user: usize,
+    write: unsafe extern "C" fn(*mut c_void, u64, *const u8, u64) -> i32,
+    commit: unsafe extern "C" fn(*mut c_void, u64, u64) -> i32,
+    release_guards: unsafe extern "C" fn(*mut c_void, u64, u64) -> i32,
+    hand_off: unsafe extern "C" fn(*mut c_void, u64, u64, u64) -> i32,
+    read: Option<unsafe extern "C" fn(*mut c_void, u64, *mut u8, u64) -> i32>,
+}
+
+fn answer(call: &str, r: i32) -> Result<(), String> {
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(format!("the emulator's {call} callback returned {r}"))
+    }
+}
+
+impl HostCalls for Callbacks {
+    fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), String> {
+        // SAFETY: the emulator registered this callback for its own memory; `bytes` lives across
+        // the call.
+        let r = unsafe {
+            (self.write)(
+                self.user as *mut c_void,
+                host_addr,
+                bytes.as_ptr(),
+                bytes.len() as u64,
+            )
+        };
+        answer("write", r)
+    }
+    fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
+        // SAFETY: as registered.
+        answer("commit", unsafe {
+            (self.commit)(self.user as *mut c_void, host_addr, bytes)
+        })
+    }
+    fn release_guards(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
+        // SAFETY: as registered.
+        answer("release_guards", unsafe {
+            (self.release_guards)(self.user as *mut c_void, host_addr, bytes)
+        })
+    }
+    fn hand_off(&self, guest: ByteRange, host_addr: u64) -> Result<(), String> {
+        // SAFETY: as registered.
+        answer("hand_off", unsafe {
+            (self.hand_off)(self.user as *mut c_void, guest.start, guest.end, host_addr)
+        })
+    }
+}
+
+/// Host memory behind the C callbacks: [`ProcessHost`] for the real mappings and reads, the
+/// emulator's own `read` where it gave one.
+struct CHost(ProcessHost<Callbacks>);
+
+impl HostMemory for CHost {
+    fn name(&self) -> String {
+        self.0.name()
+    }
+    fn read(&self, host_addr: u64, out: &mut [u8]) -> Result<(), HostError> {
+        let c = self.0.calls();
+        match c.read {
+            Some(read) => {
+                // SAFETY: as registered; `out` lives across the call.
+                let r = unsafe {
+                    read(
+                        c.user as *mut c_void,
+                        host_addr,
+                        out.as_mut_ptr(),
+                        out.len() as u64,
+                    )
+                };
+                answer("read", r)
+                    .map_err(|e| HostError::new("read", host_addr, out.len() as u64, e))
+            }
+            None => self.0.read(host_addr, out),
+        }
+    }
+    fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), HostError> {
+        self.0.write(host_addr, bytes)
+    }
+    fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), HostError> {
+        self.0.commit(host_addr, bytes)
+    }
+    fn release_guards(&self, host_addr: u64, bytes: u64) -> Result<(), HostError> {
+        self.0.release_guards(host_addr, bytes)
+    }
+    fn hand_off(&self, guest: ByteRange, host_addr: u64) -> Result<(), HostError> {
+        self.0.hand_off(guest, host_addr)
+    }
+    fn real_mappings(&self, host_addr: u64, bytes: u64) -> Option<Vec<RealMapping>> {
+        self.0.real_mappings(host_addr, bytes)
+    }
+}
+
+fn abi_mismatch(what: &str, size: u32, want: usize) -> Failure {
+    Failure::new(
+        ds_status::DS_ABI_MISMATCH,
+        format!(
+            "{what}.size is {size}, but this library's {what} is {want} bytes (DS_ABI_VERSION {DS_ABI_VERSION}): rebuild against this header"
+        ),
+    )
+}
+
+/// # Safety
+/// `cb` must be null (an error) or point at a `ds_host_callbacks`.
+unsafe fn host_of(cb: *const ds_host_callbacks) -> Result<Arc<dyn HostMemory>, Failure> {
+    if cb.is_null() {
+        return Err(null("callbacks"));
+    }
+    // SAFETY: non-null; the caller promises a ds_host_callbacks (whose first field says its size,
+    // read before the rest).
+    let size = unsafe { (*cb).size };
+    if size as usize != size_of::<ds_host_callbacks>() {
+        return Err(abi_mismatch(
+            "ds_host_callbacks",
+            size,
+            size_of::<ds_host_callbacks>(),
+        ));
+    }
+    // SAFETY: as above, and the size matches.
+    let c = unsafe { *cb };
+    if c.abi_version != DS_ABI_VERSION {
+        return Err(Failure::new(
+            ds_status::DS_ABI_MISMATCH,
+            format!(
+                "callbacks.abi_version is {}, this library's DS_ABI_VERSION is {DS_ABI_VERSION}",
+                c.abi_version
+            ),
+        ));
+    }
+    let (Some(write), Some(commit), Some(release_guards), Some(hand_off)) =
+        (c.write, c.commit, c.release_guards, c.hand_off)
+    else {
+        let missing: Vec<&str> = [
+            ("write", c.write.is_none()),
+            ("commit", c.commit.is_none()),
+            ("release_guards", c.release_guards.is_none()),
+            ("hand_off", c.hand_off.is_none()),
+        ]
+        .into_iter()
+        .filter(|(_, m)| *m)
+        .map(|(n, _)| n)
+        .collect();
+        return Err(null(&format!("callbacks.{}", missing.join(", callbacks."))));
+    };
+    Ok(Arc::new(CHost(ProcessHost::new(Callbacks {
+        user: c.user as usize,
+        write,
+        commit,
+        release_guards,
+        hand_off,
+        read: c.read,
+    }))))
+}
+
+/// Creates an engine in host mode on the CPU reference: its guest memory is the emulator's own
+/// pages (every reservation names its host address), reached through `callbacks` and never
+/// copied; the emulator runs its dispatches itself between [`ds_engine_prepare`] and
+/// [`ds_engine_complete`].
+///
+/// # Safety
+/// `limits` and `callbacks` must be null (an error) or point at their structs; the callbacks and
+/// `user` must stay valid until the engine is destroyed; `out` must be valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_create_host(
+    limits: *const ds_limits,
+    callbacks: *const ds_host_callbacks,
+    out: *mut ds_engine,
+) -> ds_status {
+    boundary(|| {
+        if limits.is_null() {
+            return Err(null("limits"));
+        }
+        // SAFETY: non-null; the caller promises a ds_limits whose name is null or a string.
+        let limits = unsafe { (*limits).to_limits() }?;
+        // SAFETY: the caller's promise, passed on.
+        let host = unsafe { host_of(callbacks) }?;
+        create_engine(
+            limits,
+            dispatchscope_core::CpuBackend::new(),
+            Some(host),
+            out,
+        )
+    })
+}
+
+/// Creates an engine in host mode on the emulator's own Vulkan device ([`crate::ds_vulkan_device`]):
+/// the emulator's pages are imported zero-copy into that device, the chunk table and the mark
+/// words live there, and the emulator's own module reaches them by device address.
+///
+/// # Safety
+/// As [`crate::ds_engine_create_vulkan`] for `device`, and [`ds_engine_create_host`] for
+/// `callbacks` and `out`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_create_vulkan_host(
+    device: *const crate::ds_vulkan_device,
+    callbacks: *const ds_host_callbacks,
+    out: *mut ds_engine,
+) -> ds_status {
+    boundary(|| {
+        // SAFETY: the caller's promises, passed on.
+        let host = unsafe { host_of(callbacks) }?;
+        // SAFETY: as above.
+        let backend = unsafe { crate::vulkan::backend_of(device) }?;
+        let limits = dispatchscope_core::DeviceLimits {
+            name: dispatchscope_core::Backend::name(&backend),
+            ..dispatchscope_core::DeviceLimits::default()
+        };
+        create_engine(limits, backend, Some(host), out)
+    })
+}
+
+/// `ds_event::kind`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub enum ds_event_kind {
+    /// Reserve `start..end` at `host_address`, with the `DS_EVENT_*` flags.
+    DS_EVENT_RESERVE = 0,
+    /// Release the reservation at `start`.
+    DS_EVENT_RELEASE = 1,
+    /// Commit host pages `start..end`.
+    DS_EVENT_COMMIT = 2,
+    /// Decommit host pages `start..end`.
+    DS_EVENT_DECOMMIT = 3,
+    /// The guest's view of `start..end`: `DS_EVENT_READABLE`, `DS_EVENT_WRITABLE`.
+    DS_EVENT_PROTECT = 4,
+    /// The host's protection of `start..end`: `protection` 0 none, 1 read, 2 read-write.
+    DS_EVENT_HOST_PROTECT = 5,
+    /// `start..end` become shared (`DS_EVENT_SHARED`) or private.
+    DS_EVENT_SET_BACKING = 6,
+    /// D824: the write-watch guards `start..end`.
+    DS_EVENT_GUARD = 7,
+    /// A CPU write of `n_bytes` at `start` (the bytes are in the emulator's pages already; in
+    /// simulated memory they are `bytes`).
+    DS_EVENT_WRITE = 8,
+    /// C3: a copy deferred to `start`, `n_bytes` at `bytes`.
+    DS_EVENT_DEFER_COPY = 9,
+    /// D720: protected target `target_id` (`name`) over `start..end`.
+    DS_EVENT_ADD_TARGET = 10,
+    /// Protected target `target_id` is dropped.
+    DS_EVENT_REMOVE_TARGET = 11,
+    /// Every fence waited: no dispatch in flight.
+    DS_EVENT_RETIRE = 12,
+}
+
+/// `ds_event::flags`: the guest may read.
+pub const DS_EVENT_READABLE: u32 = 1 << 0;
+/// `ds_event::flags`: the guest may write.
+pub const DS_EVENT_WRITABLE: u32 = 1 << 1;
+/// `ds_event::flags`: host pages committed (reserve).
+pub const DS_EVENT_COMMITTED: u32 = 1 << 2;
+/// `ds_event::flags`: host pages shared (reserve, set-backing).
+pub const DS_EVENT_SHARED: u32 = 1 << 3;
+
+/// One memory event in struct form. Fields an event does not use are ignored.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[allow(non_camel_case_types)]
+pub struct ds_event {
+    /// `sizeof(ds_event)`.
+    pub size: u32,
+    /// A `ds_event_kind` value.
+    pub kind: u32,
+    /// The first guest byte (a range's start, a reservation's base, a write's address).
+    pub start: u64,
+    /// The guest byte after the range (page-aligned ranges).
+    pub end: u64,
+    /// `DS_EVENT_RESERVE`: the host address where the emulator keeps the reservation's first
+    /// byte (page-aligned); 0 for an engine on simulated memory.
+    pub host_address: u64,
+    /// `DS_EVENT_*` bits.
+    pub flags: u32,
+    /// `DS_EVENT_HOST_PROTECT`: 0 none, 1 read, 2 read-write.
+    pub protection: u32,
+    /// `DS_EVENT_WRITE`, `DS_EVENT_DEFER_COPY`: the bytes (may be null for a write in host mode).
+    pub bytes: *const u8,
+    /// How many bytes.
+    pub n_bytes: u64,
+    /// `DS_EVENT_ADD_TARGET`, `DS_EVENT_REMOVE_TARGET`: the target's id.
+    pub target_id: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// `DS_EVENT_ADD_TARGET`: its name (NUL-terminated UTF-8) or null.
+    pub name: *const std::ffi::c_char,
+}
+
+/// # Safety
+/// `e`'s pointers must be valid for their counts.
+unsafe fn event_of(e: &ds_event, host_mode: bool) -> Result<Event, Failure> {
+    let range = || {
+        if e.end < e.start {
+            return Err(Failure::new(
+                ds_status::DS_BAD_INPUT,
+                format!(
+                    "event range {:#x}..{:#x} ends before it starts",
+                    e.start, e.end
+                ),
+            ));
+        }
+        Ok(ByteRange::new(e.start, e.end))
+    };
+    let flag = |f: u32| e.flags & f != 0;
+    let bytes = || -> Result<Vec<u8>, Failure> {
+        let n = usize::try_from(e.n_bytes)
+            .map_err(|_| Failure::new(ds_status::DS_BAD_INPUT, "event.n_bytes is too large"))?;
+        // SAFETY: the caller promises `n_bytes` readable bytes at `bytes`.
+        Ok(unsafe { slice_arg(e.bytes, n, "event.bytes") }?.to_vec())
+    };
+    let backing = |shared: bool| {
+        if shared {
+            Backing::Shared
+        } else {
+            Backing::Private
+        }
+    };
+    const KINDS: [ds_event_kind; 13] = [
+        ds_event_kind::DS_EVENT_RESERVE,
+        ds_event_kind::DS_EVENT_RELEASE,
+        ds_event_kind::DS_EVENT_COMMIT,
+        ds_event_kind::DS_EVENT_DECOMMIT,
+        ds_event_kind::DS_EVENT_PROTECT,
+        ds_event_kind::DS_EVENT_HOST_PROTECT,
+        ds_event_kind::DS_EVENT_SET_BACKING,
+        ds_event_kind::DS_EVENT_GUARD,
+        ds_event_kind::DS_EVENT_WRITE,
+        ds_event_kind::DS_EVENT_DEFER_COPY,
+        ds_event_kind::DS_EVENT_ADD_TARGET,
+        ds_event_kind::DS_EVENT_REMOVE_TARGET,
+        ds_event_kind::DS_EVENT_RETIRE,
+    ];
+    let Some(kind) = KINDS.get(e.kind as usize) else {
+        return Err(Failure::new(
+            ds_status::DS_BAD_INPUT,
+            format!("event.kind {} names no ds_event_kind", e.kind),
+        ));
+    };
+    use ds_event_kind::*;
+    Ok(match kind {
+        DS_EVENT_RESERVE => Event::Reserve {
+            range: range()?,
+            readable: flag(DS_EVENT_READABLE),
+            writable: flag(DS_EVENT_WRITABLE),
+            committed: flag(DS_EVENT_COMMITTED),
+            backing: backing(flag(DS_EVENT_SHARED)),
+            host_base: (e.host_address != 0).then_some(e.host_address),
+        },
+        DS_EVENT_RELEASE => Event::Release { base: e.start },
+        DS_EVENT_COMMIT => Event::Commit { range: range()? },
+        DS_EVENT_DECOMMIT => Event::Decommit { range: range()? },
+        DS_EVENT_PROTECT => Event::Protect {
+            range: range()?,
+            readable: flag(DS_EVENT_READABLE),
+            writable: flag(DS_EVENT_WRITABLE),
+        },
+        DS_EVENT_HOST_PROTECT => Event::HostProtect {
+            range: range()?,
+            protection: match e.protection {
+                0 => HostProtection::None,
+                1 => HostProtection::Read,
+                2 => HostProtection::ReadWrite,
+                p => {
+                    return Err(Failure::new(
+                        ds_status::DS_BAD_INPUT,
+                        format!("event.protection {p} is not 0 (none), 1 (read) or 2 (read-write)"),
+                    ));
+                }
+            },
+        },
+        DS_EVENT_SET_BACKING => Event::SetBacking {
+            range: range()?,
+            backing: backing(flag(DS_EVENT_SHARED)),
+        },
+        DS_EVENT_GUARD => Event::Guard { range: range()? },
+        DS_EVENT_WRITE => Event::Write {
+            address: e.start,
+            bytes: if host_mode && e.bytes.is_null() {
+                // In host mode the bytes are in the emulator's pages; only their count matters.
+                vec![0; usize::try_from(e.n_bytes).unwrap_or(0).min(1 << 30)]
+            } else {
+                bytes()?
+            },
+        },
+        DS_EVENT_DEFER_COPY => Event::DeferCopy {
+            address: e.start,
+            bytes: bytes()?,
+        },
+        DS_EVENT_ADD_TARGET => Event::AddTarget {
+            id: e.target_id,
+            name: if e.name.is_null() {
+                String::new()
+            } else {
+                // SAFETY: non-null; the caller promises a NUL-terminated string.
+                unsafe { str_arg(e.name, "event.name") }?.to_owned()
+            },
+            range: range()?,
+        },
+        DS_EVENT_REMOVE_TARGET => Event::RemoveTarget { id: e.target_id },
+        DS_EVENT_RETIRE => Event::Retire,
+    })
+}
+
+/// Applies one memory event in struct form (the hot calls: protect and write-watch events).
+///
+/// # Safety
+/// `event` must be null (an error) or point at a `ds_event` whose pointers are valid for their
+/// counts.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_apply(engine: ds_engine, event: *const ds_event) -> ds_status {
+    with_engine(engine, |s| {
+        if event.is_null() {
+            return Err(null("event"));
+        }
+        // SAFETY: non-null; the size is read first.
+        let size = unsafe { (*event).size };
+        if size as usize != size_of::<ds_event>() {
+            return Err(abi_mismatch("ds_event", size, size_of::<ds_event>()));
+        }
+        // SAFETY: the size matches; the caller promises the pointers.
+        let e = unsafe { event_of(&*event, s.host_mode()) }?;
+        s.apply(&e)
+    })
+}
+
+/// How the emulator binds one slot (O5–O9): its holder's buffer holds guest
+/// `buffer_start..buffer_end`; the slot's descriptor is that buffer at `offset_bytes` for
+/// `range_bytes`, and its write mask the mask buffer at `mask_offset_bytes`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+#[allow(non_camel_case_types)]
+pub struct ds_slot_plan {
+    /// The slot the program binds.
+    pub slot: u32,
+    /// The slot whose buffer it binds (O4).
+    pub holder: u32,
+    /// The holder's widened guest range (O5), uploaded once (O8).
+    pub buffer_start: u64,
+    /// Its end.
+    pub buffer_end: u64,
+    /// The descriptor's offset into the holder's buffer (O6, a multiple of the device's
+    /// minStorageBufferOffsetAlignment, O7).
+    pub offset_bytes: u64,
+    /// The descriptor's range (O6: to the holder's widened end).
+    pub range_bytes: u64,
+    /// The write mask's descriptor offset (O9: one mask word a data word, at the same offset).
+    pub mask_offset_bytes: u64,
+    /// 1 where the dispatch writes through it.
+    pub written: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+}
+
+/// What [`ds_engine_prepare`] hands out. The caller sets `size`, `bindings` and
+/// `bindings_capacity` (at least the dispatch's `n_slots`); the rest is written.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[allow(non_camel_case_types)]
+pub struct ds_prepared {
+    /// `sizeof(ds_prepared)` (in).
+    pub size: u32,
+    /// A `ds_mode`: a refused dispatch must not run (its refusals are in the report
+    /// [`ds_engine_complete`] makes).
+    pub mode: u32,
+    /// The dispatch's index: what [`ds_engine_complete`] takes.
+    pub index: u64,
+    /// The caller's array of `bindings_capacity` plans (in).
+    pub bindings: *mut ds_slot_plan,
+    /// Its capacity (in).
+    pub bindings_capacity: u32,
+    /// Plans written.
+    pub n_bindings: u32,
+    /// Refusals by rule (0 unless refused).
+    pub n_refusals: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// T3: the chunk table's device address (device-addressed dispatches; else 0).
+    pub table_address: u64,
+    /// C1: the mark words' device address, or 0 where the emulator keeps its own and hands them
+    /// to [`ds_engine_complete`].
+    pub marks_address: u64,
+    /// Mark words: one a table slot.
+    pub mark_words: u64,
+    /// T1: bytes a chunk.
+    pub chunk_bytes: u64,
+    /// The push block with the helper's words set (others 0).
+    pub push: [u32; 32],
+    /// Bit `w` is set where the helper reads push word `w` (18–20, 24–25, 28–31).
+    pub push_mask: u32,
+    /// Reserved, 0.
+    pub reserved2: u32,
+}
+
+/// Every phase before the device (validate, O1–O11, A1/W2, C3, M1–M5, T1–T3/T6) for one
+/// dispatch the emulator will run itself; fills `*out` with what its command buffer needs. One
+/// dispatch is prepared at a time; a debugger's pause stops the calling thread here.
+///
+/// # Safety
+/// `dispatch` as for [`crate::ds_engine_dispatch`]; `out` must be null (an error) or point at a
+/// `ds_prepared` whose `bindings` holds `bindings_capacity` elements.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_prepare(
+    engine: ds_engine,
+    dispatch: *const ds_dispatch,
+    out: *mut ds_prepared,
+) -> ds_status {
+    with_engine(engine, |s| {
+        if dispatch.is_null() {
+            return Err(null("dispatch"));
+        }
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: non-null; the size is read first.
+        let size = unsafe { (*out).size };
+        if size as usize != size_of::<ds_prepared>() {
+            return Err(abi_mismatch("ds_prepared", size, size_of::<ds_prepared>()));
+        }
+        // SAFETY: the size matches.
+        let o = unsafe { &mut *out };
+        // SAFETY: non-null; the caller promises the dispatch's pointers and counts.
+        let n_slots = unsafe { (*dispatch).n_slots };
+        if (o.bindings_capacity as usize) < n_slots {
+            return Err(Failure::new(
+                ds_status::DS_BAD_INPUT,
+                format!(
+                    "out.bindings_capacity is {}, below the dispatch's {n_slots} slots",
+                    o.bindings_capacity
+                ),
+            ));
+        }
+        if o.bindings.is_null() && n_slots > 0 {
+            return Err(null("out.bindings"));
+        }
+        // SAFETY: as above.
+        let p = unsafe { s.prepare(&*dispatch) }?;
+        o.mode = ds_mode::from(p.mode) as u32;
+        o.index = p.index;
+        o.n_refusals = p.refusals.len() as u32;
+        o.n_bindings = p.bindings.len() as u32;
+        for (i, b) in p.bindings.iter().enumerate() {
+            // SAFETY: i < n_bindings <= n_slots <= bindings_capacity elements at `bindings`.
+            unsafe {
+                o.bindings.add(i).write(ds_slot_plan {
+                    slot: b.slot,
+                    holder: b.holder,
+                    buffer_start: b.buffer.start,
+                    buffer_end: b.buffer.end,
+                    offset_bytes: b.offset_bytes,
+                    range_bytes: b.range_bytes,
+                    mask_offset_bytes: b.mask_offset_bytes,
+                    written: u32::from(b.written),
+                    reserved: 0,
+                })
+            };
+        }
+        o.push = p.push_block();
+        o.push_mask = 0;
+        let d = p.device.as_ref();
+        for &(w, _) in d.iter().flat_map(|d| d.push_words.iter()) {
+            o.push_mask |= 1 << w;
+        }
+        o.table_address = d.map_or(0, |d| d.table_address);
+        o.marks_address = d.map_or(0, |d| d.marks_address);
+        o.mark_words = d.map_or(0, |d| d.mark_words);
+        o.chunk_bytes = d.map_or(0, |d| d.chunk_bytes);
+        s.keep_prepared(p);
+        Ok(())
+    })
+}
+
+/// One holder's buffer after the emulator's dispatch (O8): its data from its widened start and
+/// its write mask (4 bytes a data word, non-zero where a store set it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[allow(non_camel_case_types)]
+pub struct ds_holder_run {
+    /// The holder slot.
+    pub slot: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+    /// Its data.
+    pub data: *const u8,
+    /// Bytes of data.
+    pub data_bytes: u64,
+    /// Its write mask.
+    pub masks: *const u8,
+    /// Bytes of mask.
+    pub mask_bytes: u64,
+}
+
+/// What the emulator's device left, for [`ds_engine_complete`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[allow(non_camel_case_types)]
+pub struct ds_completion {
+    /// `sizeof(ds_completion)`.
+    pub size: u32,
+    /// How many holders at `holders`.
+    pub n_holders: u32,
+    /// The prepared dispatch's index (`ds_prepared::index`).
+    pub index: u64,
+    /// C1: the mark words as the device left them (`n_marks`, one a table slot), or null to read
+    /// the engine's own (`ds_prepared::marks_address`).
+    pub marks: *const u32,
+    /// How many mark words.
+    pub n_marks: u64,
+    /// O8: the written holders' data and masks; a holder left out was the emulator's own pages
+    /// (nothing to write back).
+    pub holders: *const ds_holder_run,
+}
+
+/// Every phase after the device (C1, C2, O8/O9, L1) for the prepared dispatch, after the
+/// emulator's fence: the marked chunks go to the emulator's `hand_off`, the masked write-back
+/// through its `write`. The report is then the engine's last report. A completion refused as bad
+/// input leaves the dispatch prepared (fix it and complete again, or [`ds_engine_abandon`]).
+///
+/// # Safety
+/// `completion` must be null (an error) or point at a `ds_completion` whose pointers are valid
+/// for their counts.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_complete(
+    engine: ds_engine,
+    completion: *const ds_completion,
+) -> ds_status {
+    with_engine(engine, |s| {
+        if completion.is_null() {
+            return Err(null("completion"));
+        }
+        // SAFETY: non-null; the size is read first.
+        let size = unsafe { (*completion).size };
+        if size as usize != size_of::<ds_completion>() {
+            return Err(abi_mismatch(
+                "ds_completion",
+                size,
+                size_of::<ds_completion>(),
+            ));
+        }
+        // SAFETY: the size matches.
+        let c = unsafe { *completion };
+        let marks = if c.marks.is_null() {
+            None
+        } else {
+            let n = usize::try_from(c.n_marks)
+                .map_err(|_| Failure::new(ds_status::DS_BAD_INPUT, "n_marks is too large"))?;
+            // SAFETY: the caller promises `n_marks` words.
+            Some(unsafe { slice_arg(c.marks, n, "completion.marks") }?)
+        };
+        // SAFETY: the caller promises `n_holders` elements.
+        let runs = unsafe { slice_arg(c.holders, c.n_holders as usize, "completion.holders") }?;
+        let mut holders = Vec::with_capacity(runs.len());
+        for (i, h) in runs.iter().enumerate() {
+            let len = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+            // SAFETY: the caller promises `data_bytes` and `mask_bytes` bytes.
+            let data = unsafe {
+                slice_arg(
+                    h.data,
+                    len(h.data_bytes),
+                    &format!("completion.holders[{i}].data"),
+                )
+            }?;
+            // SAFETY: as above.
+            let masks = unsafe {
+                slice_arg(
+                    h.masks,
+                    len(h.mask_bytes),
+                    &format!("completion.holders[{i}].masks"),
+                )
+            }?;
+            holders.push(HolderRun {
+                slot: h.slot,
+                data,
+                masks,
+            });
+        }
+        s.complete(c.index, RanOn::Device(DeviceRun { marks, holders }))
+    })
+}
+
+/// Forgets prepared dispatch `index`, which the emulator will not complete (its device failed).
+#[unsafe(no_mangle)]
+pub extern "C" fn ds_engine_abandon(engine: ds_engine, index: u64) -> ds_status {
+    with_engine(engine, |s| s.abandon(index))
+}
+
+/// Reads `len` guest bytes at `address` into `out`, as the engine sees them (the emulator's pages
+/// in host mode; a page the process cannot read is `DS_HOST_CALLBACK`, never a crash).
+///
+/// # Safety
+/// `out` must be null (an error) or valid for `len` writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_read_guest(
+    engine: ds_engine,
+    address: u64,
+    out: *mut u8,
+    len: usize,
+) -> ds_status {
+    with_engine(engine, |s| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: non-null; the caller promises `len` writable bytes.
+        let buf = unsafe { std::slice::from_raw_parts_mut(out, len) };
+        s.read_guest(address, buf)
+    })
+}
+
+pub(crate) fn host_error(e: HostError) -> Failure {
+    Failure::new(ds_status::DS_HOST_CALLBACK, e)
+}
