@@ -136,6 +136,21 @@ impl<B: Backend> Engine<B> {
         for (first, end) in groups {
             let bytes =
                 ByteRange::new(range.start + at(first) as u64, range.start + at(end) as u64);
+            if (first..end).all(&written) {
+                // Every word of the group is written (a dense output): the data goes as it is, one
+                // write, and only the listed words' old values are read.
+                self.write_back_dense(
+                    holder,
+                    range,
+                    data,
+                    (first, end),
+                    listed,
+                    &mut wb,
+                    change,
+                    hand_off,
+                );
+                continue;
+            }
             buf.clear();
             buf.resize(bytes.size_bytes() as usize, 0);
             self.memory.read_bytes(bytes.start, &mut buf);
@@ -189,6 +204,101 @@ impl<B: Backend> Engine<B> {
             wb.runs_not_listed = 0;
         }
         wb
+    }
+}
+
+impl<B: Backend> Engine<B> {
+    /// O8 for a holder whose every word the dispatch wrote (a full-screen output): one write of
+    /// its bytes as they are, the first `listed` words reported with their old values.
+    pub(super) fn write_back_whole(
+        &mut self,
+        holder: u32,
+        range: ByteRange,
+        data: &[u8],
+        listed: usize,
+        change: &mut MemoryChange,
+        hand_off: &mut HandOff,
+    ) -> WriteBack {
+        let total = range.size_bytes().div_ceil(4);
+        let mut wb = WriteBack {
+            holder,
+            range,
+            words_total: total,
+            words: Vec::new(),
+            words_not_listed: 0,
+            runs: Vec::new(),
+            runs_not_listed: 0,
+        };
+        let n = usize::try_from(total)
+            .unwrap_or(usize::MAX)
+            .min(data.len().div_ceil(4));
+        if n > 0 {
+            self.write_back_dense(
+                holder,
+                range,
+                data,
+                (0, n),
+                listed,
+                &mut wb,
+                change,
+                hand_off,
+            );
+        }
+        if wb.lists_every_word() {
+            wb.runs.clear();
+            wb.runs_not_listed = 0;
+        }
+        wb
+    }
+
+    /// [`Engine::write_back_holder`] for a group of words `first..end` that are all written: the
+    /// holder's bytes are written as they are, with no read of the old bytes but the listed words'.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one dense group of a holder's write-back, its parts named"
+    )]
+    fn write_back_dense(
+        &mut self,
+        holder: u32,
+        range: ByteRange,
+        data: &[u8],
+        (first, end): (usize, usize),
+        listed: usize,
+        wb: &mut WriteBack,
+        change: &mut MemoryChange,
+        hand_off: &mut HandOff,
+    ) {
+        let at = |w: usize| ((range.start + 4 * w as u64).min(range.end) - range.start) as usize;
+        let room = listed.saturating_sub(wb.words.len()).min(end - first);
+        for k in first..first + room {
+            let (from, to) = (at(k), at(k + 1));
+            let mut old = [0u8; 4];
+            self.memory
+                .read_bytes(range.start + from as u64, &mut old[..to - from]);
+            let mut new = [0u8; 4];
+            new[..to - from].copy_from_slice(&data[from..to]);
+            wb.words.push(WordWritten {
+                address: range.start + from as u64,
+                old: u64::from(u32::from_le_bytes(old)),
+                new: u64::from(u32::from_le_bytes(new)),
+                bytes: (to - from) as u8,
+            });
+        }
+        wb.words_not_listed += (end - first - room) as u64;
+        let run = ByteRange::new(range.start + at(first) as u64, range.start + at(end) as u64);
+        if wb.runs.len() < WriteBack::LISTED_RUNS {
+            wb.runs.push(run);
+        } else {
+            wb.runs_not_listed += 1;
+        }
+        let before = change.distrusted.len();
+        self.memory
+            .host_write(run.start, &data[at(first)..at(end)], change);
+        for &id in &change.distrusted[before..] {
+            hand_off
+                .targets_distrusted
+                .push(self.target_lost(id, format!("write-back of holder slot {holder} (O8)")));
+        }
     }
 }
 

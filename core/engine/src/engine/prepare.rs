@@ -23,6 +23,10 @@ use crate::report::{
 use crate::rules::DEVICE_TABLE_PUSH_WORD;
 use thiserror::Error;
 
+/// Words of an emulator's holder write-back listed with their values in the report; the rest are
+/// counted and placed by runs, so a full-screen output keeps its report small.
+pub const DEVICE_WORDS_LISTED: usize = 64;
+
 /// Push-block words the lookup helper reads (`dispatchscope-vk`'s `spirv::library` states the
 /// interface): 18 `log2` chunk bytes, 19 `log2` table capacity, 20 the probe bound, 24–25 the mark
 /// words' device address (C1), 28–29 the hash multiplier, 30–31 the table's device address (T3).
@@ -291,11 +295,14 @@ impl<B: Backend> Engine<B> {
             Mode::Refused => super::Ran::not_run(input),
             _ => {
                 let routed = self.routed(input, &prepared);
-                let outcome = match ran {
-                    Ran::Backend(outcome) => outcome,
-                    Ran::Device(run) => self.device_outcome(&prepared, &routed, run)?,
+                let (outcome, holders) = match ran {
+                    Ran::Backend(outcome) => (outcome, Vec::new()),
+                    Ran::Device(run) => {
+                        let outcome = self.device_outcome(&prepared, &routed, &run)?;
+                        (outcome, run.holders)
+                    }
                 };
-                self.after(input, routed, outcome)
+                self.after(input, routed, outcome, &holders)
             }
         };
         self.prepared = None;
@@ -363,6 +370,7 @@ impl<B: Backend> Engine<B> {
         input: &DispatchInput,
         routed: Routed<'_>,
         mut outcome: Outcome,
+        device_holders: &[HolderRun<'_>],
     ) -> super::Ran {
         let lookups = super::accesses::trace_lookups(input, &routed.routes, self.table.as_ref());
         let escapes = self.escapes(input, &routed.routes, &outcome, &lookups);
@@ -370,7 +378,45 @@ impl<B: Backend> Engine<B> {
         let mut change = MemoryChange::default();
         let mut hand_off = HandOff::default();
         self.hand_off(&marks, &mut change, &mut hand_off);
-        let write_back = self.write_back(&routed, &outcome, &mut change, &mut hand_off);
+        let mut write_back = self.write_back(&routed, &outcome, &mut change, &mut hand_off);
+        // The emulator's holders, written back from its own bytes where they lie (no copy).
+        for h in device_holders {
+            let Some(pos) = routed.holder_slots.iter().position(|&s| s == h.slot) else {
+                continue;
+            };
+            let range = routed.job.holders[pos];
+            let masks = h.masks;
+            let written = |w: usize| {
+                masks
+                    .get(4 * w..4 * w + 4)
+                    .is_some_and(|m| m != [0, 0, 0, 0])
+            };
+            let words = range.size_bytes().div_ceil(4) as usize;
+            let every_word = masks.get(..4 * words).is_some_and(every_word_set);
+            let wb = if every_word {
+                self.write_back_whole(
+                    h.slot,
+                    range,
+                    h.data,
+                    DEVICE_WORDS_LISTED,
+                    &mut change,
+                    &mut hand_off,
+                )
+            } else {
+                self.write_back_holder(
+                    h.slot,
+                    range,
+                    h.data,
+                    written,
+                    DEVICE_WORDS_LISTED,
+                    &mut change,
+                    &mut hand_off,
+                )
+            };
+            if wb.words_written() > 0 {
+                write_back.push(wb);
+            }
+        }
         hand_off.pages_noted_written = after::merge_ranges(change.noted_written);
         let mut hazards =
             after::detect_l1(input, &routed, &lookups, self.table.as_ref(), &write_back);
@@ -397,7 +443,7 @@ impl<B: Backend> Engine<B> {
         &mut self,
         prepared: &Prepared,
         routed: &Routed<'_>,
-        run: DeviceRun<'_>,
+        run: &DeviceRun<'_>,
     ) -> Result<Outcome, EngineError> {
         let dispatch = prepared.index;
         let slots = self.table.as_ref().map_or(0, |t| t.capacity());
@@ -429,12 +475,8 @@ impl<B: Backend> Engine<B> {
                 .into());
             }
         }
-        let mut holders = Vec::with_capacity(routed.job.holders.len());
-        let mut masks = Vec::with_capacity(routed.job.holders.len());
         for (slot, range) in routed.holder_slots.iter().zip(&routed.job.holders) {
             let Some(h) = run.holders.iter().find(|h| h.slot == *slot) else {
-                holders.push(Vec::new());
-                masks.push(Vec::new());
                 continue;
             };
             let bytes = range.size_bytes();
@@ -448,19 +490,14 @@ impl<B: Backend> Engine<B> {
                 }
                 .into());
             }
-            holders.push(h.data[..bytes as usize].to_vec());
-            masks.push(
-                h.masks[..4 * words as usize]
-                    .chunks_exact(4)
-                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-            );
         }
+        // The holders' bytes stay the emulator's: `after` writes them back where they lie.
+        let n = routed.job.holders.len();
         Ok(Outcome {
             accesses: Vec::new(),
             marks,
-            holders,
-            masks,
+            holders: vec![Vec::new(); n],
+            masks: vec![Vec::new(); n],
         })
     }
 
@@ -509,6 +546,22 @@ impl<B: Backend> Engine<B> {
         self.guards_checked = Some(self.memory.state_changes());
         Ok(())
     }
+}
+
+/// Whether every 4-byte mask word is set: blocks of 64 words without an early exit inside a
+/// block, which the compiler vectorises (a 1080p mask of 8 MB is scanned at memory speed).
+fn every_word_set(masks: &[u8]) -> bool {
+    if masks.len() % 4 != 0 {
+        return false;
+    }
+    let mut pairs = masks.chunks_exact(8);
+    let all = pairs.by_ref().fold(true, |all, p| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(p);
+        let x = u64::from_ne_bytes(b);
+        all & (x as u32 != 0) & ((x >> 32) as u32 != 0)
+    });
+    all && pairs.remainder().iter().any(|&b| b != 0) == !pairs.remainder().is_empty()
 }
 
 /// How the emulator binds each slot, from the plan (O4–O9).
