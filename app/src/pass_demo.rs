@@ -191,7 +191,8 @@ impl PassRunner {
             stage_table: false,
         })
         .context("opening the Vulkan device")?;
-        let host = HostSide::new(scene.clone()).context("mapping the scene on the engine")?;
+        let host = HostSide::with_limits(scene.clone(), ctx.limits())
+            .context("mapping the scene on the engine")?;
         let layout = InstrumentLayout::with_sites(site::COUNT);
         let device = DevicePass::new(&ctx, &host, layout, false, GuestMemoryOn::Imported)
             .context("setting the pass up on the device")?;

@@ -761,7 +761,14 @@ pub unsafe extern "C" fn ds_engine_complete(
                 masks,
             });
         }
-        s.complete(c.index, RanOn::Device(DeviceRun { marks, holders }))
+        s.complete(
+            c.index,
+            RanOn::Device(DeviceRun {
+                marks,
+                holders,
+                ran_on: None,
+            }),
+        )
     })
 }
 

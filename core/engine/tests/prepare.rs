@@ -96,6 +96,7 @@ fn run_305_is_bound_as_one_holder_with_its_member_offset() {
             data: &data,
             masks: &masks,
         }],
+        ran_on: None,
     };
     let r = e.complete(&input, p, RanOn::Device(run)).unwrap();
     assert_eq!(r.counts.words_written_back, 2);
@@ -192,6 +193,7 @@ fn a_device_addressed_dispatch_hands_out_the_table_and_takes_the_marks() {
             RanOn::Device(DeviceRun {
                 marks: Some(&marks),
                 holders: Vec::new(),
+                ran_on: None,
             }),
         )
         .unwrap();
@@ -225,6 +227,7 @@ fn misuse_is_a_named_error() {
             RanOn::Device(DeviceRun {
                 marks: Some(&wrong),
                 holders: Vec::new(),
+                ran_on: None,
             }),
         )
         .unwrap_err();
@@ -297,6 +300,7 @@ fn holder_data_is_checked() {
                     data: &short,
                     masks: &short,
                 }],
+                ran_on: None,
             }),
         )
         .unwrap_err();

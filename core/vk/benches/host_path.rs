@@ -147,6 +147,7 @@ fn prepare_complete<B: Backend>(
                 RanOn::Device(DeviceRun {
                     marks: None,
                     holders,
+                    ran_on: None,
                 }),
             )
             .unwrap();

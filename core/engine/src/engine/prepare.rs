@@ -155,6 +155,9 @@ pub struct DeviceRun<'a> {
     /// O8: each written holder's data and mask. A holder left out is not written back: the
     /// emulator's buffer was its own guest pages (imported zero-copy), so its stores are in place.
     pub holders: Vec<HolderRun<'a>>,
+    /// The device that ran it, named in the report's `backend` (the engine's own backend only
+    /// planned and mapped); `None` names the engine's backend.
+    pub ran_on: Option<&'a str>,
 }
 
 /// What ran between prepare and complete.
@@ -291,6 +294,10 @@ impl<B: Backend> Engine<B> {
             }
             .into());
         }
+        let ran_on = match &ran {
+            Ran::Device(run) => run.ran_on.map(str::to_owned),
+            Ran::Backend(_) => None,
+        };
         let ran_report = match prepared.mode {
             Mode::Refused => super::Ran::not_run(input),
             _ => {
@@ -317,7 +324,7 @@ impl<B: Backend> Engine<B> {
             label: input.label.clone(),
             kind: input.kind,
             mode: prepared.mode,
-            backend: self.backend.name(),
+            backend: ran_on.unwrap_or_else(|| self.backend.name()),
             device: prepared.limits,
             reasons: input.reasons.clone(),
             mode_reason: prepared.mode_reason,

@@ -31,6 +31,7 @@ use crate::{VkError, VulkanBackend, check};
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::backend::Backend;
 use dispatchscope_core::chunk_table::{ChunkTable, EMPTY_KEY, chunk_bytes_for};
+use dispatchscope_core::engine::{DeviceRun, HolderRun, RanOn};
 use dispatchscope_core::input::{
     Access, AccessKind, Backing, DeviceLimits, DispatchInput, Event, Op, Reason, Slot,
 };
@@ -66,7 +67,13 @@ impl HostSide {
     /// Reserves and fills the scene's guest memory on a CPU engine, and runs one device-addressed
     /// dispatch there so that the engine maps it (M1–M5) and plans the two output slots.
     pub fn new(scene: Scene) -> Result<Self, VkError> {
-        let mut engine = Engine::cpu(DeviceLimits::default()).map_err(pass_err)?;
+        Self::with_limits(scene, DeviceLimits::default())
+    }
+
+    /// [`HostSide::new`] planning under `limits`: the device's own (`Context::limits`), so that
+    /// every report names the device and the limits that ran the pass.
+    pub fn with_limits(scene: Scene, limits: DeviceLimits) -> Result<Self, VkError> {
+        let mut engine = Engine::cpu(limits).map_err(pass_err)?;
         for (r, e) in scene.regions.iter().zip(Self::events(&scene)) {
             engine.apply(&e).map_err(pass_err)?;
             if !r.bytes.is_empty() {
@@ -256,23 +263,45 @@ pub fn run_frame(
     variant: Variant,
     selection: &LaneSelection,
 ) -> Result<Frame, VkError> {
-    let mut report = engine.dispatch(input).map_err(pass_err)?;
-    let run = device.run(variant, selection, scene::CANARY_AT, scene)?;
-    let started = Instant::now();
-    // O8: the device's output holder, written back into the engine's guest memory, its report
-    // listing a few words and counting the rest, so its size does not grow with the screen.
-    let holders: Vec<u32> = report
-        .slots
+    // The emulator's own dispatch path: prepare (plan, map, table), the device's run of the
+    // translated program, complete (O8 from the device's holder, its report listing a few words
+    // and counting the rest, so its size does not grow with the screen). The engine runs nothing.
+    let prepared = engine.prepare(input).map_err(pass_err)?;
+    let holders: Vec<u32> = prepared
+        .bindings
         .iter()
-        .filter(|b| b.holder_range().is_some())
+        .filter(|b| b.holder == b.slot && b.written)
         .map(|b| b.slot)
         .collect();
-    if let [holder] = holders[..] {
-        let (data, masks) = device.holder();
-        engine
-            .write_back_from_device(&mut report, holder, data, masks, DEVICE_LISTED_WORDS)
-            .map_err(pass_err)?;
-    }
+    let run = match device.run(variant, selection, scene::CANARY_AT, scene) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = engine.abandon(prepared.index);
+            return Err(e);
+        }
+    };
+    let started = Instant::now();
+    let name = device.device_name();
+    let (data, masks) = device.holder();
+    let holder_runs = match holders[..] {
+        [holder] => vec![HolderRun {
+            slot: holder,
+            data,
+            masks,
+        }],
+        _ => Vec::new(),
+    };
+    let mut report = engine
+        .complete(
+            input,
+            prepared,
+            RanOn::Device(DeviceRun {
+                marks: None,
+                holders: holder_runs,
+                ran_on: Some(&name),
+            }),
+        )
+        .map_err(pass_err)?;
     if variant == Variant::Instrumented {
         report.instrumented = Some(decode_section(
             engine,
@@ -770,6 +799,11 @@ impl DevicePass {
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect()
+    }
+
+    /// The device's name, as reports give it.
+    pub fn device_name(&self) -> String {
+        self.ctx.device_name()
     }
 
     /// The holder's data and write-mask bytes (O8, O9), as the last run left them.
