@@ -2,7 +2,9 @@
 //! the entry's must-be-zero bits, then the operands and the modifiers the encoding prints.
 //!
 //! Each encoding's function returns the text, the length in dwords and the memory access, or a
-//! named [`Unknown`]; [`decode_one`] turns an `Unknown` into a `.long 0x…` line of one dword.
+//! named [`Unknown`]; [`decode_one`] turns an `Unknown` into one `.long 0x…, …` line of every
+//! dword the encoding's layout gives the instruction (literal included), so a listing never
+//! reads the middle of an instruction as one of its own.
 
 use std::fmt::Write as _;
 
@@ -55,7 +57,8 @@ struct Decoded {
 }
 
 /// Decodes the instruction at the start of `bytes`, at address `pc`. Never panics: an
-/// undecodable word is a one-dword `.long` with its reason, fewer than four bytes a `.byte` line.
+/// undecodable instruction is one `.long` line of all its dwords (as its encoding lays them out)
+/// with its reason, fewer than four bytes a `.byte` line.
 pub fn decode_one(bytes: &[u8], pc: u64) -> Instruction {
     if bytes.len() < 4 {
         let mut text = String::from(".byte ");
@@ -84,13 +87,71 @@ pub fn decode_one(bytes: &[u8], pc: u64) -> Instruction {
             kind: Kind::Ok,
             memory: d.memory,
         },
-        Err(reason) => Instruction {
-            pc,
-            len: 4,
-            text: format!(".long 0x{:08x}", words.w[0]),
-            kind: Kind::Unknown { reason },
-            memory: None,
-        },
+        Err(reason) => {
+            // The whole instruction as the encoding lays it out, so the next line starts where
+            // the next instruction does; a cut-off instruction takes every dword that is left.
+            let dwords = match reason {
+                Unknown::Truncated { .. } => words.have,
+                _ => layout_dwords(&words).min(words.have),
+            }
+            .max(1);
+            let mut text = String::with_capacity(12 * dwords);
+            text.push_str(".long ");
+            for (i, w) in words.w[..dwords].iter().enumerate() {
+                if i > 0 {
+                    text.push_str(", ");
+                }
+                let _ = write!(text, "0x{w:08x}");
+            }
+            Instruction {
+                pc,
+                len: (4 * dwords) as u8,
+                text,
+                kind: Kind::Unknown { reason },
+                memory: None,
+            }
+        }
+    }
+}
+
+/// How many dwords an instruction takes by its encoding's layout alone, whatever its opcode:
+/// the encoding's length, the extended (DPP, SDWA) second dword, a literal when a source field
+/// names one (or the opcode always carries one), MIMG's address dwords. An undecoded word of a
+/// known encoding takes this many, so the lines after it stay true.
+fn layout_dwords(words: &Words) -> usize {
+    let w0 = words.w[0];
+    let lit = |v: u32| usize::from(v == 255);
+    if w0 >> 31 == 0 {
+        let src0 = w0 & 0x1ff;
+        // v_fmamk_* and v_fmaak_* (VOP2 0x2c, 0x2d, 0x37, 0x38) always carry their constant.
+        let k_literal = matches!(w0 >> 25, 0x2c | 0x2d | 0x37 | 0x38);
+        return match src0 {
+            0xf9 | 0xfa | 0xe9 | 0xea => 2,
+            _ if k_literal => 2,
+            _ => 1 + lit(src0),
+        };
+    }
+    if w0 >> 30 == 0b10 {
+        let (ssrc0, ssrc1) = (w0 & 0xff, (w0 >> 8) & 0xff);
+        return match w0 >> 23 {
+            0x17d => 1 + lit(ssrc0),
+            0x17e => 1 + usize::from(ssrc0 == 255 || ssrc1 == 255),
+            0x17f => 1,
+            // s_setreg_imm32_b32 carries its value in a second dword.
+            _ if w0 >> 28 == 0b1011 => 1 + usize::from((w0 >> 23) & 0x1f == 0x15),
+            _ => 1 + usize::from(ssrc0 == 255 || ssrc1 == 255),
+        };
+    }
+    let w1 = words.w[1];
+    match w0 >> 26 {
+        0x35 | 0x33 => {
+            let src = |shift: u32| (w1 >> shift) & 0x1ff == 255;
+            2 + usize::from(src(0) || src(9) || src(18))
+        }
+        0x36 | 0x37 | 0x3d | 0x3e => 2,
+        0x38 | 0x3a => 2 + lit(w1 >> 24),
+        0x3c => 2 + ((w0 >> 1) & 3) as usize,
+        _ => 1,
     }
 }
 
