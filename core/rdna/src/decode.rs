@@ -9,8 +9,9 @@
 use std::fmt::Write as _;
 
 use crate::operand::{self, is_literal, range, scalar, source, vgpr};
-use crate::table::{Ext, Field, File, Imm, Op, Opnd};
-use crate::{Direction, Instruction, Kind, Memory, Space, Unknown};
+use crate::operand::{dec, hex, hex_digits, int};
+use crate::table::{Ext, ExtOp, Field, File, Flags, Imm, Op, Opnd, Tok};
+use crate::{Direction, Instruction, Kind, Line, Memory, Space, Unknown};
 use crate::{tables, tables_ext, tables_mimg};
 
 /// The dwords of one instruction's window: up to five (MIMG with NSA is the longest).
@@ -49,9 +50,8 @@ impl Words {
     }
 }
 
-/// What an encoding function produces for a decoded instruction.
+/// What an encoding function returns for a decoded instruction (its text is in the buffer).
 struct Decoded {
-    text: String,
     dwords: usize,
     memory: Option<Memory>,
 }
@@ -60,18 +60,33 @@ struct Decoded {
 /// undecodable instruction is one `.long` line of all its dwords (as its encoding lays them out)
 /// with its reason, fewer than four bytes a `.byte` line.
 pub fn decode_one(bytes: &[u8], pc: u64) -> Instruction {
+    let mut text = String::new();
+    let line = decode_into(bytes, pc, &mut text);
+    Instruction {
+        pc: line.pc,
+        len: line.len,
+        text,
+        kind: line.kind,
+        memory: line.memory,
+    }
+}
+
+/// [`decode_one`] writing the text into `text` (cleared first), a buffer the caller reuses from
+/// line to line; the rest comes back as a [`Line`].
+pub fn decode_into(bytes: &[u8], pc: u64, text: &mut String) -> Line {
+    text.clear();
     if bytes.len() < 4 {
-        let mut text = String::from(".byte ");
-        for (i, b) in bytes.iter().enumerate() {
+        text.push_str(".byte ");
+        for (i, &b) in bytes.iter().enumerate() {
             if i > 0 {
                 text.push_str(", ");
             }
-            let _ = write!(text, "0x{b:02x}");
+            text.push_str("0x");
+            hex_digits(text, u32::from(b), 2);
         }
-        return Instruction {
+        return Line {
             pc,
             len: bytes.len() as u8,
-            text,
             kind: Kind::Unknown {
                 reason: Unknown::PartialWord { bytes: bytes.len() },
             },
@@ -79,11 +94,10 @@ pub fn decode_one(bytes: &[u8], pc: u64) -> Instruction {
         };
     }
     let words = Words::new(bytes);
-    match dispatch(&words) {
-        Ok(d) => Instruction {
+    match dispatch(text, &words) {
+        Ok(d) => Line {
             pc,
             len: (4 * d.dwords) as u8,
-            text: d.text,
             kind: Kind::Ok,
             memory: d.memory,
         },
@@ -95,18 +109,18 @@ pub fn decode_one(bytes: &[u8], pc: u64) -> Instruction {
                 _ => layout_dwords(&words).min(words.have),
             }
             .max(1);
-            let mut text = String::with_capacity(12 * dwords);
+            text.clear();
             text.push_str(".long ");
-            for (i, w) in words.w[..dwords].iter().enumerate() {
+            for (i, &w) in words.w[..dwords].iter().enumerate() {
                 if i > 0 {
                     text.push_str(", ");
                 }
-                let _ = write!(text, "0x{w:08x}");
+                text.push_str("0x");
+                hex_digits(text, w, 8);
             }
-            Instruction {
+            Line {
                 pc,
                 len: (4 * dwords) as u8,
-                text,
                 kind: Kind::Unknown { reason },
                 memory: None,
             }
@@ -156,33 +170,43 @@ fn layout_dwords(words: &Words) -> usize {
 }
 
 /// Picks the encoding from the high bits of the first dword.
-fn dispatch(words: &Words) -> Result<Decoded, Unknown> {
+fn dispatch(out: &mut String, words: &Words) -> Result<Decoded, Unknown> {
     let w0 = words.w[0];
     if w0 >> 31 == 0 {
         return match w0 >> 25 {
-            0x3f => vop_short(words, "VOP1", &tables::VOP1, (w0 >> 9) & 0xff),
-            0x3e => vop_short(words, "VOPC", &tables::VOPC, (w0 >> 17) & 0xff),
-            op => vop_short(words, "VOP2", &tables::VOP2, op & 0x3f),
+            0x3f => vop_short(out, words, Short::Vop1, (w0 >> 9) & 0xff),
+            0x3e => vop_short(out, words, Short::Vopc, (w0 >> 17) & 0xff),
+            op => vop_short(out, words, Short::Vop2, op & 0x3f),
         };
     }
     if w0 >> 30 == 0b10 {
         return match w0 >> 23 {
-            0x17d => scalar_op(words, "SOP1", &tables::SOP1, (w0 >> 8) & 0xff),
-            0x17e => scalar_op(words, "SOPC", &tables::SOPC, (w0 >> 16) & 0x7f),
-            0x17f => sopp(words, (w0 >> 16) & 0x7f),
-            _ if w0 >> 28 == 0b1011 => sopk(words, (w0 >> 23) & 0x1f),
-            _ => scalar_op(words, "SOP2", &tables::SOP2, (w0 >> 23) & 0x7f),
+            0x17d => scalar_op(out, words, "SOP1", &tables::SOP1, (w0 >> 8) & 0xff),
+            0x17e => scalar_op(out, words, "SOPC", &tables::SOPC, (w0 >> 16) & 0x7f),
+            0x17f => sopp(out, words, (w0 >> 16) & 0x7f),
+            _ if w0 >> 28 == 0b1011 => sopk(out, words, (w0 >> 23) & 0x1f),
+            _ => scalar_op(out, words, "SOP2", &tables::SOP2, (w0 >> 23) & 0x7f),
         };
     }
     match w0 >> 26 {
-        0x35 => vop3(words, (w0 >> 16) & 0x3ff),
-        0x33 if w0 >> 24 == 0xcc => vop3p(words, (w0 >> 16) & 0x7f),
-        0x36 => ds(words, (w0 >> 18) & 0xff),
-        0x37 => flat(words, (w0 >> 18) & 0x7f, (w0 >> 14) & 3),
-        0x38 => buffer(words, false, ((w0 >> 18) & 0x7f) | ((w0 >> 25) & 1) << 7),
-        0x3a => buffer(words, true, ((w0 >> 16) & 7) | (words.w[1] >> 21 & 1) << 3),
-        0x3c => mimg(words, ((w0 >> 18) & 0x7f) | (w0 & 1) << 7),
-        0x3d => smem(words, (w0 >> 18) & 0xff),
+        0x35 => vop3(out, words, (w0 >> 16) & 0x3ff),
+        0x33 if w0 >> 24 == 0xcc => vop3p(out, words, (w0 >> 16) & 0x7f),
+        0x36 => ds(out, words, (w0 >> 18) & 0xff),
+        0x37 => flat(out, words, (w0 >> 18) & 0x7f, (w0 >> 14) & 3),
+        0x38 => buffer(
+            out,
+            words,
+            false,
+            ((w0 >> 18) & 0x7f) | ((w0 >> 25) & 1) << 7,
+        ),
+        0x3a => buffer(
+            out,
+            words,
+            true,
+            ((w0 >> 16) & 7) | (words.w[1] >> 21 & 1) << 3,
+        ),
+        0x3c => mimg(out, words, ((w0 >> 18) & 0x7f) | (w0 & 1) << 7),
+        0x3d => smem(out, words, (w0 >> 18) & 0xff),
         0x32 => Err(Unknown::Encoding {
             word: w0,
             what: "VINTRP",
@@ -315,6 +339,7 @@ fn literal_after(w: &Words, encoding: &'static str, base: usize) -> Result<u32, 
 
 /// SOP1, SOPC, SOP2: the table's operands, one optional literal.
 fn scalar_op(
+    out: &mut String,
     w: &Words,
     encoding: &'static str,
     table: &'static [Option<Op>],
@@ -327,11 +352,9 @@ fn scalar_op(
     } else {
         None
     };
-    let mut out = String::with_capacity(40);
     out.push_str(op.name);
-    operands(&mut out, op, Enc::Sop, w, lit, &|_, _| None)?;
+    operands(out, op, Enc::Sop, w, lit, &|_, _| None)?;
     Ok(Decoded {
-        text: out,
         dwords: 1 + usize::from(lit.is_some()),
         memory: None,
     })
@@ -350,7 +373,7 @@ fn operands(
     for (i, o) in op.opnds.iter().enumerate() {
         out.push_str(if i == 0 { " " } else { ", " });
         match *o {
-            Opnd::T(t) => out.push_str(t),
+            Opnd::T(t) => out.push_str(t.text()),
             Opnd::R(f, file, width, imm) => {
                 let value = field(f, enc, w);
                 let is_imm = matches!(value, 128..=208 | 240..=248 | 255);
@@ -369,26 +392,16 @@ fn operands(
 }
 
 /// The immediate of SOPP and SOPK in the style the table names.
-fn simm_style(out: &mut String, style: &str, simm: u32) {
+fn simm_style(out: &mut String, style: Tok, simm: u32) {
     match style {
-        "{hex}" => {
-            let _ = write!(out, "0x{simm:x}");
-        }
-        "{inl}" => {
-            if simm <= 64 {
-                let _ = write!(out, "{simm}");
-            } else {
-                let _ = write!(out, "0x{simm:x}");
-            }
-        }
-        _ => {
-            let _ = write!(out, "{simm}");
-        }
+        Tok::Hex => hex(out, simm),
+        Tok::Inl if simm > 64 => hex(out, simm),
+        _ => dec(out, simm),
     }
 }
 
 /// SOPP: immediates by style, `s_waitcnt` by counter; `s_sendmsg` is not decoded.
-fn sopp(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+fn sopp(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     // s_code_end is the oracle's separator word, so the generated table cannot hold it.
     if opcode == 0x1f {
         if w.w[0] & 0xffff != 0 {
@@ -397,8 +410,8 @@ fn sopp(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
                 bits: u64::from(w.w[0] & 0xffff),
             });
         }
+        out.push_str("s_code_end");
         return Ok(Decoded {
-            text: "s_code_end".into(),
             dwords: 1,
             memory: None,
         });
@@ -406,21 +419,19 @@ fn sopp(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     let op = entry("SOPP", &tables::SOPP, opcode)?;
     check_zero(op, u64::from(w.w[0]), op.zero)?;
     let simm = w.w[0] & 0xffff;
-    let mut out = String::with_capacity(40);
     out.push_str(op.name);
     match op.opnds.first() {
         None => {}
-        Some(Opnd::T("{opt}")) if simm == 0 => {}
-        Some(Opnd::T("{opt}")) => {
-            let _ = write!(out, " {simm}");
-        }
-        Some(Opnd::T("{special}")) if op.name == "s_waitcnt" => waitcnt(&mut out, simm),
-        Some(Opnd::T("{special}")) if op.name.starts_with("s_sendmsg") => sendmsg(&mut out, simm),
-        Some(Opnd::T(style))
-            if style.starts_with("{u") || *style == "{hex}" || *style == "{inl}" =>
-        {
+        Some(Opnd::T(Tok::Opt)) if simm == 0 => {}
+        Some(Opnd::T(Tok::Opt)) => {
             out.push(' ');
-            simm_style(&mut out, style, simm);
+            dec(out, simm);
+        }
+        Some(Opnd::T(Tok::Special)) if op.flags.has(Flags::WAITCNT) => waitcnt(out, simm),
+        Some(Opnd::T(Tok::Special)) if op.flags.has(Flags::SENDMSG) => sendmsg(out, simm),
+        Some(Opnd::T(style @ (Tok::Udec | Tok::Hex | Tok::Inl))) => {
+            out.push(' ');
+            simm_style(out, *style, simm);
         }
         Some(_) => {
             return Err(Unknown::Unsupported {
@@ -430,7 +441,6 @@ fn sopp(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
         }
     }
     Ok(Decoded {
-        text: out,
         dwords: 1,
         memory: None,
     })
@@ -444,13 +454,19 @@ fn waitcnt(out: &mut String, simm: u32) {
     let lgkm = (simm >> 8) & 0x3f;
     let all = vm == 63 && exp == 7 && lgkm == 63;
     if vm != 63 || all {
-        let _ = write!(out, " vmcnt({vm})");
+        out.push_str(" vmcnt(");
+        dec(out, vm);
+        out.push(')');
     }
     if exp != 7 || all {
-        let _ = write!(out, " expcnt({exp})");
+        out.push_str(" expcnt(");
+        dec(out, exp);
+        out.push(')');
     }
     if lgkm != 63 || all {
-        let _ = write!(out, " lgkmcnt({lgkm})");
+        out.push_str(" lgkmcnt(");
+        dec(out, lgkm);
+        out.push(')');
     }
 }
 
@@ -538,22 +554,24 @@ fn hwreg(out: &mut String, simm: u32) {
     match hwreg_name(id) {
         Some(n) => out.push_str(n),
         None => {
-            let _ = write!(out, "{id}");
+            dec(out, id);
         }
     }
     if offset != 0 || size != 32 {
-        let _ = write!(out, ", {offset}, {size}");
+        out.push_str(", ");
+        dec(out, offset);
+        out.push_str(", ");
+        dec(out, size);
     }
     out.push(')');
 }
 
 /// SOPK: a scalar register and a 16-bit immediate (or `hwreg`), `s_setreg_imm32_b32` a literal.
-fn sopk(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+fn sopk(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     let op = entry("SOPK", &tables::SOPK, opcode)?;
     check_zero(op, u64::from(w.w[0]), op.zero)?;
     let simm = w.w[0] & 0xffff;
     let sdst = (w.w[0] >> 16) & 0x7f;
-    let mut out = String::with_capacity(40);
     out.push_str(op.name);
     let mut dwords = 1;
     let bad = |i| Unknown::Operand {
@@ -561,64 +579,81 @@ fn sopk(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
         operand: i,
         value: sdst,
     };
-    match op.name {
-        "s_getreg_b32" => {
-            out.push(' ');
-            scalar(&mut out, sdst, 1).map_err(|()| bad(0))?;
-            out.push_str(", ");
-            hwreg(&mut out, simm);
-        }
-        "s_setreg_b32" => {
-            out.push(' ');
-            hwreg(&mut out, simm);
-            out.push_str(", ");
-            scalar(&mut out, sdst, 1).map_err(|()| bad(1))?;
-        }
-        "s_setreg_imm32_b32" => {
-            let lit = literal_after(w, "SOPK", 1)?;
-            out.push(' ');
-            hwreg(&mut out, simm);
-            out.push_str(", ");
-            operand::imm32(&mut out, lit);
-            dwords = 2;
-        }
-        _ => {
-            for (i, o) in op.opnds.iter().enumerate() {
-                out.push_str(if i == 0 { " " } else { ", " });
-                match *o {
-                    Opnd::R(_, _, width, _) => {
-                        scalar(&mut out, sdst, width).map_err(|()| bad(i))?
-                    }
-                    Opnd::T(style) => simm_style(&mut out, style, simm),
-                }
+    if op.flags.has(Flags::GETREG) {
+        out.push(' ');
+        scalar(out, sdst, 1).map_err(|()| bad(0))?;
+        out.push_str(", ");
+        hwreg(out, simm);
+    } else if op.flags.has(Flags::SETREG) {
+        out.push(' ');
+        hwreg(out, simm);
+        out.push_str(", ");
+        scalar(out, sdst, 1).map_err(|()| bad(1))?;
+    } else if op.flags.has(Flags::SETREG_IMM) {
+        let lit = literal_after(w, "SOPK", 1)?;
+        out.push(' ');
+        hwreg(out, simm);
+        out.push_str(", ");
+        operand::imm32(out, lit);
+        dwords = 2;
+    } else {
+        for (i, o) in op.opnds.iter().enumerate() {
+            out.push_str(if i == 0 { " " } else { ", " });
+            match *o {
+                Opnd::R(_, _, width, _) => scalar(out, sdst, width).map_err(|()| bad(i))?,
+                Opnd::T(style) => simm_style(out, style, simm),
             }
         }
     }
     Ok(Decoded {
-        text: out,
         dwords,
         memory: None,
     })
 }
 
-/// VOP1, VOP2, VOPC (the 32-bit forms), with `v_fmamk`/`v_fmaak`'s literal; DPP and SDWA are
-/// not decoded.
-fn vop_short(
-    w: &Words,
-    encoding: &'static str,
-    table: &'static [Option<Op>],
-    opcode: u32,
-) -> Result<Decoded, Unknown> {
-    let op = entry(encoding, table, opcode)?;
+/// The three 32-bit vector encodings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Short {
+    Vop1,
+    Vop2,
+    Vopc,
+}
+
+impl Short {
+    fn name(self) -> &'static str {
+        match self {
+            Short::Vop1 => "VOP1",
+            Short::Vop2 => "VOP2",
+            Short::Vopc => "VOPC",
+        }
+    }
+
+    fn table(self) -> &'static [Option<Op>] {
+        match self {
+            Short::Vop1 => &tables::VOP1,
+            Short::Vop2 => &tables::VOP2,
+            Short::Vopc => &tables::VOPC,
+        }
+    }
+
+    fn ext(self) -> &'static [Option<ExtOp>] {
+        match self {
+            Short::Vop1 => &tables_ext::VOP1_EXT,
+            Short::Vop2 => &tables_ext::VOP2_EXT,
+            Short::Vopc => &tables_ext::VOPC_EXT,
+        }
+    }
+}
+
+/// VOP1, VOP2, VOPC: the 32-bit forms, with `v_fmamk`/`v_fmaak`'s literal, and their DPP16,
+/// DPP8 and SDWA forms.
+fn vop_short(out: &mut String, w: &Words, short: Short, opcode: u32) -> Result<Decoded, Unknown> {
+    let encoding = short.name();
+    let op = entry(encoding, short.table(), opcode)?;
     check_zero(op, u64::from(w.w[0]), op.zero)?;
     let src0 = w.w[0] & 0x1ff;
     if matches!(src0, 249 | 250 | 233 | 234) {
-        let ext = match encoding {
-            "VOP1" => tables_ext::VOP1_EXT.get(opcode as usize),
-            "VOP2" => tables_ext::VOP2_EXT.get(opcode as usize),
-            _ => tables_ext::VOPC_EXT.get(opcode as usize),
-        }
-        .and_then(Option::as_ref);
+        let ext = short.ext().get(opcode as usize).and_then(Option::as_ref);
         let (form, what) = match src0 {
             250 => (ext.and_then(|e| e.dpp), Form::Dpp16),
             249 => (ext.and_then(|e| e.sdwa), Form::Sdwa),
@@ -627,9 +662,9 @@ fn vop_short(
         // Without that form LLVM reads the word as the 32-bit form, src0 and all (`v_nop` with
         // SDWA, `v_swap_b32`'s register src0; an invalid source otherwise).
         if let Some(form) = form {
-            return extended(w, encoding, op, &form, what);
+            return extended(out, w, short, op, &form, what);
         }
-        if op.name == "v_nop" && what != Form::Sdwa {
+        if op.flags.has(Flags::NOP) && what != Form::Sdwa {
             return Err(Unknown::Unsupported {
                 name: "v_nop",
                 what: "v_nop's DPP controls",
@@ -637,36 +672,26 @@ fn vop_short(
         }
     }
     // v_fmamk_*/v_fmaak_* carry a constant the table shows as the sentinel literal.
-    let k_literal = op.opnds.iter().any(|o| matches!(o, Opnd::T(t) if is_k(t)));
+    let k_literal = op.opnds.iter().any(|o| matches!(o, Opnd::T(Tok::K)));
     let lit = if k_literal || wants_literal(op, Enc::Vop, w) {
         Some(literal_after(w, encoding, 1)?)
     } else {
         None
     };
-    let mut out = String::with_capacity(48);
     out.push_str(op.name);
     for (i, o) in op.opnds.iter().enumerate() {
         out.push_str(if i == 0 { " " } else { ", " });
         match *o {
-            Opnd::T(t) if is_k(t) => {
-                let _ = write!(out, "0x{:x}", lit.unwrap_or(0));
+            Opnd::T(Tok::K) => {
+                hex(out, lit.unwrap_or(0));
             }
-            Opnd::T(t) => out.push_str(t),
-            Opnd::R(f, file, width, imm) => operand(
-                &mut out,
-                op,
-                i,
-                f,
-                file,
-                field(f, Enc::Vop, w),
-                width,
-                imm,
-                lit,
-            )?,
+            Opnd::T(t) => out.push_str(t.text()),
+            Opnd::R(f, file, width, imm) => {
+                operand(out, op, i, f, file, field(f, Enc::Vop, w), width, imm, lit)?
+            }
         }
     }
     Ok(Decoded {
-        text: out,
         dwords: 1 + usize::from(lit.is_some()),
         memory: None,
     })
@@ -688,8 +713,9 @@ const SDWA_SELS: [&str; 7] = [
 /// The DPP16, DPP8 and SDWA forms: the 32-bit form's operands with src0 (and SDWA's src1) from
 /// the second dword, their modifiers, then the form's controls as LLVM prints them.
 fn extended(
+    out: &mut String,
     w: &Words,
-    encoding: &'static str,
+    short: Short,
     op: &Op,
     ext: &Ext,
     form: Form,
@@ -698,8 +724,8 @@ fn extended(
     let (w0, w1) = (w.w[0], w.w[1]);
     // SDWA's select fields: the generator saw their low bits rejected only as `DWORD | 1`
     // (VOP1 has no src1 select: it was probed as zero, and must be).
-    let zero = match (form, encoding) {
-        (Form::Sdwa, "VOP1") => ext.zero & !0x0001_0100,
+    let zero = match (form, short) {
+        (Form::Sdwa, Short::Vop1) => ext.zero & !0x0001_0100,
         (Form::Sdwa, _) => ext.zero & !0x0101_0100,
         _ => ext.zero,
     };
@@ -716,24 +742,23 @@ fn extended(
         operand: i,
         value,
     };
-    let vopc = encoding == "VOPC";
-    let mut out = String::with_capacity(80);
+    let vopc = short == Short::Vopc;
     out.push_str(ext.name);
     let mut sdst_done = false;
     for (i, o) in op.opnds.iter().enumerate() {
         out.push_str(if i == 0 { " " } else { ", " });
         match *o {
             // VOPC's SDWA form names its scalar destination when `sd` is set.
-            Opnd::T("vcc_lo") if vopc && form == Form::Sdwa && !sdst_done => {
+            Opnd::T(Tok::VccLo) if vopc && form == Form::Sdwa && !sdst_done => {
                 sdst_done = true;
                 if bit(15) {
                     let v = w1 >> 8 & 0x7f;
-                    scalar(&mut out, v, 1).map_err(|()| bad(i, v))?;
+                    scalar(out, v, 1).map_err(|()| bad(i, v))?;
                 } else {
                     out.push_str("vcc_lo");
                 }
             }
-            Opnd::T(t) => out.push_str(t),
+            Opnd::T(t) => out.push_str(t.text()),
             Opnd::R(f @ (Field::Src0 | Field::Vsrc1), _, width, imm) => {
                 let first = f == Field::Src0;
                 // The bit positions of this source's neg, abs and sext, and where it is read.
@@ -772,23 +797,15 @@ fn extended(
                 };
                 out.push_str(pre);
                 if scalar_src {
-                    source(&mut out, v, width, imm, None).map_err(|()| bad(i, v))?;
+                    source(out, v, width, imm, None).map_err(|()| bad(i, v))?;
                 } else {
-                    vgpr(&mut out, v, width).map_err(|()| bad(i, v))?;
+                    vgpr(out, v, width).map_err(|()| bad(i, v))?;
                 }
                 out.push_str(post);
             }
-            Opnd::R(f, file, width, imm) => operand(
-                &mut out,
-                op,
-                i,
-                f,
-                file,
-                field(f, Enc::Vop, w),
-                width,
-                imm,
-                None,
-            )?,
+            Opnd::R(f, file, width, imm) => {
+                operand(out, op, i, f, file, field(f, Enc::Vop, w), width, imm, None)?
+            }
         }
     }
     match form {
@@ -803,41 +820,44 @@ fn extended(
             }
             match ctrl {
                 0..=0xff => {
-                    let _ = write!(
-                        out,
-                        " quad_perm:[{},{},{},{}]",
-                        ctrl & 3,
-                        ctrl >> 2 & 3,
-                        ctrl >> 4 & 3,
-                        ctrl >> 6 & 3
-                    );
+                    out.push_str(" quad_perm:[");
+                    for k in 0..4 {
+                        if k > 0 {
+                            out.push(',');
+                        }
+                        dec(out, ctrl >> (2 * k) & 3);
+                    }
+                    out.push(']');
                 }
                 0x101..=0x10f => {
-                    let _ = write!(out, " row_shl:{}", ctrl & 0xf);
+                    out.push_str(" row_shl:");
+                    dec(out, ctrl & 0xf);
                 }
                 0x111..=0x11f => {
-                    let _ = write!(out, " row_shr:{}", ctrl & 0xf);
+                    out.push_str(" row_shr:");
+                    dec(out, ctrl & 0xf);
                 }
                 0x121..=0x12f => {
-                    let _ = write!(out, " row_ror:{}", ctrl & 0xf);
+                    out.push_str(" row_ror:");
+                    dec(out, ctrl & 0xf);
                 }
                 0x140 => out.push_str(" row_mirror"),
                 0x141 => out.push_str(" row_half_mirror"),
                 0x150..=0x15f => {
-                    let _ = write!(out, " row_share:{}", ctrl & 0xf);
+                    out.push_str(" row_share:");
+                    dec(out, ctrl & 0xf);
                 }
                 0x160..=0x16f => {
-                    let _ = write!(out, " row_xmask:{}", ctrl & 0xf);
+                    out.push_str(" row_xmask:");
+                    dec(out, ctrl & 0xf);
                 }
                 // LLVM prints these as an invalid control (or one only gfx8/9 had).
                 _ => return Err(bad(op.opnds.len(), ctrl)),
             }
-            let _ = write!(
-                out,
-                " row_mask:0x{:x} bank_mask:0x{:x}",
-                w1 >> 28,
-                w1 >> 24 & 0xf
-            );
+            out.push_str(" row_mask:");
+            hex(out, w1 >> 28);
+            out.push_str(" bank_mask:");
+            hex(out, w1 >> 24 & 0xf);
             if bit(19) {
                 out.push_str(" bound_ctrl:1");
             }
@@ -851,7 +871,7 @@ fn extended(
                 if k > 0 {
                     out.push(',');
                 }
-                let _ = write!(out, "{}", w1 >> (8 + 3 * k) & 7);
+                dec(out, w1 >> (8 + 3 * k) & 7);
             }
             out.push(']');
             if w0 & 0x1ff == 234 {
@@ -890,23 +910,16 @@ fn extended(
             }
             out.push_str(" src0_sel:");
             out.push_str(sel(16)?);
-            if encoding != "VOP1" {
+            if short != Short::Vop1 {
                 out.push_str(" src1_sel:");
                 out.push_str(sel(24)?);
             }
         }
     }
     Ok(Decoded {
-        text: out,
         dwords: 2,
         memory: None,
     })
-}
-
-/// Whether a table token stands for the constant `v_fmamk`/`v_fmaak` carry (the generator's
-/// probe printed its separator word there).
-fn is_k(t: &str) -> bool {
-    t == "0xbf9f0000" || t == "0xbfa5000d"
 }
 
 /// The source index (0–2) of a source field.
@@ -920,12 +933,12 @@ fn src_index(f: Field) -> Option<usize> {
 }
 
 /// VOP3 (a and b): source modifiers, `op_sel`, `clamp`, output modifier, one optional literal.
-fn vop3(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+fn vop3(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     let op = entry("VOP3", &tables::VOP3, opcode)?;
     w.need("VOP3", 2)?;
     let bits = w.lo64();
     check_zero(op, bits, op.zero)?;
-    if op.name.starts_with("v_interp") {
+    if op.flags.has(Flags::INTERP) {
         return Err(Unknown::Unsupported {
             name: op.name,
             what: "interpolation operands",
@@ -952,14 +965,14 @@ fn vop3(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
         .iter()
         .filter(|o| matches!(o, Opnd::R(Field::Src0 | Field::Src1 | Field::Src2, ..)))
         .count();
-    let mut out = String::with_capacity(56);
     out.push_str(op.name);
     let wrap = |f: Field, is_imm: bool| -> Option<(&'static str, &'static str)> {
         let i = src_index(f)?;
         let (n, a) = (neg >> i & 1 == 1, abs >> i & 1 == 1);
         // The integer sources of v_cvt_pk_u8_f32 and v_ldexp_* take `sext`, never `|…|` (LLVM
         // ignores that bit there).
-        if (op.name == "v_cvt_pk_u8_f32" && i > 0) || (op.name.starts_with("v_ldexp") && i == 1) {
+        if (op.flags.has(Flags::SEXT_SRC12) && i > 0) || (op.flags.has(Flags::SEXT_SRC1) && i == 1)
+        {
             return n.then_some(("sext(", ")"));
         }
         match (n, a) {
@@ -970,15 +983,17 @@ fn vop3(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
             (true, true) => Some(("-|", "|")),
         }
     };
-    operands(&mut out, op, Enc::Vop3, w, lit, &wrap)?;
+    operands(out, op, Enc::Vop3, w, lit, &wrap)?;
     if !is_b {
         let opsel = (bits >> 11) & 0xf & (live >> 11);
         if opsel != 0 {
             out.push_str(" op_sel:[");
             for i in 0..n_src {
-                let _ = write!(out, "{},", opsel >> i & 1);
+                dec(out, (opsel >> i & 1) as u32);
+                out.push(',');
             }
-            let _ = write!(out, "{}]", opsel >> 3 & 1);
+            dec(out, (opsel >> 3 & 1) as u32);
+            out.push(']');
         }
     }
     if (bits >> 15) & 1 & (live >> 15) == 1 {
@@ -991,7 +1006,6 @@ fn vop3(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
         _ => {}
     }
     Ok(Decoded {
-        text: out,
         dwords: 2 + usize::from(lit.is_some()),
         memory: None,
     })
@@ -999,23 +1013,25 @@ fn vop3(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
 
 /// Writes ` name:[a,b,c]` for `n` one-bit flags.
 fn flag_list(out: &mut String, name: &str, flags: u64, n: usize) {
-    let _ = write!(out, " {name}:[");
+    out.push(' ');
+    out.push_str(name);
+    out.push_str(":[");
     for i in 0..n {
         if i > 0 {
             out.push(',');
         }
-        let _ = write!(out, "{}", flags >> i & 1);
+        dec(out, (flags >> i & 1) as u32);
     }
     out.push(']');
 }
 
 /// VOP3P: packed math with `op_sel`, `op_sel_hi`, `neg_lo`, `neg_hi`, `clamp`.
-fn vop3p(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+fn vop3p(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     let op = entry("VOP3P", &tables::VOP3P, opcode)?;
     w.need("VOP3P", 2)?;
     let bits = w.lo64();
     check_zero(op, bits, op.zero)?;
-    if op.name.starts_with("v_fma_mix") {
+    if op.flags.has(Flags::MIX) {
         return Err(Unknown::Unsupported {
             name: op.name,
             what: "mixed-precision modifiers",
@@ -1033,31 +1049,29 @@ fn vop3p(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
         .filter(|o| matches!(o, Opnd::R(Field::Src0 | Field::Src1 | Field::Src2, ..)))
         .count();
     let mask = (1u64 << n_src) - 1;
-    let mut out = String::with_capacity(56);
     out.push_str(op.name);
     // Packed immediates print as 32-bit values when they do not fit 16 bits.
-    operands_packed(&mut out, op, w, lit)?;
+    operands_packed(out, op, w, lit)?;
     let opsel = (bits >> 11) & 7 & (live >> 11) & mask;
     let opsel_hi = (((bits >> 59) & 3) | ((bits >> 14) & 1) << 2) & mask;
     let neg_lo = (bits >> 61) & 7 & mask;
     let neg_hi = (bits >> 8) & 7 & mask;
     if opsel != 0 {
-        flag_list(&mut out, "op_sel", opsel, n_src);
+        flag_list(out, "op_sel", opsel, n_src);
     }
     if opsel_hi != mask {
-        flag_list(&mut out, "op_sel_hi", opsel_hi, n_src);
+        flag_list(out, "op_sel_hi", opsel_hi, n_src);
     }
     if neg_lo != 0 {
-        flag_list(&mut out, "neg_lo", neg_lo, n_src);
+        flag_list(out, "neg_lo", neg_lo, n_src);
     }
     if neg_hi != 0 {
-        flag_list(&mut out, "neg_hi", neg_hi, n_src);
+        flag_list(out, "neg_hi", neg_hi, n_src);
     }
     if (bits >> 15) & 1 & (live >> 15) == 1 {
         out.push_str(" clamp");
     }
     Ok(Decoded {
-        text: out,
         dwords: 2 + usize::from(lit.is_some()),
         memory: None,
     })
@@ -1068,7 +1082,7 @@ fn operands_packed(out: &mut String, op: &Op, w: &Words, lit: Option<u32>) -> Re
     for (i, o) in op.opnds.iter().enumerate() {
         out.push_str(if i == 0 { " " } else { ", " });
         match *o {
-            Opnd::T(t) => out.push_str(t),
+            Opnd::T(t) => out.push_str(t.text()),
             Opnd::R(f, file, width, imm) => {
                 let value = field(f, Enc::Vop3, w);
                 let imm = match (imm, lit) {
@@ -1083,13 +1097,12 @@ fn operands_packed(out: &mut String, op: &Op, w: &Words, lit: Option<u32>) -> Re
 }
 
 /// SMEM: data, base, then the offset register and/or the immediate offset; `glc`, `dlc`.
-fn smem(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+fn smem(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     let op = entry("SMEM", &tables::SMEM, opcode)?;
     w.need("SMEM", 2)?;
     let bits = w.lo64();
     check_zero(op, bits, op.zero)?;
     let live = !op.ignore;
-    let mut out = String::with_capacity(48);
     out.push_str(op.name);
     let soffset = field(Field::Soffset, Enc::Smem, w);
     let offset = (bits >> 32) & 0x1f_ffff;
@@ -1099,15 +1112,15 @@ fn smem(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
         out.push_str(if first { " " } else { ", " });
         first = false;
         match *o {
-            Opnd::T(_) if op.name.starts_with("s_atc_probe") && i == 0 => {
-                simm_style(&mut out, "{inl}", field(Field::Sdata, Enc::Smem, w));
+            Opnd::T(_) if op.flags.has(Flags::ATC_PROBE) && i == 0 => {
+                simm_style(out, Tok::Inl, field(Field::Sdata, Enc::Smem, w));
             }
             Opnd::R(Field::Soffset, ..) => {
                 if soffset == 0x7d {
-                    smem_offset(&mut out, offset);
+                    smem_offset(out, offset);
                     printed_offset = true;
                 } else {
-                    scalar(&mut out, soffset, 1).map_err(|()| Unknown::Operand {
+                    scalar(out, soffset, 1).map_err(|()| Unknown::Operand {
                         name: op.name,
                         operand: i,
                         value: soffset,
@@ -1117,10 +1130,10 @@ fn smem(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
             Opnd::T(_) => {
                 // The probe's immediate offset: the offset stands where it stood.
                 if soffset == 0x7d {
-                    smem_offset(&mut out, offset);
+                    smem_offset(out, offset);
                     printed_offset = true;
                 } else {
-                    scalar(&mut out, soffset, 1).map_err(|()| Unknown::Operand {
+                    scalar(out, soffset, 1).map_err(|()| Unknown::Operand {
                         name: op.name,
                         operand: i,
                         value: soffset,
@@ -1131,7 +1144,7 @@ fn smem(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
                 let v = field(f, Enc::Smem, w);
                 // LLVM prints some registers here that have no name at this width (`vcc` as a
                 // four-register base); those are left undecoded rather than guessed.
-                scalar(&mut out, v, width).map_err(|()| Unknown::Unsupported {
+                scalar(out, v, width).map_err(|()| Unknown::Unsupported {
                     name: op.name,
                     what: "this register at this width",
                 })?;
@@ -1146,7 +1159,7 @@ fn smem(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     if bits >> 14 & 1 & (live >> 14) == 1 {
         out.push_str(" dlc");
     }
-    let memory = if op.name.starts_with("s_load") || op.name.starts_with("s_buffer_load") {
+    let memory = if op.flags.has(Flags::SCALAR_LOAD) {
         Some(Memory {
             space: Space::Scalar,
             direction: Direction::Load,
@@ -1154,32 +1167,25 @@ fn smem(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     } else {
         None
     };
-    Ok(Decoded {
-        text: out,
-        dwords: 2,
-        memory,
-    })
+    Ok(Decoded { dwords: 2, memory })
 }
 
 /// SMEM's 21-bit immediate offset, signed, as LLVM prints it (`-0x…` below zero).
 fn smem_offset(out: &mut String, offset: u64) {
     let signed = ((offset as i64) << 43) >> 43;
     if signed < 0 {
-        let _ = write!(out, "-0x{:x}", signed.unsigned_abs());
+        out.push('-');
+        hex(out, signed.unsigned_abs() as u32);
     } else {
-        let _ = write!(out, "0x{signed:x}");
+        hex(out, signed as u32);
     }
 }
 
-/// What a memory mnemonic does, by its name.
-fn direction(name: &str) -> Direction {
-    if name.contains("atomic")
-        || name.contains("_rtn")
-        || name.contains("wrxchg")
-        || name.contains("_add_")
-    {
+/// What a memory instruction does, by the flags its mnemonic gave it.
+fn direction(flags: Flags) -> Direction {
+    if flags.has(Flags::ATOMIC) {
         Direction::Atomic
-    } else if name.contains("store") || name.contains("write") {
+    } else if flags.has(Flags::STORE) {
         Direction::Store
     } else {
         Direction::Load
@@ -1196,67 +1202,54 @@ fn mem_vgpr(out: &mut String, op: &Op, i: usize, v: u32, width: u8) -> Result<()
 }
 
 /// DS: registers, `offset:`/`offset0:`/`offset1:`, `gds`.
-fn ds(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+fn ds(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     let op = entry("DS", &tables::DS, opcode)?;
     w.need("DS", 2)?;
     let bits = w.lo64();
     check_zero(op, bits, op.zero)?;
-    if op.name == "ds_swizzle_b32" {
+    if op.flags.has(Flags::SWIZZLE) {
         return Err(Unknown::Unsupported {
             name: op.name,
             what: "the swizzle pattern",
         });
     }
-    let mut out = String::with_capacity(48);
     out.push_str(op.name);
     for (i, o) in op.opnds.iter().enumerate() {
         out.push_str(if i == 0 { " " } else { ", " });
         match *o {
-            Opnd::R(f, _, width, _) => mem_vgpr(&mut out, op, i, field(f, Enc::Mem, w), width)?,
-            Opnd::T(t) => out.push_str(t),
+            Opnd::R(f, _, width, _) => mem_vgpr(out, op, i, field(f, Enc::Mem, w), width)?,
+            Opnd::T(t) => out.push_str(t.text()),
         }
     }
     let (o0, o1) = ((bits & 0xff) as u32, (bits >> 8 & 0xff) as u32);
     let live = !op.ignore;
-    let two =
-        op.name.contains("read2") || op.name.contains("write2") || op.name.contains("wrxchg2");
+    let two = op.flags.has(Flags::TWO_OFFSETS);
     if two {
         if o0 != 0 && live & 0xff != 0 {
-            let _ = write!(out, " offset0:{o0}");
+            out.push_str(" offset0:");
+            dec(out, o0);
         }
         if o1 != 0 && live & 0xff00 != 0 {
-            let _ = write!(out, " offset1:{o1}");
+            out.push_str(" offset1:");
+            dec(out, o1);
         }
     } else {
         let off = o0 | o1 << 8;
         if off & (live as u32 & 0xffff) != 0 {
-            let _ = write!(out, " offset:{}", off & (live as u32 & 0xffff));
+            out.push_str(" offset:");
+            dec(out, off & (live as u32 & 0xffff));
         }
     }
     let gds = bits >> 17 & 1 & (live >> 17) == 1;
     if gds {
         out.push_str(" gds");
     }
-    let lane_op = [
-        "ds_nop",
-        "ds_permute",
-        "ds_bpermute",
-        "ds_swizzle",
-        "ds_gws",
-        "ds_append",
-        "ds_consume",
-    ]
-    .iter()
-    .any(|p| op.name.starts_with(p));
+    let lane_op = op.flags.has(Flags::LANE_OP);
     let memory = (!lane_op).then(|| Memory {
         space: if gds { Space::Gds } else { Space::Lds },
-        direction: direction(op.name),
+        direction: direction(op.flags),
     });
-    Ok(Decoded {
-        text: out,
-        dwords: 2,
-        memory,
-    })
+    Ok(Decoded { dwords: 2, memory })
 }
 
 /// Writes the cache-policy bits in LLVM's order.
@@ -1273,7 +1266,7 @@ fn cache_bits(out: &mut String, glc: bool, slc: bool, dlc: bool) {
 }
 
 /// FLAT, SCRATCH, GLOBAL (the segment picks the table): address forms with `off`, offset, cache bits.
-fn flat(w: &Words, opcode: u32, seg: u32) -> Result<Decoded, Unknown> {
+fn flat(out: &mut String, w: &Words, opcode: u32, seg: u32) -> Result<Decoded, Unknown> {
     let (encoding, table, space): (&'static str, &'static [Option<Op>], Space) = match seg {
         0 => ("FLAT", &tables::FLAT, Space::Flat),
         1 => ("SCRATCH", &tables::SCRATCH, Space::Scratch),
@@ -1289,7 +1282,7 @@ fn flat(w: &Words, opcode: u32, seg: u32) -> Result<Decoded, Unknown> {
     w.need(encoding, 2)?;
     let bits = w.lo64();
     let glc = bits >> 16 & 1 == 1;
-    let atomic = op.name.contains("atomic");
+    let atomic = op.flags.has(Flags::NAME_ATOMIC);
     let vdst_bits = 0xffu64 << 56;
     let saddr_bits = 0x7fu64 << 48;
     let zero = if atomic && glc {
@@ -1308,7 +1301,6 @@ fn flat(w: &Words, opcode: u32, seg: u32) -> Result<Decoded, Unknown> {
             bits: bits & saddr_bits,
         });
     }
-    let mut out = String::with_capacity(56);
     out.push_str(op.name);
     let mut i = 0usize;
     let sep = |out: &mut String, i: &mut usize| {
@@ -1320,33 +1312,33 @@ fn flat(w: &Words, opcode: u32, seg: u32) -> Result<Decoded, Unknown> {
         _ => None,
     });
     if atomic && glc {
-        sep(&mut out, &mut i);
+        sep(out, &mut i);
         let width = data_width.unwrap_or(1);
-        let width = if op.name.contains("cmpswap") {
+        let width = if op.flags.has(Flags::CMPSWAP) {
             width.div_ceil(2)
         } else {
             width
         };
-        mem_vgpr(&mut out, op, 0, field(Field::Vdst, Enc::Mem, w), width)?;
+        mem_vgpr(out, op, 0, field(Field::Vdst, Enc::Mem, w), width)?;
     }
     for o in op.opnds {
         match *o {
             Opnd::R(Field::Addr, _, width, _) => {
-                sep(&mut out, &mut i);
+                sep(out, &mut i);
                 let v = field(Field::Addr, Enc::Mem, w);
                 match seg {
-                    2 => mem_vgpr(&mut out, op, i, v, if saddr_off { 2 } else { 1 })?,
+                    2 => mem_vgpr(out, op, i, v, if saddr_off { 2 } else { 1 })?,
                     1 if saddr != 0x7d => out.push_str("off"),
-                    _ => mem_vgpr(&mut out, op, i, v, width)?,
+                    _ => mem_vgpr(out, op, i, v, width)?,
                 }
             }
-            Opnd::R(Field::Saddr, ..) | Opnd::T("off") => {
-                sep(&mut out, &mut i);
+            Opnd::R(Field::Saddr, ..) | Opnd::T(Tok::Off) => {
+                sep(out, &mut i);
                 if saddr_off {
                     out.push_str("off");
                 } else {
                     let width = if seg == 2 { 2 } else { 1 };
-                    scalar(&mut out, saddr, width).map_err(|()| Unknown::Operand {
+                    scalar(out, saddr, width).map_err(|()| Unknown::Operand {
                         name: op.name,
                         operand: i,
                         value: saddr,
@@ -1354,23 +1346,24 @@ fn flat(w: &Words, opcode: u32, seg: u32) -> Result<Decoded, Unknown> {
                 }
             }
             Opnd::R(f, _, width, _) => {
-                sep(&mut out, &mut i);
-                mem_vgpr(&mut out, op, i, field(f, Enc::Mem, w), width)?;
+                sep(out, &mut i);
+                mem_vgpr(out, op, i, field(f, Enc::Mem, w), width)?;
             }
             Opnd::T(t) => {
-                sep(&mut out, &mut i);
-                out.push_str(t);
+                sep(out, &mut i);
+                out.push_str(t.text());
             }
         }
     }
     let raw = (bits & 0xfff) as i32;
     let offset = if seg == 0 { raw } else { (raw << 20) >> 20 };
     if offset != 0 {
-        let _ = write!(out, " offset:{offset}");
+        out.push_str(" offset:");
+        int(out, i64::from(offset));
     }
     let live = !op.ignore;
     cache_bits(
-        &mut out,
+        out,
         glc,
         bits >> 17 & 1 & (live >> 17) == 1,
         bits >> 12 & 1 & (live >> 12) == 1,
@@ -1379,18 +1372,17 @@ fn flat(w: &Words, opcode: u32, seg: u32) -> Result<Decoded, Unknown> {
         out.push_str(" lds");
     }
     Ok(Decoded {
-        text: out,
         dwords: 2,
         memory: Some(Memory {
             space,
-            direction: direction(op.name),
+            direction: direction(op.flags),
         }),
     })
 }
 
 /// MUBUF and MTBUF: data, address (`off`, one register, or two with `idxen offen`), resource,
 /// offset register or constant, `format:`, `offen`/`idxen`, `offset:`, cache bits, `lds`, `tfe`.
-fn buffer(w: &Words, typed: bool, opcode: u32) -> Result<Decoded, Unknown> {
+fn buffer(out: &mut String, w: &Words, typed: bool, opcode: u32) -> Result<Decoded, Unknown> {
     let (encoding, table): (&'static str, &'static [Option<Op>]) = if typed {
         ("MTBUF", &tables::MTBUF)
     } else {
@@ -1412,25 +1404,24 @@ fn buffer(w: &Words, typed: bool, opcode: u32) -> Result<Decoded, Unknown> {
     } else {
         None
     };
-    let mut out = String::with_capacity(64);
     out.push_str(op.name);
     for (i, o) in op.opnds.iter().enumerate() {
         out.push_str(if i == 0 { " " } else { ", " });
         match *o {
             Opnd::R(Field::Vdata, _, width, _) => {
-                mem_vgpr(&mut out, op, i, field(Field::Vdata, Enc::Mem, w), width)?;
+                mem_vgpr(out, op, i, field(Field::Vdata, Enc::Mem, w), width)?;
             }
-            Opnd::R(Field::Vaddr, ..) | Opnd::T("off") => {
+            Opnd::R(Field::Vaddr, ..) | Opnd::T(Tok::Off) => {
                 let v = field(Field::Vaddr, Enc::Mem, w);
                 match (offen, idxen) {
                     (false, false) => out.push_str("off"),
-                    (true, true) => mem_vgpr(&mut out, op, i, v, 2)?,
-                    _ => mem_vgpr(&mut out, op, i, v, 1)?,
+                    (true, true) => mem_vgpr(out, op, i, v, 2)?,
+                    _ => mem_vgpr(out, op, i, v, 1)?,
                 }
             }
             Opnd::R(Field::Srsrc, ..) => {
                 let v = field(Field::Srsrc, Enc::Mem, w);
-                scalar(&mut out, v, 4).map_err(|()| Unknown::Operand {
+                scalar(out, v, 4).map_err(|()| Unknown::Operand {
                     name: op.name,
                     operand: i,
                     value: v,
@@ -1438,14 +1429,14 @@ fn buffer(w: &Words, typed: bool, opcode: u32) -> Result<Decoded, Unknown> {
             }
             Opnd::R(Field::Soffset8, ..) => {
                 let v = field(Field::Soffset8, Enc::Mem, w);
-                source(&mut out, v, 1, Imm::B32, lit).map_err(|()| Unknown::Operand {
+                source(out, v, 1, Imm::B32, lit).map_err(|()| Unknown::Operand {
                     name: op.name,
                     operand: i,
                     value: v,
                 })?;
             }
-            Opnd::R(f, _, width, _) => mem_vgpr(&mut out, op, i, field(f, Enc::Mem, w), width)?,
-            Opnd::T(t) => out.push_str(t),
+            Opnd::R(f, _, width, _) => mem_vgpr(out, op, i, field(f, Enc::Mem, w), width)?,
+            Opnd::T(t) => out.push_str(t.text()),
         }
     }
     if typed {
@@ -1463,9 +1454,10 @@ fn buffer(w: &Words, typed: bool, opcode: u32) -> Result<Decoded, Unknown> {
     }
     let offset = bits & 0xfff & live;
     if offset != 0 {
-        let _ = write!(out, " offset:{offset}");
+        out.push_str(" offset:");
+        dec(out, offset as u32);
     }
-    cache_bits(&mut out, bit(14), bit(54), bit(15));
+    cache_bits(out, bit(14), bit(54), bit(15));
     if lds {
         out.push_str(" lds");
     }
@@ -1478,11 +1470,10 @@ fn buffer(w: &Words, typed: bool, opcode: u32) -> Result<Decoded, Unknown> {
         Space::Buffer
     };
     Ok(Decoded {
-        text: out,
         dwords: 2 + usize::from(lit.is_some()),
         memory: Some(Memory {
             space,
-            direction: direction(op.name),
+            direction: direction(op.flags),
         }),
     })
 }
@@ -1501,7 +1492,7 @@ const DIMS: [&str; 8] = [
 
 /// MIMG other than the ray intersections: data, address (one run, or the NSA list), resource,
 /// sampler, then `dmask`, `dim` and the flags in LLVM's order; widths from the table's shapes.
-fn image(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+fn image(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     let op = tables_mimg::MIMG
         .get(opcode as usize)
         .and_then(Option::as_ref)
@@ -1540,14 +1531,13 @@ fn image(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     let vdata = (bits >> 40 & 0xff) as u32;
     let srsrc = (bits >> 48 & 0x1f) as u32 * 4;
     let ssamp = (bits >> 53 & 0x1f) as u32 * 4;
-    let mut out = String::with_capacity(96);
     out.push_str(op.name);
     out.push(' ');
     // A run past v255 is a shape LLVM cannot widen to: it prints its defaults.
-    vgpr(&mut out, vdata, data).map_err(|()| shape.clone())?;
+    vgpr(out, vdata, data).map_err(|()| shape.clone())?;
     out.push_str(", ");
     if nsa == 0 {
-        vgpr(&mut out, vaddr0, addr).map_err(|()| shape.clone())?;
+        vgpr(out, vaddr0, addr).map_err(|()| shape.clone())?;
     } else {
         out.push('[');
         for k in 0..usize::from(addr) {
@@ -1559,26 +1549,27 @@ fn image(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
             if k > 0 {
                 out.push_str(", ");
             }
-            range(&mut out, "v", v, 1);
+            range(out, "v", v, 1);
         }
         out.push(']');
     }
     out.push_str(", ");
-    scalar(&mut out, srsrc, 8).map_err(|()| Unknown::Operand {
+    scalar(out, srsrc, 8).map_err(|()| Unknown::Operand {
         name: op.name,
         operand: 2,
         value: srsrc,
     })?;
     if op.sampler {
         out.push_str(", ");
-        scalar(&mut out, ssamp, 4).map_err(|()| Unknown::Operand {
+        scalar(out, ssamp, 4).map_err(|()| Unknown::Operand {
             name: op.name,
             operand: 3,
             value: ssamp,
         })?;
     }
     if dmask != 0 {
-        let _ = write!(out, " dmask:0x{dmask:x}");
+        out.push_str(" dmask:");
+        hex(out, dmask);
     }
     out.push_str(" dim:");
     out.push_str(DIMS[dim]);
@@ -1597,17 +1588,16 @@ fn image(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
             out.push_str(flag);
         }
     }
-    let direction = if op.name.contains("atomic") {
+    let direction = if op.flags.has(Flags::NAME_ATOMIC) {
         Some(Direction::Atomic)
-    } else if op.name.starts_with("image_store") {
+    } else if op.flags.has(Flags::IMAGE_STORE) {
         Some(Direction::Store)
-    } else if op.name.starts_with("image_get_") {
+    } else if op.flags.has(Flags::IMAGE_GET) {
         None
     } else {
         Some(Direction::Load)
     };
     Ok(Decoded {
-        text: out,
         dwords,
         memory: direction.map(|direction| Memory {
             space: Space::Image,
@@ -1617,11 +1607,11 @@ fn image(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
 }
 
 /// MIMG: the two ray-intersection instructions by hand, every other image instruction by table.
-fn mimg(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
+fn mimg(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     let (name, n_addr, n_addr_a16) = match opcode {
         0xe6 => ("image_bvh_intersect_ray", 11u32, 8u32),
         0xe7 => ("image_bvh64_intersect_ray", 12, 9),
-        _ => return image(w, opcode),
+        _ => return image(out, w, opcode),
     };
     w.need("MIMG", 2)?;
     let bits = w.lo64();
@@ -1645,10 +1635,9 @@ fn mimg(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     let vdata = (bits >> 40 & 0xff) as u32;
     let vaddr0 = (bits >> 32 & 0xff) as u32;
     let srsrc = (bits >> 48 & 0x1f) as u32 * 4;
-    let mut out = String::with_capacity(80);
     out.push_str(name);
     out.push(' ');
-    vgpr(&mut out, vdata, 4).map_err(|()| Unknown::Operand {
+    vgpr(out, vdata, 4).map_err(|()| Unknown::Operand {
         name,
         operand: 0,
         value: vdata,
@@ -1656,7 +1645,7 @@ fn mimg(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     out.push_str(", ");
     if nsa == 0 {
         let width = n.next_power_of_two() as u8;
-        vgpr(&mut out, vaddr0, width).map_err(|()| Unknown::Operand {
+        vgpr(out, vaddr0, width).map_err(|()| Unknown::Operand {
             name,
             operand: 1,
             value: vaddr0,
@@ -1678,7 +1667,7 @@ fn mimg(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
             if k > 0 {
                 out.push_str(", ");
             }
-            vgpr(&mut out, v, 1).map_err(|()| Unknown::Operand {
+            vgpr(out, v, 1).map_err(|()| Unknown::Operand {
                 name,
                 operand: 1,
                 value: v,
@@ -1687,7 +1676,7 @@ fn mimg(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
         out.push(']');
     }
     out.push_str(", ");
-    scalar(&mut out, srsrc, 4).map_err(|()| Unknown::Operand {
+    scalar(out, srsrc, 4).map_err(|()| Unknown::Operand {
         name,
         operand: 2,
         value: srsrc,
@@ -1696,7 +1685,6 @@ fn mimg(w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
         out.push_str(" a16");
     }
     Ok(Decoded {
-        text: out,
         dwords,
         memory: Some(Memory {
             space: Space::Image,

@@ -34,7 +34,7 @@ mod tables_ext;
 )]
 mod tables_mimg;
 
-pub use decode::decode_one;
+pub use decode::{decode_into, decode_one};
 
 /// Why a word did not decode. Each names the values it saw.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -172,6 +172,27 @@ pub struct Instruction {
     pub memory: Option<Memory>,
 }
 
+/// One instruction as [`decode_into`] and [`Decoder::next_line`] return it: everything but the
+/// text, which they write into the caller's buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    /// Its address.
+    pub pc: u64,
+    /// Its length in bytes, as [`Instruction::len`].
+    pub len: u8,
+    /// Whether it decoded, and if not why.
+    pub kind: Kind,
+    /// The memory it reaches, if it is a memory instruction.
+    pub memory: Option<Memory>,
+}
+
+impl Line {
+    /// Whether it decoded.
+    pub fn is_ok(&self) -> bool {
+        self.kind == Kind::Ok
+    }
+}
+
 impl Instruction {
     /// Whether it decoded.
     pub fn is_ok(&self) -> bool {
@@ -185,27 +206,48 @@ pub fn decode(code: &[u8], pc: u64) -> Decoder<'_> {
         code,
         offset: 0,
         pc,
+        text: String::with_capacity(128),
     }
 }
 
-/// The iterator [`decode`] returns.
+/// The iterator [`decode`] returns. Each line is formatted in one buffer it keeps; an
+/// [`Instruction`] gets a copy of exactly its text, [`Decoder::next_line`] none.
 #[derive(Debug, Clone)]
 pub struct Decoder<'a> {
     code: &'a [u8],
     offset: usize,
     pc: u64,
+    text: String,
+}
+
+impl Decoder<'_> {
+    /// The next instruction with its text written into `text` (cleared first), for a caller that
+    /// reuses one buffer for every line; `None` at the end of the code.
+    pub fn next_line(&mut self, text: &mut String) -> Option<Line> {
+        let rest = self.code.get(self.offset..)?;
+        if rest.is_empty() {
+            return None;
+        }
+        let line = decode_into(rest, self.pc.wrapping_add(self.offset as u64), text);
+        self.offset += usize::from(line.len.max(1));
+        Some(line)
+    }
 }
 
 impl Iterator for Decoder<'_> {
     type Item = Instruction;
 
     fn next(&mut self) -> Option<Instruction> {
-        let rest = self.code.get(self.offset..)?;
-        if rest.is_empty() {
-            return None;
-        }
-        let inst = decode_one(rest, self.pc.wrapping_add(self.offset as u64));
-        self.offset += usize::from(inst.len.max(1));
-        Some(inst)
+        let mut text = std::mem::take(&mut self.text);
+        let line = self.next_line(&mut text);
+        let out = line.map(|line| Instruction {
+            pc: line.pc,
+            len: line.len,
+            text: text.as_str().to_owned(),
+            kind: line.kind,
+            memory: line.memory,
+        });
+        self.text = text;
+        out
     }
 }
