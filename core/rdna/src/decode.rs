@@ -222,21 +222,30 @@ fn dispatch(out: &mut String, words: &Words) -> Result<Decoded, Unknown> {
     }
 }
 
-/// The table entry for `opcode`, or the named `Opcode` error.
+/// The table entry for `opcode`: the named `Opcode` error where LLVM knows no such opcode,
+/// `Unsupported` where the table says the decoder does not decode it.
 fn entry(
     encoding: &'static str,
     table: &'static [Option<Op>],
     opcode: u32,
 ) -> Result<&'static Op, Unknown> {
-    table
+    let op = table
         .get(opcode as usize)
         .and_then(Option::as_ref)
-        .ok_or(Unknown::Opcode { encoding, opcode })
+        .ok_or(Unknown::Opcode { encoding, opcode })?;
+    match op.undecoded {
+        None => Ok(op),
+        Some(what) => Err(Unknown::Unsupported {
+            name: op.name,
+            what,
+        }),
+    }
 }
 
-/// Fails with `ReservedBits` when any of `op.zero` is set in `bits`.
+/// Fails with `ReservedBits` when any of `zero` (the opcode's must-be-zero bits, or fewer) is
+/// set in `bits`, or any of the opcode's must-be-one bits is clear.
 fn check_zero(op: &Op, bits: u64, zero: u64) -> Result<(), Unknown> {
-    let set = bits & zero;
+    let set = bits & zero | !bits & op.one;
     if set != 0 {
         return Err(Unknown::ReservedBits {
             name: op.name,
@@ -664,11 +673,26 @@ fn vop_short(out: &mut String, w: &Words, short: Short, opcode: u32) -> Result<D
         if let Some(form) = form {
             return extended(out, w, short, op, &form, what);
         }
+        // v_nop has no DPP form in the tables (it has no operands to probe), but LLVM prints
+        // its DPP controls where the second dword's source and modifier bits are zero.
         if op.flags.has(Flags::NOP) && what != Form::Sdwa {
-            return Err(Unknown::Unsupported {
-                name: "v_nop",
-                what: "v_nop's DPP controls",
-            });
+            let nop = Ext {
+                name: op.name,
+                zero: if what == Form::Dpp16 {
+                    0x00f0_00ff
+                } else {
+                    0xff
+                },
+                ignore: 0,
+                sext: 0,
+                pad3: false,
+            };
+            // Where LLVM rejects the DPP dword it prints the 32-bit `v_nop` alone, as here.
+            let start = out.len();
+            match extended(out, w, short, op, &nop, what) {
+                Ok(d) => return Ok(d),
+                Err(_) => out.truncate(start),
+            }
         }
     }
     // v_fmamk_*/v_fmaak_* carry a constant the table shows as the sentinel literal.
@@ -938,12 +962,6 @@ fn vop3(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     w.need("VOP3", 2)?;
     let bits = w.lo64();
     check_zero(op, bits, op.zero)?;
-    if op.flags.has(Flags::INTERP) {
-        return Err(Unknown::Unsupported {
-            name: op.name,
-            what: "interpolation operands",
-        });
-    }
     let lit = if wants_literal(op, Enc::Vop3, w) {
         Some(literal_after(w, "VOP3", 2)?)
     } else {
@@ -984,7 +1002,13 @@ fn vop3(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
         }
     };
     operands(out, op, Enc::Vop3, w, lit, &wrap)?;
-    if !is_b {
+    if op.flags.has(Flags::PERMLANE) {
+        // LLVM prints the permlanes' op_sel as `[fi,bound_ctrl]`, from sources 0 and 1 alone.
+        let opsel = (bits >> 11) & 3 & (live >> 11);
+        if opsel != 0 {
+            flag_list(out, "op_sel", opsel, 2);
+        }
+    } else if !is_b {
         let opsel = (bits >> 11) & 0xf & (live >> 11);
         if opsel != 0 {
             out.push_str(" op_sel:[");
@@ -1031,12 +1055,6 @@ fn vop3p(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     w.need("VOP3P", 2)?;
     let bits = w.lo64();
     check_zero(op, bits, op.zero)?;
-    if op.flags.has(Flags::MIX) {
-        return Err(Unknown::Unsupported {
-            name: op.name,
-            what: "mixed-precision modifiers",
-        });
-    }
     let lit = if wants_literal(op, Enc::Vop3, w) {
         Some(literal_after(w, "VOP3P", 2)?)
     } else {
@@ -1050,6 +1068,9 @@ fn vop3p(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
         .count();
     let mask = (1u64 << n_src) - 1;
     out.push_str(op.name);
+    if op.flags.has(Flags::MIX) {
+        return mix(out, op, w, lit, n_src);
+    }
     // Packed immediates print as 32-bit values when they do not fit 16 bits.
     operands_packed(out, op, w, lit)?;
     let opsel = (bits >> 11) & 7 & (live >> 11) & mask;
@@ -1067,6 +1088,48 @@ fn vop3p(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     }
     if neg_hi != 0 {
         flag_list(out, "neg_hi", neg_hi, n_src);
+    }
+    if (bits >> 15) & 1 & (live >> 15) == 1 {
+        out.push_str(" clamp");
+    }
+    Ok(Decoded {
+        dwords: 2 + usize::from(lit.is_some()),
+        memory: None,
+    })
+}
+
+/// `v_fma_mix_f32`, `v_fma_mixlo_f16`, `v_fma_mixhi_f16` (after the mnemonic): `neg_lo` prints
+/// as each source's `-`, `neg_hi` as its `|…|`; `op_sel` and `op_sel_hi` (each source's f16
+/// half, off by default) one field a source with no destination field; `clamp`.
+fn mix(
+    out: &mut String,
+    op: &Op,
+    w: &Words,
+    lit: Option<u32>,
+    n_src: usize,
+) -> Result<Decoded, Unknown> {
+    let bits = w.lo64();
+    let live = !op.ignore;
+    let neg = (bits >> 61) & 7;
+    let abs = (bits >> 8) & 7;
+    let wrap = |f: Field, is_imm: bool| -> Option<(&'static str, &'static str)> {
+        let i = src_index(f)?;
+        match (neg >> i & 1 == 1, abs >> i & 1 == 1) {
+            (false, false) => None,
+            (true, false) if is_imm => Some(("neg(", ")")),
+            (true, false) => Some(("-", "")),
+            (false, true) => Some(("|", "|")),
+            (true, true) => Some(("-|", "|")),
+        }
+    };
+    operands(out, op, Enc::Vop3, w, lit, &wrap)?;
+    let opsel = (bits >> 11) & 7 & (live >> 11);
+    let opsel_hi = ((bits >> 59) & 3) | ((bits >> 14) & 1) << 2;
+    if opsel != 0 {
+        flag_list(out, "op_sel", opsel, n_src);
+    }
+    if opsel_hi != 0 {
+        flag_list(out, "op_sel_hi", opsel_hi, n_src);
     }
     if (bits >> 15) & 1 & (live >> 15) == 1 {
         out.push_str(" clamp");
@@ -1207,12 +1270,6 @@ fn ds(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     w.need("DS", 2)?;
     let bits = w.lo64();
     check_zero(op, bits, op.zero)?;
-    if op.flags.has(Flags::SWIZZLE) {
-        return Err(Unknown::Unsupported {
-            name: op.name,
-            what: "the swizzle pattern",
-        });
-    }
     out.push_str(op.name);
     for (i, o) in op.opnds.iter().enumerate() {
         out.push_str(if i == 0 { " " } else { ", " });
@@ -1233,6 +1290,8 @@ fn ds(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
             out.push_str(" offset1:");
             dec(out, o1);
         }
+    } else if op.flags.has(Flags::SWIZZLE) {
+        swizzle(out, (o0 | o1 << 8) & (live as u32 & 0xffff));
     } else {
         let off = o0 | o1 << 8;
         if off & (live as u32 & 0xffff) != 0 {
@@ -1250,6 +1309,60 @@ fn ds(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
         direction: direction(op.flags),
     });
     Ok(Decoded { dwords: 2, memory })
+}
+
+/// `ds_swizzle_b32`'s offset as LLVM 14 prints it (`printSwizzle`): nothing for 0, a
+/// `swizzle(QUAD_PERM,…)` when the high byte is 0x80, one of `SWAP`, `REVERSE`, `BROADCAST` or a
+/// `BITMASK_PERM` pattern when bit 15 is clear, else the offset in decimal.
+fn swizzle(out: &mut String, imm: u32) {
+    if imm == 0 {
+        return;
+    }
+    out.push_str(" offset:");
+    if imm & 0xff00 == 0x8000 {
+        out.push_str("swizzle(QUAD_PERM");
+        for k in 0..4 {
+            out.push(',');
+            dec(out, imm >> (2 * k) & 3);
+        }
+        out.push(')');
+        return;
+    }
+    if imm & 0x8000 != 0 {
+        dec(out, imm);
+        return;
+    }
+    let (and, or, xor) = (imm & 0x1f, imm >> 5 & 0x1f, imm >> 10 & 0x1f);
+    if and == 0x1f && or == 0 && xor.count_ones() == 1 {
+        out.push_str("swizzle(SWAP,");
+        dec(out, xor);
+    } else if and == 0x1f && or == 0 && xor > 0 && (xor + 1).is_power_of_two() {
+        out.push_str("swizzle(REVERSE,");
+        dec(out, xor + 1);
+    } else {
+        let group = 0x1f - and + 1;
+        if group > 1 && group.is_power_of_two() && or < group && xor == 0 {
+            out.push_str("swizzle(BROADCAST,");
+            dec(out, group);
+            out.push(',');
+            dec(out, or);
+        } else {
+            out.push_str("swizzle(BITMASK_PERM,\"");
+            let probe0 = or ^ xor;
+            let probe1 = (0x1f & and | or) ^ xor;
+            for bit in (0..5).rev() {
+                let (p0, p1) = (probe0 >> bit & 1, probe1 >> bit & 1);
+                out.push(match (p0 == p1, p0) {
+                    (true, 0) => '0',
+                    (true, _) => '1',
+                    (false, 0) => 'p',
+                    (false, _) => 'i',
+                });
+            }
+            out.push('"');
+        }
+    }
+    out.push(')');
 }
 
 /// Writes the cache-policy bits in LLVM's order.

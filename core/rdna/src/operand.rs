@@ -31,8 +31,14 @@ pub(crate) fn dec(out: &mut String, v: u32) {
 
 /// `v` in decimal.
 fn dec64(out: &mut String, mut v: u64) {
+    // Register numbers and offsets: most have one or two digits.
     if v < 10 {
         out.push(char::from(b'0' + v as u8));
+        return;
+    }
+    if v < 100 {
+        out.push(char::from(b'0' + (v / 10) as u8));
+        out.push(char::from(b'0' + (v % 10) as u8));
         return;
     }
     let mut buf = [0u8; 20];
@@ -42,7 +48,9 @@ fn dec64(out: &mut String, mut v: u64) {
         buf[i] = b'0' + (v % 10) as u8;
         v /= 10;
     }
-    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or_default());
+    for &b in &buf[i..] {
+        out.push(char::from(b));
+    }
 }
 
 /// `v` in decimal with its sign.
@@ -74,7 +82,9 @@ pub(crate) fn hex_digits(out: &mut String, v: u32, min: usize) {
         out.push('0');
         return;
     }
-    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or_default());
+    for &b in &buf[i..] {
+        out.push(char::from(b));
+    }
 }
 
 /// A run of `width` registers starting at `first` in the file `prefix` (`v`, `s`, `ttmp`).

@@ -1,8 +1,10 @@
 //! The shape of an opcode table entry: what `tables.rs` (generated) is made of.
 //!
-//! An entry names the mnemonic, the operands in the order LLVM prints them, and two masks over
-//! the instruction's first 64 bits: bits that must be zero for this opcode (LLVM rejects the word
-//! otherwise) and bits the opcode ignores (LLVM prints the same text whatever they hold).
+//! An entry names the mnemonic, the operands in the order LLVM prints them, three masks over
+//! the instruction's first 64 bits: bits that must be zero or one for this opcode (LLVM rejects
+//! the word otherwise) and bits the opcode ignores (LLVM prints the same text whatever they hold),
+//! what the mnemonic says about it as [`Flags`], and whether the decoder decodes it (and why not).
+//! An opcode LLVM 14 decodes no word of is `None` in its table.
 
 /// A bit field of an encoding that an operand is read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +177,8 @@ impl Flags {
     pub(crate) const IMAGE_STORE: Flags = Flags(1 << 19);
     /// `image_get_*` (no memory access).
     pub(crate) const IMAGE_GET: Flags = Flags(1 << 20);
+    /// `v_permlane16_b32`, `v_permlanex16_b32`: `op_sel` is `[fi,bound_ctrl]`, two fields.
+    pub(crate) const PERMLANE: Flags = Flags(1 << 21);
 
     /// Both sets.
     pub(crate) const fn or(self, other: Flags) -> Flags {
@@ -196,10 +200,15 @@ pub(crate) struct Op {
     pub(crate) opnds: &'static [Opnd],
     /// Bits (of the first 64) that must be zero for this opcode.
     pub(crate) zero: u64,
+    /// Bits (of the first 64) that must be one (`glc` of the returning-only atomics, `gds` of
+    /// the GWS opcodes): LLVM rejects the word without them.
+    pub(crate) one: u64,
     /// Bits (of the first 64) this opcode ignores.
     pub(crate) ignore: u64,
     /// What its mnemonic says about it.
     pub(crate) flags: Flags,
+    /// Why the decoder does not decode this opcode, which LLVM does (`None`: it does).
+    pub(crate) undecoded: Option<&'static str>,
 }
 
 /// One MIMG opcode (other than the ray intersections), as `tables_mimg.rs` holds it.

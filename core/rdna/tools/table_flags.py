@@ -2,7 +2,8 @@
 the fixed operand tokens as `Tok` variants and the per-opcode `Flags`, both worked out here from
 the mnemonic once, so the decoder compares no strings at decode time.
 
-`gen_tables.py` (and `mimg_probe.py`) emit through these functions.
+`gen_tables.py` (and `mimg_probe.py`) emit through these functions; `UNDECODED` names the
+opcodes LLVM decodes that the decoder does not, and why.
 """
 
 # Fixed operand text as llvm-mc prints it -> the `Tok` variant. The two separator words are the
@@ -63,6 +64,8 @@ def op_flags(table, name):
         f.append("SEXT_SRC1")
     if name.startswith("v_fma_mix"):
         f.append("MIX")
+    if name.startswith("v_permlane"):
+        f.append("PERMLANE")
     if name.startswith("s_atc_probe"):
         f.append("ATC_PROBE")
     if name.startswith("s_load") or name.startswith("s_buffer_load"):
@@ -88,3 +91,18 @@ def flags_expr(names):
     for n in names[1:]:
         e += ".or(Flags::%s)" % n
     return e
+
+
+# Opcodes LLVM decodes that the decoder does not print yet, by mnemonic prefix, with the reason
+# the decoder gives (`Unknown::Unsupported`).
+UNDECODED = [
+    ("v_interp", "interpolation operands"),
+]
+
+
+def undecoded(table, name):
+    """Why the decoder does not decode this opcode, or None when it does."""
+    for prefix, why in UNDECODED:
+        if name.startswith(prefix):
+            return why
+    return None
