@@ -219,12 +219,15 @@ fn cases_per_encoding() -> usize {
         .unwrap_or(1200)
 }
 
-#[test]
-fn random_words_agree_with_llvm() {
-    let seed = std::env::var("RDNA_SEED")
+fn seed() -> u64 {
+    std::env::var("RDNA_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_0017u64);
+        .unwrap_or(0x5eed_0017u64)
+}
+
+/// The random cases of every encoding (first dword, more, a literal), and each one's encoding.
+fn generate(seed: u64) -> (Vec<Vec<u32>>, Vec<usize>) {
     let mut rng = Rng(seed);
     let mut all_cases = Vec::new();
     let mut owner = Vec::new();
@@ -263,6 +266,13 @@ fn random_words_agree_with_llvm() {
             owner.push(e);
         }
     }
+    (all_cases, owner)
+}
+
+#[test]
+fn random_words_agree_with_llvm() {
+    let seed = seed();
+    let (all_cases, owner) = generate(seed);
     let oracle = disassemble(&all_cases);
     let mut counts: Vec<Counts> = ENCODINGS.iter().map(|_| Counts::default()).collect();
     for ((case, &e), llvm) in all_cases.iter().zip(&owner).zip(oracle) {
@@ -346,5 +356,84 @@ fn random_words_agree_with_llvm() {
         failures.is_empty(),
         "disagreements with llvm-mc-14 (seed {seed:#x}):\n{}",
         failures.join("\n")
+    );
+}
+
+/// The listing test: every random case LLVM decodes, cut to the length this decoder gives it and
+/// laid one after another in a shuffled stream of every encoding, disassembled whole by llvm-mc-14
+/// and by this decoder. The listings must have as many lines, and every line this decoder decodes
+/// must be LLVM's line at the same place: one instruction taken at the wrong length shifts every
+/// line after it. Prints how many lines agree.
+#[test]
+fn a_random_stream_lists_line_for_line_as_llvm_does() {
+    let seed = seed();
+    let (all_cases, owner) = generate(seed);
+    let oracle = disassemble(&all_cases);
+    let mut pieces: Vec<(usize, Vec<u32>)> = Vec::new();
+    for ((case, &e), llvm) in all_cases.iter().zip(&owner).zip(oracle) {
+        if let Oracle::Text(t) = llvm {
+            if t.contains("/*") {
+                continue;
+            }
+            let bytes: Vec<u8> = case.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let n = usize::from(decode_one(&bytes, 0).len) / 4;
+            pieces.push((e, case[..n.clamp(1, case.len())].to_vec()));
+        }
+    }
+    // A deterministic shuffle, so that every encoding follows every other.
+    let mut rng = Rng(seed ^ 0x5717_ea11);
+    for i in (1..pieces.len()).rev() {
+        let j = (rng.next() % (i as u64 + 1)) as usize;
+        pieces.swap(i, j);
+    }
+    let stream: Vec<u32> = pieces.iter().flat_map(|(_, p)| p.iter().copied()).collect();
+    let llvm = oracle::disassemble_stream(&stream);
+    let bytes: Vec<u8> = stream.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let ours: Vec<_> = dispatchscope_rdna::decode(&bytes, 0).collect();
+    if std::env::var_os("RDNA_SHOW_STREAM").is_some() {
+        let mut pc = 0u64;
+        let starts: std::collections::HashSet<u64> = ours.iter().map(|i| i.pc).collect();
+        for (e, p) in &pieces {
+            if !starts.contains(&pc) {
+                let line = ours.iter().rev().find(|i| i.pc < pc);
+                println!(
+                    "piece of {} at {pc:#x} is inside a line: {p:08x?}, {line:?}",
+                    ENCODINGS[*e].name
+                );
+            }
+            pc += 4 * p.len() as u64;
+        }
+    }
+    let mut agree = 0usize;
+    let mut first_difference = None;
+    for (i, (inst, l)) in ours.iter().zip(&llvm).enumerate() {
+        if inst.text == *l {
+            agree += 1;
+        } else if inst.is_ok() && first_difference.is_none() {
+            first_difference = Some(format!(
+                "line {i} (pc {:#x}, {}): llvm `{l}`, ours `{}`",
+                inst.pc,
+                ENCODINGS[pieces.get(i).map_or(0, |p| p.0)].name,
+                inst.text
+            ));
+        }
+    }
+    println!(
+        "stream of {} instructions ({} dwords): llvm {} lines, ours {}, {agree} identical ({:.1} %)",
+        pieces.len(),
+        stream.len(),
+        llvm.len(),
+        ours.len(),
+        100.0 * agree as f64 / ours.len().max(1) as f64
+    );
+    assert_eq!(
+        ours.len(),
+        llvm.len(),
+        "the listings have different lengths (seed {seed:#x}); first difference: {first_difference:?}"
+    );
+    assert!(
+        first_difference.is_none(),
+        "seed {seed:#x}: {}",
+        first_difference.unwrap_or_default()
     );
 }
