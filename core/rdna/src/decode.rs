@@ -687,11 +687,15 @@ fn vop_short(out: &mut String, w: &Words, short: Short, opcode: u32) -> Result<D
                 sext: 0,
                 pad3: false,
             };
-            // Where LLVM rejects the DPP dword it prints the 32-bit `v_nop` alone, as here.
+            // Where LLVM rejects the DPP dword (or there is none) it prints the 32-bit `v_nop`
+            // alone, as here; an invalid control it prints as invalid, which is not decoded.
             let start = out.len();
             match extended(out, w, short, op, &nop, what) {
                 Ok(d) => return Ok(d),
-                Err(_) => out.truncate(start),
+                Err(Unknown::ReservedBits { .. } | Unknown::Truncated { .. }) => {
+                    out.truncate(start)
+                }
+                Err(e) => return Err(e),
             }
         }
     }
@@ -821,6 +825,9 @@ fn extended(
                 };
                 out.push_str(pre);
                 if scalar_src {
+                    // SDWA's scalar source takes constants even where the 32-bit form reads a
+                    // register only (`v_movrels*`): LLVM prints them as 32-bit values.
+                    let imm = if imm == Imm::RegOnly { Imm::B32 } else { imm };
                     source(out, v, width, imm, None).map_err(|()| bad(i, v))?;
                 } else {
                     vgpr(out, v, width).map_err(|()| bad(i, v))?;
@@ -835,11 +842,13 @@ fn extended(
     match form {
         Form::Dpp16 => {
             let ctrl = w1 >> 8 & 0x1ff;
-            // A 64-bit source takes only `row_newbcast`, which gfx10 lacks: LLVM marks it invalid.
-            let wide = op.opnds.iter().any(
-                |o| matches!(o, Opnd::R(Field::Src0 | Field::Vsrc1, _, width, _) if *width >= 2),
-            );
-            if wide {
+            // LLVM 14 takes only `row_newbcast`'s values (0x150–0x15f, gfx10's `row_share`)
+            // with a 64-bit src0 and marks any other control invalid.
+            let wide = op
+                .opnds
+                .iter()
+                .any(|o| matches!(o, Opnd::R(Field::Src0, _, width, _) if *width >= 2));
+            if wide && !(0x150..=0x15f).contains(&ctrl) {
                 return Err(bad(op.opnds.len(), ctrl));
             }
             match ctrl {
@@ -1001,7 +1010,11 @@ fn vop3(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
             (true, true) => Some(("-|", "|")),
         }
     };
-    operands(out, op, Enc::Vop3, w, lit, &wrap)?;
+    if op.flags.has(Flags::INTERP) {
+        interp_operands(out, op, w, &wrap)?;
+    } else {
+        operands(out, op, Enc::Vop3, w, lit, &wrap)?;
+    }
     if op.flags.has(Flags::PERMLANE) {
         // LLVM prints the permlanes' op_sel as `[fi,bound_ctrl]`, from sources 0 and 1 alone.
         let opsel = (bits >> 11) & 3 & (live >> 11);
@@ -1033,6 +1046,48 @@ fn vop3(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
         dwords: 2 + usize::from(lit.is_some()),
         memory: None,
     })
+}
+
+/// The VOP3 interpolations' operands: src0 holds the attribute (`attr<N>.<chan>`), src1 the
+/// i/j register or, for `v_interp_mov_f32_e64`, the parameter slot (`p10`, `p20`, `p0`, else
+/// LLVM's `invalid_param_<N>`); sources take `-` and `|…|` as other VOP3s.
+fn interp_operands(
+    out: &mut String,
+    op: &Op,
+    w: &Words,
+    wrap: &dyn Fn(Field, bool) -> Option<(&'static str, &'static str)>,
+) -> Result<(), Unknown> {
+    for (i, o) in op.opnds.iter().enumerate() {
+        out.push_str(if i == 0 { " " } else { ", " });
+        match *o {
+            Opnd::T(Tok::Attr0X) => {
+                let a = field(Field::Src0, Enc::Vop3, w);
+                out.push_str("attr");
+                dec(out, a & 0x3f);
+                out.push('.');
+                out.push(['x', 'y', 'z', 'w'][(a >> 6 & 3) as usize]);
+            }
+            Opnd::T(Tok::P10) => match field(Field::Src1, Enc::Vop3, w) {
+                0 => out.push_str("p10"),
+                1 => out.push_str("p20"),
+                2 => out.push_str("p0"),
+                slot => {
+                    out.push_str("invalid_param_");
+                    dec(out, slot);
+                }
+            },
+            Opnd::T(t) => out.push_str(t.text()),
+            Opnd::R(f, file, width, imm) => {
+                let value = field(f, Enc::Vop3, w);
+                let is_imm = matches!(value, 128..=208 | 240..=248 | 255);
+                let (pre, post) = wrap(f, is_imm).unwrap_or(("", ""));
+                out.push_str(pre);
+                operand(out, op, i, f, file, value, width, imm, None)?;
+                out.push_str(post);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Writes ` name:[a,b,c]` for `n` one-bit flags.

@@ -12091,7 +12091,7 @@ pub(crate) static VOP3: [Option<Op>; 1024] = [
         one: 0x0,
         ignore: 0x7800,
         flags: Flags::INTERP,
-        undecoded: Some("interpolation operands"),
+        undecoded: None,
     }), // 0x200
     Some(Op {
         name: "v_interp_p2_f32_e64",
@@ -12104,7 +12104,7 @@ pub(crate) static VOP3: [Option<Op>; 1024] = [
         one: 0x0,
         ignore: 0x7800,
         flags: Flags::INTERP,
-        undecoded: Some("interpolation operands"),
+        undecoded: None,
     }), // 0x201
     Some(Op {
         name: "v_interp_mov_f32_e64",
@@ -12117,7 +12117,7 @@ pub(crate) static VOP3: [Option<Op>; 1024] = [
         one: 0x0,
         ignore: 0x7800,
         flags: Flags::INTERP,
-        undecoded: Some("interpolation operands"),
+        undecoded: None,
     }), // 0x202
     None, // 0x203: llvm-mc-14 decodes no word with this opcode
     None, // 0x204: llvm-mc-14 decodes no word with this opcode
@@ -12717,7 +12717,7 @@ pub(crate) static VOP3: [Option<Op>; 1024] = [
         one: 0x0,
         ignore: 0x7800,
         flags: Flags::INTERP,
-        undecoded: Some("interpolation operands"),
+        undecoded: None,
     }), // 0x342
     Some(Op {
         name: "v_interp_p1lv_f16",
@@ -12731,7 +12731,7 @@ pub(crate) static VOP3: [Option<Op>; 1024] = [
         one: 0x0,
         ignore: 0x7800,
         flags: Flags::INTERP,
-        undecoded: Some("interpolation operands"),
+        undecoded: None,
     }), // 0x343
     Some(Op {
         name: "v_perm_b32",
@@ -12949,7 +12949,7 @@ pub(crate) static VOP3: [Option<Op>; 1024] = [
         one: 0x0,
         ignore: 0x7800,
         flags: Flags::INTERP,
-        undecoded: Some("interpolation operands"),
+        undecoded: None,
     }), // 0x35a
     None, // 0x35b: llvm-mc-14 decodes no word with this opcode
     None, // 0x35c: llvm-mc-14 decodes no word with this opcode

@@ -361,9 +361,9 @@ fn random_words_agree_with_llvm() {
 
 /// The listing test: every random case LLVM decodes, cut to the length this decoder gives it and
 /// laid one after another in a shuffled stream of every encoding, disassembled whole by llvm-mc-14
-/// and by this decoder. The listings must have as many lines, and every line this decoder decodes
-/// must be LLVM's line at the same place: one instruction taken at the wrong length shifts every
-/// line after it. Prints how many lines agree.
+/// and by this decoder. Line for line, each of this decoder's lines is LLVM's line at the same
+/// place, or a `.long` where LLVM rejected the word (a warning, no line): one instruction taken
+/// at the wrong length shifts every line after it. Prints how many lines agree.
 #[test]
 fn a_random_stream_lists_line_for_line_as_llvm_does() {
     let seed = seed();
@@ -371,14 +371,18 @@ fn a_random_stream_lists_line_for_line_as_llvm_does() {
     let oracle = disassemble(&all_cases);
     let mut pieces: Vec<(usize, Vec<u32>)> = Vec::new();
     for ((case, &e), llvm) in all_cases.iter().zip(&owner).zip(oracle) {
-        if let Oracle::Text(t) = llvm {
-            if t.contains("/*") {
-                continue;
-            }
-            let bytes: Vec<u8> = case.iter().flat_map(|w| w.to_le_bytes()).collect();
-            let n = usize::from(decode_one(&bytes, 0).len) / 4;
-            pieces.push((e, case[..n.clamp(1, case.len())].to_vec()));
+        let Oracle::Text(t) = llvm else {
+            continue;
+        };
+        let bytes: Vec<u8> = case.iter().flat_map(|w| w.to_le_bytes()).collect();
+        // A v_nop with a DPP src0 whose DPP dword was rejected is one dword here, but takes the
+        // next piece's first dword when that one reads as a DPP dword (in LLVM as here).
+        let dpp_nop = t == "v_nop" && matches!(case[0] & 0x1ff, 0xe9 | 0xea | 0xfa);
+        if t.contains("/*") || dpp_nop {
+            continue;
         }
+        let n = usize::from(decode_one(&bytes, 0).len) / 4;
+        pieces.push((e, case[..n.clamp(1, case.len())].to_vec()));
     }
     // A deterministic shuffle, so that every encoding follows every other.
     let mut rng = Rng(seed ^ 0x5717_ea11);
@@ -387,53 +391,60 @@ fn a_random_stream_lists_line_for_line_as_llvm_does() {
         pieces.swap(i, j);
     }
     let stream: Vec<u32> = pieces.iter().flat_map(|(_, p)| p.iter().copied()).collect();
-    let llvm = oracle::disassemble_stream(&stream);
+    let (llvm, rejected) = oracle::disassemble_stream(&stream);
     let bytes: Vec<u8> = stream.iter().flat_map(|w| w.to_le_bytes()).collect();
     let ours: Vec<_> = dispatchscope_rdna::decode(&bytes, 0).collect();
-    if std::env::var_os("RDNA_SHOW_STREAM").is_some() {
-        let mut pc = 0u64;
-        let starts: std::collections::HashSet<u64> = ours.iter().map(|i| i.pc).collect();
-        for (e, p) in &pieces {
-            if !starts.contains(&pc) {
-                let line = ours.iter().rev().find(|i| i.pc < pc);
-                println!(
-                    "piece of {} at {pc:#x} is inside a line: {p:08x?}, {line:?}",
-                    ENCODINGS[*e].name
-                );
-            }
-            pc += 4 * p.len() as u64;
-        }
-    }
+    let piece_at: std::collections::HashMap<u64, usize> = pieces
+        .iter()
+        .scan(0u64, |pc, (e, p)| {
+            let at = *pc;
+            *pc += 4 * p.len() as u64;
+            Some((at, *e))
+        })
+        .collect();
+    let mut llvm_lines = llvm.iter();
     let mut agree = 0usize;
     let mut first_difference = None;
-    for (i, (inst, l)) in ours.iter().zip(&llvm).enumerate() {
-        if inst.text == *l {
-            agree += 1;
-        } else if inst.is_ok() && first_difference.is_none() {
-            first_difference = Some(format!(
-                "line {i} (pc {:#x}, {}): llvm `{l}`, ours `{}`",
-                inst.pc,
-                ENCODINGS[pieces.get(i).map_or(0, |p| p.0)].name,
-                inst.text
-            ));
+    for inst in &ours {
+        let enc = ENCODINGS[piece_at.get(&inst.pc).copied().unwrap_or(0)].name;
+        let llvm_line = if rejected.contains(&((inst.pc / 4) as usize)) {
+            None
+        } else {
+            llvm_lines.next()
+        };
+        match llvm_line {
+            Some(l) if *l == inst.text => agree += 1,
+            None if !inst.is_ok() => agree += 1,
+            Some(_) if !inst.is_ok() => {}
+            other => {
+                first_difference.get_or_insert(format!(
+                    "pc {:#x} ({enc}, {} piece): llvm {other:?}, ours `{}`",
+                    inst.pc,
+                    if piece_at.contains_key(&inst.pc) {
+                        "a"
+                    } else {
+                        "inside a"
+                    },
+                    inst.text
+                ));
+            }
         }
     }
+    let left = llvm_lines.count();
     println!(
-        "stream of {} instructions ({} dwords): llvm {} lines, ours {}, {agree} identical ({:.1} %)",
+        "stream of {} instructions ({} dwords): llvm {} lines and {} rejected words, ours {} lines, \
+         {agree} identical or both undecoded ({:.1} %)",
         pieces.len(),
         stream.len(),
         llvm.len(),
+        rejected.len(),
         ours.len(),
         100.0 * agree as f64 / ours.len().max(1) as f64
     );
-    assert_eq!(
-        ours.len(),
-        llvm.len(),
-        "the listings have different lengths (seed {seed:#x}); first difference: {first_difference:?}"
-    );
     assert!(
-        first_difference.is_none(),
-        "seed {seed:#x}: {}",
+        first_difference.is_none() && left == 0,
+        "seed {seed:#x}: {} LLVM lines left over; first difference: {}",
+        left,
         first_difference.unwrap_or_default()
     );
 }

@@ -96,7 +96,6 @@ def flags_expr(names):
 # Opcodes LLVM decodes that the decoder does not print yet, by mnemonic prefix, with the reason
 # the decoder gives (`Unknown::Unsupported`).
 UNDECODED = [
-    ("v_interp", "interpolation operands"),
 ]
 
 

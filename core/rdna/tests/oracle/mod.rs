@@ -153,8 +153,9 @@ pub fn disassemble(cases: &[Vec<u32>]) -> Vec<Oracle> {
 }
 
 /// Disassembles one stream of dwords whole, as a listing: the lines llvm-mc-14 prints, one an
-/// instruction (a word it rejects prints none). Panics when llvm-mc-14 crashes.
-pub fn disassemble_stream(words: &[u32]) -> Vec<String> {
+/// instruction, and the indices of the dwords it rejected (each prints no line, a warning on
+/// stderr, and LLVM goes on at the next dword). Panics when llvm-mc-14 crashes.
+pub fn disassemble_stream(words: &[u32]) -> (Vec<String>, std::collections::HashSet<usize>) {
     let mut input = String::with_capacity(words.len() * 20);
     for line in words.chunks(PER_LINE) {
         for (j, w) in line.iter().enumerate() {
@@ -169,13 +170,27 @@ pub fn disassemble_stream(words: &[u32]) -> Vec<String> {
         }
         input.push('\n');
     }
-    let (stdout, _) = run_llvm_mc(&["-arch=amdgcn", "-mcpu=gfx1030", "-disassemble"], &input);
-    stdout
+    let (stdout, stderr) = run_llvm_mc(&["-arch=amdgcn", "-mcpu=gfx1030", "-disassemble"], &input);
+    let mut rejected = std::collections::HashSet::new();
+    for line in stderr.lines() {
+        let Some(rest) = line.strip_prefix("<stdin>:") else {
+            continue;
+        };
+        if !rest.ends_with("warning: invalid instruction encoding") {
+            continue;
+        }
+        let mut parts = rest.split(':');
+        let l: usize = parts.next().unwrap().parse().unwrap();
+        let c: usize = parts.next().unwrap().parse().unwrap();
+        rejected.insert((l - 1) * PER_LINE + (c - 1) / 20);
+    }
+    let lines = stdout
         .lines()
         .skip(1)
         .map(|l| l.trim().to_owned())
         .filter(|l| !l.is_empty())
-        .collect()
+        .collect();
+    (lines, rejected)
 }
 
 /// Assembles `source` (one instruction a line) with `-show-encoding` and returns each line's bytes.
