@@ -1012,6 +1012,10 @@ fn vop3(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     };
     if op.flags.has(Flags::INTERP) {
         interp_operands(out, op, w, &wrap)?;
+        // The f16 interpolations' `high` is src0's bit 8 (the f32 ones must have it zero).
+        if (bits >> 40) & 1 & (live >> 40) == 1 {
+            out.push_str(" high");
+        }
     } else {
         operands(out, op, Enc::Vop3, w, lit, &wrap)?;
     }
@@ -1048,7 +1052,8 @@ fn vop3(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     })
 }
 
-/// The VOP3 interpolations' operands: src0 holds the attribute (`attr<N>.<chan>`), src1 the
+/// The VOP3 interpolations' operands: src0 holds the attribute (`attr<N>.<chan>`, and `high`
+/// in its bit 8, which the caller prints after the operands), src1 the
 /// i/j register or, for `v_interp_mov_f32_e64`, the parameter slot (`p10`, `p20`, `p0`, else
 /// LLVM's `invalid_param_<N>`); sources take `-` and `|…|` as other VOP3s.
 fn interp_operands(
@@ -1690,18 +1695,30 @@ fn image(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     let data = op.data
         [usize::from(d16) * 8 + usize::from(tfe) * 4 + (dmask.count_ones().max(1) as usize - 1)];
     let addr = op.addr[usize::from(a16) * 32 + dim * 4 + nsa];
-    if data == 0 || addr == 0 {
+    let vaddr0 = (bits >> 32 & 0xff) as u32;
+    let vdata = (bits >> 40 & 0xff) as u32;
+    // A shape LLVM has no instruction of, or one whose widened registers would run past v255,
+    // prints with the matched variant's widths.
+    let fits = |data: u8, addr: u8| {
+        data != 0
+            && addr != 0
+            && vdata + u32::from(data) <= 256
+            && (nsa > 0 || vaddr0 + u32::from(addr) <= 256)
+    };
+    let [data, addr] = if fits(data, addr) {
+        [data, addr]
+    } else {
+        op.default[nsa]
+    };
+    if !fits(data, addr) {
         return Err(shape);
     }
     let dwords = 2 + nsa;
     w.need("MIMG", dwords)?;
-    let vaddr0 = (bits >> 32 & 0xff) as u32;
-    let vdata = (bits >> 40 & 0xff) as u32;
     let srsrc = (bits >> 48 & 0x1f) as u32 * 4;
     let ssamp = (bits >> 53 & 0x1f) as u32 * 4;
     out.push_str(op.name);
     out.push(' ');
-    // A run past v255 is a shape LLVM cannot widen to: it prints its defaults.
     vgpr(out, vdata, data).map_err(|()| shape.clone())?;
     out.push_str(", ");
     if nsa == 0 {

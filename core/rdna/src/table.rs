@@ -235,6 +235,10 @@ pub(crate) struct MimgOp {
     /// one register run, else how many registers the list names; 0 where LLVM rejects the
     /// shape or prints a default.
     pub(crate) addr: [u8; 64],
+    /// By NSA dwords, the `[data, address]` widths LLVM prints for a shape it has no instruction
+    /// of (those of the variant its decoder matched); `[0, 0]` where the probe saw none or
+    /// several, which the decoder leaves undecoded.
+    pub(crate) default: [[u8; 2]; 4],
 }
 
 /// One DPP16, DPP8 or SDWA form of a VOP1, VOP2 or VOPC opcode, as `tables_ext.rs` holds it;

@@ -17,6 +17,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x0
     Some(MimgOp {
         name: "image_load_mip",
@@ -30,6 +31,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x1
     Some(MimgOp {
         name: "image_load_pck",
@@ -43,6 +45,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x2
     Some(MimgOp {
         name: "image_load_pck_sgn",
@@ -56,6 +59,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x3
     Some(MimgOp {
         name: "image_load_mip_pck",
@@ -69,6 +73,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x4
     Some(MimgOp {
         name: "image_load_mip_pck_sgn",
@@ -82,6 +87,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x5
     None, // 0x6
     None, // 0x7
@@ -97,6 +103,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x8
     Some(MimgOp {
         name: "image_store_mip",
@@ -110,6 +117,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x9
     Some(MimgOp {
         name: "image_store_pck",
@@ -123,6 +131,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0xa
     Some(MimgOp {
         name: "image_store_mip_pck",
@@ -136,6 +145,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0xb
     None, // 0xc
     None, // 0xd
@@ -151,6 +161,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0,
             0, 0, 1, 0, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0xe
     Some(MimgOp {
         name: "image_atomic_swap",
@@ -164,6 +175,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0xf
     Some(MimgOp {
         name: "image_atomic_cmpswap",
@@ -177,6 +189,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[2, 1], [2, 4], [0, 0], [0, 0]],
     }), // 0x10
     Some(MimgOp {
         name: "image_atomic_add",
@@ -190,6 +203,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x11
     Some(MimgOp {
         name: "image_atomic_sub",
@@ -203,6 +217,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x12
     None, // 0x13
     Some(MimgOp {
@@ -217,6 +232,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x14
     Some(MimgOp {
         name: "image_atomic_umin",
@@ -230,6 +246,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x15
     Some(MimgOp {
         name: "image_atomic_smax",
@@ -243,6 +260,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x16
     Some(MimgOp {
         name: "image_atomic_umax",
@@ -256,6 +274,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x17
     Some(MimgOp {
         name: "image_atomic_and",
@@ -269,6 +288,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x18
     Some(MimgOp {
         name: "image_atomic_or",
@@ -282,6 +302,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x19
     Some(MimgOp {
         name: "image_atomic_xor",
@@ -295,6 +316,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x1a
     Some(MimgOp {
         name: "image_atomic_inc",
@@ -308,6 +330,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x1b
     Some(MimgOp {
         name: "image_atomic_dec",
@@ -321,6 +344,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x1c
     Some(MimgOp {
         name: "image_atomic_fcmpswap",
@@ -334,6 +358,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[2, 1], [2, 4], [0, 0], [0, 0]],
     }), // 0x1d
     Some(MimgOp {
         name: "image_atomic_fmin",
@@ -347,6 +372,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x1e
     Some(MimgOp {
         name: "image_atomic_fmax",
@@ -360,6 +386,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x1f
     Some(MimgOp {
         name: "image_sample",
@@ -373,6 +400,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 3], [0, 0], [0, 0]],
     }), // 0x20
     Some(MimgOp {
         name: "image_sample_cl",
@@ -386,6 +414,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x21
     Some(MimgOp {
         name: "image_sample_d",
@@ -399,6 +428,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 8, 0, 3, 3, 3, 0, 5, 5, 5, 0, 8, 0, 8, 0, 6, 0, 6, 0, 3, 3, 3, 0, 6, 0, 6, 0, 6, 0,
             6, 0, 6, 0, 6, 0,
         ],
+        default: [[1, 2], [1, 5], [1, 9], [0, 0]],
     }), // 0x22
     Some(MimgOp {
         name: "image_sample_d_cl",
@@ -412,6 +442,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             16, 0, 9, 9, 3, 3, 3, 3, 6, 0, 6, 6, 8, 0, 8, 8, 6, 0, 6, 6, 4, 4, 4, 4, 6, 0, 6, 6, 6,
             0, 6, 6, 7, 0, 7, 7,
         ],
+        default: [[1, 2], [1, 5], [1, 9], [1, 10]],
     }), // 0x23
     Some(MimgOp {
         name: "image_sample_l",
@@ -425,6 +456,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x24
     Some(MimgOp {
         name: "image_sample_b",
@@ -438,6 +470,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[1, 2], [1, 4], [0, 0], [0, 0]],
     }), // 0x25
     Some(MimgOp {
         name: "image_sample_b_cl",
@@ -451,6 +484,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[1, 2], [1, 5], [0, 0], [0, 0]],
     }), // 0x26
     Some(MimgOp {
         name: "image_sample_lz",
@@ -464,6 +498,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 3], [0, 0], [0, 0]],
     }), // 0x27
     Some(MimgOp {
         name: "image_sample_c",
@@ -477,6 +512,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[1, 2], [1, 4], [0, 0], [0, 0]],
     }), // 0x28
     Some(MimgOp {
         name: "image_sample_c_cl",
@@ -490,6 +526,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[1, 2], [1, 5], [0, 0], [0, 0]],
     }), // 0x29
     Some(MimgOp {
         name: "image_sample_c_d",
@@ -503,6 +540,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             16, 0, 9, 9, 4, 4, 4, 4, 6, 0, 6, 6, 16, 0, 9, 9, 7, 0, 7, 7, 4, 4, 4, 4, 7, 0, 7, 7,
             7, 0, 7, 7, 7, 0, 7, 7,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 10]],
     }), // 0x2a
     Some(MimgOp {
         name: "image_sample_c_d_cl",
@@ -516,6 +554,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             9, 16, 0, 0, 10, 4, 4, 4, 4, 7, 0, 7, 7, 16, 0, 9, 9, 7, 0, 7, 7, 5, 5, 5, 5, 7, 0, 7,
             7, 7, 0, 7, 7, 8, 0, 8, 8,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 11]],
     }), // 0x2b
     Some(MimgOp {
         name: "image_sample_c_l",
@@ -529,6 +568,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[1, 2], [1, 5], [0, 0], [0, 0]],
     }), // 0x2c
     Some(MimgOp {
         name: "image_sample_c_b",
@@ -542,6 +582,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[1, 3], [1, 5], [0, 0], [0, 0]],
     }), // 0x2d
     Some(MimgOp {
         name: "image_sample_c_b_cl",
@@ -555,6 +596,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 3, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4,
             4, 0, 5, 5, 5, 0,
         ],
+        default: [[1, 3], [1, 5], [1, 6], [0, 0]],
     }), // 0x2e
     Some(MimgOp {
         name: "image_sample_c_lz",
@@ -568,6 +610,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[1, 2], [1, 4], [0, 0], [0, 0]],
     }), // 0x2f
     Some(MimgOp {
         name: "image_sample_o",
@@ -581,6 +624,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[1, 2], [1, 4], [0, 0], [0, 0]],
     }), // 0x30
     Some(MimgOp {
         name: "image_sample_cl_o",
@@ -594,6 +638,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[1, 2], [1, 5], [0, 0], [0, 0]],
     }), // 0x31
     Some(MimgOp {
         name: "image_sample_d_o",
@@ -607,6 +652,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             16, 0, 9, 9, 4, 4, 4, 4, 6, 0, 6, 6, 16, 0, 9, 9, 7, 0, 7, 7, 4, 4, 4, 4, 7, 0, 7, 7,
             7, 0, 7, 7, 7, 0, 7, 7,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 10]],
     }), // 0x32
     Some(MimgOp {
         name: "image_sample_d_cl_o",
@@ -620,6 +666,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             9, 16, 0, 0, 10, 4, 4, 4, 4, 7, 0, 7, 7, 16, 0, 9, 9, 7, 0, 7, 7, 5, 5, 5, 5, 7, 0, 7,
             7, 7, 0, 7, 7, 8, 0, 8, 8,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 11]],
     }), // 0x33
     Some(MimgOp {
         name: "image_sample_l_o",
@@ -633,6 +680,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[1, 2], [1, 5], [0, 0], [0, 0]],
     }), // 0x34
     Some(MimgOp {
         name: "image_sample_b_o",
@@ -646,6 +694,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[1, 3], [1, 5], [0, 0], [0, 0]],
     }), // 0x35
     Some(MimgOp {
         name: "image_sample_b_cl_o",
@@ -659,6 +708,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 3, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4,
             4, 0, 5, 5, 5, 0,
         ],
+        default: [[1, 3], [1, 5], [1, 6], [0, 0]],
     }), // 0x36
     Some(MimgOp {
         name: "image_sample_lz_o",
@@ -672,6 +722,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[1, 2], [1, 4], [0, 0], [0, 0]],
     }), // 0x37
     Some(MimgOp {
         name: "image_sample_c_o",
@@ -685,6 +736,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[1, 3], [1, 5], [0, 0], [0, 0]],
     }), // 0x38
     Some(MimgOp {
         name: "image_sample_c_cl_o",
@@ -698,6 +750,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 3, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4,
             4, 0, 5, 5, 5, 0,
         ],
+        default: [[1, 3], [1, 5], [1, 6], [0, 0]],
     }), // 0x39
     Some(MimgOp {
         name: "image_sample_c_d_o",
@@ -711,6 +764,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             9, 16, 0, 0, 10, 5, 5, 5, 5, 7, 0, 7, 7, 16, 0, 0, 10, 8, 0, 8, 8, 5, 5, 5, 5, 8, 0, 8,
             8, 8, 0, 8, 8, 8, 0, 8, 8,
         ],
+        default: [[1, 4], [1, 5], [1, 9], [1, 11]],
     }), // 0x3a
     Some(MimgOp {
         name: "image_sample_c_d_cl_o",
@@ -724,6 +778,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 10, 16, 0, 0, 11, 5, 5, 5, 5, 8, 0, 8, 8, 16, 0, 0, 10, 8, 0, 8, 8, 6, 0, 6, 6, 8,
             0, 8, 8, 8, 0, 8, 8, 16, 0, 9, 9,
         ],
+        default: [[1, 4], [1, 5], [1, 9], [1, 12]],
     }), // 0x3b
     Some(MimgOp {
         name: "image_sample_c_l_o",
@@ -737,6 +792,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 3, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4,
             4, 0, 5, 5, 5, 0,
         ],
+        default: [[1, 3], [1, 5], [1, 6], [0, 0]],
     }), // 0x3c
     Some(MimgOp {
         name: "image_sample_c_b_o",
@@ -750,6 +806,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 4, 4, 4, 0, 4, 4, 4, 0, 5, 5, 5, 0, 5, 5, 5, 0, 4, 4, 4, 0, 5, 5, 5, 0, 5, 5,
             5, 0, 5, 5, 5, 0,
         ],
+        default: [[1, 4], [1, 5], [1, 6], [0, 0]],
     }), // 0x3d
     Some(MimgOp {
         name: "image_sample_c_b_cl_o",
@@ -763,6 +820,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 4, 4, 4, 0, 5, 5, 5, 0, 5, 5, 5, 0, 5, 5, 5, 0, 5, 5, 5, 0, 5, 5, 5, 0, 5, 5,
             5, 0, 6, 0, 6, 0,
         ],
+        default: [[1, 4], [1, 5], [1, 7], [0, 0]],
     }), // 0x3e
     Some(MimgOp {
         name: "image_sample_c_lz_o",
@@ -776,6 +834,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[1, 3], [1, 5], [0, 0], [0, 0]],
     }), // 0x3f
     Some(MimgOp {
         name: "image_gather4",
@@ -789,6 +848,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[4, 1], [4, 3], [0, 0], [0, 0]],
     }), // 0x40
     Some(MimgOp {
         name: "image_gather4_cl",
@@ -802,6 +862,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[4, 1], [4, 4], [0, 0], [0, 0]],
     }), // 0x41
     None, // 0x42
     None, // 0x43
@@ -817,6 +878,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[4, 1], [4, 4], [0, 0], [0, 0]],
     }), // 0x44
     Some(MimgOp {
         name: "image_gather4_b",
@@ -830,6 +892,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[4, 2], [4, 4], [0, 0], [0, 0]],
     }), // 0x45
     Some(MimgOp {
         name: "image_gather4_b_cl",
@@ -843,6 +906,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[4, 2], [4, 5], [0, 0], [0, 0]],
     }), // 0x46
     Some(MimgOp {
         name: "image_gather4_lz",
@@ -856,6 +920,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[4, 1], [4, 3], [0, 0], [0, 0]],
     }), // 0x47
     Some(MimgOp {
         name: "image_gather4_c",
@@ -869,6 +934,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[4, 2], [4, 4], [0, 0], [0, 0]],
     }), // 0x48
     Some(MimgOp {
         name: "image_gather4_c_cl",
@@ -882,6 +948,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[4, 2], [4, 5], [0, 0], [0, 0]],
     }), // 0x49
     None, // 0x4a
     None, // 0x4b
@@ -897,6 +964,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[4, 2], [4, 5], [0, 0], [0, 0]],
     }), // 0x4c
     Some(MimgOp {
         name: "image_gather4_c_b",
@@ -910,6 +978,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[4, 3], [4, 5], [0, 0], [0, 0]],
     }), // 0x4d
     Some(MimgOp {
         name: "image_gather4_c_b_cl",
@@ -923,6 +992,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 3, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4,
             4, 0, 5, 5, 5, 0,
         ],
+        default: [[4, 3], [4, 5], [4, 6], [0, 0]],
     }), // 0x4e
     Some(MimgOp {
         name: "image_gather4_c_lz",
@@ -936,6 +1006,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[4, 2], [4, 4], [0, 0], [0, 0]],
     }), // 0x4f
     Some(MimgOp {
         name: "image_gather4_o",
@@ -949,6 +1020,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[4, 2], [4, 4], [0, 0], [0, 0]],
     }), // 0x50
     Some(MimgOp {
         name: "image_gather4_cl_o",
@@ -962,6 +1034,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[4, 2], [4, 5], [0, 0], [0, 0]],
     }), // 0x51
     None, // 0x52
     None, // 0x53
@@ -977,6 +1050,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[4, 2], [4, 5], [0, 0], [0, 0]],
     }), // 0x54
     Some(MimgOp {
         name: "image_gather4_b_o",
@@ -990,6 +1064,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[4, 3], [4, 5], [0, 0], [0, 0]],
     }), // 0x55
     Some(MimgOp {
         name: "image_gather4_b_cl_o",
@@ -1003,6 +1078,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 3, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4,
             4, 0, 5, 5, 5, 0,
         ],
+        default: [[4, 3], [4, 5], [4, 6], [0, 0]],
     }), // 0x56
     Some(MimgOp {
         name: "image_gather4_lz_o",
@@ -1016,6 +1092,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 2, 2, 0, 0, 3, 3, 0, 0, 3, 3,
             0, 0, 3, 3, 0, 0,
         ],
+        default: [[4, 2], [4, 4], [0, 0], [0, 0]],
     }), // 0x57
     Some(MimgOp {
         name: "image_gather4_c_o",
@@ -1029,6 +1106,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[4, 3], [4, 5], [0, 0], [0, 0]],
     }), // 0x58
     Some(MimgOp {
         name: "image_gather4_c_cl_o",
@@ -1042,6 +1120,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 3, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4,
             4, 0, 5, 5, 5, 0,
         ],
+        default: [[4, 3], [4, 5], [4, 6], [0, 0]],
     }), // 0x59
     None, // 0x5a
     None, // 0x5b
@@ -1057,6 +1136,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 3, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4, 4, 0, 4, 4,
             4, 0, 5, 5, 5, 0,
         ],
+        default: [[4, 3], [4, 5], [4, 6], [0, 0]],
     }), // 0x5c
     Some(MimgOp {
         name: "image_gather4_c_b_o",
@@ -1070,6 +1150,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 4, 4, 4, 0, 4, 4, 4, 0, 5, 5, 5, 0, 5, 5, 5, 0, 4, 4, 4, 0, 5, 5, 5, 0, 5, 5,
             5, 0, 5, 5, 5, 0,
         ],
+        default: [[4, 4], [4, 5], [4, 6], [0, 0]],
     }), // 0x5d
     Some(MimgOp {
         name: "image_gather4_c_b_cl_o",
@@ -1083,6 +1164,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 4, 4, 4, 0, 5, 5, 5, 0, 5, 5, 5, 0, 5, 5, 5, 0, 5, 5, 5, 0, 5, 5, 5, 0, 5, 5,
             5, 0, 6, 0, 6, 0,
         ],
+        default: [[4, 4], [4, 5], [4, 7], [0, 0]],
     }), // 0x5e
     Some(MimgOp {
         name: "image_gather4_c_lz_o",
@@ -1096,6 +1178,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 3, 3, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 3, 3, 0, 0, 4, 4, 0, 0, 4, 4,
             0, 0, 4, 4, 0, 0,
         ],
+        default: [[4, 3], [4, 5], [0, 0], [0, 0]],
     }), // 0x5f
     Some(MimgOp {
         name: "image_get_lod",
@@ -1109,6 +1192,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 3], [0, 0], [0, 0]],
     }), // 0x60
     None, // 0x61
     None, // 0x62
@@ -1129,6 +1213,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 8, 0, 3, 3, 3, 0, 5, 5, 5, 0, 8, 0, 8, 0, 6, 0, 6, 0, 3, 3, 3, 0, 6, 0, 6, 0, 6, 0,
             6, 0, 6, 0, 6, 0,
         ],
+        default: [[1, 2], [1, 5], [1, 9], [0, 0]],
     }), // 0x68
     Some(MimgOp {
         name: "image_sample_cd_cl",
@@ -1142,6 +1227,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             16, 0, 9, 9, 3, 3, 3, 3, 6, 0, 6, 6, 8, 0, 8, 8, 6, 0, 6, 6, 4, 4, 4, 4, 6, 0, 6, 6, 6,
             0, 6, 6, 7, 0, 7, 7,
         ],
+        default: [[1, 2], [1, 5], [1, 9], [1, 10]],
     }), // 0x69
     Some(MimgOp {
         name: "image_sample_c_cd",
@@ -1155,6 +1241,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             16, 0, 9, 9, 4, 4, 4, 4, 6, 0, 6, 6, 16, 0, 9, 9, 7, 0, 7, 7, 4, 4, 4, 4, 7, 0, 7, 7,
             7, 0, 7, 7, 7, 0, 7, 7,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 10]],
     }), // 0x6a
     Some(MimgOp {
         name: "image_sample_c_cd_cl",
@@ -1168,6 +1255,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             9, 16, 0, 0, 10, 4, 4, 4, 4, 7, 0, 7, 7, 16, 0, 9, 9, 7, 0, 7, 7, 5, 5, 5, 5, 7, 0, 7,
             7, 7, 0, 7, 7, 8, 0, 8, 8,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 11]],
     }), // 0x6b
     Some(MimgOp {
         name: "image_sample_cd_o",
@@ -1181,6 +1269,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             16, 0, 9, 9, 4, 4, 4, 4, 6, 0, 6, 6, 16, 0, 9, 9, 7, 0, 7, 7, 4, 4, 4, 4, 7, 0, 7, 7,
             7, 0, 7, 7, 7, 0, 7, 7,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 10]],
     }), // 0x6c
     Some(MimgOp {
         name: "image_sample_cd_cl_o",
@@ -1194,6 +1283,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             9, 16, 0, 0, 10, 4, 4, 4, 4, 7, 0, 7, 7, 16, 0, 9, 9, 7, 0, 7, 7, 5, 5, 5, 5, 7, 0, 7,
             7, 7, 0, 7, 7, 8, 0, 8, 8,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 11]],
     }), // 0x6d
     Some(MimgOp {
         name: "image_sample_c_cd_o",
@@ -1207,6 +1297,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             9, 16, 0, 0, 10, 5, 5, 5, 5, 7, 0, 7, 7, 16, 0, 0, 10, 8, 0, 8, 8, 5, 5, 5, 5, 8, 0, 8,
             8, 8, 0, 8, 8, 8, 0, 8, 8,
         ],
+        default: [[1, 4], [1, 5], [1, 9], [1, 11]],
     }), // 0x6e
     Some(MimgOp {
         name: "image_sample_c_cd_cl_o",
@@ -1220,6 +1311,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 10, 16, 0, 0, 11, 5, 5, 5, 5, 8, 0, 8, 8, 16, 0, 0, 10, 8, 0, 8, 8, 6, 0, 6, 6, 8,
             0, 8, 8, 8, 0, 8, 8, 16, 0, 9, 9,
         ],
+        default: [[1, 4], [1, 5], [1, 9], [1, 12]],
     }), // 0x6f
     None, // 0x70
     None, // 0x71
@@ -1249,6 +1341,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             4, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2, 0, 0, 1, 0, 0, 0, 2, 2, 0, 0, 2, 2,
             0, 0, 2, 2, 0, 0,
         ],
+        default: [[1, 1], [1, 4], [0, 0], [0, 0]],
     }), // 0x80
     None, // 0x81
     None, // 0x82
@@ -1295,6 +1388,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 6, 0, 3, 3, 3, 0, 3, 3, 3, 0, 6, 0, 6, 0, 4, 4, 4, 0, 3, 3, 3, 0, 4, 4, 4, 0, 4, 4,
             4, 0, 4, 4, 4, 0,
         ],
+        default: [[1, 2], [1, 5], [1, 9], [0, 0]],
     }), // 0xa2
     Some(MimgOp {
         name: "image_sample_d_cl_g16",
@@ -1308,6 +1402,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 7, 7, 3, 3, 3, 3, 4, 4, 4, 4, 6, 0, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
             4, 4, 5, 5, 5, 5,
         ],
+        default: [[1, 2], [1, 5], [1, 9], [1, 10]],
     }), // 0xa3
     None, // 0xa4
     None, // 0xa5
@@ -1327,6 +1422,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 7, 7, 4, 4, 4, 4, 4, 4, 4, 4, 7, 0, 7, 7, 5, 5, 5, 5, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5,
             5, 5, 5, 5, 5, 5,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 10]],
     }), // 0xaa
     Some(MimgOp {
         name: "image_sample_c_d_cl_g16",
@@ -1340,6 +1436,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 8, 8, 4, 4, 4, 4, 5, 5, 5, 5, 7, 0, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
             5, 5, 6, 0, 6, 6,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 11]],
     }), // 0xab
     None, // 0xac
     None, // 0xad
@@ -1359,6 +1456,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 7, 7, 4, 4, 4, 4, 4, 4, 4, 4, 7, 0, 7, 7, 5, 5, 5, 5, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5,
             5, 5, 5, 5, 5, 5,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 10]],
     }), // 0xb2
     Some(MimgOp {
         name: "image_sample_d_cl_o_g16",
@@ -1372,6 +1470,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 8, 8, 4, 4, 4, 4, 5, 5, 5, 5, 7, 0, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
             5, 5, 6, 0, 6, 6,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 11]],
     }), // 0xb3
     None, // 0xb4
     None, // 0xb5
@@ -1391,6 +1490,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 8, 8, 5, 5, 5, 5, 5, 5, 5, 5, 8, 0, 8, 8, 6, 0, 6, 6, 5, 5, 5, 5, 6, 0, 6, 6, 6, 0,
             6, 6, 6, 0, 6, 6,
         ],
+        default: [[1, 4], [1, 5], [1, 9], [1, 11]],
     }), // 0xba
     Some(MimgOp {
         name: "image_sample_c_d_cl_o_g16",
@@ -1404,6 +1504,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             16, 0, 9, 9, 5, 5, 5, 5, 6, 0, 6, 6, 8, 0, 8, 8, 6, 0, 6, 6, 6, 0, 6, 6, 6, 0, 6, 6, 6,
             0, 6, 6, 7, 0, 7, 7,
         ],
+        default: [[1, 4], [1, 5], [1, 9], [1, 12]],
     }), // 0xbb
     None, // 0xbc
     None, // 0xbd
@@ -1461,6 +1562,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 6, 0, 3, 3, 3, 0, 3, 3, 3, 0, 6, 0, 6, 0, 4, 4, 4, 0, 3, 3, 3, 0, 4, 4, 4, 0, 4, 4,
             4, 0, 4, 4, 4, 0,
         ],
+        default: [[1, 2], [1, 5], [1, 9], [0, 0]],
     }), // 0xe8
     Some(MimgOp {
         name: "image_sample_cd_cl_g16",
@@ -1474,6 +1576,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 7, 7, 3, 3, 3, 3, 4, 4, 4, 4, 6, 0, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
             4, 4, 5, 5, 5, 5,
         ],
+        default: [[1, 2], [1, 5], [1, 9], [1, 10]],
     }), // 0xe9
     Some(MimgOp {
         name: "image_sample_c_cd_g16",
@@ -1487,6 +1590,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 7, 7, 4, 4, 4, 4, 4, 4, 4, 4, 7, 0, 7, 7, 5, 5, 5, 5, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5,
             5, 5, 5, 5, 5, 5,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 10]],
     }), // 0xea
     Some(MimgOp {
         name: "image_sample_c_cd_cl_g16",
@@ -1500,6 +1604,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 8, 8, 4, 4, 4, 4, 5, 5, 5, 5, 7, 0, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
             5, 5, 6, 0, 6, 6,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 11]],
     }), // 0xeb
     Some(MimgOp {
         name: "image_sample_cd_o_g16",
@@ -1513,6 +1618,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 7, 7, 4, 4, 4, 4, 4, 4, 4, 4, 7, 0, 7, 7, 5, 5, 5, 5, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5,
             5, 5, 5, 5, 5, 5,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 10]],
     }), // 0xec
     Some(MimgOp {
         name: "image_sample_cd_cl_o_g16",
@@ -1526,6 +1632,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 8, 8, 4, 4, 4, 4, 5, 5, 5, 5, 7, 0, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5,
             5, 5, 6, 0, 6, 6,
         ],
+        default: [[1, 3], [1, 5], [1, 9], [1, 11]],
     }), // 0xed
     Some(MimgOp {
         name: "image_sample_c_cd_o_g16",
@@ -1539,6 +1646,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             0, 8, 8, 5, 5, 5, 5, 5, 5, 5, 5, 8, 0, 8, 8, 6, 0, 6, 6, 5, 5, 5, 5, 6, 0, 6, 6, 6, 0,
             6, 6, 6, 0, 6, 6,
         ],
+        default: [[1, 4], [1, 5], [1, 9], [1, 11]],
     }), // 0xee
     Some(MimgOp {
         name: "image_sample_c_cd_cl_o_g16",
@@ -1552,6 +1660,7 @@ pub(crate) static MIMG: [Option<MimgOp>; 256] = [
             16, 0, 9, 9, 5, 5, 5, 5, 6, 0, 6, 6, 8, 0, 8, 8, 6, 0, 6, 6, 6, 0, 6, 6, 6, 0, 6, 6, 6,
             0, 6, 6, 7, 0, 7, 7,
         ],
+        default: [[1, 4], [1, 5], [1, 9], [1, 12]],
     }), // 0xef
     None, // 0xf0
     None, // 0xf1

@@ -5,8 +5,10 @@ root). For each opcode it learns the mnemonic, whether it takes a sampler, the b
 zero and the bits it ignores (one flip each), how wide the data register prints for each
 (d16, tfe, dmask population), and how many address registers print for each (a16, dim, NSA
 dwords). LLVM's disassembler widens the data and address registers to the instruction's shape and,
-where no instruction of that shape exists, prints its default widths instead; those shapes are
-stored as 0 ("not decoded") rather than guessed. The ray intersections are decoded by hand.
+where no instruction of that shape exists, prints its default widths instead (those of the variant
+its decoder matched): those shapes are stored as 0, and the defaults it was seen to print, by NSA
+dwords, beside them (`default`; `[0, 0]`, not decoded, where it printed none or several). The ray
+intersections are decoded by hand.
 """
 import re
 
@@ -96,6 +98,8 @@ def probe():
         got = operands(r) if r else None
         ok = got is not None and got[0] == expected_data(d["gather"], pc, tfe, d16)
         d.setdefault("data", {})[(d16, tfe, pc)] = got[0] if ok else 0
+        if got is not None and not ok:
+            d.setdefault("fallback", {}).setdefault(0, set()).add(got)
     # 4. address counts by (a16, dim, nsa): the same at every dmask whose data width is not a fallback
     addr_cases = []
     for op, d in info.items():
@@ -130,6 +134,36 @@ def probe():
             # an NSA list longer than the words carry cannot print in full
             good = max(counts) <= 1 + 4 * nsa
         d.setdefault("addr", {})[(a16, dim, nsa)] = counts.pop() if good and len(counts) == 1 else 0
+    # 5. the default widths LLVM prints for a shape it has no instruction of: the widths of the
+    # variant its decoder matched, the same for every such shape of an opcode and NSA count
+    for (op, a16, dim, nsa), obs in seen.items():
+        d = info[op]
+        for want, got in obs:
+            if got is not None and (not want or not d["addr"][(a16, dim, nsa)]):
+                d.setdefault("fallback", {}).setdefault(nsa, set()).add(got)
+    # widened registers that would run past v255 fall back too: the widest shape of each NSA
+    # count, its address (or data) register placed so that it overruns by one
+    over = []
+    for op, d in info.items():
+        for nsa in range(4):
+            shapes = [(a, a16, dim) for (a16, dim, n), a in d["addr"].items() if n == nsa and a]
+            if not shapes:
+                continue
+            a, a16, dim = max(shapes)
+            c = case(op, d["sampler"], 1, dim, nsa, a16)
+            if nsa == 0 and a > 1:
+                c[1] = (c[1] & ~0xFF) | (257 - a)
+                over.append((op, nsa, c))
+            c = case(op, d["sampler"], 15, dim, nsa, a16, extra=1 << 16)
+            c[1] = (c[1] & ~0xFF00) | 252 << 8
+            over.append((op, nsa, c))
+    for (op, nsa, _), r in zip(over, disassemble([c for _, _, c in over])):
+        got = operands(r) if r else None
+        if got is not None:
+            info[op].setdefault("fallback", {}).setdefault(nsa, set()).add(got)
+    for op, d in info.items():
+        fb = d.get("fallback", {})
+        d["default"] = [list(fb[nsa])[0] if len(fb.get(nsa, ())) == 1 else (0, 0) for nsa in range(4)]
     return info
 
 
@@ -147,8 +181,9 @@ def emit(w):
             continue
         data = [d["data"][(d16, tfe, pc)] for d16 in (0, 1) for tfe in (0, 1) for pc in (1, 2, 3, 4)]
         addr = [d["addr"][(a16, dim, nsa)] for a16 in (0, 1) for dim in range(8) for nsa in range(4)]
-        w("    Some(MimgOp { name: %s, sampler: %s, zero: 0x%x, ignore: 0x%x, flags: %s, data: %s, addr: %s }), // 0x%x\n" % (
+        w("    Some(MimgOp { name: %s, sampler: %s, zero: 0x%x, ignore: 0x%x, flags: %s, data: %s, addr: %s, default: %s }), // 0x%x\n" % (
             '"%s"' % d["name"], "true" if d["sampler"] else "false", d.get("zero", 0), d.get("ignore", 0),
             flags_expr(op_flags("MIMG", d["name"])),
-            "[%s]" % ", ".join(map(str, data)), "[%s]" % ", ".join(map(str, addr)), op))
+            "[%s]" % ", ".join(map(str, data)), "[%s]" % ", ".join(map(str, addr)),
+            "[%s]" % ", ".join("[%d, %d]" % tuple(x) for x in d["default"]), op))
     w("];\n")
