@@ -207,14 +207,8 @@ fn dispatch(out: &mut String, words: &Words) -> Result<Decoded, Unknown> {
         ),
         0x3c => mimg(out, words, ((w0 >> 18) & 0x7f) | (w0 & 1) << 7),
         0x3d => smem(out, words, (w0 >> 18) & 0xff),
-        0x32 => Err(Unknown::Encoding {
-            word: w0,
-            what: "VINTRP",
-        }),
-        0x3e => Err(Unknown::Encoding {
-            word: w0,
-            what: "EXP",
-        }),
+        0x32 => vintrp(out, words),
+        0x3e => exp(out, words),
         _ => Err(Unknown::Encoding {
             word: w0,
             what: "reserved",
@@ -1067,20 +1061,9 @@ fn interp_operands(
         match *o {
             Opnd::T(Tok::Attr0X) => {
                 let a = field(Field::Src0, Enc::Vop3, w);
-                out.push_str("attr");
-                dec(out, a & 0x3f);
-                out.push('.');
-                out.push(['x', 'y', 'z', 'w'][(a >> 6 & 3) as usize]);
+                interp_attr(out, a & 0x3f, a >> 6 & 3);
             }
-            Opnd::T(Tok::P10) => match field(Field::Src1, Enc::Vop3, w) {
-                0 => out.push_str("p10"),
-                1 => out.push_str("p20"),
-                2 => out.push_str("p0"),
-                slot => {
-                    out.push_str("invalid_param_");
-                    dec(out, slot);
-                }
-            },
+            Opnd::T(Tok::P10) => interp_slot(out, field(Field::Src1, Enc::Vop3, w)),
             Opnd::T(t) => out.push_str(t.text()),
             Opnd::R(f, file, width, imm) => {
                 let value = field(f, Enc::Vop3, w);
@@ -1093,6 +1076,118 @@ fn interp_operands(
         }
     }
     Ok(())
+}
+
+/// An interpolation's attribute and channel: `attr<N>.<x|y|z|w>`.
+fn interp_attr(out: &mut String, attr: u32, chan: u32) {
+    out.push_str("attr");
+    dec(out, attr);
+    out.push('.');
+    out.push(['x', 'y', 'z', 'w'][(chan & 3) as usize]);
+}
+
+/// `v_interp_mov_f32`'s parameter slot: `p10`, `p20`, `p0`, else LLVM's `invalid_param_<N>`.
+fn interp_slot(out: &mut String, slot: u32) {
+    match slot {
+        0 => out.push_str("p10"),
+        1 => out.push_str("p20"),
+        2 => out.push_str("p0"),
+        _ => {
+            out.push_str("invalid_param_");
+            dec(out, slot);
+        }
+    }
+}
+
+/// VINTRP: `v_interp_p1_f32_e32`, `v_interp_p2_f32_e32` (destination, i/j register,
+/// attribute) and `v_interp_mov_f32_e32` (destination, slot, attribute); opcode 3 is none.
+fn vintrp(out: &mut String, w: &Words) -> Result<Decoded, Unknown> {
+    let w0 = w.w[0];
+    let (vsrc, chan, attr, opcode, vdst) = (
+        w0 & 0xff,
+        w0 >> 8 & 3,
+        w0 >> 10 & 0x3f,
+        w0 >> 16 & 3,
+        w0 >> 18 & 0xff,
+    );
+    out.push_str(match opcode {
+        0 => "v_interp_p1_f32_e32",
+        1 => "v_interp_p2_f32_e32",
+        2 => "v_interp_mov_f32_e32",
+        _ => {
+            return Err(Unknown::Opcode {
+                encoding: "VINTRP",
+                opcode,
+            });
+        }
+    });
+    out.push_str(" v");
+    dec(out, vdst);
+    out.push_str(", ");
+    if opcode == 2 {
+        interp_slot(out, vsrc);
+    } else {
+        out.push('v');
+        dec(out, vsrc);
+    }
+    out.push_str(", ");
+    interp_attr(out, attr, chan);
+    Ok(Decoded {
+        dwords: 1,
+        memory: None,
+    })
+}
+
+/// EXP: the target by name (`mrt0`–`mrt7`, `mrtz`, `null`, `pos0`–`pos4`, `prim`, `param0`–
+/// `param31`, else LLVM's `invalid_target_<N>`), four sources (`off` where `en` clears them;
+/// `compr` prints the first source twice, then the second twice), `done`, `compr`, `vm`. Bits
+/// 13–25 are ignored, as LLVM ignores them.
+fn exp(out: &mut String, w: &Words) -> Result<Decoded, Unknown> {
+    w.need("EXP", 2)?;
+    let (w0, w1) = (w.w[0], w.w[1]);
+    let (en, target) = (w0 & 0xf, w0 >> 4 & 0x3f);
+    let (compr, done, vm) = (w0 >> 10 & 1 == 1, w0 >> 11 & 1 == 1, w0 >> 12 & 1 == 1);
+    out.push_str("exp ");
+    match target {
+        0..=7 => {
+            out.push_str("mrt");
+            dec(out, target);
+        }
+        8 => out.push_str("mrtz"),
+        9 => out.push_str("null"),
+        12..=16 => {
+            out.push_str("pos");
+            dec(out, target - 12);
+        }
+        20 => out.push_str("prim"),
+        32..=63 => {
+            out.push_str("param");
+            dec(out, target - 32);
+        }
+        _ => {
+            out.push_str("invalid_target_");
+            dec(out, target);
+        }
+    }
+    for n in 0..4u32 {
+        out.push_str(if n == 0 { " " } else { ", " });
+        let src = if compr { n / 2 } else { n };
+        if en >> n & 1 == 1 {
+            out.push('v');
+            dec(out, w1 >> (8 * src) & 0xff);
+        } else {
+            out.push_str("off");
+        }
+    }
+    for (on, flag) in [(done, " done"), (compr, " compr"), (vm, " vm")] {
+        if on {
+            out.push_str(flag);
+        }
+    }
+    Ok(Decoded {
+        dwords: 2,
+        memory: None,
+    })
 }
 
 /// Writes ` name:[a,b,c]` for `n` one-bit flags.
@@ -1705,6 +1800,20 @@ fn image(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
             && vdata + u32::from(data) <= 256
             && (nsa > 0 || vaddr0 + u32::from(addr) <= 256)
     };
+    // LLVM first reads the registers at the matched variant's widths: where those run past
+    // v255 it rejects the word, whatever shape it would widen to.
+    let [d0, a0] = op.default[nsa];
+    if d0 != 0 && a0 != 0 && !fits(d0, a0) {
+        return Err(Unknown::Operand {
+            name: op.name,
+            operand: usize::from(vdata + u32::from(d0) <= 256),
+            value: if vdata + u32::from(d0) <= 256 {
+                vaddr0
+            } else {
+                vdata
+            },
+        });
+    }
     let [data, addr] = if fits(data, addr) {
         [data, addr]
     } else {

@@ -188,6 +188,18 @@ const ENCODINGS: &[Encoding] = &[
         dwords: 2,
     },
     Encoding {
+        name: "VINTRP",
+        fixed: |_| 0xc800_0000,
+        free: 0x03ff_ffff,
+        dwords: 1,
+    },
+    Encoding {
+        name: "EXP",
+        fixed: |_| 0xf800_0000,
+        free: 0x03ff_ffff,
+        dwords: 2,
+    },
+    Encoding {
         name: "MIMG",
         fixed: |r| {
             if r.next() % 2 == 0 {

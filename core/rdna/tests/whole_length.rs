@@ -72,6 +72,8 @@ fn plants() -> Vec<Plant> {
         // MUBUF opcode 0x10, and with soffset a literal.
         p("MUBUF", &[0xe040_0000, INNER]),
         p("MUBUF", &[0xe040_0000, 0xff00_0000, INNER]),
+        // VINTRP opcode 3 (one dword).
+        p("VINTRP", &[0xc817_1311]),
         // MIMG opcode 0x6, and with one and two NSA address dwords.
         p("MIMG", &[0xf018_0000, INNER]),
         p("MIMG", &[0xf018_0002, INNER, INNER]),
@@ -143,7 +145,7 @@ fn every_encoding_is_planted() {
     let planted: std::collections::BTreeSet<&str> = plants().iter().map(|p| p.encoding).collect();
     for enc in [
         "SOP2", "SOPK", "SOP1", "SOPC", "SOPP", "SMEM", "VOP1", "VOP2", "VOPC", "VOP3", "VOP3P",
-        "DS", "FLAT", "SCRATCH", "GLOBAL", "MUBUF", "MIMG",
+        "DS", "FLAT", "SCRATCH", "GLOBAL", "MUBUF", "VINTRP", "MIMG",
     ] {
         assert!(planted.contains(enc), "{enc} has no plant");
     }
