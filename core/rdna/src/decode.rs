@@ -1360,12 +1360,22 @@ fn smem(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
             }
             Opnd::R(f, _, width, _) => {
                 let v = field(f, Enc::Smem, w);
-                // LLVM prints some registers here that have no name at this width (`vcc` as a
-                // four-register base); those are left undecoded rather than guessed.
-                scalar(out, v, width).map_err(|()| Unknown::Unsupported {
-                    name: op.name,
-                    what: "this register at this width",
-                })?;
+                // A four-register operand also reads `vcc`, `null` and `exec` by their names
+                // (checked against llvm-mc-14); any other register with no name at its width
+                // is left undecoded rather than guessed.
+                let special = match (width, v) {
+                    (4, 106) => Some("vcc"),
+                    (4, 125) => Some("null"),
+                    (4, 126) => Some("exec"),
+                    _ => None,
+                };
+                match special {
+                    Some(name) => out.push_str(name),
+                    None => scalar(out, v, width).map_err(|()| Unknown::Unsupported {
+                        name: op.name,
+                        what: "this register at this width",
+                    })?,
+                }
             }
         }
     }
