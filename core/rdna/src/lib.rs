@@ -63,7 +63,8 @@ pub enum Unknown {
         /// What the high bits name.
         what: &'static str,
     },
-    /// The encoding is known but the opcode is not one LLVM 14 knows for gfx10.3.
+    /// The encoding is known but the opcode is not one LLVM 14 knows for gfx10.3 (the line takes
+    /// the encoding's whole length all the same).
     #[error("{encoding} opcode 0x{opcode:x} is not a gfx10.3 instruction")]
     Opcode {
         /// The encoding.
@@ -89,7 +90,9 @@ pub enum Unknown {
         /// The field value.
         value: u32,
     },
-    /// A form this decoder does not print yet (DPP, SDWA, most MIMG, …).
+    /// A form LLVM prints that this decoder does not (an opcode the tables mark `undecoded`, a
+    /// register at a width no probe has seen LLVM name, an MIMG shape whose default widths the
+    /// probe did not learn).
     #[error("{name}: {what} is not decoded")]
     Unsupported {
         /// The mnemonic or encoding.
