@@ -25,11 +25,13 @@ const F32_BITS: [u32; 8] = [
 ];
 
 /// `v` in decimal, without `fmt` (this is the decoder's hottest path).
+#[inline]
 pub(crate) fn dec(out: &mut String, v: u32) {
     dec64(out, u64::from(v));
 }
 
 /// `v` in decimal.
+#[inline]
 fn dec64(out: &mut String, mut v: u64) {
     // Register numbers and offsets: most have one or two digits.
     if v < 10 {
@@ -62,12 +64,14 @@ pub(crate) fn int(out: &mut String, v: i64) {
 }
 
 /// `v` as `0x…` in lowercase hex, no leading zeros.
+#[inline]
 pub(crate) fn hex(out: &mut String, v: u32) {
     out.push_str("0x");
     hex_digits(out, v, 1);
 }
 
 /// `v` in lowercase hex digits, at least `min` of them.
+#[inline]
 pub(crate) fn hex_digits(out: &mut String, v: u32, min: usize) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut buf = [0u8; 8];
@@ -88,6 +92,7 @@ pub(crate) fn hex_digits(out: &mut String, v: u32, min: usize) {
 }
 
 /// A run of `width` registers starting at `first` in the file `prefix` (`v`, `s`, `ttmp`).
+#[inline]
 pub(crate) fn range(out: &mut String, prefix: &str, first: u32, width: u8) {
     if width <= 1 {
         out.push_str(prefix);
@@ -103,6 +108,7 @@ pub(crate) fn range(out: &mut String, prefix: &str, first: u32, width: u8) {
 }
 
 /// A vector register run `v…` from an 8-bit register number; `Err` past v255.
+#[inline]
 pub(crate) fn vgpr(out: &mut String, n: u32, width: u8) -> Result<(), ()> {
     if n + u32::from(width.max(1)) > 256 {
         return Err(());
