@@ -1,10 +1,12 @@
 //! One instruction from bytes: which encoding the first dword names, its opcode's table entry,
-//! the entry's must-be-zero bits, then the operands and the modifiers the encoding prints.
+//! the entry's must-be-zero and must-be-one bits, then the operands and the modifiers the
+//! encoding prints.
 //!
-//! Each encoding's function returns the text, the length in dwords and the memory access, or a
-//! named [`Unknown`]; [`decode_one`] turns an `Unknown` into one `.long 0x…, …` line of every
-//! dword the encoding's layout gives the instruction (literal included), so a listing never
-//! reads the middle of an instruction as one of its own.
+//! Each encoding's function writes the text into the caller's buffer and returns the length in
+//! dwords and the memory access, or a named [`Unknown`]; [`decode_into`] turns an `Unknown` into
+//! one `.long 0x…, …` line of every dword the encoding's layout gives the instruction (literal
+//! included), so a listing never reads the middle of an instruction as one of its own. Nothing
+//! here compares strings: the tables' tokens and flags are enums and bits.
 
 use std::fmt::Write as _;
 
@@ -436,7 +438,7 @@ fn simm_style(out: &mut String, style: Tok, simm: u32) {
     }
 }
 
-/// SOPP: immediates by style, `s_waitcnt` by counter; `s_sendmsg` is not decoded.
+/// SOPP: immediates by style, `s_waitcnt` by counter, `s_sendmsg` by message.
 fn sopp(out: &mut String, w: &Words, opcode: u32) -> Result<Decoded, Unknown> {
     // s_code_end is the oracle's separator word, so the generated table cannot hold it.
     if opcode == 0x1f {
