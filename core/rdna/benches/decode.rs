@@ -1,6 +1,8 @@
 //! Decoding 1 MiB of code into listing lines: the figure that matters is the time per MiB (goal:
 //! at most 20 ms); `decode_1mib` is the traversal loop, `decode_1mib_mixed` adds image, DPP and
-//! SDWA instructions.
+//! SDWA instructions. Both take each line as an owned [`dispatchscope_rdna::Instruction`], as a
+//! listing keeps them; `decode_1mib_mixed_reused` writes every line into one buffer instead
+//! (`Decoder::next_line`), as a printer that does not keep them can.
 
 use criterion::{Criterion, Throughput, criterion_main};
 
@@ -81,6 +83,17 @@ fn bench(c: &mut Criterion) {
             let mut n = 0usize;
             for inst in dispatchscope_rdna::decode(std::hint::black_box(&mixed), 0) {
                 n += inst.text.len();
+            }
+            n
+        })
+    });
+    g.bench_function("decode_1mib_mixed_reused", |b| {
+        let mut text = String::with_capacity(128);
+        b.iter(|| {
+            let mut n = 0usize;
+            let mut lines = dispatchscope_rdna::decode(std::hint::black_box(&mixed), 0);
+            while lines.next_line(&mut text).is_some() {
+                n += text.len();
             }
             n
         })

@@ -4,8 +4,6 @@
 //! Every function here either writes the operand's text or returns `Err(())`, which the caller
 //! turns into a named [`crate::Unknown`]; nothing here panics on any field value.
 
-use std::fmt::Write as _;
-
 use crate::table::Imm;
 
 /// Names of the inline float constants 240–247 (the same text at every width).
@@ -26,16 +24,91 @@ const F32_BITS: [u32; 8] = [
     0xc080_0000,
 ];
 
+/// `v` in decimal, without `fmt` (this is the decoder's hottest path).
+#[inline]
+pub(crate) fn dec(out: &mut String, v: u32) {
+    dec64(out, u64::from(v));
+}
+
+/// `v` in decimal.
+#[inline]
+fn dec64(out: &mut String, mut v: u64) {
+    // Register numbers and offsets: most have one or two digits.
+    if v < 10 {
+        out.push(char::from(b'0' + v as u8));
+        return;
+    }
+    if v < 100 {
+        out.push(char::from(b'0' + (v / 10) as u8));
+        out.push(char::from(b'0' + (v % 10) as u8));
+        return;
+    }
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    while v > 0 {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+    for &b in &buf[i..] {
+        out.push(char::from(b));
+    }
+}
+
+/// `v` in decimal with its sign.
+pub(crate) fn int(out: &mut String, v: i64) {
+    if v < 0 {
+        out.push('-');
+    }
+    dec64(out, v.unsigned_abs());
+}
+
+/// `v` as `0x…` in lowercase hex, no leading zeros.
+#[inline]
+pub(crate) fn hex(out: &mut String, v: u32) {
+    out.push_str("0x");
+    hex_digits(out, v, 1);
+}
+
+/// `v` in lowercase hex digits, at least `min` of them.
+#[inline]
+pub(crate) fn hex_digits(out: &mut String, v: u32, min: usize) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 8];
+    let mut i = buf.len();
+    let mut v = v;
+    while v > 0 || buf.len() - i < min.min(8) {
+        i -= 1;
+        buf[i] = DIGITS[(v & 0xf) as usize];
+        v >>= 4;
+    }
+    if i == buf.len() {
+        out.push('0');
+        return;
+    }
+    for &b in &buf[i..] {
+        out.push(char::from(b));
+    }
+}
+
 /// A run of `width` registers starting at `first` in the file `prefix` (`v`, `s`, `ttmp`).
+#[inline]
 pub(crate) fn range(out: &mut String, prefix: &str, first: u32, width: u8) {
     if width <= 1 {
-        let _ = write!(out, "{prefix}{first}");
+        out.push_str(prefix);
+        dec(out, first);
     } else {
-        let _ = write!(out, "{prefix}[{first}:{}]", first + u32::from(width) - 1);
+        out.push_str(prefix);
+        out.push('[');
+        dec(out, first);
+        out.push(':');
+        dec(out, first + u32::from(width) - 1);
+        out.push(']');
     }
 }
 
 /// A vector register run `v…` from an 8-bit register number; `Err` past v255.
+#[inline]
 pub(crate) fn vgpr(out: &mut String, n: u32, width: u8) -> Result<(), ()> {
     if n + u32::from(width.max(1)) > 256 {
         return Err(());
@@ -115,7 +188,7 @@ pub(crate) fn source(
             } else {
                 192 - val as i32
             };
-            let _ = write!(out, "{n}");
+            int(out, i64::from(n));
             Ok(())
         }
         // The named specials are registers to LLVM: a register-only operand takes them too.
@@ -134,7 +207,7 @@ pub(crate) fn source(
         240..=248 if imm != Imm::RegOnly => {
             let i = (val - 240) as usize;
             if imm == Imm::I16 {
-                let _ = write!(out, "0x{:x}", INLINE_F16_BITS[i]);
+                hex(out, INLINE_F16_BITS[i]);
             } else if i < 8 {
                 out.push_str(INLINE_FLOATS[i]);
             } else if wide {
@@ -171,13 +244,13 @@ fn inline_int(v: i64) -> bool {
 pub(crate) fn imm32(out: &mut String, v: u32) {
     let s = v as i32;
     if inline_int(i64::from(s)) {
-        let _ = write!(out, "{s}");
+        int(out, i64::from(s));
     } else if let Some(i) = F32_BITS.iter().position(|&b| b == v) {
         out.push_str(INLINE_FLOATS[i]);
     } else if v == 0x3e22_f983 {
         out.push_str("0.15915494");
     } else {
-        let _ = write!(out, "0x{v:x}");
+        hex(out, v);
     }
 }
 
@@ -185,13 +258,13 @@ pub(crate) fn imm32(out: &mut String, v: u32) {
 fn imm16(out: &mut String, v: u32) {
     let s = v as u16 as i16;
     if inline_int(i64::from(s)) {
-        let _ = write!(out, "{s}");
+        int(out, i64::from(s));
     } else if let Some(i) = INLINE_F16_BITS[..8].iter().position(|&b| b == v) {
         out.push_str(INLINE_FLOATS[i]);
     } else if v == 0x3118 {
         out.push_str("0.15915494");
     } else {
-        let _ = write!(out, "0x{:x}", v & 0xffff);
+        hex(out, v & 0xffff);
     }
 }
 
@@ -200,19 +273,19 @@ pub(crate) fn literal(out: &mut String, v: u32, width: u8, imm: Imm) {
     match imm {
         _ if width >= 2 => {
             if v <= 64 {
-                let _ = write!(out, "{v}");
+                dec(out, v);
             } else {
-                let _ = write!(out, "0x{v:x}");
+                hex(out, v);
             }
         }
         Imm::F16 => imm16(out, v),
         Imm::I16 => {
             let s = v as u16 as i16;
             if inline_int(i64::from(s)) {
-                let _ = write!(out, "{s}");
+                int(out, i64::from(s));
             } else {
                 // A 16-bit operand reads the literal's low half.
-                let _ = write!(out, "0x{:x}", v & 0xffff);
+                hex(out, v & 0xffff);
             }
         }
         _ => imm32(out, v),

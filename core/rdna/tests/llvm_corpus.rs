@@ -164,6 +164,26 @@ v_cmp_lt_f32_sdwa s10, v1, v2 src0_sel:WORD_0 src1_sel:DWORD
 s_sendmsg sendmsg(MSG_INTERRUPT)
 s_sendmsg sendmsg(MSG_GS_DONE, GS_OP_NOP)
 s_sendmsg sendmsg(MSG_GS, GS_OP_EMIT, 1)
+v_fma_mix_f32 v0, -v1, |v2|, v3 op_sel:[0,0,1] op_sel_hi:[1,1,0] clamp
+v_fma_mixlo_f16 v0, v1, v2, 1.0 op_sel_hi:[1,1,1]
+v_fma_mixhi_f16 v0, v1, s2, v3
+buffer_atomic_csub v0, v1, s[4:7], 0 offen glc
+global_atomic_csub v0, v1, v2, s[0:1] glc
+ds_gws_init v0 gds
+ds_gws_barrier v0 offset:8 gds
+ds_gws_sema_v gds
+ds_gws_sema_release_all gds
+ds_ordered_count v0, v1 gds
+ds_swizzle_b32 v0, v1 offset:swizzle(SWAP,16)
+ds_swizzle_b32 v0, v1 offset:swizzle(QUAD_PERM,0,1,2,3)
+ds_swizzle_b32 v0, v1 offset:swizzle(BROADCAST,8,3)
+ds_swizzle_b32 v0, v1 offset:swizzle(REVERSE,8)
+ds_swizzle_b32 v0, v1 offset:swizzle(BITMASK_PERM,\"01pip\")
+ds_swizzle_b32 v0, v1 offset:65535
+v_permlane16_b32 v0, v1, s2, s3 op_sel:[1,0]
+v_permlanex16_b32 v0, v1, s2, s3 op_sel:[1,1]
+v_nop_dpp quad_perm:[1,0,0,0] row_mask:0xd bank_mask:0x2
+v_nop dpp8:[1,0,0,0,0,4,4,6] fi:1
 ";
 
 #[test]

@@ -1,5 +1,6 @@
 //! Fuzz-style: any bytes at all (truncated words, cut-off literals, unknown opcodes) decode to
-//! instructions that cover the input exactly, without a panic; an undecodable word is `.long`.
+//! instructions that cover the input exactly, without a panic; an undecodable instruction is one
+//! `.long` line of the dwords it covers.
 #![allow(clippy::unwrap_used, reason = "test")]
 
 use dispatchscope_rdna::{Kind, Unknown, decode, decode_one};
@@ -40,11 +41,19 @@ fn check(bytes: &[u8]) {
                 Unknown::PartialWord { bytes } => {
                     assert!(inst.text.starts_with(".byte") && *bytes < 4)
                 }
-                _ => assert!(
-                    inst.text.starts_with(".long 0x") && inst.len == 4,
-                    "{}",
-                    inst.text
-                ),
+                _ => {
+                    // One `.long` of every dword the line covers, as the bytes hold them.
+                    assert!(inst.len % 4 == 0 && inst.len <= 20, "{}", inst.text);
+                    let start = covered;
+                    let words: Vec<String> = bytes[start..start + usize::from(inst.len)]
+                        .chunks(4)
+                        .map(|c| {
+                            let w = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                            format!("0x{w:08x}")
+                        })
+                        .collect();
+                    assert_eq!(inst.text, format!(".long {}", words.join(", ")));
+                }
             }
             assert!(!reason.to_string().is_empty());
         }

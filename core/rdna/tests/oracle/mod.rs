@@ -152,6 +152,47 @@ pub fn disassemble(cases: &[Vec<u32>]) -> Vec<Oracle> {
     r
 }
 
+/// Disassembles one stream of dwords whole, as a listing: the lines llvm-mc-14 prints, one an
+/// instruction, and the indices of the dwords it rejected (each prints no line, a warning on
+/// stderr, and LLVM goes on at the next dword). Panics when llvm-mc-14 crashes.
+pub fn disassemble_stream(words: &[u32]) -> (Vec<String>, std::collections::HashSet<usize>) {
+    let mut input = String::with_capacity(words.len() * 20);
+    for line in words.chunks(PER_LINE) {
+        for (j, w) in line.iter().enumerate() {
+            if j > 0 {
+                input.push(' ');
+            }
+            let b = w.to_le_bytes();
+            input.push_str(&format!(
+                "0x{:02x},0x{:02x},0x{:02x},0x{:02x}",
+                b[0], b[1], b[2], b[3]
+            ));
+        }
+        input.push('\n');
+    }
+    let (stdout, stderr) = run_llvm_mc(&["-arch=amdgcn", "-mcpu=gfx1030", "-disassemble"], &input);
+    let mut rejected = std::collections::HashSet::new();
+    for line in stderr.lines() {
+        let Some(rest) = line.strip_prefix("<stdin>:") else {
+            continue;
+        };
+        if !rest.ends_with("warning: invalid instruction encoding") {
+            continue;
+        }
+        let mut parts = rest.split(':');
+        let l: usize = parts.next().unwrap().parse().unwrap();
+        let c: usize = parts.next().unwrap().parse().unwrap();
+        rejected.insert((l - 1) * PER_LINE + (c - 1) / 20);
+    }
+    let lines = stdout
+        .lines()
+        .skip(1)
+        .map(|l| l.trim().to_owned())
+        .filter(|l| !l.is_empty())
+        .collect();
+    (lines, rejected)
+}
+
 /// Assembles `source` (one instruction a line) with `-show-encoding` and returns each line's bytes.
 pub fn assemble(source: &str) -> Vec<(String, Vec<u8>)> {
     let (stdout, stderr) =
