@@ -31,13 +31,19 @@ pub enum BackendError {
     #[error("the device was lost ({call} answered VK_ERROR_DEVICE_LOST)")]
     DeviceLost { call: String },
     /// The device or the host ran out of memory.
-    #[error("out of memory ({call} answered {code})")]
-    OutOfMemory { call: String, code: String },
+    #[error("out of memory ({what})")]
+    OutOfMemory { what: String },
     #[error("the device failed to place the chunk table of {bytes:#x} bytes: {why}")]
     Table { bytes: u64, why: String },
     /// A call into the emulator's memory failed (host mode: commit, guard release, hand-off).
     #[error(transparent)]
-    Host(#[from] crate::host::HostError),
+    Host(Box<crate::host::HostError>),
+}
+
+impl From<crate::host::HostError> for BackendError {
+    fn from(e: crate::host::HostError) -> Self {
+        Self::Host(Box::new(e))
+    }
 }
 
 /// A device the engine can run dispatches on.

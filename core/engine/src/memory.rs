@@ -286,7 +286,13 @@ pub enum MemoryError {
     )]
     HostBaseWraps { range: ByteRange, host_base: u64 },
     #[error("{0}")]
-    Host(#[from] HostError),
+    Host(Box<HostError>),
+}
+
+impl From<HostError> for MemoryError {
+    fn from(e: HostError) -> Self {
+        Self::Host(Box::new(e))
+    }
 }
 
 /// What an event changed, for the engine and the report.

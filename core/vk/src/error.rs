@@ -251,8 +251,7 @@ impl From<VkError> for dispatchscope_core::backend::BackendError {
                     || code == "VK_ERROR_OUT_OF_HOST_MEMORY" =>
             {
                 dispatchscope_core::backend::BackendError::OutOfMemory {
-                    call: call.to_owned(),
-                    code: code.clone(),
+                    what: format!("{call} answered {code}"),
                 }
             }
             other => dispatchscope_core::backend::BackendError::Execute(other.to_string()),

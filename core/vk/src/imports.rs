@@ -182,7 +182,7 @@ impl Imports {
                 "the piece passes its reservation's end".into(),
             ));
         }
-        if host % align != 0 || bytes % align != 0 {
+        if !host.is_multiple_of(align) || !bytes.is_multiple_of(align) {
             return Err(refused(
                 host,
                 format!(

@@ -242,7 +242,7 @@ impl<B: Backend> Engine<B> {
             Mode::Bound => (self.write_deferred_under(&planned.slots), None, None),
         };
         if let Some(e) = self.memory.take_host_failure() {
-            return Err(crate::backend::BackendError::Host(e).into());
+            return Err(crate::backend::BackendError::from(e).into());
         }
         let device = match &table {
             Some(t) => Some(self.device_addressing(t)?),
@@ -346,7 +346,7 @@ impl<B: Backend> Engine<B> {
         };
         report.counts = counts_of(&report);
         if let Some(e) = host_failure {
-            return Err(crate::backend::BackendError::Host(e).into());
+            return Err(crate::backend::BackendError::from(e).into());
         }
         Ok(report)
     }
@@ -558,7 +558,7 @@ impl<B: Backend> Engine<B> {
 /// Whether every 4-byte mask word is set: blocks of 64 words without an early exit inside a
 /// block, which the compiler vectorises (a 1080p mask of 8 MB is scanned at memory speed).
 fn every_word_set(masks: &[u8]) -> bool {
-    if masks.len() % 4 != 0 {
+    if !masks.len().is_multiple_of(4) {
         return false;
     }
     let mut pairs = masks.chunks_exact(8);
@@ -568,7 +568,9 @@ fn every_word_set(masks: &[u8]) -> bool {
         let x = u64::from_ne_bytes(b);
         all & (x as u32 != 0) & ((x >> 32) as u32 != 0)
     });
-    all && pairs.remainder().iter().any(|&b| b != 0) == !pairs.remainder().is_empty()
+    // The remainder is one word or none.
+    let rest = pairs.remainder();
+    all && (rest.is_empty() || rest.iter().any(|&b| b != 0))
 }
 
 /// How the emulator binds each slot, from the plan (O4–O9).
