@@ -21,7 +21,7 @@ use dispatchscope_core::instrument::{Grid, InstrumentLayout, LaneSelection, Read
 use dispatchscope_vk::bench::{LayoutConfig, LookupConfig, lookup_bench};
 use dispatchscope_vk::pass::scene::{self, Scene, SceneConfig};
 use dispatchscope_vk::pass::{
-    DevicePass, GuestMemoryOn, HostSide, MAX_BACK_TO_BACK, masked_write_back,
+    DevicePass, GuestMemoryOn, HostSide, MAX_BACK_TO_BACK, masked_write_back, run_frame,
 };
 use dispatchscope_vk::spirv::library::Variant;
 use dispatchscope_vk::spirv::traversal::site;
@@ -72,7 +72,7 @@ fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, repeats: usize) {
     let t = Instant::now();
     let expected = scene.expected_image();
     let host_pass = t.elapsed();
-    let mut host = HostSide::new(scene.clone()).unwrap();
+    let mut host = HostSide::with_limits(scene.clone(), ctx.limits()).unwrap();
     let layout = InstrumentLayout::with_sites(site::COUNT);
     // Lane 0 of the first escaping lane-0 pixel's workgroup and its neighbour.
     let sel = (0..h)
@@ -94,9 +94,42 @@ fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, repeats: usize) {
         let pass = DevicePass::new(ctx, &host, layout, false, on).unwrap();
         last = Some(variants(pass, on, &sel, &scene, &expected, repeats));
     }
-    let pass = last.unwrap();
+    let mut pass = last.unwrap();
+    // Issue 29: the emulator's frame as `dispatchscope pass` runs it: prepare, the device's run,
+    // complete (O8 from the device's holder); the host's time around the device's.
+    let input = host.frame_input();
+    let mut around = Vec::new();
+    let mut walls = Vec::new();
+    let mut named = String::new();
+    for _ in 0..repeats.max(3) {
+        let HostSide {
+            engine,
+            scene: sc,
+            slots,
+            ..
+        } = &mut host;
+        let t = Instant::now();
+        let f = run_frame(
+            engine,
+            &input,
+            slots,
+            sc,
+            &mut pass,
+            Variant::Helper,
+            &LaneSelection::none(),
+        )
+        .unwrap();
+        let wall = t.elapsed();
+        walls.push(wall);
+        around.push(wall.saturating_sub(f.run.device));
+        named = format!("{} ({})", f.report.backend, f.report.device.name);
+    }
+    println!(
+        "  a frame through prepare, the device, complete (helper): wall {:.3} ms, the host around the device's run {:.3} ms (medians); the report names {named}",
+        ms(median(walls)),
+        ms(median(around))
+    );
     // One instrumented run alone, for the buffers the section is read from.
-    let mut pass = pass;
     pass.run(Variant::Instrumented, &sel, scene::CANARY_AT, &scene)
         .unwrap();
     // The section as the emulator's thread builds it once the fence is signalled: the words read

@@ -25,7 +25,7 @@ use thiserror::Error;
 
 /// Words of an emulator's holder write-back listed with their values in the report; the rest are
 /// counted and placed by runs, so a full-screen output keeps its report small.
-pub const DEVICE_WORDS_LISTED: usize = 64;
+pub const DEVICE_WORDS_LISTED: usize = 16;
 
 /// Push-block words the lookup helper reads (`dispatchscope-vk`'s `spirv::library` states the
 /// interface): 18 `log2` chunk bytes, 19 `log2` table capacity, 20 the probe bound, 24–25 the mark

@@ -320,7 +320,7 @@ pub fn run_frame(
 
 /// The words of the output holder's write-back that a pass's report lists with their values; the
 /// rest are counted and placed by their runs ([`Engine::write_back_from_device`]).
-pub const DEVICE_LISTED_WORDS: usize = 16;
+pub const DEVICE_LISTED_WORDS: usize = dispatchscope_core::engine::DEVICE_WORDS_LISTED;
 
 /// What [`run_frame`] gives back.
 #[derive(Clone, Debug)]
