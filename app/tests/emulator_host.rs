@@ -9,14 +9,18 @@
 //! the guest made read-only on odd frames, the shared memfd region, left out by name); C2's
 //! hand-off, not a SIGSEGV, drops the texture over the output; the validation layer says nothing.
 //! The host checks each of these itself (`checks=ok`); this test reads its lines and checks the
-//! counts again.
+//! counts again. And `dispatchscope attach` breaks on its O7 refusal, steps its own dispatches,
+//! detaches, and the host runs on with every check passing.
 //!
 //! Where `DISPATCHSCOPE_REQUIRE_VULKAN=1` (CI), a machine with no Vulkan device or no validation
-//! layer fails this test.
+//! layer fails these tests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::sync::{OnceLock, mpsc};
+use std::time::{Duration, Instant};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -50,7 +54,13 @@ fn run(cmd: &mut Command, what: &str) {
     );
 }
 
+/// Builds the host once per test process.
 fn build() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(build_once).clone()
+}
+
+fn build_once() -> PathBuf {
     let build =
         std::env::temp_dir().join(format!("dispatchscope-emulator-host-{}", std::process::id()));
     run(
@@ -110,7 +120,10 @@ fn frame_lines(text: &str) -> Vec<&str> {
     text.lines().filter(|l| l.starts_with("frame ")).collect()
 }
 
-fn check_frames(text: &str, n: usize) {
+/// `holder` is how the texture over the bound pass's written holder loses its trust: by O8's
+/// write-back through the host (`host-write`), or, where the host imported the holder's own pages,
+/// by the stores its masks show (`bound-store`).
+fn check_frames(text: &str, n: usize, holder: &str) {
     let lines = frame_lines(text);
     assert_eq!(lines.len(), n, "{text}");
     for (i, line) in lines.iter().enumerate() {
@@ -125,7 +138,8 @@ fn check_frames(text: &str, n: usize) {
         assert_eq!(field(line, "escapes"), escapes, "{line}");
         assert_eq!(field(line, "predicted"), escapes, "{line}");
         let dropped = field(line, "textures_dropped");
-        for want in ["out-tex:hand-off", "cpu-tex:cpu-fault", "holder-tex:host-write"] {
+        let holder = format!("holder-tex:{holder}");
+        for want in ["out-tex:hand-off", "cpu-tex:cpu-fault", holder.as_str()] {
             assert!(dropped.contains(want), "{want}: {line}");
         }
         assert!(
@@ -149,12 +163,125 @@ fn the_emulator_host_runs_its_own_passes_through_the_host_path() {
     let Some(text) = frames(&exe, &["--frames", "3"]) else {
         return;
     };
-    check_frames(&text, 3);
+    check_frames(&text, 3, "host-write");
     assert!(text.contains("validation layer on"), "{text}");
     let Some(text) = frames(&exe, &["--frames", "2", "--instrumented"]) else {
         return;
     };
-    check_frames(&text, 2);
+    check_frames(&text, 2, "host-write");
     assert!(text.contains("instrumented: 8 escapes in the device's log"), "{text}");
     assert!(text.contains("instrumented: 12 escapes in the device's log"), "{text}");
+    // The holders imported zero-copy from the guest's own pages, left out of the completion.
+    let Some(text) = frames(&exe, &["--frames", "2", "--import-holders", "--guest-mib", "32"])
+    else {
+        return;
+    };
+    check_frames(&text, 2, "bound-store");
+}
+
+/// A running host and the lines it prints, read on a thread so the test never blocks on it.
+struct Running {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Running {
+    fn lines_within(&mut self, within: Duration) -> Vec<String> {
+        let end = Instant::now() + within;
+        let mut got = Vec::new();
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) => got.push(line),
+                Err(_) => break,
+            }
+        }
+        got
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_debugger_breaks_on_the_hosts_refusal_steps_and_detaches_and_the_host_runs_on() {
+    let exe = build();
+    let mut child = Command::new(&exe)
+        .args(["--listen", "127.0.0.1:0", "--frames", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut host = Running { child, lines };
+    let Ok(first) = host.lines.recv_timeout(Duration::from_secs(60)) else {
+        let status = host.child.wait().unwrap();
+        let mut err = String::new();
+        if let Some(mut e) = host.child.stderr.take() {
+            use std::io::Read as _;
+            let _ = e.read_to_string(&mut err);
+        }
+        assert!(
+            status.code() == Some(3) && !required(),
+            "the host did not start ({status}): {err}"
+        );
+        eprintln!("skipped: {err}");
+        return;
+    };
+    let addr = first
+        .strip_prefix("listening on ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .to_owned();
+    let out = Command::new(env!("CARGO_BIN_EXE_dispatchscope"))
+        .args([
+            "attach",
+            &addr,
+            "--break-on",
+            "refusal",
+            "--steps",
+            "3",
+            "--wait",
+            "30",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "attach failed:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "program 0x400003d88400",
+        "refused by O7",
+        "program 0x74005b854a00",
+        "device-addressed",
+        "not private (M3)",
+        "vulkan: ",
+    ] {
+        assert!(text.contains(want), "{want}:\n{text}");
+    }
+    // Detached: the host runs on, frame after frame, every check passing.
+    let after: Vec<String> = host
+        .lines_within(Duration::from_secs(3))
+        .into_iter()
+        .filter(|l| l.starts_with("frame "))
+        .collect();
+    assert!(after.len() > 3, "frames after detach: {after:?}");
+    for line in &after {
+        assert_eq!(field(line, "checks"), "ok", "{line}");
+    }
+    assert!(host.child.try_wait().unwrap().is_none(), "the host runs on");
 }

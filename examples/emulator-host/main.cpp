@@ -4,7 +4,7 @@
 // ds_engine_complete), with a debugger free to attach at any time (--listen).
 //
 //   emulator-host [--frames N] [--listen ADDR] [--token T] [--guest-mib N] [--instrumented]
-//                 [--validation]
+//                 [--validation] [--print-reports] [--import-holders]
 //
 // Guest memory:
 // - the heap: --guest-mib MiB reserved with mmap at a host address this program chooses
@@ -22,7 +22,9 @@
 // The passes (SPIR-V assembled at build time from shaders/*.spvasm; the device-addressed one linked
 // with spirv-link against `dispatchscope spirv-helper`):
 // - bound: run 305's two shapes, bound exactly as ds_prepared.bindings say, the holders' data and
-//   write masks handed to ds_engine_complete (O8);
+//   write masks handed to ds_engine_complete (O8); with --import-holders each holder is the guest's
+//   own pages imported zero-copy (its write-watch guards released first), left out of the
+//   completion, and the write-watch told of its stores from the write masks;
 // - refused: a member 0x24 into its holder (O7); prepared, never run;
 // - device-addressed: a two-level walk through computed addresses, LDS and scratch through flat
 //   apertures (P1), stores through computed addresses (C1), and stores and loads that reach the
@@ -120,6 +122,7 @@ struct Device {
     std::string name;
     VkPhysicalDeviceProperties props{};
     VkPhysicalDeviceMemoryProperties memory{};
+    uint64_t import_alignment = 0x1000;  // minImportedHostPointerAlignment
     VkCommandPool pool = VK_NULL_HANDLE;
     VkCommandBuffer cmd = VK_NULL_HANDLE;
     VkFence fence = VK_NULL_HANDLE;
@@ -212,6 +215,13 @@ struct Device {
         }
         if (physical == VK_NULL_HANDLE) absent("no Vulkan 1.2 device with a compute queue");
         vkGetPhysicalDeviceMemoryProperties(physical, &memory);
+        VkPhysicalDeviceExternalMemoryHostPropertiesEXT host_props{};
+        host_props.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT;
+        VkPhysicalDeviceProperties2 p2{};
+        p2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+        p2.pNext = &host_props;
+        vkGetPhysicalDeviceProperties2(physical, &p2);
+        import_alignment = std::max<uint64_t>(host_props.minImportedHostPointerAlignment, 1);
 
         float priority = 1.0f;
         VkDeviceQueueCreateInfo qci{};
@@ -254,7 +264,7 @@ struct Device {
     uint32_t memory_type(uint32_t bits, VkMemoryPropertyFlags want) const {
         for (uint32_t i = 0; i < memory.memoryTypeCount; i++)
             if ((bits & (1u << i)) && (memory.memoryTypes[i].propertyFlags & want) == want) return i;
-        die("no host-visible coherent memory type");
+        die("no memory type for the buffer");
     }
 
     void close() {
@@ -279,6 +289,7 @@ struct Buffer {
     uint8_t *ptr = nullptr;
     uint64_t bytes = 0;
     uint64_t address = 0;
+    bool imported = false;
 
     void make(const Device &d, uint64_t size, bool device_address) {
         bytes = size;
@@ -314,9 +325,48 @@ struct Buffer {
         }
     }
 
+    // The emulator's own guest pages as a buffer, zero-copy (VK_EXT_external_memory_host): `host`
+    // and `size` aligned to the device's minImportedHostPointerAlignment.
+    void import(const Device &d, uint8_t *host, uint64_t size) {
+        bytes = size;
+        ptr = host;
+        VkExternalMemoryBufferCreateInfo ext{};
+        ext.sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO;
+        ext.handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
+        VkBufferCreateInfo bci{};
+        bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
+        bci.pNext = &ext;
+        bci.size = size;
+        bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT;
+        bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+        check_vk(vkCreateBuffer(d.device, &bci, nullptr, &buffer), "vkCreateBuffer (import)");
+        VkMemoryRequirements req;
+        vkGetBufferMemoryRequirements(d.device, buffer, &req);
+        auto props_of = reinterpret_cast<PFN_vkGetMemoryHostPointerPropertiesEXT>(
+            vkGetDeviceProcAddr(d.device, "vkGetMemoryHostPointerPropertiesEXT"));
+        if (!props_of) die("vkGetMemoryHostPointerPropertiesEXT is missing");
+        VkMemoryHostPointerPropertiesEXT hp{};
+        hp.sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT;
+        check_vk(props_of(d.device, VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT, host, &hp),
+                 "vkGetMemoryHostPointerPropertiesEXT");
+        VkImportMemoryHostPointerInfoEXT imp{};
+        imp.sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT;
+        imp.handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT;
+        imp.pHostPointer = host;
+        VkMemoryAllocateInfo mai{};
+        mai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
+        mai.pNext = &imp;
+        mai.allocationSize = size;
+        mai.memoryTypeIndex = d.memory_type(req.memoryTypeBits & hp.memoryTypeBits, 0);
+        check_vk(vkAllocateMemory(d.device, &mai, nullptr, &memory), "vkAllocateMemory (import)");
+        check_vk(vkBindBufferMemory(d.device, buffer, memory, 0), "vkBindBufferMemory (import)");
+        imported = true;
+    }
+
     void destroy(const Device &d) {
         if (buffer == VK_NULL_HANDLE) return;
         vkDestroyBuffer(d.device, buffer, nullptr);
+        if (!imported) vkUnmapMemory(d.device, memory);
         vkFreeMemory(d.device, memory, nullptr);
         *this = Buffer{};
     }
@@ -432,13 +482,14 @@ struct Pass {
 // ---------------------------------------------------------------------------------------------
 // Guest memory: real pages, a write-watch, a texture cache.
 
-enum Cause { CAUSE_CPU = 0, CAUSE_WRITE = 1, CAUSE_HAND_OFF = 2, CAUSE_M2 = 3, CAUSES = 4 };
+enum Cause { CAUSE_CPU = 0, CAUSE_WRITE = 1, CAUSE_HAND_OFF = 2, CAUSE_M2 = 3, CAUSE_BOUND = 4, CAUSES = 5 };
 const char *cause_name(int c) {
     switch (c) {
         case CAUSE_CPU: return "cpu-fault";
         case CAUSE_WRITE: return "host-write";
         case CAUSE_HAND_OFF: return "hand-off";
         case CAUSE_M2: return "m2-release";
+        case CAUSE_BOUND: return "bound-store";
     }
     return "?";
 }
@@ -708,7 +759,7 @@ int main(int argc, char **argv) {
     const char *token = nullptr;
     long frames = 0;
     uint64_t guest_mib = 8;
-    bool instrumented = false, validation = false;
+    bool instrumented = false, validation = false, print_reports = false, import_holders = false;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (a == "--listen" && i + 1 < argc) listen = argv[++i];
@@ -717,9 +768,11 @@ int main(int argc, char **argv) {
         else if (a == "--guest-mib" && i + 1 < argc) guest_mib = std::strtoull(argv[++i], nullptr, 10);
         else if (a == "--instrumented") instrumented = true;
         else if (a == "--validation") validation = true;
+        else if (a == "--print-reports") print_reports = true;
+        else if (a == "--import-holders") import_holders = true;
         else
             die("usage: emulator-host [--frames N] [--listen ADDR] [--token T] [--guest-mib N] "
-                "[--instrumented] [--validation]");
+                "[--instrumented] [--validation] [--print-reports] [--import-holders]");
     }
     if (guest_mib < 2 || guest_mib > 4096) die("--guest-mib: 2 to 4096");
 
@@ -991,16 +1044,38 @@ int main(int argc, char **argv) {
             expect.push_back({SET_B + 0x10, sum + f});
             const uint32_t untouched_a = emu.heap_word(SET_A + 4 * 200), untouched_b = emu.heap_word(SET_B + 0x14);
 
-            // One buffer a holder (and one for its masks), uploaded from the guest's pages.
+            // One buffer a holder (and one for its masks): uploaded from the guest's pages, or with
+            // --import-holders the guest's pages themselves, imported zero-copy (the descriptor then
+            // starts `skew` bytes into the import, where the holder's first byte lies).
             Buffer data[4], masks[4];
+            uint64_t skew[4] = {0, 0, 0, 0};
             std::vector<VkDescriptorBufferInfo> infos(8);
+            const uint64_t align = vk.props.limits.minStorageBufferOffsetAlignment;
             for (uint32_t i = 0; i < p.n_bindings; i++) {
                 const ds_slot_plan &b = plans[i];
-                if (b.slot != b.holder) continue;
+                if (b.slot != b.holder || b.slot >= 4) continue;
                 uint64_t bytes = (b.buffer_end - b.buffer_start + 3) & ~3ull;
-                data[b.slot].make(vk, bytes, false);
                 masks[b.slot].make(vk, bytes, false);
-                std::memcpy(data[b.slot].ptr, emu.host_of(b.buffer_start), b.buffer_end - b.buffer_start);
+                uint64_t a = vk.import_alignment;
+                uint64_t first = b.buffer_start & ~(a - 1), last = (b.buffer_end + a - 1) & ~(a - 1);
+                if (import_holders && (b.buffer_start - first) % align == 0) {
+                    // The device writes these pages: the write-watch's guards over them go first
+                    // (a device store to a guarded page kills the process on lavapipe).
+                    for (uint64_t g = first; g < last; g += PAGE) {
+                        PageState &ps = emu.pages[(g - H) / PAGE];
+                        if (!ps.guarded) continue;
+                        if (mprotect(emu.host_of(g), PAGE, PROT_READ | PROT_WRITE) != 0) die("mprotect (unguard)");
+                        ps.guarded = false;
+                        ds_event hp = event(DS_EVENT_HOST_PROTECT, g, g + PAGE);
+                        hp.protection = 2;
+                        apply(engine, hp, "host protect (unguard)");
+                    }
+                    data[b.slot].import(vk, emu.host_of(first), last - first);
+                    skew[b.slot] = b.buffer_start - first;
+                } else {
+                    data[b.slot].make(vk, bytes, false);
+                    std::memcpy(data[b.slot].ptr, emu.host_of(b.buffer_start), b.buffer_end - b.buffer_start);
+                }
             }
             bool sane = true;
             for (uint32_t i = 0; i < p.n_bindings; i++) {
@@ -1009,7 +1084,7 @@ int main(int argc, char **argv) {
                     sane = false;
                     continue;
                 }
-                infos[b.slot] = {data[b.holder].buffer, b.offset_bytes, b.range_bytes};
+                infos[b.slot] = {data[b.holder].buffer, skew[b.holder] + b.offset_bytes, b.range_bytes};
                 infos[4 + b.slot] = {masks[b.holder].buffer, b.mask_offset_bytes, b.range_bytes};
             }
             if (!sane) die("prepare's bindings are not the four slots over their holders");
@@ -1034,6 +1109,17 @@ int main(int argc, char **argv) {
             for (uint32_t i = 0; i < p.n_bindings; i++) {
                 const ds_slot_plan &b = plans[i];
                 if (b.slot != b.holder) continue;
+                if (data[b.slot].imported) {
+                    // Left out of the completion: the stores are in the guest's pages already. The
+                    // write-watch learns of them from the masks (O9), as it would from a hand-off.
+                    for (uint64_t w = 0; 4 * w < b.buffer_end - b.buffer_start; w++) {
+                        if (masks[b.slot].word(w) == 0) continue;
+                        uint64_t g = (b.buffer_start + 4 * w) & ~(PAGE - 1);
+                        emu.pages[(g - H) / PAGE].written |= 1u << CAUSE_BOUND;
+                        emu.distrust(g, g + PAGE, CAUSE_BOUND);
+                    }
+                    continue;
+                }
                 holders[n_holders].slot = b.slot;
                 holders[n_holders].reserved = 0;
                 holders[n_holders].data = data[b.slot].ptr;
@@ -1196,6 +1282,7 @@ int main(int argc, char **argv) {
             check(ds_engine_complete(engine, &c), "complete (device-addressed)");
             const char *json = nullptr;
             check(ds_engine_report_json(engine, &json, nullptr), "report");
+            if (print_reports) std::printf("report: %s\n", json ? json : "");
             std::string left = left_out_names(json);
             fr.notes.push_back("left out by name: " + left);
             if (left.find("not-private") == std::string::npos && left.find("NotPrivate") == std::string::npos &&
@@ -1217,7 +1304,7 @@ int main(int argc, char **argv) {
             int want = -1;
             if (std::strcmp(t.name, "out-tex") == 0) want = CAUSE_HAND_OFF;
             if (std::strcmp(t.name, "cpu-tex") == 0) want = CAUSE_CPU;
-            if (std::strcmp(t.name, "holder-tex") == 0) want = CAUSE_WRITE;
+            if (std::strcmp(t.name, "holder-tex") == 0) want = import_holders ? CAUSE_BOUND : CAUSE_WRITE;
             if (t.dropped_by != want)
                 fr.fail(format("texture %s: dropped by %s, want %s", t.name,
                                t.dropped_by < 0 ? "nothing" : cause_name(t.dropped_by),
@@ -1235,15 +1322,18 @@ int main(int argc, char **argv) {
         uint8_t attached = 0;
         check(ds_engine_attached(engine, &attached), "attached");
         std::printf("frame %ld: time_ms=%.2f dispatches=%u refusals=%u escapes=%u predicted=%u hand_offs=%u "
-                    "pages_written=%u (cpu %u, host-write %u, hand-off %u, m2 %u) committed=%u "
+                    "pages_written=%u (cpu %u, host-write %u, hand-off %u, m2 %u, bound-store %u) committed=%u "
                     "textures_dropped=%s checks=%s%s\n",
                     frame, ms, fr.dispatches, fr.refusals, fr.escapes, fr.escapes_predicted, emu.hand_offs,
                     emu.pages_written(-1), emu.pages_written(CAUSE_CPU), emu.pages_written(CAUSE_WRITE),
-                    emu.pages_written(CAUSE_HAND_OFF), emu.pages_written(CAUSE_M2), emu.pages_committed,
+                    emu.pages_written(CAUSE_HAND_OFF), emu.pages_written(CAUSE_M2), emu.pages_written(CAUSE_BOUND),
+                    emu.pages_committed,
                     dropped.empty() ? "none" : dropped.c_str(), fr.failures ? "FAILED" : "ok",
                     attached ? " (debugger attached)" : "");
         for (auto &n : fr.notes) std::printf("  %s\n", n.c_str());
         failures_total += fr.failures;
+        // With a debugger free to attach, a game's pace: a frame every 16 ms.
+        if (!listen.empty()) std::this_thread::sleep_until(t0 + std::chrono::milliseconds(16));
     }
 
     check(ds_engine_destroy(engine), "ds_engine_destroy");
