@@ -61,8 +61,10 @@ fn build() -> PathBuf {
 }
 
 fn build_once() -> PathBuf {
-    let build =
-        std::env::temp_dir().join(format!("dispatchscope-emulator-host-{}", std::process::id()));
+    let build = std::env::temp_dir().join(format!(
+        "dispatchscope-emulator-host-{}",
+        std::process::id()
+    ));
     run(
         Command::new("cmake")
             .arg("-S")
@@ -169,11 +171,19 @@ fn the_emulator_host_runs_its_own_passes_through_the_host_path() {
         return;
     };
     check_frames(&text, 2, "host-write");
-    assert!(text.contains("instrumented: 8 escapes in the device's log"), "{text}");
-    assert!(text.contains("instrumented: 12 escapes in the device's log"), "{text}");
+    assert!(
+        text.contains("instrumented: 8 escapes in the device's log"),
+        "{text}"
+    );
+    assert!(
+        text.contains("instrumented: 12 escapes in the device's log"),
+        "{text}"
+    );
     // The holders imported zero-copy from the guest's own pages, left out of the completion.
-    let Some(text) = frames(&exe, &["--frames", "2", "--import-holders", "--guest-mib", "32"])
-    else {
+    let Some(text) = frames(
+        &exe,
+        &["--frames", "2", "--import-holders", "--guest-mib", "32"],
+    ) else {
         return;
     };
     check_frames(&text, 2, "bound-store");
@@ -225,7 +235,14 @@ fn a_debugger_breaks_on_the_hosts_refusal_steps_and_detaches_and_the_host_runs_o
         }
     });
     let mut host = Running { child, lines };
-    let Ok(first) = host.lines.recv_timeout(Duration::from_secs(60)) else {
+    // The loader may speak first (through the host's messenger); the host says where it listens.
+    let end = Instant::now() + Duration::from_secs(60);
+    let first = std::iter::from_fn(|| {
+        let left = end.checked_duration_since(Instant::now())?;
+        host.lines.recv_timeout(left).ok()
+    })
+    .find(|l| l.starts_with("listening on "));
+    let Some(first) = first else {
         let status = host.child.wait().unwrap();
         let mut err = String::new();
         if let Some(mut e) = host.child.stderr.take() {
