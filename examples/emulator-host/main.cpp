@@ -1111,12 +1111,19 @@ int main(int argc, char **argv) {
                 if (b.slot != b.holder) continue;
                 if (data[b.slot].imported) {
                     // Left out of the completion: the stores are in the guest's pages already. The
-                    // write-watch learns of them from the masks (O9), as it would from a hand-off.
+                    // write-watch learns of them from the masks (O9), as it would from a hand-off,
+                    // and tells the engine (a host write of those pages: D824 notes, D720 distrusts).
+                    uint64_t told = ~0ull;
                     for (uint64_t w = 0; 4 * w < b.buffer_end - b.buffer_start; w++) {
                         if (masks[b.slot].word(w) == 0) continue;
                         uint64_t g = (b.buffer_start + 4 * w) & ~(PAGE - 1);
                         emu.pages[(g - H) / PAGE].written |= 1u << CAUSE_BOUND;
                         emu.distrust(g, g + PAGE, CAUSE_BOUND);
+                        if (g == told) continue;
+                        told = g;
+                        ds_event wr = event(DS_EVENT_WRITE, g, g);
+                        wr.n_bytes = PAGE;
+                        apply(engine, wr, "write (bound stores)");
                     }
                     continue;
                 }
