@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 # lavapipe (Vulkan on the CPU) and the loader, Xvfb for the real-window test, ImageMagick for its
 # screenshot, the Khronos validation layer and Debian's spirv-val and spirv-link for the Vulkan
 # backend's tests, LLVM 14's llvm-mc as the RDNA2 decoder's oracle, and g++, CMake and the Vulkan
-# headers for the C++ target that embeds the C ABI (examples/cpp-target).
+# headers for the C++ programs that embed the C ABI (examples/cpp-target, and examples/emulator-host,
+# whose modules spirv-as assembles and spirv-link links).
 packages=(mesa-vulkan-drivers libvulkan1 libvulkan-dev xvfb x11-utils xdotool imagemagick vulkan-validationlayers spirv-tools llvm-14 g++ cmake)
 missing=()
 for p in "${packages[@]}"; do

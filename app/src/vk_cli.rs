@@ -13,7 +13,7 @@
 //! `dispatchscope_lane(workgroup, local, lanes, x, y)` first and `dispatchscope_flush(token, lanes)`
 //! last, both in workgroup-uniform control flow (the instrumented variant has a workgroup barrier
 //! in each), and the program declares and exports `dispatchscope_workgroup`, a `Workgroup` array
-//! of 530 u32 (2,120 bytes, the instrumented variant's counters), listed in its entry point's
+//! of 532 u32 (2,128 bytes, the instrumented variant's counters), listed in its entry point's
 //! interface, as it exports its push block `dispatchscope_push`.
 
 use std::path::PathBuf;

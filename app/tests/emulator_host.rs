@@ -1,0 +1,304 @@
+//! The emulator-shaped host (`examples/emulator-host`, issue 27): built with CMake against the C
+//! ABI's header and library, its modules assembled with spirv-as and linked with spirv-link against
+//! the helper library this crate's `dispatchscope spirv-helper` writes, run for a few frames on a
+//! Vulkan device it creates itself (lavapipe in CI) with the validation layer on.
+//!
+//! What must hold, frame after frame: the bound pass (run 305's shapes) leaves what the host's CPU
+//! computes; O7 refuses the misaligned member; the device-addressed pass's stores are in the host's
+//! own pages before `ds_engine_complete`, and its escapes are exactly the predicted ones (the page
+//! the guest made read-only on odd frames, the shared memfd region, left out by name); C2's
+//! hand-off, not a SIGSEGV, drops the texture over the output; the validation layer says nothing.
+//! The host checks each of these itself (`checks=ok`); this test reads its lines and checks the
+//! counts again. And `dispatchscope attach` breaks on its O7 refusal, steps its own dispatches,
+//! detaches, and the host runs on with every check passing.
+//!
+//! Where `DISPATCHSCOPE_REQUIRE_VULKAN=1` (CI), a machine with no Vulkan device or no validation
+//! layer fails these tests.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{OnceLock, mpsc};
+use std::time::{Duration, Instant};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn required() -> bool {
+    std::env::var("DISPATCHSCOPE_REQUIRE_VULKAN").is_ok_and(|v| v == "1")
+}
+
+/// `target/<profile>/deps`, where cargo puts the C ABI's cdylib (a dev-dependency of this crate).
+fn capi_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().to_path_buf();
+    assert!(
+        dir.join("libdispatchscope_capi.so").exists(),
+        "libdispatchscope_capi.so is not in {}",
+        dir.display()
+    );
+    dir
+}
+
+fn run(cmd: &mut Command, what: &str) {
+    let out = cmd.output().unwrap_or_else(|e| {
+        panic!("{what} does not run (the test command installs cmake, g++ and spirv-tools): {e}")
+    });
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Builds the host once per test process.
+fn build() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(build_once).clone()
+}
+
+fn build_once() -> PathBuf {
+    let build = std::env::temp_dir().join(format!(
+        "dispatchscope-emulator-host-{}",
+        std::process::id()
+    ));
+    run(
+        Command::new("cmake")
+            .arg("-S")
+            .arg(repo().join("examples/emulator-host"))
+            .arg("-B")
+            .arg(&build)
+            .arg(format!("-DDISPATCHSCOPE_LIB_DIR={}", capi_dir().display()))
+            .arg(format!(
+                "-DDISPATCHSCOPE_BIN={}",
+                env!("CARGO_BIN_EXE_dispatchscope")
+            ))
+            .arg("-DCMAKE_BUILD_TYPE=Debug"),
+        "cmake (configure)",
+    );
+    run(
+        Command::new("cmake").arg("--build").arg(&build),
+        "cmake --build",
+    );
+    build.join("emulator-host")
+}
+
+/// Runs the host; `None` where Vulkan (or its validation layer) is absent and not required.
+fn frames(exe: &Path, args: &[&str]) -> Option<String> {
+    let out = Command::new(exe)
+        .args(["--validation"])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(3) {
+        assert!(
+            !required(),
+            "DISPATCHSCOPE_REQUIRE_VULKAN=1, but the host cannot run: {err}"
+        );
+        eprintln!("skipped: {err}");
+        return None;
+    }
+    assert!(
+        out.status.success(),
+        "emulator-host {args:?} failed ({}):\n{text}{err}",
+        out.status
+    );
+    Some(text)
+}
+
+/// The `key=value` field of a frame line.
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key}= in {line}"))
+}
+
+fn frame_lines(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| l.starts_with("frame ")).collect()
+}
+
+/// `holder` is how the texture over the bound pass's written holder loses its trust: by O8's
+/// write-back through the host (`host-write`), or, where the host imported the holder's own pages,
+/// by the stores its masks show (`bound-store`).
+fn check_frames(text: &str, n: usize, holder: &str) {
+    let lines = frame_lines(text);
+    assert_eq!(lines.len(), n, "{text}");
+    for (i, line) in lines.iter().enumerate() {
+        let odd = i % 2 == 1;
+        assert!(line.starts_with(&format!("frame {i}: ")), "{line}");
+        assert_eq!(field(line, "checks"), "ok", "{text}");
+        assert_eq!(field(line, "dispatches"), "2", "{line}");
+        assert_eq!(field(line, "refusals"), "1", "O7: {line}");
+        // Four lanes: the shared load and store always escape; the read-only page's store on odd
+        // frames only.
+        let escapes = if odd { "12" } else { "8" };
+        assert_eq!(field(line, "escapes"), escapes, "{line}");
+        assert_eq!(field(line, "predicted"), escapes, "{line}");
+        let dropped = field(line, "textures_dropped");
+        let holder = format!("holder-tex:{holder}");
+        for want in ["out-tex:hand-off", "cpu-tex:cpu-fault", holder.as_str()] {
+            assert!(dropped.contains(want), "{want}: {line}");
+        }
+        assert!(
+            !dropped.contains("bvh-tex") && !dropped.contains("idle-tex"),
+            "{line}"
+        );
+        let hand_offs: u32 = field(line, "hand_offs").parse().unwrap();
+        assert!(hand_offs >= if odd { 1 } else { 2 }, "{line}");
+    }
+    assert!(
+        text.contains("left out by name: ") && text.contains("not-private"),
+        "the shared region is left out by name:\n{text}"
+    );
+    assert!(text.contains("validation messages: 0\n"), "{text}");
+    assert!(text.contains("\n0 failures\n"), "{text}");
+}
+
+#[test]
+fn the_emulator_host_runs_its_own_passes_through_the_host_path() {
+    let exe = build();
+    let Some(text) = frames(&exe, &["--frames", "3"]) else {
+        return;
+    };
+    check_frames(&text, 3, "host-write");
+    assert!(text.contains("validation layer on"), "{text}");
+    let Some(text) = frames(&exe, &["--frames", "2", "--instrumented"]) else {
+        return;
+    };
+    check_frames(&text, 2, "host-write");
+    assert!(
+        text.contains("instrumented: 8 escapes in the device's log"),
+        "{text}"
+    );
+    assert!(
+        text.contains("instrumented: 12 escapes in the device's log"),
+        "{text}"
+    );
+    // The holders imported zero-copy from the guest's own pages, left out of the completion.
+    let Some(text) = frames(
+        &exe,
+        &["--frames", "2", "--import-holders", "--guest-mib", "32"],
+    ) else {
+        return;
+    };
+    check_frames(&text, 2, "bound-store");
+}
+
+/// A running host and the lines it prints, read on a thread so the test never blocks on it.
+struct Running {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Running {
+    fn lines_within(&mut self, within: Duration) -> Vec<String> {
+        let end = Instant::now() + within;
+        let mut got = Vec::new();
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) => got.push(line),
+                Err(_) => break,
+            }
+        }
+        got
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_debugger_breaks_on_the_hosts_refusal_steps_and_detaches_and_the_host_runs_on() {
+    let exe = build();
+    let mut child = Command::new(&exe)
+        .args(["--listen", "127.0.0.1:0", "--frames", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut host = Running { child, lines };
+    // The loader may speak first (through the host's messenger); the host says where it listens.
+    let end = Instant::now() + Duration::from_secs(60);
+    let first = std::iter::from_fn(|| {
+        let left = end.checked_duration_since(Instant::now())?;
+        host.lines.recv_timeout(left).ok()
+    })
+    .find(|l| l.starts_with("listening on "));
+    let Some(first) = first else {
+        let status = host.child.wait().unwrap();
+        let mut err = String::new();
+        if let Some(mut e) = host.child.stderr.take() {
+            use std::io::Read as _;
+            let _ = e.read_to_string(&mut err);
+        }
+        assert!(
+            status.code() == Some(3) && !required(),
+            "the host did not start ({status}): {err}"
+        );
+        eprintln!("skipped: {err}");
+        return;
+    };
+    let addr = first
+        .strip_prefix("listening on ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+        .to_owned();
+    let out = Command::new(env!("CARGO_BIN_EXE_dispatchscope"))
+        .args([
+            "attach",
+            &addr,
+            "--break-on",
+            "refusal",
+            "--steps",
+            "3",
+            "--wait",
+            "30",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "attach failed:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "program 0x400003d88400",
+        "refused by O7",
+        "program 0x74005b854a00",
+        "device-addressed",
+        "not private (M3)",
+        "vulkan: ",
+    ] {
+        assert!(text.contains(want), "{want}:\n{text}");
+    }
+    // Detached: the host runs on, frame after frame, every check passing.
+    let after: Vec<String> = host
+        .lines_within(Duration::from_secs(3))
+        .into_iter()
+        .filter(|l| l.starts_with("frame "))
+        .collect();
+    assert!(after.len() > 3, "frames after detach: {after:?}");
+    for line in &after {
+        assert_eq!(field(line, "checks"), "ok", "{line}");
+    }
+    assert!(host.child.try_wait().unwrap().is_none(), "the host runs on");
+}
