@@ -404,7 +404,7 @@ impl EngineState {
     pub(crate) fn read_guest(&mut self, address: u64, out: &mut [u8]) -> Outcome {
         self.engine
             .read_guest(address, out)
-            .map_err(crate::host::host_error)
+            .map_err(crate::ffi::host_error)
     }
 }
 

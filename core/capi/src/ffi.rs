@@ -173,3 +173,8 @@ pub(crate) unsafe fn write_out<T>(out: *mut T, value: T, what: &str) -> Outcome 
 pub(crate) fn null(what: &str) -> Failure {
     Failure::new(ds_status::DS_NULL_POINTER, format!("{what} is null"))
 }
+
+/// A host callback's failure (or a page the process cannot read): `DS_HOST_CALLBACK`.
+pub(crate) fn host_error(e: dispatchscope_core::host::HostError) -> Failure {
+    Failure::new(ds_status::DS_HOST_CALLBACK, e)
+}

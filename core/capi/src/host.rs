@@ -799,7 +799,3 @@ pub unsafe extern "C" fn ds_engine_read_guest(
         s.read_guest(address, buf)
     })
 }
-
-pub(crate) fn host_error(e: HostError) -> Failure {
-    Failure::new(ds_status::DS_HOST_CALLBACK, e)
-}

@@ -101,6 +101,7 @@ fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, repeats: usize) {
     let mut around = Vec::new();
     let mut walls = Vec::new();
     let mut named = String::new();
+    let mut engine_parts = Vec::new();
     for _ in 0..repeats.max(3) {
         let HostSide {
             engine,
@@ -123,12 +124,21 @@ fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, repeats: usize) {
         walls.push(wall);
         around.push(wall.saturating_sub(f.run.device));
         named = format!("{} ({})", f.report.backend, f.report.device.name);
+        engine_parts.push((f.prepare, f.complete, wall));
     }
     println!(
         "  a frame through prepare, the device, complete (helper): wall {:.3} ms, the host around the device's run {:.3} ms (medians); the report names {named}",
         ms(median(walls)),
         ms(median(around))
     );
+    for (p, c, w) in &engine_parts {
+        println!(
+            "    prepare {:.3} ms, complete {:.3} ms, the device's run with its host side {:.3} ms",
+            ms(*p),
+            ms(*c),
+            ms(w.saturating_sub(*p + *c))
+        );
+    }
     // One instrumented run alone, for the buffers the section is read from.
     pass.run(Variant::Instrumented, &sel, scene::CANARY_AT, &scene)
         .unwrap();

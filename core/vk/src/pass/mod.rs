@@ -266,7 +266,9 @@ pub fn run_frame(
     // The emulator's own dispatch path: prepare (plan, map, table), the device's run of the
     // translated program, complete (O8 from the device's holder, its report listing a few words
     // and counting the rest, so its size does not grow with the screen). The engine runs nothing.
+    let t_prepare = Instant::now();
     let prepared = engine.prepare(input).map_err(pass_err)?;
+    let prepare = t_prepare.elapsed();
     let holders: Vec<u32> = prepared
         .bindings
         .iter()
@@ -282,6 +284,7 @@ pub fn run_frame(
     };
     let started = Instant::now();
     let name = device.device_name();
+    let t_complete = Instant::now();
     let (data, masks) = device.holder();
     let holder_runs = match holders[..] {
         [holder] => vec![HolderRun {
@@ -302,6 +305,7 @@ pub fn run_frame(
             }),
         )
         .map_err(pass_err)?;
+    let complete = t_complete.elapsed();
     if variant == Variant::Instrumented {
         report.instrumented = Some(decode_section(
             engine,
@@ -315,6 +319,8 @@ pub fn run_frame(
         report,
         run,
         section_build: started.elapsed(),
+        prepare,
+        complete,
     })
 }
 
@@ -331,6 +337,10 @@ pub struct Frame {
     pub run: RunTime,
     /// The section's build on the host after the fence (zero without instrumentation).
     pub section_build: Duration,
+    /// The engine's prepare on the emulator's thread.
+    pub prepare: Duration,
+    /// The engine's complete (O8 from the device's holder included).
+    pub complete: Duration,
 }
 
 /// O8's write-back of a holder: every data word whose mask word is set is copied into `guest`
@@ -391,6 +401,11 @@ pub struct DevicePass {
     layout: InstrumentLayout,
     holder: Buf,
     masks: Buf,
+    /// Host-cached copies of the holder and its masks, copied on the device after the dispatch,
+    /// where the holder lies in device-local memory the host maps uncached (a discrete GPU's BAR:
+    /// reading 32 MB of it on the host took 14 s a frame on the H200); `None` where the host's
+    /// reads of the holder itself are fast (lavapipe's one memory type).
+    readback: Option<(Buf, Buf)>,
     marks: Buf,
     instr: Buf,
     member_offset: u64,
@@ -400,6 +415,32 @@ pub struct DevicePass {
     queries: vk::QueryPool,
     commands: Commands,
     calls: u64,
+}
+
+/// A host-cached buffer the device copies what the host reads into, where the device has one that
+/// is not device-local (system memory, cached on the host); `None` otherwise.
+fn readback_buffer(
+    ctx: &Context,
+    bytes: u64,
+    what: &'static str,
+    calls: &mut u64,
+) -> Result<Option<Buf>, VkError> {
+    let cached = vk::MemoryPropertyFlags::HOST_VISIBLE
+        | vk::MemoryPropertyFlags::HOST_COHERENT
+        | vk::MemoryPropertyFlags::HOST_CACHED;
+    let sysmem = ctx
+        .info
+        .memory_types
+        .iter()
+        .any(|f| f.contains(cached) && !f.contains(vk::MemoryPropertyFlags::DEVICE_LOCAL));
+    if !sysmem {
+        return Ok(None);
+    }
+    match ctx.buffer(bytes, what, cached, true, calls) {
+        Ok(b) => Ok(Some(b)),
+        Err(VkError::NoMemoryType { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Buffer memory for what the dispatch writes: device-local and host-visible where the device has
@@ -498,6 +539,18 @@ impl DevicePass {
         let holder_bytes = host.scene.holder_bytes();
         let mut holder = output_buffer(ctx, holder_bytes, "the output holder", &mut calls)?;
         let masks = output_buffer(ctx, holder_bytes, "the holder's write masks", &mut calls)?;
+        let readback = match (
+            readback_buffer(ctx, holder_bytes, "the holder's host copy", &mut calls)?,
+            readback_buffer(ctx, holder_bytes, "the masks' host copy", &mut calls)?,
+        ) {
+            (Some(h), Some(m)) => Some((h, m)),
+            (h, m) => {
+                for b in [h, m].into_iter().flatten() {
+                    ctx.destroy_buffer(b, &mut calls);
+                }
+                None
+            }
+        };
         // O8: the holder uploaded once, from the widened range.
         let [slot0, _] = host.scene.slots();
         if let Some(dst) = holder.bytes_mut().get_mut(..holder_bytes as usize) {
@@ -596,6 +649,7 @@ impl DevicePass {
             layout,
             holder,
             masks,
+            readback,
             marks,
             instr,
             member_offset,
@@ -737,13 +791,33 @@ impl DevicePass {
                     );
                 }
             }
+            if let Some((h, m)) = &self.readback {
+                // The holder and its masks into host-cached memory, for O8 on the host.
+                d.cmd_pipeline_barrier(
+                    cmd,
+                    vk::PipelineStageFlags::COMPUTE_SHADER,
+                    vk::PipelineStageFlags::TRANSFER,
+                    vk::DependencyFlags::empty(),
+                    &[vk::MemoryBarrier::default()
+                        .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+                        .dst_access_mask(vk::AccessFlags::TRANSFER_READ)],
+                    &[],
+                    &[],
+                );
+                for (src, dst) in [(&self.holder, h), (&self.masks, m)] {
+                    let region = vk::BufferCopy::default().size(src.size.min(dst.size));
+                    d.cmd_copy_buffer(cmd, src.raw, dst.raw, &[region]);
+                }
+            }
             d.cmd_pipeline_barrier(
                 cmd,
-                vk::PipelineStageFlags::COMPUTE_SHADER,
+                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
                 vk::PipelineStageFlags::HOST,
                 vk::DependencyFlags::empty(),
                 &[vk::MemoryBarrier::default()
-                    .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+                    .src_access_mask(
+                        vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE,
+                    )
                     .dst_access_mask(vk::AccessFlags::HOST_READ)],
                 &[],
                 &[],
@@ -808,7 +882,10 @@ impl DevicePass {
 
     /// The holder's data and write-mask bytes (O8, O9), as the last run left them.
     pub fn holder(&self) -> (&[u8], &[u8]) {
-        (self.holder.bytes(), self.masks.bytes())
+        match &self.readback {
+            Some((h, m)) => (h.bytes(), m.bytes()),
+            None => (self.holder.bytes(), self.masks.bytes()),
+        }
     }
 
     /// C1: the guest chunks the last run's device stores marked, with their mark counts.
@@ -849,6 +926,10 @@ impl Drop for DevicePass {
         let mut calls = 0;
         for b in std::mem::take(&mut self.local) {
             self.ctx.destroy_buffer(b, &mut calls);
+        }
+        if let Some((h, m)) = self.readback.take() {
+            self.ctx.destroy_buffer(h, &mut calls);
+            self.ctx.destroy_buffer(m, &mut calls);
         }
         for b in [
             std::mem::replace(&mut self.holder, Buf::null()),
