@@ -308,14 +308,7 @@ impl Mappings {
                         wanted.insert(r.start, (r, run.reservation));
                     }
                     Some(reason) => {
-                        left_out.insert(
-                            r.start,
-                            LeftOutReport {
-                                guest: r,
-                                reason,
-                                detail: None,
-                            },
-                        );
+                        left_out.insert(r.start, LeftOutReport::new(r, reason));
                     }
                 }
             }
@@ -432,14 +425,7 @@ impl Mappings {
                     }
                 }
                 Some(reason) => {
-                    self.left_out.insert(
-                        r.start,
-                        LeftOutReport {
-                            guest: r,
-                            reason,
-                            detail: None,
-                        },
-                    );
+                    self.left_out.insert(r.start, LeftOutReport::new(r, reason));
                 }
             }
             seen(r, cat);
@@ -515,14 +501,7 @@ impl Mappings {
                             )?;
                         }
                         Some(reason) => {
-                            self.left_out.insert(
-                                r.start,
-                                LeftOutReport {
-                                    guest: r,
-                                    reason,
-                                    detail: None,
-                                },
-                            );
+                            self.left_out.insert(r.start, LeftOutReport::new(r, reason));
                         }
                     }
                 }
@@ -530,14 +509,7 @@ impl Mappings {
             if !released && let Some(gone) = p.guest.intersection(&range) {
                 for (r, cat) in stretches(memory, gone) {
                     if let Some(reason) = cat {
-                        self.left_out.insert(
-                            r.start,
-                            LeftOutReport {
-                                guest: r,
-                                reason,
-                                detail: None,
-                            },
-                        );
+                        self.left_out.insert(r.start, LeftOutReport::new(r, reason));
                     }
                 }
             }
@@ -556,14 +528,7 @@ impl Mappings {
                 self.left_out.remove(&l.guest.start);
                 for (r, cat) in stretches(memory, l.guest) {
                     if let Some(reason) = cat {
-                        self.left_out.insert(
-                            r.start,
-                            LeftOutReport {
-                                guest: r,
-                                reason,
-                                detail: None,
-                            },
-                        );
+                        self.left_out.insert(r.start, LeftOutReport::new(r, reason));
                     }
                 }
             }

@@ -954,6 +954,31 @@ impl GuestMemory {
         self.read_host(address, out)
     }
 
+    /// Splits `len` guest bytes at `address` into spans of one reservation each: `(offset into the
+    /// bytes, length, the host address)`, the host address `None` for bytes no reservation holds.
+    fn host_spans(&self, address: u64, len: usize) -> Vec<(usize, usize, Option<u64>)> {
+        let mut spans = Vec::new();
+        let mut done = 0usize;
+        while done < len {
+            let addr = address.wrapping_add(done as u64);
+            let rest = (len - done) as u64;
+            let (n, host) = match self.host_address(addr) {
+                Some((h, left)) => (left.min(rest), Some(h)),
+                None => {
+                    let next = self
+                        .reservations
+                        .range(addr..)
+                        .next()
+                        .map_or(u64::MAX, |(&k, _)| k);
+                    (next.saturating_sub(addr).min(rest).max(1), None)
+                }
+            };
+            spans.push((done, n as usize, host));
+            done += n as usize;
+        }
+        spans
+    }
+
     /// Reads host-mode bytes, reservation by reservation; bytes outside every reservation read as
     /// zero.
     fn read_host(&self, address: u64, out: &mut [u8]) -> Result<(), HostError> {
@@ -963,27 +988,14 @@ impl GuestMemory {
         else {
             return Ok(());
         };
-        let mut done = 0usize;
-        while done < out.len() {
-            let addr = address.wrapping_add(done as u64);
-            let rest = out.len() - done;
-            match self.host_address(addr) {
-                Some((h, left)) => {
-                    let n = (left.min(rest as u64)) as usize;
-                    host.read(h, &mut out[done..done + n])?;
+        for (at, n, h) in self.host_spans(address, out.len()) {
+            let span = &mut out[at..at + n];
+            match h {
+                Some(h) => {
+                    host.read(h, span)?;
                     bytes_read.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-                    done += n;
                 }
-                None => {
-                    let next = self
-                        .reservations
-                        .range(addr..)
-                        .next()
-                        .map_or(u64::MAX, |(&k, _)| k);
-                    let n = (next.saturating_sub(addr).min(rest as u64)) as usize;
-                    out[done..done + n.max(1)].fill(0);
-                    done += n.max(1);
-                }
+                None => span.fill(0),
             }
         }
         Ok(())
@@ -996,27 +1008,11 @@ impl GuestMemory {
             return;
         };
         let host = Arc::clone(host);
-        let mut done = 0usize;
-        while done < bytes.len() {
-            let addr = address.wrapping_add(done as u64);
-            let rest = bytes.len() - done;
-            match self.host_address(addr) {
-                Some((h, left)) => {
-                    let n = (left.min(rest as u64)) as usize;
-                    self.traffic.bytes_written += n as u64;
-                    if let Err(e) = host.write(h, &bytes[done..done + n]) {
-                        self.record_failure(e);
-                    }
-                    done += n;
-                }
-                None => {
-                    let next = self
-                        .reservations
-                        .range(addr..)
-                        .next()
-                        .map_or(u64::MAX, |(&k, _)| k);
-                    done += (next.saturating_sub(addr).min(rest as u64) as usize).max(1);
-                }
+        for (at, n, h) in self.host_spans(address, bytes.len()) {
+            let Some(h) = h else { continue };
+            self.traffic.bytes_written += n as u64;
+            if let Err(e) = host.write(h, &bytes[at..at + n]) {
+                self.record_failure(e);
             }
         }
     }

@@ -363,6 +363,17 @@ pub struct LeftOutReport {
     pub detail: Option<String>,
 }
 
+impl LeftOutReport {
+    /// `guest` left out for `reason`, with no further detail.
+    pub fn new(guest: ByteRange, reason: LeftOutReason) -> Self {
+        Self {
+            guest,
+            reason,
+            detail: None,
+        }
+    }
+}
+
 /// The mappings as a dispatch saw them (M1–M5).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MappingReport {

@@ -96,6 +96,9 @@ pub struct Tap {
     /// The mapping lists of the last dispatch sent, shared with the next ones while they stay
     /// the same ([`EncodedDispatch::of_into_sharing`]).
     last_mappings: Option<Arc<SharedMappings>>,
+    /// Whether a debugger was linked when the prepared dispatch began: a dispatch is sent only if
+    /// its beginning was seen (its snapshot and pauses), as [`Tap::dispatch`] does.
+    linked_before: bool,
 }
 
 impl Tap {
@@ -107,6 +110,7 @@ impl Tap {
             server: None,
             checkpoints: Tracker::new(0.0),
             last_mappings: None,
+            linked_before: false,
         }
     }
 
@@ -126,6 +130,7 @@ impl Tap {
             server: Some(server),
             checkpoints,
             last_mappings: None,
+            linked_before: false,
         })
     }
 
@@ -252,7 +257,9 @@ impl Tap {
         run: impl FnOnce(&mut Engine<B>, &DispatchInput) -> Result<DispatchReport, E>,
     ) -> Result<DispatchReport, E> {
         let index = engine.next_dispatch();
-        self.before_attached(engine, input, index);
+        if !self.before_attached(engine, input, index) {
+            return run(engine, input);
+        }
         let mut result = run(engine, input);
         self.after_attached(engine, input, index, &mut result);
         result
@@ -264,9 +271,8 @@ impl Tap {
     /// dispatch happened. Detached, one relaxed load.
     #[inline]
     pub fn before_prepare<B: Backend>(&mut self, engine: &Engine<B>, input: &DispatchInput) {
-        if self.is_attached() {
-            self.before_attached(engine, input, engine.next_dispatch());
-        }
+        self.linked_before =
+            self.is_attached() && self.before_attached(engine, input, engine.next_dispatch());
     }
 
     /// After [`Engine::complete`] (or its failure): the report goes to an attached debugger, and a
@@ -280,12 +286,13 @@ impl Tap {
         index: u64,
         result: &mut Result<DispatchReport, E>,
     ) {
-        if self.is_attached() {
+        if std::mem::take(&mut self.linked_before) && self.is_attached() {
             self.after_attached(engine, input, index, result);
         }
     }
 
     /// Before the dispatch: a snapshot if one was asked for, then the pauses known beforehand.
+    /// Returns whether a debugger is linked (the dispatch is then sent after it ran).
     #[cold]
     #[inline(never)]
     fn before_attached<B: Backend>(
@@ -293,11 +300,11 @@ impl Tap {
         engine: &Engine<B>,
         input: &DispatchInput,
         index: u64,
-    ) {
+    ) -> bool {
         let shared = Arc::clone(&self.shared);
         let mut c = lock(&shared.control);
         if c.link.is_none() {
-            return;
+            return false;
         }
         if c.snapshot_wanted {
             c.snapshot_wanted = false;
@@ -306,6 +313,7 @@ impl Tap {
         if let Some(why) = pause_before(&c, index, input) {
             drop(pause(&shared, c, index, why, Some(input)));
         }
+        true
     }
 
     /// After the dispatch: its report (or failure) to the debugger, then a pause it asked for.

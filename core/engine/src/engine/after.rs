@@ -169,16 +169,11 @@ impl<B: Backend> Engine<B> {
                 let room = listed.saturating_sub(wb.words.len()).min(w - r);
                 for k in r..r + room {
                     let (from, to) = (at(k), at(k + 1));
-                    let mut old = [0u8; 4];
-                    let mut new = [0u8; 4];
-                    old[..to - from].copy_from_slice(&buf[from - base..to - base]);
-                    new[..to - from].copy_from_slice(&data[from..to]);
-                    wb.words.push(WordWritten {
-                        address: range.start + from as u64,
-                        old: u64::from(u32::from_le_bytes(old)),
-                        new: u64::from(u32::from_le_bytes(new)),
-                        bytes: (to - from) as u8,
-                    });
+                    wb.words.push(word_written(
+                        range.start + from as u64,
+                        &buf[from - base..to - base],
+                        &data[from..to],
+                    ));
                 }
                 wb.words_not_listed += (w - r - room) as u64;
                 buf[at(r) - base..at(w) - base].copy_from_slice(&data[at(r)..at(w)]);
@@ -275,14 +270,11 @@ impl<B: Backend> Engine<B> {
             let mut old = [0u8; 4];
             self.memory
                 .read_bytes(range.start + from as u64, &mut old[..to - from]);
-            let mut new = [0u8; 4];
-            new[..to - from].copy_from_slice(&data[from..to]);
-            wb.words.push(WordWritten {
-                address: range.start + from as u64,
-                old: u64::from(u32::from_le_bytes(old)),
-                new: u64::from(u32::from_le_bytes(new)),
-                bytes: (to - from) as u8,
-            });
+            wb.words.push(word_written(
+                range.start + from as u64,
+                &old[..to - from],
+                &data[from..to],
+            ));
         }
         wb.words_not_listed += (end - first - room) as u64;
         let run = ByteRange::new(range.start + at(first) as u64, range.start + at(end) as u64);
@@ -299,6 +291,21 @@ impl<B: Backend> Engine<B> {
                 .targets_distrusted
                 .push(self.target_lost(id, format!("write-back of holder slot {holder} (O8)")));
         }
+    }
+}
+
+/// One listed word of a write-back: up to 4 bytes at `address`, before and after.
+fn word_written(address: u64, old: &[u8], new: &[u8]) -> WordWritten {
+    let word = |b: &[u8]| {
+        let mut w = [0u8; 4];
+        w[..b.len()].copy_from_slice(b);
+        u64::from(u32::from_le_bytes(w))
+    };
+    WordWritten {
+        address,
+        old: word(old),
+        new: word(new),
+        bytes: new.len() as u8,
     }
 }
 
