@@ -109,7 +109,8 @@ pub(crate) fn engine_error(e: EngineError) -> Failure {
         | EngineError::DeviceWriteBack(_)
         | EngineError::Complete(CompleteError::HolderSize { .. })
         | EngineError::Complete(CompleteError::NotAHolder { .. })
-        | EngineError::Complete(CompleteError::MarkWords { .. }) => ds_status::DS_BAD_INPUT,
+        | EngineError::Complete(CompleteError::MarkWords { .. })
+        | EngineError::Complete(CompleteError::Instrumentation(_)) => ds_status::DS_BAD_INPUT,
         EngineError::Prepared(_) | EngineError::Complete(CompleteError::NotPrepared { .. }) => {
             ds_status::DS_ORDER
         }

@@ -767,6 +767,7 @@ pub unsafe extern "C" fn ds_engine_complete(
                 marks,
                 holders,
                 ran_on: None,
+                instrumentation: None,
             }),
         )
     })

@@ -97,6 +97,7 @@ fn run_305_is_bound_as_one_holder_with_its_member_offset() {
             masks: &masks,
         }],
         ran_on: None,
+        instrumentation: None,
     };
     let r = e.complete(&input, p, RanOn::Device(run)).unwrap();
     assert_eq!(r.counts.words_written_back, 2);
@@ -194,6 +195,7 @@ fn a_device_addressed_dispatch_hands_out_the_table_and_takes_the_marks() {
                 marks: Some(&marks),
                 holders: Vec::new(),
                 ran_on: None,
+                instrumentation: None,
             }),
         )
         .unwrap();
@@ -228,6 +230,7 @@ fn misuse_is_a_named_error() {
                 marks: Some(&wrong),
                 holders: Vec::new(),
                 ran_on: None,
+                instrumentation: None,
             }),
         )
         .unwrap_err();
@@ -301,6 +304,7 @@ fn holder_data_is_checked() {
                     masks: &short,
                 }],
                 ran_on: None,
+                instrumentation: None,
             }),
         )
         .unwrap_err();

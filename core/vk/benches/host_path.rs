@@ -148,6 +148,7 @@ fn prepare_complete<B: Backend>(
                     marks: None,
                     holders,
                     ran_on: None,
+                    instrumentation: None,
                 }),
             )
             .unwrap();

@@ -269,6 +269,51 @@ fn a_frame_writes_the_output_holder_back_into_guest_memory() {
     assert_quiet(&ctx);
 }
 
+/// Issue 29: the instrumented variant through the emulator's own path, `run_frame`'s prepare and
+/// complete: complete decodes the device's buffer into the report's section, and it says what the
+/// host's own pass says (every site's accesses and escapes, the escapes classified), the report
+/// naming the device.
+#[test]
+fn complete_decodes_the_instrumented_frames_section() {
+    let Some(ctx) = context() else { return };
+    let grid = Grid::new(W, H).unwrap();
+    let scene = Scene::new(scene_cfg(), grid).unwrap();
+    let traces: Vec<scene::Trace> = (0..H)
+        .flat_map(|y| (0..W).map(move |x| (x, y)))
+        .map(|(x, y)| scene.trace(x, y))
+        .collect();
+    let mut host = HostSide::with_limits(scene.clone(), ctx.limits()).unwrap();
+    let mut pass = DevicePass::new(&ctx, &host, layout(), false, GuestMemoryOn::Imported).unwrap();
+    let (sel, _) = selection(&scene);
+    let input = host.frame_input();
+    let HostSide {
+        engine,
+        scene,
+        slots,
+        ..
+    } = &mut host;
+    let frame = run_frame(
+        engine,
+        &input,
+        slots,
+        scene,
+        &mut pass,
+        Variant::Instrumented,
+        &sel,
+    )
+    .unwrap();
+    let section = frame
+        .report
+        .instrumented
+        .as_ref()
+        .expect("complete decoded the section");
+    check_counts(section, &traces, grid);
+    check_escapes(section);
+    assert_eq!(frame.report.backend, ctx.device_name());
+    assert_eq!(frame.report.device.name, ctx.device_name());
+    assert_quiet(&ctx);
+}
+
 /// Every site's device counters against the host's own pass.
 fn check_counts(section: &InstrumentedReport, traces: &[scene::Trace], grid: Grid) {
     assert_eq!(section.lanes, u64::from(W * H));

@@ -50,8 +50,8 @@ mod validate;
 
 use mapping::{MappingState, TableSync};
 pub use prepare::{
-    CompleteError, DEVICE_WORDS_LISTED, DeviceAddressing, DeviceRun, HolderRun, Prepared,
-    Ran as RanOn, SlotPlan, push_word,
+    CompleteError, DEVICE_WORDS_LISTED, DeviceAddressing, DeviceInstrumentation, DeviceRun,
+    HolderRun, Prepared, Ran as RanOn, SlotPlan, push_word,
 };
 pub use replan::{Planned, Replanner, accesses_not_run};
 pub use validate::validate;

@@ -158,6 +158,23 @@ pub struct DeviceRun<'a> {
     /// The device that ran it, named in the report's `backend` (the engine's own backend only
     /// planned and mapped); `None` names the engine's backend.
     pub ran_on: Option<&'a str>,
+    /// The instrumented variant's buffer as the device left it: complete decodes it into the
+    /// report's section (counters by site, escapes classified by T4's classes, the escape log,
+    /// captured lanes), so an emulator's own instrumented pass explains its escapes.
+    pub instrumentation: Option<DeviceInstrumentation<'a>>,
+}
+
+/// An instrumented pass's buffer (`crate::instrument`'s layout), with what decoding it needs.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceInstrumentation<'a> {
+    /// The buffer's layout (its sites, logs and capture).
+    pub layout: crate::instrument::InstrumentLayout,
+    /// The dispatch's grid.
+    pub grid: crate::instrument::Grid,
+    /// The buffer's words as the device left them.
+    pub words: &'a [u32],
+    /// What each site of the program is (one a site of `layout`).
+    pub sites: &'a [crate::instrument::SiteInfo],
 }
 
 /// What ran between prepare and complete.
@@ -190,6 +207,9 @@ pub enum CompleteError {
         /// The dispatch.
         dispatch: u64,
     },
+    /// The instrumentation buffer could not be decoded.
+    #[error("the instrumentation: {0}")]
+    Instrumentation(String),
     /// A holder's data or mask is shorter than its buffer.
     #[error(
         "holder slot {slot} spans {bytes} bytes, but {data} bytes of data and {masks} of masks came"
@@ -294,9 +314,13 @@ impl<B: Backend> Engine<B> {
             }
             .into());
         }
-        let ran_on = match &ran {
-            Ran::Device(run) => run.ran_on.map(str::to_owned),
-            Ran::Backend(_) => None,
+        let (ran_on, instrumentation) = match &ran {
+            Ran::Device(run) => (run.ran_on.map(str::to_owned), run.instrumentation),
+            Ran::Backend(_) => (None, None),
+        };
+        let section = match instrumentation {
+            Some(i) => Some(self.decode_instrumentation(&prepared, i)?),
+            None => None,
         };
         let ran_report = match prepared.mode {
             Mode::Refused => super::Ran::not_run(input),
@@ -342,13 +366,28 @@ impl<B: Backend> Engine<B> {
             write_back: ran_report.write_back,
             hazards: ran_report.hazards,
             counts: Default::default(),
-            instrumented: None,
+            instrumented: section,
         };
         report.counts = counts_of(&report);
         if let Some(e) = host_failure {
             return Err(crate::backend::BackendError::from(e).into());
         }
         Ok(report)
+    }
+
+    /// The section of an emulator's instrumented pass, from its buffer (before anything of the
+    /// dispatch is completed, so a bad buffer leaves it prepared).
+    fn decode_instrumentation(
+        &self,
+        prepared: &Prepared,
+        i: DeviceInstrumentation<'_>,
+    ) -> Result<crate::report::InstrumentedReport, EngineError> {
+        let bad = |e: crate::instrument::InstrumentError| {
+            EngineError::from(CompleteError::Instrumentation(e.to_string()))
+        };
+        let rb = crate::instrument::Readback::read(i.layout, i.grid, i.words).map_err(bad)?;
+        crate::instrument::decode(&rb, i.sites, &prepared.slots, &self.mappings, &self.memory)
+            .map_err(bad)
     }
 
     /// Forgets prepared dispatch `index`, which the emulator will not complete (its device

@@ -31,7 +31,7 @@ use crate::{VkError, VulkanBackend, check};
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::backend::Backend;
 use dispatchscope_core::chunk_table::{ChunkTable, EMPTY_KEY, chunk_bytes_for};
-use dispatchscope_core::engine::{DeviceRun, HolderRun, RanOn};
+use dispatchscope_core::engine::{DeviceInstrumentation, DeviceRun, HolderRun, RanOn};
 use dispatchscope_core::input::{
     Access, AccessKind, Backing, DeviceLimits, DispatchInput, Event, Op, Reason, Slot,
 };
@@ -257,7 +257,7 @@ pub fn decode_section(
 pub fn run_frame(
     engine: &mut Engine<CpuBackend>,
     input: &DispatchInput,
-    slots: &[SlotBinding],
+    _slots: &[SlotBinding],
     scene: &Scene,
     device: &mut DevicePass,
     variant: Variant,
@@ -294,7 +294,17 @@ pub fn run_frame(
         }],
         _ => Vec::new(),
     };
-    let mut report = engine
+    // The instrumented variant's buffer goes to complete, which decodes it into the report's
+    // section (the emulator's own instrumented pass, explained by the engine).
+    let words = (variant == Variant::Instrumented).then(|| device.instrumentation_words());
+    let sites = traversal::sites();
+    let instrumentation = words.as_deref().map(|words| DeviceInstrumentation {
+        layout: device.layout(),
+        grid: scene.grid,
+        words,
+        sites: &sites,
+    });
+    let report = engine
         .complete(
             input,
             prepared,
@@ -302,23 +312,19 @@ pub fn run_frame(
                 marks: None,
                 holders: holder_runs,
                 ran_on: Some(&name),
+                instrumentation,
             }),
         )
         .map_err(pass_err)?;
     let complete = t_complete.elapsed();
-    if variant == Variant::Instrumented {
-        report.instrumented = Some(decode_section(
-            engine,
-            slots,
-            scene.grid,
-            device.layout(),
-            &device.instrumentation_words(),
-        )?);
-    }
     Ok(Frame {
         report,
         run,
-        section_build: started.elapsed(),
+        section_build: if words.is_some() {
+            started.elapsed()
+        } else {
+            Duration::ZERO
+        },
         prepare,
         complete,
     })
