@@ -58,13 +58,14 @@ fn an_address_cell_opens_its_write_history_and_a_write_selects_its_dispatch() {
     h.get_by_label(&cell).click_secondary();
     h.run();
     h.get_by_label(&style::history_menu_text(address)).click();
-    h.run();
-    for _ in 0..200 {
+    // The history is made on a thread; the window's spinner repaints until it is done, so step
+    // frame by frame rather than waiting for the UI to settle (a loaded machine takes longer).
+    for _ in 0..400 {
+        h.step();
         if h.state().history.as_ref().is_some_and(|w| !w.pending()) {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
-        h.run();
     }
     let window = h.state().history.as_ref().expect("the window opened");
     assert_eq!(window.range, ByteRange::new(address, address + 4));
