@@ -108,19 +108,7 @@ impl<B: Backend> Engine<B> {
         change: &mut MemoryChange,
         hand_off: &mut HandOff,
     ) -> WriteBack {
-        let total = range.size_bytes().div_ceil(4);
-        let mut wb = WriteBack {
-            holder,
-            range,
-            words_total: total,
-            words: Vec::new(),
-            words_not_listed: 0,
-            runs: Vec::new(),
-            runs_not_listed: 0,
-        };
-        let n = usize::try_from(total)
-            .unwrap_or(usize::MAX)
-            .min(data.len().div_ceil(4));
+        let (mut wb, n) = write_back_of(holder, range, data);
         let shift = self.memory.page_bytes().trailing_zeros();
         let page = |w: usize| (range.start + 4 * w as u64) >> shift;
         // The groups of written words, as word ranges: at most one a page of the holder.
@@ -214,19 +202,7 @@ impl<B: Backend> Engine<B> {
         change: &mut MemoryChange,
         hand_off: &mut HandOff,
     ) -> WriteBack {
-        let total = range.size_bytes().div_ceil(4);
-        let mut wb = WriteBack {
-            holder,
-            range,
-            words_total: total,
-            words: Vec::new(),
-            words_not_listed: 0,
-            runs: Vec::new(),
-            runs_not_listed: 0,
-        };
-        let n = usize::try_from(total)
-            .unwrap_or(usize::MAX)
-            .min(data.len().div_ceil(4));
+        let (mut wb, n) = write_back_of(holder, range, data);
         if n > 0 {
             self.write_back_dense(
                 holder,
@@ -292,6 +268,24 @@ impl<B: Backend> Engine<B> {
                 .push(self.target_lost(id, format!("write-back of holder slot {holder} (O8)")));
         }
     }
+}
+
+/// An empty write-back of `holder` over `range`, and how many of its words `data` holds.
+fn write_back_of(holder: u32, range: ByteRange, data: &[u8]) -> (WriteBack, usize) {
+    let total = range.size_bytes().div_ceil(4);
+    let n = usize::try_from(total)
+        .unwrap_or(usize::MAX)
+        .min(data.len().div_ceil(4));
+    let wb = WriteBack {
+        holder,
+        range,
+        words_total: total,
+        words: Vec::new(),
+        words_not_listed: 0,
+        runs: Vec::new(),
+        runs_not_listed: 0,
+    };
+    (wb, n)
 }
 
 /// One listed word of a write-back: up to 4 bytes at `address`, before and after.
