@@ -12,14 +12,9 @@
 //! programs. Before criterion runs, each case prints its median, 95th percentile and worst frame.
 
 #![allow(missing_docs, reason = "bench")]
-#![allow(dead_code, reason = "the binary's module is included whole")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "bench")]
 
-#[path = "../src/gui/mod.rs"]
-mod gui;
-#[path = "../src/load.rs"]
-mod load;
-
+use dispatchscope::gui;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};

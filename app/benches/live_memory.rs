@@ -16,16 +16,9 @@
 //! run is the figure).
 
 #![allow(missing_docs, reason = "bench")]
-#![allow(dead_code, reason = "the binary's module is included whole")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "bench")]
 
-#[path = "../src/gui/mod.rs"]
-mod gui;
-#[path = "../tests/common/live_feed.rs"]
-mod live_feed;
-#[path = "../src/load.rs"]
-mod load;
-
+use dispatchscope::{gui, live_feed};
 use std::time::Instant;
 
 use dispatchscope_live::ToDebugger;
@@ -55,7 +48,7 @@ fn main() {
     let tiny = std::env::var("LIVE_MEMORY_TINY").is_ok_and(|v| v == "1");
     let demo = DemoTarget::start(None).expect("the demo");
     let addr = demo.addr.to_string();
-    let mut feed = live_feed::Feed::collect(&addr, 400);
+    let mut feed = live_feed::Feed::collect(&addr, 400).unwrap();
     if slim || tiny {
         for m in &mut feed.dispatches {
             if tiny && let ToDebugger::Dispatch { input, report, .. } = m {
@@ -106,7 +99,7 @@ fn main() {
     let t = Instant::now();
     let step = (n / 10).max(1);
     for i in 0..n {
-        link.take_message(feed.dispatch(first, i), &mut session, &mut out);
+        link.take_message(feed.dispatch(first, i).unwrap(), &mut session, &mut out);
         if (i + 1) % step == 0 {
             println!(
                 "  {:>9} dispatches: RSS {:7.1} MiB (peak {:7.1}), rows {:6.1} MiB ({:.1} B a dispatch), reports held {}, {:.0} dispatches/s",

@@ -2,23 +2,15 @@
 //! toolbar and the keys, select a slot and see it in the other panels, open a refusal card, open
 //! bad files; and a few image snapshots of the main panels (`UPDATE_SNAPSHOTS=1` to create them).
 //!
-//! The app's GUI module (and the `load` module it uses) is included by path, as the binary
-//! includes it; the harness is `common`'s.
+//! The window is the app library's (`dispatchscope::gui`); the harness is `common`'s.
 
-#![allow(
-    dead_code,
-    reason = "the binary's module is included whole; tests use part of it"
-)]
 #![allow(missing_docs, reason = "tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 mod common;
-#[path = "../src/gui/mod.rs"]
-mod gui;
-#[path = "../src/load.rs"]
-mod load;
 
 use common::harness;
+use dispatchscope::gui;
 use dispatchscope_formats::sample::Sample;
 use dispatchscope_views::Tab;
 use egui::{Key, Modifiers};

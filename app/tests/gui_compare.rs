@@ -3,20 +3,13 @@
 //! dispatches that differ (B's selection following its match), a session compared with itself
 //! marks nothing, and a bad limit in the What if… dialog is a message in the dialog.
 
-#![allow(
-    dead_code,
-    reason = "the binary's module is included whole; tests use part of it"
-)]
 #![allow(missing_docs, reason = "tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 mod common;
-#[path = "../src/gui/mod.rs"]
-mod gui;
-#[path = "../src/load.rs"]
-mod load;
 
 use common::harness;
+use dispatchscope::gui;
 use dispatchscope_core::{DispatchReport, Rule};
 use dispatchscope_formats::generate::{GenConfig, random_sample};
 use dispatchscope_formats::sample::Sample;

@@ -2,20 +2,13 @@
 //! the After tab offers "Write history of 0x…"; the window lists the writes the library finds, and
 //! a write's dispatch link selects that dispatch.
 
-#![allow(
-    dead_code,
-    reason = "the binary's module is included whole; tests use part of it"
-)]
 #![allow(missing_docs, reason = "tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 mod common;
-#[path = "../src/gui/mod.rs"]
-mod gui;
-#[path = "../src/load.rs"]
-mod load;
 
 use common::harness;
+use dispatchscope::gui;
 use dispatchscope_core::ByteRange;
 use dispatchscope_core::history::WriteKind;
 use dispatchscope_formats::history::of_sample;

@@ -1,24 +1,14 @@
 //! GUI tests of a live session: a demo target runs on a thread of the test, the window attaches
 //! to it through the same code the menu uses, pauses, steps, sets breakpoints, saves, detaches.
 //!
-//! The app's GUI module (and the `load` module it uses) is included by path, as the binary
-//! includes it; the harness is `common`'s.
+//! The window is the app library's (`dispatchscope::gui`); the harness is `common`'s.
 
-#![allow(
-    dead_code,
-    reason = "the binary's module is included whole; tests use part of it"
-)]
 #![allow(missing_docs, reason = "tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 mod common;
-#[path = "../src/gui/mod.rs"]
-mod gui;
-#[path = "common/live_feed.rs"]
-mod live_feed;
-#[path = "../src/load.rs"]
-mod load;
 
+use dispatchscope::{gui, live_feed};
 use std::time::{Duration, Instant};
 
 use common::harness;
@@ -291,7 +281,7 @@ fn a_live_session_past_the_old_cap_lists_and_shows_its_first_dispatch() {
     use gui::session::{LIVE_WINDOW, REPORT_CACHE};
     let demo = DemoTarget::start(None).unwrap();
     let addr = demo.addr.to_string();
-    let feed = live_feed::Feed::collect(&addr, 40);
+    let feed = live_feed::Feed::collect(&addr, 40).unwrap();
     // The window's link, attached and then detached: the recording stays open, and this test
     // feeds it the way `LiveLink::drain` does, without a socket.
     let mut link = gui::LiveLink::attach(&addr, None, std::sync::Arc::new(|| {})).unwrap();
@@ -310,7 +300,7 @@ fn a_live_session_past_the_old_cap_lists_and_shows_its_first_dispatch() {
     const N: u64 = 25_000;
     let mut most_held = 0;
     for i in 0..N {
-        link.take_message(feed.dispatch(first, i), &mut session, &mut out);
+        link.take_message(feed.dispatch(first, i).unwrap(), &mut session, &mut out);
         most_held = most_held.max(session.reports.held());
     }
     assert_eq!(out.dispatches as u64, N);

@@ -3,23 +3,15 @@
 //! shows the tab with its count, the sites, the escape log's not-logged line and the grid
 //! picture; Ctrl+I opens it; a dispatch without a section has no Pass tab.
 //!
-//! The app's GUI module (and the `load` module it uses) is included by path, as the binary
-//! includes it; the harness is `common`'s.
+//! The window is the app library's (`dispatchscope::gui`); the harness is `common`'s.
 
-#![allow(
-    dead_code,
-    reason = "the binary's module is included whole; tests use part of it"
-)]
 #![allow(missing_docs, reason = "tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 mod common;
-#[path = "../src/gui/mod.rs"]
-mod gui;
-#[path = "../src/load.rs"]
-mod load;
 
 use common::harness;
+use dispatchscope::gui;
 use dispatchscope_formats::sample::Sample;
 use dispatchscope_views::Tab;
 use dispatchscope_views::instrumented::escape_log::not_logged_escapes;

@@ -4,19 +4,12 @@
 //! selected escape's line highlighted, a click on a line's escape marker selects that escape, and
 //! Ctrl+L hides and shows the panel.
 
-#![allow(
-    dead_code,
-    reason = "the binary's module is included whole; tests use part of it"
-)]
 #![allow(missing_docs, reason = "tests")]
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 mod common;
-#[path = "../src/gui/mod.rs"]
-mod gui;
-#[path = "../src/load.rs"]
-mod load;
 
+use dispatchscope::gui;
 use std::path::PathBuf;
 use std::process::Command;
 

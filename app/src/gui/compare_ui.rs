@@ -102,7 +102,6 @@ impl Comparison {
     }
 
     /// Whether B or the diff is still being made.
-    #[allow(dead_code, reason = "the window's tests wait on it")]
     pub fn pending(&self) -> bool {
         self.rx.is_some()
     }
@@ -418,7 +417,6 @@ impl GuiApp {
     }
 
     /// Compares the open session with `b`, already made (tests; a session built in memory).
-    #[allow(dead_code, reason = "the window's tests use it")]
     pub fn compare_with_session(&mut self, b: Session, b_name: &str) {
         let a = match self.compare_origin() {
             Ok(a) => a,

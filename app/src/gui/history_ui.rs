@@ -26,7 +26,6 @@ pub struct HistoryWindow {
 
 impl HistoryWindow {
     /// Whether the history is still being made.
-    #[allow(dead_code, reason = "the window's tests wait on it")]
     pub fn pending(&self) -> bool {
         self.rx.is_some()
     }

@@ -166,7 +166,6 @@ impl LiveLink {
     }
 
     /// The recording's file (in the temporary folder; removed when the link is dropped).
-    #[allow(dead_code, reason = "the benches, which include this module, use it")]
     pub fn recording_path(&self) -> &Path {
         &self.shadow_path
     }
@@ -348,7 +347,6 @@ impl LiveLink {
 
     /// The report of the recording's dispatch at position `pos` (from 0 at attach), read back
     /// from the store's file (what the session does for a dispatch that left its window).
-    #[allow(dead_code, reason = "the tests, which include this module, use it")]
     pub fn stored_report(&self, pos: usize) -> Result<dispatchscope_core::DispatchReport, String> {
         self.with_store(|s| s.report(pos).map_err(|e| e.to_string()))
             .unwrap_or_else(|| Err("the session's recording was closed".to_owned()))
@@ -431,10 +429,6 @@ pub struct DemoTarget {
 impl DemoTarget {
     /// Starts the demo on `127.0.0.1:0` at `fps` frames per second (`None`: as fast as it can),
     /// with the scene's own dispatches a frame.
-    #[allow(
-        dead_code,
-        reason = "the tests and benches, which include this module, use it"
-    )]
     pub fn start(fps: Option<f64>) -> Result<Self, String> {
         Self::start_with(fps, dispatchscope_demo::BASE_DISPATCHES_PER_FRAME)
     }
@@ -473,7 +467,6 @@ impl DemoTarget {
     }
 
     /// Whether its frame loop still runs.
-    #[allow(dead_code, reason = "the tests, which include this module, use it")]
     pub fn is_running(&self) -> bool {
         self.thread.as_ref().is_some_and(|t| !t.is_finished())
     }

@@ -8,9 +8,7 @@
 //! key's command does; the menu bar and toolbar are [`menus`]'s, the windows [`dialogs`]'s, and the
 //! live session's UI [`live_ui`]'s (over the connection in [`live`]).
 //!
-//! The module refers to its own items only through `self::`/`super::` paths, and outside itself
-//! only to `crate::load`, so the tests and the bench can include it with `#[path]` beside
-//! `load.rs`.
+//! Outside itself the module uses only `crate::load`.
 
 pub mod compare_ui;
 mod dialogs;
@@ -188,7 +186,6 @@ impl GuiApp {
     }
 
     /// Opens the file at `path` on this thread (tests; the window loads on a thread).
-    #[allow(dead_code, reason = "the tests, which include this module, use it")]
     pub fn open_path_blocking(&mut self, path: PathBuf) {
         let result = session::load_file(&path, Source::File(path.clone()), &Progress::default())
             .map(|mut s| {

@@ -433,23 +433,17 @@ impl Reports {
     }
 
     /// Every report held in memory, in order (a capture's are read one at a time instead).
-    #[allow(dead_code, reason = "the tests, which include this module, use it")]
     pub fn in_memory_reports(&self) -> &[DispatchReport] {
         &self.kept
     }
 
     /// Whether reports are read from a capture on demand.
-    #[allow(dead_code, reason = "the tests, which include this module, use it")]
     pub fn on_disk(&self) -> bool {
         self.disk.is_some()
     }
 
     /// Reports held in memory now: the session's own, or a live session's window and the ones
     /// read back, or a capture's cache (what stays bounded however long a live session runs).
-    #[allow(
-        dead_code,
-        reason = "the tests and benches, which include this module, use it"
-    )]
     pub fn held(&self) -> usize {
         match (&self.live, &self.disk) {
             (Some(l), _) => l.recent.len() + l.cache.len(),
@@ -476,10 +470,10 @@ pub struct Session {
     pub rows: Rows,
     /// Per dispatch: the chunk table as it stood after the dispatch, if one existed yet (a
     /// session held in memory; a capture's come from its checkpoints).
-    pub(crate) tables: Vec<Option<TableSnapshot>>,
+    pub tables: Vec<Option<TableSnapshot>>,
     /// Per dispatch: guest memory as the dispatch left it, shared while unchanged (a session held
     /// in memory).
-    pub(crate) memory: Vec<Arc<MemoryView>>,
+    pub memory: Vec<Arc<MemoryView>>,
     /// Something the person should know that did not stop the load (a capture's torn tail).
     pub warning: Option<String>,
     /// Why the Memory and Chunk table panels lack engine state, when they do.
@@ -925,7 +919,6 @@ impl Session {
     }
 
     /// Per dispatch, the chunk table kept in memory (empty for a capture read on demand).
-    #[allow(dead_code, reason = "the tests, which include this module, use it")]
     pub fn tables_in_memory(&self) -> &[Option<TableSnapshot>] {
         &self.tables
     }
@@ -966,7 +959,6 @@ impl Session {
     }
 
     /// Waits until every row has arrived (tests, and a window that must have them all).
-    #[allow(dead_code, reason = "the tests, which include this module, use it")]
     pub fn finish_rows(&mut self) {
         while let Some(scan) = &self.rows_scan {
             match scan.rx.recv() {

@@ -1,12 +1,12 @@
 //! What the GUI tests share: a kittest harness around the real [`GuiApp`], the window size and
 //! fonts the app uses, so that every GUI test (and every image snapshot) sees the same frame.
 //!
-//! Each test crate includes the app's `gui` and `load` modules by path at its root, as the binary
-//! does, and this module with `mod common;`.
+//! Each test crate links the app library (`dispatchscope::gui`) and includes this module with
+//! `mod common;`.
 
 use egui_kittest::Harness;
 
-use crate::gui::GuiApp;
+use dispatchscope::gui::GuiApp;
 
 /// A harness that draws `app` in a 1280×800 window with the app's fonts.
 pub fn harness(app: GuiApp) -> Harness<'static, GuiApp> {

@@ -2,8 +2,13 @@
 //! again with new dispatch numbers: how the tests and the memory bench put hundreds of thousands
 //! (or ten million) dispatches through the window's live path (`LiveLink::take_message`, the store,
 //! `Session::push_live`) without a socket or a game that fast.
+//!
+//! A tool of the tests and benches, kept in the library so that each links it once; the binary
+//! never uses it.
 
 use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
 
 use dispatchscope_live::{ClientOptions, Incoming, LiveClient, ToDebugger};
 
@@ -17,23 +22,26 @@ pub struct Feed {
 }
 
 impl Feed {
-    /// Collects `n` dispatches from the target at `addr` (with a snapshot first), for at most 60 s.
-    pub fn collect(addr: &str, n: usize) -> Feed {
+    /// Collects `n` dispatches (at least one) from the target at `addr` (with a snapshot first),
+    /// for at most 60 s; a target that goes, or sends too few in time, is an error.
+    pub fn collect(addr: &str, n: usize) -> anyhow::Result<Feed> {
         let options = ClientOptions {
             snapshot: true,
             ..ClientOptions::default()
         };
-        let client = LiveClient::connect_with(addr, &options).expect("attach to the demo");
+        let client = LiveClient::connect_with(addr, &options)
+            .with_context(|| format!("attach to the demo at {addr}"))?;
         let mut start = Vec::new();
         let mut dispatches = Vec::new();
         let mut seen_snapshot = false;
         let deadline = Instant::now() + Duration::from_secs(60);
-        while dispatches.len() < n {
-            assert!(
-                Instant::now() < deadline,
-                "the demo sent {} dispatches",
-                dispatches.len()
-            );
+        while dispatches.len() < n.max(1) {
+            if Instant::now() >= deadline {
+                bail!(
+                    "the demo sent {} dispatches in 60 s, not {n}",
+                    dispatches.len()
+                );
+            }
             match client.recv_timeout(Duration::from_millis(200)) {
                 Some(Incoming::Message(m)) => match m {
                     ToDebugger::Snapshot(_) => {
@@ -47,22 +55,24 @@ impl Feed {
                     _ if seen_snapshot && dispatches.is_empty() => start.push(m),
                     _ => {}
                 },
-                Some(Incoming::Disconnected { reason, .. }) => panic!("the demo went: {reason}"),
+                Some(Incoming::Disconnected { reason, .. }) => bail!("the demo went: {reason}"),
                 None => {}
             }
         }
         let _ = client.detach(Duration::from_millis(200));
-        Feed { start, dispatches }
+        Ok(Feed { start, dispatches })
     }
 
-    /// The `i`th dispatch of the session: a collected one, renumbered `first + i`.
-    pub fn dispatch(&self, first: u64, i: u64) -> ToDebugger {
-        let mut m = self.dispatches[(i % self.dispatches.len() as u64) as usize].clone();
+    /// The `i`th dispatch of the session: a collected one, renumbered `first + i`; `None` when
+    /// the feed has no dispatch (`collect` always keeps one).
+    pub fn dispatch(&self, first: u64, i: u64) -> Option<ToDebugger> {
+        let n = self.dispatches.len() as u64;
+        let mut m = self.dispatches.get(i.checked_rem(n)? as usize)?.clone();
         if let ToDebugger::Dispatch { index, report, .. } = &mut m {
             *index = first + i;
             report.index = first + i;
         }
-        m
+        Some(m)
     }
 
     /// The target's number of the first collected dispatch.
