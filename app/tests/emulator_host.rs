@@ -89,6 +89,7 @@ fn build_once() -> PathBuf {
 /// Runs the host; `None` where Vulkan (or its validation layer) is absent and not required.
 fn frames(exe: &Path, args: &[&str]) -> Option<String> {
     let out = Command::new(exe)
+        .env("LD_LIBRARY_PATH", capi_dir())
         .args(["--validation"])
         .args(args)
         .output()
@@ -220,6 +221,7 @@ impl Drop for Running {
 fn a_debugger_breaks_on_the_hosts_refusal_steps_and_detaches_and_the_host_runs_on() {
     let exe = build();
     let mut child = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", capi_dir())
         .args(["--listen", "127.0.0.1:0", "--frames", "0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -433,3 +433,64 @@ fn live_dispatches_on_disk_and_the_reopened_recording_show_memory_and_table_from
         assert_eq!(again.state_note_at(pos), None);
     }
 }
+
+#[test]
+fn the_memory_tab_reads_the_paused_targets_bytes_at_the_selected_access() {
+    use dispatchscope_core::report::Route;
+    use dispatchscope_views::{Action, Tab};
+    let demo = DemoTarget::start(Some(240.0)).unwrap();
+    let mut h = harness(GuiApp::new(Settings::default()));
+    h.run();
+    h.state_mut().attach_form = Some(gui::AttachForm {
+        addr: demo.addr.to_string(),
+        token: String::new(),
+    });
+    h.run_steps(3);
+    h.get_by_label("Attach").click();
+    h.step();
+    until(&mut h, "dispatches to stream in", |a| indices(a).len() >= 3);
+    h.get_by_label("Pause").click();
+    until(&mut h, "the pause", paused);
+    // The first access of the selected dispatch that reached guest memory by address; step until
+    // a dispatch has one.
+    let device_access = |a: &GuiApp| {
+        let r = a.session.as_ref()?.reports.get(a.sel.dispatch)?;
+        r.accesses.iter().find_map(|x| match x.route {
+            Route::Device { address } => Some((x.index, address)),
+            _ => None,
+        })
+    };
+    for _ in 0..20 {
+        if device_access(h.state()).is_some() {
+            break;
+        }
+        let last = indices(h.state()).last().copied();
+        h.state().live.as_ref().unwrap().step(1).unwrap();
+        until(&mut h, "a step", |a| {
+            paused(a) && indices(a).last().copied() > last
+        });
+    }
+    let (access, address) =
+        device_access(h.state()).expect("no device-addressed access in 20 steps");
+    h.state_mut().apply(Action::ShowTab(Tab::Memory));
+    h.state_mut().apply(Action::SelectAccess(Some(access)));
+    until(&mut h, "the target's bytes", |a| {
+        a.live.as_ref().and_then(|l| l.memory.as_ref()).is_some()
+    });
+    h.run_steps(2);
+    let got = h.state().live.as_ref().unwrap().memory.clone().unwrap();
+    assert_eq!(got.address, address & !0xf);
+    let bytes = got.bytes.expect("the paused target read its memory");
+    assert_eq!(bytes.len(), 256);
+    h.get_by_label("Bytes, read from the target now");
+    assert!(
+        h.query_all_by_label(&format!("{:#x}", address & !0xf))
+            .next()
+            .is_some(),
+        "the first row's address is shown"
+    );
+    assert!(
+        paused(h.state()),
+        "reading memory does not resume the target"
+    );
+}

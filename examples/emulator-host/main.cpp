@@ -388,6 +388,29 @@ std::vector<uint32_t> read_spv(const std::string &path) {
     return words;
 }
 
+// The guest's code of one program (rdna/*.s, assembled by llvm-mc at build time) and the offsets
+// of its `site_N` labels (llvm-nm): the pc of the helper's site N is the program's address plus it.
+struct GuestCode {
+    std::vector<uint8_t> bytes;
+    std::vector<uint64_t> sites;
+
+    void load(const std::string &dir, const std::string &name) {
+        std::ifstream f(dir + "/" + name + ".bin", std::ios::binary);
+        if (!f) die("cannot read " + dir + "/" + name + ".bin (built by cmake from rdna/" + name + ".s)");
+        bytes.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+        std::ifstream sym(dir + "/" + name + ".sym");
+        std::string line;
+        while (std::getline(sym, line)) {
+            auto at = line.find(" site_");
+            if (at == std::string::npos) continue;
+            size_t n = std::stoul(line.substr(at + 6));
+            if (sites.size() <= n) sites.resize(n + 1);
+            sites[n] = std::stoull(line.substr(0, line.find(' ')), nullptr, 16);
+        }
+        if (bytes.empty()) die(name + ".bin is empty");
+    }
+};
+
 // A compute pipeline of one module, one descriptor set and a 128-byte push block.
 struct Pass {
     VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
@@ -847,6 +870,33 @@ int main(int argc, char **argv) {
         check(ds_engine_listen(engine, listen.c_str(), token, "emulator-host", &port), "ds_engine_listen");
         std::printf("listening on %s:%u (%s)\n", listen.substr(0, listen.rfind(':')).c_str(), port, vk.name.c_str());
     }
+    // The guest's code of each program, handed over as an emulator first translates it.
+    const uint64_t BOUND_PROGRAM = 0x400003e19200ull, O7_PROGRAM = 0x400003d88400ull,
+                   DEVICE_PROGRAM = 0x74005b854a00ull;
+    std::string rdna_dir = EMULATOR_HOST_RDNA_DIR;
+    if (const char *d = std::getenv("EMULATOR_HOST_RDNA_DIR")) rdna_dir = d;
+    GuestCode bound_code, device_code;
+    bound_code.load(rdna_dir, "bound");
+    device_code.load(rdna_dir, "device");
+    check(ds_engine_add_program(engine, BOUND_PROGRAM, bound_code.bytes.data(), bound_code.bytes.size()),
+          "ds_engine_add_program (bound)");
+    check(ds_engine_add_program(engine, O7_PROGRAM, bound_code.bytes.data(), bound_code.bytes.size()),
+          "ds_engine_add_program (O7)");
+    check(ds_engine_add_program(engine, DEVICE_PROGRAM, device_code.bytes.data(), device_code.bytes.size()),
+          "ds_engine_add_program (device-addressed)");
+    // What the translator says of each of the device-addressed program's sites (device.spvasm's
+    // site numbers): its pc, kind, load or store, and bytes.
+    const uint32_t SITES = 9;
+    if (device_code.sites.size() != SITES) die("rdna/device.s does not label 9 sites");
+    ds_site sites[SITES];
+    {
+        const uint32_t kinds[SITES] = {DS_ACCESS_GLOBAL, DS_ACCESS_GLOBAL, DS_ACCESS_FLAT,
+                                       DS_ACCESS_FLAT,   DS_ACCESS_GLOBAL, DS_ACCESS_GLOBAL,
+                                       DS_ACCESS_GLOBAL, DS_ACCESS_GLOBAL, DS_ACCESS_GLOBAL};
+        const uint32_t stores[SITES] = {0, 0, 1, 1, 1, 1, 0, 1, 1};
+        for (uint32_t i = 0; i < SITES; i++)
+            sites[i] = ds_site{DEVICE_PROGRAM + device_code.sites[i], kinds[i], stores[i], i == 0 ? 16u : 4u, 0};
+    }
     std::printf("device %s, minStorageBufferOffsetAlignment %llu, validation layer %s, %s helper\n",
                 vk.name.c_str(), static_cast<unsigned long long>(vk.props.limits.minStorageBufferOffsetAlignment),
                 validation ? "on" : "off", instrumented ? "instrumented" : "plain");
@@ -953,13 +1003,16 @@ int main(int argc, char **argv) {
         w.pBufferInfo = &bi;
         vkUpdateDescriptorSets(vk.device, 1, &w, 0, nullptr);
     }
-    // The instrumented helper's buffer (dispatchscope_core::instrument's layout): 9 sites, the
-    // default capacities, no lanes captured, a 16 x 8 grid (two 8 x 8 workgroups).
-    const uint32_t SITES = 9, ESC_CAP = 48, CAP_CAP = 192, ESCAPES_AT = 60 + SITES * 16;
-    const uint32_t INSTR_WORDS = ESCAPES_AT + ESC_CAP * 8 + CAP_CAP * 12 + 32 * 32 * 4;
+    // The instrumented helper's buffer: its layout is the engine's (9 sites over a 16 x 8 grid,
+    // two 8 x 8 workgroups); its first words, made before each pass, carry the lanes an attached
+    // debugger asked to capture. The escape log starts after the header and the sites.
+    const uint32_t ESC_CAP = 48, ESCAPES_AT = 60 + SITES * 16, GRID_W = 16, GRID_H = 8;
     const uint64_t CANARY = 0x700000000ull;  // no reservation: the positive control must miss
+    uint64_t instr_words = 0;
+    check(ds_engine_instrumentation_init(engine, SITES, GRID_W, GRID_H, CANARY, nullptr, 0, &instr_words),
+          "ds_engine_instrumentation_init (size)");
     Buffer instr;
-    if (instrumented) instr.make(vk, 4ull * INSTR_WORDS, true);
+    if (instrumented) instr.make(vk, 4ull * instr_words, true);
 
     long failures_total = 0;
     for (long frame = 0; frames == 0 || frame < frames; frame++) {
@@ -1020,7 +1073,7 @@ int main(int argc, char **argv) {
             ds_slot slots[] = {slot(0, H + SET_A, 0xe40f, true), slot(1, H + SET_A + 0xe400, 0x20, true),
                                slot(2, H + SET_B, 0x94, false), slot(3, H + SET_B + 0x10, 4, true)};
             ds_dispatch d{};
-            d.program = 0x400003e19200ull;
+            d.program = BOUND_PROGRAM;
             d.slots = slots;
             d.n_slots = 4;
             ds_slot_plan plans[4];
@@ -1158,7 +1211,7 @@ int main(int argc, char **argv) {
         {
             ds_slot slots[] = {slot(0, H + O7_BASE, 0x100, true), slot(1, H + O7_BASE + 0x24, 0x10, true)};
             ds_dispatch d{};
-            d.program = 0x400003d88400ull;
+            d.program = O7_PROGRAM;
             d.slots = slots;
             d.n_slots = 2;
             ds_slot_plan plans[2];
@@ -1184,7 +1237,7 @@ int main(int argc, char **argv) {
         // --- the device-addressed pass -------------------------------------------------------------
         {
             ds_dispatch d{};
-            d.program = 0x74005b854a00ull;
+            d.program = DEVICE_PROGRAM;
             d.reasons = 1 | 2;  // D753, D758
             ds_slot_plan plans[1];
             ds_prepared p;
@@ -1223,20 +1276,12 @@ int main(int argc, char **argv) {
             }
             push[8] = f;
             if (instrumented) {
-                std::vector<uint32_t> init(INSTR_WORDS, 0);
-                init[0] = 0x44534931;  // "DSI1"
-                init[1] = SITES;
-                init[2] = ESC_CAP;
-                init[3] = CAP_CAP;
-                init[4] = 0xffffffffu;  // any workgroup; no lane selected
-                init[11] = static_cast<uint32_t>(CANARY);
-                init[12] = static_cast<uint32_t>(CANARY >> 32);
-                init[13] = 16;
-                init[14] = 8;
-                init[15] = 1;
-                std::memcpy(instr.ptr, init.data(), 4ull * INSTR_WORDS);
-                push[26] = static_cast<uint32_t>(instr.address);
-                push[27] = static_cast<uint32_t>(instr.address >> 32);
+                check(ds_engine_instrumentation_init(engine, SITES, GRID_W, GRID_H, CANARY,
+                                                     reinterpret_cast<uint32_t *>(instr.ptr), instr_words,
+                                                     &instr_words),
+                      "ds_engine_instrumentation_init");
+                push[DS_PUSH_INSTRUMENT] = static_cast<uint32_t>(instr.address);
+                push[DS_PUSH_INSTRUMENT + 1] = static_cast<uint32_t>(instr.address >> 32);
             }
             device.run(vk, push, LANES / 64);
             fr.dispatches++;
@@ -1286,10 +1331,32 @@ int main(int argc, char **argv) {
             std::memset(&c, 0, sizeof c);
             c.size = sizeof c;
             c.index = p.index;
+            // The instrumented buffer goes to complete as the device left it, with the sites: the
+            // report's section then has every site's counts and each escape with its pc and class.
+            ds_instrumentation in;
+            std::memset(&in, 0, sizeof in);
+            if (instrumented) {
+                in.size = sizeof in;
+                in.n_sites = SITES;
+                in.sites = sites;
+                in.width = GRID_W;
+                in.height = GRID_H;
+                in.words = reinterpret_cast<const uint32_t *>(instr.ptr);
+                in.n_words = instr_words;
+                c.instrumentation = &in;
+            }
             check(ds_engine_complete(engine, &c), "complete (device-addressed)");
             const char *json = nullptr;
             check(ds_engine_report_json(engine, &json, nullptr), "report");
             if (print_reports) std::printf("report: %s\n", json ? json : "");
+            if (instrumented) {
+                // The report's section names each escape by its site's pc: the shared region's
+                // load (site 6) escapes every frame; the listing shows that instruction.
+                std::string r = json ? json : "";
+                std::string pc6 = "\"pc\":\"" + hex(sites[6].pc) + "\"";
+                if (r.find("\"instrumented\"") == std::string::npos || r.find(pc6) == std::string::npos)
+                    fr.fail("instrumented: the report's section does not name site 6's pc " + hex(sites[6].pc));
+            }
             std::string left = left_out_names(json);
             fr.notes.push_back("left out by name: " + left);
             if (left.find("not-private") == std::string::npos && left.find("NotPrivate") == std::string::npos &&

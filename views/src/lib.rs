@@ -37,7 +37,7 @@ pub use dispatches::find::{Finder, Shown};
 pub use dispatches::{DispatchRow, DispatchesPanel, Filter, RowCounts, Rows, RuleSet};
 pub use history::HistoryPanel;
 pub use instrumented::PassPanel;
-pub use memory::{MemoryPanel, MemoryView};
+pub use memory::{GuestBytes, MemoryPanel, MemoryView, TargetBytes};
 pub use refusals::RefusalsPanel;
 pub use timeline::TimelinePanel;
 
@@ -116,6 +116,13 @@ pub enum Action {
     SelectTableSlot(Option<usize>),
     /// Show a tab.
     ShowTab(Tab),
+    /// Read guest bytes from the live target now (the Memory panel's byte view).
+    ReadGuest {
+        /// The first byte.
+        address: u64,
+        /// Bytes.
+        len: u32,
+    },
 }
 
 /// Whether access `access` of `report` goes through `slot`'s bytes: a bound access whose holder

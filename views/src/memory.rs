@@ -13,7 +13,34 @@ use crate::{Action, Selection};
 
 /// The Memory panel's state.
 #[derive(Debug, Default)]
-pub struct MemoryPanel {}
+pub struct MemoryPanel {
+    /// The address typed into the byte view, as text.
+    address_text: String,
+    /// The address the byte view shows (typed, or the selected access's).
+    shown: Option<u64>,
+}
+
+/// Bytes the byte view shows at once: 16 rows of 16.
+pub const BYTES_SHOWN: u32 = 256;
+
+/// Guest bytes a live target read now (`ToDebugger::Memory`): from the emulator's own pages in
+/// host mode, the engine's simulated contents otherwise.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetBytes {
+    /// The first byte read.
+    pub address: u64,
+    /// The bytes, or why the target could not read them.
+    pub bytes: Result<Vec<u8>, String>,
+}
+
+/// Where the byte view's bytes come from.
+#[derive(Clone, Copy, Debug)]
+pub enum GuestBytes<'a> {
+    /// No live target: a saved session shows no bytes.
+    Unavailable,
+    /// A live target, and what it last answered.
+    Live(Option<&'a TargetBytes>),
+}
 
 /// What M1 and M3 make of one page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -246,10 +273,17 @@ impl MemoryPanel {
         report: &DispatchReport,
         memory: Option<&MemoryView>,
         sel: &Selection,
+        bytes: GuestBytes<'_>,
     ) -> Vec<Action> {
         puffin::profile_function!();
-        let actions = Vec::new();
+        let mut actions = Vec::new();
         let addr = selected_address(report, sel);
+        let access = sel.access.and_then(|i| report.accesses.get(i));
+        let marked =
+            addr.map(|a| ByteRange::new(a, a + u64::from(access.map_or(1, |x| x.size_bytes))));
+        if let GuestBytes::Live(got) = bytes {
+            actions.extend(self.bytes_ui(ui, addr, marked, got));
+        }
         egui::ScrollArea::vertical()
             .id_salt("memory-scroll")
             .auto_shrink([false, false])
@@ -269,6 +303,108 @@ impl MemoryPanel {
             });
         actions
     }
+}
+
+impl MemoryPanel {
+    /// The byte view of a live target: an address (typed, or the selected access's), a read, and
+    /// the bytes as the target last answered, the selected access's bytes marked.
+    fn bytes_ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        selected: Option<u64>,
+        marked: Option<ByteRange>,
+        got: Option<&TargetBytes>,
+    ) -> Option<Action> {
+        let mut action = None;
+        style::section(ui, "Bytes, read from the target now");
+        let start = |a: u64| a & !0xf;
+        ui.horizontal(|ui| {
+            ui.label("address");
+            let edit = ui.add(
+                egui::TextEdit::singleline(&mut self.address_text)
+                    .desired_width(150.0)
+                    .font(egui::TextStyle::Monospace)
+                    .hint_text(selected.map_or("0x…".to_owned(), hex)),
+            );
+            let typed = parse_address(&self.address_text);
+            let wanted = typed.or(selected).map(start);
+            let enter = edit.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+            let read = ui
+                .add_enabled(wanted.is_some(), egui::Button::new("Read"))
+                .on_hover_text("read these bytes from the emulator's memory now (Enter)");
+            // A new address is read at once; the button reads the same bytes again.
+            if let Some(a) = wanted
+                && (read.clicked() || enter || self.shown != Some(a))
+            {
+                self.shown = Some(a);
+                action = Some(Action::ReadGuest {
+                    address: a,
+                    len: BYTES_SHOWN,
+                });
+            }
+            if !self.address_text.is_empty() && typed.is_none() {
+                ui.label(RichText::new("not an address").color(style::WRITTEN));
+            }
+        });
+        match got {
+            None if self.shown.is_some() => style::nothing(
+                ui,
+                "Asked; the target answers while paused, or at its next dispatch.",
+            ),
+            None => style::nothing(ui, "Select an access or type an address."),
+            Some(TargetBytes {
+                address,
+                bytes: Err(e),
+            }) => {
+                ui.label(RichText::new(format!("{}: {e}", hex(*address))).color(style::WRITTEN));
+            }
+            Some(TargetBytes {
+                address,
+                bytes: Ok(b),
+            }) => hex_dump(ui, *address, b, marked),
+        }
+        action
+    }
+}
+
+/// `0x…` or decimal.
+fn parse_address(text: &str) -> Option<u64> {
+    let t = text.trim().replace('_', "");
+    match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => t.parse().ok(),
+    }
+}
+
+/// Rows of 16 bytes: the address, the bytes in hex, the bytes as text; `marked` bytes stand out.
+fn hex_dump(ui: &mut egui::Ui, address: u64, bytes: &[u8], marked: Option<ByteRange>) {
+    egui::Grid::new("memory-bytes")
+        .num_columns(3)
+        .spacing([12.0, 2.0])
+        .show(ui, |ui| {
+            for (row, chunk) in bytes.chunks(16).enumerate() {
+                let at = address + 16 * row as u64;
+                ui.label(mono(hex(at)).color(style::MUTED));
+                ui.horizontal(|ui| {
+                    ui.spacing_mut().item_spacing.x = 4.0;
+                    for (i, b) in chunk.iter().enumerate() {
+                        let a = at + i as u64;
+                        let text = mono(format!("{b:02x}"));
+                        ui.label(if marked.is_some_and(|m| m.contains(a)) {
+                            text.color(style::SELECTED).strong()
+                        } else {
+                            text
+                        });
+                    }
+                });
+                let text: String = chunk
+                    .iter()
+                    .map(|&b| if b.is_ascii_graphic() { b as char } else { '.' })
+                    .collect();
+                ui.label(mono(text).color(style::MUTED));
+                ui.end_row();
+            }
+        });
 }
 
 fn mappings_ui(ui: &mut egui::Ui, report: &DispatchReport, addr: Option<u64>) {

@@ -25,7 +25,7 @@ use dispatchscope_views::compare::{self, DIFFERS, plural};
 use dispatchscope_views::keys::Command;
 use dispatchscope_views::{
     AccessesPanel, Action, AfterPanel, BindingsPanel, ChunkTablePanel, DiffMarks, DifferencesPanel,
-    DispatchesPanel, MemoryPanel, RefusalsPanel, RowMark, Selection, Side, Tab, style,
+    DispatchesPanel, GuestBytes, MemoryPanel, RefusalsPanel, RowMark, Selection, Side, Tab, style,
 };
 use egui::RichText;
 
@@ -1042,7 +1042,10 @@ impl PanelsMut<'_> {
         match tab {
             Tab::Bindings | Tab::Pass => self.bindings.ui(ui, r, sel),
             Tab::Refusals => self.refusals.ui(ui, r, sel),
-            Tab::Memory => self.memory.ui(ui, r, s.memory(sel.dispatch), sel),
+            Tab::Memory => {
+                self.memory
+                    .ui(ui, r, s.memory(sel.dispatch), sel, GuestBytes::Unavailable)
+            }
             Tab::ChunkTable => self.table.ui(ui, r, s.table(sel.dispatch), sel),
             Tab::Accesses => self.accesses.ui(ui, r, sel),
             Tab::After => self.after.ui(ui, r, sel),

@@ -30,6 +30,7 @@ use dispatchscope_live::{
 };
 
 use super::session::{Session, SharedStore};
+use dispatchscope_views::TargetBytes;
 use std::sync::Mutex;
 /// The most messages taken from the channel in one frame (the rest wait for the next frame).
 const DRAIN_PER_FRAME: usize = 4_096;
@@ -93,6 +94,10 @@ pub struct LiveLink {
     shadow_path: PathBuf,
     /// Why the shadow recording stopped, if it did.
     pub record_error: Option<String>,
+    /// The bytes the target last read for the Memory panel (`ToTarget::ReadMemory`).
+    pub memory: Option<TargetBytes>,
+    /// The latest read asked: its id, address and length; read again when the target pauses.
+    read: Option<(u64, u64, u32)>,
 }
 
 static SHADOW_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -148,6 +153,8 @@ impl LiveLink {
             recording: true,
             shadow_path,
             record_error: None,
+            memory: None,
+            read: None,
         })
     }
 
@@ -208,6 +215,17 @@ impl LiveLink {
     ) -> Result<(), String> {
         self.client()?
             .capture_lanes(lanes)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Asks the target for `len` guest bytes at `address` (the Memory panel's byte view); the
+    /// answer lands in [`LiveLink::memory`], and the same bytes are read again each time the
+    /// target pauses.
+    pub fn read_memory(&mut self, address: u64, len: u32) -> Result<(), String> {
+        let id = self.read.map_or(1, |(id, ..)| id + 1);
+        self.read = Some((id, address, len));
+        self.client()?
+            .read_memory(id, address, len)
             .map_err(|e| e.to_string())
     }
 
@@ -326,6 +344,25 @@ impl LiveLink {
                     why: why.sentence(),
                 };
                 out.paused = true;
+                // What the byte view shows is read again as the paused target has it.
+                if let Some((_, address, len)) = self.read {
+                    let _ = self.read_memory(address, len);
+                }
+            }
+            ToDebugger::Memory {
+                id,
+                contents,
+                error,
+            } => {
+                if self.read.is_some_and(|(want, ..)| want == id) {
+                    let address = self.read.map_or(0, |(_, a, _)| a);
+                    self.memory = Some(TargetBytes {
+                        address,
+                        bytes: contents.map(|c| c.bytes).ok_or_else(|| {
+                            error.unwrap_or_else(|| "the target sent no bytes".into())
+                        }),
+                    });
+                }
             }
             ToDebugger::Resumed { .. } => self.state = LiveState::Running,
             ToDebugger::Stats(s) => self.stats = Some(s),

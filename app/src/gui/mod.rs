@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use dispatchscope_views::keys::{self, Command};
 use dispatchscope_views::{
     AccessesPanel, Action, AfterPanel, BindingsPanel, ChunkTablePanel, DispatchesPanel, Filter,
-    MemoryPanel, RefusalsPanel, Selection, Tab, TimelinePanel, style,
+    GuestBytes, MemoryPanel, RefusalsPanel, Selection, Tab, TimelinePanel, style,
 };
 use egui::RichText;
 use serde::{Deserialize, Serialize};
@@ -300,6 +300,13 @@ impl GuiApp {
                 self.sync_b();
             }
             Action::ShowTab(t) => self.settings.tab = t,
+            Action::ReadGuest { address, len } => {
+                if let Some(l) = &mut self.live
+                    && let Err(e) = l.read_memory(address, len)
+                {
+                    self.notice = Some(format!("live: {e}"));
+                }
+            }
         }
     }
 
@@ -653,7 +660,13 @@ impl GuiApp {
         let more = match self.settings.tab {
             Tab::Bindings => self.bindings.ui(ui, r, sel),
             Tab::Refusals => self.refusals.ui(ui, r, sel),
-            Tab::Memory => self.memory.ui(ui, r, s.memory(sel.dispatch), sel),
+            Tab::Memory => {
+                let bytes = match &self.live {
+                    Some(l) if l.is_attached() => GuestBytes::Live(l.memory.as_ref()),
+                    _ => GuestBytes::Unavailable,
+                };
+                self.memory.ui(ui, r, s.memory(sel.dispatch), sel, bytes)
+            }
             Tab::ChunkTable => self.table.ui(ui, r, s.table(sel.dispatch), sel),
             Tab::Accesses => self.accesses.ui(ui, r, sel),
             Tab::After => self.after.ui(ui, r, sel),

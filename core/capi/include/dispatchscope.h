@@ -28,7 +28,7 @@
 
 // The layout of every struct of this header: a caller compiled against another version is
 // refused by name (`DS_ABI_MISMATCH`) rather than misread.
-#define DS_ABI_VERSION 2
+#define DS_ABI_VERSION 3
 
 // `ds_event::flags`: the guest may read.
 #define DS_EVENT_READABLE (1 << 0)
@@ -41,6 +41,10 @@
 
 // `ds_event::flags`: host pages shared (reserve, set-backing).
 #define DS_EVENT_SHARED (1 << 3)
+
+// The push word where an instrumented program reads its instrumentation buffer's device address
+// (2 words, low first): the emulator sets it besides the words `ds_prepared::push_mask` names.
+#define DS_PUSH_INSTRUMENT 26
 
 // `ds_slot::flags`: the dispatch writes through the slot.
 #define DS_SLOT_WRITTEN (1 << 0)
@@ -140,6 +144,26 @@ typedef enum ds_event_kind {
   // Every fence waited: no dispatch in flight.
   DS_EVENT_RETIRE = 12,
 } ds_event_kind;
+
+// `ds_site::kind`: what kind of guest instruction a site is.
+typedef enum ds_access_kind {
+  // `global_load`/`global_store`: a guest address.
+  DS_ACCESS_GLOBAL = 0,
+  // `flat_load`/`flat_store`: an address routed by its high half (P1).
+  DS_ACCESS_FLAT = 1,
+  // `s_load`/`s_buffer_load`.
+  DS_ACCESS_SCALAR = 2,
+  // `buffer_load_dword…`: untyped, through a slot.
+  DS_ACCESS_UNTYPED_BUFFER = 3,
+  // `buffer_load_format…`: through a slot, converted by a format.
+  DS_ACCESS_FORMAT_BUFFER = 4,
+  // `image_bvh_intersect_ray`: reads a node by address (W3).
+  DS_ACCESS_RAY_INTERSECTION = 5,
+  // `ds_read`/`ds_write`: the workgroup's LDS.
+  DS_ACCESS_LDS = 6,
+  // `scratch_load`/`scratch_store`: the lane's private memory.
+  DS_ACCESS_SCRATCH = 7,
+} ds_access_kind;
 
 // A device's limits, as [`DeviceLimits`] has them. [`crate::ds_limits_default`] fills one with
 // the CPU reference's defaults, so a caller sets only what its device says.
@@ -396,6 +420,40 @@ typedef struct ds_holder_run {
   uint64_t mask_bytes;
 } ds_holder_run;
 
+// What the translator says of one access site of an instrumented program: the helper's site
+// number is the index in the array.
+typedef struct ds_site {
+  // The guest instruction's program counter (the listing shows the instruction there).
+  uint64_t pc;
+  // A `ds_access_kind`.
+  uint32_t kind;
+  // 1 for a store, 0 for a load.
+  uint32_t store;
+  // Bytes an access.
+  uint32_t size_bytes;
+  // Reserved, 0.
+  uint32_t reserved;
+} ds_site;
+
+// An instrumented pass's buffer (its words as the device left them) and what decoding it needs.
+// Its first contents come from [`ds_engine_instrumentation_init`].
+typedef struct ds_instrumentation {
+  // `sizeof(ds_instrumentation)`.
+  uint32_t size;
+  // Sites at `sites` (the program's, as given to [`ds_engine_instrumentation_init`]).
+  uint32_t n_sites;
+  // What each site is.
+  const struct ds_site *sites;
+  // The dispatch's grid in lanes (one lane a pixel; multiples of 8).
+  uint32_t width;
+  // Rows.
+  uint32_t height;
+  // The buffer's words after the device's fence.
+  const uint32_t *words;
+  // How many words (at least what init said).
+  uint64_t n_words;
+} ds_instrumentation;
+
 // What the emulator's device left, for [`ds_engine_complete`].
 typedef struct ds_completion {
   // `sizeof(ds_completion)`.
@@ -412,6 +470,10 @@ typedef struct ds_completion {
   // O8: the written holders' data and masks; a holder left out was the emulator's own pages
   // (nothing to write back).
   const struct ds_holder_run *holders;
+  // The instrumented variant's buffer as the device left it, with the program's sites; null
+  // for a plain pass. Complete decodes it into the report's instrumented section (counts by
+  // site, escapes with their pc and class, the escape log, captured lanes).
+  const struct ds_instrumentation *instrumentation;
 } ds_completion;
 
 #ifdef __cplusplus
@@ -602,6 +664,37 @@ enum ds_status ds_engine_abandon(ds_engine engine, uint64_t index);
 // # Safety
 // `out` must be null (an error) or valid for `len` writes.
 enum ds_status ds_engine_read_guest(ds_engine engine, uint64_t address, uint8_t *out, size_t len);
+
+// The first contents of an instrumented pass's buffer for a program of `n_sites` sites over a
+// `width` × `height` grid (multiples of 8): the header (the layout, the lanes an attached
+// debugger asked to capture, the positive control's `canary` address, which must lie in no
+// reservation) and zeroed counters and logs. Writes the buffer's length in words to `*n_words`;
+// with `words` null it writes only that (a size query), else `capacity` must hold it. The
+// emulator uploads the words to its own buffer and pushes its device address at
+// [`DS_PUSH_INSTRUMENT`].
+//
+// # Safety
+// `words` null or valid for `capacity` writes; `n_words` null (an error) or valid for a write.
+enum ds_status ds_engine_instrumentation_init(ds_engine engine,
+                                              uint32_t n_sites,
+                                              uint32_t width,
+                                              uint32_t height,
+                                              uint64_t canary,
+                                              uint32_t *words,
+                                              uint64_t capacity,
+                                              uint64_t *n_words);
+
+// Hands an attached debugger (now, and each debugger that attaches later) the guest machine
+// code of the program at guest address `program`, `len` bytes from `code`: its listing shows the
+// instruction at every pc a report names (an escape's site, a refusal's program). Call it once a
+// program, as the emulator first translates it; a second call for one address replaces it.
+//
+// # Safety
+// `code` must point at `len` readable bytes.
+enum ds_status ds_engine_add_program(ds_engine engine,
+                                     uint64_t program,
+                                     const uint8_t *code,
+                                     size_t len);
 
 // Creates an engine whose backend runs on the emulator's own Vulkan device (see
 // [`ds_vulkan_device`]) and writes its handle to `*out`. The planner uses the device's own

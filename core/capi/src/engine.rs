@@ -11,6 +11,7 @@ use dispatchscope_core::engine::{CompleteError, EngineError, Prepared, RanOn};
 use dispatchscope_core::exec::{Job, Outcome as RunOutcome};
 use dispatchscope_core::host::HostMemory;
 use dispatchscope_core::input::{DeviceLimits, DispatchInput, Event};
+use dispatchscope_core::instrument::LaneSelection;
 use dispatchscope_core::memory::GuestMemory;
 use dispatchscope_core::memory::MemoryError;
 use dispatchscope_core::report::DispatchReport;
@@ -91,6 +92,9 @@ pub(crate) struct EngineState {
     /// [`crate::ds_engine_complete`].
     prepared: Option<Prepared>,
     prepared_input: DispatchInput,
+    /// The lanes an instrumented pass captures: the attached debugger's latest request
+    /// (`ToTarget::CaptureLanes`), taken before each prepare; none by default.
+    lanes: LaneSelection,
 }
 
 struct Capture {
@@ -178,6 +182,7 @@ pub(crate) fn create_engine(
         capture: None,
         prepared: None,
         prepared_input: DispatchInput::default(),
+        lanes: LaneSelection::none(),
     });
     // SAFETY: `out` was checked non-null; the caller promises it is valid for a write.
     unsafe { write_out(out, handle, "out") }
@@ -347,10 +352,28 @@ impl EngineState {
         let filled = unsafe { dispatch.fill(&mut input) };
         let result = filled.and_then(|()| {
             self.tap.before_prepare(&self.engine, &input);
+            if let Some(lanes) = self.tap.take_lane_request() {
+                self.lanes = lanes.unwrap_or_else(LaneSelection::none);
+            }
             self.engine.prepare(&input).map_err(engine_error)
         });
         self.prepared_input = input;
         result
+    }
+
+    /// The device the engine's limits describe: the emulator's, which runs its own dispatches.
+    pub(crate) fn device_name(&self) -> String {
+        self.engine.limits().name.clone()
+    }
+
+    /// The lanes an instrumented pass captures now (see [`EngineState::lanes`]).
+    pub(crate) fn lanes(&self) -> LaneSelection {
+        self.lanes
+    }
+
+    /// Hands an attached debugger the machine code of the program at `address` (its listing).
+    pub(crate) fn add_program(&self, address: u64, code: &[u8]) {
+        self.tap.add_program(address, code);
     }
 
     /// Keeps what [`EngineState::prepare`] handed out until complete.

@@ -8,9 +8,10 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use dispatchscope_core::addr::ByteRange;
-use dispatchscope_core::engine::{DeviceRun, HolderRun, RanOn};
+use dispatchscope_core::engine::{DeviceInstrumentation, DeviceRun, HolderRun, RanOn};
 use dispatchscope_core::host::{HostError, HostMemory, RealMapping};
-use dispatchscope_core::input::{Backing, Event, HostProtection};
+use dispatchscope_core::input::{AccessKind, Backing, Event, HostProtection, Op};
+use dispatchscope_core::instrument::{self, Grid, InstrumentLayout, SiteInfo};
 use dispatchscope_vk::host_pages::{HostCalls, ProcessHost};
 
 use crate::engine::{create_engine, ds_engine, with_engine};
@@ -19,7 +20,7 @@ use crate::input::{ds_dispatch, ds_limits, ds_mode};
 
 /// The layout of every struct of this header: a caller compiled against another version is
 /// refused by name (`DS_ABI_MISMATCH`) rather than misread.
-pub const DS_ABI_VERSION: u32 = 2;
+pub const DS_ABI_VERSION: u32 = 3;
 
 /// The ABI version this library was built with (compare with `DS_ABI_VERSION`).
 #[unsafe(no_mangle)]
@@ -696,6 +697,10 @@ pub struct ds_completion {
     /// O8: the written holders' data and masks; a holder left out was the emulator's own pages
     /// (nothing to write back).
     pub holders: *const ds_holder_run,
+    /// The instrumented variant's buffer as the device left it, with the program's sites; null
+    /// for a plain pass. Complete decodes it into the report's instrumented section (counts by
+    /// site, escapes with their pc and class, the escape log, captured lanes).
+    pub instrumentation: *const ds_instrumentation,
 }
 
 /// Every phase after the device (C1, C2, O8/O9, L1) for the prepared dispatch, after the
@@ -761,13 +766,28 @@ pub unsafe extern "C" fn ds_engine_complete(
                 masks,
             });
         }
+        let mut sites = Vec::new();
+        let instrumentation = if c.instrumentation.is_null() {
+            None
+        } else {
+            // SAFETY: non-null; the caller promises a `ds_instrumentation` and its arrays.
+            Some(unsafe { instrumentation_arg(&*c.instrumentation, &mut sites) }?)
+        };
+        let instrumentation = instrumentation.map(|(layout, grid, words)| DeviceInstrumentation {
+            layout,
+            grid,
+            words,
+            sites: &sites,
+        });
+        // The emulator's device ran it: the report names the device its limits came from.
+        let device = s.device_name();
         s.complete(
             c.index,
             RanOn::Device(DeviceRun {
                 marks,
                 holders,
-                ran_on: None,
-                instrumentation: None,
+                ran_on: Some(&device),
+                instrumentation,
             }),
         )
     })
@@ -798,5 +818,211 @@ pub unsafe extern "C" fn ds_engine_read_guest(
         // SAFETY: non-null; the caller promises `len` writable bytes.
         let buf = unsafe { std::slice::from_raw_parts_mut(out, len) };
         s.read_guest(address, buf)
+    })
+}
+
+/// `ds_site::kind`: what kind of guest instruction a site is.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub enum ds_access_kind {
+    /// `global_load`/`global_store`: a guest address.
+    DS_ACCESS_GLOBAL = 0,
+    /// `flat_load`/`flat_store`: an address routed by its high half (P1).
+    DS_ACCESS_FLAT = 1,
+    /// `s_load`/`s_buffer_load`.
+    DS_ACCESS_SCALAR = 2,
+    /// `buffer_load_dword…`: untyped, through a slot.
+    DS_ACCESS_UNTYPED_BUFFER = 3,
+    /// `buffer_load_format…`: through a slot, converted by a format.
+    DS_ACCESS_FORMAT_BUFFER = 4,
+    /// `image_bvh_intersect_ray`: reads a node by address (W3).
+    DS_ACCESS_RAY_INTERSECTION = 5,
+    /// `ds_read`/`ds_write`: the workgroup's LDS.
+    DS_ACCESS_LDS = 6,
+    /// `scratch_load`/`scratch_store`: the lane's private memory.
+    DS_ACCESS_SCRATCH = 7,
+}
+
+impl ds_access_kind {
+    const ALL: [(ds_access_kind, AccessKind); 8] = [
+        (Self::DS_ACCESS_GLOBAL, AccessKind::Global),
+        (Self::DS_ACCESS_FLAT, AccessKind::Flat),
+        (Self::DS_ACCESS_SCALAR, AccessKind::Scalar),
+        (Self::DS_ACCESS_UNTYPED_BUFFER, AccessKind::UntypedBuffer),
+        (Self::DS_ACCESS_FORMAT_BUFFER, AccessKind::FormatBuffer),
+        (
+            Self::DS_ACCESS_RAY_INTERSECTION,
+            AccessKind::RayIntersection,
+        ),
+        (Self::DS_ACCESS_LDS, AccessKind::Lds),
+        (Self::DS_ACCESS_SCRATCH, AccessKind::Scratch),
+    ];
+
+    fn kind(value: u32) -> Option<AccessKind> {
+        Self::ALL
+            .iter()
+            .find(|(c, _)| *c as u32 == value)
+            .map(|&(_, k)| k)
+    }
+}
+
+/// The push word where an instrumented program reads its instrumentation buffer's device address
+/// (2 words, low first): the emulator sets it besides the words `ds_prepared::push_mask` names.
+pub const DS_PUSH_INSTRUMENT: u32 = 26;
+
+/// What the translator says of one access site of an instrumented program: the helper's site
+/// number is the index in the array.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[allow(non_camel_case_types)]
+pub struct ds_site {
+    /// The guest instruction's program counter (the listing shows the instruction there).
+    pub pc: u64,
+    /// A `ds_access_kind`.
+    pub kind: u32,
+    /// 1 for a store, 0 for a load.
+    pub store: u32,
+    /// Bytes an access.
+    pub size_bytes: u32,
+    /// Reserved, 0.
+    pub reserved: u32,
+}
+
+/// An instrumented pass's buffer (its words as the device left them) and what decoding it needs.
+/// Its first contents come from [`ds_engine_instrumentation_init`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[allow(non_camel_case_types)]
+pub struct ds_instrumentation {
+    /// `sizeof(ds_instrumentation)`.
+    pub size: u32,
+    /// Sites at `sites` (the program's, as given to [`ds_engine_instrumentation_init`]).
+    pub n_sites: u32,
+    /// What each site is.
+    pub sites: *const ds_site,
+    /// The dispatch's grid in lanes (one lane a pixel; multiples of 8).
+    pub width: u32,
+    /// Rows.
+    pub height: u32,
+    /// The buffer's words after the device's fence.
+    pub words: *const u32,
+    /// How many words (at least what init said).
+    pub n_words: u64,
+}
+
+/// Reads `i`'s sites into `sites` and checks its grid; the layout, grid and words.
+///
+/// # Safety
+/// `i`'s pointers valid for their counts.
+unsafe fn instrumentation_arg<'a>(
+    i: &ds_instrumentation,
+    sites: &mut Vec<SiteInfo>,
+) -> Result<(InstrumentLayout, Grid, &'a [u32]), Failure> {
+    if i.size as usize != size_of::<ds_instrumentation>() {
+        return Err(abi_mismatch(
+            "ds_instrumentation",
+            i.size,
+            size_of::<ds_instrumentation>(),
+        ));
+    }
+    let grid = Grid::new(i.width, i.height)
+        .map_err(|e| Failure::new(ds_status::DS_BAD_INPUT, format!("instrumentation: {e}")))?;
+    // SAFETY: the caller promises `n_sites` sites.
+    let given = unsafe { slice_arg(i.sites, i.n_sites as usize, "instrumentation.sites") }?;
+    for (n, s) in given.iter().enumerate() {
+        let kind = ds_access_kind::kind(s.kind).ok_or_else(|| {
+            Failure::new(
+                ds_status::DS_BAD_INPUT,
+                format!(
+                    "instrumentation.sites[{n}].kind is {}, no ds_access_kind",
+                    s.kind
+                ),
+            )
+        })?;
+        sites.push(SiteInfo {
+            pc: s.pc,
+            kind,
+            op: if s.store != 0 { Op::Store } else { Op::Load },
+            size_bytes: s.size_bytes,
+        });
+    }
+    let n = usize::try_from(i.n_words).map_err(|_| {
+        Failure::new(
+            ds_status::DS_BAD_INPUT,
+            "instrumentation.n_words is too large",
+        )
+    })?;
+    // SAFETY: the caller promises `n_words` words.
+    let words = unsafe { slice_arg(i.words, n, "instrumentation.words") }?;
+    Ok((InstrumentLayout::with_sites(i.n_sites), grid, words))
+}
+
+/// The first contents of an instrumented pass's buffer for a program of `n_sites` sites over a
+/// `width` × `height` grid (multiples of 8): the header (the layout, the lanes an attached
+/// debugger asked to capture, the positive control's `canary` address, which must lie in no
+/// reservation) and zeroed counters and logs. Writes the buffer's length in words to `*n_words`;
+/// with `words` null it writes only that (a size query), else `capacity` must hold it. The
+/// emulator uploads the words to its own buffer and pushes its device address at
+/// [`DS_PUSH_INSTRUMENT`].
+///
+/// # Safety
+/// `words` null or valid for `capacity` writes; `n_words` null (an error) or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_instrumentation_init(
+    engine: ds_engine,
+    n_sites: u32,
+    width: u32,
+    height: u32,
+    canary: u64,
+    words: *mut u32,
+    capacity: u64,
+    n_words: *mut u64,
+) -> ds_status {
+    with_engine(engine, |s| {
+        if n_words.is_null() {
+            return Err(null("n_words"));
+        }
+        let grid = Grid::new(width, height)
+            .map_err(|e| Failure::new(ds_status::DS_BAD_INPUT, e.to_string()))?;
+        let layout = InstrumentLayout::with_sites(n_sites);
+        let needed = u64::from(layout.words());
+        // SAFETY: non-null; the caller promises a write.
+        unsafe { n_words.write(needed) };
+        if words.is_null() {
+            return Ok(());
+        }
+        if capacity < needed {
+            return Err(Failure::new(
+                ds_status::DS_BAD_INPUT,
+                format!("capacity is {capacity} words; the buffer needs {needed}"),
+            ));
+        }
+        let init = instrument::initial_words(&layout, &s.lanes(), canary, grid);
+        // SAFETY: `capacity >= needed == init.len()` writable words at `words`.
+        unsafe { std::ptr::copy_nonoverlapping(init.as_ptr(), words, init.len()) };
+        Ok(())
+    })
+}
+
+/// Hands an attached debugger (now, and each debugger that attaches later) the guest machine
+/// code of the program at guest address `program`, `len` bytes from `code`: its listing shows the
+/// instruction at every pc a report names (an escape's site, a refusal's program). Call it once a
+/// program, as the emulator first translates it; a second call for one address replaces it.
+///
+/// # Safety
+/// `code` must point at `len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_add_program(
+    engine: ds_engine,
+    program: u64,
+    code: *const u8,
+    len: usize,
+) -> ds_status {
+    with_engine(engine, |s| {
+        // SAFETY: the caller promises `len` bytes.
+        let code = unsafe { slice_arg(code, len, "code") }?;
+        s.add_program(program, code);
+        Ok(())
     })
 }

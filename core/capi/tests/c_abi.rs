@@ -65,7 +65,12 @@ fn run_c(name: &str) -> String {
         "{name}.c does not build:\n{}",
         String::from_utf8_lossy(&built.stderr)
     );
-    let run = Command::new(&exe).output().unwrap();
+    // cargo's own LD_LIBRARY_PATH may name an older copy of the cdylib (`target/<profile>`), and it
+    // overrides the rpath: name the one built for this test.
+    let run = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", &lib)
+        .output()
+        .unwrap();
     let out = String::from_utf8_lossy(&run.stdout).into_owned();
     assert!(
         run.status.success(),

@@ -502,6 +502,13 @@ impl LiveClient {
         self.send(&ToTarget::CaptureLanes { lanes })
     }
 
+    /// Ask for `len` guest bytes at `address` ([`ToTarget::ReadMemory`]); the answer arrives on
+    /// the channel as [`ToDebugger::Memory`] with the same `id`: at once while the target is
+    /// paused, else at its next dispatch.
+    pub fn read_memory(&self, id: u64, address: u64, len: u32) -> Result<(), ClientError> {
+        self.send(&ToTarget::ReadMemory { id, address, len })
+    }
+
     /// Replace the breakpoints.
     pub fn set_breakpoints(&self, breakpoints: &Breakpoints) -> Result<(), ClientError> {
         self.send(&ToTarget::SetBreakpoints {

@@ -94,7 +94,7 @@ use dispatchscope_formats::sample::Contents;
 /// The `protocol` field of both hellos.
 pub const PROTOCOL: &str = "dispatchscope.live";
 /// The protocol version this build speaks; a target and a debugger talk only when theirs are equal.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// The port a target listens on by default (on 127.0.0.1).
 pub const DEFAULT_PORT: u16 = 27953;
 /// The address a target listens on by default.
@@ -107,6 +107,11 @@ pub const MAX_FRAME_BYTES: u32 = 32 << 20;
 pub const MAX_COMMAND_FRAME_BYTES: u32 = 64 << 10;
 /// The most events one [`ToDebugger::SnapshotEvents`] frame carries.
 pub const SNAPSHOT_EVENTS_PER_FRAME: usize = 4096;
+/// The most guest bytes one [`ToTarget::ReadMemory`] asks for (a memory view's screen, a lane's
+/// values); a longer read is refused by name.
+pub const MAX_MEMORY_READ: u32 = 64 << 10;
+/// Reads a target holds unanswered at most; one more is answered at once with an error.
+pub const MAX_MEMORY_READS_PENDING: usize = 16;
 /// The most guest bytes one [`ToDebugger::SnapshotContents`] frame carries.
 pub const SNAPSHOT_CONTENTS_BYTES: usize = 1 << 20;
 /// Access reports a dispatch frame carries unless the tap is told otherwise
@@ -581,6 +586,19 @@ pub enum ToDebugger {
         /// Every access report of it.
         accesses: Vec<AccessReport>,
     },
+    /// Guest bytes as [`ToTarget::ReadMemory`] asked, read from the emulator's own memory (host
+    /// mode) or the engine's simulated contents, on the game's thread between dispatches.
+    Memory {
+        /// The request's id.
+        id: u64,
+        /// The bytes read, from the address asked; `None` when the read failed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        contents: Option<Contents>,
+        /// Why it failed (a page the process cannot read, a read too long, too many pending),
+        /// naming the values.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// The target no longer holds (or never cut) the access list [`ToTarget::Detail`] asked for.
     DetailGone {
         /// The dispatch.
@@ -638,6 +656,7 @@ impl ToDebugger {
             ToDebugger::Checkpoint(_) => "checkpoint",
             ToDebugger::Detail { .. } => "detail",
             ToDebugger::DetailGone { .. } => "detail-gone",
+            ToDebugger::Memory { .. } => "memory",
             ToDebugger::DispatchFailed { .. } => "dispatch-failed",
             ToDebugger::Paused { .. } => "paused",
             ToDebugger::Resumed { .. } => "resumed",
@@ -683,6 +702,19 @@ pub enum ToTarget {
     CaptureLanes {
         /// The lanes, or `None` for the emulator's own selection.
         lanes: Option<dispatchscope_core::instrument::LaneSelection>,
+    },
+    /// Read `len` guest bytes at `address` (at most [`MAX_MEMORY_READ`]): the values a memory
+    /// view, a lane or a write history shows, from the emulator's own pages in host mode. The
+    /// game's thread answers ([`ToDebugger::Memory`] with the same `id`) at once while paused,
+    /// else at its next dispatch.
+    ReadMemory {
+        /// Echoed in the answer.
+        id: u64,
+        /// The first guest byte.
+        #[serde(with = "hex")]
+        address: u64,
+        /// Bytes to read.
+        len: u32,
     },
 }
 

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use std::sync::Mutex;
 
 use crate::protocol::{
-    DebuggerHello, FrameReader, MAX_COMMAND_FRAME_BYTES, MAX_FRAME_BYTES, PROTOCOL, ProtocolError,
-    RefusalReason, Stats, TargetHello, ToDebugger, ToTarget, VERSION, decode, encode_frame_into,
-    hello_header, tokens_match,
+    DebuggerHello, FrameReader, MAX_COMMAND_FRAME_BYTES, MAX_FRAME_BYTES, MAX_MEMORY_READ,
+    MAX_MEMORY_READS_PENDING, PROTOCOL, ProtocolError, RefusalReason, Stats, TargetHello,
+    ToDebugger, ToTarget, VERSION, decode, encode_frame_into, hello_header, tokens_match,
 };
 use crate::shared::{DetailRing, Link, Outgoing, Popped, Queue, Release, Shared, TapError, lock};
 use crate::wire::Encoder;
@@ -514,6 +514,29 @@ fn read_loop(
             ToTarget::CaptureLanes { lanes } => {
                 c.lanes_chosen = lanes.is_some();
                 c.lane_request = Some(lanes);
+            }
+            ToTarget::ReadMemory { id, address, len } => {
+                let refused = if len > MAX_MEMORY_READ {
+                    Some(format!(
+                        "a read of {len} bytes at {address:#x} is longer than the {MAX_MEMORY_READ} bytes one read may take"
+                    ))
+                } else if c.memory_reads.len() >= MAX_MEMORY_READS_PENDING {
+                    Some(format!(
+                        "{MAX_MEMORY_READS_PENDING} reads are waiting for the game's thread (it answers while paused or at its next dispatch)"
+                    ))
+                } else {
+                    c.memory_reads.push((id, address, len));
+                    None
+                };
+                if let Some(error) = refused {
+                    drop(c);
+                    queue.push_control(ToDebugger::Memory {
+                        id,
+                        contents: None,
+                        error: Some(error),
+                    });
+                    continue;
+                }
             }
             ToTarget::Detach => return "it detached".into(),
         }

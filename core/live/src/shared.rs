@@ -415,6 +415,9 @@ pub(crate) struct Control {
     pub(crate) lane_request: Option<Option<LaneSelection>>,
     /// Whether the session's debugger chose the lanes, so that its end gives the choice back.
     pub(crate) lanes_chosen: bool,
+    /// Reads ([`crate::ToTarget::ReadMemory`]) the game's thread has yet to answer: id, address,
+    /// length; at most [`crate::protocol::MAX_MEMORY_READS_PENDING`].
+    pub(crate) memory_reads: Vec<(u64, u64, u32)>,
 }
 
 impl Control {
@@ -425,6 +428,7 @@ impl Control {
         self.release = None;
         self.breakpoints = Breakpoints::default();
         self.snapshot_wanted = false;
+        self.memory_reads.clear();
         if std::mem::take(&mut self.lanes_chosen) {
             self.lane_request = Some(None);
         }

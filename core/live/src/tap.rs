@@ -38,6 +38,7 @@ use dispatchscope_core::input::DispatchInput;
 use dispatchscope_core::input::Event;
 use dispatchscope_core::instrument::LaneSelection;
 use dispatchscope_core::report::{DispatchReport, EventReport, Mode};
+use dispatchscope_formats::sample::Contents;
 
 /// A cheap, cloneable view of a tap for other threads: attached or not, figures, the log.
 #[derive(Clone)]
@@ -310,8 +311,10 @@ impl Tap {
             c.snapshot_wanted = false;
             send_snapshot(&c, engine);
         }
+        let read = reader(engine);
+        answer_reads(&mut c, &read);
         if let Some(why) = pause_before(&c, index, input) {
-            drop(pause(&shared, c, index, why, Some(input)));
+            drop(pause(&shared, c, index, why, Some(input), &read));
         }
         true
     }
@@ -353,8 +356,10 @@ impl Tap {
                 if let Some((left, _)) = c.steps.as_mut() {
                     *left = left.saturating_sub(1);
                 }
+                let read = reader(engine);
+                answer_reads(&mut c, &read);
                 if let Some(why) = pause_after(&c.breakpoints, report) {
-                    drop(pause(&shared, c, index + 1, why, None));
+                    drop(pause(&shared, c, index + 1, why, None, &read));
                 }
             }
             Err(e) => {
@@ -487,14 +492,49 @@ fn send_snapshot<B: Backend>(c: &Control, engine: &Engine<B>) {
     }
 }
 
+/// How the game's thread reads guest bytes for a debugger: the engine's view (the emulator's own
+/// pages in host mode, never a crash on a page the process cannot read).
+type ReadGuest<'e> = dyn Fn(u64, &mut [u8]) -> Result<(), String> + 'e;
+
+fn reader<B: Backend>(engine: &Engine<B>) -> impl Fn(u64, &mut [u8]) -> Result<(), String> + '_ {
+    |address, out| engine.read_guest(address, out).map_err(|e| e.to_string())
+}
+
+/// Answers the debugger's pending reads ([`crate::ToTarget::ReadMemory`]) on the game's thread.
+fn answer_reads(c: &mut Control, read: &ReadGuest<'_>) {
+    if c.memory_reads.is_empty() {
+        return;
+    }
+    let reads = std::mem::take(&mut c.memory_reads);
+    let Some(link) = &c.link else { return };
+    for (id, address, len) in reads {
+        let mut bytes = vec![0; len as usize];
+        let answer = match read(address, &mut bytes) {
+            Ok(()) => ToDebugger::Memory {
+                id,
+                contents: Some(Contents { address, bytes }),
+                error: None,
+            },
+            Err(e) => ToDebugger::Memory {
+                id,
+                contents: None,
+                error: Some(format!("{len} bytes at {address:#x}: {e}")),
+            },
+        };
+        link.queue.push_control(answer);
+    }
+}
+
 /// Pauses the game thread before dispatch `next_dispatch` until the debugger releases it, detaches,
-/// dies, or stays silent for the pause timeout.
+/// dies, or stays silent for the pause timeout; reads the debugger asks for meanwhile are answered
+/// with `read`.
 fn pause<'a>(
     shared: &'a Shared,
     mut c: MutexGuard<'a, Control>,
     next_dispatch: u64,
     why: PauseReason,
     upcoming: Option<&DispatchInput>,
+    read: &ReadGuest<'_>,
 ) -> MutexGuard<'a, Control> {
     let Some(link) = c.link.as_ref() else {
         return c;
@@ -518,6 +558,7 @@ fn pause<'a>(
         .filter(|l| l.id == session)
         .map(|l| (l.last_heard.elapsed(), l.peer, Arc::clone(&l.queue)))
     {
+        answer_reads(&mut c, read);
         if let Some(release) = c.release.take() {
             let why = match release {
                 Release::Continue => ResumeReason::Continue,

@@ -234,10 +234,66 @@ int main(void) {
     expect("complete with the wrong number of mark words", ds_engine_complete(engine, &c),
            DS_BAD_INPUT);
     c.n_marks = p.mark_words;
+
+    /* Its instrumented buffer: the layout from the engine, a device's results written by hand (one
+     * store at site 1 escaped, at an address no reservation holds), decoded by complete. */
+    static const ds_site sites[2] = {
+        {0x74005b854a10ull, DS_ACCESS_GLOBAL, 0, 4, 0},
+        {0x74005b854a24ull, DS_ACCESS_GLOBAL, 1, 4, 0},
+    };
+    uint64_t n_words = 0;
+    expect("instrumentation size query",
+           ds_engine_instrumentation_init(engine, 2, 16, 8, 0x700000000ull, NULL, 0, &n_words), DS_OK);
+    check("the layout has a header, sites, logs and a heat map", n_words > 60 + 2 * 16, NULL);
+    static uint32_t words[16384];
+    expect("instrumentation init into too little room",
+           ds_engine_instrumentation_init(engine, 2, 16, 8, 0x700000000ull, words, n_words - 1, &n_words),
+           DS_BAD_INPUT);
+    expect("instrumentation init with a grid of no whole workgroups",
+           ds_engine_instrumentation_init(engine, 2, 15, 8, 0x700000000ull, words, 16384, &n_words),
+           DS_BAD_INPUT);
+    expect("instrumentation init",
+           ds_engine_instrumentation_init(engine, 2, 16, 8, 0x700000000ull, words, 16384, &n_words), DS_OK);
+    check("the buffer starts with the magic", words[0] == 0x44534931u && words[1] == 2, NULL);
+    const uint32_t escapes_at = 60 + 2 * 16;
+    words[16] = 1;                      /* one escape logged */
+    words[escapes_at + 0] = 0;          /* workgroup */
+    words[escapes_at + 1] = 3;          /* local lane */
+    words[escapes_at + 2] = 1;          /* site */
+    words[escapes_at + 3] = 0x10;       /* address, low */
+    words[escapes_at + 4] = 0x6;        /* address, high: 0x600000010, in no reservation */
+    words[escapes_at + 5] = 4u | (1u << 16);
+    words[escapes_at + 6] = 0xf;
+    ds_instrumentation in;
+    memset(&in, 0, sizeof in);
+    in.size = sizeof in - 8;
+    in.n_sites = 2;
+    in.sites = sites;
+    in.width = 16;
+    in.height = 8;
+    in.words = words;
+    in.n_words = n_words;
+    c.instrumentation = &in;
+    expect("complete with a ds_instrumentation of the wrong size", ds_engine_complete(engine, &c),
+           DS_ABI_MISMATCH);
+    in.size = sizeof in;
+    ds_site bad[2] = {sites[0], sites[1]};
+    bad[1].kind = 99;
+    in.sites = bad;
+    expect("complete with a site of no kind", ds_engine_complete(engine, &c), DS_BAD_INPUT);
+    in.sites = sites;
+    in.n_words = 8;
+    expect("complete with a short buffer", ds_engine_complete(engine, &c), DS_BAD_INPUT);
+    in.n_words = n_words;
     expect("complete device-addressed", ds_engine_complete(engine, &c), DS_OK);
+    c.instrumentation = NULL;
     const char *json = NULL;
     size_t len = 0;
     expect("report JSON", ds_engine_report_json(engine, &json, &len), DS_OK);
+    check("the instrumented section names the escape's pc",
+          json && strstr(json, "\"instrumented\"") && strstr(json, "\"pc\":\"0x74005b854a24\"") &&
+              strstr(json, "\"class\":\"no-reservation\"") && strstr(json, "\"backend\":\"emulator\""),
+          json);
     check("the shared pages are refused by name (real-mapping)",
           json && strstr(json, "\"real-mapping\"") && strstr(json, "shared, although the events say private"),
           NULL);
