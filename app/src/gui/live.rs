@@ -349,20 +349,19 @@ impl LiveLink {
                     let _ = self.read_memory(address, len);
                 }
             }
+            // An answer to a read the view no longer waits for is dropped (the `_` arm).
             ToDebugger::Memory {
                 id,
                 contents,
                 error,
-            } => {
-                if self.read.is_some_and(|(want, ..)| want == id) {
-                    let address = self.read.map_or(0, |(_, a, _)| a);
-                    self.memory = Some(TargetBytes {
-                        address,
-                        bytes: contents.map(|c| c.bytes).ok_or_else(|| {
-                            error.unwrap_or_else(|| "the target sent no bytes".into())
-                        }),
-                    });
-                }
+            } if self.read.is_some_and(|(want, ..)| want == id) => {
+                let address = self.read.map_or(0, |(_, a, _)| a);
+                self.memory = Some(TargetBytes {
+                    address,
+                    bytes: contents
+                        .map(|c| c.bytes)
+                        .ok_or_else(|| error.unwrap_or_else(|| "the target sent no bytes".into())),
+                });
             }
             ToDebugger::Resumed { .. } => self.state = LiveState::Running,
             ToDebugger::Stats(s) => self.stats = Some(s),
