@@ -66,7 +66,10 @@ struct Target {
 
 impl Target {
     fn start(exe: &Path, extra: &[&str]) -> (Self, String) {
+        // cargo's own LD_LIBRARY_PATH may name an older copy of the cdylib (`target/<profile>`),
+        // and it overrides the rpath: name the one built for this test (as `c_abi.rs` does).
         let mut child = Command::new(exe)
+            .env("LD_LIBRARY_PATH", capi_dir())
             .args(["--listen", "127.0.0.1:0"])
             .args(extra)
             .stdout(Stdio::piped())
