@@ -40,9 +40,22 @@ deps() {
         echo "layering violated: $1 depends on $(echo $found) ($3)"; exit 1
     fi
 }
+# users CRATE PATTERN WHY: fails when a crate whose name does not match PATTERN depends on CRATE
+# directly (a normal or build edge; dev edges, which only tests take, are not counted).
+users() {
+    local found
+    found=$(cargo tree -i "$1" -e normal,build --depth 1 --prefix none --locked | sed 1d | sed 's/ .*//' | sort -u | grep -vE "^($2)$" || true)
+    if [ -n "$found" ]; then
+        echo "layering violated: $(echo $found) depends on $1 ($3)"; exit 1
+    fi
+}
 ui='egui|eframe|winit|egui_[a-z_]+|wgpu|glow|rfd'
-deps dispatchscope-core "$ui|ash|rspirv|spirv-tools|dispatchscope-(formats|live|vk|demo|views)" \
-    "the engine draws nothing, opens no file or socket and calls no Vulkan"
+deps dispatchscope-core "$ui|ash|rspirv|spirv-tools|dispatchscope-(analysis|formats|live|vk|demo|views)" \
+    "the engine draws nothing, opens no file or socket and calls no Vulkan; the analysis is above it"
+deps dispatchscope-analysis "$ui|ash|rspirv|spirv-tools|dispatchscope-(formats|live|vk|demo|rdna|views|capi)" \
+    "the analysis reads reports: it draws nothing, opens no file or socket and calls no Vulkan"
+users dispatchscope-analysis "dispatchscope|dispatchscope-(formats|views)" \
+    "the analysis is the debugger's: sessions on disk (formats), panels (views) and the app use it"
 deps dispatchscope-formats "$ui|ash|dispatchscope-(live|vk|demo|views)" "files only"
 deps dispatchscope-live "$ui|ash|dispatchscope-(vk|demo|views)" "the live protocol draws nothing"
 deps dispatchscope-vk "$ui|dispatchscope-(live|demo|views)" "the backend draws nothing"

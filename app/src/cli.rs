@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use dispatchscope_core::explain::{Detail, explain};
+use dispatchscope_analysis::explain::{Detail, explain};
 use dispatchscope_core::report::{DispatchReport, SCHEMA};
 use dispatchscope_formats::checkpoint;
 use dispatchscope_formats::sample::Sample;

@@ -1,6 +1,6 @@
 //! `dispatchscope diff A B [--json]`: two sessions compared dispatch by dispatch
-//! (`dispatchscope_core::diff`); and the "what if", `dispatchscope diff FILE --LIMIT VALUE`: one
-//! session against itself under other limits (`dispatchscope_core::what_if`).
+//! (`dispatchscope_analysis::diff`); and the "what if", `dispatchscope diff FILE --LIMIT VALUE`: one
+//! session against itself under other limits (`dispatchscope_analysis::what_if`).
 //!
 //! A sample's reports are its replay on the CPU reference; a capture's are the reports it
 //! recorded, read through its index one DISPATCH record at a time (a capture that recorded none is
@@ -18,10 +18,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use clap::Args;
-use dispatchscope_core::diff::{Compared, DIFF_SCHEMA, DispatchDiff, SessionDiff, diff_sessions};
+use dispatchscope_analysis::diff::{
+    Compared, DIFF_SCHEMA, DispatchDiff, SessionDiff, diff_sessions,
+};
+use dispatchscope_analysis::what_if::{PlanLimits, WhatIfError, needs_replay};
 use dispatchscope_core::input::DeviceLimits;
 use dispatchscope_core::report::DispatchReport;
-use dispatchscope_core::what_if::{PlanLimits, WhatIfError, needs_replay};
 use dispatchscope_formats::sample::Sample;
 use dispatchscope_formats::session::{self, Opened};
 use dispatchscope_formats::what_if::{self, RePlanError};
@@ -254,11 +256,11 @@ pub fn text(a: &str, b: &str, d: &SessionDiff) -> String {
         let _ = writeln!(out, "limit {}: {} → {}", l.name, l.before, l.after);
     }
     let how = match d.matching {
-        dispatchscope_core::diff::Matching::ByOrder => "matched by order",
-        dispatchscope_core::diff::Matching::ByProgram => {
+        dispatchscope_analysis::diff::Matching::ByOrder => "matched by order",
+        dispatchscope_analysis::diff::Matching::ByProgram => {
             "matched by program address (longest common subsequence)"
         }
-        dispatchscope_core::diff::Matching::ByOrderPastLimit => {
+        dispatchscope_analysis::diff::Matching::ByOrderPastLimit => {
             "matched by program address, and by order where the sequences were too long to align"
         }
     };

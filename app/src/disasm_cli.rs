@@ -147,7 +147,7 @@ pub fn instruction_at(
 
 /// `explain`'s text with the instruction beside each escape: after every `ESCAPE` line whose pc
 /// lies in a program the session carries, a line `at 0x…: <instruction as LLVM prints it>`.
-/// Lines are otherwise unchanged, so the text stays what `dispatchscope_core::explain` wrote.
+/// Lines are otherwise unchanged, so the text stays what `dispatchscope_analysis::explain` wrote.
 pub fn with_instructions(
     text: &str,
     programs: &[dispatchscope_formats::sample::Program],

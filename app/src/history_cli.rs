@@ -11,8 +11,8 @@
 
 use std::path::PathBuf;
 
+use dispatchscope_analysis::history::{HISTORY_SCHEMA, History};
 use dispatchscope_core::ByteRange;
-use dispatchscope_core::history::{HISTORY_SCHEMA, History};
 use dispatchscope_formats::history::{of_capture, replay_sample, watched_range};
 use dispatchscope_formats::session::{self, Opened};
 
@@ -98,7 +98,7 @@ pub fn text(h: &History, file: &str) -> String {
             w.after.text(),
             w.kind.who()
         );
-        if let dispatchscope_core::history::WriteKind::WriteBack { stores, .. } = &w.kind
+        if let dispatchscope_analysis::history::WriteKind::WriteBack { stores, .. } = &w.kind
             && !stores.is_empty()
         {
             let list: Vec<String> = stores.iter().map(usize::to_string).collect();

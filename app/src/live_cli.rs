@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use dispatchscope_core::explain::{Detail, explain};
+use dispatchscope_analysis::explain::{Detail, explain};
 use dispatchscope_core::report::{DispatchReport, SCHEMA};
 use dispatchscope_demo::{Demo, DemoConfig, RunOptions};
 use dispatchscope_live::protocol::{DEFAULT_LISTEN, PROTOCOL, VERSION};

@@ -131,8 +131,8 @@ impl WhatIfLimits {
     }
 
     /// The planning limits among them (O5, O7), which a re-plan changes without a replay.
-    pub fn plan(&self) -> dispatchscope_core::what_if::PlanLimits {
-        dispatchscope_core::what_if::PlanLimits {
+    pub fn plan(&self) -> dispatchscope_analysis::what_if::PlanLimits {
+        dispatchscope_analysis::what_if::PlanLimits {
             min_storage_buffer_offset_alignment: self.min_storage_buffer_offset_alignment,
             max_storage_buffer_range: self.max_storage_buffer_range,
         }

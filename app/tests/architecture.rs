@@ -7,7 +7,8 @@
 //!   engine may be an `impl Engine` block in a file of its own;
 //! - `unsafe` only in `dispatchscope-vk` and at the C ABI (`dispatchscope-capi`), and outside them
 //!   only in `ChunkTable::slot_at`;
-//! - the engine (`dispatchscope-core`) opens no file or socket and starts no thread.
+//! - the engine (`dispatchscope-core`) and the analysis above it (`dispatchscope-analysis`) open
+//!   no file or socket and start no thread.
 //!
 //! The crates' own dependencies (views on no file or socket crate, the engine on no UI or Vulkan
 //! crate) are `.ci/test.sh`'s `cargo tree` checks.
@@ -24,6 +25,7 @@ use std::path::{Path, PathBuf};
 /// Every crate's source folder, relative to the workspace root.
 const CRATES: &[&str] = &[
     "core/engine/src",
+    "core/analysis/src",
     "core/formats/src",
     "core/live/src",
     "core/vk/src",
@@ -250,9 +252,10 @@ fn unsafe_only_in_the_vulkan_crate_the_c_abi_and_the_tables_one_read() {
 }
 
 #[test]
-fn the_engine_opens_no_file_or_socket_and_starts_no_thread() {
+fn the_engine_and_the_analysis_open_no_file_or_socket_and_start_no_thread() {
     let mut files = Vec::new();
     rust_files(&root().join("core/engine/src"), &mut files);
+    rust_files(&root().join("core/analysis/src"), &mut files);
     let mut found = Vec::new();
     for f in files {
         let code = code_of(&std::fs::read_to_string(&f).unwrap());
@@ -270,7 +273,7 @@ fn the_engine_opens_no_file_or_socket_and_starts_no_thread() {
     }
     assert!(
         found.is_empty(),
-        "dispatchscope-core does I/O or starts threads:\n{}",
+        "dispatchscope-core or dispatchscope-analysis does I/O or starts threads:\n{}",
         found.join("\n")
     );
 }

@@ -128,7 +128,7 @@ fn generated() -> (Sample, Sample) {
     for seed in 1..200 {
         let base = random_sample(seed, cfg);
         let (a, b) = (with_alignment(base.clone(), 16), with_alignment(base, 256));
-        let d = dispatchscope_core::diff::diff_sessions(&a.run().unwrap(), &b.run().unwrap());
+        let d = dispatchscope_analysis::diff::diff_sessions(&a.run().unwrap(), &b.run().unwrap());
         if d.dispatches.len() >= 3 && d.dispatches.len() < 40 {
             return (a, b);
         }
@@ -313,7 +313,7 @@ fn compare_with_a_path_loads_b_on_a_thread() {
     assert_eq!(c.b_name, pb.display().to_string());
     let ra = a.run().unwrap();
     let rb = b.run().unwrap();
-    let d = dispatchscope_core::diff::diff_sessions(&ra, &rb);
+    let d = dispatchscope_analysis::diff::diff_sessions(&ra, &rb);
     assert_eq!(c.session_diff().unwrap(), &d);
     // Close it from the menu's command: the lists lose their marks.
     h.state_mut().close_compare();

@@ -9,8 +9,8 @@ mod common;
 
 use common::harness;
 use dispatchscope::gui;
+use dispatchscope_analysis::history::WriteKind;
 use dispatchscope_core::ByteRange;
-use dispatchscope_core::history::WriteKind;
 use dispatchscope_formats::history::of_sample;
 use dispatchscope_formats::sample::Sample;
 use dispatchscope_views::{Action, Tab, style};

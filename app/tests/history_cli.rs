@@ -10,8 +10,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use dispatchscope_analysis::history::{HISTORY_SCHEMA, History, WriteKind};
 use dispatchscope_core::ByteRange;
-use dispatchscope_core::history::{HISTORY_SCHEMA, History, WriteKind};
 use dispatchscope_formats::history::replay_sample;
 use dispatchscope_formats::sample::Sample;
 

@@ -5,12 +5,12 @@
 //! concerns.
 //!
 //! Everything here is read from a diff the app computed; nothing here compares reports itself
-//! (that is `dispatchscope_core::diff`'s).
+//! (that is `dispatchscope_analysis::diff`'s).
 
 use std::collections::BTreeSet;
 
+use dispatchscope_analysis::diff::{Category, Change, Compared, DispatchDiff};
 use dispatchscope_core::ByteRange;
-use dispatchscope_core::diff::{Category, Change, Compared, DispatchDiff};
 use dispatchscope_core::report::Refusal;
 use dispatchscope_core::rules::Rule;
 use egui::{Color32, RichText};
@@ -386,7 +386,7 @@ impl DifferencesPanel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dispatchscope_core::diff::Compared;
+    use dispatchscope_analysis::diff::Compared;
 
     fn diff(changes: Vec<Change>) -> DispatchDiff {
         DispatchDiff {

@@ -2,7 +2,7 @@
 //! and after, the note), each row's dispatch a link that selects it.
 //! It draws from the history alone; the app computes it (`dispatchscope_formats::history`).
 
-use dispatchscope_core::history::{History, WriteKind};
+use dispatchscope_analysis::history::{History, WriteKind};
 use egui::RichText;
 use egui_extras::{Column, TableBuilder};
 

@@ -1,7 +1,7 @@
 //! A comparison of the open session (A) with another (B): File ▸ Compare with… (or
 //! `dispatchscope A --compare B`) loads B as the window loads any file (a capture through its
 //! index), and Session ▸ What if… makes B from A under other limits. The [`SessionDiff`] is made
-//! on a thread of its own (`dispatchscope_core::diff`, reading each capture's DISPATCH records
+//! on a thread of its own (`dispatchscope_analysis::diff`, reading each capture's DISPATCH records
 //! one at a time, never a replay), with progress; then the window shows both sides: two dispatch
 //! lists with a difference column (Δ differs, − only in A, + only in B) and an "only differing"
 //! filter, F7 / Shift+F7 to the next / previous dispatch that differs, a selection on one side
@@ -17,9 +17,9 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 
-use dispatchscope_core::diff::{Matching, SessionDiff, diff_sessions};
+use dispatchscope_analysis::diff::{Matching, SessionDiff, diff_sessions};
+use dispatchscope_analysis::what_if::{WhatIfError, needs_replay};
 use dispatchscope_core::input::DeviceLimits;
-use dispatchscope_core::what_if::{WhatIfError, needs_replay};
 use dispatchscope_formats::what_if::{self, RePlanError};
 use dispatchscope_views::compare::{self, DIFFERS, plural};
 use dispatchscope_views::keys::Command;

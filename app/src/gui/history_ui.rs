@@ -4,8 +4,8 @@
 
 use std::sync::mpsc;
 
+use dispatchscope_analysis::history::History;
 use dispatchscope_core::ByteRange;
-use dispatchscope_core::history::History;
 use dispatchscope_views::{Action, HistoryPanel, style};
 
 use super::GuiApp;

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-use dispatchscope_core::history::History;
+use dispatchscope_analysis::history::History;
 use dispatchscope_core::{CpuBackend, DispatchReport, Engine};
 use dispatchscope_formats::capture::{self, FILE_MAGIC};
 use dispatchscope_formats::checkpoint::{MEMORY_UNKNOWN, StateAt, StateIndex, TABLE_UNKNOWN};

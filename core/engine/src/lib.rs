@@ -9,17 +9,16 @@
 //! This crate is the engine and nothing else: it never draws, never opens a file or a socket, never
 //! starts a thread, and its one `unsafe` read is [`chunk_table::ChunkTable`]'s slot lookup. Files
 //! are `dispatchscope-formats`'s, the live debugger `dispatchscope-live`'s, Vulkan
-//! `dispatchscope-vk`'s; the debugger's views read reports, they do not reach into the engine.
+//! `dispatchscope-vk`'s; the debugger's views read reports, they do not reach into the engine. What
+//! the debugger reads out of reports (the explanation, diffs, what-ifs, write histories) is
+//! `dispatchscope-analysis`'s, a crate above this one.
 
 pub mod addr;
 pub mod aperture;
 pub mod backend;
 pub mod chunk_table;
-pub mod diff;
 pub mod engine;
 pub mod exec;
-pub mod explain;
-pub mod history;
 pub mod host;
 pub mod import;
 pub mod input;
@@ -28,7 +27,6 @@ pub mod memory;
 pub mod overlap;
 pub mod report;
 pub mod rules;
-pub mod what_if;
 
 pub use addr::ByteRange;
 pub use backend::{Backend, CpuBackend};

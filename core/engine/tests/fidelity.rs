@@ -6,10 +6,10 @@
     reason = "a test fails by panicking"
 )]
 
+use dispatchscope_analysis::explain::{Detail, explain};
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::backend::BackendError;
 use dispatchscope_core::chunk_table::TableError;
-use dispatchscope_core::explain::{Detail, explain};
 use dispatchscope_core::input::{Backing, MAX_PROBE_BOUND};
 use dispatchscope_core::input::{
     BaseSource, Format, HostProtection, InputError, LimitsError, Op, PageBuffer, Reason, Swizzle,

@@ -10,7 +10,7 @@
 
 use std::time::Instant;
 
-use dispatchscope_core::explain::{Detail, explain};
+use dispatchscope_analysis::explain::{Detail, explain};
 use dispatchscope_formats::generate::{GenConfig, random_sample};
 use dispatchscope_formats::session::{CaptureFile, write_capture};
 

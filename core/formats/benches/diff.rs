@@ -17,9 +17,9 @@
 use std::path::Path;
 use std::time::Instant;
 
-use dispatchscope_core::diff::diff_sessions;
+use dispatchscope_analysis::diff::diff_sessions;
+use dispatchscope_analysis::what_if::PlanLimits;
 use dispatchscope_core::report::DispatchReport;
-use dispatchscope_core::what_if::PlanLimits;
 use dispatchscope_formats::checkpoint::write_replayed_capture;
 use dispatchscope_formats::generate::{GenConfig, random_sample};
 use dispatchscope_formats::session::CaptureFile;

@@ -17,8 +17,8 @@
 //! Dispatches and events are numbered by their position in the session, from 0, as the app's list
 //! and `explain` number them.
 
+use dispatchscope_analysis::history::{History, HistoryBuilder, MAX_HISTORY_BYTES};
 use dispatchscope_core::ByteRange;
-use dispatchscope_core::history::{History, HistoryBuilder, MAX_HISTORY_BYTES};
 use dispatchscope_core::input::Event;
 use dispatchscope_core::report::{DispatchReport, Mark, Mode};
 use serde::Deserialize;

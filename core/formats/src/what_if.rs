@@ -1,5 +1,5 @@
 //! A what-if over a session on disk: each dispatch's recorded input and report, re-planned under
-//! other planning limits by `dispatchscope_core::what_if::WhatIf`, and the diff against the
+//! other planning limits by `dispatchscope_analysis::what_if::WhatIf`, and the diff against the
 //! recording (what `dispatchscope diff FILE --min-storage-buffer-offset-alignment 256` prints, and
 //! what the app's What-if dialog shows).
 //!
@@ -7,10 +7,10 @@
 //! records (the guest contents) are never read, which is why a what-if over a 1 GiB capture costs
 //! what its reports cost, not what its memory does.
 
-use dispatchscope_core::diff::{Compared, SessionDiff, diff_sessions_with};
+use dispatchscope_analysis::diff::{Compared, SessionDiff, diff_sessions_with};
+use dispatchscope_analysis::what_if::{Divergence, PlanLimits, WhatIf, WhatIfError};
 use dispatchscope_core::input::DispatchInput;
 use dispatchscope_core::report::DispatchReport;
-use dispatchscope_core::what_if::{Divergence, PlanLimits, WhatIf, WhatIfError};
 
 use crate::session::{CaptureFile, SessionError};
 

@@ -11,11 +11,11 @@
 
 use std::path::PathBuf;
 
-use dispatchscope_core::diff::{
+use dispatchscope_analysis::diff::{
     Category, Change, Compared, DIFF_SCHEMA, SessionDiff, diff_sessions, diff_sessions_with,
 };
+use dispatchscope_analysis::what_if::{PlanLimits, WhatIf};
 use dispatchscope_core::report::{DispatchReport, Mode};
-use dispatchscope_core::what_if::{PlanLimits, WhatIf};
 use dispatchscope_core::{CpuBackend, DeviceLimits};
 use dispatchscope_formats::checkpoint::write_replayed_capture;
 use dispatchscope_formats::generate::{GenConfig, random_sample};
@@ -270,7 +270,10 @@ fn a_dispatch_inserted_in_b_is_only_in_b_and_the_rest_pair_by_program() {
     extra.program = 0xdead_0000;
     b.insert(5, extra);
     let d = diff_sessions(&a, &b);
-    assert_eq!(d.matching, dispatchscope_core::diff::Matching::ByProgram);
+    assert_eq!(
+        d.matching,
+        dispatchscope_analysis::diff::Matching::ByProgram
+    );
     assert_eq!(d.only_b.len(), 1);
     assert_eq!(d.only_b[0].position, 5);
     assert!(d.only_a.is_empty());

@@ -14,8 +14,8 @@
 
 use std::collections::BTreeMap;
 
+use dispatchscope_analysis::diff::{Category, Compared, diff_reports};
 use dispatchscope_core::Rule;
-use dispatchscope_core::diff::{Category, Compared, diff_reports};
 use dispatchscope_core::report::{DispatchReport, Hazard, HazardKind, Mode, Refusal, Route};
 use dispatchscope_formats::generate::{GenConfig, random_sample};
 use proptest::prelude::*;

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use dispatchscope_core::history::{History, Step as HStep, WriteKind};
+use dispatchscope_analysis::history::{History, Step as HStep, WriteKind};
 use dispatchscope_core::{ByteRange, Engine};
 use dispatchscope_formats::generate::{GenConfig, random_sample};
 use dispatchscope_formats::history::{

@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 
-use dispatchscope_core::explain::{Detail, explain};
+use dispatchscope_analysis::explain::{Detail, explain};
 use dispatchscope_core::report::SCHEMA;
 use dispatchscope_formats::sample::Sample;
 

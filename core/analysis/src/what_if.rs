@@ -31,9 +31,9 @@
 use thiserror::Error;
 
 use crate::diff::Compared;
-use crate::engine::{EngineError, Planned, Replanner, accesses_not_run};
-use crate::input::{DeviceLimits, DispatchInput, Op};
-use crate::report::{BeforeDispatch, DispatchReport, Mode, Route};
+use dispatchscope_core::engine::{EngineError, Planned, Replanner, accesses_not_run};
+use dispatchscope_core::input::{DeviceLimits, DispatchInput, Op};
+use dispatchscope_core::report::{BeforeDispatch, DispatchReport, Mode, Route};
 
 /// The limits a what-if re-plans without running: the only two the planner alone reads.
 pub const PLAN_LIMITS: [&str; 2] = [
@@ -235,7 +235,7 @@ impl WhatIf {
         report.slots = planned.slots;
         report.sets = planned.sets;
         report.refusals = planned.refusals;
-        report.counts = crate::engine::counts_of(&report);
+        report.counts = dispatchscope_core::engine::counts_of(&report);
         let compared = match (&diverges, &self.diverged) {
             (Some(why), None) => {
                 // A dispatch now refused is known even as it diverges: it runs nothing.

@@ -5,10 +5,10 @@
 
 use std::fmt::Write;
 
-use crate::report::Role;
-use crate::report::{CapturedAccess, ControlStatus, InstrumentedReport};
-use crate::report::{DispatchReport, Mode, Route};
-use crate::report::{LookupOutcome, LookupTrace};
+use dispatchscope_core::report::Role;
+use dispatchscope_core::report::{CapturedAccess, ControlStatus, InstrumentedReport};
+use dispatchscope_core::report::{DispatchReport, Mode, Route};
+use dispatchscope_core::report::{LookupOutcome, LookupTrace};
 
 /// How much of the access stream to print.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,8 +62,8 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
         r.index,
         r.program,
         match r.kind {
-            crate::input::DispatchKind::Compute => "compute",
-            crate::input::DispatchKind::Graphics => "graphics",
+            dispatchscope_core::input::DispatchKind::Compute => "compute",
+            dispatchscope_core::input::DispatchKind::Graphics => "graphics",
         },
         r.mode.as_str(),
         if r.label.is_empty() {
@@ -107,8 +107,8 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
                 Role::Unbound => "unresolved: by device address (W1)".to_owned(),
             };
             let src = match s.base_source {
-                crate::input::BaseSource::Descriptor => "descriptor".to_owned(),
-                crate::input::BaseSource::PushBlock { word } => {
+                dispatchscope_core::input::BaseSource::Descriptor => "descriptor".to_owned(),
+                dispatchscope_core::input::BaseSource::PushBlock { word } => {
                     format!("push word {word} (D951, O10)")
                 }
             };
@@ -464,7 +464,7 @@ fn escaped_mask(escaped_bytes: u32, size_bytes: u32) -> String {
 }
 
 /// An access kind as JSON writes it (`untyped-buffer`).
-fn kind_name(kind: crate::input::AccessKind) -> String {
+fn kind_name(kind: dispatchscope_core::input::AccessKind) -> String {
     serde_json::to_value(kind)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -473,7 +473,7 @@ fn kind_name(kind: crate::input::AccessKind) -> String {
 
 /// A site number as printed (the positive control's canary by name).
 fn site_name(site: u32) -> String {
-    if site == crate::instrument::CANARY_SITE {
+    if site == dispatchscope_core::instrument::CANARY_SITE {
         "canary".to_owned()
     } else {
         site.to_string()
@@ -610,7 +610,9 @@ pub fn explain_instrumented(
             Some(r) => format!("{} ({})", e.class.as_str(), r.phrase()),
             None => e.class.as_str().to_owned(),
         };
-        let near = |r: Option<crate::ByteRange>| r.map_or("none".to_owned(), |r| r.to_string());
+        let near = |r: Option<dispatchscope_core::ByteRange>| {
+            r.map_or("none".to_owned(), |r| r.to_string())
+        };
         writeln!(
             o,
             "      pixel ({}, {}) wg {} wave {} lane {} · site {} pc {:#x} · {} {} bytes at {:#x} · escaped [{}] · {class} · nearest below {}, above {}",
@@ -688,9 +690,11 @@ mod instrumented_tests {
     #![allow(clippy::unwrap_used, reason = "tests")]
 
     use super::*;
-    use crate::ByteRange;
-    use crate::input::{AccessKind, Op};
-    use crate::report::{EscapeClass, InstrumentCounters, LeftOutReason, LoggedEscape, SiteReport};
+    use dispatchscope_core::ByteRange;
+    use dispatchscope_core::input::{AccessKind, Op};
+    use dispatchscope_core::report::{
+        EscapeClass, InstrumentCounters, LeftOutReason, LoggedEscape, SiteReport,
+    };
 
     fn section(control: ControlStatus) -> InstrumentedReport {
         let escape = |k: u32| LoggedEscape {
@@ -728,7 +732,7 @@ mod instrumented_tests {
                 escapes: 8,
                 stores_marked: 1024,
             },
-            heat: Some(crate::report::HeatMap {
+            heat: Some(dispatchscope_core::report::HeatMap {
                 scale: 1,
                 cells: [8, 2],
                 escapes: (0..16).map(|i| u64::from(i == 5) * 8).collect(),

@@ -11,9 +11,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::addr::{ByteRange, hex};
-use crate::input::{DispatchInput, Event, Op};
-use crate::report::{DispatchReport, LookupOutcome, Mode, Route};
+use dispatchscope_core::addr::{ByteRange, hex};
+use dispatchscope_core::input::{DispatchInput, Event, Op};
+use dispatchscope_core::report::{DispatchReport, LookupOutcome, Mode, Route};
 
 /// The history schema's version string.
 pub const HISTORY_SCHEMA: &str = "dispatchscope.history/1";
@@ -717,7 +717,7 @@ impl HistoryBuilder {
     /// A write-back that counts words past those it lists (a device pass's output): the bytes
     /// of its runs that no listed word holds, and every byte past its last listed run when some
     /// runs were not listed, were (or may have been) written, their values not recorded.
-    fn unlisted_write_back(&mut self, index: u64, wb: &crate::report::WriteBack) {
+    fn unlisted_write_back(&mut self, index: u64, wb: &dispatchscope_core::report::WriteBack) {
         let listed = |a: u64| {
             wb.words
                 .iter()
