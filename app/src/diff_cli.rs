@@ -21,12 +21,11 @@ use clap::Args;
 use dispatchscope_analysis::diff::{
     Compared, DIFF_SCHEMA, DispatchDiff, SessionDiff, diff_sessions,
 };
-use dispatchscope_analysis::what_if::{PlanLimits, WhatIfError, needs_replay};
+use dispatchscope_analysis::what_if::{self, PlanLimits, RePlan, Recorded};
 use dispatchscope_core::input::DeviceLimits;
 use dispatchscope_core::report::DispatchReport;
-use dispatchscope_formats::sample::Sample;
 use dispatchscope_formats::session::{self, Opened};
-use dispatchscope_formats::what_if::{self, RePlanError};
+use dispatchscope_formats::what_if::{self as session_what_if, RePlanError};
 
 use crate::load::{BackendChoice, BadInput, WhatIfLimits, load, parse_number, run_sample};
 
@@ -166,7 +165,8 @@ fn replayed(path: &Path) -> anyhow::Result<Vec<DispatchReport>> {
     Ok(r)
 }
 
-/// The what-if: the re-plan where only planning limits change, else a full replay.
+/// The what-if: the re-plan where only planning limits change, else a full replay
+/// (`dispatchscope_analysis::what_if::of_session`, as the window makes it).
 fn what_if_diff(args: &DiffArgs) -> anyhow::Result<SessionDiff> {
     let path = &args.a;
     let opened = session::open(path).map_err(|e| bad(e.to_string()))?;
@@ -175,75 +175,75 @@ fn what_if_diff(args: &DiffArgs) -> anyhow::Result<SessionDiff> {
         Opened::Capture(c) => c.meta().device.clone(),
     };
     let limits = args.limits(&base)?;
-    let state_limits = needs_replay(&base, &limits);
-    if args.replay || !state_limits.is_empty() {
-        drop(opened);
-        let why = if args.replay {
-            "--replay".to_owned()
-        } else {
-            format!(
-                "{} change the mapping or the table, which need the engine's state",
-                state_limits.join(", ")
-            )
-        };
-        return full_replay(path, &limits, &why);
-    }
-    let re_planned = match opened {
-        Opened::Sample(sample) => {
-            let base_reports = run_sample(BackendChoice::Cpu, &sample, path, base.clone())?;
-            what_if::re_plan(sample.dispatches().zip(base_reports), args.plan_limits())
-                .map_err(RePlanError::from)
-        }
-        Opened::Capture(mut c) => {
-            if let Some(note) = crate::load::torn_note(&c) {
-                eprintln!("dispatchscope: warning: {}: {note}", path.display());
-            }
-            what_if::re_plan_capture(&mut c, args.plan_limits())
-        }
-    };
-    match re_planned {
-        Ok(r) => Ok(r.diff()),
-        Err(e @ (RePlanError::Session(_) | RePlanError::WhatIf(WhatIfError::Engine { .. }))) => {
-            Err(bad(format!("{}: {e}", path.display())))
-        }
-        // A capture without reports, or reports another recorder made: replay it.
-        Err(e) => full_replay(path, &limits, &format!("the re-plan could not go on: {e}")),
-    }
-}
-
-/// The session replayed whole under `limits` on the CPU reference, against its recorded reports
-/// (a sample's: its replay under its own limits).
-fn full_replay(path: &Path, limits: &DeviceLimits, why: &str) -> anyhow::Result<SessionDiff> {
-    let loaded = load(path)?;
-    let all_recorded: Option<Vec<DispatchReport>> = loaded.recorded.iter().cloned().collect();
-    let before = match all_recorded {
-        Some(r) if !r.is_empty() => r,
-        _ => {
-            let mut r = run_sample(
-                BackendChoice::Cpu,
-                &loaded.sample,
-                path,
-                loaded.sample.device.clone(),
-            )?;
-            session::keep_recorded_sections(&mut r, &loaded.recorded);
-            r
-        }
-    };
-    let mut after = replay_under(&loaded.sample, path, limits)?;
-    session::keep_recorded_sections(&mut after, &loaded.recorded);
-    let mut diff = diff_sessions(&before, &after);
-    diff.notes.push(format!(
-        "what if: the session replayed whole on the CPU reference ({why}); every decision is compared"
-    ));
+    let forced = args.replay.then_some("--replay");
+    let at = AtPath { path, opened };
+    let (diff, _) = what_if::of_session(at, &base, &limits, args.plan_limits(), forced)?;
     Ok(diff)
 }
 
-fn replay_under(
-    sample: &Sample,
-    path: &Path,
-    limits: &DeviceLimits,
-) -> anyhow::Result<Vec<DispatchReport>> {
-    run_sample(BackendChoice::Cpu, sample, path, limits.clone())
+/// The session a what-if is asked of, read from its path.
+struct AtPath<'a> {
+    path: &'a Path,
+    opened: Opened,
+}
+
+impl Recorded for AtPath<'_> {
+    /// The reports under the new limits.
+    type Made = Vec<DispatchReport>;
+    type Error = anyhow::Error;
+
+    fn re_plan(&mut self, plan: PlanLimits) -> anyhow::Result<RePlan<Vec<DispatchReport>>> {
+        let path = self.path;
+        let re_planned = match &mut self.opened {
+            Opened::Sample(sample) => {
+                let base_reports =
+                    run_sample(BackendChoice::Cpu, sample, path, sample.device.clone())?;
+                session_what_if::re_plan(sample.dispatches().zip(base_reports), plan)
+                    .map_err(RePlanError::from)
+            }
+            Opened::Capture(c) => {
+                if let Some(note) = crate::load::torn_note(c) {
+                    eprintln!("dispatchscope: warning: {}: {note}", path.display());
+                }
+                session_what_if::re_plan_capture(c, plan)
+            }
+        };
+        match re_planned {
+            Ok(r) => Ok(RePlan::Made(r.diff(), r.now)),
+            // A capture without reports, or reports another recorder made: replay it.
+            Err(e) if e.replay_instead() => Ok(RePlan::ReplayInstead(e.to_string())),
+            Err(e) => Err(bad(format!("{}: {e}", path.display()))),
+        }
+    }
+
+    /// The session replayed whole under `limits` on the CPU reference, and its recorded reports
+    /// (a sample's: its replay under its own limits).
+    fn replay(self, limits: &DeviceLimits) -> anyhow::Result<(Vec<DispatchReport>, Self::Made)> {
+        let path = self.path;
+        drop(self.opened);
+        let loaded = load(path)?;
+        let all_recorded: Option<Vec<DispatchReport>> = loaded.recorded.iter().cloned().collect();
+        let before = match all_recorded {
+            Some(r) if !r.is_empty() => r,
+            _ => {
+                let mut r = run_sample(
+                    BackendChoice::Cpu,
+                    &loaded.sample,
+                    path,
+                    loaded.sample.device.clone(),
+                )?;
+                session::keep_recorded_sections(&mut r, &loaded.recorded);
+                r
+            }
+        };
+        let mut after = run_sample(BackendChoice::Cpu, &loaded.sample, path, limits.clone())?;
+        session::keep_recorded_sections(&mut after, &loaded.recorded);
+        Ok((before, after))
+    }
+
+    fn reports(made: &Vec<DispatchReport>) -> &[DispatchReport] {
+        made
+    }
 }
 
 /// The text form: a header, then each dispatch that changed and what changed, in a debugger's terms.

@@ -18,9 +18,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
 
 use dispatchscope_analysis::diff::{Matching, SessionDiff, diff_sessions};
-use dispatchscope_analysis::what_if::{WhatIfError, needs_replay};
+use dispatchscope_analysis::what_if::{self, PlanLimits, RePlan, Recorded};
 use dispatchscope_core::input::DeviceLimits;
-use dispatchscope_formats::what_if::{self, RePlanError};
+use dispatchscope_core::report::DispatchReport;
+use dispatchscope_formats::what_if::{self as session_what_if, RePlanError};
 use dispatchscope_views::compare::{self, DIFFERS, plural};
 use dispatchscope_views::keys::Command;
 use dispatchscope_views::{
@@ -253,7 +254,8 @@ impl WhatIfForm {
     }
 }
 
-/// A what-if's B and its diff, made on the comparison's thread.
+/// A what-if's B and its diff, made on the comparison's thread
+/// (`dispatchscope_analysis::what_if::of_session`, as `diff FILE --LIMIT` makes it).
 fn what_if_session(
     origin: Origin,
     source: Source,
@@ -262,80 +264,92 @@ fn what_if_session(
     base: &DeviceLimits,
     progress: &Progress,
 ) -> (Result<Session, LoadError>, Result<SessionDiff, String>) {
-    let failed = |message: String| {
-        let e = LoadError {
-            source: source.display(),
-            message: message.clone(),
-            at: None,
-            offset_bytes: None,
-        };
-        (Err(e), Err(message))
+    let shown = source.display();
+    let asked = Asked {
+        origin,
+        source,
+        title,
+        progress,
     };
-    let state = needs_replay(base, &limits);
-    let why = if state.is_empty() {
-        let re_planned = match (&origin.source, origin.reopen()) {
-            (Some(HistorySource::Sample(sample)), _) => what_if::re_plan(
-                sample.dispatches().zip(origin.reports.iter().cloned()),
-                w.plan(),
+    match what_if::of_session(asked, base, &limits, w.plan(), None) {
+        Ok((diff, b)) => (Ok(b), Ok(diff)),
+        Err(message) => {
+            let e = LoadError {
+                source: shown,
+                message: message.clone(),
+                at: None,
+                offset_bytes: None,
+            };
+            (Err(e), Err(message))
+        }
+    }
+}
+
+/// The session a what-if is asked of: the one the window shows, and what B is called.
+struct Asked<'a> {
+    origin: Origin,
+    source: Source,
+    title: String,
+    progress: &'a Progress,
+}
+
+impl Recorded for Asked<'_> {
+    /// B, the session under the new limits.
+    type Made = Session;
+    /// What the dialog says.
+    type Error = String;
+
+    fn re_plan(&mut self, plan: PlanLimits) -> Result<RePlan<Session>, String> {
+        let re_planned = match (&self.origin.source, self.origin.reopen()) {
+            (Some(HistorySource::Sample(sample)), _) => session_what_if::re_plan(
+                sample.dispatches().zip(self.origin.reports.iter().cloned()),
+                plan,
             )
             .map_err(RePlanError::from),
-            (_, Some(Ok(mut file))) => what_if::re_plan_capture(&mut file, w.plan()),
-            (_, Some(Err(e))) => return failed(e),
-            (_, None) => return failed("the session cannot be read again".into()),
+            (_, Some(Ok(mut file))) => session_what_if::re_plan_capture(&mut file, plan),
+            (_, Some(Err(e))) => return Err(e),
+            (_, None) => return Err("the session cannot be read again".into()),
         };
         match re_planned {
             Ok(r) => {
                 let diff = r.diff();
-                progress.done.store(r.now.len(), Ordering::Relaxed);
-                let b = Session::from_reports(source, title, r.now, Vec::new());
-                return (Ok(b), Ok(diff));
-            }
-            Err(
-                e @ (RePlanError::Session(_) | RePlanError::WhatIf(WhatIfError::Engine { .. })),
-            ) => {
-                return failed(e.to_string());
+                self.progress.done.store(r.now.len(), Ordering::Relaxed);
+                let b = Session::from_reports(
+                    self.source.clone(),
+                    self.title.clone(),
+                    r.now,
+                    Vec::new(),
+                );
+                Ok(RePlan::Made(diff, b))
             }
             // A capture without reports, or reports another recorder made: replay it.
-            Err(e) => format!("the re-plan could not go on: {e}"),
+            Err(e) if e.replay_instead() => Ok(RePlan::ReplayInstead(e.to_string())),
+            Err(e) => Err(e.to_string()),
         }
-    } else {
-        format!(
-            "{} change the mapping or the table, which need the engine's state",
-            state.join(", ")
-        )
-    };
-    // The whole session replayed on the CPU reference under the new limits.
-    let sample = match (&origin.source, origin.reopen()) {
-        (Some(HistorySource::Sample(s)), _) => (**s).clone(),
-        (_, Some(Ok(mut file))) => match file.to_sample() {
-            Ok((s, _)) => s,
-            Err(e) => return failed(e.to_string()),
-        },
-        (_, Some(Err(e))) => return failed(e),
-        (_, None) => return failed("the session cannot be read again".into()),
-    };
-    let mut sample = sample;
-    sample.device = limits;
-    let b = match Session::replay(source.clone(), &sample, progress) {
-        Ok(mut b) => {
-            b.title = title;
-            b
-        }
-        Err(e) => {
-            return failed(format!(
-                "the session replays under the new limits with an error: {e}"
-            ));
-        }
-    };
-    let before = match origin.reports(&std::sync::atomic::AtomicUsize::new(0)) {
-        Ok(r) => r,
-        Err(e) => return failed(e),
-    };
-    let mut diff = diff_sessions(&before, b.reports.in_memory_reports());
-    diff.notes.push(format!(
-        "what if: the session replayed whole on the CPU reference ({why}); every decision is compared"
-    ));
-    (Ok(b), Ok(diff))
+    }
+
+    /// The whole session replayed on the CPU reference under the new limits, and the reports it
+    /// recorded.
+    fn replay(self, limits: &DeviceLimits) -> Result<(Vec<DispatchReport>, Session), String> {
+        let mut sample = match (&self.origin.source, self.origin.reopen()) {
+            (Some(HistorySource::Sample(s)), _) => (**s).clone(),
+            (_, Some(Ok(mut file))) => file.to_sample().map_err(|e| e.to_string())?.0,
+            (_, Some(Err(e))) => return Err(e),
+            (_, None) => return Err("the session cannot be read again".into()),
+        };
+        sample.device = limits.clone();
+        let mut b = Session::replay(self.source, &sample, self.progress)
+            .map_err(|e| format!("the session replays under the new limits with an error: {e}"))?;
+        b.title = self.title;
+        let before = self
+            .origin
+            .reports(&std::sync::atomic::AtomicUsize::new(0))?;
+        Ok((before, b))
+    }
+
+    fn reports(made: &Session) -> &[DispatchReport] {
+        made.reports.in_memory_reports()
+    }
 }
 
 /// The what-if's name for B: the limits it changed.

@@ -27,10 +27,14 @@
 //!
 //! The reports this assumes are the engine's own: a recorded report whose plan a re-plan under its
 //! own limits does not reproduce (a report from another recorder) is [`WhatIfError::NotReproduced`].
+//!
+//! A what-if over a whole session, re-planned or replayed, is [`of_session`]: the command line's
+//! `diff FILE --LIMIT` and the window's What if… both make it there, from a session each holds in
+//! its own way ([`Recorded`]).
 
 use thiserror::Error;
 
-use crate::diff::Compared;
+use crate::diff::{Compared, SessionDiff, diff_sessions};
 use dispatchscope_core::engine::{EngineError, Planned, Replanner, accesses_not_run};
 use dispatchscope_core::input::{DeviceLimits, DispatchInput, Op};
 use dispatchscope_core::report::{BeforeDispatch, DispatchReport, Mode, Route};
@@ -268,4 +272,76 @@ impl WhatIf {
             },
         }
     }
+}
+
+/// What a re-plan of a whole session came to ([`Recorded::re_plan`]).
+#[derive(Clone, Debug)]
+pub enum RePlan<M> {
+    /// Made: the diff, and what the caller keeps.
+    Made(SessionDiff, M),
+    /// The re-plan cannot go on, for the reason given: the what-if replays the session instead.
+    ReplayInstead(String),
+}
+
+/// A recorded session a what-if is asked of, as its caller holds it: the command line reads it
+/// from a path (`dispatchscope diff FILE --LIMIT`), the window from the session it shows (Session ▸
+/// What if…). [`of_session`] makes the what-if from it, the one way both make it.
+pub trait Recorded {
+    /// What the caller keeps of the session under the new limits, beside the diff (the window: the
+    /// session it shows as B); its reports are [`Recorded::reports`].
+    type Made;
+    /// A trouble that ends the what-if (a session that cannot be read again, an input the engine
+    /// refuses).
+    type Error;
+
+    /// Every dispatch re-planned from its recorded input under `plan` without running it
+    /// ([`WhatIf::step`]): the diff and what the caller keeps; or, where the re-plan cannot go on
+    /// (a capture that recorded no report, reports another recorder made), why not, and the
+    /// what-if replays the session instead.
+    fn re_plan(&mut self, plan: PlanLimits) -> Result<RePlan<Self::Made>, Self::Error>;
+
+    /// The session's recorded reports, and the session replayed whole on the CPU reference under
+    /// `limits`.
+    fn replay(
+        self,
+        limits: &DeviceLimits,
+    ) -> Result<(Vec<DispatchReport>, Self::Made), Self::Error>;
+
+    /// The reports of what [`Recorded::replay`] made, in order.
+    fn reports(made: &Self::Made) -> &[DispatchReport];
+}
+
+/// A what-if over a whole session: `session` (recorded under `base`) under `limits`, of which
+/// `plan` are the planning limits the caller set.
+///
+/// Where only planning limits change, each dispatch is re-planned from its recorded input
+/// ([`Recorded::re_plan`]); where a limit needs the engine's state ([`needs_replay`]), where
+/// `forced_replay` says why the caller wants a replay (the command line's `--replay`), or where the
+/// re-plan cannot go on, the session is replayed whole on the CPU reference
+/// ([`Recorded::replay`]), every decision is compared, and the diff's notes say why.
+pub fn of_session<S: Recorded>(
+    mut session: S,
+    base: &DeviceLimits,
+    limits: &DeviceLimits,
+    plan: PlanLimits,
+    forced_replay: Option<&str>,
+) -> Result<(SessionDiff, S::Made), S::Error> {
+    let state = needs_replay(base, limits);
+    let why = match forced_replay {
+        Some(why) => why.to_owned(),
+        None if !state.is_empty() => format!(
+            "{} change the mapping or the table, which need the engine's state",
+            state.join(", ")
+        ),
+        None => match session.re_plan(plan)? {
+            RePlan::Made(diff, made) => return Ok((diff, made)),
+            RePlan::ReplayInstead(why) => format!("the re-plan could not go on: {why}"),
+        },
+    };
+    let (before, made) = session.replay(limits)?;
+    let mut diff = diff_sessions(&before, S::reports(&made));
+    diff.notes.push(format!(
+        "what if: the session replayed whole on the CPU reference ({why}); every decision is compared"
+    ));
+    Ok((diff, made))
 }

@@ -66,6 +66,18 @@ pub enum RePlanError {
     WhatIf(#[from] WhatIfError),
 }
 
+impl RePlanError {
+    /// Whether a full replay can stand in for the re-plan: a capture that recorded no report, or
+    /// reports another recorder made; not a record that cannot be read, nor an input or limits the
+    /// engine refuses (a replay would meet them too).
+    pub fn replay_instead(&self) -> bool {
+        !matches!(
+            self,
+            RePlanError::Session(_) | RePlanError::WhatIf(WhatIfError::Engine { .. })
+        )
+    }
+}
+
 /// Re-plans `records` (each dispatch's input and recorded report, in order) under `limits`.
 pub fn re_plan<'a>(
     records: impl IntoIterator<Item = (&'a DispatchInput, DispatchReport)>,
