@@ -1045,8 +1045,11 @@ int main(int argc, char **argv) {
             apply(engine, p, "protect");
         }
         emu.cpu_writing = 1;
+        const uint32_t faults_before = emu.cpu_faults;
         for (uint32_t i = 0; i < 16; i++) put(CPU_PAGE + 4 * i, 1000 * f + 3 * i + 1);  // faults once
         emu.cpu_writing = 0;
+        if (emu.cpu_faults > faults_before)  // the handler lifted the guard it caught (D824)
+            apply(engine, event(DS_EVENT_UNGUARD, H + CPU_PAGE, H + CPU_PAGE + PAGE), "unguard");
         {
             ds_event w = event(DS_EVENT_WRITE, H + CPU_PAGE, H + CPU_PAGE);
             w.n_bytes = 64;

@@ -143,6 +143,9 @@ typedef enum ds_event_kind {
   DS_EVENT_REMOVE_TARGET = 11,
   // Every fence waited: no dispatch in flight.
   DS_EVENT_RETIRE = 12,
+  // D824: the write-watch lifted its guards over `start..end` (a CPU write faulted and the
+  // handler unprotected the page); the written notes stay.
+  DS_EVENT_UNGUARD = 13,
 } ds_event_kind;
 
 // `ds_site::kind`: what kind of guest instruction a site is.
