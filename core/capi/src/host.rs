@@ -577,7 +577,10 @@ pub struct ds_prepared {
     pub mark_words: u64,
     /// T1: bytes a chunk.
     pub chunk_bytes: u64,
-    /// The push block with the helper's words set (others 0).
+    /// The push block with the helper's words set (others 0). A push block with only 8 bytes
+    /// left (shadPS4's uses 120 of 128) takes the header form instead: the emulator writes
+    /// `push[16..32]` into a 64-byte buffer of its own and pushes that buffer's device address at
+    /// words 30–31, for a module linked with `dispatchscope spirv-helper --variant header`.
     pub push: [u32; 32],
     /// Bit `w` is set where the helper reads push word `w` (18–20, 24–25, 28–31).
     pub push_mask: u32,
