@@ -92,8 +92,10 @@ pub struct SpirvHelperArgs {
     /// Where to write the library module.
     #[arg(short, long)]
     pub output: PathBuf,
-    /// Which helper: `helper` (T5 through the chunk table), `instrumented` (with the device-side
-    /// instrumentation), or `raw` (guest address plus one constant).
+    /// Which helper: `helper` (T5 through the chunk table), `header` (the same, its words read
+    /// from a 64-byte header whose address is the push block's one 64-bit value, words 30–31),
+    /// `instrumented` (with the device-side instrumentation), or `raw` (guest address plus one
+    /// constant).
     #[arg(long, default_value = "helper")]
     pub variant: String,
 }
@@ -106,7 +108,7 @@ pub fn spirv_helper_cmd(args: &SpirvHelperArgs) -> anyhow::Result<()> {
         .find(|v| v.name() == args.variant)
         .ok_or_else(|| {
             BadInput(format!(
-                "--variant {:?}: not one of helper, instrumented, raw",
+                "--variant {:?}: not one of helper, header, instrumented, raw",
                 args.variant
             ))
         })?;

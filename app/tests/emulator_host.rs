@@ -180,6 +180,13 @@ fn the_emulator_host_runs_its_own_passes_through_the_host_path() {
         text.contains("instrumented: 12 escapes in the device's log"),
         "{text}"
     );
+    // The helper's header form: the push block carries one 64-bit value for dispatchscope (the
+    // header's address, words 30–31); the host fills words 16–29 with garbage.
+    let Some(text) = frames(&exe, &["--frames", "2", "--header"]) else {
+        return;
+    };
+    check_frames(&text, 2, "host-write");
+    assert!(text.contains("header-form helper"), "{text}");
     // The holders imported zero-copy from the guest's own pages, left out of the completion.
     let Some(text) = frames(
         &exe,

@@ -4,7 +4,11 @@
 // ds_engine_complete), with a debugger free to attach at any time (--listen).
 //
 //   emulator-host [--frames N] [--listen ADDR] [--token T] [--guest-mib N] [--instrumented]
-//                 [--validation] [--print-reports] [--import-holders]
+//                 [--header] [--validation] [--print-reports] [--import-holders]
+//
+// --header links the device-addressed pass with the helper's header form: its push block carries
+// one 64-bit value for dispatchscope (words 30-31, the address of a 64-byte header holding
+// ds_prepared.push[16..32]), as a push block as full as shadPS4's (120 of 128 bytes) allows.
 //
 // Guest memory:
 // - the heap: --guest-mib MiB reserved with mmap at a host address this program chooses
@@ -782,7 +786,7 @@ int main(int argc, char **argv) {
     const char *token = nullptr;
     long frames = 0;
     uint64_t guest_mib = 8;
-    bool instrumented = false, validation = false, print_reports = false, import_holders = false;
+    bool instrumented = false, header = false, validation = false, print_reports = false, import_holders = false;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (a == "--listen" && i + 1 < argc) listen = argv[++i];
@@ -790,12 +794,13 @@ int main(int argc, char **argv) {
         else if (a == "--frames" && i + 1 < argc) frames = std::strtol(argv[++i], nullptr, 10);
         else if (a == "--guest-mib" && i + 1 < argc) guest_mib = std::strtoull(argv[++i], nullptr, 10);
         else if (a == "--instrumented") instrumented = true;
+        else if (a == "--header") header = true;
         else if (a == "--validation") validation = true;
         else if (a == "--print-reports") print_reports = true;
         else if (a == "--import-holders") import_holders = true;
         else
             die("usage: emulator-host [--frames N] [--listen ADDR] [--token T] [--guest-mib N] "
-                "[--instrumented] [--validation] [--print-reports] [--import-holders]");
+                "[--instrumented] [--header] [--validation] [--print-reports] [--import-holders]");
     }
     if (guest_mib < 2 || guest_mib > 4096) die("--guest-mib: 2 to 4096");
 
@@ -899,7 +904,7 @@ int main(int argc, char **argv) {
     }
     std::printf("device %s, minStorageBufferOffsetAlignment %llu, validation layer %s, %s helper\n",
                 vk.name.c_str(), static_cast<unsigned long long>(vk.props.limits.minStorageBufferOffsetAlignment),
-                validation ? "on" : "off", instrumented ? "instrumented" : "plain");
+                validation ? "on" : "off", instrumented ? "instrumented" : header ? "header-form" : "plain");
 
     // The reservations (host addresses named), and what the CPU commits itself.
     {
@@ -989,7 +994,13 @@ int main(int argc, char **argv) {
     if (const char *d = std::getenv("EMULATOR_HOST_SPV_DIR")) spv_dir = d;
     Pass bound, device;
     bound.make(vk, dpool, spv_dir + "/bound.spv", {4, 4});
-    device.make(vk, dpool, spv_dir + (instrumented ? "/device-instrumented.spv" : "/device-helper.spv"), {1});
+    if (instrumented && header) die("--instrumented and --header: the header form is the plain helper's");
+    device.make(vk, dpool,
+                spv_dir + (instrumented ? "/device-instrumented.spv" : header ? "/device-header.spv" : "/device-helper.spv"),
+                {1});
+    // The header form's header: dispatchscope's push words 16-31, in a buffer of this program's.
+    Buffer helper_header;
+    if (header) helper_header.make(vk, 64, true);
     Buffer log;
     log.make(vk, 4 * LANES, false);
     {
@@ -1045,8 +1056,11 @@ int main(int argc, char **argv) {
             apply(engine, p, "protect");
         }
         emu.cpu_writing = 1;
+        const uint32_t faults_before = emu.cpu_faults;
         for (uint32_t i = 0; i < 16; i++) put(CPU_PAGE + 4 * i, 1000 * f + 3 * i + 1);  // faults once
         emu.cpu_writing = 0;
+        if (emu.cpu_faults > faults_before)  // the handler lifted the guard it caught (D824)
+            apply(engine, event(DS_EVENT_UNGUARD, H + CPU_PAGE, H + CPU_PAGE + PAGE), "unguard");
         {
             ds_event w = event(DS_EVENT_WRITE, H + CPU_PAGE, H + CPU_PAGE);
             w.n_bytes = 64;
@@ -1275,6 +1289,15 @@ int main(int argc, char **argv) {
                 push[2 * w + 1] = static_cast<uint32_t>(words[w] >> 32);
             }
             push[8] = f;
+            push[9] = static_cast<uint32_t>(__builtin_ctzll(p.chunk_bytes));
+            if (header) {
+                std::memcpy(helper_header.ptr, &p.push[16], 64);
+                // Words 16-29 are the program's own again: garbage here, to show the helper reads
+                // none of them.
+                for (int w = 16; w < 30; w++) push[w] = 0xdeadbeefu;
+                push[30] = static_cast<uint32_t>(helper_header.address);
+                push[31] = static_cast<uint32_t>(helper_header.address >> 32);
+            }
             if (instrumented) {
                 check(ds_engine_instrumentation_init(engine, SITES, GRID_W, GRID_H, CANARY,
                                                      reinterpret_cast<uint32_t *>(instr.ptr), instr_words,
@@ -1413,6 +1436,7 @@ int main(int argc, char **argv) {
     check(ds_engine_destroy(engine), "ds_engine_destroy");
     log.destroy(vk);
     instr.destroy(vk);
+    if (header) helper_header.destroy(vk);
     bound.destroy(vk);
     device.destroy(vk);
     vkDestroyDescriptorPool(vk.device, dpool, nullptr);

@@ -143,6 +143,9 @@ typedef enum ds_event_kind {
   DS_EVENT_REMOVE_TARGET = 11,
   // Every fence waited: no dispatch in flight.
   DS_EVENT_RETIRE = 12,
+  // D824: the write-watch lifted its guards over `start..end` (a CPU write faulted and the
+  // handler unprotected the page); the written notes stay.
+  DS_EVENT_UNGUARD = 13,
 } ds_event_kind;
 
 // `ds_site::kind`: what kind of guest instruction a site is.
@@ -395,7 +398,10 @@ typedef struct ds_prepared {
   uint64_t mark_words;
   // T1: bytes a chunk.
   uint64_t chunk_bytes;
-  // The push block with the helper's words set (others 0).
+  // The push block with the helper's words set (others 0). A push block with only 8 bytes
+  // left (shadPS4's uses 120 of 128) takes the header form instead: the emulator writes
+  // `push[16..32]` into a 64-byte buffer of its own and pushes that buffer's device address at
+  // words 30–31, for a module linked with `dispatchscope spirv-helper --variant header`.
   uint32_t push[32];
   // Bit `w` is set where the helper reads push word `w` (18–20, 24–25, 28–31).
   uint32_t push_mask;

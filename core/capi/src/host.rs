@@ -332,6 +332,9 @@ pub enum ds_event_kind {
     DS_EVENT_REMOVE_TARGET = 11,
     /// Every fence waited: no dispatch in flight.
     DS_EVENT_RETIRE = 12,
+    /// D824: the write-watch lifted its guards over `start..end` (a CPU write faulted and the
+    /// handler unprotected the page); the written notes stay.
+    DS_EVENT_UNGUARD = 13,
 }
 
 /// `ds_event::flags`: the guest may read.
@@ -404,7 +407,7 @@ unsafe fn event_of(e: &ds_event, host_mode: bool) -> Result<Event, Failure> {
             Backing::Private
         }
     };
-    const KINDS: [ds_event_kind; 13] = [
+    const KINDS: [ds_event_kind; 14] = [
         ds_event_kind::DS_EVENT_RESERVE,
         ds_event_kind::DS_EVENT_RELEASE,
         ds_event_kind::DS_EVENT_COMMIT,
@@ -418,6 +421,7 @@ unsafe fn event_of(e: &ds_event, host_mode: bool) -> Result<Event, Failure> {
         ds_event_kind::DS_EVENT_ADD_TARGET,
         ds_event_kind::DS_EVENT_REMOVE_TARGET,
         ds_event_kind::DS_EVENT_RETIRE,
+        ds_event_kind::DS_EVENT_UNGUARD,
     ];
     let Some(kind) = KINDS.get(e.kind as usize) else {
         return Err(Failure::new(
@@ -462,6 +466,7 @@ unsafe fn event_of(e: &ds_event, host_mode: bool) -> Result<Event, Failure> {
             backing: backing(flag(DS_EVENT_SHARED)),
         },
         DS_EVENT_GUARD => Event::Guard { range: range()? },
+        DS_EVENT_UNGUARD => Event::Unguard { range: range()? },
         DS_EVENT_WRITE => Event::Write {
             address: e.start,
             bytes: if host_mode && e.bytes.is_null() {
@@ -572,7 +577,10 @@ pub struct ds_prepared {
     pub mark_words: u64,
     /// T1: bytes a chunk.
     pub chunk_bytes: u64,
-    /// The push block with the helper's words set (others 0).
+    /// The push block with the helper's words set (others 0). A push block with only 8 bytes
+    /// left (shadPS4's uses 120 of 128) takes the header form instead: the emulator writes
+    /// `push[16..32]` into a 64-byte buffer of its own and pushes that buffer's device address at
+    /// words 30–31, for a module linked with `dispatchscope spirv-helper --variant header`.
     pub push: [u32; 32],
     /// Bit `w` is set where the helper reads push word `w` (18–20, 24–25, 28–31).
     pub push_mask: u32,

@@ -857,6 +857,14 @@ pub enum Event {
         /// Pages to guard.
         range: ByteRange,
     },
+    /// D824: the write-watch lifted its guards over these pages (a CPU write faulted and the
+    /// handler made the page writable again, or the emulator stopped watching it); its notes stay.
+    /// Without it, the engine keeps a lifted guard as placed and leaves the page out (M3) until
+    /// M2 releases it again.
+    Unguard {
+        /// Pages no longer guarded.
+        range: ByteRange,
+    },
     /// A CPU write into guest memory: noted by the write-watch, distrusts targets over it (D720).
     Write {
         /// First byte written.
@@ -907,6 +915,7 @@ impl Event {
             Event::HostProtect { .. } => "host-protect",
             Event::SetBacking { .. } => "set-backing",
             Event::Guard { .. } => "guard",
+            Event::Unguard { .. } => "unguard",
             Event::Write { .. } => "write",
             Event::DeferCopy { .. } => "defer-copy",
             Event::AddTarget { .. } => "add-target",

@@ -744,6 +744,10 @@ impl GuestMemory {
                     p.written = false;
                 })?;
             }
+            Event::Unguard { range } => {
+                self.pages_mut(*range, |p| p.guarded = false)?;
+                change.revisit.push(*range);
+            }
             Event::Write { address, bytes } => {
                 let range = self.byte_range(*address, bytes.len())?;
                 if self.host().is_some() {

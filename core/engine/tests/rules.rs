@@ -2287,3 +2287,40 @@ fn bad_events_are_named_errors_and_change_nothing() {
         "only the good event is reported"
     );
 }
+
+#[test]
+fn d824_a_lifted_guard_leaves_the_page_mappable_and_its_note_alone() {
+    let mut e = engine();
+    reserve(&mut e, RES, RES_END);
+    apply(
+        &mut e,
+        Event::Guard {
+            range: r(RES, RES_END),
+        },
+    );
+    apply(
+        &mut e,
+        Event::Write {
+            address: 0x1_1000,
+            bytes: vec![1, 2, 3, 4],
+        },
+    );
+    let p = e.memory().page_at(0x1_1000).unwrap();
+    assert!(p.guarded && p.written, "a write leaves the guard alone");
+    assert!(!p.mappable(), "a guarded page is not mappable before M2");
+    // The write-watch's handler lifted the guard of the page it caught.
+    apply(
+        &mut e,
+        Event::Unguard {
+            range: r(0x1_1000, 0x1_2000),
+        },
+    );
+    let p = e.memory().page_at(0x1_1000).unwrap();
+    assert!(!p.guarded && p.written, "the note stays");
+    assert!(p.mappable());
+    assert!(e.memory().page_at(0x1_2000).unwrap().guarded);
+    // M2 then has one page fewer to release.
+    let report = run(&mut e, &device(vec![], vec![]));
+    let m = report.mappings.unwrap();
+    assert_eq!(m.guards_released, (RES_END - RES) / 0x1000 - 1);
+}

@@ -318,9 +318,9 @@ fn main() {
     }
 }
 
-/// The pass's three variants on one memory: each run once alone and its image checked, then
-/// `repeats` rounds of raw, helper, instrumented interleaved in one submission (one GPU clock for
-/// all three; the first round left out), after one such submission not counted, timed by GPU
+/// The pass's variants on one memory: each run once alone and its image checked, then `repeats`
+/// rounds of raw, helper, header, instrumented interleaved in one submission (one GPU clock for
+/// all; the first round left out), after one such submission not counted, timed by GPU
 /// timestamps.
 fn variants(
     mut pass: DevicePass,
@@ -346,7 +346,8 @@ fn variants(
             v.name()
         );
     }
-    let rounds = (repeats + 1).min(MAX_BACK_TO_BACK as usize / 3);
+    let per_round = Variant::ALL.len();
+    let rounds = (repeats + 1).min(MAX_BACK_TO_BACK as usize / per_round);
     let sequence: Vec<Variant> = (0..rounds).flat_map(|_| Variant::ALL).collect();
     // One batch first, not counted: the H200's clocks were seen still rising during a first
     // batch (1080p's raw median 1.6–2.2 ms against a minimum of 0.40 in the same batch).
@@ -360,9 +361,9 @@ fn variants(
         let runs: Vec<Duration> = batch
             .each
             .iter()
-            .skip(3)
+            .skip(per_round)
             .skip(k)
-            .step_by(3)
+            .step_by(per_round)
             .copied()
             .collect();
         let n = runs.len();
@@ -380,11 +381,18 @@ fn variants(
         );
         medians.push(med.as_secs_f64());
     }
+    let of = |v: Variant| {
+        Variant::ALL
+            .iter()
+            .position(|x| *x == v)
+            .map_or(f64::NAN, |i| medians[i])
+    };
     println!(
-        "    helper / raw {:.3}   instrumented / helper {:.3}   instrumented / raw {:.3}",
-        medians[1] / medians[0],
-        medians[2] / medians[1],
-        medians[2] / medians[0]
+        "    helper / raw {:.3}   header / helper {:.3}   instrumented / helper {:.3}   instrumented / raw {:.3}",
+        of(Variant::Helper) / of(Variant::Raw),
+        of(Variant::Header) / of(Variant::Helper),
+        of(Variant::Instrumented) / of(Variant::Helper),
+        of(Variant::Instrumented) / of(Variant::Raw)
     );
     pass
 }

@@ -30,7 +30,10 @@ pub const DEVICE_WORDS_LISTED: usize = 16;
 /// Push-block words the lookup helper reads (`dispatchscope-vk`'s `spirv::library` states the
 /// interface): 18 `log2` chunk bytes, 19 `log2` table capacity, 20 the probe bound, 24–25 the mark
 /// words' device address (C1), 28–29 the hash multiplier, 30–31 the table's device address (T3).
-/// Eleven words, 44 bytes: more than the one 64-bit value a push block as full as shadPS4's has left.
+/// Eleven words, 44 bytes: more than the one 64-bit value a push block as full as shadPS4's has
+/// left; for such a block the helper's header form (`dispatchscope-vk`'s `Variant::Header`) reads
+/// words 16–31 from a 64-byte header in memory whose device address is all the block carries, at
+/// words 30–31.
 pub mod push_word {
     /// `log2(chunk bytes)` (T1).
     pub const CHUNK_SHIFT: u32 = 18;

@@ -414,6 +414,8 @@ pub struct DevicePass {
     readback: Option<(Buf, Buf)>,
     marks: Buf,
     instr: Buf,
+    /// The header variant's header: push words 16–31 in memory ([`library::HEADER_FIRST_WORD`]).
+    header: Buf,
     member_offset: u64,
     pipelines: Vec<(Variant, Pipeline)>,
     pool: vk::DescriptorPool,
@@ -571,6 +573,12 @@ impl DevicePass {
         // Device-local where the host can still map it: the counters' atomics stay in the
         // device's cache instead of crossing the bus.
         let instr = output_buffer(ctx, layout.bytes(), "the instrumentation", &mut calls)?;
+        let header = output_buffer(
+            ctx,
+            library::HEADER_BYTES,
+            "the helper's header",
+            &mut calls,
+        )?;
         let mut pipelines = Vec::new();
         let program = if linked {
             Some(traversal::traversal_module(Linking::Import)?)
@@ -658,6 +666,7 @@ impl DevicePass {
             readback,
             marks,
             instr,
+            header,
             member_offset,
             pipelines,
             pool,
@@ -736,6 +745,20 @@ impl DevicePass {
         let d = &self.ctx.device;
         let cmd = self.commands.cmd;
         let bytes = w.bytes();
+        // The header variant: the helper's words in the header, its address in words 30–31.
+        let first = 4 * library::HEADER_FIRST_WORD as usize;
+        if let (Some(dst), Some(src)) = (
+            self.header.bytes_mut().get_mut(..bytes.len() - first),
+            bytes.get(first..),
+        ) {
+            dst.copy_from_slice(src);
+        }
+        let mut h = w;
+        h.set64(
+            dispatchscope_core::rules::DEVICE_TABLE_PUSH_WORD,
+            self.header.address,
+        );
+        let header_bytes = h.bytes();
         let (gx, gy) = (self.grid.width / 8, self.grid.height / 8);
         let _ = LOCAL_SIZE;
         let timestamps = self.ctx.info().timestamp_valid_bits > 0;
@@ -770,13 +793,12 @@ impl DevicePass {
                     &[self.set],
                     &[],
                 );
-                d.cmd_push_constants(
-                    cmd,
-                    pipeline.layout,
-                    vk::ShaderStageFlags::COMPUTE,
-                    0,
-                    &bytes,
-                );
+                let push = if sequence.get(i as usize) == Some(&Variant::Header) {
+                    &header_bytes
+                } else {
+                    &bytes
+                };
+                d.cmd_push_constants(cmd, pipeline.layout, vk::ShaderStageFlags::COMPUTE, 0, push);
                 if timestamps {
                     let q = 2 * i;
                     d.cmd_write_timestamp(

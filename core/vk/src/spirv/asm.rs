@@ -60,6 +60,9 @@ pub(super) struct Asm {
     /// declared.
     pub(super) lane_cache: Option<(Word, Word)>,
     pub(super) interface: Vec<Word>,
+    /// The helper's words are read from a header in memory ([`super::library::Variant::Header`])
+    /// while its functions are emitted.
+    pub(super) header_form: bool,
 }
 
 impl Asm {
@@ -132,6 +135,7 @@ impl Asm {
             workgroup_var: None,
             lane_cache: None,
             interface: Vec::new(),
+            header_form: false,
         };
         let n = a.c32(32);
         let words = a.b.type_array(u32_, n);

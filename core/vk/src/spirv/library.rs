@@ -148,6 +148,13 @@ pub mod push {
     pub const INSTRUMENT: u32 = 26;
 }
 
+/// The first push word the header form keeps in its header: the header holds push words 16–31
+/// as the word form pushes them (64 bytes), so an emulator writes `ds_prepared::push[16..32]`
+/// into a buffer of its own and pushes only that buffer's device address, at words 30–31.
+pub const HEADER_FIRST_WORD: u32 = 16;
+/// Bytes of the header form's header.
+pub const HEADER_BYTES: u64 = 4 * (32 - HEADER_FIRST_WORD as u64);
+
 /// Which helper.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
@@ -157,11 +164,22 @@ pub enum Variant {
     Helper,
     /// The helper with the device-side instrumentation.
     Instrumented,
+    /// The helper whose push block carries one 64-bit value, at words 30–31: the device address
+    /// of a 64-byte header holding the helper's words ([`HEADER_FIRST_WORD`]): for a push block
+    /// as full as shadPS4's, which has 8 bytes left. Each parameter the helper reads is then one
+    /// uniform load instead of a push-constant read.
+    Header,
 }
 
 impl Variant {
-    /// Every variant, in the order the bench reports them.
-    pub const ALL: [Variant; 3] = [Variant::Raw, Variant::Helper, Variant::Instrumented];
+    /// Every variant, in the order the bench reports them (the instrumented one last, so that
+    /// its buffer is what a run of them all leaves).
+    pub const ALL: [Variant; 4] = [
+        Variant::Raw,
+        Variant::Helper,
+        Variant::Header,
+        Variant::Instrumented,
+    ];
 
     /// Its name in reports.
     pub fn name(self) -> &'static str {
@@ -169,6 +187,7 @@ impl Variant {
             Variant::Raw => "raw",
             Variant::Helper => "helper",
             Variant::Instrumented => "instrumented",
+            Variant::Header => "header",
         }
     }
 }
@@ -313,6 +332,13 @@ pub(super) fn emit_helpers(a: &mut Asm, variant: Variant) -> R<Helpers> {
 }
 
 fn emit_helpers_into(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> {
+    a.header_form = variant == Variant::Header;
+    let helpers = emit_helpers_of(a, variant, export);
+    a.header_form = false;
+    helpers
+}
+
+fn emit_helpers_of(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> {
     let s = sigs(a);
     let instrumented = variant == Variant::Instrumented;
     if instrumented {

@@ -155,7 +155,21 @@ impl Asm {
         self.or(self.t.u32, kept, b)
     }
 
+    /// Push word `k`; in the header form ([`Asm::header_form`]) the helper's words (16–31) are
+    /// read from the header whose device address push words 30–31 carry, one load each.
     pub(super) fn push_word(&mut self, k: u32) -> R<Word> {
+        if self.header_form && (super::library::HEADER_FIRST_WORD..32).contains(&k) {
+            let lo = self.raw_push_word(super::DEVICE_TABLE_PUSH_WORD)?;
+            let hi = self.raw_push_word(super::DEVICE_TABLE_PUSH_WORD + 1)?;
+            let header = self.join(lo, hi)?;
+            let at = self.add64c(header, 4 * u64::from(k - super::library::HEADER_FIRST_WORD))?;
+            return self.ld32(at);
+        }
+        self.raw_push_word(k)
+    }
+
+    /// Push word `k` from the push block itself.
+    fn raw_push_word(&mut self, k: u32) -> R<Word> {
         let zero = self.c32(0);
         let kk = self.c32(k);
         let p = self.inst(
