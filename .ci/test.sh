@@ -65,6 +65,11 @@ deps dispatchscope-rdna "$ui|ash|dispatchscope-(core|formats|live|vk|demo|views|
 deps dispatchscope-capi "$ui|dispatchscope-(demo|views)" "the C ABI is what an emulator embeds"
 deps dispatchscope-views "ash|rfd|dispatchscope-(formats|live|vk|demo)" \
     "views draw reports: no file, socket or device"
+# What an emulator links is the dispatch path alone: the C ABI builds the Vulkan crate without its
+# demo (the traversal pass, verify, the benches), which only the app turns on.
+if cargo tree -p dispatchscope-capi -e normal,build -f '{p} {f}' --prefix none --locked | grep -E '^dispatchscope-vk .* .*\b(demo|bench)\b'; then
+    echo "layering violated: dispatchscope-capi builds dispatchscope-vk with its demo"; exit 1
+fi
 
 echo "== clippy"
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings

@@ -27,6 +27,7 @@ unsafe impl Send for Buf {}
 impl Buf {
     /// No buffer: null handles, which destroy as nothing (what a struct leaves behind when it
     /// hands its buffers to [`Context::destroy_buffer`] on drop).
+    #[cfg(feature = "demo")]
     pub(crate) fn null() -> Self {
         Self {
             raw: vk::Buffer::null(),

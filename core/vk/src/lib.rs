@@ -2,7 +2,7 @@
 //! translated module built with rspirv and validated with spirv-tools before use.
 //!
 //! [`VulkanBackend`] implements [`dispatchscope_core::Backend`], so the engine runs the same plan on
-//! it as on the CPU reference and the two outcomes can be compared word for word ([`verify`]). It
+//! it as on the CPU reference and the two outcomes can be compared word for word (`verify`). It
 //! imports guest pieces with `VK_EXT_external_memory_host` and `bufferDeviceAddress` (M1–M5),
 //! places the chunk table (T6) and runs each prepared job with one replay shader that calls one
 //! lookup helper (T5), binds resolved holders at their member offsets with write masks beside them
@@ -14,8 +14,12 @@
 //! (M1–M5, over the page-aligned mirrors of `host`), `table` (the chunk table on the device, T6),
 //! `encode` and `replay` (the replay dispatch, O6–O9, C1, T4), `push` (the push block as the host
 //! fills it, T3), and [`spirv`] (the modules, the helper as a linkable library among them);
-//! [`pass`] runs the full-screen traversal program over the helper's variants (issue 14). `backend` holds only [`VulkanBackend`] and its
+//! `pass` runs the full-screen traversal program over the helper's variants (issue 14). `backend` holds only [`VulkanBackend`] and its
 //! [`dispatchscope_core::Backend`] impl, which delegates to them; `error` holds [`VkError`].
+//!
+//! The debugger's demo is behind the feature `demo`: `pass`, the traversal program
+//! (`spirv::traversal`) and `verify` (and `bench`, behind `bench`). The C ABI leaves it off, so
+//! what an emulator links is the dispatch path alone; the app turns it on.
 //!
 //! This is the only crate of the workspace with `unsafe` code: every block carries a `// SAFETY:`
 //! comment. Every `vk::Result` passes through [`check`], which names the Vulkan error.
@@ -36,12 +40,14 @@ mod error;
 mod host;
 pub mod host_pages;
 mod imports;
+#[cfg(feature = "demo")]
 pub mod pass;
 mod pipeline;
 mod push;
 mod replay;
 pub mod spirv;
 mod table;
+#[cfg(feature = "demo")]
 pub mod verify;
 
 pub use backend::VulkanBackend;

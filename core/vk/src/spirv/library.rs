@@ -208,6 +208,13 @@ pub(super) struct Helpers {
 }
 
 /// The function types of the interface.
+#[cfg_attr(
+    not(feature = "demo"),
+    allow(
+        dead_code,
+        reason = "only `declare_helpers` (the traversal program's, feature `demo`) reads them all"
+    )
+)]
 struct Sigs {
     lane: Word,
     route: Word,
@@ -237,6 +244,7 @@ fn sigs(a: &mut Asm) -> Sigs {
 }
 
 /// Declares the interface's functions as imports (bodies come from the library at link time).
+#[cfg(feature = "demo")]
 pub(super) fn declare_helpers(a: &mut Asm) -> R<Helpers> {
     let s = sigs(a);
     let t = a.t;

@@ -1,6 +1,6 @@
 //! The translated modules, built with rspirv: the one lookup helper every device access calls (T5,
 //! `helper`), the same helper as a linkable library with its instrumentation ([`library`]), a
-//! full-screen traversal program that calls it ([`traversal`]), the access-replay compute shader
+//! full-screen traversal program that calls it (`traversal`, feature `demo`), the access-replay compute shader
 //! around it (`replay`), the microbenchmark kernels (`bench`, behind the `bench` feature), all
 //! written with the small builder of `asm`, and their validation with spirv-tools (Debian's
 //! `spirv-val`) before any of them reaches a driver.
@@ -38,6 +38,7 @@ mod helper;
 pub mod library;
 mod memory;
 mod replay;
+#[cfg(feature = "demo")]
 pub mod traversal;
 
 use crate::VkError;
