@@ -7,6 +7,8 @@
 //!   engine may be an `impl Engine` block in a file of its own;
 //! - `unsafe` only in `dispatchscope-vk` and at the C ABI (`dispatchscope-capi`), and outside them
 //!   only in `ChunkTable::slot_at`;
+//! - every Rust path (`Engine::dispatch`) and every file (`engine/after.rs`) ARCHITECTURE.md gives
+//!   in backticks exists in the tree;
 //! - the engine (`dispatchscope-core`) and the analysis above it (`dispatchscope-analysis`) open
 //!   no file or socket and start no thread.
 //!
@@ -275,5 +277,190 @@ fn the_engine_and_the_analysis_open_no_file_or_socket_and_start_no_thread() {
         found.is_empty(),
         "dispatchscope-core or dispatchscope-analysis does I/O or starts threads:\n{}",
         found.join("\n")
+    );
+}
+
+/// The names ARCHITECTURE.md gives in backticks that a reader would look up: every path of Rust
+/// names (`Engine::dispatch`, `vk::spirv::helper::emit_lookup`) and every file or folder
+/// (`engine/after.rs`, `core/vk/tests/pass.rs`, `capture/`).
+fn names_the_page_gives(page: &str) -> (Vec<String>, Vec<String>) {
+    let is_ident = |s: &str| {
+        let mut c = s.chars();
+        c.next()
+            .is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+            && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+    };
+    let is_file = |s: &str| {
+        let exts = [
+            ".rs", ".json", ".c", ".h", ".cpp", ".toml", ".md", ".sh", ".spvasm", ".s", ".cu",
+            ".txt",
+        ];
+        let tops = ["core/", "app/", "views/", "samples/", "examples/", ".ci/"];
+        !s.contains(char::is_whitespace)
+            && !s.contains(['*', '…', '<', '{', '"', '\''])
+            && (exts.iter().any(|e| s.ends_with(e))
+                || (s.ends_with('/') && s.len() > 1)
+                || tops.iter().any(|t| s.starts_with(t)))
+    };
+    let mut paths = Vec::new();
+    let mut files = Vec::new();
+    for (i, span) in page.split('`').enumerate() {
+        if i % 2 == 0 {
+            continue;
+        }
+        // A call's arguments and a variant's fields are not part of the name.
+        let name = span.split(['(', ' ']).next().unwrap_or("");
+        if name.contains("::") && name.split("::").all(is_ident) {
+            paths.push(name.to_owned());
+        } else if is_file(span) {
+            files.push(span.to_owned());
+        }
+    }
+    (paths, files)
+}
+
+/// Every name defined in the workspace's sources, every module file's and folder's name, and the
+/// crates' names as the page shortens them (`vk::replay`, `formats::message`); and the sources'
+/// code itself, where a path of another crate's names (`TextWrapMode::Extend`) is found as written.
+fn names_defined() -> (BTreeSet<String>, String) {
+    let mut names: BTreeSet<String> = [
+        "dispatchscope_core",
+        "dispatchscope_analysis",
+        "dispatchscope_formats",
+        "dispatchscope_live",
+        "dispatchscope_vk",
+        "dispatchscope_demo",
+        "dispatchscope_rdna",
+        "dispatchscope_capi",
+        "dispatchscope_views",
+        "dispatchscope",
+        "core",
+        "analysis",
+        "formats",
+        "live",
+        "vk",
+        "demo",
+        "rdna",
+        "capi",
+        "views",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+    let mut all_code = String::new();
+    let mut files = Vec::new();
+    for src in CRATES {
+        let crate_dir = root().join(src).join("..");
+        for dir in ["src", "tests", "benches", "examples"] {
+            if crate_dir.join(dir).is_dir() {
+                rust_files(&crate_dir.join(dir), &mut files);
+            }
+        }
+    }
+    for f in files {
+        if let Some(stem) = f.file_stem() {
+            names.insert(stem.to_string_lossy().into_owned());
+        }
+        if let Some(dir) = f.parent().and_then(Path::file_name) {
+            names.insert(dir.to_string_lossy().into_owned());
+        }
+        // Unit tests included: the page names test helpers too.
+        let text = std::fs::read_to_string(&f).unwrap();
+        let code: String = text
+            .lines()
+            .map(|l| match l.find("//") {
+                Some(i) if !l[..i].contains('"') => &l[..i],
+                _ => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        all_code.push_str(&code);
+        let words: Vec<&str> = code
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        // An item after its keyword.
+        for pair in words.windows(2) {
+            if matches!(
+                pair[0],
+                "fn" | "struct" | "enum" | "trait" | "type" | "const" | "static" | "mod" | "union"
+            ) {
+                names.insert(pair[1].to_owned());
+            }
+        }
+        // A field or a variant: a name that starts a line, before `:`, `(`, `{`, `,` or `=`.
+        for line in code.lines() {
+            let t = line.trim_start().trim_start_matches("pub ");
+            let end = t
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(t.len());
+            let (name, rest) = t.split_at(end);
+            if !name.is_empty()
+                && (rest.is_empty()
+                    || [":", "(", "{", ",", "="]
+                        .iter()
+                        .any(|p| rest.trim_start().starts_with(p)))
+            {
+                names.insert(name.to_owned());
+            }
+        }
+    }
+    (names, all_code)
+}
+
+/// Every file and folder of the tree under `dir`, relative to the root, with `/` between parts.
+fn tree(dir: &Path, out: &mut Vec<String>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap().to_string_lossy().into_owned();
+        if name == "target" || name == ".git" {
+            continue;
+        }
+        let rel = p
+            .strip_prefix(root())
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        if p.is_dir() {
+            out.push(format!("{rel}/"));
+            tree(&p, out);
+        } else {
+            out.push(rel);
+        }
+    }
+}
+
+#[test]
+fn every_name_architecture_md_gives_exists() {
+    let page = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let (paths, files) = names_the_page_gives(&page);
+    assert!(
+        paths.len() > 100 && files.len() > 50,
+        "the page's names were not found"
+    );
+    let (defined, code) = names_defined();
+    let mut all = Vec::new();
+    tree(&root(), &mut all);
+    let root_dir = root().canonicalize().unwrap();
+    let mut missing = Vec::new();
+    for p in &paths {
+        let gone: Vec<&str> = p.split("::").filter(|s| !defined.contains(*s)).collect();
+        if !gone.is_empty() && !code.contains(p.as_str()) {
+            missing.push(format!("`{p}`: no {}", gone.join(", ")));
+        }
+    }
+    for f in &files {
+        // As written from the root, or as the end of a path in the tree (the page names a file in
+        // its crate's section by its path inside the crate: `engine/after.rs`, `tests/rules.rs`).
+        let here = root_dir.join(f.trim_end_matches('/')).exists();
+        let found = here || all.iter().any(|t| t == f || t.ends_with(&format!("/{f}")));
+        if !found {
+            missing.push(format!("`{f}`: no such file or folder"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md names what the tree does not have:\n{}",
+        missing.join("\n")
     );
 }
