@@ -1,5 +1,5 @@
 //! The Refusals panel: a card per refusal, with its rule id and decision id, the sentence, the
-//! values, what would have let the dispatch run, and the rule's text as SPEC.md states it
+//! values, what would have let the dispatch run, and the rule's text as `rules.rs` holds it
 //! ([`Rule::text`], shipped in the binary).
 //!
 //! [`Rule::text`]: dispatchscope_core::Rule::text

@@ -2,7 +2,7 @@
 //! emulator would, so that a debugger has something real to attach to (`dispatchscope demo`).
 //!
 //! The scene is procedural and deterministic for a seed. Every value in it is ours; only the
-//! shapes follow SPEC.md's cases (the GTA V ray traversal programs and run 305's buffers).
+//! shapes follow the decision records' cases (the GTA V ray traversal programs and run 305's buffers).
 //!
 //! Guest memory (every address ours):
 //! - `0x6_0000_0000`, 1 page: instance descriptors, 64 bytes each (words 0–1: the bottom level's

@@ -1,4 +1,4 @@
-//! dispatchscope-core: the dispatch path of D953 and D964, by the numbered rules of SPEC.md.
+//! dispatchscope-core: the dispatch path of D953 and D964, by the numbered rules of [`rules`].
 //!
 //! An emulator embeds [`Engine`]: it applies memory [`Event`]s between dispatches and hands each
 //! [`DispatchInput`] to [`Engine::dispatch`], which plans the pass (overlap sets, O1–O11; device

@@ -487,7 +487,7 @@ impl GuestMemory {
         ByteRange::new(start, start.saturating_add(self.page_bytes))
     }
 
-    /// Every readable run, in address order (SPEC.md, Words; M1): O(runs of page states).
+    /// Every readable run, in address order (M1, `rules.rs`; [`ReadableRun`]): O(runs of page states).
     pub fn readable_runs(&self) -> Vec<ReadableRun> {
         let mut runs: Vec<ReadableRun> = Vec::new();
         for r in self.reservations.values() {

@@ -2,7 +2,7 @@
 //! value that the CLI prints and the app's views draw.
 //!
 //! The JSON form is the schema [`SCHEMA`] that the CLI's `--json` and the app share; addresses
-//! are `"0x…"` strings, rule ids are SPEC.md's (`"O7"`), enums are kebab-case strings. Fields are
+//! are `"0x…"` strings, rule ids are `rules.rs`'s (`"O7"`), enums are kebab-case strings. Fields are
 //! only ever added within a schema version. Nothing here computes anything, and
 //! no type here belongs to a rule module: the planner, the table and the memory model build these
 //! values, they do not own them.
@@ -55,7 +55,7 @@ impl Value {
 /// Why a dispatch (or part of it) could not run, by rule.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refusal {
-    /// The SPEC.md rule.
+    /// The rule (`rules.rs`).
     pub rule: Rule,
     /// The decision record behind it.
     pub decision: String,
@@ -252,7 +252,7 @@ pub struct LookupTrace {
 
 // --- Guest memory (M1, M4). ---
 
-/// A readable run (SPEC.md, Words): a maximal stretch of pages in one reservation that the guest
+/// A readable run (what M1 maps, `rules.rs`): a maximal stretch of pages in one reservation that the guest
 /// last left readable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReadableRun {
@@ -703,7 +703,7 @@ fn is_zero(n: &u64) -> bool {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HazardKind {
-    /// L1 as SPEC.md states it: a holder's write-back lands over a device store to the same word.
+    /// L1 as `rules.rs` states it: a holder's write-back lands over a device store to the same word.
     #[default]
     WriteBackOverDeviceStore,
     /// The read-side twin, our addition: a bound load of a word the dispatch stored to by device
@@ -720,7 +720,7 @@ pub struct Hazard {
     /// Which case: the write-back lands last, or a bound load reads the upload.
     #[serde(default)]
     pub kind: HazardKind,
-    /// Whether the hazard is dispatchscope's addition (the read-side twin), not SPEC.md's L1.
+    /// Whether the hazard is dispatchscope's addition (the read-side twin), not `rules.rs`'s L1.
     #[serde(default)]
     pub ours: bool,
     /// For [`HazardKind::StaleBoundLoad`], the bound load that read the upload.

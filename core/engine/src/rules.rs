@@ -1,4 +1,5 @@
-//! The numbered rules of SPEC.md, their decision records, and their text.
+//! The numbered rules, their decision records, and their text: the one place the code cites for a
+//! rule (the specification they come from is not shipped with the code).
 //!
 //! Every refusal, escape and hazard in a report names a [`Rule`]; the CLI and the app print its id,
 //! its decision id and the sentence below. The text is shipped here so that the app can show a rule
@@ -10,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 macro_rules! rules {
     ($($variant:ident = $id:literal, $decision:literal, $title:literal, $text:literal;)*) => {
-        /// A rule of SPEC.md, by its id.
+        /// A rule, by its id.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         pub enum Rule {
             $(
@@ -21,10 +22,10 @@ macro_rules! rules {
         }
 
         impl Rule {
-            /// Every rule, in SPEC.md's order.
+            /// Every rule, in the specification's order.
             pub const ALL: &'static [Rule] = &[$(Rule::$variant),*];
 
-            /// The id SPEC.md gives the rule, like `"O7"`.
+            /// The rule's id, like `"O7"`.
             pub fn id(self) -> &'static str {
                 match self { $(Rule::$variant => $id,)* }
             }
@@ -39,7 +40,7 @@ macro_rules! rules {
                 match self { $(Rule::$variant => $title,)* }
             }
 
-            /// The rule's text as SPEC.md restates it.
+            /// The rule's text.
             pub fn text(self) -> &'static str {
                 match self { $(Rule::$variant => $text,)* }
             }
@@ -147,7 +148,7 @@ mod tests {
         assert_eq!(
             Rule::ALL.len(),
             31,
-            "SPEC.md has 31 rules: O1–O11, A1, M1–M5, T1–T6, W1–W3, P1, C1–C3, L1"
+            "there are 31 rules: O1–O11, A1, M1–M5, T1–T6, W1–W3, P1, C1–C3, L1"
         );
     }
 

@@ -1,4 +1,4 @@
-//! Issue 13: inputs that used to panic, abort or decide against SPEC.md, one test each, named after
+//! Issue 13: inputs that used to panic, abort or decide against the rules (`rules.rs`), one test each, named after
 //! the rule it checks. Each drives the real engine and asserts on the named error or the report.
 #![allow(
     clippy::unwrap_used,

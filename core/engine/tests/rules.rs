@@ -1,4 +1,4 @@
-//! One or more end-to-end tests per rule of SPEC.md, each named after the rule it checks (`o7_…`,
+//! One or more end-to-end tests per rule (`rules.rs`), each named after the rule it checks (`o7_…`,
 //! `m5_…`). Every test drives the real engine (`Engine::cpu`, `Engine::apply`, `Engine::dispatch`)
 //! and asserts on the `DispatchReport` it returns, never on the engine's insides alone.
 //! `every_rule_has_a_test` reads this file and fails when a rule of `Rule::ALL` has no test.

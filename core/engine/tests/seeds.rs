@@ -1,4 +1,4 @@
-//! The cases the decision records cite (SPEC.md, "The cases the records cite"), built in code and
+//! The cases the decision records cite (the rules of `rules.rs` name their records), built in code and
 //! run through the engine.
 //!
 //! The records give only a few facts per case: program addresses, range sizes, which ranges are
