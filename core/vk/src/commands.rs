@@ -6,6 +6,8 @@
 //! uploads a device-local chunk table (T6) is the one one-time submit made here.
 
 use std::sync::Arc;
+#[cfg(any(feature = "demo", test))]
+use std::time::{Duration, Instant};
 
 use ash::vk;
 
@@ -112,6 +114,40 @@ impl Commands {
         })?;
         // SAFETY: the fence has signalled, so nothing waits on it.
         check("vkResetFences", unsafe { d.reset_fences(&[self.fence]) })
+    }
+
+    /// Ends the recording with a barrier that makes what `stages` wrote (`writes`) visible to the
+    /// host, submits it and waits: the end of every recording whose results the host reads back.
+    /// Returns the host's time for the submit and the wait.
+    ///
+    /// # Safety
+    /// [`Self::cmd`] must be in the recording state, and every object it uses must stay live until
+    /// this returns.
+    #[cfg(any(feature = "demo", test))]
+    pub(crate) unsafe fn finish_for_host(
+        &self,
+        stages: vk::PipelineStageFlags,
+        writes: vk::AccessFlags,
+    ) -> Result<Duration, VkError> {
+        let d = &self.ctx.device;
+        // SAFETY: the caller guarantees the command buffer is recording.
+        unsafe {
+            d.cmd_pipeline_barrier(
+                self.cmd,
+                stages,
+                vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &[vk::MemoryBarrier::default()
+                    .src_access_mask(writes)
+                    .dst_access_mask(vk::AccessFlags::HOST_READ)],
+                &[],
+                &[],
+            );
+            check("vkEndCommandBuffer", d.end_command_buffer(self.cmd))?;
+        }
+        let started = Instant::now();
+        self.submit_and_wait()?;
+        Ok(started.elapsed())
     }
 
     /// [`Self::submit_and_wait`] for a dispatch that reads imports: in flight until the wait

@@ -15,7 +15,7 @@ use crate::pipeline::Pipeline;
 use crate::push::PushBlock;
 use crate::spirv::{self, BENCH_LOCAL_SIZE, BenchKernel, push};
 use crate::table::TablePush;
-use crate::{VkError, VulkanBackend, check};
+use crate::{VkError, VulkanBackend};
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::backend::Backend;
 use dispatchscope_core::chunk_table::ChunkTable;
@@ -143,22 +143,11 @@ impl Runner {
                 &bytes,
             );
             d.cmd_dispatch(cmd, groups, 1, 1);
-            d.cmd_pipeline_barrier(
-                cmd,
+            self.commands.finish_for_host(
                 vk::PipelineStageFlags::COMPUTE_SHADER,
-                vk::PipelineStageFlags::HOST,
-                vk::DependencyFlags::empty(),
-                &[vk::MemoryBarrier::default()
-                    .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-                    .dst_access_mask(vk::AccessFlags::HOST_READ)],
-                &[],
-                &[],
-            );
-            check("vkEndCommandBuffer", d.end_command_buffer(cmd))?;
+                vk::AccessFlags::SHADER_WRITE,
+            )
         }
-        let started = Instant::now();
-        self.commands.submit_and_wait()?;
-        Ok(started.elapsed())
     }
 }
 

@@ -837,24 +837,14 @@ impl DevicePass {
                     d.cmd_copy_buffer(cmd, src.raw, dst.raw, &[region]);
                 }
             }
-            d.cmd_pipeline_barrier(
-                cmd,
-                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
-                vk::PipelineStageFlags::HOST,
-                vk::DependencyFlags::empty(),
-                &[vk::MemoryBarrier::default()
-                    .src_access_mask(
-                        vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE,
-                    )
-                    .dst_access_mask(vk::AccessFlags::HOST_READ)],
-                &[],
-                &[],
-            );
-            check("vkEndCommandBuffer", d.end_command_buffer(cmd))?;
         }
-        let started = Instant::now();
-        self.commands.submit_and_wait()?;
-        let host_time = started.elapsed();
+        // SAFETY: the command buffer is recording; every object it uses lives as long as `self`.
+        let host_time = unsafe {
+            self.commands.finish_for_host(
+                vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+                vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE,
+            )
+        }?;
         if !timestamps {
             let each = host_time / n;
             return Ok(RunTime {

@@ -192,20 +192,13 @@ fn a_caller_module_with_the_emitted_helper_looks_up_as_the_cpu_does() {
             &push.bytes(),
         );
         d.cmd_dispatch(cmd, LANES / 64, 1, 1);
-        d.cmd_pipeline_barrier(
-            cmd,
-            vk::PipelineStageFlags::COMPUTE_SHADER,
-            vk::PipelineStageFlags::HOST,
-            vk::DependencyFlags::empty(),
-            &[vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-                .dst_access_mask(vk::AccessFlags::HOST_READ)],
-            &[],
-            &[],
-        );
-        crate::check("vkEndCommandBuffer", d.end_command_buffer(cmd)).unwrap();
+        commands
+            .finish_for_host(
+                vk::PipelineStageFlags::COMPUTE_SHADER,
+                vk::AccessFlags::SHADER_WRITE,
+            )
+            .unwrap();
     }
-    commands.submit_and_wait().unwrap();
     let (mut hits, mut longer) = (0, 0);
     for i in 0..LANES as usize {
         let r = &out.bytes()[16 * i..16 * i + 16];
