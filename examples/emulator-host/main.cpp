@@ -1067,9 +1067,13 @@ int main(int argc, char **argv) {
             p.flags = DS_EVENT_READABLE | DS_EVENT_WRITABLE;
             apply(engine, p, "protect");
         }
+        // The fences keep the compiler from moving the guest's stores out of the window the
+        // SIGSEGV handler accepts them in (an optimised build did, and the fault was fatal).
         emu.cpu_writing = 1;
+        std::atomic_signal_fence(std::memory_order_seq_cst);
         const uint32_t faults_before = emu.cpu_faults;
         for (uint32_t i = 0; i < 16; i++) put(CPU_PAGE + 4 * i, 1000 * f + 3 * i + 1);  // faults once
+        std::atomic_signal_fence(std::memory_order_seq_cst);
         emu.cpu_writing = 0;
         if (emu.cpu_faults > faults_before)  // the handler lifted the guard it caught (D824)
             apply(engine, event(DS_EVENT_UNGUARD, H + CPU_PAGE, H + CPU_PAGE + PAGE), "unguard");
