@@ -224,12 +224,14 @@ impl Drop for Running {
     }
 }
 
-#[test]
-fn a_debugger_breaks_on_the_hosts_refusal_steps_and_detaches_and_the_host_runs_on() {
+/// Starts the host listening on an ephemeral port, running until killed, with `args`; its
+/// address, or `None` where Vulkan is absent and not required.
+fn listening(args: &[&str]) -> Option<(Running, String)> {
     let exe = build();
     let mut child = Command::new(&exe)
         .env("LD_LIBRARY_PATH", capi_dir())
         .args(["--listen", "127.0.0.1:0", "--frames", "0"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -263,13 +265,21 @@ fn a_debugger_breaks_on_the_hosts_refusal_steps_and_detaches_and_the_host_runs_o
             "the host did not start ({status}): {err}"
         );
         eprintln!("skipped: {err}");
-        return;
+        return None;
     };
     let addr = first
         .strip_prefix("listening on ")
         .and_then(|r| r.split_whitespace().next())
         .unwrap_or_else(|| panic!("unexpected first line: {first}"))
         .to_owned();
+    Some((host, addr))
+}
+
+#[test]
+fn a_debugger_breaks_on_the_hosts_refusal_steps_and_detaches_and_the_host_runs_on() {
+    let Some((mut host, addr)) = listening(&[]) else {
+        return;
+    };
     let out = Command::new(env!("CARGO_BIN_EXE_dispatchscope"))
         .args([
             "attach",
@@ -309,5 +319,111 @@ fn a_debugger_breaks_on_the_hosts_refusal_steps_and_detaches_and_the_host_runs_o
     for line in &after {
         assert_eq!(field(line, "checks"), "ok", "{line}");
     }
+    assert!(host.child.try_wait().unwrap().is_none(), "the host runs on");
+}
+
+/// Waits up to `within` for `child` to exit.
+fn exits_within(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// `dispatchscope record` attached to the host, and the capture it writes.
+fn recorder(addr: &str, dir: &Path) -> (Child, PathBuf) {
+    let out = dir.join("host.dscap");
+    let child = Command::new(env!("CARGO_BIN_EXE_dispatchscope"))
+        .arg("record")
+        .arg(addr)
+        .arg("-o")
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    (child, out)
+}
+
+/// The dispatches `explain --json` reads from a capture (every record whole, or it fails).
+fn explained(capture: &Path) -> usize {
+    let out = Command::new(env!("CARGO_BIN_EXE_dispatchscope"))
+        .arg("explain")
+        .arg(capture)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "explain {} failed: {}",
+        capture.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v.get("dispatches")
+        .and_then(|d| d.as_array())
+        .map_or(0, Vec::len)
+}
+
+#[test]
+fn killing_the_host_mid_frame_keeps_every_complete_record_and_the_recorder_exits() {
+    let Some((mut host, addr)) = listening(&["--instrumented"]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut rec, capture) = recorder(&addr, dir.path());
+    // Frames go by with the recorder attached; then the host dies mid-frame, as a crash would.
+    let frames = host
+        .lines_within(Duration::from_secs(3))
+        .into_iter()
+        .filter(|l| l.starts_with("frame "))
+        .count();
+    assert!(frames > 0, "no frame ran with the recorder attached");
+    host.child.kill().unwrap();
+    host.child.wait().unwrap();
+    let status = exits_within(&mut rec, Duration::from_secs(20));
+    assert!(
+        status.is_some(),
+        "the recorder is stuck after the host died"
+    );
+    let n = explained(&capture);
+    assert!(n >= 3, "the capture holds {n} dispatches");
+}
+
+#[test]
+fn killing_the_debugger_mid_stream_leaves_the_host_running_and_a_capture_that_opens() {
+    let Some((mut host, addr)) = listening(&[]) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (mut rec, capture) = recorder(&addr, dir.path());
+    host.lines_within(Duration::from_secs(2));
+    rec.kill().unwrap();
+    rec.wait().unwrap();
+    // The host runs on, every check passing, and the capture holds what was flushed.
+    let after: Vec<String> = host
+        .lines_within(Duration::from_secs(3))
+        .into_iter()
+        .filter(|l| l.starts_with("frame "))
+        .collect();
+    assert!(after.len() > 3, "frames after the debugger died: {after:?}");
+    for line in &after {
+        assert_eq!(field(line, "checks"), "ok", "{line}");
+    }
+    explained(&capture);
+    // A new debugger attaches and steps.
+    let out = Command::new(env!("CARGO_BIN_EXE_dispatchscope"))
+        .args(["attach", &addr, "--steps", "2", "--wait", "30"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "a second attach failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(host.child.try_wait().unwrap().is_none(), "the host runs on");
 }

@@ -753,7 +753,18 @@ ds_slot slot(uint32_t index, uint64_t base, uint64_t size, bool written) {
 
 struct Frame {
     uint32_t dispatches = 0, refusals = 0, escapes = 0, escapes_predicted = 0, failures = 0;
+    // The engine's CPU time on this (the game's) thread: inside ds_engine_prepare and
+    // ds_engine_complete, and how many of each were called.
+    double engine_us = 0;
+    uint32_t engine_dispatches = 0;
     std::vector<std::string> notes;
+    template <class F>
+    ds_status engine_call(F call) {
+        auto t = std::chrono::steady_clock::now();
+        ds_status s = call();
+        engine_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
+        return s;
+    }
     void fail(const std::string &what) {
         failures++;
         notes.push_back("MISMATCH " + what);
@@ -1026,6 +1037,7 @@ int main(int argc, char **argv) {
     if (instrumented) instr.make(vk, 4ull * instr_words, true);
 
     long failures_total = 0;
+    std::vector<double> frame_ms, dispatch_us;  // every frame but the first
     for (long frame = 0; frames == 0 || frame < frames; frame++) {
         auto t0 = std::chrono::steady_clock::now();
         Frame fr;
@@ -1055,9 +1067,13 @@ int main(int argc, char **argv) {
             p.flags = DS_EVENT_READABLE | DS_EVENT_WRITABLE;
             apply(engine, p, "protect");
         }
+        // The fences keep the compiler from moving the guest's stores out of the window the
+        // SIGSEGV handler accepts them in (an optimised build did, and the fault was fatal).
         emu.cpu_writing = 1;
+        std::atomic_signal_fence(std::memory_order_seq_cst);
         const uint32_t faults_before = emu.cpu_faults;
         for (uint32_t i = 0; i < 16; i++) put(CPU_PAGE + 4 * i, 1000 * f + 3 * i + 1);  // faults once
+        std::atomic_signal_fence(std::memory_order_seq_cst);
         emu.cpu_writing = 0;
         if (emu.cpu_faults > faults_before)  // the handler lifted the guard it caught (D824)
             apply(engine, event(DS_EVENT_UNGUARD, H + CPU_PAGE, H + CPU_PAGE + PAGE), "unguard");
@@ -1096,7 +1112,8 @@ int main(int argc, char **argv) {
             p.size = sizeof p;
             p.bindings = plans;
             p.bindings_capacity = 4;
-            check(ds_engine_prepare(engine, &d, &p), "prepare (bound)");
+            check(fr.engine_call([&] { return ds_engine_prepare(engine, &d, &p); }), "prepare (bound)");
+            fr.engine_dispatches++;
             if (p.mode != DS_MODE_BOUND || p.n_bindings != 4) fr.fail("the bound pass is not bound as two sets");
             // What the CPU says the pass will leave, from the same memory.
             std::vector<std::pair<uint64_t, uint32_t>> expect;
@@ -1208,7 +1225,7 @@ int main(int argc, char **argv) {
             c.index = p.index;
             c.n_holders = n_holders;
             c.holders = holders;
-            check(ds_engine_complete(engine, &c), "complete (bound)");
+            check(fr.engine_call([&] { return ds_engine_complete(engine, &c); }), "complete (bound)");
             for (uint32_t i = 0; i < 4; i++) {
                 data[i].destroy(vk);
                 masks[i].destroy(vk);
@@ -1234,13 +1251,14 @@ int main(int argc, char **argv) {
             p.size = sizeof p;
             p.bindings = plans;
             p.bindings_capacity = 2;
-            check(ds_engine_prepare(engine, &d, &p), "prepare (O7)");
+            check(fr.engine_call([&] { return ds_engine_prepare(engine, &d, &p); }), "prepare (O7)");
+            fr.engine_dispatches++;
             if (p.mode != DS_MODE_REFUSED || p.n_bindings != 0) fr.fail("the misaligned member was not refused");
             ds_completion c;
             std::memset(&c, 0, sizeof c);
             c.size = sizeof c;
             c.index = p.index;
-            check(ds_engine_complete(engine, &c), "complete (O7)");
+            check(fr.engine_call([&] { return ds_engine_complete(engine, &c); }), "complete (O7)");
             fr.refusals += p.n_refusals;
             const char *json = nullptr;
             check(ds_engine_report_json(engine, &json, nullptr), "report");
@@ -1259,7 +1277,8 @@ int main(int argc, char **argv) {
             p.size = sizeof p;
             p.bindings = plans;
             p.bindings_capacity = 1;
-            check(ds_engine_prepare(engine, &d, &p), "prepare (device-addressed)");
+            check(fr.engine_call([&] { return ds_engine_prepare(engine, &d, &p); }), "prepare (device-addressed)");
+            fr.engine_dispatches++;
             if (p.mode != DS_MODE_DEVICE_ADDRESSED || p.table_address == 0 || p.marks_address == 0)
                 fr.fail("the pass is not device-addressed with a table and marks");
             // C3: the deferred copy is in guest memory now.
@@ -1368,7 +1387,7 @@ int main(int argc, char **argv) {
                 in.n_words = instr_words;
                 c.instrumentation = &in;
             }
-            check(ds_engine_complete(engine, &c), "complete (device-addressed)");
+            check(fr.engine_call([&] { return ds_engine_complete(engine, &c); }), "complete (device-addressed)");
             const char *json = nullptr;
             check(ds_engine_report_json(engine, &json, nullptr), "report");
             if (print_reports) std::printf("report: %s\n", json ? json : "");
@@ -1418,10 +1437,15 @@ int main(int argc, char **argv) {
         double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         uint8_t attached = 0;
         check(ds_engine_attached(engine, &attached), "attached");
-        std::printf("frame %ld: time_ms=%.2f dispatches=%u refusals=%u escapes=%u predicted=%u hand_offs=%u "
+        const double engine_us = fr.engine_dispatches ? fr.engine_us / fr.engine_dispatches : 0;
+        if (frame > 0) {
+            frame_ms.push_back(ms);
+            dispatch_us.push_back(engine_us);
+        }
+        std::printf("frame %ld: time_ms=%.2f engine_us=%.1f dispatches=%u refusals=%u escapes=%u predicted=%u hand_offs=%u "
                     "pages_written=%u (cpu %u, host-write %u, hand-off %u, m2 %u, bound-store %u) committed=%u "
                     "textures_dropped=%s checks=%s%s\n",
-                    frame, ms, fr.dispatches, fr.refusals, fr.escapes, fr.escapes_predicted, emu.hand_offs,
+                    frame, ms, engine_us, fr.dispatches, fr.refusals, fr.escapes, fr.escapes_predicted, emu.hand_offs,
                     emu.pages_written(-1), emu.pages_written(CAUSE_CPU), emu.pages_written(CAUSE_WRITE),
                     emu.pages_written(CAUSE_HAND_OFF), emu.pages_written(CAUSE_M2), emu.pages_written(CAUSE_BOUND),
                     emu.pages_committed,
@@ -1442,6 +1466,23 @@ int main(int argc, char **argv) {
     vkDestroyDescriptorPool(vk.device, dpool, nullptr);
     vk.close();
     uint32_t messages = g_validation_messages.load();
+    // The figures of the run: medians over every frame but the first, and the process's peak
+    // resident memory (VmHWM: the guest's pages, the driver's share and dispatchscope's).
+    auto median = [](std::vector<double> v) {
+        if (v.empty()) return 0.0;
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+    };
+    long hwm_kib = 0;
+    {
+        std::ifstream status("/proc/self/status");
+        std::string line;
+        while (std::getline(status, line))
+            if (line.rfind("VmHWM:", 0) == 0) hwm_kib = std::strtol(line.c_str() + 6, nullptr, 10);
+    }
+    std::printf("summary: frames=%zu frame_ms_median=%.3f engine_us_per_dispatch_median=%.2f peak_rss_mib=%.1f guest_mib=%llu\n",
+                frame_ms.size(), median(frame_ms), median(dispatch_us), hwm_kib / 1024.0,
+                static_cast<unsigned long long>(guest_mib));
     std::printf("validation messages: %u\n", messages);
     std::printf("%ld failures\n", failures_total);
     return failures_total || messages ? 1 : 0;

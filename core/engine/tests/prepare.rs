@@ -312,3 +312,139 @@ fn holder_data_is_checked() {
     let p = e.prepare(&input);
     assert!(p.is_err(), "still prepared after a refused complete");
 }
+
+/// O8 over masks of every shape a device leaves (alternating words, random, blocks a page apart
+/// and more, the last word cut by the range's end), against a plain reading of O8 and O9: the
+/// guest bytes afterwards are the old ones with every masked word laid over; the report lists the
+/// first 16 words written with their old and new values and the first runs, and counts the rest.
+mod write_back_shapes {
+    use super::*;
+    use dispatchscope_core::engine::DEVICE_WORDS_LISTED;
+    use dispatchscope_core::report::WriteBack;
+    use proptest::prelude::*;
+
+    /// A holder of `len` bytes at `BASE + 0x10` (not page-aligned), its mask from `words`.
+    fn check(len: u64, written: &[bool]) {
+        let mut e = engine();
+        let old: Vec<u8> = (0..len + 0x40).map(|i| (i * 13 + 1) as u8).collect();
+        e.load_contents(BASE, &old);
+        let input = bound(vec![Slot::new(0, BASE + 0x10, len, true)]);
+        let p = e.prepare(&input).unwrap();
+        let buffer = p.holder(0).unwrap().buffer;
+        let bytes = buffer.size_bytes() as usize;
+        let n = bytes.div_ceil(4);
+        let data: Vec<u8> = (0..bytes).map(|i| (i * 7 + 200) as u8).collect();
+        let mut masks = vec![0u8; 4 * n];
+        for (w, &on) in written.iter().take(n).enumerate() {
+            masks[4 * w + (w % 4)] = u8::from(on);
+        }
+        let run = DeviceRun {
+            holders: vec![HolderRun {
+                slot: 0,
+                data: &data,
+                masks: &masks,
+            }],
+            ..DeviceRun::default()
+        };
+        let r = e.complete(&input, p, RanOn::Device(run)).unwrap();
+        // The plain reading.
+        let on = |w: usize| written.get(w).copied().unwrap_or(false) && w < n;
+        let mut want = old[0x10..0x10 + bytes].to_vec();
+        let mut words = Vec::new();
+        let mut runs: Vec<ByteRange> = Vec::new();
+        let mut n_runs = 0u64;
+        for w in 0..n {
+            if !on(w) {
+                continue;
+            }
+            let (from, to) = (4 * w, (4 * w + 4).min(bytes));
+            if words.len() < DEVICE_WORDS_LISTED {
+                words.push((
+                    BASE + 0x10 + from as u64,
+                    old[0x10 + from..0x10 + to].to_vec(),
+                ));
+            }
+            want[from..to].copy_from_slice(&data[from..to]);
+            let at = BASE + 0x10 + from as u64;
+            let end = BASE + 0x10 + to as u64;
+            match runs.last_mut() {
+                Some(r) if r.end == at => r.end = end,
+                _ if w > 0 && on(w - 1) => {}
+                _ => {
+                    n_runs += 1;
+                    if runs.len() < WriteBack::LISTED_RUNS {
+                        runs.push(ByteRange::new(at, end));
+                    }
+                }
+            }
+        }
+        let total = (0..n).filter(|&w| on(w)).count() as u64;
+        let mut got = vec![0u8; bytes];
+        e.memory().read_bytes(BASE + 0x10, &mut got);
+        assert_eq!(got, want, "the guest bytes after the write-back");
+        let Some(wb) = r.write_back.first() else {
+            assert_eq!(total, 0);
+            return;
+        };
+        assert_eq!(wb.words_written(), total);
+        let listed: Vec<(u64, u64)> = wb.words.iter().map(|x| (x.address, x.old)).collect();
+        let expected: Vec<(u64, u64)> = words
+            .iter()
+            .map(|(a, b)| {
+                let mut w = [0u8; 4];
+                w[..b.len()].copy_from_slice(b);
+                (*a, u64::from(u32::from_le_bytes(w)))
+            })
+            .collect();
+        assert_eq!(listed, expected, "the words listed with their old values");
+        if wb.lists_every_word() {
+            assert!(wb.runs.is_empty() && wb.runs_not_listed == 0);
+        } else {
+            assert_eq!(wb.runs, runs, "the runs placed");
+            assert_eq!(wb.runs.len() as u64 + wb.runs_not_listed, n_runs);
+        }
+    }
+
+    #[test]
+    fn alternating_words_over_three_pages_and_a_cut_word() {
+        let written: Vec<bool> = (0..4000).map(|w| w % 2 == 0).collect();
+        check(3 * 4096 + 6, &written);
+    }
+
+    #[test]
+    fn blocks_a_page_apart_and_more() {
+        let written: Vec<bool> = (0..8200)
+            .map(|w| {
+                (100..300).contains(&w)
+                    || (1300..1400).contains(&w)
+                    || (6000..6100).contains(&w)
+                    || w == 8190
+            })
+            .collect();
+        check(8 * 4096, &written);
+    }
+
+    #[test]
+    fn every_word_but_one() {
+        let mut written = vec![true; 5000];
+        written[4000] = false;
+        check(5000 * 4 - 3, &written);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        #[test]
+        fn any_mask(len in 1u64..20000, seed in any::<u64>(), density in 0u32..=100) {
+            let mut x = seed | 1;
+            let written: Vec<bool> = (0..len.div_ceil(4) + 4)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (x % 100) < u64::from(density)
+                })
+                .collect();
+            check(len, &written);
+        }
+    }
+}

@@ -66,7 +66,7 @@ fn image_of(holder: &[u8], n: usize) -> Vec<(u32, u32)> {
         .collect()
 }
 
-fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, repeats: usize) {
+fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, repeats: usize, frames_only: bool) {
     let grid = Grid::new(w, h).expect("a size of whole 8×8 workgroups");
     let scene = Scene::new(SceneConfig::default(), grid).unwrap();
     let t = Instant::now();
@@ -92,7 +92,11 @@ fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, repeats: usize) {
     let mut last = None;
     for on in [GuestMemoryOn::DeviceLocal, GuestMemoryOn::Imported] {
         let pass = DevicePass::new(ctx, &host, layout, false, on).unwrap();
-        last = Some(variants(pass, on, &sel, &scene, &expected, repeats));
+        last = Some(if frames_only {
+            pass
+        } else {
+            variants(pass, on, &sel, &scene, &expected, repeats)
+        });
     }
     let mut pass = last.unwrap();
     // Issue 29: the emulator's frame as `dispatchscope pass` runs it: prepare, the device's run,
@@ -138,6 +142,9 @@ fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, repeats: usize) {
             ms(*c),
             ms(w.saturating_sub(*p + *c))
         );
+    }
+    if frames_only {
+        return;
     }
     // One instrumented run alone, for the buffers the section is read from.
     pass.run(Variant::Instrumented, &sel, scene::CANARY_AT, &scene)
@@ -285,8 +292,14 @@ fn main() {
         info.timestamp_valid_bits,
         info.timestamp_period_ns
     );
+    // `--frames-only`: only the frame through prepare, the device and complete (no variants, no
+    // section, no lookup microbench): what the host spends around the device's run.
+    let frames_only = args.iter().any(|a| a == "--frames-only");
     for (w, h) in sizes {
-        pass_at(&ctx, w, h, repeats);
+        pass_at(&ctx, w, h, repeats, frames_only);
+    }
+    if frames_only {
+        return;
     }
     if !args.iter().any(|a| a == "--no-lookup") {
         for (name, layout) in [

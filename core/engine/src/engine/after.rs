@@ -71,12 +71,11 @@ impl<B: Backend> Engine<B> {
             if !mask.iter().any(|&m| m != 0) {
                 continue;
             }
-            let written = |w: usize| mask.get(w).is_some_and(|&m| m != 0);
             write_back.push(self.write_back_holder(
                 routed.holder_slots[h],
                 *range,
                 &outcome.holders[h],
-                written,
+                Mask::Words(mask),
                 usize::MAX,
                 change,
                 hand_off,
@@ -85,15 +84,17 @@ impl<B: Backend> Engine<B> {
         write_back
     }
 
-    /// O8 for one holder: every word `written` marks is written into guest memory from `data`
-    /// (the holder's bytes, from its range's start) as a host write. The first `listed` words are
+    /// O8 for one holder: every word `mask` marks is written into guest memory from `data` (the
+    /// holder's bytes, from its range's start) as a host write. The first `listed` words are
     /// reported with their old and new values; the rest are counted, and then their runs placed
     /// ([`WriteBack::LISTED_RUNS`] of them, the others counted).
     ///
     /// The written words are taken in groups whose pages touch (a page apart at most): each group
     /// is read once, its written words laid over, written once and noted written once (D824,
     /// D720), so a mask of every other word over a full-screen holder costs what a dense one does.
-    /// The pages noted are exactly those a written word lies on.
+    /// The pages noted are exactly those a written word lies on. The mask is read a page at a
+    /// time (a count of its written words, which the compiler vectorises), so a full-screen
+    /// holder costs a few passes over its mask at memory speed, not a branch a word.
     #[expect(
         clippy::too_many_arguments,
         reason = "one holder's write-back, its parts named"
@@ -103,28 +104,23 @@ impl<B: Backend> Engine<B> {
         holder: u32,
         range: ByteRange,
         data: &[u8],
-        written: impl Fn(usize) -> bool,
+        mask: Mask<'_>,
         listed: usize,
         change: &mut MemoryChange,
         hand_off: &mut HandOff,
     ) -> WriteBack {
         let (mut wb, n) = write_back_of(holder, range, data);
-        let shift = self.memory.page_bytes().trailing_zeros();
-        let page = |w: usize| (range.start + 4 * w as u64) >> shift;
-        // The groups of written words, as word ranges: at most one a page of the holder.
-        let mut groups: Vec<(usize, usize)> = Vec::new();
-        for w in (0..n).filter(|&w| written(w)) {
-            match groups.last_mut() {
-                Some((_, end)) if page(w) <= page(*end - 1) + 1 => *end = w + 1,
-                _ => groups.push((w, w + 1)),
-            }
-        }
         let at = |w: usize| ((range.start + 4 * w as u64).min(range.end) - range.start) as usize;
         let mut buf = Vec::new();
-        for (first, end) in groups {
+        for Group {
+            first,
+            end,
+            written,
+        } in groups(range, n, self.memory.page_bytes(), mask)
+        {
             let bytes =
                 ByteRange::new(range.start + at(first) as u64, range.start + at(end) as u64);
-            if (first..end).all(&written) {
+            if written == end - first {
                 // Every word of the group is written (a dense output): the data goes as it is, one
                 // write, and only the listed words' old values are read.
                 self.write_back_dense(
@@ -143,17 +139,19 @@ impl<B: Backend> Engine<B> {
             buf.resize(bytes.size_bytes() as usize, 0);
             self.memory.read_bytes(bytes.start, &mut buf);
             let base = at(first);
+            // The first runs and words listed, in address order, with their old values; the scan
+            // stops once both lists are full, and the rest is counted.
+            let mut words_listed = 0usize;
             let mut w = first;
-            while w < end {
-                if !written(w) {
+            while w < end && (wb.words.len() < listed || wb.runs.len() < WriteBack::LISTED_RUNS) {
+                if !mask.written(w) {
                     w += 1;
                     continue;
                 }
                 let r = w;
-                while w < end && written(w) {
+                while w < end && mask.written(w) {
                     w += 1;
                 }
-                // The run r..w: its first words listed with their old values, then laid over.
                 let room = listed.saturating_sub(wb.words.len()).min(w - r);
                 for k in r..r + room {
                     let (from, to) = (at(k), at(k + 1));
@@ -163,8 +161,7 @@ impl<B: Backend> Engine<B> {
                         &data[from..to],
                     ));
                 }
-                wb.words_not_listed += (w - r - room) as u64;
-                buf[at(r) - base..at(w) - base].copy_from_slice(&data[at(r)..at(w)]);
+                words_listed += room;
                 if wb.runs.len() < WriteBack::LISTED_RUNS {
                     wb.runs.push(ByteRange::new(
                         range.start + at(r) as u64,
@@ -173,6 +170,16 @@ impl<B: Backend> Engine<B> {
                 } else {
                     wb.runs_not_listed += 1;
                 }
+            }
+            wb.words_not_listed += (written - words_listed) as u64;
+            wb.runs_not_listed += mask.run_starts(w, end, w > first && mask.written(w - 1));
+            // The written words laid over the old bytes; a last word cut by the range's end alone.
+            let whole = (at(end) - base) / 4;
+            let full_end = first + whole;
+            mask.overlay(first, &mut buf[..4 * whole], &data[base..base + 4 * whole]);
+            if full_end < end && mask.written(full_end) {
+                let (from, to) = (at(full_end), at(full_end + 1));
+                buf[from - base..to - base].copy_from_slice(&data[from..to]);
             }
             let before = change.distrusted.len();
             self.memory.host_write(bytes.start, &buf, change);
@@ -188,6 +195,140 @@ impl<B: Backend> Engine<B> {
         }
         wb
     }
+}
+
+/// A holder's write mask (O9): one entry a data word, non-zero where a store set it; words past
+/// its end are not written.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Mask<'a> {
+    /// One `u32` a word (the CPU reference's outcome).
+    Words(&'a [u32]),
+    /// Four bytes a word, as a device leaves its mask buffer.
+    Bytes(&'a [u8]),
+}
+
+impl Mask<'_> {
+    /// Whether word `w` was written.
+    fn written(&self, w: usize) -> bool {
+        match self {
+            Mask::Words(m) => m.get(w).is_some_and(|&x| x != 0),
+            Mask::Bytes(m) => m.get(4 * w..4 * w + 4).is_some_and(|c| c != [0, 0, 0, 0]),
+        }
+    }
+
+    /// The mask's entries over words `first..end` (clamped to the mask), as `u32` values.
+    fn each(&self, first: usize, end: usize, mut f: impl FnMut(usize, u32)) {
+        match self {
+            Mask::Words(m) => {
+                let end = end.min(m.len());
+                for (i, &x) in m.get(first..end).unwrap_or_default().iter().enumerate() {
+                    f(first + i, x);
+                }
+            }
+            Mask::Bytes(m) => {
+                let end = end.min(m.len() / 4);
+                let bytes = m.get(4 * first..4 * end).unwrap_or_default();
+                for (i, c) in bytes.chunks_exact(4).enumerate() {
+                    f(first + i, u32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
+                }
+            }
+        }
+    }
+
+    /// Words written in `first..end`.
+    fn count(&self, first: usize, end: usize) -> usize {
+        let mut n = 0usize;
+        self.each(first, end, |_, x| n += usize::from(x != 0));
+        n
+    }
+
+    /// Runs of written words that start in `first..end`, the word before `first` written or not.
+    fn run_starts(&self, first: usize, end: usize, before: bool) -> u64 {
+        let (mut n, mut prev) = (0u64, before);
+        self.each(first, end, |_, x| {
+            let cur = x != 0;
+            n += u64::from(cur & !prev);
+            prev = cur;
+        });
+        n
+    }
+
+    /// The written words of `data` (words `first..`) laid over `buf`, a word at a time.
+    fn overlay(&self, first: usize, buf: &mut [u8], data: &[u8]) {
+        let words = buf.len() / 4;
+        let lay = |b: &mut [u8], d: &[u8], x: u32| {
+            if x != 0 {
+                b.copy_from_slice(d);
+            }
+        };
+        match self {
+            Mask::Words(m) => {
+                let m = m.get(first..).unwrap_or_default();
+                for ((b, d), &x) in buf
+                    .chunks_exact_mut(4)
+                    .zip(data.chunks_exact(4))
+                    .zip(m.iter().take(words))
+                {
+                    lay(b, d, x);
+                }
+            }
+            Mask::Bytes(m) => {
+                let m = m.get(4 * first..).unwrap_or_default();
+                for ((b, d), c) in buf
+                    .chunks_exact_mut(4)
+                    .zip(data.chunks_exact(4))
+                    .zip(m.chunks_exact(4).take(words))
+                {
+                    lay(b, d, u32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
+                }
+            }
+        }
+    }
+}
+
+/// A group of a holder's written words whose pages touch: words `first..end`, `written` of them
+/// written (the first and the last are).
+struct Group {
+    first: usize,
+    end: usize,
+    written: usize,
+}
+
+/// The groups of `mask`'s written words among a holder's `n` words at `range`, a page of the
+/// holder at a time: a page with a written word joins the group of the page before it when that
+/// page has one too, and starts a group otherwise.
+fn groups(range: ByteRange, n: usize, page_bytes: u64, mask: Mask<'_>) -> Vec<Group> {
+    let shift = page_bytes.trailing_zeros();
+    let page = |w: usize| (range.start + 4 * w as u64) >> shift;
+    let mut groups: Vec<Group> = Vec::new();
+    let mut w = 0;
+    while w < n {
+        // The words whose first byte is on `w`'s page.
+        let next_page = (page(w) + 1) << shift;
+        let e = usize::try_from((next_page - range.start).div_ceil(4))
+            .unwrap_or(usize::MAX)
+            .min(n);
+        let c = mask.count(w, e);
+        if c > 0 {
+            let last = (w..e).rev().find(|&k| mask.written(k)).unwrap_or(w);
+            match groups.last_mut() {
+                Some(g) if page(w) <= page(g.end - 1) + 1 => {
+                    g.end = last + 1;
+                    g.written += c;
+                }
+                _ => {
+                    let first = (w..e).find(|&k| mask.written(k)).unwrap_or(w);
+                    groups.push(Group {
+                        first,
+                        end: last + 1,
+                        written: c,
+                    });
+                }
+            }
+        }
+        w = e.max(w + 1);
+    }
+    groups
 }
 
 impl<B: Backend> Engine<B> {

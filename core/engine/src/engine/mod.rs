@@ -343,18 +343,13 @@ impl<B: Backend> Engine<B> {
             }
             .into());
         }
-        let written = |w: usize| {
-            masks
-                .get(4 * w..4 * w + 4)
-                .is_some_and(|m| m != [0, 0, 0, 0])
-        };
         let mut change = MemoryChange::default();
         let mut hand_off = HandOff::default();
         let wb = self.write_back_holder(
             holder,
             range,
             data,
-            written,
+            after::Mask::Bytes(masks),
             listed,
             &mut change,
             &mut hand_off,

@@ -435,11 +435,6 @@ impl<B: Backend> Engine<B> {
             };
             let range = routed.job.holders[pos];
             let masks = h.masks;
-            let written = |w: usize| {
-                masks
-                    .get(4 * w..4 * w + 4)
-                    .is_some_and(|m| m != [0, 0, 0, 0])
-            };
             let words = range.size_bytes().div_ceil(4) as usize;
             let every_word = masks.get(..4 * words).is_some_and(every_word_set);
             let wb = if every_word {
@@ -456,7 +451,7 @@ impl<B: Backend> Engine<B> {
                     h.slot,
                     range,
                     h.data,
-                    written,
+                    after::Mask::Bytes(masks),
                     DEVICE_WORDS_LISTED,
                     &mut change,
                     &mut hand_off,
