@@ -1180,17 +1180,19 @@ impl ChunkTable {
         let capacity = self.slots.len();
         let bound = self.bound() as usize;
         // Walk backward twice round the ring: `run` is the number of full slots from a slot up to the
-        // next empty one, exact once the walk has passed an empty slot (the load is under 1).
+        // next empty one, exact once the walk has passed an empty slot (the load is under 1). The
+        // first round only settles `run`; the second counts. (No index arithmetic a slot: a table
+        // of a million slots is walked in a millisecond.)
         let mut run = 0usize;
-        let mut total = 0usize;
-        for i in (0..2 * capacity).rev() {
-            let full = self.slots.get(i % capacity).is_some_and(|s| !s.is_empty());
-            run = if full { run + 1 } else { 0 };
-            if i < capacity {
-                total += (run + 1).min(bound);
-            }
+        for s in self.slots.iter().rev() {
+            run = if s.is_empty() { 0 } else { run + 1 };
         }
-        total as f64 / capacity as f64
+        let mut total = 0usize;
+        for s in self.slots.iter().rev() {
+            run = if s.is_empty() { 0 } else { run + 1 };
+            total += (run + 1).min(bound);
+        }
+        total as f64 / capacity.max(1) as f64
     }
 }
 
