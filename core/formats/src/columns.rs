@@ -655,6 +655,21 @@ impl<'a> InputShell<'a> {
             accesses: [],
         }
     }
+
+    /// The input without its accesses, owned (what the live wire keeps of a dispatch's input
+    /// beside its access rows).
+    pub fn to_input(&self) -> DispatchInput {
+        DispatchInput {
+            kind: *self.kind,
+            program: *self.program,
+            label: self.label.clone(),
+            slots: self.slots.to_vec(),
+            push: self.push.to_vec(),
+            reasons: self.reasons.to_vec(),
+            page_buffer: self.page_buffer.clone(),
+            accesses: Vec::new(),
+        }
+    }
 }
 
 /// A report without its access list and instrumented section, by reference, serialised as

@@ -221,7 +221,7 @@ impl EncodedDispatch {
         let left_out = all.len() - kept.len();
         Self {
             index,
-            input: input_shell(input),
+            input: columns::InputShell::of(input).to_input(),
             report: shell,
             accesses: bytes,
             accesses_left_out: left_out as u64,
@@ -231,29 +231,6 @@ impl EncodedDispatch {
     }
 }
 
-/// `input` without its accesses; every field is named, so a new one stops the build here.
-fn input_shell(input: &DispatchInput) -> DispatchInput {
-    let DispatchInput {
-        kind,
-        program,
-        label,
-        slots,
-        push,
-        reasons,
-        page_buffer,
-        accesses: _,
-    } = input;
-    DispatchInput {
-        kind: *kind,
-        program: *program,
-        label: label.clone(),
-        slots: slots.clone(),
-        push: push.clone(),
-        reasons: reasons.clone(),
-        page_buffer: page_buffer.clone(),
-        accesses: Vec::new(),
-    }
-}
 /// A writer starts a new frame once its body reaches this many bytes.
 pub const FRAME_TARGET_BYTES: usize = 1 << 20;
 
