@@ -345,3 +345,104 @@ pub fn of_session<S: Recorded>(
     ));
     Ok((diff, made))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, reason = "a test fails by panicking")]
+
+    use super::*;
+    use crate::diff::diff_sessions;
+
+    /// A session whose re-plan answers `re_plan`, and that says which of its two ways ran.
+    struct Fake {
+        re_plan: Option<RePlan<Vec<DispatchReport>>>,
+        asked: Vec<&'static str>,
+    }
+
+    impl Recorded for &mut Fake {
+        type Made = Vec<DispatchReport>;
+        type Error = String;
+
+        fn re_plan(&mut self, _: PlanLimits) -> Result<RePlan<Self::Made>, String> {
+            self.asked.push("re-plan");
+            self.re_plan.take().ok_or_else(|| "asked twice".to_owned())
+        }
+
+        fn replay(self, _: &DeviceLimits) -> Result<(Vec<DispatchReport>, Self::Made), String> {
+            self.asked.push("replay");
+            Ok((Vec::new(), Vec::new()))
+        }
+
+        fn reports(made: &Self::Made) -> &[DispatchReport] {
+            made
+        }
+    }
+
+    fn ask(
+        re_plan: RePlan<Vec<DispatchReport>>,
+        limits: &DeviceLimits,
+        forced: Option<&str>,
+    ) -> (Vec<&'static str>, Vec<String>) {
+        let mut fake = Fake {
+            re_plan: Some(re_plan),
+            asked: Vec::new(),
+        };
+        let base = DeviceLimits::default();
+        let (diff, _) =
+            of_session(&mut fake, &base, limits, PlanLimits::default(), forced).unwrap();
+        (fake.asked, diff.notes)
+    }
+
+    fn made() -> RePlan<Vec<DispatchReport>> {
+        let mut d = diff_sessions(&[], &[]);
+        d.notes.push("re-planned".into());
+        RePlan::Made(d, Vec::new())
+    }
+
+    #[test]
+    fn planning_limits_alone_re_plan_and_never_replay() {
+        let limits = DeviceLimits {
+            min_storage_buffer_offset_alignment: 256,
+            ..DeviceLimits::default()
+        };
+        assert_eq!(
+            ask(made(), &limits, None),
+            (vec!["re-plan"], vec!["re-planned".into()])
+        );
+    }
+
+    #[test]
+    fn a_limit_that_needs_the_engines_state_replays_without_re_planning() {
+        let limits = DeviceLimits {
+            probe_bound: 2,
+            ..DeviceLimits::default()
+        };
+        let (asked, notes) = ask(made(), &limits, None);
+        assert_eq!(asked, vec!["replay"]);
+        assert_eq!(
+            notes,
+            vec!["what if: the session replayed whole on the CPU reference (probe_bound change the mapping or the table, which need the engine's state); every decision is compared".to_owned()]
+        );
+    }
+
+    #[test]
+    fn a_replay_the_caller_asks_for_says_why() {
+        let (asked, notes) = ask(made(), &DeviceLimits::default(), Some("--replay"));
+        assert_eq!(asked, vec!["replay"]);
+        assert!(notes[0].contains("(--replay)"), "{notes:?}");
+    }
+
+    #[test]
+    fn a_re_plan_that_cannot_go_on_replays_and_says_why() {
+        let (asked, notes) = ask(
+            RePlan::ReplayInstead("dispatch 3 recorded no report".into()),
+            &DeviceLimits::default(),
+            None,
+        );
+        assert_eq!(asked, vec!["re-plan", "replay"]);
+        assert!(
+            notes[0].contains("(the re-plan could not go on: dispatch 3 recorded no report)"),
+            "{notes:?}"
+        );
+    }
+}
