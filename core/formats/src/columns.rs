@@ -61,6 +61,8 @@ use dispatchscope_core::report::{
 };
 use dispatchscope_core::rules::Rule;
 
+use crate::bytes::take_at;
+
 /// The first four bytes of a DISPATCH record in this form.
 pub const RECORD_MAGIC: [u8; 4] = *b"DSDC";
 /// Bytes of one input access row (its values apart).
@@ -340,20 +342,13 @@ impl<'a> Reader<'a> {
     }
 
     fn take(&mut self, part: &'static str, need: u64) -> Result<&'a [u8], ColumnsError> {
-        let have = self.remaining();
-        let short = || ColumnsError::Truncated {
+        let (at, have) = (self.at, self.remaining());
+        take_at(self.bytes, &mut self.at, need).ok_or(ColumnsError::Truncated {
             part,
-            at: self.at,
+            at,
             need,
             have,
-        };
-        let n = usize::try_from(need).map_err(|_| short())?;
-        if n > have {
-            return Err(short());
-        }
-        let out = self.bytes.get(self.at..self.at + n).ok_or_else(short)?;
-        self.at += n;
-        Ok(out)
+        })
     }
 
     /// The bytes not read yet.

@@ -51,6 +51,8 @@ use dispatchscope_core::report::{
     LeftOutReason, LoggedEscape, Route, SiteReport,
 };
 
+use crate::bytes::take_at;
+
 /// The record's first four bytes.
 pub const MAGIC: [u8; 4] = *b"DSIR";
 /// The layout version this module writes and reads.
@@ -360,20 +362,13 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn take(&mut self, part: &'static str, need: u64) -> Result<&'a [u8], InstrumentedError> {
-        let have = self.bytes.len() - self.at;
-        let short = || InstrumentedError::Truncated {
+        let (at, have) = (self.at, self.bytes.len() - self.at);
+        take_at(self.bytes, &mut self.at, need).ok_or(InstrumentedError::Truncated {
             part,
-            at: self.at,
+            at,
             need,
             have,
-        };
-        let n = usize::try_from(need).map_err(|_| short())?;
-        if n > have {
-            return Err(short());
-        }
-        let out = self.bytes.get(self.at..self.at + n).ok_or_else(short)?;
-        self.at += n;
-        Ok(out)
+        })
     }
 
     fn u8(&mut self, part: &'static str) -> Result<u8, InstrumentedError> {

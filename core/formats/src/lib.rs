@@ -7,6 +7,7 @@
 //!
 //! Replaying a session runs it on a [`dispatchscope_core::Engine`]; nothing here plans or decides.
 
+mod bytes;
 pub mod capture;
 pub mod checkpoint;
 pub mod columns;
