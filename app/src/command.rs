@@ -27,6 +27,13 @@ pub struct Cli {
     /// (`dispatchscope demo` makes a game's 200 in a process of its own).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub demo_dispatches_per_frame: Option<u32>,
+    /// Open the window attached to a running target (an emulator's tap, `dispatchscope demo`), as
+    /// Live ▸ Attach… does: `dispatchscope --attach 127.0.0.1:27953`.
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["files", "compare"])]
+    pub attach: Option<String>,
+    /// The token the target asks for, with --attach.
+    #[arg(long, value_name = "TOKEN", requires = "attach")]
+    pub token: Option<String>,
 }
 
 /// A subcommand.
@@ -93,11 +100,12 @@ pub fn run(cli: &Cli) -> ExitCode {
         Some(Command::Disasm(args)) => disasm_cli::disasm_cmd(args),
         Some(Command::Diff(_)) => Ok(()),
         Some(Command::History(args)) => history_cli::history_cmd(args),
-        None => gui::run_gui(
-            cli.files.clone(),
-            cli.compare.clone(),
-            cli.demo_dispatches_per_frame,
-        ),
+        None => gui::run_gui(gui::Start {
+            open: cli.files.clone(),
+            compare: cli.compare.clone(),
+            demo_dispatches_per_frame: cli.demo_dispatches_per_frame,
+            attach: cli.attach.clone().map(|a| (a, cli.token.clone())),
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

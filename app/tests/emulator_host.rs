@@ -16,11 +16,16 @@
 //! layer fails these tests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{OnceLock, mpsc};
 use std::time::{Duration, Instant};
+
+/// The guest address of the host's device-addressed program (`main.cpp`'s `DEVICE_PROGRAM`).
+const DEVICE_PROGRAM: u64 = 0x7400_5b85_4a00;
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -426,4 +431,193 @@ fn killing_the_debugger_mid_stream_leaves_the_host_running_and_a_capture_that_op
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(host.child.try_wait().unwrap().is_none(), "the host runs on");
+}
+
+/// The window attached to the host (the app's own code, in a kittest harness): the device-addressed
+/// pass's instrumented section names its escapes by site, and the listing shows the guest's RDNA2
+/// instruction at each escaping site's pc (the code the host handed over with
+/// `ds_engine_add_program`); the bound pass's bindings, the table, the hand-off and write-back are
+/// in their tabs.
+#[test]
+fn the_window_attached_shows_the_hosts_escapes_with_the_instruction_at_each_pc() {
+    use dispatchscope::gui::{GuiApp, Settings};
+    use dispatchscope_views::{Action, Tab};
+    use egui_kittest::kittest::Queryable;
+    let Some((_host, addr)) = listening(&["--instrumented"]) else {
+        return;
+    };
+    let mut h = common::harness(GuiApp::new(Settings::default()));
+    h.run();
+    let ctx = h.ctx.clone();
+    assert!(
+        h.state_mut().attach(&ctx, &addr, None),
+        "{:?}",
+        h.state().error
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let device = |a: &GuiApp| {
+        let s = a.session.as_ref()?;
+        let rows: Vec<u64> = s.rows.iter().map(|r| r.program).collect();
+        (0..rows.len()).rev().find(|&p| rows[p] == DEVICE_PROGRAM)
+    };
+    let pos = loop {
+        h.step();
+        if let Some(p) = device(h.state()) {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no instrumented dispatch of the host arrived"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    h.state_mut().apply(Action::SelectDispatch(pos));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let report = loop {
+        h.step();
+        if let Some(r) = h.state().session.as_ref().and_then(|s| s.reports.get(pos)) {
+            break r.clone();
+        }
+        assert!(Instant::now() < deadline, "the selected dispatch's report");
+    };
+    let section = report.instrumented.clone().unwrap();
+    assert!(!section.escapes.is_empty(), "the host's escapes");
+    // Site 6, the shared region's load, escapes every frame: the listing at its pc shows it.
+    let pc = section
+        .escapes
+        .iter()
+        .find(|e| e.site == 6)
+        .map(|e| e.pc)
+        .expect("site 6 escaped");
+    let sel = h.state().sel.clone();
+    h.state_mut().listing.show_pc(pc, &sel);
+    h.run_steps(4);
+    assert!(
+        h.query_all_by_label_contains("global_load_dword v28, v[26:27], off")
+            .next()
+            .is_some(),
+        "the listing shows the instruction at the escaping site's pc {pc:#x}"
+    );
+    h.state_mut().apply(Action::ShowTab(Tab::Pass));
+    h.run_steps(3);
+    assert!(
+        h.query_all_by_label_contains(&format!("{pc:#x}"))
+            .next()
+            .is_some(),
+        "the Pass tab names the pc"
+    );
+    // The After tab: the marked chunk handed off (C1, C2) and the pages it noted written.
+    h.state_mut().apply(Action::ShowTab(Tab::After));
+    h.run_steps(3);
+    for want in ["Marked chunks (C1)", "Pages noted written (C2, D824)"] {
+        assert!(
+            h.query_all_by_label_contains(want).next().is_some(),
+            "the After tab shows {want}"
+        );
+    }
+    // The bound pass (run 305's shapes): its bindings, and its write-back (O8).
+    let bound = {
+        let s = h.state().session.as_ref().unwrap();
+        let rows: Vec<u64> = s.rows.iter().map(|r| r.program).collect();
+        (0..rows.len())
+            .rev()
+            .find(|&p| rows[p] == 0x4000_03e1_9200)
+            .expect("a bound dispatch")
+    };
+    h.state_mut().apply(Action::SelectDispatch(bound));
+    h.state_mut().apply(Action::ShowTab(Tab::Bindings));
+    for _ in 0..50 {
+        h.step();
+        if h.query_all_by_label_contains("0xe400").next().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        h.query_all_by_label_contains("0xe400").next().is_some(),
+        "the Bindings tab shows slot 1 bound 0xe400 into its holder"
+    );
+    h.state_mut().apply(Action::ShowTab(Tab::After));
+    h.run_steps(3);
+    assert!(
+        h.query_all_by_label_contains("Write-back (O8)")
+            .next()
+            .is_some(),
+        "the After tab shows the bound pass's write-back"
+    );
+}
+
+/// The real binary's window under Xvfb, attached to the host with `--attach`: it draws the live
+/// session (many colours, not a blank frame) and keeps running; the screenshot is kept in
+/// `target/` for a person to look at.
+#[test]
+fn the_real_window_attaches_to_the_host_under_xvfb() {
+    let xvfb_there = Command::new("Xvfb").arg("-help").output().is_ok();
+    if !xvfb_there {
+        assert!(
+            !required(),
+            "Xvfb is missing (the test command installs it)"
+        );
+        return;
+    }
+    let Some((_host, addr)) = listening(&["--instrumented"]) else {
+        return;
+    };
+    let display = format!(":{}", 200 + std::process::id() % 500);
+    let mut xvfb = Command::new("Xvfb")
+        .args([&display, "-screen", "0", "1600x1000x24", "-nolisten", "tcp"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let config = tempfile::tempdir().unwrap();
+    let mut window = Command::new(env!("CARGO_BIN_EXE_dispatchscope"))
+        .args(["--attach", &addr])
+        .env("DISPLAY", &display)
+        .env("HOME", config.path())
+        .env("XDG_CONFIG_HOME", config.path())
+        .env("XDG_DATA_HOME", config.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let shot = repo().join("target").join("emulator-host-window.png");
+    let mut colours = 0u64;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline && colours <= 64 {
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            window.try_wait().unwrap().is_none(),
+            "the window exited early"
+        );
+        let taken = Command::new("import")
+            .args(["-display", &display, "-window", "root"])
+            .arg(&shot)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !taken {
+            continue;
+        }
+        colours = Command::new("convert")
+            .arg(&shot)
+            .args(["-format", "%k", "info:"])
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(0);
+    }
+    let _ = window.kill();
+    let _ = window.wait();
+    let _ = xvfb.kill();
+    let _ = xvfb.wait();
+    assert!(
+        colours > 64,
+        "the attached window drew {colours} colours ({})",
+        shot.display()
+    );
+    eprintln!(
+        "the attached window: {colours} colours in {}",
+        shot.display()
+    );
 }

@@ -753,15 +753,31 @@ impl eframe::App for EframeApp {
     }
 }
 
-/// Runs the debugger window. With no path it starts the demo target on a thread and attaches to
-/// it (or, if the demo cannot start, opens the built-in default sample with a notice); with paths
-/// it opens the first (on a background thread) and remembers the others as recent files.
-/// `compare` (`--compare B`) compares the first path with B once it is open.
-pub fn run_gui(
-    open: Vec<PathBuf>,
-    compare: Option<PathBuf>,
-    demo_dispatches_per_frame: Option<u32>,
-) -> anyhow::Result<()> {
+/// What the window opens on.
+#[derive(Debug, Default)]
+pub struct Start {
+    /// Samples or captures to open (the first is shown; the rest go to the recent list).
+    pub open: Vec<PathBuf>,
+    /// B, compared with the first file.
+    pub compare: Option<PathBuf>,
+    /// The window's own demo target's dispatches a frame.
+    pub demo_dispatches_per_frame: Option<u32>,
+    /// A running target to attach to, and its token.
+    pub attach: Option<(String, Option<String>)>,
+}
+
+/// Runs the debugger window. Attached to `attach` (`--attach ADDR`) if given; else with no path it
+/// starts the demo target on a thread and attaches to it (or, if the demo cannot start, opens the
+/// built-in default sample with a notice); with paths it opens the first (on a background thread)
+/// and remembers the others as recent files. `compare` (`--compare B`) compares the first path
+/// with B once it is open.
+pub fn run_gui(start: Start) -> anyhow::Result<()> {
+    let Start {
+        open,
+        compare,
+        demo_dispatches_per_frame,
+        attach,
+    } = start;
     if compare.is_some() && open.is_empty() {
         return Err(crate::load::BadInput(
             "--compare B compares the session opened (A) with B: give A first, as in `dispatchscope A.dscap --compare B.dscap`".into(),
@@ -795,6 +811,11 @@ pub fn run_gui(
                 app.demo_dispatches_per_frame = n;
             }
             let mut paths = open.into_iter();
+            if let Some((addr, token)) = attach {
+                // A target that is not there is the window's error line, as Live ▸ Attach says it.
+                app.attach(&cc.egui_ctx, &addr, token);
+                return Ok(Box::new(EframeApp { app }));
+            }
             match paths.next() {
                 Some(first) => {
                     for rest in paths {
