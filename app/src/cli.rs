@@ -133,30 +133,39 @@ fn print_reports(
     programs: &[dispatchscope_formats::sample::Program],
     reports: &[DispatchReport],
 ) -> anyhow::Result<()> {
-    if args.json {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let written = if args.json {
         let doc = serde_json::json!({
             "schema": SCHEMA,
             "file": args.file.display().to_string(),
             "title": title,
             "dispatches": reports,
         });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&doc).context("serialising the report")?
-        );
+        let text = serde_json::to_string_pretty(&doc).context("serialising the report")?;
+        writeln!(out, "{text}")
     } else {
         let detail = Detail {
             max_accesses: if args.all_accesses { usize::MAX } else { 16 },
         };
-        println!("{} — {title}", args.file.display());
-        for r in reports {
-            println!();
-            // The instruction beside each escape, from the programs the session carries.
-            let text = explain(r, detail);
-            print!("{}", crate::disasm_cli::with_instructions(&text, programs));
-        }
+        writeln!(out, "{} — {title}", args.file.display()).and_then(|()| {
+            reports.iter().try_for_each(|r| {
+                // The instruction beside each escape, from the programs the session carries.
+                let text = explain(r, detail);
+                writeln!(out)?;
+                write!(
+                    out,
+                    "{}",
+                    crate::disasm_cli::with_instructions(&text, programs)
+                )
+            })
+        })
+    };
+    match written.and_then(|()| out.flush()) {
+        // A reader that stopped reading (`explain … | head`) is not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("writing the explanation"),
     }
-    Ok(())
 }
 
 /// `dispatchscope convert IN OUT`: sample ↔ capture, without loss. A capture made from a sample

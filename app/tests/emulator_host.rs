@@ -314,6 +314,18 @@ fn a_debugger_breaks_on_the_hosts_refusal_steps_and_detaches_and_the_host_runs_o
     ] {
         assert!(text.contains(want), "{want}:\n{text}");
     }
+    // Again, to its next escape: the device-addressed pass (its stores to the shared region).
+    let out = Command::new(env!("CARGO_BIN_EXE_dispatchscope"))
+        .args(["attach", &addr, "--break-on", "escape", "--wait", "30"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "attach --break-on escape failed:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("program 0x74005b854a00"), "{text}");
     // Detached: the host runs on, frame after frame, every check passing.
     let after: Vec<String> = host
         .lines_within(Duration::from_secs(3))
@@ -505,6 +517,15 @@ fn the_window_attached_shows_the_hosts_escapes_with_the_instruction_at_each_pc()
             .next()
             .is_some(),
         "the Pass tab names the pc"
+    );
+    // The chunk table the pass looked up (T1–T3).
+    h.state_mut().apply(Action::ShowTab(Tab::ChunkTable));
+    h.run_steps(3);
+    assert!(
+        h.query_all_by_label_contains("0x9e3779b97f4a7c15")
+            .next()
+            .is_some(),
+        "the Chunk table tab shows the table's multiplier"
     );
     // The After tab: the marked chunk handed off (C1, C2) and the pages it noted written.
     h.state_mut().apply(Action::ShowTab(Tab::After));
