@@ -282,7 +282,9 @@ fn listening(args: &[&str]) -> Option<(Running, String)> {
 
 #[test]
 fn a_debugger_breaks_on_the_hosts_refusal_steps_and_detaches_and_the_host_runs_on() {
-    let Some((mut host, addr)) = listening(&[]) else {
+    // Instrumented, so that the escapes of its device-addressed pass are known to the engine (the
+    // section complete decodes): the escape breakpoint stops there.
+    let Some((mut host, addr)) = listening(&["--instrumented"]) else {
         return;
     };
     let out = Command::new(env!("CARGO_BIN_EXE_dispatchscope"))
@@ -570,7 +572,7 @@ fn the_window_attached_shows_the_hosts_escapes_with_the_instruction_at_each_pc()
 
 /// The real binary's window under Xvfb, attached to the host with `--attach`: it draws the live
 /// session (many colours, not a blank frame) and keeps running; the screenshot is kept in
-/// `target/` for a person to look at.
+/// `target/tmp/` for a person to look at.
 #[test]
 fn the_real_window_attaches_to_the_host_under_xvfb() {
     let xvfb_there = Command::new("Xvfb").arg("-help").output().is_ok();
@@ -603,7 +605,9 @@ fn the_real_window_attaches_to_the_host_under_xvfb() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let shot = repo().join("target").join("emulator-host-window.png");
+    // Cargo's folder for test files (`target/tmp`, wherever the target folder is).
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("emulator-host-window.png");
+    std::fs::create_dir_all(shot.parent().unwrap()).unwrap();
     let mut colours = 0u64;
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline && colours <= 64 {

@@ -449,10 +449,15 @@ fn pause_after(b: &Breakpoints, r: &DispatchReport) -> Option<PauseReason> {
             rules,
         });
     }
-    if b.escape && !r.escapes.is_empty() {
+    // An emulator's own pass has no access list: its escapes are those its instrumented buffer
+    // counted (the report's section), when it ran the instrumented variant.
+    let escapes = r.escapes.len().max(r.instrumented.as_ref().map_or(0, |i| {
+        usize::try_from(i.counters.escapes).unwrap_or(usize::MAX)
+    }));
+    if b.escape && escapes > 0 {
         return Some(PauseReason::Escape {
             dispatch: r.index,
-            escapes: r.escapes.len(),
+            escapes,
         });
     }
     if let Some(k) = b.probes_over {
