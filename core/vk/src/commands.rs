@@ -98,10 +98,8 @@ impl Commands {
         let d = &self.ctx.device;
         let cmds = [self.cmd];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
-        let queue = self.ctx.queue.lock().map_err(|_| VkError::Call {
+        let queue = self.ctx.queue.lock().map_err(|_| VkError::QueuePoisoned {
             call: "vkQueueSubmit",
-            code: "a poisoned queue lock".to_owned(),
-            meaning: "another thread panicked while it held the queue",
         })?;
         // SAFETY: the command buffer is recorded and executable; the fence is unsignalled; the
         // queue is externally synchronised by the lock held here.

@@ -41,10 +41,21 @@ pub enum VkError {
     Call {
         /// The Vulkan function.
         call: &'static str,
+        /// The `VkResult` it returned, kept so that callers match on it (a lost device, memory
+        /// exhausted) rather than on its name.
+        result: vk::Result,
         /// The `VkResult` name.
         code: String,
         /// What the code means.
         meaning: &'static str,
+    },
+    /// The queue's lock was poisoned: another thread panicked while it held the queue.
+    #[error(
+        "{call}: the queue's lock is poisoned (another thread panicked while it held the queue)"
+    )]
+    QueuePoisoned {
+        /// The call that wanted the queue.
+        call: &'static str,
     },
     /// The driver refused to import a piece (M1, M3).
     #[error(
@@ -223,6 +234,7 @@ pub fn check<T>(call: &'static str, result: Result<T, vk::Result>) -> Result<T, 
         let (code, meaning) = describe(r);
         VkError::Call {
             call,
+            result: r,
             code,
             meaning,
         }
@@ -241,19 +253,22 @@ impl From<VkError> for dispatchscope_core::backend::BackendError {
             VkError::UnknownImport { device_base } => {
                 dispatchscope_core::backend::BackendError::UnknownImport { device_base }
             }
-            VkError::Call { call, ref code, .. } if code == "VK_ERROR_DEVICE_LOST" => {
-                dispatchscope_core::backend::BackendError::DeviceLost {
-                    call: call.to_owned(),
-                }
-            }
-            VkError::Call { call, ref code, .. }
-                if code == "VK_ERROR_OUT_OF_DEVICE_MEMORY"
-                    || code == "VK_ERROR_OUT_OF_HOST_MEMORY" =>
-            {
-                dispatchscope_core::backend::BackendError::OutOfMemory {
-                    what: format!("{call} answered {code}"),
-                }
-            }
+            VkError::Call {
+                call,
+                result: vk::Result::ERROR_DEVICE_LOST,
+                ..
+            } => dispatchscope_core::backend::BackendError::DeviceLost {
+                call: call.to_owned(),
+            },
+            VkError::Call {
+                call,
+                result:
+                    vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY,
+                ref code,
+                ..
+            } => dispatchscope_core::backend::BackendError::OutOfMemory {
+                what: format!("{call} answered {code}"),
+            },
             other => dispatchscope_core::backend::BackendError::Execute(other.to_string()),
         }
     }
@@ -293,5 +308,35 @@ mod tests {
         assert_eq!(*p, piece);
         assert!(why.contains("importing guest piece"), "{why}");
         assert!(why.contains("VK_ERROR_INVALID_EXTERNAL_HANDLE"), "{why}");
+    }
+
+    /// A lost device and exhausted memory keep their kind from the `VkResult` up to the engine's
+    /// error (and from there to the report's failure and the C ABI's status); anything else is a
+    /// failure to execute, named.
+    #[test]
+    fn a_lost_device_and_exhausted_memory_keep_their_kind() {
+        use dispatchscope_core::backend::BackendError;
+        let of = |r: vk::Result| -> BackendError {
+            check::<()>("vkQueueSubmit", Err(r)).unwrap_err().into()
+        };
+        assert!(matches!(
+            of(vk::Result::ERROR_DEVICE_LOST),
+            BackendError::DeviceLost { call } if call == "vkQueueSubmit"
+        ));
+        for r in [
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY,
+            vk::Result::ERROR_OUT_OF_HOST_MEMORY,
+        ] {
+            assert!(matches!(of(r), BackendError::OutOfMemory { .. }), "{r:?}");
+        }
+        assert!(matches!(
+            of(vk::Result::ERROR_UNKNOWN),
+            BackendError::Execute(m) if m.contains("VK_ERROR_UNKNOWN")
+        ));
+        let poisoned: BackendError = VkError::QueuePoisoned {
+            call: "vkQueueSubmit",
+        }
+        .into();
+        assert!(matches!(poisoned, BackendError::Execute(m) if m.contains("poisoned")));
     }
 }
