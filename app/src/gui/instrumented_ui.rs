@@ -84,8 +84,9 @@ impl PassTab {
 
     /// The count the tab's title carries: the escapes the device counted.
     pub fn title_count(report: &DispatchReport) -> usize {
-        report.instrumented.as_ref().map_or(0, |ir| {
-            usize::try_from(ir.counters.escapes).unwrap_or(usize::MAX)
-        })
+        report
+            .instrumented
+            .as_ref()
+            .map_or(0, dispatchscope_core::report::InstrumentedReport::escapes)
     }
 }

@@ -899,6 +899,13 @@ pub struct InstrumentedReport {
     pub heat: Option<HeatMap>,
 }
 
+impl InstrumentedReport {
+    /// The escapes the device counted over every lane (logged or not), as a count.
+    pub fn escapes(&self) -> usize {
+        usize::try_from(self.counters.escapes).unwrap_or(usize::MAX)
+    }
+}
+
 /// An instrumented pass's counts by screen region: cells of `scale × scale` workgroups, row by
 /// row, at most `HEAT_SIDE` (32) a side whatever the resolution.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

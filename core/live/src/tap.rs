@@ -37,7 +37,7 @@ use dispatchscope_core::engine::{Engine, EngineError};
 use dispatchscope_core::input::DispatchInput;
 use dispatchscope_core::input::Event;
 use dispatchscope_core::instrument::LaneSelection;
-use dispatchscope_core::report::{DispatchReport, EventReport, Mode};
+use dispatchscope_core::report::{DispatchReport, EventReport, InstrumentedReport, Mode};
 use dispatchscope_formats::sample::Contents;
 
 /// A cheap, cloneable view of a tap for other threads: attached or not, figures, the log.
@@ -451,9 +451,11 @@ fn pause_after(b: &Breakpoints, r: &DispatchReport) -> Option<PauseReason> {
     }
     // An emulator's own pass has no access list: its escapes are those its instrumented buffer
     // counted (the report's section), when it ran the instrumented variant.
-    let escapes = r.escapes.len().max(r.instrumented.as_ref().map_or(0, |i| {
-        usize::try_from(i.counters.escapes).unwrap_or(usize::MAX)
-    }));
+    let escapes = r.escapes.len().max(
+        r.instrumented
+            .as_ref()
+            .map_or(0, InstrumentedReport::escapes),
+    );
     if b.escape && escapes > 0 {
         return Some(PauseReason::Escape {
             dispatch: r.index,
