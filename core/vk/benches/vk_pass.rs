@@ -21,10 +21,11 @@ use dispatchscope_core::instrument::{Grid, InstrumentLayout, LaneSelection, Read
 use dispatchscope_vk::bench::{LayoutConfig, LookupConfig, lookup_bench};
 use dispatchscope_vk::pass::scene::{self, Scene, SceneConfig};
 use dispatchscope_vk::pass::{
-    DevicePass, GuestMemoryOn, HostSide, MAX_BACK_TO_BACK, masked_write_back, run_frame,
+    Build, DevicePass, GuestMemoryOn, HostSide, MAX_BACK_TO_BACK, PassOptions, masked_write_back,
+    run_frame,
 };
-use dispatchscope_vk::spirv::library::Variant;
-use dispatchscope_vk::spirv::traversal::site;
+use dispatchscope_vk::spirv::library::{Shape, Variant};
+use dispatchscope_vk::spirv::traversal::{Workload, site};
 use dispatchscope_vk::{Context, ContextOptions};
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -66,7 +67,58 @@ fn image_of(holder: &[u8], n: usize) -> Vec<(u32, u32)> {
         .collect()
 }
 
-fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, repeats: usize, frames_only: bool) {
+/// What the bench measures besides its sizes.
+#[derive(Clone, Copy)]
+struct Plan {
+    repeats: usize,
+    frames_only: bool,
+    /// The flat table's span of address bits (`None`: fitted to the scene).
+    flat_bits: Option<u32>,
+    /// The helper's shapes, each change alone, beside the shipped one.
+    ablation: bool,
+}
+
+/// The builds measured in one submission: every variant over both workloads, the header form
+/// over the loads, and (`ablation`) the helper's and the flat table's access paths as they were
+/// before issue 30 and with each change alone.
+fn builds(ablation: bool) -> Vec<Build> {
+    let mut b = Vec::new();
+    for workload in Workload::ALL {
+        for v in [Variant::Raw, Variant::Helper, Variant::Flat] {
+            b.push(Build::of(v).on(workload));
+        }
+        if workload == Workload::Loads {
+            b.push(Build::of(Variant::Header));
+        }
+        if ablation {
+            for shape in [
+                Shape::BEFORE,
+                Shape {
+                    fast_path: true,
+                    ..Shape::BEFORE
+                },
+                Shape {
+                    first_probe_unrolled: true,
+                    ..Shape::BEFORE
+                },
+            ] {
+                b.push(Build::of(Variant::Helper).on(workload).shaped(shape));
+            }
+            b.push(Build::of(Variant::Flat).on(workload).shaped(Shape::BEFORE));
+            b.push(Build::of(Variant::Instrumented).on(workload).shaped(Shape {
+                private_counters: false,
+                ..Shape::SHIPPED
+            }));
+            b.push(Build::of(Variant::Helper).on(workload).inlined());
+            b.push(Build::of(Variant::Instrumented).on(workload).inlined());
+        }
+        b.push(Build::of(Variant::Instrumented).on(workload));
+    }
+    b
+}
+
+fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, plan: Plan) {
+    let (repeats, frames_only) = (plan.repeats, plan.frames_only);
     let grid = Grid::new(w, h).expect("a size of whole 8×8 workgroups");
     let scene = Scene::new(SceneConfig::default(), grid).unwrap();
     let t = Instant::now();
@@ -89,13 +141,57 @@ fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, repeats: usize, frames
         scene.holder_bytes() as f64 / f64::from(1u32 << 20),
         ms(host_pass)
     );
+    let highest = scene
+        .regions
+        .iter()
+        .map(|r| r.range.end - 1)
+        .max()
+        .unwrap_or_default();
+    println!(
+        "  the scene's highest guest address {highest:#x}: {} a 40-bit flat table",
+        if highest >> 40 == 0 { "inside" } else { "past" }
+    );
     let mut last = None;
     for on in [GuestMemoryOn::DeviceLocal, GuestMemoryOn::Imported] {
-        let pass = DevicePass::new(ctx, &host, layout, false, on).unwrap();
+        let mut options = PassOptions::new(false, on);
+        if !frames_only {
+            options.builds = builds(plan.ablation);
+        }
+        options.flat_address_bits = plan.flat_bits;
+        let t = Instant::now();
+        let pass = DevicePass::with_options(ctx, &host, layout, &options).unwrap();
+        println!(
+            "  {on:?}: {} pipelines made in {:.0} ms; chunk table {} B, flat page table {} B",
+            options.builds.len(),
+            ms(t.elapsed()),
+            host.engine.table().map_or(0, |t| 16 * t.capacity()),
+            pass.flat_table_bytes()
+        );
+        for st in pass.pipeline_stats() {
+            if matches!(st.build.variant, Variant::Helper | Variant::Instrumented)
+                && st.build.shape == Shape::SHIPPED
+            {
+                println!(
+                    "    module {:<40} {:>8} B, pipeline made in {:>8.1} ms",
+                    st.build.name(),
+                    st.module_bytes,
+                    ms(st.creation)
+                );
+            }
+        }
+        let expected_translated = scene.expected_image_of(Workload::Translated);
         last = Some(if frames_only {
             pass
         } else {
-            variants(pass, on, &sel, &scene, &expected, repeats)
+            variants(
+                pass,
+                on,
+                &options.builds,
+                &sel,
+                &scene,
+                [&expected, &expected_translated],
+                repeats,
+            )
         });
     }
     let mut pass = last.unwrap();
@@ -295,8 +391,19 @@ fn main() {
     // `--frames-only`: only the frame through prepare, the device and complete (no variants, no
     // section, no lookup microbench): what the host spends around the device's run.
     let frames_only = args.iter().any(|a| a == "--frames-only");
+    let flat_bits = match value("--flat-bits").as_deref() {
+        Some("fitted") => None,
+        Some(b) => Some(b.parse().expect("--flat-bits N or fitted")),
+        None => Some(40),
+    };
+    let plan = Plan {
+        repeats,
+        frames_only,
+        flat_bits,
+        ablation: !args.iter().any(|a| a == "--no-ablation"),
+    };
     for (w, h) in sizes {
-        pass_at(&ctx, w, h, repeats, frames_only);
+        pass_at(&ctx, w, h, plan);
     }
     if frames_only {
         return;
@@ -331,46 +438,55 @@ fn main() {
     }
 }
 
-/// The pass's variants on one memory: each run once alone and its image checked, then `repeats`
-/// rounds of raw, helper, header, instrumented interleaved in one submission (one GPU clock for
-/// all; the first round left out), after one such submission not counted, timed by GPU
-/// timestamps.
+/// The pass's builds on one memory: each run once alone and its image checked against its
+/// workload's, then rounds of every build interleaved in one submission (one GPU clock for all;
+/// the first round left out), after one such submission not counted, timed by GPU timestamps.
 fn variants(
     mut pass: DevicePass,
     on: GuestMemoryOn,
+    builds: &[Build],
     sel: &LaneSelection,
     scene: &Scene,
-    expected: &[(u32, u32)],
+    expected: [&[(u32, u32)]; 2],
     repeats: usize,
 ) -> DevicePass {
     println!("  guest memory {on:?}:");
     let mut timestamps = false;
-    for v in Variant::ALL {
+    for b in builds {
         timestamps = pass
-            .run(v, sel, scene::CANARY_AT, scene)
+            .run_builds(&[*b], sel, scene::CANARY_AT, scene)
             .unwrap()
             .timestamps;
-        let got = image_of(pass.holder().0, expected.len());
-        let wrong = got.iter().zip(expected).filter(|(a, b)| a != b).count();
+        let want = expected[usize::from(b.workload == Workload::Translated)];
+        let got = image_of(pass.holder().0, want.len());
+        let wrong = got.iter().zip(want).filter(|(a, b)| a != b).count();
         assert_eq!(
             wrong,
             0,
             "{}: {wrong} pixels differ from the host's pass",
-            v.name()
+            b.name()
         );
+        if b.variant == Variant::Flat {
+            let faults = pass.flat_faults();
+            assert!(
+                !faults.is_empty(),
+                "{}: the escaping instances set no fault bit",
+                b.name()
+            );
+        }
     }
-    let per_round = Variant::ALL.len();
+    let per_round = builds.len();
     let rounds = (repeats + 1).min(MAX_BACK_TO_BACK as usize / per_round);
-    let sequence: Vec<Variant> = (0..rounds).flat_map(|_| Variant::ALL).collect();
+    let sequence: Vec<Build> = (0..rounds).flat_map(|_| builds.iter().copied()).collect();
     // One batch first, not counted: the H200's clocks were seen still rising during a first
     // batch (1080p's raw median 1.6–2.2 ms against a minimum of 0.40 in the same batch).
-    pass.run_sequence(&sequence, sel, scene::CANARY_AT, scene)
+    pass.run_builds(&sequence, sel, scene::CANARY_AT, scene)
         .unwrap();
     let batch = pass
-        .run_sequence(&sequence, sel, scene::CANARY_AT, scene)
+        .run_builds(&sequence, sel, scene::CANARY_AT, scene)
         .unwrap();
     let mut medians = Vec::new();
-    for (k, v) in Variant::ALL.iter().enumerate() {
+    for (k, b) in builds.iter().enumerate() {
         let runs: Vec<Duration> = batch
             .each
             .iter()
@@ -382,8 +498,8 @@ fn variants(
         let n = runs.len();
         let (min, med) = (runs.iter().min().copied().unwrap_or_default(), median(runs));
         println!(
-            "    {:<12} median {:>8.3} ms  min {:>8.3} ms  ({n} runs interleaved; {}; image checked)",
-            v.name(),
+            "    {:<36} median {:>8.3} ms  min {:>8.3} ms  ({n} runs interleaved; {}; image checked)",
+            b.name(),
             ms(med),
             ms(min),
             if timestamps {
@@ -394,18 +510,65 @@ fn variants(
         );
         medians.push(med.as_secs_f64());
     }
-    let of = |v: Variant| {
-        Variant::ALL
+    let of = |b: Build| {
+        builds
             .iter()
-            .position(|x| *x == v)
+            .position(|x| *x == b)
             .map_or(f64::NAN, |i| medians[i])
     };
+    for workload in Workload::ALL {
+        let v = |variant| of(Build::of(variant).on(workload));
+        println!(
+            "    {:<10} helper / raw {:.3}   helper / flat {:.3}   flat / raw {:.3}   instrumented / helper {:.3}   instrumented / raw {:.3}",
+            workload.name(),
+            v(Variant::Helper) / v(Variant::Raw),
+            v(Variant::Helper) / v(Variant::Flat),
+            v(Variant::Flat) / v(Variant::Raw),
+            v(Variant::Instrumented) / v(Variant::Helper),
+            v(Variant::Instrumented) / v(Variant::Raw),
+        );
+        let before = of(Build::of(Variant::Helper)
+            .on(workload)
+            .shaped(Shape::BEFORE));
+        if before.is_finite() {
+            let shaped = |shape| of(Build::of(Variant::Helper).on(workload).shaped(shape));
+            println!(
+                "    {:<10} the helper against its path before: fast path alone {:.3}, first probe unrolled alone {:.3}, both (shipped) {:.3}; flat's fast path {:.3}",
+                workload.name(),
+                shaped(Shape {
+                    fast_path: true,
+                    ..Shape::BEFORE
+                }) / before,
+                shaped(Shape {
+                    first_probe_unrolled: true,
+                    ..Shape::BEFORE
+                }) / before,
+                v(Variant::Helper) / before,
+                v(Variant::Flat) / of(Build::of(Variant::Flat).on(workload).shaped(Shape::BEFORE)),
+            );
+        }
+    }
+    for workload in Workload::ALL {
+        let helper = of(Build::of(Variant::Helper).on(workload));
+        let atomic = of(Build::of(Variant::Instrumented).on(workload).shaped(Shape {
+            private_counters: false,
+            ..Shape::SHIPPED
+        }));
+        if atomic.is_finite() {
+            println!(
+                "    {:<10} instrumented / helper: a workgroup atomic an access {:.3}, the lane's own counters {:.3}, inlined by spirv-opt {:.3} (over the inlined helper {:.3})",
+                workload.name(),
+                atomic / helper,
+                of(Build::of(Variant::Instrumented).on(workload)) / helper,
+                of(Build::of(Variant::Instrumented).on(workload).inlined()) / helper,
+                of(Build::of(Variant::Instrumented).on(workload).inlined())
+                    / of(Build::of(Variant::Helper).on(workload).inlined()),
+            );
+        }
+    }
     println!(
-        "    helper / raw {:.3}   header / helper {:.3}   instrumented / helper {:.3}   instrumented / raw {:.3}",
-        of(Variant::Helper) / of(Variant::Raw),
-        of(Variant::Header) / of(Variant::Helper),
-        of(Variant::Instrumented) / of(Variant::Helper),
-        of(Variant::Instrumented) / of(Variant::Raw)
+        "    header / helper {:.3}",
+        of(Build::of(Variant::Header)) / of(Build::of(Variant::Helper))
     );
     pass
 }

@@ -21,10 +21,11 @@ use dispatchscope_core::instrument::{Grid, InstrumentLayout, LaneSelection};
 use dispatchscope_core::report::{ControlStatus, EscapeClass, InstrumentedReport, Route};
 use dispatchscope_vk::pass::scene::{self, Scene, SceneConfig};
 use dispatchscope_vk::pass::{
-    DEVICE_LISTED_WORDS, DevicePass, GuestMemoryOn, HostSide, masked_write_back, run_frame,
+    Build, DEVICE_LISTED_WORDS, DevicePass, GuestMemoryOn, HostSide, PassOptions,
+    masked_write_back, run_frame,
 };
-use dispatchscope_vk::spirv::library::Variant;
-use dispatchscope_vk::spirv::traversal::site;
+use dispatchscope_vk::spirv::library::{Shape, Variant};
+use dispatchscope_vk::spirv::traversal::{Workload, site};
 use dispatchscope_vk::{Context, ContextOptions, VkError};
 
 fn required() -> bool {
@@ -459,5 +460,108 @@ fn a_device_local_copy_gives_the_same_pass() {
         .decode(pass.layout(), &pass.instrumentation_words())
         .unwrap();
     assert_eq!(section.control, ControlStatus::Fired);
+    assert_quiet(&ctx);
+}
+
+/// The translated workload (issue 30): the arithmetic of `image_bvh_intersect_ray` at every node
+/// gives the host's checksum bit for bit in every variant, the instrumented counts stay the
+/// host's, and the flat page table (the peer) marks exactly the unmapped pages the escaping
+/// instances reach in its fault bitmap.
+#[test]
+fn the_translated_workload_and_the_flat_table_agree_with_the_host() {
+    let Some(ctx) = context() else { return };
+    let grid = Grid::new(W, H).unwrap();
+    let scene = Scene::new(scene_cfg(), grid).unwrap();
+    let host = HostSide::new(scene.clone()).unwrap();
+    let mut options = PassOptions::new(false, GuestMemoryOn::Imported);
+    options.builds = Variant::ALL
+        .into_iter()
+        .map(|v| Build::of(v).on(Workload::Translated))
+        .collect();
+    let mut pass = DevicePass::with_options(&ctx, &host, layout(), &options).unwrap();
+    let loads = scene.expected_image();
+    let expected = scene.expected_image_of(Workload::Translated);
+    assert_ne!(loads, expected, "the arithmetic changes no checksum");
+    let (sel, _) = selection(&scene);
+    for b in &options.builds {
+        pass.run_builds(&[*b], &sel, scene::CANARY_AT, &scene)
+            .unwrap();
+        assert_image(&pass, &expected, &b.name());
+    }
+    // The last build was the instrumented one: its counts are the loads workload's.
+    let traces: Vec<_> = (0..H)
+        .flat_map(|y| (0..W).map(move |x| (x, y)))
+        .map(|(x, y)| scene.trace_of(x, y, Workload::Translated))
+        .collect();
+    let section = host
+        .decode(pass.layout(), &pass.instrumentation_words())
+        .unwrap();
+    check_counts(&section, &traces, grid);
+    // The flat run's faults: the pages of the unreadable reservation and the hole the escaping
+    // instances' bottom levels point into, and nothing else.
+    let flat = Build::of(Variant::Flat).on(Workload::Translated);
+    pass.run_builds(&[flat], &sel, scene::CANARY_AT, &scene)
+        .unwrap();
+    let faults = pass.flat_faults();
+    assert!(!faults.is_empty(), "no fault bit set");
+    let unmapped = [
+        scene::UNREADABLE_AT..scene::UNREADABLE_AT + scene::REGION_BYTES,
+        scene::HOLE_AT..scene::HOLE_AT + scene::REGION_BYTES,
+    ];
+    assert!(
+        faults
+            .iter()
+            .all(|p| unmapped.iter().any(|r| r.contains(p))),
+        "{faults:x?}"
+    );
+    assert_quiet(&ctx);
+}
+
+/// Each shape of the helper's access path (issue 30's changes, each alone) runs the same pass.
+#[test]
+fn every_shape_of_the_access_path_gives_the_same_image() {
+    let Some(ctx) = context() else { return };
+    let grid = Grid::new(32, 32).unwrap();
+    let scene = Scene::new(scene_cfg(), grid).unwrap();
+    let host = HostSide::new(scene.clone()).unwrap();
+    let mut options = PassOptions::new(false, GuestMemoryOn::DeviceLocal);
+    options.builds.clear();
+    for fast_path in [false, true] {
+        for first_probe_unrolled in [false, true] {
+            let shape = Shape {
+                fast_path,
+                first_probe_unrolled,
+                private_counters: fast_path,
+            };
+            for v in [Variant::Helper, Variant::Flat, Variant::Instrumented] {
+                options.builds.push(Build::of(v).shaped(shape));
+            }
+        }
+    }
+    options
+        .builds
+        .push(Build::of(Variant::Instrumented).inlined());
+    let mut pass = DevicePass::with_options(&ctx, &host, layout(), &options).unwrap();
+    let expected = scene.expected_image();
+    for b in &options.builds {
+        pass.run_builds(&[*b], &LaneSelection::none(), scene::CANARY_AT, &scene)
+            .unwrap();
+        assert_image(&pass, &expected, &b.name());
+        if b.variant == Variant::Instrumented {
+            // The lane's own counters, or a workgroup atomic an access, inlined or not: the same
+            // counts.
+            let section = host
+                .decode(pass.layout(), &pass.instrumentation_words())
+                .unwrap();
+            for s in &section.sites {
+                let want: u64 = (0..32)
+                    .flat_map(|y| (0..32).map(move |x| (x, y)))
+                    .map(|(x, y)| u64::from(scene.trace(x, y).accesses[s.site as usize]))
+                    .sum();
+                assert_eq!(s.accesses, want, "{}: site {}", b.name(), s.site);
+            }
+            assert_eq!(section.control, ControlStatus::Fired, "{}", b.name());
+        }
+    }
     assert_quiet(&ctx);
 }

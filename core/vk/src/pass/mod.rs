@@ -24,8 +24,8 @@ use crate::commands::Commands;
 use crate::device::Context;
 use crate::pipeline::Pipeline;
 use crate::push::PushBlock;
-use crate::spirv::library::{self, Variant};
-use crate::spirv::traversal::{self, LOCAL_SIZE, Linking};
+use crate::spirv::library::{self, FLAT_ENTRY_BYTES, FLAT_PAGE_SHIFT, Shape, Variant};
+use crate::spirv::traversal::{self, LOCAL_SIZE, Linking, Workload};
 use crate::table::TablePush;
 use crate::{VkError, VulkanBackend, check};
 use dispatchscope_core::addr::ByteRange;
@@ -367,7 +367,7 @@ pub fn masked_write_back(data: &[u8], masks: &[u8], guest: &mut [u8]) -> usize {
 }
 
 /// Dispatches one submission may time back to back ([`DevicePass::run_sequence`]).
-pub const MAX_BACK_TO_BACK: u32 = 32;
+pub const MAX_BACK_TO_BACK: u32 = 128;
 
 /// One run's figures.
 #[derive(Clone, Debug)]
@@ -391,6 +391,155 @@ pub enum GuestMemoryOn {
     DeviceLocal,
 }
 
+/// One pipeline of the pass: the helper's variant, what the program does at each node, and the
+/// shape of the helper's access path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Build {
+    /// The helper's variant.
+    pub variant: Variant,
+    /// The program's work at each node.
+    pub workload: Workload,
+    /// The helper's access path.
+    pub shape: Shape,
+    /// The module with the helper inlined by `spirv-opt` ([`library::inline`]) before the driver
+    /// sees it.
+    pub inlined: bool,
+}
+
+impl Build {
+    /// `variant` over the loads workload, shaped as shipped.
+    pub const fn of(variant: Variant) -> Self {
+        Self {
+            variant,
+            workload: Workload::Loads,
+            shape: Shape::SHIPPED,
+            inlined: false,
+        }
+    }
+
+    /// This build with the helper inlined by `spirv-opt`.
+    pub const fn inlined(self) -> Self {
+        Self {
+            inlined: true,
+            ..self
+        }
+    }
+
+    /// This build over `workload`.
+    pub const fn on(self, workload: Workload) -> Self {
+        Self { workload, ..self }
+    }
+
+    /// This build with its access path shaped as `shape`.
+    pub const fn shaped(self, shape: Shape) -> Self {
+        Self { shape, ..self }
+    }
+
+    /// Its name in a bench's table: the variant, the workload where it is not the loads', the
+    /// shape where it is not the shipped one.
+    pub fn name(&self) -> String {
+        let mut n = self.variant.name().to_string();
+        if self.workload != Workload::Loads {
+            n = format!("{n}·{}", self.workload.name());
+        }
+        if self.shape != Shape::SHIPPED && self.variant != Variant::Raw {
+            let on = |b: bool| if b { "+" } else { "−" };
+            n = format!(
+                "{n} ({}fast {}probe1 {}private)",
+                on(self.shape.fast_path),
+                on(self.shape.first_probe_unrolled),
+                on(self.shape.private_counters)
+            );
+        }
+        if self.inlined {
+            n = format!("{n} [inlined]");
+        }
+        n
+    }
+}
+
+/// What one build's module weighs and what its pipeline took to make.
+#[derive(Clone, Copy, Debug)]
+pub struct PipelineStats {
+    /// The build.
+    pub build: Build,
+    /// The module's bytes as the driver got them.
+    pub module_bytes: usize,
+    /// `vkCreateComputePipelines` (and its shader module) on this device.
+    pub creation: Duration,
+}
+
+/// How [`DevicePass::with_options`] builds the pass.
+#[derive(Clone, Debug)]
+pub struct PassOptions {
+    /// Each variant's module is the program linked with that variant's library by `spirv-link`
+    /// ([`library::link`]) instead of the program with the helper emitted into it.
+    pub linked: bool,
+    /// Where the device reads guest memory from.
+    pub on: GuestMemoryOn,
+    /// The pipelines to make ([`DevicePass::run_builds`] runs them).
+    pub builds: Vec<Build>,
+    /// The flat page table's ([`Variant::Flat`]) span of address bits: `Some(40)` makes shadPS4's
+    /// table (2^26 entries, 512 MiB); `None` fits it to the scene's highest page (a power of two
+    /// of entries), for a device with less memory to spare.
+    pub flat_address_bits: Option<u32>,
+}
+
+impl PassOptions {
+    /// Every variant over the loads workload, the flat table fitted to the scene.
+    pub fn new(linked: bool, on: GuestMemoryOn) -> Self {
+        Self {
+            linked,
+            on,
+            builds: Variant::ALL.into_iter().map(Build::of).collect(),
+            flat_address_bits: None,
+        }
+    }
+}
+
+/// The flat page table of [`Variant::Flat`] over the pieces at `(guest, device)`: one entry a
+/// 16 KiB page that lies whole in a piece, its device address; every other entry 0. Returns the
+/// table's bytes and `log2` of its entries. `address_bits` sets its span (shadPS4's is 40 bits);
+/// without, the span ends at the highest page a piece holds. An address past the span would be
+/// aliased by the index mask, as in a table over a fixed span: an error here, before the device.
+pub fn flat_table(
+    pieces: &[(ByteRange, u64)],
+    address_bits: Option<u32>,
+) -> Result<(Vec<u8>, u32), VkError> {
+    let page = 1u64 << FLAT_PAGE_SHIFT;
+    let highest = pieces
+        .iter()
+        .map(|(g, _)| g.end.saturating_sub(1) >> FLAT_PAGE_SHIFT)
+        .max()
+        .unwrap_or(0);
+    let log2 = match address_bits {
+        Some(bits) => {
+            let log2 = bits.saturating_sub(FLAT_PAGE_SHIFT);
+            if log2 >= 40 || highest >> log2 != 0 {
+                return Err(pass_err(format!(
+                    "a guest page at {:#x} lies past the flat table's {bits}-bit span",
+                    highest << FLAT_PAGE_SHIFT
+                )));
+            }
+            log2
+        }
+        None => (highest + 1).next_power_of_two().trailing_zeros(),
+    };
+    let mut bytes = vec![0u8; (FLAT_ENTRY_BYTES << log2) as usize];
+    for (g, device) in pieces {
+        let first = g.start.div_ceil(page);
+        let end = g.end / page;
+        for p in first..end {
+            let entry = device + ((p << FLAT_PAGE_SHIFT) - g.start);
+            let at = (p * FLAT_ENTRY_BYTES) as usize;
+            if let Some(dst) = bytes.get_mut(at..at + 8) {
+                dst.copy_from_slice(&entry.to_le_bytes());
+            }
+        }
+    }
+    Ok((bytes, log2))
+}
+
 /// The device's half of the pass.
 pub struct DevicePass {
     ctx: Arc<Context>,
@@ -403,6 +552,11 @@ pub struct DevicePass {
     table: ChunkTable,
     table_push: TablePush,
     raw_offset: u64,
+    /// [`Variant::Flat`]'s page table (device-local) and `log2` of its entries.
+    flat: Buf,
+    flat_log2: u32,
+    /// [`Variant::Flat`]'s fault bitmap, one bit a page of its table.
+    faults: Buf,
     grid: Grid,
     layout: InstrumentLayout,
     holder: Buf,
@@ -417,7 +571,8 @@ pub struct DevicePass {
     /// The header variant's header: push words 16–31 in memory ([`library::HEADER_FIRST_WORD`]).
     header: Buf,
     member_offset: u64,
-    pipelines: Vec<(Variant, Pipeline)>,
+    pipelines: Vec<(Build, Pipeline)>,
+    pipeline_stats: Vec<PipelineStats>,
     pool: vk::DescriptorPool,
     set: vk::DescriptorSet,
     queries: vk::QueryPool,
@@ -482,14 +637,27 @@ impl DevicePass {
         linked: bool,
         on: GuestMemoryOn,
     ) -> Result<Self, VkError> {
+        Self::with_options(ctx, host, layout, &PassOptions::new(linked, on))
+    }
+
+    /// [`DevicePass::new`] with the pipelines and the flat table `options` asks for.
+    pub fn with_options(
+        ctx: &Arc<Context>,
+        host: &HostSide,
+        layout: InstrumentLayout,
+        options: &PassOptions,
+    ) -> Result<Self, VkError> {
+        let (linked, on) = (options.linked, options.on);
         let memory = host.engine.memory();
         let mut backend = VulkanBackend::on(Arc::clone(ctx))?;
         let pieces: Vec<ByteRange> = host.engine.mappings().pieces().map(|p| p.guest).collect();
         let mut entries = Vec::new();
+        let mut imported = Vec::new();
         let chunk = chunk_bytes_for(pieces.iter().map(|p| (p.start, p.end)));
         let shift = chunk.trailing_zeros();
         for p in &pieces {
             let base = backend.import(*p, memory).map_err(pass_err)?;
+            imported.push((*p, base));
             entries.extend(
                 (p.start >> shift..p.end >> shift).map(|c| (c, base + ((c << shift) - p.start))),
             );
@@ -499,12 +667,12 @@ impl DevicePass {
         let span = host.scene.raw_span();
         let mut calls = 0;
         let mut local = Vec::new();
-        let (table, table_addr, raw_base) = match on {
+        let (table, table_addr, raw_base, flat_pieces) = match on {
             GuestMemoryOn::Imported => {
                 let table = ChunkTable::build(chunk, probe_bound, &entries).map_err(pass_err)?;
                 let (table_addr, _) = backend.place_table(&table, u64::MAX).map_err(pass_err)?;
                 let raw_base = raw_backend.import(span, memory).map_err(pass_err)?;
-                (table, table_addr, raw_base)
+                (table, table_addr, raw_base, imported)
             }
             GuestMemoryOn::DeviceLocal => {
                 let commands = Commands::new(ctx)?;
@@ -537,11 +705,34 @@ impl DevicePass {
                 )?;
                 commands.upload(tbuf.raw, &tbytes, &mut calls)?;
                 let (raw_base, table_addr) = (copy.address, tbuf.address);
+                // The flat table's pages: the mapped pieces inside the span, in the copy.
+                let flat_pieces = pieces
+                    .iter()
+                    .filter(|p| span.contains(p.start) && p.end <= span.end)
+                    .map(|p| (*p, copy.address + (p.start - span.start)))
+                    .collect();
                 local.push(copy);
                 local.push(tbuf);
-                (table, table_addr, raw_base)
+                (table, table_addr, raw_base, flat_pieces)
             }
         };
+        // The peer's flat page table (device-local) and its fault bitmap.
+        let (flat_bytes, flat_log2) = flat_table(&flat_pieces, options.flat_address_bits)?;
+        let flat = ctx.buffer(
+            flat_bytes.len() as u64,
+            "the flat page table",
+            vk::MemoryPropertyFlags::DEVICE_LOCAL,
+            false,
+            &mut calls,
+        )?;
+        Commands::new(ctx)?.upload(flat.raw, &flat_bytes, &mut calls)?;
+        drop(flat_bytes);
+        let faults = output_buffer(
+            ctx,
+            (1u64 << flat_log2).div_ceil(32) * 4,
+            "the flat table's fault bitmap",
+            &mut calls,
+        )?;
         let table_push = TablePush::of(&table, table_addr);
         let raw_offset = raw_base.wrapping_sub(span.start);
         let holder_bytes = host.scene.holder_bytes();
@@ -580,17 +771,31 @@ impl DevicePass {
             &mut calls,
         )?;
         let mut pipelines = Vec::new();
-        let program = if linked {
-            Some(traversal::traversal_module(Linking::Import)?)
-        } else {
-            None
-        };
-        for v in Variant::ALL {
-            let words = match &program {
-                Some(p) => library::link(p, &library::helper_library(v)?)?,
-                None => traversal::traversal_module(Linking::Inline(v))?,
+        let mut pipeline_stats = Vec::new();
+        for build in &options.builds {
+            let words = if linked {
+                let program =
+                    traversal::traversal_module_of(Linking::Import, build.workload, build.shape)?;
+                library::link(&program, &library::helper_library(build.variant)?)?
+            } else {
+                traversal::traversal_module_of(
+                    Linking::Inline(build.variant),
+                    build.workload,
+                    build.shape,
+                )?
             };
-            pipelines.push((v, Pipeline::new(&ctx.device, &words, c"main", 2)?));
+            let words = if build.inlined {
+                library::inline(&words)?
+            } else {
+                words
+            };
+            let t = Instant::now();
+            pipelines.push((*build, Pipeline::new(&ctx.device, &words, c"main", 2)?));
+            pipeline_stats.push(PipelineStats {
+                build: *build,
+                module_bytes: 4 * words.len(),
+                creation: t.elapsed(),
+            });
         }
         let d = &ctx.device;
         let sizes = [vk::DescriptorPoolSize::default()
@@ -659,6 +864,9 @@ impl DevicePass {
             table,
             table_push,
             raw_offset,
+            flat,
+            flat_log2,
+            faults,
             grid: host.scene.grid,
             layout,
             holder,
@@ -669,6 +877,7 @@ impl DevicePass {
             header,
             member_offset,
             pipelines,
+            pipeline_stats,
             pool,
             set,
             queries,
@@ -711,6 +920,19 @@ impl DevicePass {
         canary: u64,
         scene: &Scene,
     ) -> Result<RunTime, VkError> {
+        let builds: Vec<Build> = sequence.iter().map(|&v| Build::of(v)).collect();
+        self.run_builds(&builds, selection, canary, scene)
+    }
+
+    /// [`Self::run_sequence`] over builds ([`PassOptions::builds`]): each must be one the pass
+    /// was made with.
+    pub fn run_builds(
+        &mut self,
+        sequence: &[Build],
+        selection: &LaneSelection,
+        canary: u64,
+        scene: &Scene,
+    ) -> Result<RunTime, VkError> {
         let sequence = sequence
             .get(..sequence.len().min(MAX_BACK_TO_BACK as usize))
             .unwrap_or_default();
@@ -724,6 +946,7 @@ impl DevicePass {
         }
         self.masks.bytes_mut().fill(0);
         self.marks.bytes_mut().fill(0);
+        self.faults.bytes_mut().fill(0);
         let mut w = PushBlock::default();
         self.table_push.write(&mut w);
         w.set64(traversal::push::TLAS, scene::TOP_AT);
@@ -736,9 +959,9 @@ impl DevicePass {
         w.set64(library::push::INSTRUMENT, self.instr.address);
         let _ = scene;
         let mut pipelines = Vec::with_capacity(sequence.len());
-        for variant in sequence {
-            let Some((_, p)) = self.pipelines.iter().find(|(v, _)| v == variant) else {
-                return Err(pass_err(format!("no pipeline for the {variant:?} variant")));
+        for build in sequence {
+            let Some((_, p)) = self.pipelines.iter().find(|(b, _)| b == build) else {
+                return Err(pass_err(format!("no pipeline for {}", build.name())));
             };
             pipelines.push(p);
         }
@@ -759,6 +982,13 @@ impl DevicePass {
             self.header.address,
         );
         let header_bytes = h.bytes();
+        // The flat variant: its page table where the chunk table's address is, its entries'
+        // `log2`, its fault bitmap where the marks' address is.
+        let mut f = w;
+        f.set64(library::push::FLAT_TABLE, self.flat.address);
+        f.set(library::push::FLAT_ENTRIES_LOG2, self.flat_log2);
+        f.set64(library::push::FAULTS, self.faults.address);
+        let flat_bytes = f.bytes();
         let (gx, gy) = (self.grid.width / 8, self.grid.height / 8);
         let _ = LOCAL_SIZE;
         let timestamps = self.ctx.info().timestamp_valid_bits > 0;
@@ -793,10 +1023,10 @@ impl DevicePass {
                     &[self.set],
                     &[],
                 );
-                let push = if sequence.get(i as usize) == Some(&Variant::Header) {
-                    &header_bytes
-                } else {
-                    &bytes
+                let push = match sequence.get(i as usize).map(|b| b.variant) {
+                    Some(Variant::Header) => &header_bytes,
+                    Some(Variant::Flat) => &flat_bytes,
+                    _ => &bytes,
                 };
                 d.cmd_push_constants(cmd, pipeline.layout, vk::ShaderStageFlags::COMPUTE, 0, push);
                 if timestamps {
@@ -922,6 +1152,31 @@ impl DevicePass {
             .collect()
     }
 
+    /// The guest pages the last run's flat variant found unmapped, from its fault bitmap (each
+    /// page's first byte; faults the bitmap's plain read-modify-write lost are not there).
+    pub fn flat_faults(&self) -> Vec<u64> {
+        let mut pages = Vec::new();
+        for (w, c) in self.faults.bytes().chunks_exact(4).enumerate() {
+            let bits = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            for b in 0..32 {
+                if bits >> b & 1 == 1 {
+                    pages.push(((w as u64) * 32 + b) << FLAT_PAGE_SHIFT);
+                }
+            }
+        }
+        pages
+    }
+
+    /// Each build's module size and pipeline creation time, in the order they were made.
+    pub fn pipeline_stats(&self) -> &[PipelineStats] {
+        &self.pipeline_stats
+    }
+
+    /// The flat page table's bytes on the device (`8 << log2` entries).
+    pub fn flat_table_bytes(&self) -> u64 {
+        FLAT_ENTRY_BYTES << self.flat_log2
+    }
+
     /// Vulkan calls made setting up.
     pub fn setup_calls(&self) -> u64 {
         self.calls
@@ -954,6 +1209,9 @@ impl Drop for DevicePass {
             std::mem::replace(&mut self.masks, Buf::null()),
             std::mem::replace(&mut self.marks, Buf::null()),
             std::mem::replace(&mut self.instr, Buf::null()),
+            std::mem::replace(&mut self.header, Buf::null()),
+            std::mem::replace(&mut self.flat, Buf::null()),
+            std::mem::replace(&mut self.faults, Buf::null()),
         ] {
             self.ctx.destroy_buffer(b, &mut calls);
         }

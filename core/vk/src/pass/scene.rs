@@ -9,7 +9,7 @@ use dispatchscope_core::instrument::Grid;
 use dispatchscope_formats::generate::Rng;
 
 use crate::spirv::traversal::{
-    MAX_STEPS, STACK_ENTRIES, SUMMARY_OVERLAP_BYTES, SUMMARY_WORDS, site,
+    MAX_STEPS, STACK_ENTRIES, SUMMARY_OVERLAP_BYTES, SUMMARY_WORDS, Workload, intersect, site,
 };
 
 /// Where the scene starts.
@@ -301,6 +301,13 @@ impl Scene {
     /// The pass on the host for the pixel `(x, y)`, exactly as the program runs it: the result, the
     /// checksum, and how many accesses and escapes each site made.
     pub fn trace(&self, x: u32, y: u32) -> Trace {
+        self.trace_of(x, y, Workload::Loads)
+    }
+
+    /// [`Scene::trace`] of the program of `workload`: the translated one folds each node's
+    /// intersection ([`intersect::node`]) into the checksum; the walk, and every count, is the
+    /// same.
+    pub fn trace_of(&self, x: u32, y: u32, workload: Workload) -> Trace {
         let nx = ((u64::from(x) * 65536 + 32768) / u64::from(self.grid.width)) as u32;
         let ny = ((u64::from(y) * 65536 + 32768) / u64::from(self.grid.height)) as u32;
         let inside = |n: &Node, best_z: u32| {
@@ -332,6 +339,9 @@ impl Scene {
             count(site::TOP_NODE0, 1);
             count(site::TOP_NODE1, 1);
             let n = self.top.get(idx as usize).copied().unwrap_or([0; 8]);
+            if workload == Workload::Translated {
+                t.checksum ^= intersect::node(&n, nx, ny);
+            }
             if !inside(&n, best_z) {
                 continue;
             }
@@ -366,6 +376,9 @@ impl Scene {
                     let b = bottom
                         .and_then(|t| t.get(j as usize).copied())
                         .unwrap_or([0; 8]);
+                    if workload == Workload::Translated {
+                        t.checksum ^= intersect::node(&b, nx, ny);
+                    }
                     if !inside(&b, best_z) {
                         continue;
                     }
@@ -402,11 +415,16 @@ impl Scene {
 
     /// The host's picture of the whole pass: `(nearest, checksum)` per pixel, row by row.
     pub fn expected_image(&self) -> Vec<(u32, u32)> {
+        self.expected_image_of(Workload::Loads)
+    }
+
+    /// [`Scene::expected_image`] of the program of `workload`.
+    pub fn expected_image_of(&self, workload: Workload) -> Vec<(u32, u32)> {
         let (w, h) = (self.grid.width, self.grid.height);
         (0..h)
             .flat_map(|y| (0..w).map(move |x| (x, y)))
             .map(|(x, y)| {
-                let t = self.trace(x, y);
+                let t = self.trace_of(x, y, workload);
                 (t.nearest, t.checksum)
             })
             .collect()

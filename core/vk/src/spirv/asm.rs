@@ -59,10 +59,14 @@ pub(super) struct Asm {
     /// The lane's last lookup (`library::declare_lane_cache`): its chunk and its answer, once
     /// declared.
     pub(super) lane_cache: Option<(Word, Word)>,
+    /// The lane's own access counters (`library::declare_lane_counts`), once declared.
+    pub(super) lane_counts: Option<Word>,
     pub(super) interface: Vec<Word>,
     /// The helper's words are read from a header in memory ([`super::library::Variant::Header`])
     /// while its functions are emitted.
     pub(super) header_form: bool,
+    /// The shape of the helper's access path and lookup while they are emitted.
+    pub(super) shape: super::library::Shape,
 }
 
 impl Asm {
@@ -134,8 +138,10 @@ impl Asm {
             push_var: 0,
             workgroup_var: None,
             lane_cache: None,
+            lane_counts: None,
             interface: Vec::new(),
             header_form: false,
+            shape: super::library::Shape::SHIPPED,
         };
         let n = a.c32(32);
         let words = a.b.type_array(u32_, n);

@@ -121,6 +121,7 @@ fn caller_module() -> (Vec<u32>, EmittedHelpers) {
     b.end_function().unwrap();
     let mut interface = vec![gid_var, h.push_block];
     interface.extend(h.lane_cache.into_iter().flatten());
+    interface.extend(h.lane_counts);
     b.entry_point(ExecutionModel::GLCompute, main, "main", interface);
     b.execution_mode(main, ExecutionMode::LocalSize, [64, 1, 1]);
     let words = b.module().assemble();

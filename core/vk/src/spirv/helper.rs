@@ -67,53 +67,57 @@ pub(super) fn emit_lookup(a: &mut Asm) -> R<Word> {
     let empty = a.c64(EMPTY_KEY);
     let not_empty_key = a.ne(chunk, empty)?;
     a.set(v_live, not_empty_key)?;
-    a.while_(
-        |a| {
-            let live = a.get(t.bool_, v_live)?;
-            let n = a.get(t.u32, v_n)?;
-            let more = a.ult(n, bound)?;
-            a.land(live, more)
-        },
-        |a| {
-            let slot = a.get(t.u32, v_probe)?;
-            let at = a.index(table, slot, SLOT_BYTES as u64)?;
-            // The slot's key and device address in one 16-byte load, before the compare: one
-            // memory instruction a probe (a slot is 16 bytes at a 16-byte-aligned offset).
-            let both = a.ld64x2(at)?;
-            let key = a.inst_literal(Op::CompositeExtract, t.u64, both, 0)?;
-            let dev = a.inst_literal(Op::CompositeExtract, t.u64, both, 1)?;
-            let found = a.eq(key, chunk)?;
-            a.if_else(
-                found,
-                |a| {
-                    a.set(v_dev, dev)?;
-                    a.set(v_slot, slot)?;
-                    let f = a.cbool(false);
-                    a.set(v_live, f)
-                },
-                |a| {
-                    let is_empty = a.eq(key, empty)?;
-                    a.if_else(
-                        is_empty,
-                        |a| {
-                            let f = a.cbool(false);
-                            a.set(v_live, f)
-                        },
-                        |a| {
-                            let one = a.c32(1);
-                            let next = a.add(t.u32, slot, one)?;
-                            let next = a.and(t.u32, next, mask)?;
-                            a.set(v_probe, next)
-                        },
-                    )
-                },
-            )?;
-            let n = a.get(t.u32, v_n)?;
-            let one = a.c32(1);
-            let n1 = a.add(t.u32, n, one)?;
-            a.set(v_n, n1)
-        },
-    )?;
+    let searching = |a: &mut Asm| -> R<Word> {
+        let live = a.get(t.bool_, v_live)?;
+        let n = a.get(t.u32, v_n)?;
+        let more = a.ult(n, bound)?;
+        a.land(live, more)
+    };
+    let probe = |a: &mut Asm| -> R<()> {
+        let slot = a.get(t.u32, v_probe)?;
+        let at = a.index(table, slot, SLOT_BYTES as u64)?;
+        // The slot's key and device address in one 16-byte load, before the compare: one
+        // memory instruction a probe (a slot is 16 bytes at a 16-byte-aligned offset).
+        let both = a.ld64x2(at)?;
+        let key = a.inst_literal(Op::CompositeExtract, t.u64, both, 0)?;
+        let dev = a.inst_literal(Op::CompositeExtract, t.u64, both, 1)?;
+        let found = a.eq(key, chunk)?;
+        a.if_else(
+            found,
+            |a| {
+                a.set(v_dev, dev)?;
+                a.set(v_slot, slot)?;
+                let f = a.cbool(false);
+                a.set(v_live, f)
+            },
+            |a| {
+                let is_empty = a.eq(key, empty)?;
+                a.if_else(
+                    is_empty,
+                    |a| {
+                        let f = a.cbool(false);
+                        a.set(v_live, f)
+                    },
+                    |a| {
+                        let one = a.c32(1);
+                        let next = a.add(t.u32, slot, one)?;
+                        let next = a.and(t.u32, next, mask)?;
+                        a.set(v_probe, next)
+                    },
+                )
+            },
+        )?;
+        let n = a.get(t.u32, v_n)?;
+        let one = a.c32(1);
+        let n1 = a.add(t.u32, n, one)?;
+        a.set(v_n, n1)
+    };
+    if a.shape.first_probe_unrolled {
+        // The home slot before the loop: a hit there (most hits) never enters it.
+        let first = searching(a)?;
+        a.if_(first, &probe)?;
+    }
+    a.while_(&searching, &probe)?;
     let dev = a.get(t.u64, v_dev)?;
     let slot = a.get(t.u32, v_slot)?;
     let probes = a.get(t.u32, v_n)?;

@@ -136,6 +136,9 @@ pub mod symbol {
     /// The lane's last lookup's answer, a `Private` `Hit` the program exports and the library
     /// imports.
     pub const LAST_HIT: &str = "dispatchscope_last_hit";
+    /// The lane's own access counters, a `Private` `u32[LANE_COUNT_WORDS]` the program exports
+    /// (zero first) and the library imports.
+    pub const LANE_COUNTS: &str = "dispatchscope_lane_counts";
 }
 
 /// The push words the helper reads besides the table's (T3: 18–20, 28–31).
@@ -146,6 +149,70 @@ pub mod push {
     pub const MARKS: u32 = 24;
     /// The instrumentation buffer's device address (2 words).
     pub const INSTRUMENT: u32 = 26;
+    /// [`super::Variant::Flat`]: `log2` of the flat page table's entries (its page numbers are
+    /// masked with entries − 1, as a table over a fixed span of address bits is indexed).
+    pub const FLAT_ENTRIES_LOG2: u32 = 19;
+    /// [`super::Variant::Flat`]: the fault bitmap's device address (2 words), one bit a page.
+    pub const FAULTS: u32 = 24;
+    /// [`super::Variant::Flat`]: the flat page table's device address (2 words), where the other
+    /// variants read the chunk table's (T3).
+    pub const FLAT_TABLE: u32 = dispatchscope_core::rules::DEVICE_TABLE_PUSH_WORD;
+}
+
+/// Bytes of a page of [`Variant::Flat`]'s table, as shadPS4's (`log2`).
+pub const FLAT_PAGE_SHIFT: u32 = 14;
+/// Bytes of a flat page table's entry: a page's device address, 0 for a page not mapped.
+pub const FLAT_ENTRY_BYTES: u64 = 8;
+
+/// How the helper's access path is shaped: each change to it, on or off, so that a bench can
+/// measure each alone against the others in one submission. [`Shape::SHIPPED`] is what every
+/// module gets unless a caller asks otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Shape {
+    /// An access that lies in one chunk (or page) and hits reads its words from one base, as
+    /// the raw variant does; only an access that crosses its chunk's end, or misses, takes the
+    /// word-by-word path that picks each word's chunk (T5's split).
+    pub fast_path: bool,
+    /// The lookup's first probe is read before its loop: a hit in the home slot (most hits,
+    /// T2's probes a hit of about 1.1) takes no loop at all.
+    pub first_probe_unrolled: bool,
+    /// The instrumented variant counts each access of the first [`PRIVATE_SITES`] sites in the
+    /// lane's own counters (a `Private` array at a constant index once the helper is inlined:
+    /// registers), added to the workgroup counters once, when the lane flushes; without, each
+    /// access is a workgroup atomic.
+    pub private_counters: bool,
+}
+
+impl Shape {
+    /// What the modules get.
+    pub const SHIPPED: Shape = Shape {
+        fast_path: true,
+        first_probe_unrolled: true,
+        private_counters: true,
+    };
+    /// The access path as it was before issue 30: every access word by word, the lookup's
+    /// probes all in its loop, a workgroup atomic an instrumented access.
+    pub const BEFORE: Shape = Shape {
+        fast_path: false,
+        first_probe_unrolled: false,
+        private_counters: false,
+    };
+}
+
+/// Sites whose accesses the instrumented variant counts in the lane's own counters
+/// ([`Shape::private_counters`]); later sites take a workgroup atomic an access.
+pub const PRIVATE_SITES: u32 = 16;
+/// Words of the lane's own counters: one a route (guest, LDS, scratch, bound) a site.
+pub const LANE_COUNT_WORDS: u32 = 4 * PRIVATE_SITES;
+const _: () = assert!(
+    PRIVATE_SITES <= WORKGROUP_SITES,
+    "a lane's sites are the workgroup's"
+);
+
+impl Default for Shape {
+    fn default() -> Self {
+        Self::SHIPPED
+    }
 }
 
 /// The first push word the header form keeps in its header: the header holds push words 16–31
@@ -169,15 +236,23 @@ pub enum Variant {
     /// as full as shadPS4's, which has 8 bytes left. Each parameter the helper reads is then one
     /// uniform load instead of a push-constant read.
     Header,
+    /// The peer an emulator ships today, shadPS4's buffer-device-address page table: 16 KiB pages
+    /// ([`FLAT_PAGE_SHIFT`]), one 8-byte entry a page holding the page's device address
+    /// (device-local, indexed by the guest page number); a page not mapped reads zero, drops its
+    /// stores and sets its bit in a fault bitmap by a plain load, OR and store (faults may be
+    /// lost, as shadPS4's are). No chunk table, no marks, no escape log: the comparison's anchor,
+    /// not a dispatch path of this engine.
+    Flat,
 }
 
 impl Variant {
     /// Every variant, in the order the bench reports them (the instrumented one last, so that
     /// its buffer is what a run of them all leaves).
-    pub const ALL: [Variant; 4] = [
+    pub const ALL: [Variant; 5] = [
         Variant::Raw,
         Variant::Helper,
         Variant::Header,
+        Variant::Flat,
         Variant::Instrumented,
     ];
 
@@ -188,7 +263,13 @@ impl Variant {
             Variant::Helper => "helper",
             Variant::Instrumented => "instrumented",
             Variant::Header => "header",
+            Variant::Flat => "flat",
         }
+    }
+
+    /// Whether it looks guest addresses up in the chunk table (T5).
+    pub fn has_lookup(self) -> bool {
+        !matches!(self, Variant::Raw | Variant::Flat)
     }
 }
 
@@ -290,6 +371,9 @@ pub(super) fn declare_helpers(a: &mut Asm) -> R<Helpers> {
     let (chunk, hit) = declare_lane_cache(a, true);
     a.link(chunk, symbol::LAST_CHUNK, LinkageType::Export);
     a.link(hit, symbol::LAST_HIT, LinkageType::Export);
+    // And the lane's own counters, zero first.
+    let counts = declare_lane_counts(a, true);
+    a.link(counts, symbol::LANE_COUNTS, LinkageType::Export);
     Ok(Helpers {
         lane,
         route,
@@ -330,19 +414,28 @@ pub fn helper_library(variant: Variant) -> R<Vec<u32>> {
     let (chunk, hit) = declare_lane_cache(&mut a, false);
     a.link(chunk, symbol::LAST_CHUNK, LinkageType::Import);
     a.link(hit, symbol::LAST_HIT, LinkageType::Import);
-    emit_helpers_into(&mut a, variant, true)?;
+    let counts = declare_lane_counts(&mut a, false);
+    a.link(counts, symbol::LANE_COUNTS, LinkageType::Import);
+    emit_helpers_into(&mut a, variant, true, Shape::SHIPPED)?;
     a.finish_linkable()
 }
 
 /// Emits the interface's functions of `variant` into a module being built (no linkage).
 pub(super) fn emit_helpers(a: &mut Asm, variant: Variant) -> R<Helpers> {
-    emit_helpers_into(a, variant, false)
+    emit_helpers_shaped(a, variant, Shape::SHIPPED)
 }
 
-fn emit_helpers_into(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> {
+/// [`emit_helpers`] with the access path shaped as `shape` says (a bench's comparison).
+pub(super) fn emit_helpers_shaped(a: &mut Asm, variant: Variant, shape: Shape) -> R<Helpers> {
+    emit_helpers_into(a, variant, false, shape)
+}
+
+fn emit_helpers_into(a: &mut Asm, variant: Variant, export: bool, shape: Shape) -> R<Helpers> {
     a.header_form = variant == Variant::Header;
+    a.shape = shape;
     let helpers = emit_helpers_of(a, variant, export);
     a.header_form = false;
+    a.shape = Shape::SHIPPED;
     helpers
 }
 
@@ -351,8 +444,9 @@ fn emit_helpers_of(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> {
     let instrumented = variant == Variant::Instrumented;
     if instrumented {
         declare_workgroup(a);
+        declare_lane_counts(a, true);
     }
-    let lookup = if variant == Variant::Raw {
+    let lookup = if !variant.has_lookup() {
         None
     } else {
         let f = emit_lookup(a)?;
@@ -421,6 +515,9 @@ pub struct EmittedHelpers {
     /// the chunk the lane last asked for and the answer, that the caller's entry point must list
     /// in its interface.
     pub lane_cache: Option<[Word; 2]>,
+    /// The lane's own access counters (`Some` in [`Variant::Instrumented`]): a `Private`
+    /// variable that the caller's entry point must list in its interface.
+    pub lane_counts: Option<Word>,
     /// The `Hit` struct type `lookup` returns.
     pub hit_type: Word,
     /// `u32`.
@@ -478,6 +575,7 @@ pub fn emit_into(builder: &mut rspirv::dr::Builder, variant: Variant) -> R<Emitt
     let emitted = emit_helpers(&mut a, variant);
     let (t, push_block, workgroup) = (a.t, a.push_var, a.workgroup_var);
     let lane_cache = a.lane_cache.map(|(c, h)| [c, h]);
+    let lane_counts = a.lane_counts;
     *builder = a.into_builder();
     let h = emitted?;
     Ok(EmittedHelpers {
@@ -490,6 +588,7 @@ pub fn emit_into(builder: &mut rspirv::dr::Builder, variant: Variant) -> R<Emitt
         flush: h.flush,
         workgroup,
         lane_cache,
+        lane_counts,
         hit_type: t.hit,
         u32_type: t.u32,
         u64_type: t.u64,
@@ -503,33 +602,73 @@ pub fn emit_into(builder: &mut rspirv::dr::Builder, variant: Variant) -> R<Emitt
 /// ([`helper_library`]) by running SPIRV-Tools' `spirv-link` (Debian's `spirv-tools`), and
 /// validates the result for Vulkan 1.2.
 pub fn link(program: &[u32], library: &[u32]) -> R<Vec<u32>> {
+    let words = spirv_tool(
+        "spirv-link",
+        &["--target-env", "vulkan1.2", "-o", "-"],
+        &[program, library],
+    )?;
+    super::validate("linked", &words)?;
+    Ok(words)
+}
+
+/// What [`inline`] asks of SPIRV-Tools' `spirv-opt`: every call inlined into the entry point,
+/// the lane's `Private` variables (its counters, its lookup cache) made the entry point's own,
+/// split into scalars and rewritten into SSA values (registers), constants folded, what is dead
+/// removed.
+pub const INLINE_PASSES: [&str; 9] = [
+    "--inline-entry-points-exhaustive",
+    "--eliminate-dead-functions",
+    "--private-to-local",
+    "--scalar-replacement=0",
+    "--ssa-rewrite",
+    "--ccp",
+    "--simplify-instructions",
+    "--eliminate-dead-code-aggressive",
+    "--cfg-cleanup",
+];
+
+/// A complete module (the program with the helper emitted into it, or linked) with the helper
+/// inlined by `spirv-opt` ([`INLINE_PASSES`]), so that each site's counter is a value at a
+/// constant index whatever the driver's own inliner does; validated for Vulkan 1.2.
+pub fn inline(module: &[u32]) -> R<Vec<u32>> {
+    let mut args = vec!["--target-env=vulkan1.2"];
+    args.extend(INLINE_PASSES);
+    args.extend(["-o", "-"]);
+    let words = spirv_tool("spirv-opt", &args, &[module])?;
+    super::validate("inlined", &words)?;
+    Ok(words)
+}
+
+/// Runs SPIRV-Tools' `tool` (Debian's `spirv-tools`) over `inputs`, each written to a file of
+/// its own after `args`, and reads the module it writes to its standard output.
+fn spirv_tool(tool: &'static str, args: &[&str], inputs: &[&[u32]]) -> R<Vec<u32>> {
     let dir = std::env::temp_dir().join(format!(
-        "dispatchscope-link-{}-{:?}",
+        "dispatchscope-{tool}-{}-{:?}",
         std::process::id(),
         std::thread::current().id()
     ));
-    let io = |why: String| VkError::Invalid {
-        module: "linked",
-        why,
-    };
+    let io = |why: String| VkError::Invalid { module: tool, why };
     std::fs::create_dir_all(&dir).map_err(|e| io(format!("{}: {e}", dir.display())))?;
-    let (p, l) = (dir.join("program.spv"), dir.join("library.spv"));
     let bytes = |w: &[u32]| w.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-    let written =
-        std::fs::write(&p, bytes(program)).and_then(|()| std::fs::write(&l, bytes(library)));
+    let mut files = Vec::new();
+    let mut written = Ok(());
+    for (i, words) in inputs.iter().enumerate() {
+        let f = dir.join(format!("{i}.spv"));
+        written = written.and_then(|()| std::fs::write(&f, bytes(words)));
+        files.push(f);
+    }
     let out = written.and_then(|()| {
-        Command::new("spirv-link")
-            .args(["--target-env", "vulkan1.2", "-o", "-"])
-            .arg(&p)
-            .arg(&l)
+        Command::new(tool)
+            .args(args)
+            .args(&files)
             .stdin(Stdio::null())
             .output()
     });
     let _ = std::fs::remove_dir_all(&dir);
-    let out = out.map_err(|e| io(format!("spirv-link could not run: {e}")))?;
+    let out = out.map_err(|e| io(format!("{tool} could not run: {e}")))?;
     if !out.status.success() {
         return Err(io(format!(
-            "spirv-link failed ({}): {}",
+            "{tool} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         )));
@@ -537,17 +676,15 @@ pub fn link(program: &[u32], library: &[u32]) -> R<Vec<u32>> {
     let _ = std::io::stderr().flush();
     if out.stdout.len() % 4 != 0 || out.stdout.is_empty() {
         return Err(io(format!(
-            "spirv-link wrote {} bytes, not whole words",
+            "{tool} wrote {} bytes, not whole words",
             out.stdout.len()
         )));
     }
-    let words: Vec<u32> = out
+    Ok(out
         .stdout
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    super::validate("linked", &words)?;
-    Ok(words)
+        .collect())
 }
 
 /// P1 with the default apertures.
@@ -839,6 +976,78 @@ fn count_probes(a: &mut Asm, site_id: Word, probes: Word) -> R<()> {
     })
 }
 
+/// Declares the lane's own counters once per module: a `Private` array of [`LANE_COUNT_WORDS`]
+/// u32, listed in the interface, zero first with `init` (a library's import has no initializer).
+pub(super) fn declare_lane_counts(a: &mut Asm, init: bool) -> Word {
+    if let Some(v) = a.lane_counts {
+        return v;
+    }
+    let t = a.t;
+    let n = a.c32(LANE_COUNT_WORDS);
+    let arr = a.b.type_array(t.u32, n);
+    let p = a.b.type_pointer(None, StorageClass::Private, arr);
+    let first = init.then(|| a.b.constant_null(arr));
+    let v = a.b.variable(p, None, StorageClass::Private, first);
+    a.b.name(v, symbol::LANE_COUNTS);
+    a.interface.push(v);
+    a.lane_counts = Some(v);
+    v
+}
+
+/// Counts one access of the lane at `site_id` by route `route_no` (a u32 id each: the site's
+/// word index of the route): in the lane's own counters for the first [`PRIVATE_SITES`] sites
+/// ([`Shape::private_counters`]), else a workgroup atomic (or the buffer's counter past the
+/// workgroup's sites).
+fn count_route(a: &mut Asm, site_id: Word, route_no: Word) -> R<()> {
+    let t = a.t;
+    let first = site_word(a, site_id, 0)?;
+    let key = a.add(t.u32, first, route_no)?;
+    let private = match (a.shape.private_counters, a.lane_counts) {
+        (true, Some(v)) => v,
+        _ => return count_lanes(a, key),
+    };
+    let lim = a.c32(PRIVATE_SITES);
+    let mine = a.ult(site_id, lim)?;
+    a.if_else(
+        mine,
+        |a| {
+            let four = a.c32(4);
+            let base = a.mul(t.u32, site_id, four)?;
+            let i = a.add(t.u32, base, route_no)?;
+            let p_ty = a.b.type_pointer(None, StorageClass::Private, t.u32);
+            let p = a.inst(Op::AccessChain, p_ty, &[private, i])?;
+            let v = a.get(t.u32, p)?;
+            let one = a.c32(1);
+            let v = a.add(t.u32, v, one)?;
+            a.set(p, v)
+        },
+        |a| count_lanes(a, key),
+    )
+}
+
+/// Adds the lane's own counters to the workgroup counters, one workgroup atomic a counter that
+/// is not zero; each counter read at its constant index, so that they stay in registers.
+fn flush_lane_counts(a: &mut Asm) -> R<()> {
+    let t = a.t;
+    let Some(private) = a.lane_counts else {
+        return Ok(());
+    };
+    let p_ty = a.b.type_pointer(None, StorageClass::Private, t.u32);
+    for w in 0..LANE_COUNT_WORDS {
+        let i = a.c32(w);
+        let p = a.inst(Op::AccessChain, p_ty, &[private, i])?;
+        let v = a.get(t.u32, p)?;
+        let z = a.c32(0);
+        let any = a.ne(v, z)?;
+        a.if_(any, |a| {
+            let key = a.c32(workgroup::SITES + (w / 4) * workgroup::SITE_WORDS + w % 4);
+            let wp = wg_ptr(a, key)?;
+            a.workgroup_atomic(Op::AtomicIAdd, wp, v).map(|_| ())
+        })?;
+    }
+    Ok(())
+}
+
 /// `dispatchscope_load` (`store == false`) or `dispatchscope_store`.
 /// Declares the lane's lookup cache once per module: two `Private` variables, listed in the
 /// interface, that hold the chunk the lane last asked for and the lookup's answer. With `init`
@@ -932,23 +1141,43 @@ fn emit_access(
     a.set(v_mask, zero)?;
     let two = a.c32(2);
     let n_words = a.shr(t.u32, size, two)?;
+    // Word `i` of the access at device address `at`: stored, or loaded into `vals[i]`.
+    let word = |a: &mut Asm, i: usize, at: Word| -> R<()> {
+        if store {
+            a.st32(at, stored[i])
+        } else {
+            let x = a.ld32(at)?;
+            a.set(vals[i], x)
+        }
+    };
+    // Every word of the access from one device address (the words below `n_words`).
+    let words_from = |a: &mut Asm, dev: Word| -> R<()> {
+        for i in 0..vals.len() {
+            let ci = a.c32(i as u32);
+            let inside = a.ult(ci, n_words)?;
+            a.if_(inside, |a| {
+                let at = a.add64c(dev, 4 * i as u64)?;
+                word(a, i, at)
+            })?;
+        }
+        Ok(())
+    };
+    let shape = a.shape;
     match (variant, lookup) {
+        (Variant::Flat, _) => {
+            let access = FlatAccess {
+                addr,
+                size,
+                n_words,
+                v_mask,
+                words: vals.len(),
+            };
+            emit_flat_access(a, &access, shape, &word, &words_from)?;
+        }
         (Variant::Raw, _) | (_, None) => {
             let off = a.push_u64(push::RAW_OFFSET)?;
             let dev = a.add(t.u64, addr, off)?;
-            for (i, v) in vals.iter().enumerate() {
-                let ci = a.c32(i as u32);
-                let inside = a.ult(ci, n_words)?;
-                a.if_(inside, |a| {
-                    let at = a.add64c(dev, 4 * i as u64)?;
-                    if store {
-                        a.st32(at, stored[i])
-                    } else {
-                        let x = a.ld32(at)?;
-                        a.set(*v, x)
-                    }
-                })?;
-            }
+            words_from(a, dev)?;
         }
         (_, Some(lookup)) => {
             let shift = a.push_word(super::push::CHUNK_SHIFT)?;
@@ -968,51 +1197,60 @@ fn emit_access(
             let p_fn_hit = a.b.type_pointer(None, StorageClass::Function, t.hit);
             let v_h1 = a.var(p_fn_hit)?;
             a.set(v_h1, h0)?;
-            a.if_(split, |a| {
-                let h1 = a.call(t.hit, lookup, &[c1])?;
-                a.set(v_h1, h1)
-            })?;
-            let h1 = a.get(t.hit, v_h1)?;
             let (d0, s0, n0) = (a.extract(h0, 0)?, a.extract(h0, 1)?, a.extract(h0, 2)?);
-            let (d1, s1, n1) = (a.extract(h1, 0)?, a.extract(h1, 1)?, a.extract(h1, 2)?);
             let none = a.c32(record::NO_SLOT);
             let hit0 = a.ne(s0, none)?;
-            // Word i lies in the first chunk while 4 i is below the bytes left in it; the words
-            // of each chunk are consecutive from its device address plus the offset.
             let off0 = a.and(t.u64, addr, cmask)?;
             let base0 = a.add(t.u64, d0, off0)?;
-            let left = a.sub(t.u64, cb, off0)?;
-            for (i, v) in vals.iter().enumerate() {
-                let ci = a.c32(i as u32);
-                let inside = a.ult(ci, n_words)?;
-                a.if_(inside, |a| {
-                    let bi = a.c64(4 * i as u64);
-                    let first = a.bin(Op::ULessThan, t.bool_, bi, left)?;
-                    let slot = a.select(t.u32, first, s0, s1)?;
-                    let hit = a.ne(slot, none)?;
-                    a.if_else(
-                        hit,
-                        |a| {
-                            let in0 = a.add(t.u64, base0, bi)?;
-                            let past = a.sub(t.u64, bi, left)?;
-                            let in1 = a.add(t.u64, d1, past)?;
-                            let at = a.select(t.u64, first, in0, in1)?;
-                            if store {
-                                a.st32(at, stored[i])
-                            } else {
-                                let x = a.ld32(at)?;
-                                a.set(*v, x)
-                            }
-                        },
-                        |a| {
-                            let m = a.get(t.u32, v_mask)?;
-                            let bits = a.c32(0xf << (4 * i));
-                            let m = a.or(t.u32, m, bits)?;
-                            a.set(v_mask, m)
-                        },
-                    )
+            // The words of an access that crosses its chunk's end, or misses: each word's chunk
+            // picked (word i lies in the first chunk while 4 i is below the bytes left in it;
+            // the words of each chunk are consecutive from its device address plus the offset).
+            let by_word = |a: &mut Asm| -> R<()> {
+                a.if_(split, |a| {
+                    let h1 = a.call(t.hit, lookup, &[c1])?;
+                    a.set(v_h1, h1)
                 })?;
+                let h1 = a.get(t.hit, v_h1)?;
+                let (d1, s1) = (a.extract(h1, 0)?, a.extract(h1, 1)?);
+                let left = a.sub(t.u64, cb, off0)?;
+                for i in 0..vals.len() {
+                    let ci = a.c32(i as u32);
+                    let inside = a.ult(ci, n_words)?;
+                    a.if_(inside, |a| {
+                        let bi = a.c64(4 * i as u64);
+                        let first = a.bin(Op::ULessThan, t.bool_, bi, left)?;
+                        let slot = a.select(t.u32, first, s0, s1)?;
+                        let hit = a.ne(slot, none)?;
+                        a.if_else(
+                            hit,
+                            |a| {
+                                let in0 = a.add(t.u64, base0, bi)?;
+                                let past = a.sub(t.u64, bi, left)?;
+                                let in1 = a.add(t.u64, d1, past)?;
+                                let at = a.select(t.u64, first, in0, in1)?;
+                                word(a, i, at)
+                            },
+                            |a| {
+                                let m = a.get(t.u32, v_mask)?;
+                                let bits = a.c32(0xf << (4 * i));
+                                let m = a.or(t.u32, m, bits)?;
+                                a.set(v_mask, m)
+                            },
+                        )
+                    })?;
+                }
+                Ok(())
+            };
+            if shape.fast_path {
+                // One chunk, hit: every word from the chunk's base, as the raw variant reads.
+                let one_chunk = a.lnot(split)?;
+                let fast = a.land(one_chunk, hit0)?;
+                a.if_else(fast, |a| words_from(a, base0), by_word)?;
+            } else {
+                by_word(a)?;
             }
+            let h1 = a.get(t.hit, v_h1)?;
+            let (s1, n1) = (a.extract(h1, 1)?, a.extract(h1, 2)?);
             let hit1 = a.ne(s1, none)?;
             let hit1 = a.land(split, hit1)?;
             if store {
@@ -1041,8 +1279,8 @@ fn emit_access(
                 let is_canary = a.eq(site_id, canary)?;
                 let counted = a.lnot(is_canary)?;
                 a.if_(counted, |a| {
-                    let key = site_word(a, site_id, site::GUEST)?;
-                    count_lanes(a, key)?;
+                    let guest = a.c32(site::GUEST);
+                    count_route(a, site_id, guest)?;
                     a.if_(split, |a| {
                         let w = site_word(a, site_id, site::SPLITS)?;
                         let one = a.c32(1);
@@ -1122,6 +1360,129 @@ fn emit_access(
     Ok(f)
 }
 
+/// One access of [`Variant::Flat`]: its guest address, size, words and escaped-bytes mask.
+struct FlatAccess {
+    addr: Word,
+    size: Word,
+    n_words: Word,
+    v_mask: Word,
+    words: usize,
+}
+
+/// [`Variant::Flat`]'s access, as shadPS4's `get_bda_pointer` translates one: the guest page
+/// number (`addr >> 14`) indexes a flat table of 8-byte entries, an entry of 0 is a page not
+/// mapped (its words read zero, its stores are dropped, its bit is set in the fault bitmap by a
+/// plain load, OR and store), else the entry plus the offset in the page is the device address.
+/// An access that crosses its page's end reads the next page's entry too; with
+/// [`Shape::fast_path`] an access in one mapped page reads every word from one base.
+fn emit_flat_access(
+    a: &mut Asm,
+    x: &FlatAccess,
+    shape: Shape,
+    word: &dyn Fn(&mut Asm, usize, Word) -> R<()>,
+    words_from: &dyn Fn(&mut Asm, Word) -> R<()>,
+) -> R<()> {
+    let t = a.t;
+    let table = a.push_u64(push::FLAT_TABLE)?;
+    let log2 = a.push_word(push::FLAT_ENTRIES_LOG2)?;
+    let log2 = a.widen(log2)?;
+    let one64 = a.c64(1);
+    let entries = a.shl(t.u64, one64, log2)?;
+    let index_mask = a.sub(t.u64, entries, one64)?;
+    let page_shift = a.c64(u64::from(FLAT_PAGE_SHIFT));
+    let page_bytes = a.c64(1 << FLAT_PAGE_SHIFT);
+    let page_mask = a.c64((1 << FLAT_PAGE_SHIFT) - 1);
+    let p0 = a.shr(t.u64, x.addr, page_shift)?;
+    let size64 = a.widen(x.size)?;
+    let end = a.add(t.u64, x.addr, size64)?;
+    let last = a.sub(t.u64, end, one64)?;
+    let p1 = a.shr(t.u64, last, page_shift)?;
+    let entry_of = |a: &mut Asm, page: Word| -> R<Word> {
+        let i = a.and(t.u64, page, index_mask)?;
+        let eight = a.c64(FLAT_ENTRY_BYTES);
+        let off = a.mul(t.u64, i, eight)?;
+        let at = a.add(t.u64, table, off)?;
+        a.ld64(at)
+    };
+    let e0 = entry_of(a, p0)?;
+    let split = a.ne(p1, p0)?;
+    let z64 = a.c64(0);
+    let v_e1 = a.var(t.p_fn_u64)?;
+    a.set(v_e1, e0)?;
+    let mapped0 = a.ne(e0, z64)?;
+    let off0 = a.and(t.u64, x.addr, page_mask)?;
+    let base0 = a.add(t.u64, e0, off0)?;
+    let by_word = |a: &mut Asm| -> R<()> {
+        a.if_(split, |a| {
+            let e1 = entry_of(a, p1)?;
+            a.set(v_e1, e1)
+        })?;
+        let e1 = a.get(t.u64, v_e1)?;
+        let left = a.sub(t.u64, page_bytes, off0)?;
+        for i in 0..x.words {
+            let ci = a.c32(i as u32);
+            let inside = a.ult(ci, x.n_words)?;
+            a.if_(inside, |a| {
+                let bi = a.c64(4 * i as u64);
+                let first = a.bin(Op::ULessThan, t.bool_, bi, left)?;
+                let e = a.select(t.u64, first, e0, e1)?;
+                let mapped = a.ne(e, z64)?;
+                a.if_else(
+                    mapped,
+                    |a| {
+                        let in0 = a.add(t.u64, base0, bi)?;
+                        let past = a.sub(t.u64, bi, left)?;
+                        let in1 = a.add(t.u64, e1, past)?;
+                        let at = a.select(t.u64, first, in0, in1)?;
+                        word(a, i, at)
+                    },
+                    |a| {
+                        let m = a.get(t.u32, x.v_mask)?;
+                        let bits = a.c32(0xf << (4 * i));
+                        let m = a.or(t.u32, m, bits)?;
+                        a.set(x.v_mask, m)
+                    },
+                )
+            })?;
+        }
+        Ok(())
+    };
+    if shape.fast_path {
+        let one_page = a.lnot(split)?;
+        let fast = a.land(one_page, mapped0)?;
+        a.if_else(fast, |a| words_from(a, base0), by_word)?;
+    } else {
+        by_word(a)?;
+    }
+    // The fault bitmap: each page of the access whose entry is 0, a plain read-modify-write.
+    let e1 = a.get(t.u64, v_e1)?;
+    let faults = a.push_u64(push::FAULTS)?;
+    for (page, entry, applies) in [(p0, e0, None), (p1, e1, Some(split))] {
+        let unmapped = a.eq(entry, z64)?;
+        let cond = match applies {
+            Some(s) => a.land(s, unmapped)?,
+            None => unmapped,
+        };
+        a.if_(cond, |a| {
+            let i = a.and(t.u64, page, index_mask)?;
+            let five = a.c64(5);
+            let w = a.shr(t.u64, i, five)?;
+            let four = a.c64(4);
+            let off = a.mul(t.u64, w, four)?;
+            let at = a.add(t.u64, faults, off)?;
+            let bit_no = a.narrow(i)?;
+            let m31 = a.c32(31);
+            let bit_no = a.and(t.u32, bit_no, m31)?;
+            let one = a.c32(1);
+            let bit = a.shl(t.u32, one, bit_no)?;
+            let old = a.ld32(at)?;
+            let new = a.or(t.u32, old, bit)?;
+            a.st32(at, new)
+        })?;
+    }
+    Ok(())
+}
+
 /// Component `i` of a `uvec4`.
 pub(super) fn extract(a: &mut Asm, v: Word, i: u32) -> R<Word> {
     let id = a.b.id();
@@ -1148,9 +1509,7 @@ fn emit_note(a: &mut Asm, s: &Sigs, instrumented: bool) -> R<Word> {
         let m = a.c32(0xf);
         let route_no = a.and(t.u32, r, m)?;
         // The route numbers are the site's word indices (guest 0, LDS 1, scratch 2, bound 3).
-        let first = site_word(a, site_id, 0)?;
-        let key = a.add(t.u32, first, route_no)?;
-        count_lanes(a, key)?;
+        count_route(a, site_id, route_no)?;
         let mut values = [0; 4];
         for (i, x) in values.iter_mut().enumerate() {
             *x = extract(a, v, i as u32)?;
@@ -1277,6 +1636,9 @@ fn emit_flush(a: &mut Asm, instrumented: bool) -> R<Word> {
     if instrumented {
         let param = |i: usize| p.get(i).copied().unwrap_or_default();
         let (token, lanes) = (param(0), param(1));
+        if a.shape.private_counters {
+            flush_lane_counts(a)?;
+        }
         a.workgroup_barrier()?;
         let (_, local) = lane_of(a, token)?;
         // The counters, and the sites the program numbered (at most the workgroup's).
@@ -1344,7 +1706,7 @@ mod tests {
                         .any(|o| matches!(o, Operand::LinkageType(LinkageType::Export)))
                 })
                 .count();
-            assert_eq!(exports, if v == Variant::Raw { 6 } else { 7 }, "{v:?}");
+            assert_eq!(exports, if v.has_lookup() { 7 } else { 6 }, "{v:?}");
             // Every library imports the workgroup counters the program exports.
             let imports_wg = m.annotations.iter().any(|i| {
                 i.operands

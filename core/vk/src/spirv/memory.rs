@@ -33,8 +33,7 @@ impl Asm {
         self.load(self.t.u32, p, Some(4))
     }
 
-    /// A u64 at device address `addr` (8-byte aligned); only the bench kernels read one alone.
-    #[cfg(feature = "bench")]
+    /// A u64 at device address `addr` (8-byte aligned): a flat page table's entry.
     pub(super) fn ld64(&mut self, addr: Word) -> R<Word> {
         let p = self.device_ptr(self.t.p_psb_u64, addr)?;
         self.load(self.t.u64, p, Some(8))

@@ -31,9 +31,11 @@
 use rspirv::dr::Operand;
 use rspirv::spirv::{self, Capability, Decoration, LinkageType, Op, StorageClass, Word};
 
+pub mod intersect;
+
 use super::R;
 use super::asm::Asm;
-use super::library::{Helpers, Variant, declare_helpers, emit_helpers, extract};
+use super::library::{Helpers, Shape, Variant, declare_helpers, emit_helpers_shaped, extract};
 use dispatchscope_core::input::{AccessKind, Op as AccessOp};
 use dispatchscope_core::instrument::{SiteInfo, route};
 
@@ -146,19 +148,50 @@ pub enum Linking {
     Import,
 }
 
+/// What the program does at each node besides its loads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Workload {
+    /// The integer box test alone: the pass is its loads (issue 14's program).
+    #[default]
+    Loads,
+    /// Also the arithmetic a translator emits for `image_bvh_intersect_ray` at every node
+    /// ([`intersect`]: four slab tests and a sort for a box, a triangle test for a leaf), folded
+    /// into the checksum: what a translated traversal pass spends most of its time on.
+    Translated,
+}
+
+impl Workload {
+    /// Both, in the order a bench reports them.
+    pub const ALL: [Workload; 2] = [Workload::Loads, Workload::Translated];
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Loads => "loads",
+            Workload::Translated => "translated",
+        }
+    }
+}
+
 /// The traversal program: with the helper inline (validated for Vulkan 1.2), or importing it
 /// (validated as a module that still links).
 pub fn traversal_module(linking: Linking) -> R<Vec<u32>> {
+    traversal_module_of(linking, Workload::Loads, Shape::SHIPPED)
+}
+
+/// [`traversal_module`] of `workload`, the helper inline shaped as `shape` says (the linked form
+/// takes the library's own shape).
+pub fn traversal_module_of(linking: Linking, workload: Workload, shape: Shape) -> R<Vec<u32>> {
     let mut a = Asm::new("traversal");
     a.b.capability(Capability::StorageBufferArrayDynamicIndexing);
     let h = match linking {
-        Linking::Inline(v) => emit_helpers(&mut a, v)?,
+        Linking::Inline(v) => emit_helpers_shaped(&mut a, v, shape)?,
         Linking::Import => {
             a.linkable(LinkageType::Export);
             declare_helpers(&mut a)?
         }
     };
-    emit_main(&mut a, &h)?;
+    emit_main(&mut a, &h, workload)?;
     match linking {
         Linking::Inline(_) => a.finish(),
         Linking::Import => a.finish_linkable(),
@@ -407,7 +440,7 @@ fn bound_store(
     Ok(())
 }
 
-fn emit_main(a: &mut Asm, h: &Helpers) -> R<()> {
+fn emit_main(a: &mut Asm, h: &Helpers, workload: Workload) -> R<()> {
     let g = globals(a);
     let t = a.t;
     let p_scratch = a.b.type_pointer(None, StorageClass::Function, g.scratch_ty);
@@ -507,6 +540,12 @@ fn emit_main(a: &mut Asm, h: &Helpers) -> R<()> {
             let at = entry_addr(a, lds_base, sp)?;
             let idx = flat_access(a, h, &g, scratch, token, site::TOP_POP, at, None)?;
             let n = load_node(a, h, token, (site::TOP_NODE0, site::TOP_NODE1), tlas, idx)?;
+            if workload == Workload::Translated {
+                let r = intersect::emit_node(a, &n, nx, ny)?;
+                let sum = a.get(t.u32, v_sum)?;
+                let sum = a.xor(t.u32, sum, r)?;
+                a.set(v_sum, sum)?;
+            }
             let best_z = a.get(t.u32, v_best_z)?;
             let hit = inside(a, &n, nx, ny, best_z)?;
             a.if_(hit, |a| {
@@ -573,6 +612,12 @@ fn emit_main(a: &mut Asm, h: &Helpers) -> R<()> {
                                     blas,
                                     j,
                                 )?;
+                                if workload == Workload::Translated {
+                                    let r = intersect::emit_node(a, &b, nx, ny)?;
+                                    let sum = a.get(t.u32, v_sum)?;
+                                    let sum = a.xor(t.u32, sum, r)?;
+                                    a.set(v_sum, sum)?;
+                                }
                                 let best_z = a.get(t.u32, v_best_z)?;
                                 let hit = inside(a, &b, nx, ny, best_z)?;
                                 a.if_(hit, |a| {
