@@ -101,6 +101,15 @@ fn builds(ablation: bool) -> Vec<Build> {
                     first_probe_unrolled: true,
                     ..Shape::BEFORE
                 },
+                Shape {
+                    fast_path: true,
+                    first_probe_unrolled: true,
+                    ..Shape::BEFORE
+                },
+                Shape {
+                    lane_cache: false,
+                    ..Shape::SHIPPED
+                },
             ] {
                 b.push(Build::of(Variant::Helper).on(workload).shaped(shape));
             }
@@ -111,6 +120,24 @@ fn builds(ablation: bool) -> Vec<Build> {
             }));
             b.push(Build::of(Variant::Helper).on(workload).inlined());
             b.push(Build::of(Variant::Instrumented).on(workload).inlined());
+            if workload == Workload::Loads {
+                // Where the instrumented variant's time goes: each part left out alone, then all.
+                for leave_out in [
+                    Shape::LEAVE_OUT_COUNTS,
+                    Shape::LEAVE_OUT_CAPTURE,
+                    Shape::LEAVE_OUT_ESCAPES,
+                    Shape::LEAVE_OUT_WORKGROUP,
+                    Shape::LEAVE_OUT_COUNTS
+                        | Shape::LEAVE_OUT_CAPTURE
+                        | Shape::LEAVE_OUT_ESCAPES
+                        | Shape::LEAVE_OUT_WORKGROUP,
+                ] {
+                    b.push(Build::of(Variant::Instrumented).shaped(Shape {
+                        leave_out,
+                        ..Shape::SHIPPED
+                    }));
+                }
+            }
         }
         b.push(Build::of(Variant::Instrumented).on(workload));
     }
@@ -168,16 +195,18 @@ fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, plan: Plan) {
             pass.flat_table_bytes()
         );
         for st in pass.pipeline_stats() {
-            if matches!(st.build.variant, Variant::Helper | Variant::Instrumented)
-                && st.build.shape == Shape::SHIPPED
-            {
-                println!(
-                    "    module {:<40} {:>8} B, pipeline made in {:>8.1} ms",
-                    st.build.name(),
-                    st.module_bytes,
-                    ms(st.creation)
-                );
-            }
+            let driver: Vec<String> = st
+                .driver
+                .iter()
+                .map(|(name, value)| format!("{name} {value}"))
+                .collect();
+            println!(
+                "    module {:<48} {:>8} B, pipeline made in {:>8.1} ms; {}",
+                st.build.name(),
+                st.module_bytes,
+                ms(st.creation),
+                driver.join(", ")
+            );
         }
         let expected_translated = scene.expected_image_of(Workload::Translated);
         last = Some(if frames_only {
@@ -533,7 +562,7 @@ fn variants(
         if before.is_finite() {
             let shaped = |shape| of(Build::of(Variant::Helper).on(workload).shaped(shape));
             println!(
-                "    {:<10} the helper against its path before: fast path alone {:.3}, first probe unrolled alone {:.3}, both (shipped) {:.3}; flat's fast path {:.3}",
+                "    {:<10} the helper against its path before: fast path alone {:.3}, first probe unrolled alone {:.3}, both {:.3}; flat's fast path {:.3}; the shipped helper without its lane cache {:.3} of the shipped",
                 workload.name(),
                 shaped(Shape {
                     fast_path: true,
@@ -543,25 +572,43 @@ fn variants(
                     first_probe_unrolled: true,
                     ..Shape::BEFORE
                 }) / before,
-                v(Variant::Helper) / before,
+                of(Build::of(Variant::Helper).on(workload).shaped(Shape {
+                    fast_path: true,
+                    first_probe_unrolled: true,
+                    ..Shape::BEFORE
+                })) / before,
                 v(Variant::Flat) / of(Build::of(Variant::Flat).on(workload).shaped(Shape::BEFORE)),
+                shaped(Shape {
+                    lane_cache: false,
+                    ..Shape::SHIPPED
+                }) / v(Variant::Helper),
             );
         }
     }
     for workload in Workload::ALL {
         let helper = of(Build::of(Variant::Helper).on(workload));
-        let atomic = of(Build::of(Variant::Instrumented).on(workload).shaped(Shape {
-            private_counters: false,
+        let private = Shape {
+            private_counters: true,
             ..Shape::SHIPPED
-        }));
-        if atomic.is_finite() {
+        };
+        let own = of(Build::of(Variant::Instrumented)
+            .on(workload)
+            .shaped(private));
+        if own.is_finite() {
             println!(
-                "    {:<10} instrumented / helper: a workgroup atomic an access {:.3}, the lane's own counters {:.3}, inlined by spirv-opt {:.3} (over the inlined helper {:.3})",
+                "    {:<10} instrumented / helper: a workgroup atomic an access (shipped) {:.3}, the lane's own counters {:.3}, those inlined by spirv-opt {:.3} (over the inlined helper {:.3})",
                 workload.name(),
-                atomic / helper,
                 of(Build::of(Variant::Instrumented).on(workload)) / helper,
-                of(Build::of(Variant::Instrumented).on(workload).inlined()) / helper,
-                of(Build::of(Variant::Instrumented).on(workload).inlined())
+                own / helper,
+                of(Build::of(Variant::Instrumented)
+                    .on(workload)
+                    .shaped(private)
+                    .inlined())
+                    / helper,
+                of(Build::of(Variant::Instrumented)
+                    .on(workload)
+                    .shaped(private)
+                    .inlined())
                     / of(Build::of(Variant::Helper).on(workload).inlined()),
             );
         }

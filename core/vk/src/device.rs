@@ -118,6 +118,9 @@ pub struct DeviceInfo {
     pub subgroup_size: u32,
     /// Whether compute shaders have subgroup ballots (reported; no helper variant needs them).
     pub subgroup_ballot: bool,
+    /// Whether the driver reports a pipeline's statistics (VK_KHR_pipeline_executable_properties:
+    /// registers, spills, …), for the bench's account of what a module costs.
+    pub pipeline_statistics: bool,
 }
 
 /// An open Vulkan device with the replay pipeline built.
@@ -128,6 +131,8 @@ pub struct Context {
     log: Arc<ValidationLog>,
     pub(crate) device: ash::Device,
     pub(crate) host_import: ash::ext::external_memory_host::Device,
+    /// VK_KHR_pipeline_executable_properties, where the driver has it.
+    pub(crate) pipeline_executables: Option<ash::khr::pipeline_executable_properties::Device>,
     pub(crate) queue: Mutex<vk::Queue>,
     pub(crate) queue_family: u32,
     pub(crate) info: DeviceInfo,
@@ -236,11 +241,14 @@ impl Context {
             }
         };
         let (physical, queue_family, info) = Self::pick(&instance).inspect_err(|_| undo())?;
-        let device =
-            Self::open_device(&instance, physical, queue_family).inspect_err(|_| undo())?;
+        let device = Self::open_device(&instance, physical, queue_family, info.pipeline_statistics)
+            .inspect_err(|_| undo())?;
         // SAFETY: the queue family was created with one queue.
         let queue = unsafe { device.get_device_queue(queue_family, 0) };
         let host_import = ash::ext::external_memory_host::Device::new(&instance, &device);
+        let pipeline_executables = info
+            .pipeline_statistics
+            .then(|| ash::khr::pipeline_executable_properties::Device::new(&instance, &device));
         // Built below, once the context can build pipelines; if that fails, dropping the context
         // destroys the null handles, which Vulkan allows.
         let replay = Pipeline::null();
@@ -251,6 +259,7 @@ impl Context {
             log,
             device,
             host_import,
+            pipeline_executables,
             queue: Mutex::new(queue),
             queue_family,
             info,
@@ -318,8 +327,15 @@ impl Context {
         {
             lacks.push("VK_EXT_external_memory_host".to_owned());
         }
+        let has_executables = exts.iter().any(|e| {
+            e.extension_name_as_c_str().ok() == Some(ash::khr::pipeline_executable_properties::NAME)
+        });
+        let mut executables = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
         let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f12);
+        if has_executables {
+            f2 = f2.push_next(&mut executables);
+        }
         if props.api_version >= vk::API_VERSION_1_2 {
             // SAFETY: f2 and its chain live across the call; Vulkan 1.2 knows the 1.2 struct.
             unsafe { instance.get_physical_device_features2(pd, &mut f2) };
@@ -380,6 +396,8 @@ impl Context {
                         .get(family)
                         .map_or(0, |f| f.timestamp_valid_bits),
                     subgroup_size: subgroup.subgroup_size,
+                    pipeline_statistics: has_executables
+                        && executables.pipeline_executable_info == vk::TRUE,
                     subgroup_ballot: subgroup
                         .supported_operations
                         .contains(vk::SubgroupFeatureFlags::BALLOT)
@@ -397,6 +415,7 @@ impl Context {
         instance: &ash::Instance,
         physical: vk::PhysicalDevice,
         family: u32,
+        pipeline_statistics: bool,
     ) -> Result<ash::Device, VkError> {
         let prio = [1.0f32];
         let queues = [vk::DeviceQueueCreateInfo::default()
@@ -406,12 +425,20 @@ impl Context {
             .shader_int64(true)
             .shader_storage_buffer_array_dynamic_indexing(true);
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default().buffer_device_address(true);
-        let exts = [ash::ext::external_memory_host::NAME.as_ptr()];
-        let create = vk::DeviceCreateInfo::default()
+        let mut executables = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
+            .pipeline_executable_info(true);
+        let mut exts = vec![ash::ext::external_memory_host::NAME.as_ptr()];
+        if pipeline_statistics {
+            exts.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
+        }
+        let mut create = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queues)
             .enabled_extension_names(&exts)
             .enabled_features(&features)
             .push_next(&mut f12);
+        if pipeline_statistics {
+            create = create.push_next(&mut executables);
+        }
         // SAFETY: the device supports every feature and extension asked for (checked in `pick`); the
         // create info lives across the call.
         check("vkCreateDevice", unsafe {

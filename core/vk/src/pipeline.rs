@@ -35,6 +35,66 @@ impl Pipeline {
         entry: &CStr,
         slots: u32,
     ) -> Result<Pipeline, VkError> {
+        Self::build(d, words, entry, slots, vk::PipelineCreateFlags::empty())
+    }
+
+    /// [`Pipeline::new`] on `ctx`'s device, with the driver's statistics of the compiled shader
+    /// (VK_KHR_pipeline_executable_properties: name and value, e.g. its registers) where the
+    /// driver gives them; none elsewhere.
+    pub(crate) fn with_statistics(
+        ctx: &crate::Context,
+        words: &[u32],
+        entry: &CStr,
+        slots: u32,
+    ) -> Result<(Pipeline, Vec<(String, String)>), VkError> {
+        let Some(pe) = &ctx.pipeline_executables else {
+            return Ok((Self::new(&ctx.device, words, entry, slots)?, Vec::new()));
+        };
+        let p = Self::build(
+            &ctx.device,
+            words,
+            entry,
+            slots,
+            vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR,
+        )?;
+        let info = vk::PipelineExecutableInfoKHR::default()
+            .pipeline(p.raw)
+            .executable_index(0);
+        // SAFETY: the pipeline was made with CAPTURE_STATISTICS on a device with the extension;
+        // ash sizes the output by the driver's count.
+        let stats = unsafe { pe.get_pipeline_executable_statistics(&info) };
+        let stats = stats
+            .unwrap_or_default()
+            .iter()
+            .map(|s| {
+                let name = s
+                    .name_as_c_str()
+                    .map(|c| c.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                // SAFETY: the union's member is the one `format` names.
+                let value = unsafe {
+                    match s.format {
+                        vk::PipelineExecutableStatisticFormatKHR::BOOL32 => {
+                            (s.value.b32 != 0).to_string()
+                        }
+                        vk::PipelineExecutableStatisticFormatKHR::INT64 => s.value.i64.to_string(),
+                        vk::PipelineExecutableStatisticFormatKHR::UINT64 => s.value.u64.to_string(),
+                        _ => s.value.f64.to_string(),
+                    }
+                };
+                (name, value)
+            })
+            .collect();
+        Ok((p, stats))
+    }
+
+    fn build(
+        d: &ash::Device,
+        words: &[u32],
+        entry: &CStr,
+        slots: u32,
+        flags: vk::PipelineCreateFlags,
+    ) -> Result<Pipeline, VkError> {
         let bindings = [
             vk::DescriptorSetLayoutBinding::default()
                 .binding(0)
@@ -96,6 +156,7 @@ impl Pipeline {
             .module(module)
             .name(entry);
         let create = [vk::ComputePipelineCreateInfo::default()
+            .flags(flags)
             .stage(stage)
             .layout(layout)];
         // SAFETY: the module and layout are valid; the shader module may go once the pipeline exists.

@@ -532,6 +532,8 @@ fn every_shape_of_the_access_path_gives_the_same_image() {
                 fast_path,
                 first_probe_unrolled,
                 private_counters: fast_path,
+                lane_cache: first_probe_unrolled,
+                leave_out: 0,
             };
             for v in [Variant::Helper, Variant::Flat, Variant::Instrumented] {
                 options.builds.push(Build::of(v).shaped(shape));
@@ -563,5 +565,45 @@ fn every_shape_of_the_access_path_gives_the_same_image() {
             assert_eq!(section.control, ControlStatus::Fired, "{}", b.name());
         }
     }
+    assert_quiet(&ctx);
+}
+
+/// The whole report of an instrumented frame (the demo's scene at 256×256, its capture rectangle
+/// of 8 lanes), as a debugger receives it, stays under 64 KiB of JSON (issue 30).
+#[test]
+fn an_instrumented_frames_whole_report_stays_under_64_kib() {
+    let Some(ctx) = context() else { return };
+    let grid = Grid::new(256, 256).unwrap();
+    let scene = Scene::new(SceneConfig::default(), grid).unwrap();
+    let mut host = HostSide::with_limits(scene.clone(), ctx.limits()).unwrap();
+    let mut pass = DevicePass::new(&ctx, &host, layout(), false, GuestMemoryOn::Imported).unwrap();
+    let input = host.frame_input();
+    let HostSide {
+        engine,
+        scene,
+        slots,
+        ..
+    } = &mut host;
+    let sel = LaneSelection::rect(0, 0, 8, 1);
+    let f = run_frame(
+        engine,
+        &input,
+        slots,
+        scene,
+        &mut pass,
+        Variant::Instrumented,
+        &sel,
+    )
+    .unwrap();
+    let whole = serde_json::to_string(&f.report).unwrap().len();
+    let section = f.report.instrumented.as_ref().expect("a section");
+    let part = serde_json::to_string(section).unwrap().len();
+    eprintln!(
+        "the whole report: {whole} B of JSON, its section {part} B ({} captured, {} escapes logged)",
+        section.captured.len(),
+        section.escapes.len()
+    );
+    assert!(!section.captured.is_empty() && !section.escapes.is_empty());
+    assert!(whole <= 64 << 10, "{whole} bytes");
     assert_quiet(&ctx);
 }

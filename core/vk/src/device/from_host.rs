@@ -129,6 +129,7 @@ impl Context {
             log: Arc::new(ValidationLog::default()),
             device,
             host_import,
+            pipeline_executables: None,
             queue: Mutex::new(host.queue),
             queue_family: host.queue_family,
             info,

@@ -367,7 +367,7 @@ pub fn masked_write_back(data: &[u8], masks: &[u8], guest: &mut [u8]) -> usize {
 }
 
 /// Dispatches one submission may time back to back ([`DevicePass::run_sequence`]).
-pub const MAX_BACK_TO_BACK: u32 = 128;
+pub const MAX_BACK_TO_BACK: u32 = 256;
 
 /// One run's figures.
 #[derive(Clone, Debug)]
@@ -445,11 +445,26 @@ impl Build {
         if self.shape != Shape::SHIPPED && self.variant != Variant::Raw {
             let on = |b: bool| if b { "+" } else { "−" };
             n = format!(
-                "{n} ({}fast {}probe1 {}private)",
+                "{n} ({}fast {}probe1 {}private {}cache)",
                 on(self.shape.fast_path),
                 on(self.shape.first_probe_unrolled),
-                on(self.shape.private_counters)
+                on(self.shape.private_counters),
+                on(self.shape.lane_cache)
             );
+        }
+        if self.shape.leave_out != 0 {
+            let parts = [
+                (Shape::LEAVE_OUT_COUNTS, "counts"),
+                (Shape::LEAVE_OUT_CAPTURE, "capture"),
+                (Shape::LEAVE_OUT_ESCAPES, "escapes"),
+                (Shape::LEAVE_OUT_WORKGROUP, "workgroup"),
+            ];
+            let left: Vec<&str> = parts
+                .iter()
+                .filter(|(bit, _)| self.shape.leave_out & bit != 0)
+                .map(|(_, name)| *name)
+                .collect();
+            n = format!("{n} without {}", left.join("+"));
         }
         if self.inlined {
             n = format!("{n} [inlined]");
@@ -459,7 +474,7 @@ impl Build {
 }
 
 /// What one build's module weighs and what its pipeline took to make.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct PipelineStats {
     /// The build.
     pub build: Build,
@@ -467,6 +482,9 @@ pub struct PipelineStats {
     pub module_bytes: usize,
     /// `vkCreateComputePipelines` (and its shader module) on this device.
     pub creation: Duration,
+    /// The driver's statistics of the compiled shader (name, value), where it gives them
+    /// ([`crate::DeviceInfo::pipeline_statistics`]).
+    pub driver: Vec<(String, String)>,
 }
 
 /// How [`DevicePass::with_options`] builds the pass.
@@ -790,11 +808,13 @@ impl DevicePass {
                 words
             };
             let t = Instant::now();
-            pipelines.push((*build, Pipeline::new(&ctx.device, &words, c"main", 2)?));
+            let (pipeline, driver) = Pipeline::with_statistics(ctx, &words, c"main", 2)?;
+            pipelines.push((*build, pipeline));
             pipeline_stats.push(PipelineStats {
                 build: *build,
                 module_bytes: 4 * words.len(),
                 creation: t.elapsed(),
+                driver,
             });
         }
         let d = &ctx.device;

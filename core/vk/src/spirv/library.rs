@@ -9,6 +9,14 @@
 //! - [`Variant::Instrumented`]: the helper, plus the device-side instrumentation whose buffer
 //!   layout is `dispatchscope_core::instrument`'s (counters, sites, escape log, lane capture, the
 //!   positive control).
+//! - [`Variant::Header`]: the helper reading its words from a header in memory.
+//! - [`Variant::Flat`]: the peer, shadPS4's flat page table of 16 KiB pages with a fault bitmap
+//!   ([`emit_flat_access`]), the anchor the helper is measured against.
+//!
+//! Each access takes one of two paths ([`Shape::fast_path`]): an access inside one chunk that
+//! hits reads every word from one base, as the raw variant does; only an access that crosses its
+//! chunk's end or misses picks each word's chunk. [`Shape`] turns each of issue 30's changes on or
+//! off so that the bench measures each alone; [`inline`] runs `spirv-opt` over a finished module.
 //!
 //! Two ways in: [`helper_library`] builds the library module (Linkage capability,
 //! `LinkageAttributes … Export`) that a translator in any language links its module against with
@@ -86,6 +94,13 @@
 //! values, exports them by those names and lists them in its entry point's interface; every
 //! library imports them (the raw variant leaves them unused); [`emit_into`] declares them in a
 //! Rust caller's module ([`EmittedHelpers::lane_cache`]).
+//!
+//! The lane's own counters: the program also declares `dispatchscope_lane_counts`
+//! ([`symbol::LANE_COUNTS`], a `Private` `u32[LANE_COUNT_WORDS]`, zero first) and exports it as it
+//! does the lookup cache. With [`Shape::private_counters`] the instrumented variant counts each
+//! access of the first [`PRIVATE_SITES`] sites there and adds them to the workgroup counters once,
+//! in `dispatchscope_flush`; shipped off (on the H200 they took 17 more registers a lane and the
+//! pass ran 2–5 % slower than a workgroup atomic an access).
 //!
 //! Every lane looks its own chunks up, and no subgroup operation is used. Two wave-level schemes
 //! were built and measured on the H200 (BENCHMARKS.md, 2026-12-02) and removed: one lookup for a
@@ -166,7 +181,9 @@ pub const FLAT_ENTRY_BYTES: u64 = 8;
 
 /// How the helper's access path is shaped: each change to it, on or off, so that a bench can
 /// measure each alone against the others in one submission. [`Shape::SHIPPED`] is what every
-/// module gets unless a caller asks otherwise.
+/// module gets unless a caller asks otherwise: what the H200 measured fastest (BENCHMARKS.md,
+/// issue 30: the fast path halves the helper's time; the first probe before the loop costs 2–8 %
+/// and the lane's own counters 2–5 %, so both stay off; the lane cache saves 29–65 %).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Shape {
     /// An access that lies in one chunk (or page) and hits reads its words from one base, as
@@ -181,14 +198,31 @@ pub struct Shape {
     /// registers), added to the workgroup counters once, when the lane flushes; without, each
     /// access is a workgroup atomic.
     pub private_counters: bool,
+    /// The lane keeps its last lookup's chunk and answer ([`symbol::LAST_CHUNK`]) and takes the
+    /// answer again for an access in the same chunk; without, every access probes.
+    pub lane_cache: bool,
+    /// Parts of the instrumented variant left out ([`Shape::LEAVE_OUT_COUNTS`] …), to find what
+    /// costs: a bench's diagnosis only (its counts, captures and log are then incomplete).
+    pub leave_out: u32,
 }
 
 impl Shape {
+    /// [`Shape::leave_out`]: no access counted (sites, probes, misses, marked stores).
+    pub const LEAVE_OUT_COUNTS: u32 = 1;
+    /// [`Shape::leave_out`]: no lane captured.
+    pub const LEAVE_OUT_CAPTURE: u32 = 2;
+    /// [`Shape::leave_out`]: no escape counted or logged.
+    pub const LEAVE_OUT_ESCAPES: u32 = 4;
+    /// [`Shape::leave_out`]: no workgroup counters zeroed, waited for or flushed, no canary.
+    pub const LEAVE_OUT_WORKGROUP: u32 = 8;
+
     /// What the modules get.
     pub const SHIPPED: Shape = Shape {
         fast_path: true,
-        first_probe_unrolled: true,
-        private_counters: true,
+        first_probe_unrolled: false,
+        private_counters: false,
+        lane_cache: true,
+        leave_out: 0,
     };
     /// The access path as it was before issue 30: every access word by word, the lookup's
     /// probes all in its loop, a workgroup atomic an instrumented access.
@@ -196,6 +230,8 @@ impl Shape {
         fast_path: false,
         first_probe_unrolled: false,
         private_counters: false,
+        lane_cache: true,
+        leave_out: 0,
     };
 }
 
@@ -456,7 +492,9 @@ fn emit_helpers_of(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> {
         Some(f)
     };
     let route = emit_route(a)?;
-    let cache = lookup.map(|_| declare_lane_cache(a, true));
+    let cache = lookup
+        .filter(|_| a.shape.lane_cache)
+        .map(|_| declare_lane_cache(a, true));
     let load = emit_access(a, &s, variant, lookup, cache, false)?;
     let store = emit_access(a, &s, variant, lookup, cache, true)?;
     let note = emit_note(a, &s, instrumented)?;
@@ -1278,7 +1316,10 @@ fn emit_access(
                 let canary = a.c32(CANARY_SITE);
                 let is_canary = a.eq(site_id, canary)?;
                 let counted = a.lnot(is_canary)?;
-                a.if_(counted, |a| {
+                let leave_out = a.shape.leave_out;
+                let counts = a.cbool(leave_out & Shape::LEAVE_OUT_COUNTS == 0);
+                let counted_here = a.land(counted, counts)?;
+                a.if_(counted_here, |a| {
                     let guest = a.c32(site::GUEST);
                     count_route(a, site_id, guest)?;
                     a.if_(split, |a| {
@@ -1309,6 +1350,8 @@ fn emit_access(
                 })?;
                 let z = a.c32(0);
                 let escaped = a.ne(mask, z)?;
+                let escapes = a.cbool(leave_out & Shape::LEAVE_OUT_ESCAPES == 0);
+                let escaped = a.land(escaped, escapes)?;
                 a.if_(escaped, |a| {
                     a.if_else(
                         is_canary,
@@ -1341,7 +1384,9 @@ fn emit_access(
                         },
                     )
                 })?;
-                a.if_(counted, |a| {
+                let captures = a.cbool(leave_out & Shape::LEAVE_OUT_CAPTURE == 0);
+                let captured_here = a.land(counted, captures)?;
+                a.if_(captured_here, |a| {
                     let op = a.c32(if store { 1 << 8 } else { 0 } | route::GUEST << 12);
                     let flags = a.or(t.u32, size, op)?;
                     capture(a, token, site_id, flags, addr, values, mask)
@@ -1509,13 +1554,17 @@ fn emit_note(a: &mut Asm, s: &Sigs, instrumented: bool) -> R<Word> {
         let m = a.c32(0xf);
         let route_no = a.and(t.u32, r, m)?;
         // The route numbers are the site's word indices (guest 0, LDS 1, scratch 2, bound 3).
-        count_route(a, site_id, route_no)?;
+        if a.shape.leave_out & Shape::LEAVE_OUT_COUNTS == 0 {
+            count_route(a, site_id, route_no)?;
+        }
         let mut values = [0; 4];
         for (i, x) in values.iter_mut().enumerate() {
             *x = extract(a, v, i as u32)?;
         }
         let z = a.c32(0);
-        capture(a, token, site_id, flags, addr, values, z)?;
+        if a.shape.leave_out & Shape::LEAVE_OUT_CAPTURE == 0 {
+            capture(a, token, site_id, flags, addr, values, z)?;
+        }
     }
     a.end_void_function()?;
     Ok(f)
@@ -1532,7 +1581,9 @@ fn emit_lane(a: &mut Asm, instrumented: bool, load: Word, vec4: Word) -> R<Word>
     let w = a.shl(t.u32, wg, seven)?;
     let l = a.shl(t.u32, local, one)?;
     let base = a.or(t.u32, w, l)?;
-    let token = if instrumented {
+    let token = if instrumented && a.shape.leave_out & Shape::LEAVE_OUT_WORKGROUP != 0 {
+        base
+    } else if instrumented {
         // The workgroup counters start at zero: each lane zeroes its share, then all wait.
         let all = a.c32(WORKGROUP_WORDS);
         for_lanes_share(a, local, lanes, all, |a, w| {
@@ -1633,7 +1684,7 @@ fn for_lanes_share(
 fn emit_flush(a: &mut Asm, instrumented: bool) -> R<Word> {
     let t = a.t;
     let (f, p) = a.begin_function(t.void, &[t.u32, t.u32], "flush")?;
-    if instrumented {
+    if instrumented && a.shape.leave_out & Shape::LEAVE_OUT_WORKGROUP == 0 {
         let param = |i: usize| p.get(i).copied().unwrap_or_default();
         let (token, lanes) = (param(0), param(1));
         if a.shape.private_counters {
