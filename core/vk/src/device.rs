@@ -132,6 +132,13 @@ pub struct Context {
     pub(crate) device: ash::Device,
     pub(crate) host_import: ash::ext::external_memory_host::Device,
     /// VK_KHR_pipeline_executable_properties, where the driver has it.
+    #[cfg_attr(
+        not(feature = "demo"),
+        allow(
+            dead_code,
+            reason = "only the demo's pass reads its pipelines' statistics"
+        )
+    )]
     pub(crate) pipeline_executables: Option<ash::khr::pipeline_executable_properties::Device>,
     pub(crate) queue: Mutex<vk::Queue>,
     pub(crate) queue_family: u32,

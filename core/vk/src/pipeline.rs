@@ -41,6 +41,7 @@ impl Pipeline {
     /// [`Pipeline::new`] on `ctx`'s device, with the driver's statistics of the compiled shader
     /// (VK_KHR_pipeline_executable_properties: name and value, e.g. its registers) where the
     /// driver gives them; none elsewhere.
+    #[cfg(feature = "demo")]
     pub(crate) fn with_statistics(
         ctx: &crate::Context,
         words: &[u32],

@@ -253,8 +253,7 @@ impl Asm {
     pub(super) fn or(&mut self, ty: Word, x: Word, y: Word) -> R<Word> {
         self.bin(Op::BitwiseOr, ty, x, y)
     }
-    /// Only the bench kernels xor.
-    #[cfg(feature = "bench")]
+    #[cfg(any(feature = "demo", feature = "bench"))]
     pub(super) fn xor(&mut self, ty: Word, x: Word, y: Word) -> R<Word> {
         self.bin(Op::BitwiseXor, ty, x, y)
     }

@@ -115,9 +115,9 @@ pub(super) fn emit_lookup(a: &mut Asm) -> R<Word> {
     if a.shape.first_probe_unrolled {
         // The home slot before the loop: a hit there (most hits) never enters it.
         let first = searching(a)?;
-        a.if_(first, &probe)?;
+        a.if_(first, probe)?;
     }
-    a.while_(&searching, &probe)?;
+    a.while_(searching, probe)?;
     let dev = a.get(t.u64, v_dev)?;
     let slot = a.get(t.u32, v_slot)?;
     let probes = a.get(t.u32, v_n)?;
