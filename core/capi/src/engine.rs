@@ -746,6 +746,9 @@ mod tests {
         ) -> Result<(u64, Placement), BackendError> {
             self.cpu.place_table(table, budget_bytes)
         }
+        fn calls(&self) -> u64 {
+            self.cpu.calls()
+        }
         fn execute(
             &mut self,
             _job: &Job<'_>,

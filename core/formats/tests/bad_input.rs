@@ -178,6 +178,9 @@ impl dispatchscope_core::Backend for Failing {
     > {
         self.cpu.place_table(table, budget_bytes)
     }
+    fn calls(&self) -> u64 {
+        self.cpu.calls()
+    }
     fn execute(
         &mut self,
         _job: &dispatchscope_core::exec::Job<'_>,
