@@ -691,15 +691,9 @@ impl GuiApp {
         }
         match &c.diff {
             None => {
-                let done = c.progress.done.load(Ordering::Relaxed);
-                let total = c.progress.total.load(Ordering::Relaxed);
+                let (done, total, frac) = c.progress.fraction();
                 ui.horizontal(|ui| {
                     ui.spinner();
-                    let frac = if total == 0 {
-                        0.0
-                    } else {
-                        done as f32 / total as f32
-                    };
                     ui.add(
                         egui::ProgressBar::new(frac.min(1.0))
                             .desired_width(240.0)

@@ -129,6 +129,20 @@ pub struct Progress {
     pub total: AtomicUsize,
 }
 
+impl Progress {
+    /// Steps done, steps in all, and the fraction done (0 while the total is not known).
+    pub fn fraction(&self) -> (usize, usize, f32) {
+        let done = self.done.load(Ordering::Relaxed);
+        let total = self.total.load(Ordering::Relaxed);
+        let frac = if total == 0 {
+            0.0
+        } else {
+            done as f32 / total as f32
+        };
+        (done, total, frac)
+    }
+}
+
 /// How many reports read from a capture or a live store stay in memory (the selection and the
 /// last few visited).
 pub const REPORT_CACHE: usize = 16;
