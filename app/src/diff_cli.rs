@@ -155,12 +155,17 @@ fn reports_of(path: &Path) -> anyhow::Result<Vec<DispatchReport>> {
 /// instrumented section it recorded).
 fn replayed(path: &Path) -> anyhow::Result<Vec<DispatchReport>> {
     let loaded = load(path)?;
-    let mut r = run_sample(
-        BackendChoice::Cpu,
-        &loaded.sample,
-        path,
-        loaded.sample.device.clone(),
-    )?;
+    replay_keeping_sections(&loaded, path, loaded.sample.device.clone())
+}
+
+/// `loaded` (read from `path`) replayed on the CPU reference under `limits`, keeping any
+/// instrumented section it recorded (the CPU reference cannot re-run a device pass).
+fn replay_keeping_sections(
+    loaded: &crate::load::Loaded,
+    path: &Path,
+    limits: DeviceLimits,
+) -> anyhow::Result<Vec<DispatchReport>> {
+    let mut r = run_sample(BackendChoice::Cpu, &loaded.sample, path, limits)?;
     session::keep_recorded_sections(&mut r, &loaded.recorded);
     Ok(r)
 }
@@ -225,19 +230,9 @@ impl Recorded for AtPath<'_> {
         let all_recorded: Option<Vec<DispatchReport>> = loaded.recorded.iter().cloned().collect();
         let before = match all_recorded {
             Some(r) if !r.is_empty() => r,
-            _ => {
-                let mut r = run_sample(
-                    BackendChoice::Cpu,
-                    &loaded.sample,
-                    path,
-                    loaded.sample.device.clone(),
-                )?;
-                session::keep_recorded_sections(&mut r, &loaded.recorded);
-                r
-            }
+            _ => replay_keeping_sections(&loaded, path, loaded.sample.device.clone())?,
         };
-        let mut after = run_sample(BackendChoice::Cpu, &loaded.sample, path, limits.clone())?;
-        session::keep_recorded_sections(&mut after, &loaded.recorded);
+        let after = replay_keeping_sections(&loaded, path, limits.clone())?;
         Ok((before, after))
     }
 

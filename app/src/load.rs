@@ -10,9 +10,10 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use clap::ValueEnum;
+use dispatchscope_core::FailureKind;
 use dispatchscope_core::input::DeviceLimits;
 use dispatchscope_core::report::DispatchReport;
-use dispatchscope_formats::sample::Sample;
+use dispatchscope_formats::sample::{Sample, SampleError};
 use dispatchscope_formats::session::{self, CaptureFile, Opened};
 use dispatchscope_vk::{ContextOptions, VulkanBackend};
 
@@ -64,7 +65,28 @@ pub fn run_sample(
             sample.run_on(limits, vk)
         }
     };
-    reports.map_err(|e| BadInput(format!("{}: {e}", path.display())).into())
+    reports.map_err(|e| match e.kind() {
+        FailureKind::BadInput => BadInput(format!("{}: {e}", path.display())).into(),
+        kind => DeviceFailed {
+            path: path.display().to_string(),
+            kind,
+            error: e,
+        }
+        .into(),
+    })
+}
+
+/// A replay the engine or its device could not finish: not the user's input (exit status 1, not
+/// 2), its kind named first, so that a lost device reads apart from exhausted memory.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {kind}: {error}")]
+pub struct DeviceFailed {
+    /// The session file.
+    pub path: String,
+    /// What kind of failure ([`SampleError::kind`]).
+    pub kind: FailureKind,
+    /// The step that failed, and why.
+    pub error: SampleError,
 }
 
 /// A session file opened for the CLI: its sample (inputs) and any reports it recorded.

@@ -249,7 +249,7 @@ impl AccessesPanel {
                     });
                     row.col(|ui| match a.route {
                         Route::Device { address } => {
-                            style::addr_cell(ui, address, mono(hex(address)));
+                            style::addr_cell(ui, address, mono(hex(address)), &mut actions);
                         }
                         _ => {
                             ui.label(mono("–"));
@@ -347,6 +347,7 @@ fn card_ui(
                 ui,
                 e.address,
                 mono(format!("first escaped address {}", hex(e.address))),
+                actions,
             );
             let (below, above) = nearest_mappings(report, e.address);
             ui.label(mono(match below {

@@ -223,6 +223,7 @@ impl AfterPanel {
                                             ui,
                                             w.address,
                                             compare::mark_mono(hex(w.address), differs),
+                                            &mut actions,
                                         );
                                         ui.label(mono(format!("{:#010x}", w.old)));
                                         let t = mono(format!("{:#010x}", w.new));
@@ -236,7 +237,7 @@ impl AfterPanel {
                                     }
                                 });
                             if !wb.lists_every_word() {
-                                unlisted(ui, wb);
+                                unlisted(ui, wb, &mut actions);
                             }
                         });
                 }
@@ -246,7 +247,11 @@ impl AfterPanel {
 }
 
 /// A device pass's write-back past the words it lists: how many, and its runs.
-fn unlisted(ui: &mut egui::Ui, wb: &dispatchscope_core::report::WriteBack) {
+fn unlisted(
+    ui: &mut egui::Ui,
+    wb: &dispatchscope_core::report::WriteBack,
+    actions: &mut Vec<Action>,
+) {
     let runs = wb.runs.len() as u64 + wb.runs_not_listed;
     ui.label(format!(
         "{} more words written back, not listed (a device pass lists its first {}), in {runs} {}:",
@@ -259,7 +264,7 @@ fn unlisted(ui: &mut egui::Ui, wb: &dispatchscope_core::report::WriteBack) {
         .num_columns(2)
         .show(ui, |ui| {
             for run in &wb.runs {
-                style::addr_cell(ui, run.start, mono(format!("{run}")));
+                style::addr_cell(ui, run.start, mono(format!("{run}")), actions);
                 let words = run.size_bytes().div_ceil(4);
                 ui.label(mono(format!(
                     "{words} {}",

@@ -123,6 +123,14 @@ pub enum Action {
         /// Bytes.
         len: u32,
     },
+    /// Open the write history of the bytes at this guest address (an address cell's menu,
+    /// [`style::addr_cell`]).
+    ShowHistory(u64),
+    /// Open the program listing on this pc (the Pass tab's "show in listing", a site's pc).
+    ShowInListing(u64),
+    /// Select the instrumented pass's site at this pc on the Pass tab (the listing's "show the
+    /// escapes at this pc").
+    SelectSiteAt(u64),
 }
 
 /// Whether access `access` of `report` goes through `slot`'s bytes: a bound access whose holder

@@ -291,14 +291,14 @@ impl MemoryPanel {
                 if let Some(a) = addr {
                     ui.horizontal(|ui| {
                         ui.label("the selected access reached guest address");
-                        style::addr_cell(ui, a, mono(hex(a)))
+                        style::addr_cell(ui, a, mono(hex(a)), &mut actions)
                             .on_hover_text("right-click: the write history of these bytes");
                     });
                 }
                 if let Some(view) = memory {
                     reservations_ui(ui, view, addr);
                 }
-                mappings_ui(ui, report, addr);
+                mappings_ui(ui, report, addr, &mut actions);
                 events_ui(ui, report);
             });
         actions
@@ -407,7 +407,12 @@ fn hex_dump(ui: &mut egui::Ui, address: u64, bytes: &[u8], marked: Option<ByteRa
         });
 }
 
-fn mappings_ui(ui: &mut egui::Ui, report: &DispatchReport, addr: Option<u64>) {
+fn mappings_ui(
+    ui: &mut egui::Ui,
+    report: &DispatchReport,
+    addr: Option<u64>,
+    actions: &mut Vec<Action>,
+) {
     {
         let Some(m) = &report.mappings else {
             style::section(ui, "Mappings (M1–M5)");
@@ -480,6 +485,7 @@ fn mappings_ui(ui: &mut egui::Ui, report: &DispatchReport, addr: Option<u64>) {
                         ui,
                         p.guest.start,
                         if hit { t.color(style::SELECTED) } else { t },
+                        actions,
                     );
                     ui.label(mono(hex(p.device_base)));
                     ui.label(mono(p.mapped_before_dispatch.to_string()));

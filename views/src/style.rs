@@ -4,6 +4,8 @@
 use dispatchscope_core::report::Mode;
 use egui::{Color32, RichText};
 
+use crate::Action;
+
 /// A bound dispatch.
 pub const BOUND: Color32 = Color32::from_rgb(0x4c, 0xaf, 0x50);
 /// A device-addressed dispatch.
@@ -46,15 +48,13 @@ pub fn addr_label(ui: &mut egui::Ui, text: impl Into<egui::WidgetText>) -> egui:
     ui.add(egui::Label::new(text).wrap_mode(egui::TextWrapMode::Extend))
 }
 
-/// Where a "Write history of 0x…" request waits for the app ([`take_history_request`]).
-const HISTORY_REQUEST: &str = "dispatchscope.history-request";
-
 /// An address cell: [`addr_label`] with a context menu whose "Write history of 0x…" asks the app
-/// for the history of the bytes at `address` (the app takes it with [`take_history_request`]).
+/// for the history of the bytes at `address`: [`Action::ShowHistory`] onto the panel's `actions`.
 pub fn addr_cell(
     ui: &mut egui::Ui,
     address: u64,
     text: impl Into<egui::WidgetText>,
+    actions: &mut Vec<Action>,
 ) -> egui::Response {
     let response = ui.add(
         egui::Label::new(text)
@@ -63,7 +63,7 @@ pub fn addr_cell(
     );
     response.context_menu(|ui| {
         if ui.button(history_menu_text(address)).clicked() {
-            request_history(ui.ctx(), address);
+            actions.push(Action::ShowHistory(address));
             ui.close();
         }
     });
@@ -73,16 +73,6 @@ pub fn addr_cell(
 /// The context menu's entry for `address`.
 pub fn history_menu_text(address: u64) -> String {
     format!("Write history of {}", hex(address))
-}
-
-/// Asks the app for the write history of the bytes at `address`.
-pub fn request_history(ctx: &egui::Context, address: u64) {
-    ctx.data_mut(|d| d.insert_temp(egui::Id::unique(HISTORY_REQUEST), address));
-}
-
-/// The address a "Write history of 0x…" menu asked for since the last call, if one did.
-pub fn take_history_request(ctx: &egui::Context) -> Option<u64> {
-    ctx.data_mut(|d| d.remove_temp::<u64>(egui::Id::unique(HISTORY_REQUEST)))
 }
 
 /// `one` when `n` is 1, else `many`: "1 write", "2 writes".

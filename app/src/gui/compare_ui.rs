@@ -25,30 +25,19 @@ use dispatchscope_formats::what_if::{self as session_what_if, RePlanError};
 use dispatchscope_views::compare::{self, DIFFERS, plural};
 use dispatchscope_views::keys::Command;
 use dispatchscope_views::{
-    AccessesPanel, Action, AfterPanel, BindingsPanel, ChunkTablePanel, DiffMarks, DifferencesPanel,
-    DispatchesPanel, GuestBytes, MemoryPanel, RefusalsPanel, RowMark, Selection, Side, Tab, style,
+    Action, DiffMarks, DifferencesPanel, DispatchesPanel, GuestBytes, RowMark, Selection, Side,
+    Tab, style,
 };
 use egui::RichText;
 
-use super::GuiApp;
 use super::session::{HistorySource, LoadError, Origin, Progress, Session, Source, load_file};
+use super::{GuiApp, Panels};
 use crate::load::{WhatIfLimits, parse_number};
 
 /// What the comparison's thread sends: B once it is loaded, then the diff.
 enum Msg {
     Loaded(Box<Result<Session, LoadError>>),
     Diff(Result<SessionDiff, String>),
-}
-
-/// B's panels: the same panels as A's, with their own state.
-#[derive(Default)]
-struct Panels {
-    bindings: BindingsPanel,
-    refusals: RefusalsPanel,
-    memory: MemoryPanel,
-    table: ChunkTablePanel,
-    accesses: AccessesPanel,
-    after: AfterPanel,
 }
 
 /// A comparison in progress or shown.
@@ -73,6 +62,7 @@ pub struct Comparison {
     /// B's selection (its dispatch follows A's match; the slot, access and table slot are A's).
     pub b_sel: Selection,
     b_list: DispatchesPanel,
+    /// B's panels: the same panels as A's, with their own state.
     panels: Panels,
 }
 
@@ -187,8 +177,8 @@ fn count(origin: &Origin, s: &Session) -> usize {
 
 /// The diff of A's and B's reports, read again on this thread.
 fn diff_of(a: Origin, b: Origin, progress: &Progress) -> Result<SessionDiff, String> {
-    let ra = a.reports(&progress.done)?;
-    let rb = b.reports(&progress.done)?;
+    let ra = a.reports(&progress.done).map_err(|e| e.to_string())?;
+    let rb = b.reports(&progress.done).map_err(|e| e.to_string())?;
     Ok(diff_sessions(&ra, &rb))
 }
 
@@ -307,7 +297,7 @@ impl Recorded for Asked<'_> {
             )
             .map_err(RePlanError::from),
             (_, Some(Ok(mut file))) => session_what_if::re_plan_capture(&mut file, plan),
-            (_, Some(Err(e))) => return Err(e),
+            (_, Some(Err(e))) => return Err(e.to_string()),
             (_, None) => return Err("the session cannot be read again".into()),
         };
         match re_planned {
@@ -334,7 +324,7 @@ impl Recorded for Asked<'_> {
         let mut sample = match (&self.origin.source, self.origin.reopen()) {
             (Some(HistorySource::Sample(s)), _) => (**s).clone(),
             (_, Some(Ok(mut file))) => file.to_sample().map_err(|e| e.to_string())?.0,
-            (_, Some(Err(e))) => return Err(e),
+            (_, Some(Err(e))) => return Err(e.to_string()),
             (_, None) => return Err("the session cannot be read again".into()),
         };
         sample.device = limits.clone();
@@ -343,7 +333,8 @@ impl Recorded for Asked<'_> {
         b.title = self.title;
         let before = self
             .origin
-            .reports(&std::sync::atomic::AtomicUsize::new(0))?;
+            .reports(&std::sync::atomic::AtomicUsize::new(0))
+            .map_err(|e| e.to_string())?;
         Ok((before, b))
     }
 
@@ -515,15 +506,7 @@ impl GuiApp {
     pub fn close_compare(&mut self) {
         self.compare = None;
         self.dispatches.row_marks = None;
-        for p in [
-            &mut self.bindings.diff,
-            &mut self.refusals.diff,
-            &mut self.accesses.diff,
-            &mut self.after.diff,
-            &mut self.table.diff,
-        ] {
-            *p = None;
-        }
+        self.panels.set_diff(None);
     }
 
     /// Takes what the comparison's thread sent.
@@ -708,15 +691,9 @@ impl GuiApp {
         }
         match &c.diff {
             None => {
-                let done = c.progress.done.load(Ordering::Relaxed);
-                let total = c.progress.total.load(Ordering::Relaxed);
+                let (done, total, frac) = c.progress.fraction();
                 ui.horizontal(|ui| {
                     ui.spinner();
-                    let frac = if total == 0 {
-                        0.0
-                    } else {
-                        done as f32 / total as f32
-                    };
                     ui.add(
                         egui::ProgressBar::new(frac.min(1.0))
                             .desired_width(240.0)
@@ -827,16 +804,14 @@ impl GuiApp {
             }
         });
         ui.separator();
+        // The Pass tab is not compared (its tab is hidden above): a comparison opened on it
+        // shows Bindings, A's and B's.
         let tab = if self.settings.tab == Tab::Pass {
             Tab::Bindings
         } else {
             self.settings.tab
         };
-        self.bindings.diff = a_marks.clone();
-        self.refusals.diff = a_marks.clone();
-        self.accesses.diff = a_marks.clone();
-        self.after.diff = a_marks.clone();
-        self.table.diff = a_marks;
+        self.panels.set_diff(a_marks);
         let mut b_actions = Vec::new();
         let sel = self.sel.clone();
         let Some(s) = &self.session else {
@@ -845,28 +820,10 @@ impl GuiApp {
         let Some(c) = &mut self.compare else {
             return actions;
         };
-        c.panels.bindings.diff = b_marks.clone();
-        c.panels.refusals.diff = b_marks.clone();
-        c.panels.accesses.diff = b_marks.clone();
-        c.panels.after.diff = b_marks.clone();
-        c.panels.table.diff = b_marks;
+        c.panels.set_diff(b_marks);
         let b_sel = c.b_sel.clone();
-        let mut a_panels = PanelsMut {
-            bindings: &mut self.bindings,
-            refusals: &mut self.refusals,
-            memory: &mut self.memory,
-            table: &mut self.table,
-            accesses: &mut self.accesses,
-            after: &mut self.after,
-        };
-        let mut b_panels = PanelsMut {
-            bindings: &mut c.panels.bindings,
-            refusals: &mut c.panels.refusals,
-            memory: &mut c.panels.memory,
-            table: &mut c.panels.table,
-            accesses: &mut c.panels.accesses,
-            after: &mut c.panels.after,
-        };
+        let a_panels = &mut self.panels;
+        let b_panels = &mut c.panels;
         let b_session = c.b.as_ref();
         ui.columns(2, |cols| {
             // A side's content never draws over the other's (a wide table scrolls or is cut at
@@ -883,7 +840,11 @@ impl GuiApp {
                     Some(sel.dispatch),
                 );
                 match s.reports.get(sel.dispatch) {
-                    Some(r) => actions.extend(a_panels.tab_ui(ui, tab, r, s, &sel)),
+                    Some(r) => actions.extend(
+                        a_panels
+                            .tab_ui(ui, tab, r, s, &sel, GuestBytes::Unavailable)
+                            .unwrap_or_default(),
+                    ),
                     None => style::nothing(ui, "This dispatch's record could not be read."),
                 }
             });
@@ -895,7 +856,11 @@ impl GuiApp {
                 let shown = b_pos.and_then(|p| b.reports.get(p).map(|r| (p, r)));
                 side_heading(ui, Side::B, shown.map(|(_, r)| r.index), b_pos);
                 match shown {
-                    Some((_, r)) => b_actions = b_panels.tab_ui(ui, tab, r, b, &b_sel),
+                    Some((_, r)) => {
+                        b_actions = b_panels
+                            .tab_ui(ui, tab, r, b, &b_sel, GuestBytes::Unavailable)
+                            .unwrap_or_default();
+                    }
                     None => style::nothing(
                         ui,
                         "No counterpart in B: this dispatch is only in A (removed).",
@@ -1032,37 +997,4 @@ pub fn summary(d: &SessionDiff) -> String {
         d.only_a.len(),
         d.only_b.len(),
     )
-}
-
-/// One side's panels, borrowed for a frame.
-struct PanelsMut<'a> {
-    bindings: &'a mut BindingsPanel,
-    refusals: &'a mut RefusalsPanel,
-    memory: &'a mut MemoryPanel,
-    table: &'a mut ChunkTablePanel,
-    accesses: &'a mut AccessesPanel,
-    after: &'a mut AfterPanel,
-}
-
-impl PanelsMut<'_> {
-    fn tab_ui(
-        &mut self,
-        ui: &mut egui::Ui,
-        tab: Tab,
-        r: &dispatchscope_core::DispatchReport,
-        s: &Session,
-        sel: &Selection,
-    ) -> Vec<Action> {
-        match tab {
-            Tab::Bindings | Tab::Pass => self.bindings.ui(ui, r, sel),
-            Tab::Refusals => self.refusals.ui(ui, r, sel),
-            Tab::Memory => {
-                self.memory
-                    .ui(ui, r, s.memory(sel.dispatch), sel, GuestBytes::Unavailable)
-            }
-            Tab::ChunkTable => self.table.ui(ui, r, s.table(sel.dispatch), sel),
-            Tab::Accesses => self.accesses.ui(ui, r, sel),
-            Tab::After => self.after.ui(ui, r, sel),
-        }
-    }
 }

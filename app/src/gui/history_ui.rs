@@ -9,6 +9,7 @@ use dispatchscope_core::ByteRange;
 use dispatchscope_views::{Action, HistoryPanel, style};
 
 use super::GuiApp;
+use super::session::ReadAgainError;
 
 /// Bytes the window watches from the address asked for: one word.
 pub const WATCHED_BYTES: u64 = 4;
@@ -18,9 +19,9 @@ pub struct HistoryWindow {
     /// The bytes watched.
     pub range: ByteRange,
     /// The history being made, until it arrives.
-    rx: Option<mpsc::Receiver<Result<History, String>>>,
+    rx: Option<mpsc::Receiver<Result<History, ReadAgainError>>>,
     /// The history, or why there is none.
-    pub result: Option<Result<History, String>>,
+    pub result: Option<Result<History, ReadAgainError>>,
     panel: HistoryPanel,
 }
 
@@ -37,13 +38,8 @@ impl GuiApp {
         let range = ByteRange::new(address, address.saturating_add(WATCHED_BYTES));
         let (rx, result) = match self.session.as_ref().map(|s| s.history(range)) {
             Some(Some(rx)) => (Some(rx), None),
-            Some(None) => (
-                None,
-                Some(Err(
-                    "a live session keeps no whole history: save it and open the capture".into(),
-                )),
-            ),
-            None => (None, Some(Err("no session is open".into()))),
+            Some(None) => (None, Some(Err(ReadAgainError::Live))),
+            None => (None, Some(Err(ReadAgainError::NoSession))),
         };
         self.history = Some(HistoryWindow {
             range,
@@ -53,11 +49,9 @@ impl GuiApp {
         });
     }
 
-    /// Takes a request from an address cell's menu, takes an arrived history, and draws the window.
+    /// Takes an arrived history, and draws the window (an address cell's menu opens it:
+    /// `Action::ShowHistory`).
     pub(super) fn history_window(&mut self, ctx: &egui::Context) {
-        if let Some(address) = style::take_history_request(ctx) {
-            self.open_history(address);
-        }
         let Some(w) = &mut self.history else {
             return;
         };
@@ -71,7 +65,7 @@ impl GuiApp {
                     ctx.request_repaint_after(std::time::Duration::from_millis(30));
                 }
                 Err(mpsc::TryRecvError::Disconnected) => {
-                    w.result = Some(Err("the history's thread stopped".into()));
+                    w.result = Some(Err(ReadAgainError::ThreadStopped));
                     w.rx = None;
                 }
             }
@@ -91,7 +85,7 @@ impl GuiApp {
                     });
                 }
                 Some(Err(e)) => {
-                    ui.colored_label(style::REFUSED, e);
+                    ui.colored_label(style::REFUSED, e.to_string());
                 }
                 Some(Ok(h)) => select = w.panel.ui(ui, h),
             });

@@ -8,7 +8,7 @@
 
 use dispatchscope_core::DispatchReport;
 use dispatchscope_core::instrument::LaneSelection;
-use dispatchscope_views::PassPanel;
+use dispatchscope_views::{Action, PassPanel};
 use std::path::PathBuf;
 
 use super::LiveLink;
@@ -24,9 +24,9 @@ pub struct PassTab {
 }
 
 impl PassTab {
-    /// Draws the tab for `report`.
-    pub fn ui(&mut self, ui: &mut egui::Ui, report: &DispatchReport) {
-        self.panel.ui(ui, report);
+    /// Draws the tab for `report`; returns what the person asked for.
+    pub fn ui(&mut self, ui: &mut egui::Ui, report: &DispatchReport) -> Vec<Action> {
+        self.panel.ui(ui, report)
     }
 
     /// The selected site's pc in `report`'s pass, for a listing to follow.
@@ -70,11 +70,6 @@ impl PassTab {
             (Ok(()), None) => "gave the choice of captured lanes back to the target".into(),
             (Err(e), _) => format!("could not ask the target for lanes: {e}"),
         })
-    }
-
-    /// The pc a person asked to see in the listing (a click on a site's pc), once.
-    pub fn take_listing_request(&mut self) -> Option<u64> {
-        self.panel.take_listing_request()
     }
 
     /// Whether `report` has a section the tab can show.

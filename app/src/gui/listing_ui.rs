@@ -25,9 +25,6 @@ pub struct ListingUi {
     /// A pc another panel asked to show (a site's pc in the Pass tab), with the access selected
     /// when it asked: it holds until the selection moves.
     pinned: Option<(u64, Option<usize>)>,
-    /// A site's pc the Pass tab should select (a click on the escape marker of a line with a
-    /// site), taken once.
-    site_request: Option<u64>,
 }
 
 /// The pc the listing shows for `sel` in `report`: the selected access's, else the first
@@ -70,11 +67,6 @@ impl ListingUi {
     /// Shows or hides the panel.
     pub fn toggle(&mut self) {
         self.open = !self.open;
-    }
-
-    /// The site's pc a click asked the Pass tab to select, once.
-    pub fn take_site_request(&mut self) -> Option<u64> {
-        self.site_request.take()
     }
 
     /// Opens the panel on `pc` (a site's), until the selected access changes.
@@ -129,7 +121,7 @@ impl ListingUi {
                         .is_some_and(|ir| ir.sites.iter().any(|s| s.pc == pc))
                     {
                         // An instrumented pass: its escapes are the Pass tab's, by site.
-                        self.site_request = Some(pc);
+                        actions.push(Action::SelectSiteAt(pc));
                         actions.push(Action::ShowTab(Tab::Pass));
                     }
                 }

@@ -72,6 +72,94 @@ pub struct Drained {
     pub more: bool,
 }
 
+/// Why a live operation failed (attach, a request to the target, the recording, the in-process
+/// demo): what the window's notice or error panel says.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    /// The link is detached.
+    #[error("not attached to a target")]
+    NotAttached,
+    /// No live session is open.
+    #[error("no live session")]
+    NoSession,
+    /// Saving a sample up to the selected dispatch with none selected.
+    #[error("no dispatch selected")]
+    NoDispatchSelected,
+    /// Attaching or talking to the target failed.
+    #[error(transparent)]
+    Client(#[from] dispatchscope_live::ClientError),
+    /// The recording could not be written or read back.
+    #[error(transparent)]
+    Store(#[from] dispatchscope_live::StoreError),
+    /// The recording could not be opened or saved as a file.
+    #[error(transparent)]
+    Session(#[from] dispatchscope_formats::session::SessionError),
+    /// The recording was finished and closed.
+    #[error("the session's recording was closed")]
+    RecordingClosed,
+    /// The target has not sent its memory snapshot yet.
+    #[error(
+        "nothing recorded yet: the target has not sent its memory snapshot (it sends it before its next dispatch)"
+    )]
+    NothingRecorded,
+    /// A write error stopped the recording.
+    #[error("the recording stopped: {why}")]
+    RecordingStopped {
+        /// The write error.
+        why: String,
+    },
+    /// The recording's file is a sample.
+    #[error("the recording is not a capture (a bug in dispatchscope)")]
+    NotACapture,
+    /// The dispatch is not in the recording.
+    #[error(
+        "dispatch {index} is not in the recording (it began at attach, and dispatches the target dropped are missing)"
+    )]
+    NotRecorded {
+        /// The target's number of the dispatch.
+        index: u64,
+    },
+    /// The in-process demo's tap could not listen.
+    #[error("the demo's tap: {0}")]
+    DemoTap(dispatchscope_live::TapError),
+    /// The in-process demo's tap listens nowhere.
+    #[error("the demo's tap has no address")]
+    DemoNoAddress,
+    /// The in-process demo's engine could not be made.
+    #[error("the demo's engine: {0}")]
+    DemoEngine(dispatchscope_core::EngineError),
+    /// The in-process demo's thread could not start.
+    #[error("cannot start the demo's thread: {0}")]
+    DemoThread(std::io::Error),
+    /// The window could not attach to the demo it started.
+    #[error("{why}")]
+    DemoAttach {
+        /// What the error panel said.
+        why: String,
+    },
+}
+
+/// A dispatch of a live session that did not reach the list: the target's engine failed it (with
+/// the kind it sent: a lost device, exhausted memory, bad input…), or this window could not read
+/// what came.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveFailure {
+    /// The dispatch's index.
+    pub index: u64,
+    /// The target's kind of failure; `None` for what this window could not read, or a target
+    /// that did not say.
+    pub kind: Option<dispatchscope_core::FailureKind>,
+    /// Why, naming the values.
+    pub message: String,
+}
+
+impl LiveFailure {
+    /// The kind in words: the target's, or "not read" for what this window could not read.
+    pub fn kind_words(&self) -> &'static str {
+        self.kind.map_or("not read", |k| k.words())
+    }
+}
+
 /// A live session's connection; see the module docs.
 pub struct LiveLink {
     client: Option<LiveClient>,
@@ -83,8 +171,8 @@ pub struct LiveLink {
     pub state: LiveState,
     /// The target's last figures.
     pub stats: Option<Stats>,
-    /// Dispatches the target reported failing (index and message), newest last.
-    pub failures: Vec<(u64, String)>,
+    /// Dispatches the target reported failing, or that this window could not read, newest last.
+    pub failures: Vec<LiveFailure>,
     /// The recording, shared with the session that reads older reports back from it (`None`
     /// once it could not be created or was finished).
     shadow: SharedStore,
@@ -108,7 +196,7 @@ impl LiveLink {
         addr: &str,
         token: Option<String>,
         notify: Arc<dyn Fn() + Send + Sync>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, LiveError> {
         let options = ClientOptions {
             token,
             timeout: Duration::from_secs(3),
@@ -124,7 +212,7 @@ impl LiveLink {
             channel_capacity: WINDOW_CHANNEL_MESSAGES,
             ..ClientOptions::default()
         };
-        let client = LiveClient::connect_with(addr, &options).map_err(|e| e.to_string())?;
+        let client = LiveClient::connect_with(addr, &options)?;
         let shadow_path = std::env::temp_dir().join(format!(
             "dispatchscope-live-{}-{}.dscap",
             std::process::id(),
@@ -187,53 +275,45 @@ impl LiveLink {
         matches!(self.state, LiveState::Paused { .. })
     }
 
-    fn client(&self) -> Result<&LiveClient, String> {
-        self.client
-            .as_ref()
-            .ok_or_else(|| "not attached to a target".to_owned())
+    fn client(&self) -> Result<&LiveClient, LiveError> {
+        self.client.as_ref().ok_or(LiveError::NotAttached)
     }
 
     /// Asks the target to pause before its next dispatch.
-    pub fn pause(&self) -> Result<(), String> {
-        self.client()?.pause().map_err(|e| e.to_string())
+    pub fn pause(&self) -> Result<(), LiveError> {
+        Ok(self.client()?.pause()?)
     }
 
     /// Lets a paused target run on.
-    pub fn resume(&self) -> Result<(), String> {
-        self.client()?.resume().map_err(|e| e.to_string())
+    pub fn resume(&self) -> Result<(), LiveError> {
+        Ok(self.client()?.resume()?)
     }
 
     /// Runs `n` dispatches, then pauses.
-    pub fn step(&self, n: u64) -> Result<(), String> {
-        self.client()?.step(n).map_err(|e| e.to_string())
+    pub fn step(&self, n: u64) -> Result<(), LiveError> {
+        Ok(self.client()?.step(n)?)
     }
 
     /// Ask the target to capture `lanes` on its next instrumented pass (`None`: its own choice).
     pub fn capture_lanes(
         &self,
         lanes: Option<dispatchscope_core::instrument::LaneSelection>,
-    ) -> Result<(), String> {
-        self.client()?
-            .capture_lanes(lanes)
-            .map_err(|e| e.to_string())
+    ) -> Result<(), LiveError> {
+        Ok(self.client()?.capture_lanes(lanes)?)
     }
 
     /// Asks the target for `len` guest bytes at `address` (the Memory panel's byte view); the
     /// answer lands in [`LiveLink::memory`], and the same bytes are read again each time the
     /// target pauses.
-    pub fn read_memory(&mut self, address: u64, len: u32) -> Result<(), String> {
+    pub fn read_memory(&mut self, address: u64, len: u32) -> Result<(), LiveError> {
         let id = self.read.map_or(1, |(id, ..)| id + 1);
         self.read = Some((id, address, len));
-        self.client()?
-            .read_memory(id, address, len)
-            .map_err(|e| e.to_string())
+        Ok(self.client()?.read_memory(id, address, len)?)
     }
 
     /// Replaces the target's breakpoints.
-    pub fn set_breakpoints(&self, breakpoints: &Breakpoints) -> Result<(), String> {
-        self.client()?
-            .set_breakpoints(breakpoints)
-            .map_err(|e| e.to_string())
+    pub fn set_breakpoints(&self, breakpoints: &Breakpoints) -> Result<(), LiveError> {
+        Ok(self.client()?.set_breakpoints(breakpoints)?)
     }
 
     /// Detaches, leaving the target running; what was received stays.
@@ -319,7 +399,11 @@ impl LiveLink {
             ToDebugger::Received(d) => {
                 let index = d.index;
                 if let Some(e) = session.push_received(d, stored) {
-                    self.failures.push((index, e.to_string()));
+                    self.failures.push(LiveFailure {
+                        index,
+                        kind: None,
+                        message: e.to_string(),
+                    });
                 }
                 out.dispatches += 1;
             }
@@ -333,8 +417,17 @@ impl LiveLink {
                 session.push_live(*report, stored);
                 out.dispatches += 1;
             }
-            ToDebugger::DispatchFailed { index, message, .. } => {
-                self.failures.push((index, message));
+            ToDebugger::DispatchFailed {
+                index,
+                message,
+                kind,
+                ..
+            } => {
+                self.failures.push(LiveFailure {
+                    index,
+                    kind,
+                    message,
+                });
             }
             ToDebugger::Paused {
                 next_dispatch, why, ..
@@ -383,48 +476,49 @@ impl LiveLink {
 
     /// The report of the recording's dispatch at position `pos` (from 0 at attach), read back
     /// from the store's file (what the session does for a dispatch that left its window).
-    pub fn stored_report(&self, pos: usize) -> Result<dispatchscope_core::DispatchReport, String> {
-        self.with_store(|s| s.report(pos).map_err(|e| e.to_string()))
-            .unwrap_or_else(|| Err("the session's recording was closed".to_owned()))
+    pub fn stored_report(
+        &self,
+        pos: usize,
+    ) -> Result<dispatchscope_core::DispatchReport, LiveError> {
+        self.with_store(|s| s.report(pos).map_err(LiveError::from))
+            .unwrap_or(Err(LiveError::RecordingClosed))
     }
 
     /// The recording so far, read back as a sample and the target's reports.
     pub fn recorded(
         &mut self,
-    ) -> Result<(Sample, Vec<Option<dispatchscope_core::DispatchReport>>), String> {
+    ) -> Result<(Sample, Vec<Option<dispatchscope_core::DispatchReport>>), LiveError> {
         if let Some(r) = self.with_store(|r| r.flush().map(|()| r.started()))
-            && !r.map_err(|e| e.to_string())?
+            && !r?
         {
-            return Err("nothing recorded yet: the target has not sent its memory snapshot (it sends it before its next dispatch)".into());
+            return Err(LiveError::NothingRecorded);
         }
         if let Some(e) = &self.record_error {
-            return Err(format!("the recording stopped: {e}"));
+            return Err(LiveError::RecordingStopped { why: e.clone() });
         }
-        match session::open(&self.shadow_path).map_err(|e| e.to_string())? {
-            Opened::Capture(mut c) => c.to_sample().map_err(|e| e.to_string()),
-            Opened::Sample(_) => {
-                Err("the recording is not a capture (a bug in dispatchscope)".into())
-            }
+        match session::open(&self.shadow_path)? {
+            Opened::Capture(mut c) => Ok(c.to_sample()?),
+            Opened::Sample(_) => Err(LiveError::NotACapture),
         }
     }
 
     /// Writes everything recorded since attaching as a capture at `dest`, with the target's
     /// reports; returns how many dispatches it holds.
-    pub fn save_capture(&mut self, dest: &Path) -> Result<usize, String> {
+    pub fn save_capture(&mut self, dest: &Path) -> Result<usize, LiveError> {
         let (sample, reports) = self.recorded()?;
         let all: Option<Vec<_>> = reports.into_iter().collect();
-        session::write_capture(&sample, all.as_deref(), dest).map_err(|e| e.to_string())?;
+        session::write_capture(&sample, all.as_deref(), dest)?;
         Ok(all.map_or(0, |a| a.len()))
     }
 
     /// Writes the recording as a sample that ends with dispatch `index` (the target's number);
     /// returns how many dispatches it holds.
-    pub fn save_sample(&mut self, index: u64, dest: &Path) -> Result<usize, String> {
+    pub fn save_sample(&mut self, index: u64, dest: &Path) -> Result<usize, LiveError> {
         let (mut sample, reports) = self.recorded()?;
         let pos = reports
             .iter()
             .position(|r| r.as_ref().is_some_and(|r| r.index == index))
-            .ok_or_else(|| format!("dispatch {index} is not in the recording (it began at attach, and dispatches the target dropped are missing)"))?;
+            .ok_or(LiveError::NotRecorded { index })?;
         let mut seen = 0;
         let cut = sample
             .steps
@@ -438,7 +532,7 @@ impl LiveLink {
             .map_or(sample.steps.len(), |p| p + 1);
         sample.steps.truncate(cut);
         sample.title = format!("{} (up to dispatch {index})", sample.title);
-        session::write_sample(&sample, dest).map_err(|e| e.to_string())?;
+        session::write_sample(&sample, dest)?;
         Ok(pos + 1)
     }
 }
@@ -465,25 +559,23 @@ pub struct DemoTarget {
 impl DemoTarget {
     /// Starts the demo on `127.0.0.1:0` at `fps` frames per second (`None`: as fast as it can),
     /// with the scene's own dispatches a frame.
-    pub fn start(fps: Option<f64>) -> Result<Self, String> {
+    pub fn start(fps: Option<f64>) -> Result<Self, LiveError> {
         Self::start_with(fps, dispatchscope_demo::BASE_DISPATCHES_PER_FRAME)
     }
 
     /// [`Self::start`] with `dispatches_per_frame` a frame (at least the scene's own 5).
-    pub fn start_with(fps: Option<f64>, dispatches_per_frame: u32) -> Result<Self, String> {
+    pub fn start_with(fps: Option<f64>, dispatches_per_frame: u32) -> Result<Self, LiveError> {
         let config = TapConfig {
             target_name: "dispatchscope demo (in the window's process)".into(),
             ..TapConfig::listening_on(SocketAddr::from(([127, 0, 0, 1], 0)))
         };
-        let mut tap = Tap::listen(config).map_err(|e| format!("the demo's tap: {e}"))?;
-        let addr = tap
-            .local_addr()
-            .ok_or_else(|| "the demo's tap has no address".to_owned())?;
+        let mut tap = Tap::listen(config).map_err(LiveError::DemoTap)?;
+        let addr = tap.local_addr().ok_or(LiveError::DemoNoAddress)?;
         let mut demo = Demo::new(DemoConfig {
             dispatches_per_frame,
             ..DemoConfig::default()
         })
-        .map_err(|e| format!("the demo's engine: {e}"))?;
+        .map_err(LiveError::DemoEngine)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
@@ -494,7 +586,7 @@ impl DemoTarget {
                     .map(|_| ())
                     .map_err(|e| e.to_string())
             })
-            .map_err(|e| format!("cannot start the demo's thread: {e}"))?;
+            .map_err(LiveError::DemoThread)?;
         Ok(Self {
             addr,
             stop,

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use dispatchscope_views::style;
 use egui::RichText;
 
-use super::{DemoTarget, GuiApp, LiveLink, LiveState, LoadError, Session, Source, default_sample};
+use super::{
+    DemoTarget, GuiApp, LiveError, LiveLink, LiveState, LoadError, Session, Source, default_sample,
+};
 
 /// Dispatches a frame the demo the window starts makes by default: the scene's own 5
 /// (`--demo-dispatches-per-frame N` sets another). `dispatchscope demo` runs at a game's 200 in a
@@ -157,17 +159,19 @@ impl GuiApp {
     }
 
     /// Starts the demo target on a thread of this process and attaches to it.
-    pub fn start_demo(&mut self, ctx: &egui::Context) -> Result<(), String> {
+    pub fn start_demo(&mut self, ctx: &egui::Context) -> Result<(), LiveError> {
         let demo = DemoTarget::start_with(Some(60.0), self.demo_dispatches_per_frame)?;
         let addr = demo.addr.to_string();
         self.demo = Some(demo);
         if self.attach(ctx, &addr, None) {
             Ok(())
         } else {
-            Err(self
-                .error
-                .take()
-                .map_or_else(|| "could not attach".into(), |e| e.message))
+            Err(LiveError::DemoAttach {
+                why: self
+                    .error
+                    .take()
+                    .map_or_else(|| "could not attach".into(), |e| e.message),
+            })
         }
     }
 
@@ -198,7 +202,7 @@ impl GuiApp {
     }
 
     /// Runs `f` on the live link, if any; its error becomes the notice.
-    pub(super) fn live_do(&mut self, f: impl FnOnce(&LiveLink) -> Result<(), String>) {
+    pub(super) fn live_do(&mut self, f: impl FnOnce(&LiveLink) -> Result<(), LiveError>) {
         if let Some(l) = &self.live
             && let Err(e) = f(l)
         {
@@ -224,19 +228,23 @@ impl GuiApp {
     }
 
     /// Saves the live recording (see [`super::live`]) as `kind` to `dest`.
-    pub fn save_live(&mut self, kind: SaveKind, dest: &std::path::Path) -> Result<String, String> {
+    pub fn save_live(
+        &mut self,
+        kind: SaveKind,
+        dest: &std::path::Path,
+    ) -> Result<String, LiveError> {
         let index = self
             .session
             .as_ref()
             .and_then(|s| s.reports.get(self.sel.dispatch))
             .map(|r| r.index);
-        let l = self.live.as_mut().ok_or("no live session")?;
+        let l = self.live.as_mut().ok_or(LiveError::NoSession)?;
         match kind {
             SaveKind::Capture => l
                 .save_capture(dest)
                 .map(|n| format!("saved {n} dispatches as a capture: {}", dest.display())),
             SaveKind::Sample => {
-                let index = index.ok_or("no dispatch selected")?;
+                let index = index.ok_or(LiveError::NoDispatchSelected)?;
                 l.save_sample(index, dest).map(|n| {
                     format!(
                         "saved a sample of {n} dispatches, ending with dispatch {index}: {}",
@@ -524,6 +532,23 @@ pub(super) fn live_status_ui(ui: &mut egui::Ui, l: &LiveLink) {
             drops
         })
         .on_hover_text("dispatches the target dropped because this window was behind (its queue holds a bounded number)");
+    }
+    if let Some(last) = l.failures.last() {
+        // The kind first (a lost device is not bad input), then the target's words.
+        ui.label(
+            RichText::new(format!(
+                "{} failed · last: {}",
+                l.failures.len(),
+                last.kind_words()
+            ))
+            .color(style::REFUSED),
+        )
+        .on_hover_text(format!(
+            "dispatch {} ({}): {}",
+            last.index,
+            last.kind_words(),
+            last.message
+        ));
     }
     ui.label(format!("{} recorded", l.stored())).on_hover_text(
         "dispatches in this session's recording (a crash-safe capture written as they arrive); the list holds every one, memory the latest reports, and an older one is read back from the file when selected",

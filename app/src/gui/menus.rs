@@ -1,8 +1,6 @@
 //! The menu bar (File, Live, Go, View, Help) and the toolbar under it: every item either carries
 //! out a [`Command`] (the same one its key does) or opens a window; none draws a panel.
 
-use std::sync::atomic::Ordering;
-
 use dispatchscope_views::Tab;
 use dispatchscope_views::keys::Command;
 
@@ -49,6 +47,27 @@ const DIFFERENCE_BUTTONS: [(&str, Command, &str); 2] = [
 ];
 
 impl GuiApp {
+    /// One button a command of `buttons` (label, command, tip), enabled where the command has a
+    /// target, then a separator.
+    fn command_buttons_ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        ctx: &egui::Context,
+        buttons: &[(&str, Command, &str)],
+    ) {
+        for &(label, cmd, tip) in buttons {
+            let enabled = self.target(cmd).is_some();
+            if ui
+                .add_enabled(enabled, egui::Button::new(label))
+                .on_hover_text(tip)
+                .clicked()
+            {
+                self.command(ctx, cmd);
+            }
+        }
+        ui.separator();
+    }
+
     /// The menu bar.
     pub(super) fn menu_ui(&mut self, ui: &mut egui::Ui) {
         let ctx = ui.ctx().clone();
@@ -193,30 +212,10 @@ impl GuiApp {
                 ui.separator();
             }
             for group in STEP_BUTTONS {
-                for &(label, cmd, tip) in group {
-                    let enabled = self.target(cmd).is_some();
-                    if ui
-                        .add_enabled(enabled, egui::Button::new(label))
-                        .on_hover_text(tip)
-                        .clicked()
-                    {
-                        self.command(&ctx, cmd);
-                    }
-                }
-                ui.separator();
+                self.command_buttons_ui(ui, &ctx, group);
             }
             if self.compare.is_some() {
-                for (label, cmd, tip) in DIFFERENCE_BUTTONS {
-                    let enabled = self.target(cmd).is_some();
-                    if ui
-                        .add_enabled(enabled, egui::Button::new(label))
-                        .on_hover_text(tip)
-                        .clicked()
-                    {
-                        self.command(&ctx, cmd);
-                    }
-                }
-                ui.separator();
+                self.command_buttons_ui(ui, &ctx, &DIFFERENCE_BUTTONS);
             }
             if ui
                 .add_enabled(has, egui::Button::new("Go to…"))
@@ -241,15 +240,9 @@ impl GuiApp {
                 self.command(&ctx, Command::Bookmark);
             }
             if let Some(l) = &self.loader {
-                let done = l.progress.done.load(Ordering::Relaxed);
-                let total = l.progress.total.load(Ordering::Relaxed);
+                let (done, total, frac) = l.progress.fraction();
                 ui.separator();
                 ui.spinner();
-                let frac = if total == 0 {
-                    0.0
-                } else {
-                    done as f32 / total as f32
-                };
                 ui.add(
                     egui::ProgressBar::new(frac)
                         .desired_width(200.0)

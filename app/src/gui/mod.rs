@@ -18,22 +18,24 @@ pub mod listing_ui;
 pub mod live;
 mod live_ui;
 mod menus;
+pub mod panels;
 pub mod session;
 
 use std::path::PathBuf;
 
 use dispatchscope_views::keys::{self, Command};
 use dispatchscope_views::{
-    AccessesPanel, Action, AfterPanel, BindingsPanel, ChunkTablePanel, DispatchesPanel, Filter,
-    GuestBytes, MemoryPanel, RefusalsPanel, Selection, Tab, TimelinePanel, style,
+    Action, ChunkTablePanel, DispatchesPanel, Filter, GuestBytes, Selection, Tab, TimelinePanel,
+    style,
 };
 use egui::RichText;
 use serde::{Deserialize, Serialize};
 
 use self::dialogs::OpenDialog;
-pub use self::live::{DemoTarget, LiveLink, LiveState};
+pub use self::live::{DemoTarget, LiveError, LiveFailure, LiveLink, LiveState};
 pub use self::live_ui::{AttachForm, BreakpointForm, SaveKind};
-pub use self::session::{LoadError, Loader, Progress, Session, Source};
+pub use self::panels::Panels;
+pub use self::session::{LoadError, Loader, Progress, ReadAgainError, Session, Source};
 
 /// The shipped samples built into the binary: `(file name, JSON text)`.
 pub fn embedded_samples() -> &'static [(&'static str, &'static str)] {
@@ -101,12 +103,8 @@ pub struct GuiApp {
     profiler: Option<puffin_http::Server>,
     profiler_error: Option<String>,
     dispatches: DispatchesPanel,
-    bindings: BindingsPanel,
-    refusals: RefusalsPanel,
-    memory: MemoryPanel,
-    table: ChunkTablePanel,
-    accesses: AccessesPanel,
-    after: AfterPanel,
+    /// The report panels; B's, in a comparison, are the comparison's.
+    panels: Panels,
     pass: instrumented_ui::PassTab,
     /// The Program side panel (the listing around the selected access's pc).
     pub listing: listing_ui::ListingUi,
@@ -152,12 +150,10 @@ impl GuiApp {
             show_keys: false,
             profiler: None,
             profiler_error: None,
-            bindings: BindingsPanel::default(),
-            refusals: RefusalsPanel::default(),
-            memory: MemoryPanel::default(),
-            table,
-            accesses: AccessesPanel::default(),
-            after: AfterPanel::default(),
+            panels: Panels {
+                table,
+                ..Panels::default()
+            },
             pass: instrumented_ui::PassTab::default(),
             listing: listing_ui::ListingUi::default(),
             timeline: TimelinePanel::default(),
@@ -300,6 +296,18 @@ impl GuiApp {
                 self.sync_b();
             }
             Action::ShowTab(t) => self.settings.tab = t,
+            Action::ShowHistory(address) => self.open_history(address),
+            Action::ShowInListing(pc) => self.listing.show_pc(pc, &self.sel),
+            Action::SelectSiteAt(pc) => {
+                if let Some(ir) = self
+                    .session
+                    .as_ref()
+                    .and_then(|s| s.reports.get(self.sel.dispatch))
+                    .and_then(|r| r.instrumented.as_ref())
+                {
+                    self.pass.panel.select_pc(ir, pc);
+                }
+            }
             Action::ReadGuest { address, len } => {
                 if let Some(l) = &mut self.live
                     && let Err(e) = l.read_memory(address, len)
@@ -474,7 +482,7 @@ impl GuiApp {
             self.apply(a);
         }
         self.settings.filter = self.dispatches.filter.clone();
-        self.settings.cell = Some(self.table.cell);
+        self.settings.cell = Some(self.panels.table.cell);
     }
 
     fn poll(&mut self, ctx: &egui::Context) {
@@ -657,35 +665,20 @@ impl GuiApp {
             ui.label(RichText::new(note).color(style::MUTED));
         }
         let sel = &self.sel;
-        let more = match self.settings.tab {
-            Tab::Bindings => self.bindings.ui(ui, r, sel),
-            Tab::Refusals => self.refusals.ui(ui, r, sel),
-            Tab::Memory => {
-                let bytes = match &self.live {
-                    Some(l) if l.is_attached() => GuestBytes::Live(l.memory.as_ref()),
-                    _ => GuestBytes::Unavailable,
-                };
-                self.memory.ui(ui, r, s.memory(sel.dispatch), sel, bytes)
-            }
-            Tab::ChunkTable => self.table.ui(ui, r, s.table(sel.dispatch), sel),
-            Tab::Accesses => self.accesses.ui(ui, r, sel),
-            Tab::After => self.after.ui(ui, r, sel),
-            Tab::Pass => {
-                if let Some(pc) = self.listing.take_site_request()
-                    && let Some(ir) = &r.instrumented
-                {
-                    self.pass.panel.select_pc(ir, pc);
-                }
-                self.pass.ui(ui, r);
+        let bytes = match &self.live {
+            Some(l) if l.is_attached() => GuestBytes::Live(l.memory.as_ref()),
+            _ => GuestBytes::Unavailable,
+        };
+        let more = match self.panels.tab_ui(ui, self.settings.tab, r, s, sel, bytes) {
+            Some(more) => more,
+            None => {
+                let more = self.pass.ui(ui, r);
                 if let Some(l) = &self.live
                     && let Some(line) = self.pass.sync_live(l)
                 {
                     self.notice = Some(line);
                 }
-                if let Some(pc) = self.pass.take_listing_request() {
-                    self.listing.show_pc(pc, sel);
-                }
-                Vec::new()
+                more
             }
         };
         actions.extend(more);

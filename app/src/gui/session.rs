@@ -91,6 +91,35 @@ impl std::fmt::Display for LoadError {
     }
 }
 
+/// Why a session could not be read again whole, off the window's thread: its write history, a
+/// comparison's reports, a what-if's capture.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadAgainError {
+    /// The capture could not be reopened or a record read.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The history could not be made.
+    #[error(transparent)]
+    History(#[from] dispatchscope_formats::history::HistoryError),
+    /// A capture's dispatch recorded without its report.
+    #[error(
+        "dispatch {pos} carries no report (the recorder did not have it); a comparison needs every report"
+    )]
+    NoReport {
+        /// The dispatch's position.
+        pos: usize,
+    },
+    /// A live session keeps no whole history.
+    #[error("a live session keeps no whole history: save it and open the capture")]
+    Live,
+    /// No session is open.
+    #[error("no session is open")]
+    NoSession,
+    /// The thread making it stopped before it answered.
+    #[error("the history's thread stopped")]
+    ThreadStopped,
+}
+
 /// Progress of a load, shared with the thread doing it.
 #[derive(Debug, Default)]
 pub struct Progress {
@@ -98,6 +127,20 @@ pub struct Progress {
     pub done: AtomicUsize,
     /// Steps in the sample (0 while reading).
     pub total: AtomicUsize,
+}
+
+impl Progress {
+    /// Steps done, steps in all, and the fraction done (0 while the total is not known).
+    pub fn fraction(&self) -> (usize, usize, f32) {
+        let done = self.done.load(Ordering::Relaxed);
+        let total = self.total.load(Ordering::Relaxed);
+        let frac = if total == 0 {
+            0.0
+        } else {
+            done as f32 / total as f32
+        };
+        (done, total, frac)
+    }
 }
 
 /// How many reports read from a capture or a live store stay in memory (the selection and the
@@ -751,7 +794,7 @@ impl Session {
     pub fn history(
         &self,
         range: dispatchscope_core::ByteRange,
-    ) -> Option<mpsc::Receiver<Result<History, String>>> {
+    ) -> Option<mpsc::Receiver<Result<History, ReadAgainError>>> {
         let source = self.history_source.clone()?;
         let reports = match source {
             HistorySource::Sample(_) => self.reports.in_memory_reports().to_vec(),
@@ -761,13 +804,11 @@ impl Session {
         std::thread::spawn(move || {
             let h = match source {
                 HistorySource::Sample(sample) => {
-                    history::of_sample(&sample, &reports, range).map_err(|e| e.to_string())
+                    history::of_sample(&sample, &reports, range).map_err(ReadAgainError::from)
                 }
-                HistorySource::Capture(reopen) => {
-                    reopen().map_err(|e| e.to_string()).and_then(|mut f| {
-                        history::of_capture(&mut f, range).map_err(|e| e.to_string())
-                    })
-                }
+                HistorySource::Capture(reopen) => reopen()
+                    .map_err(ReadAgainError::from)
+                    .and_then(|mut f| Ok(history::of_capture(&mut f, range)?)),
             };
             let _ = tx.send(h);
         });
@@ -997,21 +1038,19 @@ impl Origin {
 
     /// Every report, in order: a sample's as held, a capture's read one DISPATCH record at a
     /// time through its index (never its MEMORY records), counting each in `done`.
-    pub fn reports(self, done: &AtomicUsize) -> Result<Vec<DispatchReport>, String> {
+    pub fn reports(self, done: &AtomicUsize) -> Result<Vec<DispatchReport>, ReadAgainError> {
         match self.source {
             None | Some(HistorySource::Sample(_)) => {
                 done.fetch_add(self.reports.len(), Ordering::Relaxed);
                 Ok(self.reports)
             }
             Some(HistorySource::Capture(reopen)) => {
-                let mut file = reopen().map_err(|e| e.to_string())?;
+                let mut file = reopen()?;
                 let n = file.n_dispatches();
                 let mut out = Vec::with_capacity(n);
                 for pos in 0..n {
-                    let record = file.dispatch(pos).map_err(|e| e.to_string())?;
-                    let r = record.report.ok_or_else(|| {
-                        format!("dispatch {pos} carries no report (the recorder did not have it); a comparison needs every report")
-                    })?;
+                    let record = file.dispatch(pos)?;
+                    let r = record.report.ok_or(ReadAgainError::NoReport { pos })?;
                     out.push(r);
                     done.fetch_add(1, Ordering::Relaxed);
                 }
@@ -1021,9 +1060,9 @@ impl Origin {
     }
 
     /// The capture, reopened through its index (a what-if re-plans it record by record).
-    pub fn reopen(&self) -> Option<Result<Capture, String>> {
+    pub fn reopen(&self) -> Option<Result<Capture, SessionError>> {
         match &self.source {
-            Some(HistorySource::Capture(reopen)) => Some(reopen().map_err(|e| e.to_string())),
+            Some(HistorySource::Capture(reopen)) => Some(reopen()),
             _ => None,
         }
     }

@@ -7,13 +7,12 @@ use std::time::{Duration, Instant};
 
 use dispatchscope_core::backend::BackendError;
 use dispatchscope_core::chunk_table::ChunkTable;
-use dispatchscope_core::engine::{CompleteError, EngineError, Prepared, RanOn};
+use dispatchscope_core::engine::{EngineError, FailureKind, Prepared, RanOn};
 use dispatchscope_core::exec::{Job, Outcome as RunOutcome};
 use dispatchscope_core::host::HostMemory;
 use dispatchscope_core::input::{DeviceLimits, DispatchInput, Event};
 use dispatchscope_core::instrument::LaneSelection;
 use dispatchscope_core::memory::GuestMemory;
-use dispatchscope_core::memory::MemoryError;
 use dispatchscope_core::report::DispatchReport;
 use dispatchscope_core::report::Placement;
 use dispatchscope_core::{Backend, ByteRange, CpuBackend, Engine};
@@ -105,25 +104,19 @@ struct Capture {
 static ENGINES: Registry<EngineState> = Registry::new();
 
 pub(crate) fn engine_error(e: EngineError) -> Failure {
-    let status = match &e {
-        EngineError::Memory(MemoryError::Host(_)) => ds_status::DS_HOST_CALLBACK,
-        EngineError::Input(_)
-        | EngineError::Memory(_)
-        | EngineError::Limits(_)
-        | EngineError::DeviceWriteBack(_)
-        | EngineError::Complete(CompleteError::HolderSize { .. })
-        | EngineError::Complete(CompleteError::NotAHolder { .. })
-        | EngineError::Complete(CompleteError::MarkWords { .. })
-        | EngineError::Complete(CompleteError::Instrumentation(_)) => ds_status::DS_BAD_INPUT,
-        EngineError::Prepared(_) | EngineError::Complete(CompleteError::NotPrepared { .. }) => {
-            ds_status::DS_ORDER
-        }
-        EngineError::Backend(BackendError::DeviceLost { .. }) => ds_status::DS_DEVICE_LOST,
-        EngineError::Backend(BackendError::OutOfMemory { .. }) => ds_status::DS_OUT_OF_MEMORY,
-        EngineError::Backend(BackendError::Host(_)) => ds_status::DS_HOST_CALLBACK,
-        EngineError::Backend(_) | EngineError::Table(_) => ds_status::DS_ENGINE,
-    };
-    Failure::new(status, e)
+    Failure::new(status_of(e.kind()), e)
+}
+
+/// The status of each [`FailureKind`]: the C ABI tells the kinds apart as the engine does.
+pub(crate) fn status_of(kind: FailureKind) -> ds_status {
+    match kind {
+        FailureKind::BadInput => ds_status::DS_BAD_INPUT,
+        FailureKind::Order => ds_status::DS_ORDER,
+        FailureKind::DeviceLost => ds_status::DS_DEVICE_LOST,
+        FailureKind::OutOfMemory => ds_status::DS_OUT_OF_MEMORY,
+        FailureKind::HostCallback => ds_status::DS_HOST_CALLBACK,
+        FailureKind::Device => ds_status::DS_ENGINE,
+    }
 }
 
 fn capture_error(e: SessionError) -> Failure {
@@ -720,4 +713,143 @@ pub extern "C" fn ds_engine_capture_end(engine: ds_engine) -> ds_status {
             "this engine is writing no capture",
         )),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CStr;
+
+    use dispatchscope_formats::sample::{Sample, Step};
+
+    use super::*;
+
+    /// The CPU reference, but its device fails every dispatch with `fails`.
+    struct Failing {
+        cpu: CpuBackend,
+        fails: BackendError,
+    }
+
+    impl Backend for Failing {
+        fn name(&self) -> String {
+            "failing".into()
+        }
+        fn import(&mut self, piece: ByteRange, memory: &GuestMemory) -> Result<u64, BackendError> {
+            self.cpu.import(piece, memory)
+        }
+        fn release(&mut self, device_base: u64) -> Result<(), BackendError> {
+            self.cpu.release(device_base)
+        }
+        fn place_table(
+            &mut self,
+            table: &ChunkTable,
+            budget_bytes: u64,
+        ) -> Result<(u64, Placement), BackendError> {
+            self.cpu.place_table(table, budget_bytes)
+        }
+        fn calls(&self) -> u64 {
+            self.cpu.calls()
+        }
+        fn execute(
+            &mut self,
+            _job: &Job<'_>,
+            _table: Option<&ChunkTable>,
+            _memory: &mut GuestMemory,
+        ) -> Result<RunOutcome, BackendError> {
+            Err(self.fails.clone())
+        }
+    }
+
+    /// Runs the shipped sample `run305-overlap.json` through the C ABI on a device that fails
+    /// with `fails`, and returns the first dispatch's status and message.
+    fn first_dispatch_on(fails: BackendError) -> (ds_status, String) {
+        let text =
+            dispatchscope_formats::shipped::sample_text("run305-overlap.json").unwrap_or_default();
+        let sample = Sample::from_json(text).unwrap();
+        let mut engine: ds_engine = 0;
+        let backend = Failing {
+            cpu: CpuBackend::new(),
+            fails,
+        };
+        assert!(insert_engine(backend, &mut engine).is_ok());
+        for c in &sample.contents {
+            // SAFETY: a live handle, and a pointer and length of one slice.
+            let s = unsafe {
+                ds_engine_load_contents(engine, c.address, c.bytes.as_ptr(), c.bytes.len())
+            };
+            assert_eq!(s, ds_status::DS_OK);
+        }
+        for step in &sample.steps {
+            let (json, event) = match step {
+                Step::Event(e) => (serde_json::to_vec(e).unwrap(), true),
+                Step::Dispatch(d) => (serde_json::to_vec(&**d).unwrap(), false),
+            };
+            // SAFETY: a live handle, and a pointer and length of one vector.
+            let status = unsafe {
+                if event {
+                    ds_engine_apply_json(engine, json.as_ptr(), json.len())
+                } else {
+                    ds_engine_dispatch_json(engine, json.as_ptr(), json.len())
+                }
+            };
+            if !event {
+                // SAFETY: the message is valid until this thread's next failing call.
+                let message = unsafe { CStr::from_ptr(crate::ds_last_error()) }
+                    .to_string_lossy()
+                    .into_owned();
+                assert_eq!(ds_engine_destroy(engine), ds_status::DS_OK);
+                return (status, message);
+            }
+            assert_eq!(status, ds_status::DS_OK);
+        }
+        panic!("the sample has no dispatch");
+    }
+
+    /// A lost device and exhausted memory reach the emulator as statuses of their own through a
+    /// dispatch, not as the engine's catch-all; the message still names the call.
+    #[test]
+    fn a_lost_device_and_exhausted_memory_have_their_own_statuses() {
+        let cases = [
+            (
+                BackendError::DeviceLost {
+                    call: "vkQueueSubmit".into(),
+                },
+                ds_status::DS_DEVICE_LOST,
+                "vkQueueSubmit answered VK_ERROR_DEVICE_LOST",
+            ),
+            (
+                BackendError::OutOfMemory {
+                    what: "vkAllocateMemory answered VK_ERROR_OUT_OF_DEVICE_MEMORY".into(),
+                },
+                ds_status::DS_OUT_OF_MEMORY,
+                "VK_ERROR_OUT_OF_DEVICE_MEMORY",
+            ),
+            (
+                BackendError::Execute("vkQueueSubmit failed with VK_ERROR_UNKNOWN".into()),
+                ds_status::DS_ENGINE,
+                "VK_ERROR_UNKNOWN",
+            ),
+        ];
+        for (fails, status, words) in cases {
+            let (got, message) = first_dispatch_on(fails);
+            assert_eq!(got, status, "{message}");
+            assert!(message.contains(words), "{message}");
+        }
+    }
+
+    /// Every kind has the status the header documents for it.
+    #[test]
+    fn every_failure_kind_has_its_status() {
+        use FailureKind::*;
+        let statuses = [
+            (BadInput, ds_status::DS_BAD_INPUT),
+            (Order, ds_status::DS_ORDER),
+            (DeviceLost, ds_status::DS_DEVICE_LOST),
+            (OutOfMemory, ds_status::DS_OUT_OF_MEMORY),
+            (HostCallback, ds_status::DS_HOST_CALLBACK),
+            (Device, ds_status::DS_ENGINE),
+        ];
+        for (kind, status) in statuses {
+            assert_eq!(status_of(kind), status, "{kind:?}");
+        }
+    }
 }

@@ -757,11 +757,13 @@ fn bad_dispatches_and_events_are_reported_not_fatal() {
         index,
         program,
         message,
+        kind,
     } = failed
     else {
         unreachable!()
     };
     assert_eq!((index, program), (0, 0xdead_0000));
+    assert_eq!(kind, Some(dispatchscope_core::FailureKind::BadInput));
     assert!(message.contains("size 0"), "{message}");
     assert!(seen.iter().any(|m| matches!(m, ToDebugger::EventFailed { message, .. } if message.contains("0x12340000"))), "{seen:?}");
     drop(c);

@@ -30,7 +30,7 @@ pub mod rules;
 
 pub use addr::ByteRange;
 pub use backend::{Backend, CpuBackend};
-pub use engine::{DeviceWriteBackError, Engine, EngineError};
+pub use engine::{DeviceWriteBackError, Engine, EngineError, FailureKind};
 pub use input::Event;
 pub use input::{Access, AccessKind, DeviceLimits, DispatchInput, DispatchKind, Slot};
 pub use memory::GuestMemory;

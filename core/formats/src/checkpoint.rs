@@ -33,7 +33,7 @@ use crate::sample::{Sample, SampleError, Step};
 use crate::session::{
     CaptureFile, CaptureMeta, DispatchRecord, SessionError, capture_meta, contents_bytes,
 };
-use dispatchscope_core::chunk_table::{ChunkTable, TableSlot};
+use dispatchscope_core::chunk_table::{ChunkTable, TableError, TableSlot};
 use dispatchscope_core::memory::{GuestMemory, PageState, ProtectedTarget};
 use dispatchscope_core::{ByteRange, CpuBackend, Engine};
 
@@ -106,27 +106,26 @@ impl MemoryState {
     }
 
     /// Checks that the runs of each reservation cover it exactly, page by page.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), CheckpointError> {
         if !self.page_bytes.is_power_of_two() {
-            return Err(format!(
-                "page size {:#x} is not a power of two",
-                self.page_bytes
-            ));
+            return Err(CheckpointError::PageSize {
+                page_bytes: self.page_bytes,
+            });
         }
         for r in &self.reservations {
             let pages: u64 = r
                 .runs
                 .iter()
                 .try_fold(0u64, |n, run| n.checked_add(run.pages))
-                .ok_or_else(|| format!("reservation {}: the page count overflows", r.range))?;
+                .ok_or(CheckpointError::PageCount { range: r.range })?;
             let want = r.range.size_bytes() / self.page_bytes;
             if pages != want || r.range.size_bytes() % self.page_bytes != 0 {
-                return Err(format!(
-                    "reservation {} ({} bytes) holds {want} pages of {:#x} bytes, but its runs count {pages}",
-                    r.range,
-                    r.range.size_bytes(),
-                    self.page_bytes
-                ));
+                return Err(CheckpointError::Runs {
+                    range: r.range,
+                    want,
+                    page_bytes: self.page_bytes,
+                    pages,
+                });
             }
         }
         Ok(())
@@ -139,9 +138,9 @@ pub fn encode_memory_state(state: &MemoryState) -> Vec<u8> {
 }
 
 /// Reads a [`MEMORY_STATE`] record's payload, checking that each reservation's runs cover it.
-pub fn decode_memory_state(bytes: &[u8]) -> Result<MemoryState, String> {
+pub fn decode_memory_state(bytes: &[u8]) -> Result<MemoryState, CheckpointError> {
     serde_json::from_slice::<MemoryState>(bytes)
-        .map_err(|e| format!("the memory state: {e}"))
+        .map_err(|e| CheckpointError::MemoryJson { why: e.to_string() })
         .and_then(|m| m.check().map(|()| m))
 }
 
@@ -206,20 +205,20 @@ fn table_payload(header: &TableHeader, body: &[u8]) -> Vec<u8> {
 }
 
 /// Splits a table-state payload into its header and body.
-fn split_table_payload(bytes: &[u8]) -> Result<(TableHeader, &[u8]), String> {
+fn split_table_payload(bytes: &[u8]) -> Result<(TableHeader, &[u8]), CheckpointError> {
     let (len, rest) = bytes
         .split_first_chunk::<4>()
-        .ok_or_else(|| format!("{} bytes, less than the header length", bytes.len()))?;
+        .ok_or(CheckpointError::NoHeaderLength { bytes: bytes.len() })?;
     let len = u32::from_le_bytes(*len) as usize;
     if rest.len() < len {
-        return Err(format!(
-            "says a {len}-byte header but holds {} bytes",
-            rest.len()
-        ));
+        return Err(CheckpointError::HeaderCut {
+            header_bytes: len,
+            bytes: rest.len(),
+        });
     }
     let (head, body) = rest.split_at(len);
-    let header: TableHeader =
-        serde_json::from_slice(head).map_err(|e| format!("the table header: {e}"))?;
+    let header: TableHeader = serde_json::from_slice(head)
+        .map_err(|e| CheckpointError::TableHeaderJson { why: e.to_string() })?;
     Ok((header, body))
 }
 
@@ -336,24 +335,21 @@ impl TableWriter {
 /// Checks a [`TABLE_STATE`] payload's shape without building the table: its header, a full
 /// record's slots (checked as [`ChunkTable::from_slots`] does) or a delta's entries (each slot
 /// inside the table). Returns whether it is a delta.
-pub fn check_table_payload(bytes: &[u8]) -> Result<bool, String> {
+pub fn check_table_payload(bytes: &[u8]) -> Result<bool, CheckpointError> {
     let (header, body) = split_table_payload(bytes)?;
     if header.delta {
         if !body.len().is_multiple_of(DELTA_ENTRY_BYTES) {
-            return Err(format!(
-                "a delta of {} bytes, not a multiple of {DELTA_ENTRY_BYTES}",
-                body.len()
-            ));
+            return Err(CheckpointError::DeltaLength { bytes: body.len() });
         }
         if let Some(slot) = body
             .chunks_exact(DELTA_ENTRY_BYTES)
             .map(|e| u64_at(e, 0))
             .find(|&slot| slot >= header.capacity)
         {
-            return Err(format!(
-                "a delta changes slot {slot} of a table of {}",
-                header.capacity
-            ));
+            return Err(CheckpointError::DeltaSlot {
+                slot,
+                capacity: header.capacity,
+            });
         }
         return Ok(true);
     }
@@ -377,37 +373,38 @@ impl TableState {
     }
 
     /// Reads a full payload [`TableState::encode`] wrote; every length and slot is checked.
-    pub fn decode(bytes: &[u8]) -> Result<TableState, String> {
+    pub fn decode(bytes: &[u8]) -> Result<TableState, CheckpointError> {
         let (header, body) = split_table_payload(bytes)?;
         if header.delta {
-            return Err("a delta record read as a full one".into());
+            return Err(CheckpointError::DeltaAsFull);
         }
         let image = full_image(&header, body)?;
         Self::from_image(&header, &image)
     }
 
-    fn from_image(header: &TableHeader, image: &[TableSlot]) -> Result<TableState, String> {
+    fn from_image(
+        header: &TableHeader,
+        image: &[TableSlot],
+    ) -> Result<TableState, CheckpointError> {
         let table = ChunkTable::from_slots(
             header.chunk_bytes,
             header.probe_bound,
             header.multiplier,
             image,
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         Ok(TableState { table })
     }
 }
 
 /// Every slot of a full record.
-fn full_image(header: &TableHeader, body: &[u8]) -> Result<Vec<TableSlot>, String> {
+fn full_image(header: &TableHeader, body: &[u8]) -> Result<Vec<TableSlot>, CheckpointError> {
     let slot_bytes = std::mem::size_of::<TableSlot>();
     if !body.len().is_multiple_of(slot_bytes) || (body.len() / slot_bytes) as u64 != header.capacity
     {
-        return Err(format!(
-            "says {} slots but holds {} bytes of slots",
-            header.capacity,
-            body.len()
-        ));
+        return Err(CheckpointError::Slots {
+            capacity: header.capacity,
+            bytes: body.len(),
+        });
     }
     Ok(body
         .chunks_exact(slot_bytes)
@@ -419,20 +416,17 @@ fn full_image(header: &TableHeader, body: &[u8]) -> Result<Vec<TableSlot>, Strin
 }
 
 /// Applies a delta record's body to `image`.
-fn apply_delta(image: &mut [TableSlot], body: &[u8]) -> Result<(), String> {
+fn apply_delta(image: &mut [TableSlot], body: &[u8]) -> Result<(), CheckpointError> {
     if !body.len().is_multiple_of(DELTA_ENTRY_BYTES) {
-        return Err(format!(
-            "a delta of {} bytes, not a multiple of {DELTA_ENTRY_BYTES}",
-            body.len()
-        ));
+        return Err(CheckpointError::DeltaLength { bytes: body.len() });
     }
-    let n = image.len();
+    let capacity = image.len() as u64;
     for e in body.chunks_exact(DELTA_ENTRY_BYTES) {
         let slot = u64_at(e, 0);
         let s = usize::try_from(slot)
             .ok()
             .and_then(|i| image.get_mut(i))
-            .ok_or_else(|| format!("a delta changes slot {slot} of a table of {n}"))?;
+            .ok_or(CheckpointError::DeltaSlot { slot, capacity })?;
         *s = TableSlot {
             guest_chunk: u64_at(e, 8),
             device_addr: u64_at(e, 16),
@@ -559,7 +553,7 @@ impl StateIndex {
         pos: usize,
         mut read: impl FnMut(usize) -> Result<Vec<u8>, E>,
     ) -> Result<Option<(usize, usize, TableState)>, Rebuild<E>> {
-        let bad = |record: usize, message: String| Rebuild::Bad { record, message };
+        let bad = |record: usize, error: CheckpointError| Rebuild::Bad { record, error };
         let k = self.table.partition_point(|e| e.pos <= pos);
         let Some(last) = k.checked_sub(1) else {
             return Ok(None);
@@ -578,10 +572,7 @@ impl StateIndex {
         let (header, mut image) = loop {
             let e = self.table[at];
             if !e.known {
-                return Err(bad(
-                    e.record,
-                    "a table delta follows a record that says the table is unknown".into(),
-                ));
+                return Err(bad(e.record, CheckpointError::DeltaAfterUnknown));
             }
             let bytes = read(e.record).map_err(Rebuild::Read)?;
             let (header, body) = split_table_payload(&bytes).map_err(|m| bad(e.record, m))?;
@@ -593,12 +584,7 @@ impl StateIndex {
             match at.checked_sub(1) {
                 Some(prev) if deltas.len() <= MAX_TABLE_DELTAS => at = prev,
                 _ => {
-                    return Err(bad(
-                        e.record,
-                        format!(
-                            "a table delta with no full table within {MAX_TABLE_DELTAS} records before it"
-                        ),
-                    ));
+                    return Err(bad(e.record, CheckpointError::NoFullTable));
                 }
             }
         };
@@ -620,8 +606,101 @@ pub enum Rebuild<E> {
         /// Its index.
         record: usize,
         /// What is wrong.
-        message: String,
+        error: CheckpointError,
     },
+}
+
+/// Why a checkpoint of engine state (a [`MEMORY_STATE`] or [`TABLE_STATE`] record) cannot be
+/// read; each message names the values.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CheckpointError {
+    /// The memory state's page size is not a power of two.
+    #[error("page size {page_bytes:#x} is not a power of two")]
+    PageSize {
+        /// The page size.
+        page_bytes: u64,
+    },
+    /// A reservation's runs count more pages than 64 bits hold.
+    #[error("reservation {range}: the page count overflows")]
+    PageCount {
+        /// The reservation.
+        range: ByteRange,
+    },
+    /// A reservation's runs do not cover it page by page.
+    #[error(
+        "reservation {range} ({size} bytes) holds {want} pages of {page_bytes:#x} bytes, but its runs count {pages}",
+        size = range.size_bytes()
+    )]
+    Runs {
+        /// The reservation.
+        range: ByteRange,
+        /// The pages it holds.
+        want: u64,
+        /// The page size.
+        page_bytes: u64,
+        /// The pages its runs count.
+        pages: u64,
+    },
+    /// The memory state is not the JSON of one.
+    #[error("the memory state: {why}")]
+    MemoryJson {
+        /// The JSON reader's message.
+        why: String,
+    },
+    /// A table record too short to hold its header's length.
+    #[error("{bytes} bytes, less than the header length")]
+    NoHeaderLength {
+        /// The record's bytes.
+        bytes: usize,
+    },
+    /// A table record shorter than the header it announces.
+    #[error("says a {header_bytes}-byte header but holds {bytes} bytes")]
+    HeaderCut {
+        /// The header's length it says.
+        header_bytes: usize,
+        /// The bytes after the length.
+        bytes: usize,
+    },
+    /// The table header is not the JSON of one.
+    #[error("the table header: {why}")]
+    TableHeaderJson {
+        /// The JSON reader's message.
+        why: String,
+    },
+    /// A full table record whose slots are not its header's capacity.
+    #[error("says {capacity} slots but holds {bytes} bytes of slots")]
+    Slots {
+        /// The slots the header says.
+        capacity: u64,
+        /// The bytes of slots it holds.
+        bytes: usize,
+    },
+    /// A delta record whose length is not a whole number of entries.
+    #[error("a delta of {bytes} bytes, not a multiple of {DELTA_ENTRY_BYTES}")]
+    DeltaLength {
+        /// Its body's bytes.
+        bytes: usize,
+    },
+    /// A delta entry for a slot outside the table.
+    #[error("a delta changes slot {slot} of a table of {capacity}")]
+    DeltaSlot {
+        /// The slot.
+        slot: u64,
+        /// The table's slots.
+        capacity: u64,
+    },
+    /// A delta record read where a full one is wanted.
+    #[error("a delta record read as a full one")]
+    DeltaAsFull,
+    /// A delta that follows a record saying the table is unknown.
+    #[error("a table delta follows a record that says the table is unknown")]
+    DeltaAfterUnknown,
+    /// A delta with no full record close enough before it.
+    #[error("a table delta with no full table within {MAX_TABLE_DELTAS} records before it")]
+    NoFullTable,
+    /// The slots do not make a table ([`ChunkTable::from_slots`]).
+    #[error(transparent)]
+    Table(#[from] TableError),
 }
 
 fn latest(list: &[Entry], pos: usize) -> StateAt {
@@ -774,7 +853,7 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
     /// Reads the [`MEMORY_STATE`] record at `records()[idx]`.
     pub fn memory_state(&mut self, idx: usize) -> Result<MemoryState, SessionError> {
         let bytes = self.read_record(idx)?;
-        decode_memory_state(&bytes).map_err(|message| self.bad_record(idx, message))
+        decode_memory_state(&bytes).map_err(|e| self.bad_record(idx, e.to_string()))
     }
 
     /// Why the [`MEMORY_UNKNOWN`] or [`TABLE_UNKNOWN`] record at `records()[idx]` says a state
@@ -796,7 +875,7 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
             .rebuild_table(pos, |i| self.read_record(i))
             .map_err(|e| match e {
                 Rebuild::Read(e) => e,
-                Rebuild::Bad { record, message } => self.bad_record(record, message),
+                Rebuild::Bad { record, error } => self.bad_record(record, error.to_string()),
             })
     }
 }
@@ -904,8 +983,8 @@ mod tests {
         };
         assert!(index.rebuild_table(5, read).unwrap().is_none());
         match index.rebuild_table(7, read) {
-            Err(Rebuild::Bad { record: 6, message }) => {
-                assert!(message.contains("unknown"), "{message}")
+            Err(Rebuild::Bad { record: 6, error }) => {
+                assert_eq!(error, CheckpointError::DeltaAfterUnknown)
             }
             other => panic!("{other:?}"),
         }
@@ -915,16 +994,20 @@ mod tests {
         let mut far = delta.clone();
         let n = far.len();
         far[n - 24..n - 16].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(check_table_payload(&far).unwrap_err().contains("slot"));
+        assert!(matches!(
+            check_table_payload(&far),
+            Err(CheckpointError::DeltaSlot { .. })
+        ));
         assert!(decode_memory_state(b"{").is_err());
         let bad = MemoryState {
             page_bytes: 3,
             ..MemoryState::default()
         };
-        assert!(
+        assert_eq!(
             decode_memory_state(&encode_memory_state(&bad))
                 .unwrap_err()
-                .contains("power of two")
+                .to_string(),
+            "page size 0x3 is not a power of two"
         );
     }
 
@@ -936,13 +1019,13 @@ mod tests {
         assert_eq!(TableState::decode(&p).unwrap().table.slots(), t.slots());
         p.truncate(p.len() - 16);
         let e = TableState::decode(&p).unwrap_err();
-        assert!(e.contains("slots"), "{e}");
+        assert!(e.to_string().contains("slots"), "{e}");
         let mut image = vec![TableSlot::EMPTY; 16];
         assert!(apply_delta(&mut image, &[0u8; 23]).is_err());
         let mut far = Vec::new();
         far.extend_from_slice(&99u64.to_le_bytes());
         far.extend_from_slice(&[0u8; 16]);
         let e = apply_delta(&mut image, &far).unwrap_err();
-        assert!(e.contains("slot 99"), "{e}");
+        assert_eq!(e.to_string(), "a delta changes slot 99 of a table of 16");
     }
 }

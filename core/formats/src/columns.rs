@@ -471,11 +471,21 @@ pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> 
         });
     }
     let total: u64 = counts.iter().map(|&c| u64::from(c)).sum();
-    let mut all = words(r, total)?.into_iter();
-    for (a, &k) in out.iter_mut().zip(&counts) {
-        a.values = all.by_ref().take(k as usize).collect();
-    }
+    deal(&mut out, &counts, words(r, total)?, |a, v| a.values = v);
     Ok(out)
+}
+
+/// Deals `all` to the rows of `out` in order, `counts[i]` to row `i`, through `set`.
+pub(crate) fn deal<T, R>(
+    out: &mut [R],
+    counts: &[u32],
+    all: impl IntoIterator<Item = T>,
+    mut set: impl FnMut(&mut R, Vec<T>),
+) {
+    let mut all = all.into_iter();
+    for (row, &k) in out.iter_mut().zip(counts) {
+        set(row, all.by_ref().take(k as usize).collect());
+    }
 }
 
 /// Reads a report's access block from `r`.
@@ -572,7 +582,7 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
     }
     let total_probes: u64 = n_probes.iter().map(|&c| u64::from(c)).sum();
     let pb = rows(r, "probe rows", total_probes, PROBE_ROW_BYTES)?;
-    let mut probes = pb
+    let probes = pb
         .chunks_exact(PROBE_ROW_BYTES)
         .enumerate()
         .map(|(i, chunk)| {
@@ -593,18 +603,13 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
                 }),
             }
         });
-    for (l, &k) in lookups.iter_mut().zip(&n_probes) {
-        l.probes = probes.by_ref().take(k as usize).collect::<Result<_, _>>()?;
-    }
-    let mut lookups = lookups.into_iter();
-    for (a, &k) in out.iter_mut().zip(&n_lookups) {
-        a.lookups = lookups.by_ref().take(k as usize).collect();
-    }
+    let probes = probes.collect::<Result<Vec<_>, _>>()?;
+    deal(&mut lookups, &n_probes, probes, |l, v| l.probes = v);
+    deal(&mut out, &n_lookups, lookups, |a, v| a.lookups = v);
     let total_values: u64 = n_values.iter().map(|&c| u64::from(c)).sum();
-    let mut all = words(r, total_values)?.into_iter();
-    for (a, &k) in out.iter_mut().zip(&n_values) {
-        a.values = all.by_ref().take(k as usize).collect();
-    }
+    deal(&mut out, &n_values, words(r, total_values)?, |a, v| {
+        a.values = v
+    });
     Ok(out)
 }
 

@@ -36,7 +36,7 @@
 //! never a panic.
 
 use crate::columns::{
-    ColumnsError, KINDS, Reader, code, kind_code, op_code, route_parts, rule_code, usize_of,
+    ColumnsError, KINDS, Reader, code, deal, kind_code, op_code, route_parts, rule_code, usize_of,
 };
 use dispatchscope_core::input::{Access, Op};
 use dispatchscope_core::report::{AccessReport, LookupOutcome, LookupTrace, ProbeStep, Route};
@@ -375,14 +375,6 @@ fn fit32(v: u64, part: &'static str, row: usize) -> Result<u32, ColumnsError> {
         row,
         what: format!("the {part} {v} does not fit 32 bits"),
     })
-}
-
-/// Hands out `counts[i]` items of `all` to each of `out`'s rows through `set`.
-fn deal<T, R>(out: &mut [R], counts: &[u32], all: Vec<T>, mut set: impl FnMut(&mut R, Vec<T>)) {
-    let mut all = all.into_iter();
-    for (row, &k) in out.iter_mut().zip(counts) {
-        set(row, all.by_ref().take(k as usize).collect());
-    }
 }
 
 /// The sum of `counts`, checked against the bytes left at `min` bytes an item.

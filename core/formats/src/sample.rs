@@ -12,7 +12,7 @@ use thiserror::Error;
 use dispatchscope_core::addr::bytes_hex;
 use dispatchscope_core::addr::hex;
 use dispatchscope_core::backend::Backend;
-use dispatchscope_core::engine::{Engine, EngineError};
+use dispatchscope_core::engine::{Engine, EngineError, FailureKind};
 use dispatchscope_core::input::Event;
 use dispatchscope_core::input::{DeviceLimits, DispatchInput};
 use dispatchscope_core::report::DispatchReport;
@@ -184,6 +184,17 @@ pub enum SampleError {
         /// Why.
         error: EngineError,
     },
+}
+
+impl SampleError {
+    /// Its kind: a step or contents the engine failed say the engine's ([`EngineError::kind`]: a
+    /// lost device is not bad input); every other error is the sample's, bad input.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            SampleError::Contents { error, .. } | SampleError::Step { error, .. } => error.kind(),
+            _ => FailureKind::BadInput,
+        }
+    }
 }
 
 impl Sample {

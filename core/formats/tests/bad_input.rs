@@ -144,3 +144,89 @@ proptest! {
         open_capture(bytes, None);
     }
 }
+
+/// The CPU reference, but its device fails every dispatch with `fails`.
+struct Failing {
+    cpu: dispatchscope_core::CpuBackend,
+    fails: dispatchscope_core::backend::BackendError,
+}
+
+impl dispatchscope_core::Backend for Failing {
+    fn name(&self) -> String {
+        "failing".into()
+    }
+    fn import(
+        &mut self,
+        piece: dispatchscope_core::ByteRange,
+        memory: &dispatchscope_core::GuestMemory,
+    ) -> Result<u64, dispatchscope_core::backend::BackendError> {
+        self.cpu.import(piece, memory)
+    }
+    fn release(
+        &mut self,
+        device_base: u64,
+    ) -> Result<(), dispatchscope_core::backend::BackendError> {
+        self.cpu.release(device_base)
+    }
+    fn place_table(
+        &mut self,
+        table: &dispatchscope_core::chunk_table::ChunkTable,
+        budget_bytes: u64,
+    ) -> Result<
+        (u64, dispatchscope_core::report::Placement),
+        dispatchscope_core::backend::BackendError,
+    > {
+        self.cpu.place_table(table, budget_bytes)
+    }
+    fn calls(&self) -> u64 {
+        self.cpu.calls()
+    }
+    fn execute(
+        &mut self,
+        _job: &dispatchscope_core::exec::Job<'_>,
+        _table: Option<&dispatchscope_core::chunk_table::ChunkTable>,
+        _memory: &mut dispatchscope_core::GuestMemory,
+    ) -> Result<dispatchscope_core::exec::Outcome, dispatchscope_core::backend::BackendError> {
+        Err(self.fails.clone())
+    }
+}
+
+/// A replay whose device fails is not bad input: the sample's error keeps the device's kind (a
+/// lost device apart from exhausted memory), which the command line's exit status and words use.
+#[test]
+fn a_failing_device_is_not_bad_input() {
+    use dispatchscope_core::FailureKind;
+    use dispatchscope_core::backend::BackendError;
+    let (_, text) = samples()
+        .into_iter()
+        .find(|(n, _)| n == "run305-overlap.json")
+        .unwrap();
+    let sample = Sample::from_json(&text).unwrap();
+    for (fails, kind) in [
+        (
+            BackendError::DeviceLost {
+                call: "vkQueueSubmit".into(),
+            },
+            FailureKind::DeviceLost,
+        ),
+        (
+            BackendError::OutOfMemory {
+                what: "vkAllocateMemory answered VK_ERROR_OUT_OF_DEVICE_MEMORY".into(),
+            },
+            FailureKind::OutOfMemory,
+        ),
+        (
+            BackendError::Execute("VK_ERROR_UNKNOWN".into()),
+            FailureKind::Device,
+        ),
+    ] {
+        let backend = Failing {
+            cpu: dispatchscope_core::CpuBackend::new(),
+            fails,
+        };
+        let e = sample.run_on(sample.device.clone(), backend).unwrap_err();
+        assert_eq!(e.kind(), kind, "{e}");
+    }
+    let broken = Sample::from_json("{").unwrap_err();
+    assert_eq!(broken.kind(), FailureKind::BadInput);
+}

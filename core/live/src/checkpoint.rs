@@ -288,13 +288,17 @@ impl Checkpoint {
             }
             *slot = Some(match kind {
                 PART_MEMORY => {
-                    decode_memory_state(body)
-                        .map_err(|message| CheckpointError::Memory { dispatch, message })?;
+                    decode_memory_state(body).map_err(|message| CheckpointError::Memory {
+                        dispatch,
+                        message: message.to_string(),
+                    })?;
                     StatePart::Known(body.to_vec())
                 }
                 PART_TABLE => {
-                    check_table_payload(body)
-                        .map_err(|message| CheckpointError::Table { dispatch, message })?;
+                    check_table_payload(body).map_err(|message| CheckpointError::Table {
+                        dispatch,
+                        message: message.to_string(),
+                    })?;
                     StatePart::Known(body.to_vec())
                 }
                 _ => {

@@ -606,7 +606,7 @@ pub enum ToDebugger {
         /// Why, naming the values.
         message: String,
     },
-    /// A dispatch the engine refused as bad input; it did not run and took no index.
+    /// A dispatch the engine could not run (bad input, or its device failed); it took no index.
     DispatchFailed {
         /// The index it would have had.
         index: u64,
@@ -615,6 +615,10 @@ pub enum ToDebugger {
         program: u64,
         /// Why.
         message: String,
+        /// What kind of failure (a lost device, exhausted memory, bad input…), from
+        /// `EngineError::kind`; absent from a target that did not send it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kind: Option<dispatchscope_core::FailureKind>,
     },
     /// The target paused before dispatch `next_dispatch`.
     Paused {
@@ -636,6 +640,19 @@ pub enum ToDebugger {
     },
     /// Figures.
     Stats(Stats),
+}
+
+/// The kind of a dispatch's failure for [`ToDebugger::DispatchFailed`], where the error is the
+/// engine's or its backend's ([`dispatchscope_core::EngineError::kind`]); `None` for an error of
+/// the emulator's own (a device pass it ran itself), which says its kind in its words alone.
+pub fn failure_kind_of<E: 'static>(e: &E) -> Option<dispatchscope_core::FailureKind> {
+    let any: &dyn std::any::Any = e;
+    any.downcast_ref::<dispatchscope_core::EngineError>()
+        .map(dispatchscope_core::EngineError::kind)
+        .or_else(|| {
+            any.downcast_ref::<dispatchscope_core::backend::BackendError>()
+                .map(dispatchscope_core::backend::BackendError::kind)
+        })
 }
 
 impl ToDebugger {

@@ -383,7 +383,7 @@ impl LiveStore {
     /// Guest memory's state from the MEMORY_STATE record `record` that [`Self::states`] names.
     pub fn memory_state(&mut self, record: usize) -> Result<MemoryState, StoreError> {
         let bytes = self.read_state(record, MEMORY_STATE)?;
-        decode_memory_state(&bytes).map_err(|message| self.state_error(record, message))
+        decode_memory_state(&bytes).map_err(|e| self.state_error(record, e.to_string()))
     }
 
     /// Why the MEMORY_UNKNOWN or TABLE_UNKNOWN record `record` says a state is unknown.
@@ -406,7 +406,7 @@ impl LiveStore {
             .rebuild_table(pos, |seq| read_seq(recorder, reader, seq, TABLE_STATE))
             .map_err(|e| match e {
                 Rebuild::Read(e) => e,
-                Rebuild::Bad { record, message } => self.state_error(record, message),
+                Rebuild::Bad { record, error } => self.state_error(record, error.to_string()),
             })
     }
 

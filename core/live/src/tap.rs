@@ -191,7 +191,7 @@ impl Tap {
     /// snapshots are those of [`Tap::dispatch`]; `run`'s error is sent as the dispatch's failure.
     /// Detached, it costs what [`Tap::dispatch`] does: one relaxed load, then `run`.
     /// (Issue 14's demo runs its device pass through it, `app/src/pass_demo.rs`.)
-    pub fn dispatch_with<B: Backend, E: std::fmt::Display>(
+    pub fn dispatch_with<B: Backend, E: std::fmt::Display + 'static>(
         &mut self,
         engine: &mut Engine<B>,
         input: &DispatchInput,
@@ -251,7 +251,7 @@ impl Tap {
     /// The attached path of [`Tap::dispatch`] and [`Tap::dispatch_with`]: `run` is the dispatch.
     #[cold]
     #[inline(never)]
-    fn dispatch_attached<B: Backend, E: std::fmt::Display>(
+    fn dispatch_attached<B: Backend, E: std::fmt::Display + 'static>(
         &mut self,
         engine: &mut Engine<B>,
         input: &DispatchInput,
@@ -280,7 +280,7 @@ impl Tap {
     /// breakpoint on what it shows (a refusal, an escape) stops the calling thread here.
     /// Detached, one relaxed load.
     #[inline]
-    pub fn after_complete<B: Backend, E: std::fmt::Display>(
+    pub fn after_complete<B: Backend, E: std::fmt::Display + 'static>(
         &mut self,
         engine: &Engine<B>,
         input: &DispatchInput,
@@ -322,7 +322,7 @@ impl Tap {
     /// After the dispatch: its report (or failure) to the debugger, then a pause it asked for.
     #[cold]
     #[inline(never)]
-    fn after_attached<B: Backend, E: std::fmt::Display>(
+    fn after_attached<B: Backend, E: std::fmt::Display + 'static>(
         &mut self,
         engine: &Engine<B>,
         input: &DispatchInput,
@@ -367,6 +367,7 @@ impl Tap {
                     index,
                     program: input.program,
                     message: e.to_string(),
+                    kind: crate::protocol::failure_kind_of(&*e),
                 }));
             }
         }

@@ -182,9 +182,16 @@ impl Backend for VulkanBackend {
                     &mut self.calls,
                 )
             })
-            .map_err(|e| BackendError::Table {
-                bytes,
-                why: e.to_string(),
+            .map_err(|e| {
+                // A lost device or exhausted memory says so, whatever was being placed.
+                if e.is_lost_or_out_of_memory() {
+                    BackendError::from(e)
+                } else {
+                    BackendError::Table {
+                        bytes,
+                        why: e.to_string(),
+                    }
+                }
             })
     }
 

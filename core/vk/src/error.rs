@@ -241,6 +241,28 @@ pub fn check<T>(call: &'static str, result: Result<T, vk::Result>) -> Result<T, 
     })
 }
 
+impl VkError {
+    /// Whether this is a lost device or exhausted memory (of the device, or of the host: a
+    /// `VkResult` that says so, or a mirror the host could not allocate): the failures whose kind
+    /// survives whatever the backend was doing (an import, placing the table), so that
+    /// [`dispatchscope_core::backend::BackendError`] says [`DeviceLost`] or [`OutOfMemory`]
+    /// rather than what was being done.
+    ///
+    /// [`DeviceLost`]: dispatchscope_core::backend::BackendError::DeviceLost
+    /// [`OutOfMemory`]: dispatchscope_core::backend::BackendError::OutOfMemory
+    pub fn is_lost_or_out_of_memory(&self) -> bool {
+        matches!(
+            self,
+            VkError::Call {
+                result: vk::Result::ERROR_DEVICE_LOST
+                    | vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
+                    | vk::Result::ERROR_OUT_OF_HOST_MEMORY,
+                ..
+            } | VkError::HostAlloc { .. }
+        )
+    }
+}
+
 impl From<VkError> for dispatchscope_core::backend::BackendError {
     fn from(e: VkError) -> Self {
         match e {
@@ -268,6 +290,9 @@ impl From<VkError> for dispatchscope_core::backend::BackendError {
                 ..
             } => dispatchscope_core::backend::BackendError::OutOfMemory {
                 what: format!("{call} answered {code}"),
+            },
+            VkError::HostAlloc { .. } => dispatchscope_core::backend::BackendError::OutOfMemory {
+                what: e.to_string(),
             },
             other => dispatchscope_core::backend::BackendError::Execute(other.to_string()),
         }
@@ -338,5 +363,14 @@ mod tests {
         }
         .into();
         assert!(matches!(poisoned, BackendError::Execute(m) if m.contains("poisoned")));
+        let mirror: BackendError = VkError::HostAlloc {
+            bytes: 0x1000,
+            align: 0x1000,
+        }
+        .into();
+        assert!(
+            matches!(mirror, BackendError::OutOfMemory { .. }),
+            "{mirror:?}"
+        );
     }
 }

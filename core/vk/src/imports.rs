@@ -137,7 +137,7 @@ impl Imports {
         let host = mirror.addr();
         let (memory_obj, buffer, device_base) = self
             .import_host(mirror.as_ptr(), bytes, calls)
-            .map_err(|e| refused(host, e.to_string()))?;
+            .map_err(|e| keep_kind_or(e, |e| refused(host, e.to_string())))?;
         self.time.vulkan += copied.elapsed();
         self.by_base.insert(
             device_base,
@@ -202,7 +202,7 @@ impl Imports {
         let started = Instant::now();
         let (memory_obj, buffer, device_base) = self
             .import_host(host as *mut u8, bytes, calls)
-            .map_err(|e| refused(host, e.to_string()))?;
+            .map_err(|e| keep_kind_or(e, |e| refused(host, e.to_string())))?;
         self.time.vulkan += started.elapsed();
         self.time.zero_copy += 1;
         self.by_base.insert(
@@ -454,6 +454,16 @@ impl Imports {
             }
         }
         self.time.bytes_copied += copied;
+    }
+}
+
+/// `e` itself where it is a lost device or exhausted memory (its kind outlives the import it
+/// failed), else `refused(e)`: the import refused, named.
+fn keep_kind_or(e: VkError, refused: impl FnOnce(VkError) -> VkError) -> VkError {
+    if e.is_lost_or_out_of_memory() {
+        e
+    } else {
+        refused(e)
     }
 }
 

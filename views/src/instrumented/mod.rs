@@ -4,7 +4,7 @@
 //! captured lanes ([`escape_log`]).
 //!
 //! Selecting a site filters the log and the captured accesses to it and names its pc for the
-//! listing ([`PassPanel::selected_pc`], [`PassPanel::take_listing_request`]); clicking a cell of
+//! listing ([`PassPanel::selected_pc`], or [`Action::ShowInListing`] from its `ui`); clicking a cell of
 //! the picture selects its lanes ([`PassPanel::lane_request`]): a live link may ask the target to
 //! capture them on the next dispatch, and for a saved pass they filter what was captured and
 //! logged. The panel never changes the report and never talks to a target itself.
@@ -24,6 +24,7 @@ pub use escape_log::{EscapeLogView, LogFilter};
 pub use grid::{Colouring, GridView};
 pub use sites::{SiteColumn, SitesView};
 
+use crate::Action;
 use crate::style::{self, hex};
 use sites::count;
 
@@ -93,7 +94,6 @@ pub struct PassPanel {
     pub site: Option<u32>,
     /// The lanes of the selected grid cell.
     pub lanes: Option<LaneSelection>,
-    listing_request: Option<u64>,
 }
 
 impl PassPanel {
@@ -129,20 +129,17 @@ impl PassPanel {
         }
     }
 
-    /// The pc a person asked to see in the listing (a click on a site's pc), once.
-    pub fn take_listing_request(&mut self) -> Option<u64> {
-        self.listing_request.take()
-    }
-
-    /// Draws the tab for `report`.
-    pub fn ui(&mut self, ui: &mut egui::Ui, report: &DispatchReport) {
+    /// Draws the tab for `report`; returns what the person asked for (a site's pc to see in the
+    /// listing: [`Action::ShowInListing`]).
+    pub fn ui(&mut self, ui: &mut egui::Ui, report: &DispatchReport) -> Vec<Action> {
         puffin::profile_function!();
+        let mut actions = Vec::new();
         let Some(ir) = &report.instrumented else {
             style::nothing(
                 ui,
                 "This dispatch has no instrumented section: it did not run as an instrumented translated module.",
             );
-            return;
+            return actions;
         };
         if ir.control == ControlStatus::NotFired {
             egui::Frame::group(ui.style())
@@ -165,7 +162,7 @@ impl PassPanel {
                 Some(sel)
             };
         }
-        self.selection_ui(ui, ir);
+        self.selection_ui(ui, ir, &mut actions);
         ui.separator();
         let f = self.filter();
         let rest = ui.available_height();
@@ -181,7 +178,7 @@ impl PassPanel {
                 self.site = s;
             }
             if let Some(pc) = out.show_pc {
-                self.listing_request = Some(pc);
+                actions.push(Action::ShowInListing(pc));
                 self.site = ir.sites.iter().find(|s| s.pc == pc).map(|s| s.site);
             }
             egui::ScrollArea::horizontal()
@@ -193,9 +190,15 @@ impl PassPanel {
                     self.log.captured_ui(ui, ir, &f, (rest * 0.3).max(80.0));
                 });
         });
+        actions
     }
 
-    fn selection_ui(&mut self, ui: &mut egui::Ui, ir: &InstrumentedReport) {
+    fn selection_ui(
+        &mut self,
+        ui: &mut egui::Ui,
+        ir: &InstrumentedReport,
+        actions: &mut Vec<Action>,
+    ) {
         ui.horizontal_wrapped(|ui| {
             match &self.lanes {
                 Some(l) => {
@@ -227,7 +230,7 @@ impl PassPanel {
                     .color(style::SELECTED),
                 );
                 if ui.small_button("show in listing").clicked() {
-                    self.listing_request = Some(pc);
+                    actions.push(Action::ShowInListing(pc));
                 }
                 if ui.small_button("clear site").clicked() {
                     self.site = None;
@@ -430,7 +433,6 @@ mod tests {
         );
         // Each captured lane read four nodes in each of six instances.
         assert_eq!(escape_log::visible_captured(ir, &f).len(), 2 * 6 * 4);
-        assert_eq!(panel.take_listing_request(), None);
         assert!(panel.select_pc(ir, fixture::PROGRAM + 0x90));
         assert_eq!(panel.site, Some(fixture::ESCAPING_SITE));
         assert!(!panel.select_pc(ir, 0x1234));

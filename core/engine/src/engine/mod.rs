@@ -85,6 +85,88 @@ pub enum EngineError {
     Complete(#[from] CompleteError),
 }
 
+/// What kind of failure an [`EngineError`] is, for a caller that acts on the kind rather than on
+/// the words: the C ABI's status, the live wire's failed dispatch, the command line's exit status
+/// and the window. A lost device and exhausted memory stay apart from every other failure of the
+/// device, as the backend's [`BackendError::DeviceLost`] and [`BackendError::OutOfMemory`] keep
+/// them (`VK_ERROR_DEVICE_LOST`; `VK_ERROR_OUT_OF_DEVICE_MEMORY`, `VK_ERROR_OUT_OF_HOST_MEMORY`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FailureKind {
+    /// The input is malformed: a dispatch, an event, the limits, or what a device pass handed
+    /// back; the caller's to mend.
+    BadInput,
+    /// Prepare and complete out of order.
+    Order,
+    /// The device was lost: nothing more runs on it.
+    DeviceLost,
+    /// The device or the host ran out of memory.
+    OutOfMemory,
+    /// A call into the emulator's memory failed (host mode: commit, guard release, hand-off).
+    HostCallback,
+    /// The device failed otherwise (an import refused, the table not placed, a call that failed
+    /// with another code), or the chunk table could not be built.
+    Device,
+}
+
+impl FailureKind {
+    /// The kind in words, as the window and the command line name it.
+    pub fn words(self) -> &'static str {
+        match self {
+            FailureKind::BadInput => "bad input",
+            FailureKind::Order => "calls out of order",
+            FailureKind::DeviceLost => "device lost",
+            FailureKind::OutOfMemory => "out of memory",
+            FailureKind::HostCallback => "the emulator's memory call failed",
+            FailureKind::Device => "device failure",
+        }
+    }
+}
+
+impl std::fmt::Display for FailureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.words())
+    }
+}
+
+impl BackendError {
+    /// Its [`FailureKind`]: a lost device, exhausted memory, the emulator's memory call, or any
+    /// other failure of the device.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            BackendError::DeviceLost { .. } => FailureKind::DeviceLost,
+            BackendError::OutOfMemory { .. } => FailureKind::OutOfMemory,
+            BackendError::Host(_) => FailureKind::HostCallback,
+            BackendError::Import { .. }
+            | BackendError::UnknownImport { .. }
+            | BackendError::Execute(_)
+            | BackendError::Table { .. } => FailureKind::Device,
+        }
+    }
+}
+
+impl EngineError {
+    /// Its [`FailureKind`]: the one place an engine error is sorted by kind.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            EngineError::Memory(MemoryError::Host(_)) => FailureKind::HostCallback,
+            EngineError::Input(_)
+            | EngineError::Memory(_)
+            | EngineError::Limits(_)
+            | EngineError::DeviceWriteBack(_)
+            | EngineError::Complete(CompleteError::HolderSize { .. })
+            | EngineError::Complete(CompleteError::NotAHolder { .. })
+            | EngineError::Complete(CompleteError::MarkWords { .. })
+            | EngineError::Complete(CompleteError::Instrumentation(_)) => FailureKind::BadInput,
+            EngineError::Prepared(_) | EngineError::Complete(CompleteError::NotPrepared { .. }) => {
+                FailureKind::Order
+            }
+            EngineError::Backend(b) => b.kind(),
+            EngineError::Table(_) => FailureKind::Device,
+        }
+    }
+}
+
 /// Why [`Engine::write_back_from_device`] refused a device's holder bytes. Nothing was written.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum DeviceWriteBackError {
