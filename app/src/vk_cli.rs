@@ -6,7 +6,7 @@
 //! (device addresses put in guest terms) and in guest memory afterwards; it exits with status 1 if
 //! there is any, or if the device cannot run. It only wires `dispatchscope_vk::verify` to the terminal.
 //!
-//! `spirv-helper -o helper.spv [--variant helper|instrumented|raw]` writes the lookup helper as a
+//! `spirv-helper -o helper.spv [--variant helper|header|flat|instrumented|raw]` writes the lookup helper as a
 //! linkable SPIR-V library (`dispatchscope_vk::spirv::library`), for a translator in another
 //! language to link its module against with `spirv-link`; no device is needed.
 //! The library's contract (its module docs say it whole): every lane of a workgroup calls
@@ -108,7 +108,7 @@ pub fn spirv_helper_cmd(args: &SpirvHelperArgs) -> anyhow::Result<()> {
         .find(|v| v.name() == args.variant)
         .ok_or_else(|| {
             BadInput(format!(
-                "--variant {:?}: not one of helper, header, instrumented, raw",
+                "--variant {:?}: not one of flat, helper, header, instrumented, raw",
                 args.variant
             ))
         })?;
