@@ -1250,33 +1250,19 @@ fn emit_access(
                 })?;
                 let h1 = a.get(t.hit, v_h1)?;
                 let (d1, s1) = (a.extract(h1, 0)?, a.extract(h1, 1)?);
+                let hit1 = a.ne(s1, none)?;
                 let left = a.sub(t.u64, cb, off0)?;
-                for i in 0..vals.len() {
-                    let ci = a.c32(i as u32);
-                    let inside = a.ult(ci, n_words)?;
-                    a.if_(inside, |a| {
-                        let bi = a.c64(4 * i as u64);
-                        let first = a.bin(Op::ULessThan, t.bool_, bi, left)?;
-                        let slot = a.select(t.u32, first, s0, s1)?;
-                        let hit = a.ne(slot, none)?;
-                        a.if_else(
-                            hit,
-                            |a| {
-                                let in0 = a.add(t.u64, base0, bi)?;
-                                let past = a.sub(t.u64, bi, left)?;
-                                let in1 = a.add(t.u64, d1, past)?;
-                                let at = a.select(t.u64, first, in0, in1)?;
-                                word(a, i, at)
-                            },
-                            |a| {
-                                let m = a.get(t.u32, v_mask)?;
-                                let bits = a.c32(0xf << (4 * i));
-                                let m = a.or(t.u32, m, bits)?;
-                                a.set(v_mask, m)
-                            },
-                        )
-                    })?;
-                }
+                let across = Across {
+                    n_words,
+                    v_mask,
+                    words: vals.len(),
+                    left,
+                    base0,
+                    base1: d1,
+                    ok0: hit0,
+                    ok1: hit1,
+                };
+                words_across(a, &across, &word)?;
                 Ok(())
             };
             if shape.fast_path {
@@ -1405,6 +1391,53 @@ fn emit_access(
     Ok(f)
 }
 
+/// An access word by word across two chunks (or pages): word `i` lies in the first while `4 i` is
+/// below `left` (the bytes left in it), at `base0 + 4 i`, else in the second at `base1 + 4 i −
+/// left`; a word whose chunk is not there (`ok0`, `ok1` false) sets its four bits of the
+/// escaped-bytes mask instead.
+struct Across {
+    n_words: Word,
+    v_mask: Word,
+    words: usize,
+    left: Word,
+    base0: Word,
+    base1: Word,
+    ok0: Word,
+    ok1: Word,
+}
+
+/// The words of an access that crosses its chunk's end, or misses ([`Across`]): the path every
+/// access took before [`Shape::fast_path`], and the helper's and the flat table's alike.
+fn words_across(a: &mut Asm, x: &Across, word: &dyn Fn(&mut Asm, usize, Word) -> R<()>) -> R<()> {
+    let t = a.t;
+    for i in 0..x.words {
+        let ci = a.c32(i as u32);
+        let inside = a.ult(ci, x.n_words)?;
+        a.if_(inside, |a| {
+            let bi = a.c64(4 * i as u64);
+            let first = a.bin(Op::ULessThan, t.bool_, bi, x.left)?;
+            let there = a.select(t.bool_, first, x.ok0, x.ok1)?;
+            a.if_else(
+                there,
+                |a| {
+                    let in0 = a.add(t.u64, x.base0, bi)?;
+                    let past = a.sub(t.u64, bi, x.left)?;
+                    let in1 = a.add(t.u64, x.base1, past)?;
+                    let at = a.select(t.u64, first, in0, in1)?;
+                    word(a, i, at)
+                },
+                |a| {
+                    let m = a.get(t.u32, x.v_mask)?;
+                    let bits = a.c32(0xf << (4 * i));
+                    let m = a.or(t.u32, m, bits)?;
+                    a.set(x.v_mask, m)
+                },
+            )
+        })?;
+    }
+    Ok(())
+}
+
 /// One access of [`Variant::Flat`]: its guest address, size, words and escaped-bytes mask.
 struct FlatAccess {
     addr: Word,
@@ -1463,33 +1496,19 @@ fn emit_flat_access(
             a.set(v_e1, e1)
         })?;
         let e1 = a.get(t.u64, v_e1)?;
+        let mapped1 = a.ne(e1, z64)?;
         let left = a.sub(t.u64, page_bytes, off0)?;
-        for i in 0..x.words {
-            let ci = a.c32(i as u32);
-            let inside = a.ult(ci, x.n_words)?;
-            a.if_(inside, |a| {
-                let bi = a.c64(4 * i as u64);
-                let first = a.bin(Op::ULessThan, t.bool_, bi, left)?;
-                let e = a.select(t.u64, first, e0, e1)?;
-                let mapped = a.ne(e, z64)?;
-                a.if_else(
-                    mapped,
-                    |a| {
-                        let in0 = a.add(t.u64, base0, bi)?;
-                        let past = a.sub(t.u64, bi, left)?;
-                        let in1 = a.add(t.u64, e1, past)?;
-                        let at = a.select(t.u64, first, in0, in1)?;
-                        word(a, i, at)
-                    },
-                    |a| {
-                        let m = a.get(t.u32, x.v_mask)?;
-                        let bits = a.c32(0xf << (4 * i));
-                        let m = a.or(t.u32, m, bits)?;
-                        a.set(x.v_mask, m)
-                    },
-                )
-            })?;
-        }
+        let across = Across {
+            n_words: x.n_words,
+            v_mask: x.v_mask,
+            words: x.words,
+            left,
+            base0,
+            base1: e1,
+            ok0: mapped0,
+            ok1: mapped1,
+        };
+        words_across(a, &across, word)?;
         Ok(())
     };
     if shape.fast_path {
