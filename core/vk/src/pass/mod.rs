@@ -483,7 +483,7 @@ pub struct PipelineStats {
     /// `vkCreateComputePipelines` (and its shader module) on this device.
     pub creation: Duration,
     /// The driver's statistics of the compiled shader (name, value), where it gives them
-    /// ([`crate::DeviceInfo::pipeline_statistics`]).
+    /// (`DeviceInfo::pipeline_statistics`).
     pub driver: Vec<(String, String)>,
 }
 

@@ -66,7 +66,7 @@ pub(super) struct Asm {
     /// while its functions are emitted.
     pub(super) header_form: bool,
     /// The shape of the helper's access path and lookup while they are emitted.
-    pub(super) shape: super::library::Shape,
+    pub(super) shape: super::shape::Shape,
 }
 
 impl Asm {
@@ -141,7 +141,7 @@ impl Asm {
             lane_counts: None,
             interface: Vec::new(),
             header_form: false,
-            shape: super::library::Shape::SHIPPED,
+            shape: super::shape::Shape::SHIPPED,
         };
         let n = a.c32(32);
         let words = a.b.type_array(u32_, n);

@@ -38,6 +38,7 @@ mod helper;
 pub mod library;
 mod memory;
 mod replay;
+mod shape;
 #[cfg(feature = "demo")]
 pub mod traversal;
 
