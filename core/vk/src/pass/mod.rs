@@ -966,7 +966,10 @@ impl DevicePass {
         }
         self.masks.bytes_mut().fill(0);
         self.marks.bytes_mut().fill(0);
-        self.faults.bytes_mut().fill(0);
+        // The flat variant's fault bitmap (8 MiB over 40 bits), only where it runs.
+        if sequence.iter().any(|b| b.variant == Variant::Flat) {
+            self.faults.bytes_mut().fill(0);
+        }
         let mut w = PushBlock::default();
         self.table_push.write(&mut w);
         w.set64(traversal::push::TLAS, scene::TOP_AT);

@@ -1211,14 +1211,7 @@ fn emit_access(
                 words_across(a, &across, &word)?;
                 Ok(())
             };
-            if shape.fast_path {
-                // One chunk, hit: every word from the chunk's base, as the raw variant reads.
-                let one_chunk = a.lnot(split)?;
-                let fast = a.land(one_chunk, hit0)?;
-                a.if_else(fast, |a| words_from(a, base0), by_word)?;
-            } else {
-                by_word(a)?;
-            }
+            one_base_or_across(a, shape, split, hit0, |a| words_from(a, base0), by_word)?;
             let h1 = a.get(t.hit, v_h1)?;
             let (s1, n1) = (a.extract(h1, 1)?, a.extract(h1, 2)?);
             let hit1 = a.ne(s1, none)?;
@@ -1335,6 +1328,26 @@ fn emit_access(
         a.end_function()?;
     }
     Ok(f)
+}
+
+/// The two paths of an access ([`Shape::fast_path`]): one that lies in one chunk (or page, not
+/// `split`) whose first is there (`ok0`) reads every word from one base (`one_base`, as the raw
+/// variant reads); every other takes `across` ([`words_across`]). Without the fast path, every
+/// access takes `across`.
+fn one_base_or_across(
+    a: &mut Asm,
+    shape: Shape,
+    split: Word,
+    ok0: Word,
+    one_base: impl FnOnce(&mut Asm) -> R<()>,
+    across: impl FnOnce(&mut Asm) -> R<()>,
+) -> R<()> {
+    if !shape.fast_path {
+        return across(a);
+    }
+    let one_chunk = a.lnot(split)?;
+    let fast = a.land(one_chunk, ok0)?;
+    a.if_else(fast, one_base, across)
 }
 
 /// An access word by word across two chunks (or pages): word `i` lies in the first while `4 i` is
@@ -1457,13 +1470,7 @@ fn emit_flat_access(
         words_across(a, &across, word)?;
         Ok(())
     };
-    if shape.fast_path {
-        let one_page = a.lnot(split)?;
-        let fast = a.land(one_page, mapped0)?;
-        a.if_else(fast, |a| words_from(a, base0), by_word)?;
-    } else {
-        by_word(a)?;
-    }
+    one_base_or_across(a, shape, split, mapped0, |a| words_from(a, base0), by_word)?;
     // The fault bitmap: each page of the access whose entry is 0, a plain read-modify-write.
     let e1 = a.get(t.u64, v_e1)?;
     let faults = a.push_u64(push::FAULTS)?;
