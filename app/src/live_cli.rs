@@ -13,7 +13,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use dispatchscope_analysis::explain::{Detail, explain};
 use dispatchscope_core::report::{DispatchReport, SCHEMA};
-use dispatchscope_demo::{Demo, DemoConfig, RunOptions};
+use dispatchscope_demo::{Demo, DemoConfig, RunOptions, Streams};
 use dispatchscope_live::protocol::{DEFAULT_LISTEN, PROTOCOL, VERSION};
 use dispatchscope_live::{
     Breakpoints, ClientError, ClientOptions, LiveClient, PauseReason, RecordOptions, Tap,
@@ -53,6 +53,11 @@ pub struct DemoArgs {
     /// game's 12,000 dispatches a second.
     #[arg(long, default_value_t = dispatchscope_demo::GAME_DISPATCHES_PER_FRAME)]
     pub dispatches_per_frame: u32,
+    /// Send every dispatch with the access list the CPU reference executed (the tests' oracle),
+    /// instead of what a game's emulator has: bound passes through prepare and complete with
+    /// their write-back, device-addressed ones with their instrumented section.
+    #[arg(long)]
+    pub access_lists: bool,
     /// Run the full-screen traversal pass on Vulkan every frame at this grid (e.g. 1920x1080),
     /// one instrumented dispatch a frame streamed to the debugger, instead of the CPU scene
     /// (issue 14; one tap serves one engine, and the pass's engine holds the pass's memory).
@@ -174,6 +179,11 @@ pub fn demo_cmd(args: &DemoArgs) -> anyhow::Result<()> {
         refusal_every: args.refusal_every,
         escape_every: args.escape_every,
         dispatches_per_frame: args.dispatches_per_frame,
+        streams: if args.access_lists {
+            Streams::AccessLists
+        } else {
+            Streams::Game
+        },
         ..DemoConfig::default()
     })
     .context("starting the demo's engine")?;

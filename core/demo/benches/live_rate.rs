@@ -40,7 +40,7 @@ use dispatchscope_core::input::{
 };
 use dispatchscope_core::report::DispatchReport;
 use dispatchscope_core::{CpuBackend, Engine};
-use dispatchscope_demo::{Demo, DemoConfig};
+use dispatchscope_demo::{Demo, DemoConfig, Streams};
 use dispatchscope_formats::columns;
 use dispatchscope_live::protocol::{MAX_FRAME_BYTES, Snapshot, ToDebugger, encode_frame};
 use dispatchscope_live::wire::{Decoder, EncodedDispatch, Encoder};
@@ -64,9 +64,16 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// `LIVE_RATE_STREAMS=lists`: the demo sends the CPU reference's access lists (before issue 31);
+/// by default what a game streams ([`Streams::Game`]).
 fn per_frame_config() -> DemoConfig {
+    let streams = match std::env::var("LIVE_RATE_STREAMS").as_deref() {
+        Ok("lists") => Streams::AccessLists,
+        _ => Streams::Game,
+    };
     DemoConfig {
         dispatches_per_frame: env_or("LIVE_RATE_PER_FRAME", 200),
+        streams,
         ..DemoConfig::default()
     }
 }
@@ -335,6 +342,7 @@ fn stream() {
             )
             .unwrap();
             let (mut dropped, mut gaps, mut last) = (0u64, 0u64, None::<u64>);
+            let mut tap_ns = 0.0f64;
             let mut first_at = None;
             while !stop.load(Ordering::Relaxed) {
                 match c.recv_timeout(Duration::from_millis(50)) {
@@ -342,6 +350,7 @@ fn stream() {
                         let index = match &m {
                             ToDebugger::Stats(s) => {
                                 dropped = dropped.max(s.dropped);
+                                tap_ns = s.tap_ns_per_dispatch;
                                 None
                             }
                             ToDebugger::Dispatch { index, .. } => Some(*index),
@@ -367,7 +376,7 @@ fn stream() {
             let n = store.len();
             let _ = c.detach(Duration::from_secs(2));
             store.finish().unwrap();
-            (dropped, gaps, took, n, bytes)
+            (dropped, gaps, took, n, bytes, tap_ns)
         })
     };
     // Wait for the attach and the snapshot, then measure.
@@ -384,15 +393,17 @@ fn stream() {
         demo.frame(&mut tap).unwrap();
         std::thread::sleep(Duration::from_millis(16));
     }
-    let (dropped, gaps, _took, n, bytes) = debugger.join().unwrap();
+    let (dropped, gaps, _took, n, bytes, tap_ns) = debugger.join().unwrap();
     println!(
-        "stream: attached: {f1} frames, {:.0} dispatches/s made, {:.0} received and decoded a second, busy {:.2} ms a frame (worst {:.2} ms), {:.2}x detached; dropped {dropped} (the target's count), {gaps} gaps seen; the store wrote {n} dispatches, {:.1} MiB",
+        "stream: attached: {f1} frames, {:.0} dispatches/s made, {:.0} received and decoded a second, busy {:.2} ms a frame (worst {:.2} ms), {:.2}x detached; dropped {dropped} (the target's count), {gaps} gaps seen; the store wrote {n} dispatches, {:.1} MiB, {:.0} B a dispatch; the tap's attached path {:.2} µs a dispatch on the game thread",
         d1 as f64 / secs,
         r1 as f64 / secs,
         b1 * 1e3 / f1 as f64,
         w1 * 1e3,
         (b1 / f1 as f64) / (b0 / f0 as f64),
-        bytes as f64 / f64::from(1 << 20)
+        bytes as f64 / f64::from(1 << 20),
+        bytes as f64 / n.max(1) as f64,
+        tap_ns / 1e3
     );
 }
 

@@ -50,11 +50,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use dispatchscope_core::addr::ByteRange;
+use dispatchscope_core::engine::{DeviceRun, HolderRun, Prepared, RanOn as Ran};
 use dispatchscope_core::engine::{Engine, EngineError};
 use dispatchscope_core::input::{
     Access, AccessKind, DeviceLimits, DispatchInput, DispatchKind, Format, Op, Reason, Slot,
 };
 use dispatchscope_core::input::{Backing, Event, HostProtection};
+use dispatchscope_core::instrument::{DEFAULT_ESCAPE_CAPACITY, Grid, section_of_reference};
 use dispatchscope_core::report::{DispatchReport, Mode};
 use dispatchscope_formats::generate::Rng;
 use dispatchscope_formats::sample::{Program, Sample};
@@ -119,6 +121,23 @@ pub struct DemoConfig {
     /// its update, inside, ray and shading passes again in turn until there are this many (a
     /// game's frame makes hundreds; `dispatchscope demo` makes [`GAME_DISPATCHES_PER_FRAME`]).
     pub dispatches_per_frame: u32,
+    /// What each dispatch carries to the tap.
+    pub streams: Streams,
+}
+
+/// What each of the demo's dispatches carries to its [`Tap`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Streams {
+    /// Every dispatch run by the CPU reference with its executed access list: the oracle the
+    /// tests assert on, and what a sample or a capture with access lists holds.
+    #[default]
+    AccessLists,
+    /// What a real emulator streams (`dispatchscope demo` and the window, issue 31): a bound pass
+    /// goes through [`Engine::prepare`] and [`Engine::complete`] with its holders' bytes as the
+    /// demo's device left them (the plan, the hand-off and the write-back; no access list); a
+    /// device-addressed pass carries the instrumented section its accesses give
+    /// ([`dispatchscope_core::instrument::section_of_reference`]) in place of the list.
+    Game,
 }
 
 /// Dispatches a frame of the scene's own passes makes (without the compaction pass).
@@ -136,6 +155,7 @@ impl Default for DemoConfig {
             rays: 16,
             depth: 3,
             dispatches_per_frame: BASE_DISPATCHES_PER_FRAME,
+            streams: Streams::AccessLists,
         }
     }
 }
@@ -438,11 +458,24 @@ impl Demo {
             extra += 1;
         }
         for input in &inputs {
-            let report = tap.dispatch(&mut self.engine, input)?;
-            each(&self.engine, input, &report);
+            let (report, sent) = match self.config.streams {
+                Streams::AccessLists => (tap.dispatch(&mut self.engine, input)?, None),
+                Streams::Game => {
+                    let shell = DispatchInput {
+                        accesses: Vec::new(),
+                        ..input.clone()
+                    };
+                    (self.dispatch_as_game(tap, input, &shell)?, Some(shell))
+                }
+            };
+            each(&self.engine, sent.as_ref().unwrap_or(input), &report);
             summary.dispatches += 1;
             summary.refused += u64::from(report.mode == Mode::Refused);
-            summary.escapes += report.escapes.len() as u64;
+            summary.escapes += report
+                .escapes
+                .len()
+                .max(report.instrumented.as_ref().map_or(0, |s| s.escapes()))
+                as u64;
         }
         let mut after = Vec::new();
         if f % 32 == 31 {
@@ -468,6 +501,58 @@ impl Demo {
         summary.events += after.len() as u64;
         self.frame += 1;
         Ok(summary)
+    }
+
+    /// Runs `input` as a game's emulator would and hands the tap what it would have: `shell` is
+    /// `input` without its access list, which only the demo's stand-in device reads.
+    fn dispatch_as_game(
+        &mut self,
+        tap: &mut Tap,
+        input: &DispatchInput,
+        shell: &DispatchInput,
+    ) -> Result<DispatchReport, EngineError> {
+        if device_addressed(input) {
+            // A device-addressed pass: the device runs the instrumented variant; here the CPU
+            // reference runs the accesses and its counts stand in for the device's buffer.
+            let lanes = input
+                .accesses
+                .iter()
+                .map(|a| a.wave * 32 + a.lane + 1)
+                .max();
+            let grid = reference_grid(lanes.unwrap_or(1));
+            return tap.dispatch_with(&mut self.engine, shell, |engine, _| {
+                let mut report = engine.dispatch(input)?;
+                report.instrumented = Some(section_of_reference(
+                    &report,
+                    grid,
+                    DEFAULT_ESCAPE_CAPACITY as usize,
+                ));
+                report.accesses = Vec::new();
+                report.escapes = Vec::new();
+                report.hazards = Vec::new();
+                Ok(report)
+            });
+        }
+        tap.before_prepare(&self.engine, shell);
+        let index = self.engine.next_dispatch();
+        let mut result = self.engine.prepare(shell).and_then(|prepared| {
+            let holders = holders_after(&self.engine, &prepared, input);
+            let run = DeviceRun {
+                holders: holders
+                    .iter()
+                    .map(|(slot, data, masks)| HolderRun {
+                        slot: *slot,
+                        data,
+                        masks,
+                    })
+                    .collect(),
+                ran_on: Some(DEMO_DEVICE),
+                ..DeviceRun::default()
+            };
+            self.engine.complete(shell, prepared, Ran::Device(run))
+        });
+        tap.after_complete(&self.engine, shell, index, &mut result);
+        result
     }
 
     /// Run 305: a 0x20-byte written range that a 0xe40f-byte written range ends inside.
@@ -820,4 +905,72 @@ pub fn run(
     rate.attached = tap.is_attached();
     each_second(&rate);
     Ok(rate)
+}
+
+/// The device a game-mode demo names in its bound passes' reports.
+const DEMO_DEVICE: &str = "the demo's device (the CPU standing in for a game's GPU)";
+
+/// Whether the demo built `input` as a device-addressed pass (it names D753: an address the host
+/// cannot know before the pass runs).
+fn device_addressed(input: &DispatchInput) -> bool {
+    input.reasons.contains(&Reason::D753)
+}
+
+/// The smallest grid of whole workgroups that holds `lanes` lanes, one row of workgroups.
+fn reference_grid(lanes: u32) -> Grid {
+    let tile = dispatchscope_core::instrument::TILE;
+    let groups = lanes.div_ceil(tile * tile).max(1);
+    Grid {
+        width: groups * tile,
+        height: tile,
+    }
+}
+
+/// Each written holder's bytes as the demo's device leaves them after `input`'s stores, with
+/// their write masks (O8, O9): the guest bytes the holder's buffer was uploaded with, then every
+/// store through a slot it holds, at the slot's descriptor offset. A store past the buffer is
+/// dropped, as robust buffer access does.
+fn holders_after(
+    engine: &Engine,
+    prepared: &Prepared,
+    input: &DispatchInput,
+) -> Vec<(u32, Vec<u8>, Vec<u8>)> {
+    let mut holders: Vec<(u32, Vec<u8>, Vec<u8>)> = prepared
+        .bindings
+        .iter()
+        .filter(|b| {
+            b.holder == b.slot
+                && prepared
+                    .bindings
+                    .iter()
+                    .any(|m| m.holder == b.slot && m.written)
+        })
+        .map(|b| {
+            let len = (b.buffer.end - b.buffer.start) as usize;
+            let mut data = vec![0; len];
+            // Bytes the host cannot read are uploaded as zeros.
+            let _ = engine.read_guest(b.buffer.start, &mut data);
+            (b.slot, data, vec![0; len.div_ceil(4) * 4])
+        })
+        .collect();
+    for a in input.accesses.iter().filter(|a| a.op == Op::Store) {
+        let (Some(slot), Some(offset)) = (a.slot, a.offset) else {
+            continue;
+        };
+        let Some(plan) = prepared.bindings.iter().find(|b| b.slot == slot) else {
+            continue;
+        };
+        let Some((_, data, masks)) = holders.iter_mut().find(|h| h.0 == plan.holder) else {
+            continue;
+        };
+        let at = plan.offset_bytes + offset;
+        for (w, value) in a.values.iter().enumerate() {
+            let pos = at as usize + 4 * w;
+            if let Some(word) = data.get_mut(pos..pos + 4) {
+                word.copy_from_slice(&value.to_le_bytes());
+                masks[pos / 4 * 4..pos / 4 * 4 + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+            }
+        }
+    }
+    holders
 }

@@ -13,7 +13,7 @@ use crate::rules::DEVICE_TABLE_PUSH_WORD;
 
 /// The limits a dispatch is planned and run against. A real device reports its own; samples state
 /// theirs; the defaults are lavapipe's storage-buffer limits and the apertures of P1.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DeviceLimits {
     /// Which device these limits describe, for reports ("cpu-reference", a Vulkan device name …).
@@ -43,6 +43,19 @@ pub struct DeviceLimits {
     #[serde(with = "hex")]
     pub device_local_table_budget_bytes: u64,
 }
+
+clone_in_place!(DeviceLimits {
+    name,
+    min_storage_buffer_offset_alignment,
+    max_storage_buffer_range,
+    host_page_bytes,
+    lds_aperture,
+    scratch_aperture,
+    probe_bound,
+    lds_bytes,
+    scratch_bytes_per_lane,
+    device_local_table_budget_bytes
+});
 
 impl Default for DeviceLimits {
     fn default() -> Self {
@@ -583,7 +596,7 @@ impl Access {
 }
 
 /// Everything the engine needs about one dispatch.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DispatchInput {
     /// Compute or graphics.
@@ -610,6 +623,43 @@ pub struct DispatchInput {
     /// The recorded access stream, in recorded order.
     #[serde(default)]
     pub accesses: Vec<Access>,
+}
+
+clone_in_place!(DispatchInput {
+    kind,
+    program,
+    label,
+    slots,
+    push,
+    reasons,
+    page_buffer,
+    accesses
+});
+
+impl DispatchInput {
+    /// Copies everything but the access list into `out` (whose list is emptied), reusing `out`'s
+    /// allocations: what a live tap's ring slot keeps of the input ([`Clone::clone_from`] is the
+    /// same with the list).
+    pub fn clone_shell_into(&self, out: &mut Self) {
+        let Self {
+            kind,
+            program,
+            label,
+            slots,
+            push,
+            reasons,
+            page_buffer,
+            accesses: _,
+        } = self;
+        out.kind = *kind;
+        out.program = *program;
+        out.label.clone_from(label);
+        out.slots.clone_from(slots);
+        out.push.clone_from(push);
+        out.reasons.clone_from(reasons);
+        out.page_buffer.clone_from(page_buffer);
+        out.accesses.clear();
+    }
 }
 
 /// D961: the dispatch's global buffer of pages.

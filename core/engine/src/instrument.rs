@@ -781,6 +781,118 @@ pub fn decode(
     })
 }
 
+/// The section an instrumented pass over `grid` would decode to, for a dispatch the CPU
+/// reference ran with its access list (`report`): each distinct access pc is a site (in pc order),
+/// the counters and the probe histogram come from the accesses' routes and lookups, the first
+/// `log_capacity` escapes are logged with their classes, no lane is captured, and the positive
+/// control reads as fired (the reference classifies every lookup itself, so its miss path needs
+/// no canary). What a target without a device streams for a device-addressed pass in place of its
+/// access list (the demo's game mode, issue 31): the same counts a device would give.
+pub fn section_of_reference(
+    report: &crate::report::DispatchReport,
+    grid: Grid,
+    log_capacity: usize,
+) -> InstrumentedReport {
+    let mut pcs: Vec<(u64, AccessKind, Op, u32)> = report
+        .accesses
+        .iter()
+        .map(|a| (a.pc, a.kind, a.op, a.size_bytes))
+        .collect();
+    pcs.sort_unstable_by_key(|s| s.0);
+    pcs.dedup_by_key(|s| s.0);
+    let mut sites: Vec<SiteReport> = pcs
+        .iter()
+        .enumerate()
+        .map(|(i, &(pc, kind, op, size_bytes))| SiteReport {
+            site: i as u32,
+            pc,
+            kind,
+            op,
+            size_bytes,
+            accesses: 0,
+            escapes: 0,
+            lookups: 0,
+            probes_sum: 0,
+            probes_max: 0,
+        })
+        .collect();
+    let mut counters = InstrumentCounters::default();
+    let mut histogram = vec![0u64; HISTOGRAM_BUCKETS as usize];
+    let mut escapes = Vec::new();
+    let mut not_logged = 0u64;
+    for a in &report.accesses {
+        let Ok(s) = pcs.binary_search_by_key(&a.pc, |s| s.0) else {
+            continue;
+        };
+        let site = &mut sites[s];
+        site.accesses += 1;
+        match a.route {
+            Route::Device { .. } => counters.guest += 1,
+            Route::Lds { .. } => counters.lds += 1,
+            Route::Scratch { .. } => counters.scratch += 1,
+            Route::Bound { .. } => counters.bound += 1,
+            Route::NotRun => {}
+        }
+        for l in &a.lookups {
+            let probes = l.probes.len().max(1) as u64;
+            site.lookups += 1;
+            site.probes_sum += probes;
+            site.probes_max = site.probes_max.max(probes as u32);
+            counters.lookups += 1;
+            let missed = !matches!(l.outcome, crate::report::LookupOutcome::Hit { .. });
+            counters.misses += u64::from(missed);
+            let bucket = (probes as usize).min(HISTOGRAM_BUCKETS as usize) - 1;
+            histogram[bucket] += 1;
+        }
+        if a.op == Op::Store && matches!(a.route, Route::Device { .. }) && !a.escaped {
+            counters.stores_marked += 1;
+        }
+        if a.escaped {
+            site.escapes += 1;
+            counters.escapes += 1;
+            let Some(e) = report.escapes.iter().find(|e| e.access == a.index) else {
+                continue;
+            };
+            if escapes.len() >= log_capacity {
+                not_logged += 1;
+                continue;
+            }
+            let local = a.wave * 32 + a.lane;
+            escapes.push(LoggedEscape {
+                workgroup: a.workgroup,
+                wave: a.wave,
+                lane: a.lane,
+                pixel: grid.pixel(a.workgroup, local),
+                site: s as u32,
+                pc: a.pc,
+                address: e.address,
+                size_bytes: a.size_bytes,
+                op: a.op,
+                escaped_bytes: mask_for(a.size_bytes),
+                class: e.class,
+                reason: e.reason,
+                nearest_below: None,
+                nearest_above: None,
+            });
+        }
+    }
+    counters.hits = counters.lookups - counters.misses;
+    InstrumentedReport {
+        grid: [grid.width, grid.height],
+        lanes: u64::from(grid.width) * u64::from(grid.height),
+        workgroups: grid.workgroups(),
+        counters,
+        probe_histogram: histogram,
+        sites,
+        escapes,
+        escapes_not_logged: not_logged,
+        captured: Vec::new(),
+        captured_not_logged: 0,
+        control: ControlStatus::Fired,
+        heat: None,
+    }
+}
+
 /// A canary address for the positive control: the first page-aligned address at or above `from`
 /// that no piece of `mappings` holds.
 pub fn unmapped_at_or_above(mappings: &Mappings, from: u64, page_bytes: u64) -> u64 {

@@ -13,6 +13,27 @@
 //! the debugger reads out of reports (the explanation, diffs, what-ifs, write histories) is
 //! `dispatchscope-analysis`'s, a crate above this one.
 
+/// `Clone` for a struct of owned fields whose `clone_from` reuses each field's allocation (a
+/// derived `clone_from` clones anew and drops the old value): the live tap copies each dispatch's
+/// report into the same ring slots dispatch after dispatch, and with this a warm slot takes a
+/// report without allocating (issue 31). Both methods destructure without `..`, so a field added
+/// to the struct and not listed here fails to compile.
+macro_rules! clone_in_place {
+    ($t:ident { $($f:ident),* $(,)? }) => {
+        impl Clone for $t {
+            fn clone(&self) -> Self {
+                let Self { $($f),* } = self;
+                Self { $($f: $f.clone()),* }
+            }
+
+            fn clone_from(&mut self, source: &Self) {
+                let Self { $($f),* } = self;
+                $($f.clone_from(&source.$f);)*
+            }
+        }
+    };
+}
+
 pub mod addr;
 pub mod aperture;
 pub mod backend;

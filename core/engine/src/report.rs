@@ -18,13 +18,15 @@ use crate::rules::Rule;
 pub const SCHEMA: &str = "dispatchscope.report/1";
 
 /// A named value in a refusal or escape, already formatted (`"0x100004"`, `"3"`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Value {
     /// What the value is.
     pub name: String,
     /// The value as text.
     pub value: String,
 }
+
+clone_in_place!(Value { name, value });
 
 impl Value {
     /// A value shown in hex.
@@ -53,7 +55,7 @@ impl Value {
 }
 
 /// Why a dispatch (or part of it) could not run, by rule.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refusal {
     /// The rule (`rules.rs`).
     pub rule: Rule,
@@ -72,6 +74,16 @@ pub struct Refusal {
     #[serde(default)]
     pub ours: bool,
 }
+
+clone_in_place!(Refusal {
+    rule,
+    decision,
+    slot,
+    values,
+    message,
+    would_run_if,
+    ours
+});
 
 // --- The bound path (O1–O11): what the planner decided for each slot and set. ---
 
@@ -352,7 +364,7 @@ pub struct PieceReport {
 }
 
 /// A piece of a readable run left out (M3).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeftOutReport {
     /// Its guest bytes.
     pub guest: ByteRange,
@@ -362,6 +374,12 @@ pub struct LeftOutReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
 }
+
+clone_in_place!(LeftOutReport {
+    guest,
+    reason,
+    detail
+});
 
 impl LeftOutReport {
     /// `guest` left out for `reason`, with no further detail.
@@ -375,7 +393,7 @@ impl LeftOutReport {
 }
 
 /// The mappings as a dispatch saw them (M1–M5).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MappingReport {
     /// The memory manager's generation (M4).
     pub generation: u64,
@@ -403,6 +421,21 @@ pub struct MappingReport {
     pub imports_dropped: u64,
 }
 
+clone_in_place!(MappingReport {
+    generation,
+    mapped_generation,
+    remapped,
+    remaps_total,
+    committed_pages,
+    guards_released,
+    pages_noted_written,
+    runs,
+    pieces,
+    left_out,
+    imports_made,
+    imports_dropped
+});
+
 /// Where the table lies (T6).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -415,7 +448,7 @@ pub enum Placement {
 }
 
 /// The chunk table as a dispatch used it (T1–T6).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TableReport {
     /// Bytes per chunk (T1).
     #[serde(with = "hex")]
@@ -459,6 +492,27 @@ pub struct TableReport {
     /// T3: the push-block word that names it.
     pub push_word: u32,
 }
+
+clone_in_place!(TableReport {
+    chunk_bytes,
+    chunk_reason,
+    capacity,
+    n_chunks,
+    load,
+    probe_bound,
+    multiplier,
+    mean_probes_hit,
+    mean_probes_miss,
+    probe_histogram,
+    rebuilt,
+    inserted,
+    removed,
+    builds_total,
+    placement,
+    table_bytes,
+    device_address,
+    push_word
+});
 
 /// Where one access went.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -617,7 +671,7 @@ pub struct Mark {
 }
 
 /// A protected target that lost trust.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TargetLost {
     /// Its id.
     pub id: u32,
@@ -629,14 +683,26 @@ pub struct TargetLost {
     pub by: String,
 }
 
+clone_in_place!(TargetLost {
+    id,
+    name,
+    range,
+    by
+});
+
 /// C2: what went to the command processor after the dispatch.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HandOff {
     /// Pages the write-watch noted written (D824).
     pub pages_noted_written: Vec<ByteRange>,
     /// Protected targets that lost trust (D720).
     pub targets_distrusted: Vec<TargetLost>,
 }
+
+clone_in_place!(HandOff {
+    pages_noted_written,
+    targets_distrusted
+});
 
 /// One word a holder wrote back (O8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -655,7 +721,7 @@ pub struct WordWritten {
 }
 
 /// O8: a holder's masked write-back.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WriteBack {
     /// The holder slot.
     pub holder: u32,
@@ -679,6 +745,16 @@ pub struct WriteBack {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub runs_not_listed: u64,
 }
+
+clone_in_place!(WriteBack {
+    holder,
+    range,
+    words_total,
+    words,
+    words_not_listed,
+    runs,
+    runs_not_listed
+});
 
 impl WriteBack {
     /// The runs a write-back that does not list every word places, at most.
@@ -713,7 +789,7 @@ pub enum HazardKind {
 
 /// L1: the dispatch stored by device address to bytes a resolved holder writes back, or (our
 /// addition) reads back through its binding.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hazard {
     /// Always L1.
     pub rule: Rule,
@@ -741,8 +817,21 @@ pub struct Hazard {
     pub message: String,
 }
 
+clone_in_place!(Hazard {
+    rule,
+    kind,
+    ours,
+    bound_load,
+    decision,
+    holder,
+    address,
+    device_store,
+    bound_store,
+    message
+});
+
 /// An event applied before a dispatch, and what it did.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventReport {
     /// Its number in the session.
     pub index: u64,
@@ -757,8 +846,16 @@ pub struct EventReport {
     pub effects: Vec<String>,
 }
 
+clone_in_place!(EventReport {
+    index,
+    event,
+    generation_moved,
+    waited_for,
+    effects
+});
+
 /// C3: what was written into guest memory before the dispatch.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BeforeDispatch {
     /// Deferred copies written, as (address, bytes).
     pub copies: Vec<ByteRange>,
@@ -770,6 +867,13 @@ pub struct BeforeDispatch {
     /// Targets the copies distrusted (D720).
     pub targets_distrusted: Vec<TargetLost>,
 }
+
+clone_in_place!(BeforeDispatch {
+    copies,
+    still_deferred,
+    pages_noted_written,
+    targets_distrusted
+});
 
 /// Counts for tables and filters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -791,7 +895,7 @@ pub struct Counts {
 }
 
 /// Everything about one dispatch.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct DispatchReport {
     /// [`SCHEMA`].
     pub schema: String,
@@ -851,6 +955,34 @@ pub struct DispatchReport {
     pub instrumented: Option<InstrumentedReport>,
 }
 
+clone_in_place!(DispatchReport {
+    schema,
+    index,
+    program,
+    label,
+    kind,
+    mode,
+    backend,
+    device,
+    reasons,
+    mode_reason,
+    slots,
+    sets,
+    refusals,
+    events_before,
+    before,
+    mappings,
+    table,
+    accesses,
+    escapes,
+    marks,
+    hand_off,
+    write_back,
+    hazards,
+    counts,
+    instrumented
+});
+
 impl DispatchReport {
     /// The refusals, escapes and hazards, as the rules they cite.
     pub fn rules_cited(&self) -> Vec<Rule> {
@@ -869,7 +1001,7 @@ impl DispatchReport {
 
 /// What the device recorded of one instrumented pass (built by `crate::instrument::decode`): its
 /// size is bounded by the program's sites and the two logs' capacities, never by its lanes.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstrumentedReport {
     /// The grid's width and height in lanes (one lane per pixel).
     pub grid: [u32; 2],
@@ -899,6 +1031,21 @@ pub struct InstrumentedReport {
     pub heat: Option<HeatMap>,
 }
 
+clone_in_place!(InstrumentedReport {
+    grid,
+    lanes,
+    workgroups,
+    counters,
+    probe_histogram,
+    sites,
+    escapes,
+    escapes_not_logged,
+    captured,
+    captured_not_logged,
+    control,
+    heat
+});
+
 impl InstrumentedReport {
     /// The escapes the device counted over every lane (logged or not), as a count.
     pub fn escapes(&self) -> usize {
@@ -908,7 +1055,7 @@ impl InstrumentedReport {
 
 /// An instrumented pass's counts by screen region: cells of `scale × scale` workgroups, row by
 /// row, at most `HEAT_SIDE` (32) a side whatever the resolution.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeatMap {
     /// Workgroups a side of one cell.
     pub scale: u32,
@@ -919,6 +1066,13 @@ pub struct HeatMap {
     /// Probes past each lookup's first, in each cell (T2).
     pub extra_probes: Vec<u64>,
 }
+
+clone_in_place!(HeatMap {
+    scale,
+    cells,
+    escapes,
+    extra_probes
+});
 
 /// Counters over every lane of an instrumented pass.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -1009,7 +1163,7 @@ pub struct LoggedEscape {
 }
 
 /// One access of a captured lane.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CapturedAccess {
     /// Workgroup.
     pub workgroup: u32,
@@ -1038,6 +1192,21 @@ pub struct CapturedAccess {
     /// Which bytes escaped (bit `i` for byte `i`).
     pub escaped_bytes: u32,
 }
+
+clone_in_place!(CapturedAccess {
+    workgroup,
+    wave,
+    lane,
+    pixel,
+    site,
+    pc,
+    op,
+    route,
+    slot,
+    size_bytes,
+    values,
+    escaped_bytes
+});
 
 /// Whether the positive control fired: the canary lookup must escape, or the instrumentation that
 /// reported nothing cannot be trusted to have seen anything.

@@ -439,6 +439,12 @@ pub struct Stats {
     pub queue_capacity: usize,
     /// Whether the target is paused.
     pub paused: bool,
+    /// What the tap cost the game's thread a dispatch since this debugger attached, in
+    /// nanoseconds: its attached path's own time (copying the dispatch into the ring, the
+    /// checkpoints, the breakpoint checks), the dispatch itself and pauses left out. 0 from a
+    /// target older than the figure.
+    #[serde(default)]
+    pub tap_ns_per_dispatch: f64,
 }
 
 /// Guest memory as it stood before dispatch `next_dispatch`: `n_event_frames`

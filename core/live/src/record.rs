@@ -31,7 +31,9 @@ use thiserror::Error;
 use crate::checkpoint::{Checkpoint, StatePart};
 use crate::client::{ClientError, ClientOptions, Incoming, LiveClient};
 use crate::protocol::{ResumeReason, ToDebugger};
-use dispatchscope_formats::capture::{CaptureError, CaptureWriter, RecordKind};
+use dispatchscope_formats::capture::{
+    CaptureError, CaptureWriter, MAX_DICTIONARY_BYTES, RecordKind,
+};
 use dispatchscope_formats::checkpoint::{
     MEMORY_STATE, MEMORY_UNKNOWN, StateIndex, TABLE_STATE, TABLE_UNKNOWN, check_table_payload,
 };
@@ -142,6 +144,26 @@ pub struct CaptureRecorder {
     /// A checkpoint of a dispatch the file does not hold (it came before its dispatch was
     /// recorded): the state of the next recorded dispatch unless that one brings its own.
     pending: Option<Checkpoint>,
+    /// The first DISPATCH records' payloads, until they become the file's dictionary.
+    dictionary: Dictionary,
+}
+
+/// DISPATCH records sampled for the dictionary before it is written: enough to hold each of a
+/// frame's kinds of pass (a game's frame repeats a few dozen programs).
+pub const DICTIONARY_DISPATCHES: usize = 64;
+
+/// The file's lz4 dictionary as it is being gathered: the payloads of the session's first
+/// [`DICTIONARY_DISPATCHES`] DISPATCH records (or [`MAX_DICTIONARY_BYTES`] of them), written as
+/// its DICTIONARY record once complete. Every DISPATCH record after it is compressed against it:
+/// a record then stores what differs from dispatches like it (its index, its values), not the
+/// field names, device limits and bindings every dispatch of its program repeats. Measured in
+/// BENCHMARKS.md ("The disk holds a day").
+#[derive(Debug, Default)]
+enum Dictionary {
+    #[default]
+    None,
+    Gathering(Vec<u8>, usize),
+    Written,
 }
 
 /// `later` over `earlier`: each state the later one carries replaces the earlier one's. Two table
@@ -205,6 +227,7 @@ impl CaptureRecorder {
             written_out: 0,
             table_base: false,
             pending: None,
+            dictionary: Dictionary::None,
         }
     }
 
@@ -288,6 +311,41 @@ impl CaptureRecorder {
         Ok(seq)
     }
 
+    /// Adds a DISPATCH payload to the dictionary being gathered, and writes the dictionary when
+    /// it is complete. Returns whether the record is to be compressed against it.
+    fn gather_dictionary(&mut self, payload: &[u8]) -> Result<bool, RecordError> {
+        if self.writer.is_none() {
+            return Ok(false);
+        }
+        let (bytes, n) = match &mut self.dictionary {
+            Dictionary::Written => return Ok(true),
+            Dictionary::None => {
+                self.dictionary = Dictionary::Gathering(Vec::new(), 0);
+                return self.gather_dictionary(payload);
+            }
+            Dictionary::Gathering(bytes, n) => (bytes, n),
+        };
+        let room = MAX_DICTIONARY_BYTES.saturating_sub(bytes.len());
+        bytes.extend_from_slice(&payload[..payload.len().min(room)]);
+        *n += 1;
+        if *n < DICTIONARY_DISPATCHES && bytes.len() < MAX_DICTIONARY_BYTES {
+            return Ok(false);
+        }
+        let bytes = std::mem::take(bytes);
+        self.dictionary = Dictionary::Written;
+        let path = self.path.clone();
+        if let Some(w) = self.writer.as_mut() {
+            w.set_dictionary(&bytes)
+                .map_err(|error| RecordError::Capture { path, error })?;
+        }
+        Ok(true)
+    }
+
+    /// The file's dictionary, once written: what its later records are compressed against.
+    pub fn dictionary(&self) -> Option<&[u8]> {
+        self.writer.as_ref()?.dictionary()
+    }
+
     /// Where record `seq`'s header starts in the file (from the capture writer's own list).
     pub fn record_offset(&self, seq: u64) -> Option<u64> {
         self.writer.as_ref()?.record_offset(seq)
@@ -316,6 +374,7 @@ impl CaptureRecorder {
             self.summary.dropped += index - n;
         }
         self.next_dispatch = Some(index + 1);
+        let compress = self.gather_dictionary(payload)? || compress;
         let at = self.append(RecordKind::DISPATCH, payload, compress)?;
         self.summary.dispatches += 1;
         self.summary.first_dispatch.get_or_insert(index);

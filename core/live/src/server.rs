@@ -359,6 +359,7 @@ fn register(
     queue.push_control(ToDebugger::Attached { session: id });
     shared.dispatches.store(0, Ordering::Relaxed);
     shared.events.store(0, Ordering::Relaxed);
+    shared.tap_ns.store(0, Ordering::Relaxed);
     shared.attached.store(true, Ordering::Relaxed);
     Ok(queue)
 }
@@ -598,7 +599,7 @@ fn write_loop(
                     }
                     continue;
                 }
-                Outgoing::Dispatch(d) => {
+                Outgoing::Dispatch(mut d) => {
                     let index = d.index;
                     let program = d.input.program;
                     if !programs_sent.contains(&program)
@@ -616,9 +617,10 @@ fn write_loop(
                             )),
                         }
                     }
-                    match encoder.push_dispatch(*d, &mut out, &mut keep) {
-                        Ok(rows) => {
-                            queue.give_back(rows);
+                    let pushed = encoder.push_dispatch(&mut d, &mut out, &mut keep);
+                    queue.give_back(d);
+                    match pushed {
+                        Ok(()) => {
                             sent += 1;
                             last_dispatch_sent = Some(index);
                             // A state an unsent dispatch owes is unknown from here.
@@ -668,6 +670,8 @@ fn write_loop(
                 queued,
                 queue_capacity: queue.capacity(),
                 paused: lock(&shared.control).paused,
+                tap_ns_per_dispatch: shared.tap_ns.load(Ordering::Relaxed) as f64
+                    / dispatches.max(1) as f64,
             };
             if encoder
                 .push(ToDebugger::Stats(stats), &mut out, &mut keep)

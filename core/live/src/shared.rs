@@ -125,15 +125,16 @@ pub(crate) struct Queue {
     inner: Mutex<QueueInner>,
     ready: Condvar,
     capacity: usize,
-    /// Row buffers the writer is done with, for the game thread's next dispatches.
-    spare: Mutex<Vec<Vec<u8>>>,
+    /// Dispatches the writer is done with: the ring's slots, refilled by the game thread's next
+    /// dispatches ([`EncodedDispatch::refill`]) with no allocation once warm.
+    spare: Mutex<Vec<Box<EncodedDispatch>>>,
     /// Set by the writer when the game thread must send every state again.
     resend_state: AtomicBool,
 }
 
-/// Row buffers kept for reuse; more than a writer's usual batch gains nothing.
-const SPARE_BUFFERS: usize = 256;
-/// A buffer larger than this (a dispatch of thousands of accesses) is freed, not kept.
+/// Slots kept for reuse; more than a writer's usual batch gains nothing.
+const SPARE_SLOTS: usize = 256;
+/// A slot whose rows took more than this (a dispatch of thousands of accesses) is freed, not kept.
 const SPARE_BUFFER_BYTES: usize = 1 << 20;
 
 /// What the game thread queues for the writer: a message, or a dispatch already written as rows.
@@ -171,19 +172,19 @@ impl Queue {
         }
     }
 
-    /// A row buffer to write a dispatch into (one the writer gave back, or a new one).
-    pub(crate) fn spare_buffer(&self) -> Vec<u8> {
-        lock(&self.spare).pop().unwrap_or_default()
+    /// A slot to copy a dispatch into: one the writer gave back, if any.
+    pub(crate) fn spare_slot(&self) -> Option<Box<EncodedDispatch>> {
+        lock(&self.spare).pop()
     }
 
-    /// Gives a row buffer back for reuse.
-    pub(crate) fn give_back(&self, buffer: Vec<u8>) {
-        if buffer.capacity() > SPARE_BUFFER_BYTES {
+    /// Gives a slot back for reuse.
+    pub(crate) fn give_back(&self, slot: Box<EncodedDispatch>) {
+        if slot.accesses.capacity() > SPARE_BUFFER_BYTES {
             return;
         }
         let mut s = lock(&self.spare);
-        if s.len() < SPARE_BUFFERS {
-            s.push(buffer);
+        if s.len() < SPARE_SLOTS {
+            s.push(slot);
         }
     }
 
@@ -447,6 +448,9 @@ pub(crate) struct Shared {
     /// Counted only while attached.
     pub(crate) dispatches: AtomicU64,
     pub(crate) events: AtomicU64,
+    /// Nanoseconds the game thread spent in the tap's attached path since the debugger attached,
+    /// pauses left out ([`crate::protocol::Stats::tap_ns_per_dispatch`]).
+    pub(crate) tap_ns: AtomicU64,
     /// The code of the programs the emulator told the tap about, by address.
     pub(crate) programs: Mutex<HashMap<u64, Arc<[u8]>>>,
 }
@@ -468,6 +472,7 @@ impl Shared {
             notices: Mutex::new(VecDeque::new()),
             dispatches: AtomicU64::new(0),
             events: AtomicU64::new(0),
+            tap_ns: AtomicU64::new(0),
             programs: Mutex::new(HashMap::new()),
         }
     }

@@ -28,7 +28,6 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::Duration;
 
@@ -38,19 +37,15 @@ use crate::protocol::ReceivedDispatch;
 use crate::protocol::ToDebugger;
 use crate::record::{CaptureRecorder, RecordError, RecordSummary};
 use dispatchscope_core::report::{DispatchReport, Mode};
-use dispatchscope_formats::capture::RecordKind;
+use dispatchscope_formats::capture::{RecordKind, read_record_at};
 use dispatchscope_formats::checkpoint::{
     MEMORY_STATE, MemoryState, Rebuild, StateIndex, TABLE_STATE, TableState, decode_memory_state,
 };
 use dispatchscope_formats::session::DispatchRecord;
 
-/// Bytes of a capture record's header (see `dispatchscope_formats::capture`'s layout).
-const RECORD_HEADER_BYTES: usize = 20;
 /// Dispatches between two sampled record numbers in a [`LiveStore`] (what it keeps per dispatch:
 /// 8 bytes over this many).
 pub const DISPATCH_SAMPLE: usize = 64;
-/// The largest record the store reads back (the container's own limit).
-const MAX_RECORD_BYTES: u32 = 256 << 20;
 
 /// Why the store could not record or read back.
 #[derive(Debug, Error)]
@@ -333,7 +328,13 @@ impl LiveStore {
         let Some(file) = self.reader.as_mut() else {
             return Err(fail("the file is not open".into()));
         };
-        let payload = read_record_at(file, offset, RecordKind::DISPATCH).map_err(fail)?;
+        let payload = read_record_at(
+            file,
+            offset,
+            RecordKind::DISPATCH,
+            self.recorder.dictionary(),
+        )
+        .map_err(|e| fail(e.to_string()))?;
         let record = DispatchRecord::from_payload(&payload)
             .map_err(|e| fail(format!("the DISPATCH record is not one: {e}")))?;
         let report = record
@@ -466,60 +467,9 @@ fn read_seq(
     let Some(file) = reader.as_mut() else {
         return Err(fail("the file is not open".into()));
     };
-    read_record_at(file, offset, kind).map_err(fail)
+    read_record_at(file, offset, kind, recorder.dictionary()).map_err(|e| fail(e.to_string()))
 }
 
 fn saturate(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
-}
-
-/// Reads the record whose header starts at `offset`, checks its kind and crc, and returns its
-/// payload decompressed (the layout of `dispatchscope_formats::capture`, format version 1).
-fn read_record_at(file: &mut File, offset: u64, kind: RecordKind) -> Result<Vec<u8>, String> {
-    let mut header = [0u8; RECORD_HEADER_BYTES];
-    file.seek(SeekFrom::Start(offset))
-        .and_then(|_| file.read_exact(&mut header))
-        .map_err(|e| format!("its header: {e}"))?;
-    if header[0] != kind.0 {
-        return Err(format!(
-            "a record of kind {:#04x}, not {:#04x}",
-            header[0], kind.0
-        ));
-    }
-    let flags = header[1];
-    let stored_len = u32::from_le_bytes([header[12], header[13], header[14], header[15]]);
-    let crc = u32::from_le_bytes([header[16], header[17], header[18], header[19]]);
-    if stored_len > MAX_RECORD_BYTES {
-        return Err(format!(
-            "a stored length of {stored_len} bytes, over the {MAX_RECORD_BYTES}-byte limit"
-        ));
-    }
-    let mut stored = vec![0u8; stored_len as usize];
-    file.read_exact(&mut stored)
-        .map_err(|e| format!("its {stored_len} bytes: {e}"))?;
-    let mut h = crc32fast::Hasher::new();
-    h.update(&header[..16]);
-    h.update(&stored);
-    let found = h.finalize();
-    if found != crc {
-        return Err(format!("crc {found:#010x}, the header says {crc:#010x}"));
-    }
-    if flags & 1 == 0 {
-        return Ok(stored);
-    }
-    let Some((len, block)) = stored.split_first_chunk::<4>() else {
-        return Err("a compressed payload without its length".into());
-    };
-    let len = u32::from_le_bytes(*len);
-    if len > MAX_RECORD_BYTES {
-        return Err(format!(
-            "a payload of {len} bytes decompressed, over the {MAX_RECORD_BYTES}-byte limit"
-        ));
-    }
-    let mut out = vec![0u8; len as usize];
-    let n = lz4_flex::block::decompress_into(block, &mut out).map_err(|e| format!("lz4: {e}"))?;
-    if n != out.len() {
-        return Err(format!("lz4 gave {n} bytes, not {len}"));
-    }
-    Ok(out)
 }

@@ -21,7 +21,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::checkpoint::{Copied, Tracker};
 use crate::protocol::{
@@ -100,6 +100,9 @@ pub struct Tap {
     /// Whether a debugger was linked when the prepared dispatch began: a dispatch is sent only if
     /// its beginning was seen (its snapshot and pauses), as [`Tap::dispatch`] does.
     linked_before: bool,
+    /// Time the game thread spent paused inside the attached path's current call, left out of
+    /// [`Shared::tap_ns`].
+    paused: Duration,
 }
 
 impl Tap {
@@ -112,6 +115,7 @@ impl Tap {
             checkpoints: Tracker::new(0.0),
             last_mappings: None,
             linked_before: false,
+            paused: Duration::ZERO,
         }
     }
 
@@ -132,6 +136,7 @@ impl Tap {
             checkpoints,
             last_mappings: None,
             linked_before: false,
+            paused: Duration::ZERO,
         })
     }
 
@@ -257,13 +262,29 @@ impl Tap {
         input: &DispatchInput,
         run: impl FnOnce(&mut Engine<B>, &DispatchInput) -> Result<DispatchReport, E>,
     ) -> Result<DispatchReport, E> {
+        let started = Instant::now();
         let index = engine.next_dispatch();
-        if !self.before_attached(engine, input, index) {
+        let linked = self.before_attached(engine, input, index);
+        self.charge(started);
+        if !linked {
             return run(engine, input);
         }
         let mut result = run(engine, input);
+        let started = Instant::now();
         self.after_attached(engine, input, index, &mut result);
+        self.charge(started);
         result
+    }
+
+    /// Adds the attached path's time since `started`, pauses left out, to the figure a debugger
+    /// reads ([`crate::protocol::Stats::tap_ns_per_dispatch`]).
+    fn charge(&mut self, started: Instant) {
+        let spent = started
+            .elapsed()
+            .saturating_sub(std::mem::take(&mut self.paused));
+        self.shared
+            .tap_ns
+            .fetch_add(spent.as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// For a dispatch the emulator runs itself through [`Engine::prepare`] and
@@ -272,8 +293,12 @@ impl Tap {
     /// dispatch happened. Detached, one relaxed load.
     #[inline]
     pub fn before_prepare<B: Backend>(&mut self, engine: &Engine<B>, input: &DispatchInput) {
-        self.linked_before =
-            self.is_attached() && self.before_attached(engine, input, engine.next_dispatch());
+        self.linked_before = self.is_attached() && {
+            let started = Instant::now();
+            let linked = self.before_attached(engine, input, engine.next_dispatch());
+            self.charge(started);
+            linked
+        };
     }
 
     /// After [`Engine::complete`] (or its failure): the report goes to an attached debugger, and a
@@ -288,7 +313,9 @@ impl Tap {
         result: &mut Result<DispatchReport, E>,
     ) {
         if std::mem::take(&mut self.linked_before) && self.is_attached() {
+            let started = Instant::now();
             self.after_attached(engine, input, index, result);
+            self.charge(started);
         }
     }
 
@@ -314,7 +341,9 @@ impl Tap {
         let read = reader(engine);
         answer_reads(&mut c, &read);
         if let Some(why) = pause_before(&c, index, input) {
+            let paused = Instant::now();
             drop(pause(&shared, c, index, why, Some(input), &read));
+            self.paused += paused.elapsed();
         }
         true
     }
@@ -340,17 +369,24 @@ impl Tap {
         shared.dispatches.fetch_add(1, Ordering::Relaxed);
         match result {
             Ok(report) => {
-                // The access lists go as rows written here; only the rest is cloned (wire.rs).
+                // The access lists go as rows written here; the rest is copied into a slot the
+                // writer gave back, over the last dispatch it held (wire.rs).
                 let streamed = shared.config.streamed_accesses;
-                let rows = queue.spare_buffer();
-                let item = Outgoing::Dispatch(Box::new(EncodedDispatch::of_into_sharing(
-                    index,
-                    input,
-                    report,
-                    streamed,
-                    rows,
-                    &mut self.last_mappings,
-                )));
+                let slot = match queue.spare_slot() {
+                    Some(mut slot) => {
+                        slot.refill(index, input, report, streamed, &mut self.last_mappings);
+                        slot
+                    }
+                    None => Box::new(EncodedDispatch::of_into_sharing(
+                        index,
+                        input,
+                        report,
+                        streamed,
+                        Vec::new(),
+                        &mut self.last_mappings,
+                    )),
+                };
+                let item = Outgoing::Dispatch(slot);
                 self.queue_dispatch(&queue, session, engine, report, index, item);
                 let mut c = lock(&shared.control);
                 if let Some((left, _)) = c.steps.as_mut() {
@@ -359,7 +395,9 @@ impl Tap {
                 let read = reader(engine);
                 answer_reads(&mut c, &read);
                 if let Some(why) = pause_after(&c.breakpoints, report) {
+                    let paused = Instant::now();
                     drop(pause(&shared, c, index + 1, why, None, &read));
+                    self.paused += paused.elapsed();
                 }
             }
             Err(e) => {

@@ -189,14 +189,59 @@ impl EncodedDispatch {
         input: &DispatchInput,
         report: &mut DispatchReport,
         streamed: usize,
-        mut bytes: Vec<u8>,
+        bytes: Vec<u8>,
         last: &mut Option<Arc<SharedMappings>>,
     ) -> Self {
         let accesses = std::mem::take(&mut report.accesses);
         let lists = report.mappings.as_mut().map(SharedMappings::take_from);
         let shell = report.clone();
         report.accesses = accesses;
-        let mappings = match (lists, report.mappings.as_mut()) {
+        let mut d = Self {
+            index,
+            input: DispatchInput::default(),
+            report: shell,
+            accesses: bytes,
+            accesses_left_out: 0,
+            cut: None,
+            mappings: None,
+        };
+        d.fill_rest(index, input, report, lists, streamed, last);
+        d
+    }
+
+    /// [`Self::of_into_sharing`] into this dispatch, one the writer is done with: every field is
+    /// copied over the last dispatch's with [`Clone::clone_from`], so that a warm ring slot takes
+    /// a dispatch's input and report without allocating (issue 31: the game thread's whole share
+    /// of an attached dispatch).
+    pub fn refill(
+        &mut self,
+        index: u64,
+        input: &DispatchInput,
+        report: &mut DispatchReport,
+        streamed: usize,
+        last: &mut Option<Arc<SharedMappings>>,
+    ) {
+        let accesses = std::mem::take(&mut report.accesses);
+        let lists = report.mappings.as_mut().map(SharedMappings::take_from);
+        self.report.clone_from(report);
+        report.accesses = accesses;
+        self.fill_rest(index, input, report, lists, streamed, last);
+    }
+
+    /// What [`Self::of_into_sharing`] and [`Self::refill`] share once the report's shell is
+    /// copied: `lists` (taken from `report`) go back into it, shared with `last` when equal.
+    fn fill_rest(
+        &mut self,
+        index: u64,
+        input: &DispatchInput,
+        report: &mut DispatchReport,
+        lists: Option<SharedMappings>,
+        streamed: usize,
+        last: &mut Option<Arc<SharedMappings>>,
+    ) {
+        self.index = index;
+        input.clone_shell_into(&mut self.input);
+        self.mappings = match (lists, report.mappings.as_mut()) {
             (Some(lists), Some(m)) => {
                 let shared = match last {
                     Some(a) if **a == lists => Arc::clone(a),
@@ -213,21 +258,14 @@ impl EncodedDispatch {
             }
             _ => None,
         };
-        bytes.clear();
-        packed::encode_accesses(&input.accesses, &mut bytes);
+        self.accesses.clear();
+        packed::encode_accesses(&input.accesses, &mut self.accesses);
         let all = &report.accesses;
         let kept = &all[..all.len().min(streamed)];
-        packed::encode_access_reports(kept, &mut bytes);
+        packed::encode_access_reports(kept, &mut self.accesses);
         let left_out = all.len() - kept.len();
-        Self {
-            index,
-            input: columns::InputShell::of(input).to_input(),
-            report: shell,
-            accesses: bytes,
-            accesses_left_out: left_out as u64,
-            cut: (left_out > 0).then(|| all.clone()),
-            mappings,
-        }
+        self.accesses_left_out = left_out as u64;
+        self.cut = (left_out > 0).then(|| all.clone());
     }
 }
 
@@ -305,8 +343,8 @@ impl Encoder {
                 mut report,
                 ..
             } => {
-                let d = EncodedDispatch::of(index, &input, &mut report, self.streamed_accesses);
-                self.push_dispatch(d, out, cut).map(drop)
+                let mut d = EncodedDispatch::of(index, &input, &mut report, self.streamed_accesses);
+                self.push_dispatch(&mut d, out, cut)
             }
             ToDebugger::Checkpoint(c) => self.push_checkpoint(&c, out),
             other => self.add(&other, out),
@@ -331,14 +369,14 @@ impl Encoder {
         self.add_one(out)
     }
 
-    /// [`Self::push`] for a dispatch the tap already wrote as rows; returns the rows' buffer,
-    /// emptied, for the next [`EncodedDispatch::of_into`].
+    /// [`Self::push`] for a dispatch the tap already wrote as rows; `d` is left to be refilled
+    /// ([`EncodedDispatch::refill`]) by the tap's next dispatch.
     pub fn push_dispatch(
         &mut self,
-        mut d: EncodedDispatch,
+        d: &mut EncodedDispatch,
         out: &mut Vec<u8>,
         cut: &mut dyn FnMut(u64, Vec<AccessReport>),
-    ) -> Result<Vec<u8>, ProtocolError> {
+    ) -> Result<(), ProtocolError> {
         let mut mapping_state = None;
         let lists = d.mappings.take();
         if let Some(m) = d.report.mappings.as_mut() {
@@ -396,9 +434,8 @@ impl Encoder {
         })?;
         self.one[1..5].copy_from_slice(&len.to_le_bytes());
         self.add_one(out)?;
-        let mut spare = d.accesses;
-        spare.clear();
-        Ok(spare)
+        d.accesses.clear();
+        Ok(())
     }
 
     fn add(&mut self, message: &ToDebugger, out: &mut Vec<u8>) -> Result<(), ProtocolError> {

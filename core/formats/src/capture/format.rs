@@ -28,8 +28,13 @@ pub const MAX_HEADER_PAYLOAD_BYTES: u32 = 16 << 20;
 
 /// Record flag bit 0: the stored payload is an uncompressed length and an lz4 block.
 pub(super) const FLAG_LZ4: u8 = 1;
+/// Record flag bit 1, only with bit 0: the lz4 block was compressed against the file's dictionary,
+/// the payload of the last `DICTIONARY` record before it.
+pub(super) const FLAG_DICTIONARY: u8 = 2;
 /// Every record flag bit this build knows.
-pub(super) const KNOWN_RECORD_FLAGS: u8 = FLAG_LZ4;
+pub(super) const KNOWN_RECORD_FLAGS: u8 = FLAG_LZ4 | FLAG_DICTIONARY;
+/// The most bytes a dictionary may have: lz4 reaches back 64 KiB, so more would never be used.
+pub const MAX_DICTIONARY_BYTES: usize = 64 << 10;
 /// Buffer size of the writer and of [`CaptureReader::open`]'s reader.
 pub(super) const BUFFER_BYTES: usize = 256 << 10;
 
@@ -46,6 +51,9 @@ impl RecordKind {
     pub const EVENTS: Self = Self(0x03);
     /// One dispatch.
     pub const DISPATCH: Self = Self(0x04);
+    /// Container: a dictionary the records after it may be compressed against
+    /// ([`CaptureWriter::set_dictionary`]).
+    pub const DICTIONARY: Self = Self(0xfc);
     /// Container: a checkpoint appended by [`CaptureWriter::flush`].
     pub const CHECKPOINT: Self = Self(0xfd);
     /// Container: the index appended by [`CaptureWriter::finish`].
@@ -64,6 +72,7 @@ impl RecordKind {
             Self::MEMORY => Some("MEMORY"),
             Self::EVENTS => Some("EVENTS"),
             Self::DISPATCH => Some("DISPATCH"),
+            Self::DICTIONARY => Some("DICTIONARY"),
             Self::CHECKPOINT => Some("CHECKPOINT"),
             Self::INDEX => Some("INDEX"),
             _ => None,
@@ -93,6 +102,9 @@ pub struct RecordMeta {
     pub stored_len_bytes: u32,
     /// Whether the stored payload is lz4 compressed.
     pub compressed: bool,
+    /// Whether it was compressed against the file's dictionary (the last `DICTIONARY` record
+    /// before it); only with `compressed`.
+    pub dictionary: bool,
 }
 
 impl RecordMeta {
@@ -104,7 +116,11 @@ impl RecordMeta {
     }
 
     pub(super) fn flags(&self) -> u8 {
-        if self.compressed { FLAG_LZ4 } else { 0 }
+        match (self.compressed, self.dictionary) {
+            (false, _) => 0,
+            (true, false) => FLAG_LZ4,
+            (true, true) => FLAG_LZ4 | FLAG_DICTIONARY,
+        }
     }
 }
 
@@ -358,6 +374,7 @@ impl RecordHeader {
             offset_bytes,
             stored_len_bytes: self.stored_len(),
             compressed: self.flags() & FLAG_LZ4 != 0,
+            dictionary: self.flags() & FLAG_DICTIONARY != 0,
         }
     }
 
@@ -375,11 +392,12 @@ impl RecordHeader {
             found,
             expected,
         };
-        if self.flags() & !KNOWN_RECORD_FLAGS != 0 {
+        let flags = self.flags();
+        if flags & !KNOWN_RECORD_FLAGS != 0 || flags == FLAG_DICTIONARY {
             return Err(bad(
                 "flags",
-                format!("0x{:02x}", self.flags()),
-                "only bit 0 set".into(),
+                format!("0x{flags:02x}"),
+                "only bits 0 and 1 set, bit 1 only with bit 0".into(),
             ));
         }
         if self.reserved() != 0 {
@@ -463,8 +481,13 @@ impl RecordHeader {
     }
 }
 
-/// Turns a stored payload into the caller's bytes.
-pub(super) fn decode_payload(meta: &RecordMeta, stored: Vec<u8>) -> Result<Vec<u8>> {
+/// Turns a stored payload into the caller's bytes; `dictionary` is the file's dictionary for a
+/// record compressed against it.
+pub(super) fn decode_payload(
+    meta: &RecordMeta,
+    stored: Vec<u8>,
+    dictionary: Option<&[u8]>,
+) -> Result<Vec<u8>> {
     if !meta.compressed {
         return Ok(stored);
     }
@@ -487,7 +510,17 @@ pub(super) fn decode_payload(meta: &RecordMeta, stored: Vec<u8>) -> Result<Vec<u
         });
     }
     let mut out = vec![0u8; len_bytes as usize];
-    let got = lz4_flex::block::decompress_into(block, &mut out).map_err(|e| fail(e.to_string()))?;
+    let got = match (meta.dictionary, dictionary) {
+        (false, _) => lz4_flex::block::decompress_into(block, &mut out),
+        (true, Some(dict)) => lz4_flex::block::decompress_into_with_dict(block, &mut out, dict),
+        (true, None) => {
+            return Err(fail(
+                "it was compressed against a dictionary, and no DICTIONARY record comes before it"
+                    .into(),
+            ));
+        }
+    }
+    .map_err(|e| fail(e.to_string()))?;
     if got != out.len() {
         return Err(fail(format!(
             "it gave {got} bytes, the record says {len_bytes}"

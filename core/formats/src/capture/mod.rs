@@ -28,7 +28,7 @@
 //! | bytes   | field               | meaning |
 //! |---------|---------------------|---------|
 //! | 0       | kind `u8`           | a [`RecordKind`]; 0xf0..=0xff are the container's own |
-//! | 1       | flags `u8`          | bit 0: stored payload is lz4 compressed; other bits 0 |
+//! | 1       | flags `u8`          | bit 0: stored payload is lz4 compressed; bit 1 (only with bit 0): the lz4 block was compressed against the file's dictionary; other bits 0 |
 //! | 2..4    | reserved `u16`      | 0 |
 //! | 4..12   | seq `u64`           | position among all records of the file, counting from 0, dense |
 //! | 12..16  | stored length `u32` | `n`, bytes of stored payload, at most [`MAX_RECORD_BYTES`] |
@@ -37,6 +37,12 @@
 //!
 //! Container records, which the caller never appends and [`CaptureReader::records`] never lists:
 //!
+//! - `DICTIONARY` (kind 0xfc), appended by [`CaptureWriter::set_dictionary`]: at most
+//!   [`MAX_DICTIONARY_BYTES`] of bytes like the records to come (a live session's first
+//!   dispatches), stored uncompressed. A record with flag bit 1 is an lz4 block compressed against
+//!   the last `DICTIONARY` record before it (`lz4_flex::block::compress_with_dict`): a small record
+//!   that repeats its neighbours' field names and values stores only what differs. A reader that
+//!   does not know bit 1 refuses such a record by its flags, never misreads it.
 //! - `CHECKPOINT` (kind 0xfd), 24-byte payload, appended by [`CaptureWriter::flush`] after the records
 //!   it covers are on disk: first covered seq `u64`, number of covered records `u64` (every record
 //!   since the previous checkpoint), crc32 `u32` over the 20-byte record headers of the covered records
@@ -83,8 +89,8 @@ mod writer;
 pub use atomic::write_atomically;
 pub use format::{
     CHECKPOINT_PAYLOAD_BYTES, CaptureError, FILE_HEADER_BYTES, FILE_MAGIC, FORMAT_VERSION,
-    INDEX_ENTRY_BYTES, MAX_HEADER_PAYLOAD_BYTES, MAX_RECORD_BYTES, RECORD_HEADER_BYTES, RecordKind,
-    RecordMeta, Result, TRAILER_BYTES, TRAILER_MAGIC, Torn,
+    INDEX_ENTRY_BYTES, MAX_DICTIONARY_BYTES, MAX_HEADER_PAYLOAD_BYTES, MAX_RECORD_BYTES,
+    RECORD_HEADER_BYTES, RecordKind, RecordMeta, Result, TRAILER_BYTES, TRAILER_MAGIC, Torn,
 };
-pub use reader::{CaptureReader, Records};
+pub use reader::{CaptureReader, Records, read_record_at};
 pub use writer::{CaptureSink, CaptureWriter};

@@ -6,10 +6,11 @@ use std::io::{self, BufReader, Cursor, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use super::format::{
-    BUFFER_BYTES, CHECKPOINT_PAYLOAD_BYTES, CaptureError, FILE_HEADER_BYTES, FILE_MAGIC, FLAG_LZ4,
-    FORMAT_VERSION, INDEX_ENTRY_BYTES, KNOWN_RECORD_FLAGS, MAX_HEADER_PAYLOAD_BYTES,
-    MAX_RECORD_BYTES, RECORD_HEADER_BYTES, RecordHeader, RecordKind, RecordMeta, Result,
-    TRAILER_BYTES, TRAILER_MAGIC, Torn, crc_of, decode_payload, io_error, le_u16, le_u32, le_u64,
+    BUFFER_BYTES, CHECKPOINT_PAYLOAD_BYTES, CaptureError, FILE_HEADER_BYTES, FILE_MAGIC,
+    FLAG_DICTIONARY, FLAG_LZ4, FORMAT_VERSION, INDEX_ENTRY_BYTES, KNOWN_RECORD_FLAGS,
+    MAX_HEADER_PAYLOAD_BYTES, MAX_RECORD_BYTES, RECORD_HEADER_BYTES, RecordHeader, RecordKind,
+    RecordMeta, Result, TRAILER_BYTES, TRAILER_MAGIC, Torn, crc_of, decode_payload, io_error,
+    le_u16, le_u32, le_u64,
 };
 
 /// A reader that knows its length and where it is, so it can seek relatively (keeping a
@@ -119,6 +120,10 @@ pub struct CaptureReader<R = BufReader<File>> {
     by_kind: Vec<Vec<usize>>,
     torn: Option<Torn>,
     finished: bool,
+    /// The `DICTIONARY` records, in seq order.
+    dictionaries: Vec<RecordMeta>,
+    /// The dictionary read last: its seq and bytes.
+    dictionary: Option<(u64, Vec<u8>)>,
 }
 
 impl CaptureReader<BufReader<File>> {
@@ -160,6 +165,11 @@ impl<R: Read + Seek> CaptureReader<R> {
         if let Some(torn) = &torn {
             tracing::warn!("{torn}");
         }
+        let dictionaries: Vec<RecordMeta> = all
+            .iter()
+            .filter(|meta| meta.kind == RecordKind::DICTIONARY)
+            .copied()
+            .collect();
         let records: Vec<RecordMeta> = all
             .into_iter()
             .filter(|meta| !meta.kind.is_reserved())
@@ -177,7 +187,34 @@ impl<R: Read + Seek> CaptureReader<R> {
             by_kind,
             torn,
             finished,
+            dictionaries,
+            dictionary: None,
         })
+    }
+
+    /// The dictionary `meta` was compressed against (the last `DICTIONARY` record before it),
+    /// read once and kept while the records read after it use it too.
+    fn dictionary_for(&mut self, meta: &RecordMeta) -> Result<Option<&[u8]>> {
+        if !meta.dictionary {
+            return Ok(None);
+        }
+        let at = self.dictionaries.partition_point(|d| d.seq < meta.seq);
+        let Some(dict) = at
+            .checked_sub(1)
+            .and_then(|i| self.dictionaries.get(i))
+            .copied()
+        else {
+            return Ok(None);
+        };
+        if self
+            .dictionary
+            .as_ref()
+            .is_none_or(|(seq, _)| *seq != dict.seq)
+        {
+            let bytes = self.src.read_stored(&dict)?;
+            self.dictionary = Some((dict.seq, bytes));
+        }
+        Ok(self.dictionary.as_ref().map(|(_, b)| b.as_slice()))
     }
 
     /// The payload the writer gave [`CaptureWriter::create`].
@@ -219,7 +256,8 @@ impl<R: Read + Seek> CaptureReader<R> {
             n_records: self.records.len(),
         })?;
         let stored = self.src.read_stored(&meta)?;
-        decode_payload(&meta, stored)
+        let dictionary = self.dictionary_for(&meta)?;
+        decode_payload(&meta, stored, dictionary)
     }
 
     /// The first `want` bytes of `records()[idx]`'s payload (decompressed when the record is),
@@ -233,6 +271,13 @@ impl<R: Read + Seek> CaptureReader<R> {
             idx,
             n_records: self.records.len(),
         })?;
+        if meta.dictionary {
+            // Its block reaches back into the dictionary: decoded whole (records compressed
+            // against one are small).
+            let mut whole = self.read_record(idx)?;
+            whole.truncate(want);
+            return Ok(whole);
+        }
         let header = self.src.read_header_at(meta.offset_bytes)?;
         header.check_against(&meta)?;
         let left = self.src.len_bytes.saturating_sub(meta.offset_bytes);
@@ -293,6 +338,33 @@ impl<R: Read + Seek> CaptureReader<R> {
             next_idx: 0,
         }
     }
+}
+
+/// Reads the one record whose header starts at `offset_bytes` of `src`, as a caller that kept its
+/// records' offsets does (a live store reading back what it wrote): checks its kind, its header's
+/// shape and its crc, and returns its payload decompressed; `dictionary` is the file's, for a
+/// record compressed against it.
+pub fn read_record_at<R: Read + Seek>(
+    src: R,
+    offset_bytes: u64,
+    kind: RecordKind,
+    dictionary: Option<&[u8]>,
+) -> Result<Vec<u8>> {
+    let mut src = Source::new(src)?;
+    let header = src.read_header_at(offset_bytes)?;
+    let meta = header.meta(offset_bytes);
+    if meta.kind != kind {
+        return Err(CaptureError::RecordHeader {
+            offset_bytes,
+            field: "kind",
+            found: meta.kind.to_string(),
+            expected: kind.to_string(),
+        });
+    }
+    let left = src.len_bytes.saturating_sub(offset_bytes);
+    header.check_shape(offset_bytes, meta.seq, left)?;
+    let stored = src.read_stored(&meta)?;
+    decode_payload(&meta, stored, dictionary)
 }
 
 /// Iterator over every record of a capture, from [`CaptureReader::iter`].
@@ -430,7 +502,7 @@ fn open_indexed<R: Read + Seek>(src: &mut Source<R>, header_end: u64) -> Result<
     }
     let index = match src
         .read_stored(&index_meta)
-        .and_then(|stored| decode_payload(&index_meta, stored))
+        .and_then(|stored| decode_payload(&index_meta, stored, None))
     {
         Ok(index) => index,
         Err(CaptureError::Io { action, source }) => {
@@ -482,12 +554,13 @@ fn parse_index(
             offset_bytes: le_u64(entry, 16),
             stored_len_bytes: stored_len,
             compressed: flags & FLAG_LZ4 != 0,
+            dictionary: flags & FLAG_DICTIONARY != 0,
         };
         if flags & !KNOWN_RECORD_FLAGS != 0 || le_u16(entry, 2) != 0 {
             return Err((
                 "index entry flags",
                 format!("0x{flags:02x}"),
-                "only bit 0 set".into(),
+                "only bits 0 and 1 set".into(),
             ));
         }
         if meta.seq != seq {

@@ -6,10 +6,10 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
 use super::format::{
-    BUFFER_BYTES, CHECKPOINT_PAYLOAD_BYTES, CaptureError, FILE_HEADER_BYTES, FILE_MAGIC, FLAG_LZ4,
-    FORMAT_VERSION, INDEX_ENTRY_BYTES, MAX_HEADER_PAYLOAD_BYTES, MAX_RECORD_BYTES,
-    RECORD_HEADER_BYTES, RecordHeader, RecordKind, RecordMeta, Result, TRAILER_BYTES,
-    TRAILER_MAGIC, crc_of, io_error,
+    BUFFER_BYTES, CHECKPOINT_PAYLOAD_BYTES, CaptureError, FILE_HEADER_BYTES, FILE_MAGIC,
+    FLAG_DICTIONARY, FLAG_LZ4, FORMAT_VERSION, INDEX_ENTRY_BYTES, MAX_DICTIONARY_BYTES,
+    MAX_HEADER_PAYLOAD_BYTES, MAX_RECORD_BYTES, RECORD_HEADER_BYTES, RecordHeader, RecordKind,
+    RecordMeta, Result, TRAILER_BYTES, TRAILER_MAGIC, crc_of, io_error,
 };
 
 /// Something a [`CaptureWriter`] can write to and make durable.
@@ -53,6 +53,8 @@ pub struct CaptureWriter<W: CaptureSink = File> {
     segment_headers: crc32fast::Hasher,
     /// The first error that left the sink in an unknown state.
     poisoned: Option<String>,
+    /// What compressed records are compressed against, once [`Self::set_dictionary`] wrote it.
+    dictionary: Option<Vec<u8>>,
 }
 
 impl CaptureWriter<File> {
@@ -91,6 +93,7 @@ impl<W: CaptureSink> CaptureWriter<W> {
             segment_first_seq: 0,
             segment_headers: crc32fast::Hasher::new(),
             poisoned: None,
+            dictionary: None,
         })
     }
 
@@ -104,6 +107,24 @@ impl<W: CaptureSink> CaptureWriter<W> {
             return Err(CaptureError::ReservedKind { kind });
         }
         self.write_record(kind, payload, compress)
+    }
+
+    /// Appends `dictionary` as a `DICTIONARY` record (at most [`MAX_DICTIONARY_BYTES`]) and
+    /// compresses every later record that is appended with `compress` against it: lz4 with a
+    /// dictionary finds a record's repeats (field names, device limits, the same program's
+    /// bindings) in records like it, which a record alone cannot. A later call replaces it for the
+    /// records after. Returns the record's seq.
+    pub fn set_dictionary(&mut self, dictionary: &[u8]) -> Result<u64> {
+        self.check_usable()?;
+        let dictionary = &dictionary[dictionary.len().saturating_sub(MAX_DICTIONARY_BYTES)..];
+        let seq = self.write_record(RecordKind::DICTIONARY, dictionary, false)?;
+        self.dictionary = Some(dictionary.to_vec());
+        Ok(seq)
+    }
+
+    /// The dictionary compressed records are compressed against, once one was set.
+    pub fn dictionary(&self) -> Option<&[u8]> {
+        self.dictionary.as_deref()
     }
 
     /// Writes buffered records to the sink without making them durable: another reader of the same
@@ -265,13 +286,21 @@ impl<W: CaptureSink> CaptureWriter<W> {
         let mut flags = 0;
         let mut stored = Cow::Borrowed(payload);
         if compress {
-            let block = lz4_flex::block::compress(payload);
+            let block = match &self.dictionary {
+                Some(dict) => {
+                    flags = FLAG_DICTIONARY;
+                    lz4_flex::block::compress_with_dict(payload, dict)
+                }
+                None => lz4_flex::block::compress(payload),
+            };
             if block.len() + 4 < payload.len() {
                 let mut with_len = Vec::with_capacity(block.len() + 4);
                 with_len.extend_from_slice(&(payload.len() as u32).to_le_bytes());
                 with_len.extend_from_slice(&block);
                 stored = Cow::Owned(with_len);
-                flags = FLAG_LZ4;
+                flags |= FLAG_LZ4;
+            } else {
+                flags = 0;
             }
         }
         let seq = self.written.len();
@@ -291,7 +320,7 @@ impl<W: CaptureSink> CaptureWriter<W> {
         }
         self.offset_bytes = meta.end_offset_bytes();
         self.written
-            .push(meta.kind, meta.stored_len_bytes, meta.compressed);
+            .push(meta.kind, meta.stored_len_bytes, meta.flags());
         Ok(seq)
     }
 }
@@ -300,8 +329,11 @@ impl<W: CaptureSink> CaptureWriter<W> {
 pub const OFFSET_SAMPLE: u64 = 256;
 
 /// Bit 31 of a [`Written`] length: the record is stored compressed (a stored length is at most
-/// [`MAX_RECORD_BYTES`], below `2^31`).
+/// [`MAX_RECORD_BYTES`], below `2^30`).
 const LEN_COMPRESSED: u32 = 1 << 31;
+/// Bit 30 of a [`Written`] length: compressed against the dictionary.
+const LEN_DICTIONARY: u32 = 1 << 30;
+const LEN_FLAGS: u32 = LEN_COMPRESSED | LEN_DICTIONARY;
 
 /// What the writer keeps of every record for the index, compactly: its kind (1 byte) and stored
 /// length with the compressed flag (4 bytes); its seq is its position, and its offset the file
@@ -329,13 +361,19 @@ impl Written {
         self.kinds.len() as u64
     }
 
-    fn push(&mut self, kind: RecordKind, stored_len: u32, compressed: bool) {
+    fn push(&mut self, kind: RecordKind, stored_len: u32, flags: u8) {
         if self.len().is_multiple_of(OFFSET_SAMPLE) {
             self.samples.push(self.next_offset);
         }
         self.kinds.push(kind.0);
-        self.lens
-            .push(stored_len | if compressed { LEN_COMPRESSED } else { 0 });
+        let mut len = stored_len;
+        if flags & FLAG_LZ4 != 0 {
+            len |= LEN_COMPRESSED;
+        }
+        if flags & FLAG_DICTIONARY != 0 {
+            len |= LEN_DICTIONARY;
+        }
+        self.lens.push(len);
         self.next_offset += RECORD_HEADER_BYTES + u64::from(stored_len);
     }
 
@@ -355,7 +393,7 @@ impl Written {
             .get(usize::try_from(base / OFFSET_SAMPLE).ok()?)?;
         let (from, to) = (usize::try_from(base).ok()?, usize::try_from(seq).ok()?);
         for &len in self.lens.get(from..to)? {
-            at += RECORD_HEADER_BYTES + u64::from(len & !LEN_COMPRESSED);
+            at += RECORD_HEADER_BYTES + u64::from(len & !LEN_FLAGS);
         }
         Some(at)
     }
@@ -382,13 +420,14 @@ impl Written {
         piece.extend_from_slice(&self.len().to_le_bytes());
         let mut offset = self.samples.first().copied().unwrap_or(self.next_offset);
         for (seq, (&kind, &len)) in self.kinds.iter().zip(&self.lens).enumerate() {
-            let stored = len & !LEN_COMPRESSED;
+            let stored = len & !LEN_FLAGS;
             let meta = RecordMeta {
                 kind: RecordKind(kind),
                 seq: seq as u64,
                 offset_bytes: offset,
                 stored_len_bytes: stored,
                 compressed: len & LEN_COMPRESSED != 0,
+                dictionary: len & LEN_DICTIONARY != 0,
             };
             piece.push(meta.kind.0);
             piece.push(meta.flags());
