@@ -190,6 +190,8 @@ pub struct Demo {
     frame: u64,
     rng: Rng,
     started: bool,
+    /// The game thread's time in the tap's calls, a dispatch, over the last frame (game mode).
+    tap_times: Vec<u32>,
 }
 
 fn every(period: u64, frame: u64, offset: u64) -> bool {
@@ -262,12 +264,20 @@ impl Demo {
             frame: 0,
             rng,
             started: false,
+            tap_times: Vec::new(),
         })
     }
 
     /// The engine, as it stands between frames.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// In [`Streams::Game`], the time each dispatch of the last frame spent in the tap's calls
+    /// ([`Tap::before_prepare`] and [`Tap::after_complete`]), in nanoseconds: the tap's cost on
+    /// the game thread, attached or not, as a game would measure it around its own calls.
+    pub fn tap_times_ns(&self) -> &[u32] {
+        &self.tap_times
     }
 
     /// The number the next frame will have.
@@ -445,6 +455,7 @@ impl Demo {
         if compact {
             inputs.push(self.compact_pass());
         }
+        self.tap_times.clear();
         let mut extra = 0u32;
         while inputs.len() < self.config.dispatches_per_frame as usize {
             let input = match extra % 5 {
@@ -511,7 +522,11 @@ impl Demo {
         input: &DispatchInput,
         shell: &DispatchInput,
     ) -> Result<DispatchReport, EngineError> {
-        if device_addressed(input) {
+        let started = Instant::now();
+        tap.before_prepare(&self.engine, shell);
+        let mut tap_time = started.elapsed();
+        let index = self.engine.next_dispatch();
+        let mut result = if device_addressed(input) {
             // A device-addressed pass: the device runs the instrumented variant; here the CPU
             // reference runs the accesses and its counts stand in for the device's buffer.
             let lanes = input
@@ -520,8 +535,7 @@ impl Demo {
                 .map(|a| a.wave * 32 + a.lane + 1)
                 .max();
             let grid = reference_grid(lanes.unwrap_or(1));
-            return tap.dispatch_with(&mut self.engine, shell, |engine, _| {
-                let mut report = engine.dispatch(input)?;
+            self.engine.dispatch(input).map(|mut report| {
                 report.instrumented = Some(section_of_reference(
                     &report,
                     grid,
@@ -530,28 +544,31 @@ impl Demo {
                 report.accesses = Vec::new();
                 report.escapes = Vec::new();
                 report.hazards = Vec::new();
-                Ok(report)
-            });
-        }
-        tap.before_prepare(&self.engine, shell);
-        let index = self.engine.next_dispatch();
-        let mut result = self.engine.prepare(shell).and_then(|prepared| {
-            let holders = holders_after(&self.engine, &prepared, input);
-            let run = DeviceRun {
-                holders: holders
-                    .iter()
-                    .map(|(slot, data, masks)| HolderRun {
-                        slot: *slot,
-                        data,
-                        masks,
-                    })
-                    .collect(),
-                ran_on: Some(DEMO_DEVICE),
-                ..DeviceRun::default()
-            };
-            self.engine.complete(shell, prepared, Ran::Device(run))
-        });
+                report
+            })
+        } else {
+            self.engine.prepare(shell).and_then(|prepared| {
+                let holders = holders_after(&self.engine, &prepared, input);
+                let run = DeviceRun {
+                    holders: holders
+                        .iter()
+                        .map(|(slot, data, masks)| HolderRun {
+                            slot: *slot,
+                            data,
+                            masks,
+                        })
+                        .collect(),
+                    ran_on: Some(DEMO_DEVICE),
+                    ..DeviceRun::default()
+                };
+                self.engine.complete(shell, prepared, Ran::Device(run))
+            })
+        };
+        let started = Instant::now();
         tap.after_complete(&self.engine, shell, index, &mut result);
+        tap_time += started.elapsed();
+        self.tap_times
+            .push(u32::try_from(tap_time.as_nanos()).unwrap_or(u32::MAX));
         result
     }
 

@@ -574,7 +574,9 @@ fn write_loop(
     let max_part = (MAX_FRAME_BYTES as usize - 1024) / 2;
     let mut last_dispatch_sent: Option<u64> = None;
     loop {
-        let wait = interval.saturating_sub(last_stats.elapsed());
+        let wait = interval
+            .saturating_sub(last_stats.elapsed())
+            .min(crate::shared::WRITER_TICK);
         let state = queue.pop_all(wait, &mut batch);
         out.clear();
         let mut items = batch.drain(..).peekable();
