@@ -419,6 +419,9 @@ impl DispatchesPanel {
             .id_salt((id_salt, "sideways"))
             .auto_shrink([false, false])
             .show(ui, |ui| {
+                let pitch = row_height + ui.spacing().item_spacing.y;
+                let body = ui.available_height() - pitch - ui.spacing().scroll.allocated_width();
+                let tail_offset = (n_visible as f32 * pitch - body).max(0.0);
                 let mut table = TableBuilder::new(ui)
                     .id_salt(id_salt)
                     .striped(true)
@@ -441,7 +444,13 @@ impl DispatchesPanel {
                 // Following, the tail is in view at once each frame (an animation would trail behind
                 // rows arriving every frame).
                 table = table.animate_scrolling(!self.follow);
-                if let Some(row) = scroll_to {
+                if self.follow {
+                    // The offset that puts the last row at the bottom this frame (a scroll to a
+                    // row takes effect the next frame, when a game's next rows have arrived): the
+                    // rows' pitch times their number, less the body's height (the header's row and
+                    // the sideways scroll bar's room taken from what is left).
+                    table = table.vertical_scroll_offset(tail_offset);
+                } else if let Some(row) = scroll_to {
                     table = table.scroll_to_row(row, Some(align));
                 }
                 table
