@@ -414,14 +414,18 @@ impl DispatchesPanel {
             self.id_salt
         };
         let w = ColumnWidths::of(ui, rows);
+        // The list's height, taken before the sideways scroll area (whose content may grow).
+        let outer_height = ui.available_height();
         // A list narrower than its columns scrolls sideways rather than cutting them.
         egui::ScrollArea::horizontal()
             .id_salt((id_salt, "sideways"))
             .auto_shrink([false, false])
             .show(ui, |ui| {
                 let pitch = row_height + ui.spacing().item_spacing.y;
-                let body = ui.available_height() - pitch - ui.spacing().scroll.allocated_width();
-                let tail_offset = (n_visible as f32 * pitch - body).max(0.0);
+                let body = outer_height - pitch;
+                // A little short of the end rather than past it (past it, the scroll area would
+                // spring back, animating every frame).
+                let tail_offset = (n_visible as f32 * pitch - body - 2.0).max(0.0);
                 let mut table = TableBuilder::new(ui)
                     .id_salt(id_salt)
                     .striped(true)
@@ -447,8 +451,8 @@ impl DispatchesPanel {
                 if self.follow {
                     // The offset that puts the last row at the bottom this frame (a scroll to a
                     // row takes effect the next frame, when a game's next rows have arrived): the
-                    // rows' pitch times their number, less the body's height (the header's row and
-                    // the sideways scroll bar's room taken from what is left).
+                    // rows' pitch times their number, less the body's height (what is left below the
+                    // header's row).
                     table = table.vertical_scroll_offset(tail_offset);
                 } else if let Some(row) = scroll_to {
                     table = table.scroll_to_row(row, Some(align));
