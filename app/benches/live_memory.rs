@@ -3,9 +3,9 @@
 //! selecting a dispatch that is only on disk, and a search over every row.
 //!
 //! Real demo dispatches are collected once from a demo target in this process (a live client with
-//! a snapshot), then fed to a `LiveLink` and its `Session` exactly as `LiveLink::drain` feeds them
-//! (`take_message`: the store writes each to its file, the session takes its row and keeps the
-//! latest reports), renumbered, as fast as this process can. The resident set (`VmRSS`) and its
+//! a snapshot), then fed to a `LiveLink` (`LiveLink::fed`: its intake thread writes each to the
+//! store's file and makes its row) and its `Session` (`LiveLink::drain`, as the window does each
+//! frame: the rows and the latest reports), renumbered, as fast as this process can. The resident set (`VmRSS`) and its
 //! peak (`VmHWM`) are read from `/proc/self/status` at every 10 % of the run. Set
 //! `LIVE_MEMORY_SLIM=1` to feed the dispatches with their mapping lists cut (a smaller file on
 //! disk: the debugger's memory does not depend on a report's size, only the file does), and
@@ -23,8 +23,8 @@ use std::time::Instant;
 
 use dispatchscope_live::ToDebugger;
 use dispatchscope_views::{Filter, Finder};
-use gui::live::Drained;
 use gui::{DemoTarget, LiveLink, Session};
+use live_feed::{drain_until, send};
 
 fn status_kib(field: &str) -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -74,13 +74,12 @@ fn main() {
         .map(|v| v.len())
         .sum::<usize>()
         / feed.dispatches.len();
-    let mut link = LiveLink::attach(&addr, None, std::sync::Arc::new(|| {})).expect("attach");
-    link.detach();
     drop(demo);
+    let (mut link, tx) =
+        LiveLink::fed(&addr, "the demo", std::sync::Arc::new(|| {})).expect("a fed link");
     let mut session = Session::live(&addr, "live memory bench".into(), link.store());
-    let mut out = Drained::default();
     for m in &feed.start {
-        link.take_message(m.clone(), &mut session, &mut out);
+        send(&tx, m.clone()).unwrap();
     }
     let first = feed.first_index();
     let base = status_kib("VmRSS:");
@@ -99,8 +98,12 @@ fn main() {
     let t = Instant::now();
     let step = (n / 10).max(1);
     for i in 0..n {
-        link.take_message(feed.dispatch(first, i).unwrap(), &mut session, &mut out);
+        send(&tx, feed.dispatch(first, i).unwrap()).unwrap();
+        if i % 1024 == 0 {
+            link.drain(&mut session);
+        }
         if (i + 1) % step == 0 {
+            drain_until(&mut link, &mut session, i + 1).unwrap();
             println!(
                 "  {:>9} dispatches: RSS {:7.1} MiB (peak {:7.1}), rows {:6.1} MiB ({:.1} B a dispatch), reports held {}, {:.0} dispatches/s",
                 i + 1,
@@ -113,6 +116,7 @@ fn main() {
             );
         }
     }
+    drain_until(&mut link, &mut session, n).unwrap();
     if let Some(e) = &link.record_error {
         println!("  the recording stopped: {e}");
     }

@@ -1,7 +1,8 @@
 //! Real demo messages, collected once through a live client, then fed to a live session again and
 //! again with new dispatch numbers: how the tests and the memory bench put hundreds of thousands
-//! (or ten million) dispatches through the window's live path (`LiveLink::take_message`, the store,
-//! `Session::push_live`) without a socket or a game that fast.
+//! (or ten million) dispatches through the window's live path (a link made by `LiveLink::fed`: its
+//! intake thread, the store, the rows; `LiveLink::drain` into `Session::push_batch`) without a
+//! socket or a game that fast.
 //!
 //! A tool of the tests and benches, kept in the library so that each links it once; the binary
 //! never uses it.
@@ -11,6 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 use dispatchscope_live::{ClientOptions, Incoming, LiveClient, ToDebugger};
+
+use crate::gui::{LiveLink, Session};
 
 /// What a live session receives: the messages up to its first dispatch (the snapshot the store
 /// starts on), then dispatches to repeat.
@@ -81,5 +84,31 @@ impl Feed {
             Some(ToDebugger::Dispatch { index, .. }) => *index,
             _ => 0,
         }
+    }
+}
+
+/// Sends `m` to a fed link's intake (`LiveLink::fed`), waiting while its channel is full.
+pub fn send(tx: &std::sync::mpsc::SyncSender<Incoming>, m: ToDebugger) -> anyhow::Result<()> {
+    tx.send(Incoming::Message(m))
+        .context("the link's intake ended")
+}
+
+/// Drains `link` into `session` (as the window does each frame) until the intake has received
+/// `n` dispatches in all and the session holds every one, for at most 60 s.
+pub fn drain_until(link: &mut LiveLink, session: &mut Session, n: u64) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        link.drain(session);
+        if link.received() >= n && session.rows.len() as u64 >= n {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "the intake received {} dispatches in 60 s, not {n} (the session holds {})",
+                link.received(),
+                session.rows.len()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }

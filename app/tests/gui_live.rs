@@ -282,28 +282,31 @@ fn a_live_session_past_the_old_cap_lists_and_shows_its_first_dispatch() {
     let demo = DemoTarget::start(None).unwrap();
     let addr = demo.addr.to_string();
     let feed = live_feed::Feed::collect(&addr, 40).unwrap();
-    // The window's link, attached and then detached: the recording stays open, and this test
-    // feeds it the way `LiveLink::drain` does, without a socket.
-    let mut link = gui::LiveLink::attach(&addr, None, std::sync::Arc::new(|| {})).unwrap();
-    link.detach();
     drop(demo);
+    // The window's link, fed by this test through its intake thread as a client feeds it, without
+    // a socket; the window's part is `drain`, as each frame does.
+    let (mut link, tx) = gui::LiveLink::fed(&addr, "the demo", std::sync::Arc::new(|| {})).unwrap();
     let mut session = gui::Session::live(&addr, "past the cap".into(), link.store());
-    let mut out = gui::live::Drained::default();
     for m in &feed.start {
-        link.take_message(m.clone(), &mut session, &mut out);
+        live_feed::send(&tx, m.clone()).unwrap();
     }
-    assert!(
-        !session.programs.is_empty(),
-        "the demo's program code reached the session, for the Program panel"
-    );
     let first = feed.first_index();
     const N: u64 = 25_000;
     let mut most_held = 0;
     for i in 0..N {
-        link.take_message(feed.dispatch(first, i).unwrap(), &mut session, &mut out);
-        most_held = most_held.max(session.reports.held());
+        live_feed::send(&tx, feed.dispatch(first, i).unwrap()).unwrap();
+        if i % 512 == 0 {
+            link.drain(&mut session);
+            most_held = most_held.max(session.reports.held());
+        }
     }
-    assert_eq!(out.dispatches as u64, N);
+    live_feed::drain_until(&mut link, &mut session, N).unwrap();
+    most_held = most_held.max(session.reports.held());
+    assert!(
+        !session.programs.is_empty(),
+        "the demo's program code reached the session, for the Program panel"
+    );
+    assert_eq!(link.received(), N);
     assert_eq!(session.rows.len() as u64, N, "every dispatch has its row");
     assert_eq!(session.reports.len() as u64, N);
     assert_eq!(

@@ -86,7 +86,28 @@ impl BindingsPanel {
         sel: &Selection,
         actions: &mut Vec<Action>,
     ) {
-        egui::Grid::new("slots-grid")
+        // A grid sizes its columns by what it held last frame: a dispatch with wider values than
+        // the last (a live session follows a new one each frame) would run one column over the
+        // next. The grid is keyed by the widest text of each column, so a change of widths starts
+        // a new grid, which egui lays out twice (a sizing pass) before it is shown.
+        let widths: Vec<usize> = report
+            .slots
+            .iter()
+            .map(|b| {
+                [
+                    hex(b.range.start).len(),
+                    hex(b.range.size_bytes()).len(),
+                    base_source_text(b.base_source).len(),
+                    role_text(b.role).len(),
+                    hex(b.offset).len(),
+                    b.binding.to_string().len(),
+                    b.slot.to_string().len() + b.holder.map_or(1, |h| h.to_string().len()),
+                ]
+            })
+            .fold(vec![0; 7], |m, w| {
+                m.iter().zip(w).map(|(a, b)| (*a).max(b)).collect()
+            });
+        egui::Grid::new(("slots-grid", widths))
             .striped(true)
             .num_columns(11)
             .show(ui, |ui| {

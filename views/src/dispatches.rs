@@ -227,6 +227,76 @@ pub struct DispatchesPanel {
     pub only_differing: bool,
     /// The table's id, for two lists in one window.
     pub id_salt: &'static str,
+    /// Follow the tail (a live session following its newest dispatch): the list scrolls with
+    /// arriving rows, keeping the last one in view at the bottom.
+    pub follow: bool,
+    /// Rows drawn last frame (the tail moved when this changes).
+    last_len: usize,
+}
+
+/// The dispatch table's column widths, in points: from the widest text each column can hold
+/// (the session's largest index, its widest program address, the longest mode, a count's
+/// digits; a header when wider) measured in the table's own fonts, so that no column's text runs into the next
+/// however the rows change; the label column takes the rest and clips.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ColumnWidths {
+    /// The bookmark star.
+    pub star: f32,
+    /// The index (`#`).
+    pub index: f32,
+    /// The program address.
+    pub program: f32,
+    /// The mode.
+    pub mode: f32,
+    /// Each of the four counts.
+    pub count: f32,
+}
+
+impl ColumnWidths {
+    /// The widths for `rows` drawn in `ui`'s style.
+    pub fn of(ui: &egui::Ui, rows: &Rows) -> Self {
+        let mono = egui::TextStyle::Monospace.resolve(ui.style());
+        let body = egui::TextStyle::Body.resolve(ui.style());
+        let width = |text: &str, font: &egui::FontId| {
+            ui.fonts_mut(|f| {
+                f.layout_no_wrap(text.to_owned(), font.clone(), egui::Color32::WHITE)
+                    .size()
+                    .x
+            })
+        };
+        let strong = |text: &str| width(text, &body) + 2.0;
+        // Every digit is as wide as the next in a monospace font: the widest index is the one
+        // with the most digits.
+        let last_index = rows.len().checked_sub(1).and_then(|p| rows.index(p));
+        let first_index = rows.index(0);
+        let digits = last_index
+            .max(first_index)
+            .unwrap_or(0)
+            .to_string()
+            .len()
+            .max(3);
+        // The program with the most hex digits (signatures are few: a game's programs).
+        let widest_program = rows
+            .signatures()
+            .map(|(s, _)| s.program)
+            .max_by_key(|p| 64 - p.leading_zeros())
+            .unwrap_or(0);
+        let pad = 6.0;
+        Self {
+            star: 22.0,
+            index: width(&"0".repeat(digits), &mono).max(strong("#")) + pad,
+            program: width(&hex(widest_program), &mono).max(strong("program")) + pad,
+            mode: [Mode::Bound, Mode::DeviceAddressed, Mode::Refused]
+                .iter()
+                .map(|m| width(m.as_str(), &body))
+                .fold(strong("mode"), f32::max)
+                + pad,
+            count: width(&"0".repeat(rows.widest_count().to_string().len()), &mono)
+                .max(strong("refus."))
+                .max(strong("marks"))
+                + pad,
+        }
+    }
 }
 
 /// The id of the search box, for focusing it (Ctrl+F).
@@ -313,7 +383,13 @@ impl DispatchesPanel {
                 clear = true;
             }
         });
-        let scroll_to = if self.last_current != Some(current) {
+        let tail_moved = n_total != self.last_len;
+        self.last_len = n_total;
+        let scroll_to = if self.follow && (tail_moved || self.last_current != Some(current)) {
+            // Following: the last row listed stays in view, at the bottom.
+            self.last_current = Some(current);
+            n_visible.checked_sub(1)
+        } else if self.last_current != Some(current) {
             self.last_current = Some(current);
             match &narrowed {
                 Some(v) => v.iter().position(|&p| p == current),
@@ -321,6 +397,11 @@ impl DispatchesPanel {
             }
         } else {
             None
+        };
+        let align = if self.follow {
+            egui::Align::BOTTOM
+        } else {
+            egui::Align::Center
         };
         let row_height = ui.text_style_height(&egui::TextStyle::Body) + 4.0;
         // A label that can be selected takes the click from the row; no cell wraps (the label
@@ -332,105 +413,131 @@ impl DispatchesPanel {
         } else {
             self.id_salt
         };
-        let mut table = TableBuilder::new(ui)
-            .id_salt(id_salt)
-            .striped(true)
-            .sense(Sense::click())
-            .cell_layout(egui::Layout::left_to_right(egui::Align::Center));
-        if marks.is_some() {
-            table = table.column(Column::exact(18.0));
-        }
-        let mut table = table
-            .column(Column::exact(22.0))
-            .column(Column::auto().at_least(40.0))
-            .column(Column::auto().at_least(110.0))
-            .column(Column::auto().at_least(60.0))
-            .columns(Column::auto().at_least(34.0), 4)
-            .column(Column::remainder().at_least(60.0).clip(true))
-            .min_scrolled_height(0.0)
-            .auto_shrink([false, false]);
-        if let Some(row) = scroll_to {
-            table = table.scroll_to_row(row, Some(egui::Align::Center));
-        }
-        table
-            .header(row_height, |mut h| {
+        let w = ColumnWidths::of(ui, rows);
+        // The list's height, taken before the sideways scroll area (whose content may grow).
+        let outer_height = ui.available_height();
+        // A list narrower than its columns scrolls sideways rather than cutting them.
+        egui::ScrollArea::horizontal()
+            .id_salt((id_salt, "sideways"))
+            .auto_shrink([false, false])
+            .show(ui, |ui| {
+                let pitch = row_height + ui.spacing().item_spacing.y;
+                let body = outer_height - pitch;
+                // A little short of the end rather than past it (past it, the scroll area would
+                // spring back, animating every frame).
+                let tail_offset = (n_visible as f32 * pitch - body - 2.0).max(0.0);
+                let mut table = TableBuilder::new(ui)
+                    .id_salt(id_salt)
+                    .striped(true)
+                    .sense(Sense::click())
+                    .cell_layout(egui::Layout::left_to_right(egui::Align::Center));
                 if marks.is_some() {
-                    h.col(|ui| {
-                        ui.strong(crate::compare::GLYPH)
-                            .on_hover_text("differs from the other session (+ added, − removed)");
-                    });
+                    table = table.column(Column::exact(18.0).clip(true));
                 }
-                for title in [
-                    "", "#", "program", "mode", "sets", "refus.", "esc.", "marks", "label",
-                ] {
-                    h.col(|ui| {
-                        ui.strong(title);
-                    });
+                // Every column is exact (from its widest possible text) and clips: no text runs into its
+                // neighbour, and the columns do not move as rows scroll by.
+                let mut table = table
+                    .column(Column::exact(w.star).clip(true))
+                    .column(Column::exact(w.index).clip(true))
+                    .column(Column::exact(w.program).clip(true))
+                    .column(Column::exact(w.mode).clip(true))
+                    .columns(Column::exact(w.count).clip(true), 4)
+                    .column(Column::remainder().at_least(60.0).clip(true))
+                    .min_scrolled_height(0.0)
+                    .auto_shrink([false, false]);
+                // Following, the tail is in view at once each frame (an animation would trail behind
+                // rows arriving every frame).
+                table = table.animate_scrolling(!self.follow);
+                if self.follow {
+                    // The offset that puts the last row at the bottom this frame (a scroll to a
+                    // row takes effect the next frame, when a game's next rows have arrived): the
+                    // rows' pitch times their number, less the body's height (what is left below the
+                    // header's row).
+                    table = table.vertical_scroll_offset(tail_offset);
+                } else if let Some(row) = scroll_to {
+                    table = table.scroll_to_row(row, Some(align));
                 }
-            })
-            .body(|body| {
-                body.rows(row_height, n_visible, |mut row| {
-                    let Some(pos) = visible_get(row.index()) else {
-                        return;
-                    };
-                    let (Some(index), Some(sig), Some(counts)) =
-                        (rows.index(pos), rows.signature(pos), rows.counts(pos))
-                    else {
-                        return;
-                    };
-                    row.set_selected(pos == current);
-                    if let Some((side, m)) = &marks {
-                        let mark = m.get(pos).copied().unwrap_or_default();
-                        let (glyph, colour) = mark.glyph(*side);
-                        row.col(|ui| {
-                            let r = ui.label(RichText::new(glyph).strong().color(colour));
-                            if mark.differs() {
-                                r.on_hover_text(mark.tip(*side));
+                table
+                    .header(row_height, |mut h| {
+                        if marks.is_some() {
+                            h.col(|ui| {
+                                ui.strong(crate::compare::GLYPH).on_hover_text(
+                                    "differs from the other session (+ added, − removed)",
+                                );
+                            });
+                        }
+                        for title in [
+                            "", "#", "program", "mode", "sets", "refus.", "esc.", "marks", "label",
+                        ] {
+                            h.col(|ui| {
+                                ui.strong(title);
+                            });
+                        }
+                    })
+                    .body(|body| {
+                        body.rows(row_height, n_visible, |mut row| {
+                            let Some(pos) = visible_get(row.index()) else {
+                                return;
+                            };
+                            let (Some(index), Some(sig), Some(counts)) =
+                                (rows.index(pos), rows.signature(pos), rows.counts(pos))
+                            else {
+                                return;
+                            };
+                            row.set_selected(pos == current);
+                            if let Some((side, m)) = &marks {
+                                let mark = m.get(pos).copied().unwrap_or_default();
+                                let (glyph, colour) = mark.glyph(*side);
+                                row.col(|ui| {
+                                    let r = ui.label(RichText::new(glyph).strong().color(colour));
+                                    if mark.differs() {
+                                        r.on_hover_text(mark.tip(*side));
+                                    }
+                                });
+                            }
+                            let marked = bookmarks.contains(&pos);
+                            row.col(|ui| {
+                                let star = if marked { "★" } else { "☆" };
+                                if ui
+                                    .add(egui::Button::new(star).frame(false))
+                                    .on_hover_text(format!("Bookmark dispatch {index} (Ctrl+B)"))
+                                    .clicked()
+                                {
+                                    actions.push(Action::ToggleBookmark(pos));
+                                }
+                            });
+                            row.col(|ui| {
+                                ui.label(mono(index.to_string()));
+                            });
+                            row.col(|ui| {
+                                style::addr_label(ui, mono(hex(sig.program)));
+                            });
+                            row.col(|ui| {
+                                ui.label(style::mode_text(sig.mode));
+                            });
+                            for (n, warn) in [
+                                (counts.sets, false),
+                                (counts.refusals, true),
+                                (counts.escapes, true),
+                                (counts.marks, false),
+                            ] {
+                                row.col(|ui| {
+                                    let t = mono(n.to_string());
+                                    ui.label(if warn && n > 0 {
+                                        t.color(style::REFUSED)
+                                    } else {
+                                        t
+                                    });
+                                });
+                            }
+                            row.col(|ui| {
+                                ui.add(egui::Label::new(rows.label(pos)).truncate());
+                            });
+                            if row.response().clicked() {
+                                actions.push(Action::SelectDispatch(pos));
                             }
                         });
-                    }
-                    let marked = bookmarks.contains(&pos);
-                    row.col(|ui| {
-                        let star = if marked { "★" } else { "☆" };
-                        if ui
-                            .add(egui::Button::new(star).frame(false))
-                            .on_hover_text(format!("Bookmark dispatch {index} (Ctrl+B)"))
-                            .clicked()
-                        {
-                            actions.push(Action::ToggleBookmark(pos));
-                        }
                     });
-                    row.col(|ui| {
-                        ui.label(mono(index.to_string()));
-                    });
-                    row.col(|ui| {
-                        style::addr_label(ui, mono(hex(sig.program)));
-                    });
-                    row.col(|ui| {
-                        ui.label(style::mode_text(sig.mode));
-                    });
-                    for (n, warn) in [
-                        (counts.sets, false),
-                        (counts.refusals, true),
-                        (counts.escapes, true),
-                        (counts.marks, false),
-                    ] {
-                        row.col(|ui| {
-                            let t = mono(n.to_string());
-                            ui.label(if warn && n > 0 {
-                                t.color(style::REFUSED)
-                            } else {
-                                t
-                            });
-                        });
-                    }
-                    row.col(|ui| {
-                        ui.add(egui::Label::new(rows.label(pos)).truncate());
-                    });
-                    if row.response().clicked() {
-                        actions.push(Action::SelectDispatch(pos));
-                    }
-                });
             });
         if clear {
             self.filter = Filter::default();

@@ -79,6 +79,11 @@ pub fn bindings() -> Vec<(KeyboardShortcut, Command, &'static str)> {
             "last dispatch",
         ),
         (
+            KeyboardShortcut::new(none, Key::End),
+            Command::Last,
+            "last dispatch (live: follow the newest again)",
+        ),
+        (
             KeyboardShortcut::new(none, Key::F8),
             Command::NextRefusal,
             "next dispatch with a refusal",

@@ -6,8 +6,12 @@
 //! A frame is what the emulator ends with a `retire` event ([`crate::DispatchRow::frame`]); a session with
 //! no retire (a generated one) is cut into bins of [`BIN_DISPATCHES`] dispatches instead, and the
 //! strip says so. A bar per frame is kept and extended as rows arrive (each row is looked at
-//! once), and a session with more frames than [`MAX_BARS`] shows several frames a bar, so that a
-//! million dispatches cost what a few thousand bars cost.
+//! once).
+//! A live session shows its recent frames, a bar each ([`RECENT_FRAMES`] by default, a few seconds
+//! of a game: [`TimelinePanel::visible`]), following the newest while the window follows; the
+//! wheel scrolls to older frames (Ctrl+wheel zooms), and "whole session" shows every frame, a
+//! session with more frames than [`MAX_BARS`] several frames a bar, so that a million dispatches
+//! cost what a few thousand bars cost (what a file opens on).
 
 use egui_plot::{Bar, BarChart, Plot, VLine};
 
@@ -19,6 +23,10 @@ use crate::style;
 pub const BIN_DISPATCHES: usize = 100;
 /// The most bars the strip draws.
 pub const MAX_BARS: usize = 2000;
+/// Frames the recent view shows by default: 4 s of a game at 60 frames a second.
+pub const RECENT_FRAMES: u64 = 240;
+/// The fewest frames the recent view zooms in to.
+const MIN_SPAN_FRAMES: u64 = 8;
 
 /// One bar: a frame (or several), as positions in the session.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -143,11 +151,40 @@ impl RawBars {
 }
 
 /// The timeline's state: a bar per frame, extended as rows arrive, and the merged bars drawn,
-/// made again only when rows arrived.
-#[derive(Debug, Default)]
+/// made again only when rows arrived; which frames the recent view shows.
+#[derive(Debug)]
 pub struct TimelinePanel {
     raw: RawBars,
     cache: Option<TimelineCache>,
+    /// Whether the session is live (the app sets it): it opens on its recent frames, a file on
+    /// the whole session.
+    pub live: bool,
+    /// Whether the window follows the newest dispatch (the app sets it): the recent view ends
+    /// with the newest frame.
+    pub follow: bool,
+    /// The person's choice of view: `Some(true)` the recent frames, `Some(false)` the whole
+    /// session, `None` what suits the session (recent when live).
+    pub recent: Option<bool>,
+    /// Frames the recent view spans.
+    pub span_frames: u64,
+    /// The last bar (by its frame key) the recent view shows when it does not follow the newest.
+    view_end: Option<u64>,
+    was_following: bool,
+}
+
+impl Default for TimelinePanel {
+    fn default() -> Self {
+        Self {
+            raw: RawBars::default(),
+            cache: None,
+            live: false,
+            follow: false,
+            recent: None,
+            span_frames: RECENT_FRAMES,
+            view_end: None,
+            was_following: false,
+        }
+    }
 }
 
 /// The rows the bars were made from (their session, how many), the bars, and whether frames were
@@ -167,6 +204,55 @@ impl TimelinePanel {
             .map_or((&[][..], false), |(_, b, binned)| (b.as_slice(), *binned))
     }
 
+    /// Whether the recent view is shown.
+    pub fn shows_recent(&self) -> bool {
+        self.recent.unwrap_or(self.live)
+    }
+
+    /// The bars the strip draws now: in the recent view, one a frame (or bin), the last
+    /// [`Self::span_frames`] of them up to the newest (following) or to where the person
+    /// scrolled; else the whole session's, merged to at most [`MAX_BARS`].
+    pub fn visible(&mut self, rows: &Rows) -> (Vec<FrameBar>, bool) {
+        if self.follow && !self.was_following {
+            self.view_end = None;
+        }
+        self.was_following = self.follow;
+        if !self.shows_recent() {
+            let (b, binned) = self.bars(rows);
+            return (b.to_vec(), binned);
+        }
+        self.raw.sync(rows);
+        let bars = &self.raw.bars;
+        let newest = bars.last().map_or(0, |b| b.frame);
+        if !self.follow && self.view_end.is_none() {
+            // Not following: the view stays where it is as frames arrive.
+            self.view_end = Some(newest);
+        }
+        let end = self.view_end.map_or(newest, |e| e.min(newest));
+        let start = end.saturating_sub(self.span_frames.saturating_sub(1));
+        let from = bars.partition_point(|b| b.frame < start);
+        let to = bars.partition_point(|b| b.frame <= end);
+        (bars.get(from..to).unwrap_or(&[]).to_vec(), self.raw.binned)
+    }
+
+    /// Scrolls the recent view by `frames` (negative: older), staying within the session.
+    pub fn scroll_frames(&mut self, frames: i64) {
+        let newest = self.raw.bars.last().map_or(0, |b| b.frame);
+        let first = self.raw.bars.first().map_or(0, |b| b.frame);
+        let end = self.view_end.unwrap_or(newest);
+        let moved = end.saturating_add_signed(frames);
+        let lowest = first
+            .saturating_add(self.span_frames.saturating_sub(1))
+            .min(newest);
+        self.view_end = Some(moved.clamp(lowest, newest));
+    }
+
+    /// Zooms the recent view: `factor` above 1 shows more frames.
+    pub fn zoom(&mut self, factor: f64) {
+        let span = (self.span_frames as f64 * factor).round() as u64;
+        self.span_frames = span.clamp(MIN_SPAN_FRAMES, MAX_BARS as u64);
+    }
+
     /// Draws the strip, `height` points tall; `current` is the position of the dispatch shown.
     pub fn ui(
         &mut self,
@@ -177,9 +263,34 @@ impl TimelinePanel {
     ) -> Vec<Action> {
         puffin::profile_function!();
         let mut actions = Vec::new();
-        let (bars, binned) = self.bars(rows);
+        let (bars, binned) = self.visible(rows);
+        let bars = &bars[..];
+        let recent = self.shows_recent();
         ui.horizontal(|ui| {
             ui.strong("Timeline");
+            if ui
+                .selectable_label(recent, format!("recent {} frames", self.span_frames))
+                .on_hover_text("The recent frames, a bar each; the wheel scrolls to older frames, Ctrl+wheel zooms")
+                .clicked()
+            {
+                self.recent = Some(true);
+            }
+            if ui
+                .selectable_label(!recent, "whole session")
+                .on_hover_text("Every frame of the session, several to a bar when there are many")
+                .clicked()
+            {
+                self.recent = Some(false);
+            }
+            if recent
+                && self.view_end.is_some()
+                && ui
+                    .small_button("newest")
+                    .on_hover_text("Show the newest frames")
+                    .clicked()
+            {
+                self.view_end = None;
+            }
             ui.label(egui::RichText::new("■ dispatches").color(style::DEVICE));
             ui.label(egui::RichText::new("■ with refusals").color(style::REFUSED));
             ui.label(egui::RichText::new("■ with escapes").color(style::WRITTEN));
@@ -224,17 +335,33 @@ impl TimelinePanel {
             .rev()
             .find(|b| b.first <= current)
             .map(|b| b.frame as f64);
-        let response = Plot::new("timeline")
+        let mut plot = Plot::new("timeline")
             .height(height)
-            .allow_zoom([true, false])
-            .allow_drag([true, false])
-            .allow_scroll(false)
+            .allow_zoom([!recent, false])
+            .allow_drag([!recent, false])
+            .allow_scroll(false);
+        if recent {
+            // The recent view's x range is its frames, whatever the plot remembered.
+            let end = bars.last().map_or(0.0, |b| b.frame as f64);
+            let start = end - (self.span_frames.saturating_sub(1)) as f64;
+            plot = plot
+                .default_x_bounds(start - 0.5, end + 0.5)
+                .auto_bounds([false, true]);
+        }
+        let x_range = recent.then(|| {
+            let end = bars.last().map_or(0.0, |b| b.frame as f64);
+            (end - self.span_frames.saturating_sub(1) as f64 - 0.5)..=(end + 0.5)
+        });
+        let response = plot
             .allow_boxed_zoom(false)
             .include_y(0.0)
             .show_grid([false, true])
             .x_axis_label(x_label)
             .y_axis_label("dispatches")
             .show(ui, |plot| {
+                if let Some(r) = x_range.clone() {
+                    plot.set_plot_bounds_x(r);
+                }
                 plot.bar_chart(BarChart::new("dispatches", total).color(style::DEVICE));
                 plot.bar_chart(BarChart::new("with refusals", refused).color(style::REFUSED));
                 plot.bar_chart(BarChart::new("with escapes", escaped).color(style::WRITTEN));
@@ -242,6 +369,28 @@ impl TimelinePanel {
                     plot.vline(VLine::new("current", x).color(style::SELECTED));
                 }
             });
+        if recent && response.response.hovered() {
+            let (scroll, zoom) = ui.input(|i| (i.smooth_scroll_delta, i.modifiers.command));
+            let notch = if scroll.y.abs() > scroll.x.abs() {
+                scroll.y
+            } else {
+                scroll.x
+            };
+            if notch != 0.0 {
+                if zoom {
+                    self.zoom(if notch > 0.0 { 0.8 } else { 1.25 });
+                } else {
+                    // A notch of the wheel (about 50 points) moves a tenth of the view.
+                    let frames =
+                        (f64::from(notch) / 50.0 * self.span_frames as f64 / 10.0).round() as i64;
+                    self.scroll_frames(if frames == 0 {
+                        notch.signum() as i64
+                    } else {
+                        frames
+                    });
+                }
+            }
+        }
         if response.response.clicked()
             && let Some(pos) = response.response.interact_pointer_pos()
         {
@@ -341,6 +490,49 @@ mod tests {
         let rows: Vec<DispatchRow> = (0..10 * MAX_BARS as u64).map(|i| row(i, i, 0, 0)).collect();
         let (b, _) = bars(&columns(&rows));
         assert!(b.len() <= MAX_BARS, "{}", b.len());
+        assert_eq!(b.iter().map(|b| b.dispatches).sum::<usize>(), rows.len());
+    }
+
+    /// A live game's 200 dispatches a frame: the recent view shows a bar a frame (not merged),
+    /// the last `RECENT_FRAMES` up to the newest while following, and older ones when scrolled.
+    #[test]
+    fn the_recent_view_shows_a_bar_a_frame_of_the_latest_frames() {
+        let all: Vec<DispatchRow> = (0..200 * 3_000u64).map(|i| row(i, i / 200, 0, 0)).collect();
+        let mut rows = Rows::new();
+        rows.extend(&all);
+        let mut panel = TimelinePanel {
+            live: true,
+            follow: true,
+            ..TimelinePanel::default()
+        };
+        let (b, binned) = panel.visible(&rows);
+        assert!(!binned);
+        assert_eq!(b.len() as u64, RECENT_FRAMES);
+        assert!(b.iter().all(|b| b.frames == 1 && b.dispatches == 200));
+        assert_eq!(b.last().map(|b| b.frame), Some(2_999));
+        // More frames arrive: the view follows them.
+        let more: Vec<DispatchRow> = (200 * 3_000..200 * 3_010u64)
+            .map(|i| row(i, i / 200, 0, 0))
+            .collect();
+        rows.extend(&more);
+        assert_eq!(panel.visible(&rows).0.last().map(|b| b.frame), Some(3_009));
+        // Scrolled to older frames, with the window no longer following: it stays there.
+        panel.follow = false;
+        panel.scroll_frames(-1_000);
+        let (b, _) = panel.visible(&rows);
+        assert_eq!(b.last().map(|b| b.frame), Some(2_009));
+        assert_eq!(b.len() as u64, RECENT_FRAMES);
+        rows.extend(&[row(200 * 3_010, 3_010, 0, 0)]);
+        assert_eq!(panel.visible(&rows).0.last().map(|b| b.frame), Some(2_009));
+        // Zoomed out, more frames a view; following again ends it at the newest.
+        panel.zoom(2.0);
+        assert_eq!(panel.visible(&rows).0.len() as u64, 2 * RECENT_FRAMES);
+        panel.follow = true;
+        assert_eq!(panel.visible(&rows).0.last().map(|b| b.frame), Some(3_010));
+        // The whole session: merged bars, every dispatch counted.
+        panel.recent = Some(false);
+        let (b, _) = panel.visible(&rows);
+        assert!(b.len() <= MAX_BARS);
         assert_eq!(b.iter().map(|b| b.dispatches).sum::<usize>(), rows.len());
     }
 

@@ -1,24 +1,29 @@
 //! The debugger side of a live session in the window, and the demo target it starts when run
 //! with no arguments.
 //!
-//! [`LiveLink`] wraps a [`LiveClient`]: each frame the app drains its channel into the open
-//! [`Session`] (every dispatch becomes a row; its report joins the window of the latest), and
-//! keeps the target's state (running, paused, disconnected) and its [`Stats`] for the status bar.
-//! Every message also goes to a [`LiveStore`] writing the whole session to a crash-safe capture in
-//! the temporary folder as it arrives, with an index of every dispatch (the client asks for a
-//! memory snapshot at attach, so the recording replays on its own). The store is shared with the
-//! session ([`SharedStore`]): the dispatch list holds every dispatch since attach, and selecting
-//! one that left the session's window of reports reads it back from the store's file (one seek),
-//! so memory is bounded by the windows and the rows however long the game runs.
-//! Saving the session as a capture, or as a sample up to a dispatch, reads that recording back with
-//! `to_sample`. When the target dies, what was received stays. This module never draws.
+//! [`LiveLink`] wraps a [`LiveClient`] and an intake thread of its own ([`super::intake`]): the
+//! client's reader thread decodes what the target sends, the intake takes it as it arrives, writes
+//! every message to a [`LiveStore`] (the whole session, a crash-safe capture in the temporary
+//! folder, with an index of every dispatch; the client asks for a memory snapshot at attach, so
+//! the recording replays on its own) and makes each dispatch's row. Each frame the window's
+//! thread only appends what is ready to the open [`Session`] ([`LiveLink::drain`]: the rows, the
+//! latest dispatches as they came) and keeps the target's state (running, paused, disconnected)
+//! and its [`Stats`] for the status bar; it never writes the store.
+//! The store is shared with the session ([`SharedStore`]): the dispatch list holds every dispatch
+//! since attach, and selecting one that left the session's window of reports reads it back from
+//! the store's file (one seek), so memory is bounded by the windows and the rows however long the
+//! game runs. Saving the session as a capture, or as a sample up to a dispatch, reads that
+//! recording back with `to_sample`. When the target dies, what was received stays. When the
+//! session ends (detach, the target gone, the window closed) the window logs
+//! `received N, dropped M` to stderr, as `dispatchscope record` prints it. This module never draws.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dispatchscope_demo::{Demo, DemoConfig, RunOptions};
 use dispatchscope_formats::sample::{Sample, Step};
@@ -29,18 +34,16 @@ use dispatchscope_live::{
     ToDebugger,
 };
 
+use super::intake::{Counters, Handoff, Inlet, Intake, SharedClient, StopFlag};
 use super::session::{Session, SharedStore};
 use dispatchscope_views::TargetBytes;
 use std::sync::Mutex;
-/// The most messages taken from the channel in one frame (the rest wait for the next frame).
-const DRAIN_PER_FRAME: usize = 4_096;
-/// The longest one frame spends taking messages: the window stays responsive however fast a
-/// game sends (what waits is taken next frame; what the channel cannot hold the target counts as
-/// dropped).
-const DRAIN_BUDGET: std::time::Duration = std::time::Duration::from_millis(8);
-/// The messages the window's client holds for it at most (`ClientOptions::channel_capacity`;
-/// the headless client's 16,384 held about 190 MB of received dispatches while the window lagged).
+/// The messages the window's client holds for its intake at most
+/// (`ClientOptions::channel_capacity`; the intake takes them as they come, so this covers a pause
+/// of the intake's thread, about 0.2 s at 12,000 dispatches a second, about 20 MB of them).
 const WINDOW_CHANNEL_MESSAGES: usize = 2_048;
+/// How long the received rate is measured over.
+const RATE_SPAN: Duration = Duration::from_secs(1);
 
 /// What the target is doing, as far as this debugger knows.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -68,8 +71,8 @@ pub struct Drained {
     pub dispatches: usize,
     /// Whether the target paused.
     pub paused: bool,
-    /// Whether more messages wait.
-    pub more: bool,
+    /// Whether the session ended in this drain.
+    pub ended: bool,
 }
 
 /// Why a live operation failed (attach, a request to the target, the recording, the in-process
@@ -131,6 +134,9 @@ pub enum LiveError {
     /// The in-process demo's thread could not start.
     #[error("cannot start the demo's thread: {0}")]
     DemoThread(std::io::Error),
+    /// The intake's thread could not start.
+    #[error("cannot start the live intake's thread: {0}")]
+    IntakeThread(std::io::Error),
     /// The window could not attach to the demo it started.
     #[error("{why}")]
     DemoAttach {
@@ -162,7 +168,11 @@ impl LiveFailure {
 
 /// A live session's connection; see the module docs.
 pub struct LiveLink {
-    client: Option<LiveClient>,
+    /// The client: commands go through it; the intake takes what it received (`None` once
+    /// detached or gone).
+    client: SharedClient,
+    /// Whether the session is still attached, as far as the window has taken its messages.
+    attached: bool,
     /// The address attached to.
     pub addr: String,
     /// What the target calls itself.
@@ -176,9 +186,6 @@ pub struct LiveLink {
     /// The recording, shared with the session that reads older reports back from it (`None`
     /// once it could not be created or was finished).
     shadow: SharedStore,
-    /// Whether the recording still takes messages (a write error stops it; what it holds stays
-    /// readable).
-    recording: bool,
     shadow_path: PathBuf,
     /// Why the shadow recording stopped, if it did.
     pub record_error: Option<String>,
@@ -186,12 +193,23 @@ pub struct LiveLink {
     pub memory: Option<TargetBytes>,
     /// The latest read asked: its id, address and length; read again when the target pauses.
     read: Option<(u64, u64, u32)>,
+    /// What the intake hands the window.
+    handoff: Arc<Handoff>,
+    /// The intake's figures.
+    counters: Arc<Counters>,
+    stop: Arc<StopFlag>,
+    intake: Option<JoinHandle<()>>,
+    /// Received counts over the last [`RATE_SPAN`], for the received rate.
+    rate: std::collections::VecDeque<(Instant, u64)>,
+    /// Whether the end of the session was logged.
+    logged: bool,
 }
 
 static SHADOW_SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl LiveLink {
-    /// Attaches to the target at `addr`; `notify` is called on each message (a repaint).
+    /// Attaches to the target at `addr`; `notify` is called when something waits for the window
+    /// (a repaint).
     pub fn attach(
         addr: &str,
         token: Option<String>,
@@ -202,23 +220,59 @@ impl LiveLink {
             timeout: Duration::from_secs(3),
             client_name: "dispatchscope window".into(),
             snapshot: true,
-            notify: Some(notify),
+            // The intake wakes the window when a batch is ready, not the reader on each message.
+            notify: None,
             // Dispatches come with their bytes, which the store writes as they came; the rows
-            // are decoded here, after (`take_message`).
+            // are read from the parts already decoded, on the intake's thread.
             keep_received: true,
-            // What waits for the window is held as it came, about 10 KB a dispatch: 2,048 of
-            // them (0.7 s at 3,000 a second) bound it to about 20 MB; past that TCP pushes back
-            // and the target counts what it cannot queue as dropped.
+            // What waits for the intake is held as it came, about 10 KB a dispatch; past that TCP
+            // pushes back and the target counts what it cannot queue as dropped.
             channel_capacity: WINDOW_CHANNEL_MESSAGES,
             ..ClientOptions::default()
         };
         let client = LiveClient::connect_with(addr, &options)?;
+        let target_name = client.target().target.clone();
+        let shared: SharedClient = Arc::new(Mutex::new(Some(client)));
+        Self::start(
+            addr,
+            target_name,
+            Inlet::Client(Arc::clone(&shared)),
+            shared,
+            notify,
+        )
+    }
+
+    /// A link fed by the caller instead of a target (tests and benches): what is sent on the
+    /// channel goes through the intake exactly as a client's messages do; dropping the sender ends
+    /// the session. Commands to the target fail with [`LiveError::NotAttached`].
+    pub fn fed(
+        addr: &str,
+        target_name: &str,
+        notify: Arc<dyn Fn() + Send + Sync>,
+    ) -> Result<(Self, SyncSender<Incoming>), LiveError> {
+        let (tx, rx): (_, Receiver<_>) = std::sync::mpsc::sync_channel(WINDOW_CHANNEL_MESSAGES);
+        let link = Self::start(
+            addr,
+            target_name.to_owned(),
+            Inlet::Channel(rx),
+            Arc::new(Mutex::new(None)),
+            notify,
+        )?;
+        Ok((link, tx))
+    }
+
+    fn start(
+        addr: &str,
+        target_name: String,
+        inlet: Inlet,
+        client: SharedClient,
+        notify: Arc<dyn Fn() + Send + Sync>,
+    ) -> Result<Self, LiveError> {
         let shadow_path = std::env::temp_dir().join(format!(
             "dispatchscope-live-{}-{}.dscap",
             std::process::id(),
             SHADOW_SEQ.fetch_add(1, Ordering::Relaxed)
         ));
-        let target_name = client.target().target.clone();
         let shadow = LiveStore::create(
             &shadow_path,
             &format!("live session of {target_name} at {addr}"),
@@ -230,19 +284,37 @@ impl LiveLink {
                 keep_rows: false,
             },
         );
+        let shadow: SharedStore = Arc::new(Mutex::new(Some(shadow)));
+        let handoff = Arc::new(Handoff::default());
+        let counters = Arc::new(Counters::default());
+        let stop = Arc::new(StopFlag::default());
+        let intake = Intake::new(
+            Arc::clone(&shadow),
+            Arc::clone(&handoff),
+            Arc::clone(&counters),
+            notify,
+        )
+        .spawn(inlet, Arc::clone(&stop))
+        .map_err(LiveError::IntakeThread)?;
         Ok(Self {
-            client: Some(client),
+            client,
+            attached: true,
             addr: addr.to_owned(),
             target_name,
             state: LiveState::Running,
             stats: None,
             failures: Vec::new(),
-            shadow: Arc::new(Mutex::new(Some(shadow))),
-            recording: true,
+            shadow,
             shadow_path,
             record_error: None,
             memory: None,
             read: None,
+            handoff,
+            counters,
+            stop,
+            intake: Some(intake),
+            rate: std::collections::VecDeque::new(),
+            logged: false,
         })
     }
 
@@ -265,9 +337,9 @@ impl LiveLink {
         &self.shadow_path
     }
 
-    /// Whether the connection is up.
+    /// Whether the connection is up (as far as the window has taken the intake's messages).
     pub fn is_attached(&self) -> bool {
-        self.client.is_some()
+        self.attached
     }
 
     /// Whether the target is paused (and attached).
@@ -275,23 +347,34 @@ impl LiveLink {
         matches!(self.state, LiveState::Paused { .. })
     }
 
-    fn client(&self) -> Result<&LiveClient, LiveError> {
-        self.client.as_ref().ok_or(LiveError::NotAttached)
+    /// Runs `f` on the client (a command to the target).
+    fn send(
+        &self,
+        f: impl FnOnce(&LiveClient) -> Result<(), dispatchscope_live::ClientError>,
+    ) -> Result<(), LiveError> {
+        if !self.attached {
+            return Err(LiveError::NotAttached);
+        }
+        let guard = self
+            .client
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(f(guard.as_ref().ok_or(LiveError::NotAttached)?)?)
     }
 
     /// Asks the target to pause before its next dispatch.
     pub fn pause(&self) -> Result<(), LiveError> {
-        Ok(self.client()?.pause()?)
+        self.send(LiveClient::pause)
     }
 
     /// Lets a paused target run on.
     pub fn resume(&self) -> Result<(), LiveError> {
-        Ok(self.client()?.resume()?)
+        self.send(LiveClient::resume)
     }
 
     /// Runs `n` dispatches, then pauses.
     pub fn step(&self, n: u64) -> Result<(), LiveError> {
-        Ok(self.client()?.step(n)?)
+        self.send(|c| c.step(n))
     }
 
     /// Ask the target to capture `lanes` on its next instrumented pass (`None`: its own choice).
@@ -299,7 +382,7 @@ impl LiveLink {
         &self,
         lanes: Option<dispatchscope_core::instrument::LaneSelection>,
     ) -> Result<(), LiveError> {
-        Ok(self.client()?.capture_lanes(lanes)?)
+        self.send(|c| c.capture_lanes(lanes))
     }
 
     /// Asks the target for `len` guest bytes at `address` (the Memory panel's byte view); the
@@ -308,23 +391,75 @@ impl LiveLink {
     pub fn read_memory(&mut self, address: u64, len: u32) -> Result<(), LiveError> {
         let id = self.read.map_or(1, |(id, ..)| id + 1);
         self.read = Some((id, address, len));
-        Ok(self.client()?.read_memory(id, address, len)?)
+        self.send(|c| c.read_memory(id, address, len))
     }
 
     /// Replaces the target's breakpoints.
     pub fn set_breakpoints(&self, breakpoints: &Breakpoints) -> Result<(), LiveError> {
-        Ok(self.client()?.set_breakpoints(breakpoints)?)
+        self.send(|c| c.set_breakpoints(breakpoints))
     }
 
-    /// Detaches, leaving the target running; what was received stays.
+    /// Detaches, leaving the target running; what was received stays (what the intake took
+    /// meanwhile reaches the session at the next [`Self::drain`]).
     pub fn detach(&mut self) {
-        if let Some(c) = self.client.take() {
-            let _ = c.detach(Duration::from_millis(500));
-        }
+        self.end_intake(Duration::from_millis(500));
+        self.attached = false;
         self.flush_shadow();
         self.state = LiveState::Disconnected {
             reason: "detached; the target runs on".into(),
         };
+        self.log_end();
+    }
+
+    /// Stops the intake (detaching its client within `timeout`) and waits for its thread.
+    fn end_intake(&mut self, timeout: Duration) {
+        self.stop.stop(timeout);
+        if let Some(t) = self.intake.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Logs `received N, dropped M` to stderr, once a session.
+    fn log_end(&mut self) {
+        if !std::mem::replace(&mut self.logged, true) {
+            eprintln!("{}", self.end_line());
+        }
+    }
+
+    /// The line the session's end logs: `received N, dropped M`, as `dispatchscope record` says
+    /// it (received: dispatches this window got; dropped: what the target dropped, by its last
+    /// figures or the gaps in the indices received if more, and what this window could not keep).
+    pub fn end_line(&self) -> String {
+        self.counters.end_line()
+    }
+
+    /// Dispatches this window received.
+    pub fn received(&self) -> u64 {
+        self.counters.received.load(Ordering::Relaxed)
+    }
+
+    /// Dispatches lost: the target's drops and this window's (see [`Self::end_line`]).
+    pub fn dropped(&self) -> u64 {
+        self.counters.dropped()
+    }
+
+    /// Dispatches this window received a second, over the last second.
+    pub fn received_per_s(&self) -> Option<f64> {
+        let (&(t0, n0), &(t1, n1)) = (self.rate.front()?, self.rate.back()?);
+        let secs = t1.duration_since(t0).as_secs_f64();
+        (secs >= 0.25).then(|| (n1 - n0) as f64 / secs)
+    }
+
+    fn sample_rate(&mut self) {
+        let now = Instant::now();
+        self.rate.push_back((now, self.received()));
+        while self
+            .rate
+            .get(1)
+            .is_some_and(|(t, _)| now.duration_since(*t) >= RATE_SPAN)
+        {
+            self.rate.pop_front();
+        }
     }
 
     /// Makes the recording durable when the connection ends; the store stays open for reading
@@ -348,75 +483,43 @@ impl LiveLink {
         }
     }
 
-    /// Takes what arrived into `session`.
+    /// Appends what the intake made ready to `session` (the window's one call a frame: rows and
+    /// the latest dispatches, then the rare messages in order).
     pub fn drain(&mut self, session: &mut Session) -> Drained {
         let mut out = Drained::default();
-        let started = std::time::Instant::now();
-        for _ in 0..DRAIN_PER_FRAME {
-            if started.elapsed() >= DRAIN_BUDGET {
-                break;
-            }
-            let Some(incoming) = self.client.as_ref().and_then(LiveClient::try_recv) else {
-                return out;
-            };
-            match incoming {
-                Incoming::Message(m) => self.take_message(m, session, &mut out),
-                Incoming::Disconnected { reason, clean } => {
-                    self.client = None;
-                    self.flush_shadow();
-                    self.state = LiveState::Disconnected {
-                        reason: if clean {
-                            reason
-                        } else {
-                            format!("the target went away: {reason}")
-                        },
-                    };
-                    return out;
-                }
-            }
+        let pending = self.handoff.take();
+        self.sample_rate();
+        out.dispatches = pending.batch.rows.len();
+        if out.dispatches > 0 {
+            session.push_batch(pending.batch);
         }
-        out.more = true;
+        for m in pending.controls {
+            self.take(m, session, &mut out);
+        }
+        if let Some(s) = pending.stats {
+            self.stats = Some(s);
+        }
+        if let Some(e) = pending.record_error {
+            self.record_error = Some(e);
+        }
+        if let Some(ended) = pending.ended {
+            self.attached = false;
+            if let Some(t) = self.intake.take() {
+                let _ = t.join();
+            }
+            self.flush_shadow();
+            self.state = LiveState::Disconnected {
+                reason: ended.reason,
+            };
+            out.ended = true;
+            self.log_end();
+        }
         out
     }
 
-    /// Takes one message as [`Self::drain`] does: to the recording first, then into `session`
-    /// (benches feed a session this way without a socket).
-    pub fn take_message(&mut self, m: ToDebugger, session: &mut Session, out: &mut Drained) {
-        let mut stored = false;
-        if self.recording {
-            match self.with_store(|r| r.take_ref(&m)) {
-                Some(Ok(s)) => stored = s,
-                Some(Err(e)) => {
-                    self.record_error = Some(e.to_string());
-                    self.recording = false;
-                }
-                None => self.recording = false,
-            }
-        }
-        // A dispatch that came with its bytes: the store wrote them; the window keeps them and
-        // decodes the rest only when the dispatch is selected (`Session::push_received`).
+    /// One of the rare messages the intake hands over.
+    fn take(&mut self, m: ToDebugger, session: &mut Session, out: &mut Drained) {
         match m {
-            ToDebugger::Received(d) => {
-                let index = d.index;
-                if let Some(e) = session.push_received(d, stored) {
-                    self.failures.push(LiveFailure {
-                        index,
-                        kind: None,
-                        message: e.to_string(),
-                    });
-                }
-                out.dispatches += 1;
-            }
-            m => self.take(m, stored, session, out),
-        }
-    }
-
-    fn take(&mut self, m: ToDebugger, stored: bool, session: &mut Session, out: &mut Drained) {
-        match m {
-            ToDebugger::Dispatch { report, .. } => {
-                session.push_live(*report, stored);
-                out.dispatches += 1;
-            }
             ToDebugger::DispatchFailed {
                 index,
                 message,
@@ -457,7 +560,6 @@ impl LiveLink {
                 });
             }
             ToDebugger::Resumed { .. } => self.state = LiveState::Running,
-            ToDebugger::Stats(s) => self.stats = Some(s),
             ToDebugger::Program { address, code } => {
                 // Sent once a session; a target that attaches again may send it again.
                 session.programs.retain(|p| p.address != address);
@@ -539,8 +641,9 @@ impl LiveLink {
 
 impl Drop for LiveLink {
     fn drop(&mut self) {
-        if let Some(c) = self.client.take() {
-            let _ = c.detach(Duration::from_millis(200));
+        self.end_intake(Duration::from_millis(200));
+        if self.attached {
+            self.log_end();
         }
         self.finish_shadow();
         let _ = std::fs::remove_file(&self.shadow_path);

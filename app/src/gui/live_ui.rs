@@ -16,13 +16,12 @@ use super::{
     DemoTarget, GuiApp, LiveError, LiveLink, LiveState, LoadError, Session, Source, default_sample,
 };
 
-/// Dispatches a frame the demo the window starts makes by default: the scene's own 5
-/// (`--demo-dispatches-per-frame N` sets another). `dispatchscope demo` runs at a game's 200 in a
-/// process of its own; the window's own demo does not: in the release window under Xvfb on the
-/// 2-core VM, at 50 a frame the window took about 640 dispatches a second and the target dropped
-/// the rest (BENCHMARKS.md, 2026-12-02), because the window's thread stores and decodes each
-/// dispatch it takes.
-pub const WINDOW_DEMO_DISPATCHES_PER_FRAME: u32 = dispatchscope_demo::BASE_DISPATCHES_PER_FRAME;
+/// Dispatches a frame the demo the window starts makes by default: a game's
+/// ([`dispatchscope_demo::GAME_DISPATCHES_PER_FRAME`], what `dispatchscope demo` makes), at 60
+/// frames a second (`--demo-dispatches-per-frame N` sets another). The window's thread keeps up
+/// because it only appends what the live link's intake thread stored and made rows of
+/// ([`super::live`]); BENCHMARKS.md has what the window received at this rate.
+pub const WINDOW_DEMO_DISPATCHES_PER_FRAME: u32 = dispatchscope_demo::GAME_DISPATCHES_PER_FRAME;
 
 /// The Live ▸ Attach window's fields.
 #[derive(Clone, Debug)]
@@ -103,6 +102,8 @@ enum LiveControl {
     Breakpoints,
     /// Detach, leaving the target running.
     Detach,
+    /// End: follow the newest dispatch again.
+    Follow,
 }
 
 /// Where a [`LiveControl`] is drawn (the words differ; what it does does not).
@@ -255,20 +256,20 @@ impl GuiApp {
         }
     }
 
-    /// Takes what the live link received into the session; the selection follows the newest
-    /// dispatch while it is at the end, and on every pause.
-    pub(super) fn poll_live(&mut self, ctx: &egui::Context) {
+    /// Takes what the live link's intake made ready into the session; the selection follows the
+    /// newest dispatch while following ([`GuiApp::follow`]), and on every pause.
+    pub(super) fn poll_live(&mut self) {
         let (Some(l), Some(s)) = (&mut self.live, &mut self.session) else {
             return;
         };
         if !matches!(s.source, Source::Live(_)) {
             return;
         }
-        let before = s.reports.len();
-        let at_end = before == 0 || self.sel.dispatch + 1 >= before;
         let d = l.drain(s);
-        // Follow the newest dispatch while the selection is at the end, and on every pause.
-        if (d.dispatches > 0 && at_end) || d.paused {
+        if d.paused {
+            self.follow = true;
+        }
+        if (d.dispatches > 0 && self.follow) || d.paused {
             let last = s.reports.len().saturating_sub(1);
             if last != self.sel.dispatch {
                 self.sel.dispatch = last;
@@ -283,9 +284,6 @@ impl GuiApp {
             && let Err(e) = s.prepare(self.sel.dispatch)
         {
             self.error = Some(super::session::capture_error(&s.source.display(), e));
-        }
-        if d.more {
-            ctx.request_repaint();
         }
     }
 
@@ -312,6 +310,7 @@ impl GuiApp {
             LiveControl::PauseContinue,
             LiveControl::Step,
             LiveControl::Breakpoints,
+            LiveControl::Follow,
         ] {
             self.live_control_ui(ui, c, Place::Menu);
         }
@@ -347,6 +346,16 @@ impl GuiApp {
         ] {
             self.live_control_ui(ui, c, Place::Toolbar);
         }
+        let follow = ui
+            .selectable_label(self.follow, "Follow")
+            .on_hover_text("Keep the newest dispatch selected and in view as dispatches arrive (End); selecting an older one stops following");
+        if follow.clicked() {
+            if self.follow {
+                self.follow = false;
+            } else {
+                self.command(&ui.ctx().clone(), dispatchscope_views::keys::Command::Last);
+            }
+        }
     }
 
     /// Draws `control` as a button at `place`, and carries it out when clicked.
@@ -381,6 +390,11 @@ impl GuiApp {
             (LiveControl::Detach, Place::Toolbar) => {
                 (attached, "Detach", Some("Detach; the target keeps running"))
             }
+            (LiveControl::Follow, _) => (
+                true,
+                "Follow the newest dispatch (End)",
+                Some("Selecting an older dispatch stops following"),
+            ),
         };
         let mut button = ui.add_enabled(enabled, egui::Button::new(label));
         if let Some(tip) = tip {
@@ -392,6 +406,9 @@ impl GuiApp {
                 LiveControl::Step => self.live_do(|l| l.step(1)),
                 LiveControl::Breakpoints => self.show_breakpoints = true,
                 LiveControl::Detach => self.detach(),
+                LiveControl::Follow => {
+                    self.command(&ui.ctx().clone(), dispatchscope_views::keys::Command::Last);
+                }
             }
         }
     }
@@ -523,16 +540,7 @@ pub(super) fn live_status_ui(ui: &mut egui::Ui, l: &LiveLink) {
             .on_hover_text(format!("{} at {}", l.target_name, l.addr));
         }
     }
-    if let Some(st) = &l.stats {
-        ui.label(format!("{:.0} dispatches/s", st.dispatches_per_s));
-        let drops = RichText::new(format!("{} dropped", st.dropped));
-        ui.label(if st.dropped > 0 {
-            drops.color(style::SELECTED)
-        } else {
-            drops
-        })
-        .on_hover_text("dispatches the target dropped because this window was behind (its queue holds a bounded number)");
-    }
+    rates_ui(ui, l);
     if let Some(last) = l.failures.last() {
         // The kind first (a lost device is not bad input), then the target's words.
         ui.label(
@@ -553,4 +561,51 @@ pub(super) fn live_status_ui(ui: &mut egui::Ui, l: &LiveLink) {
     ui.label(format!("{} recorded", l.stored())).on_hover_text(
         "dispatches in this session's recording (a crash-safe capture written as they arrive); the list holds every one, memory the latest reports, and an older one is read back from the file when selected",
     );
+}
+
+/// The status bar's rates: what this window received a second, what the target made when that
+/// differs, and what was dropped (by the target because this window was behind, or by this
+/// window).
+fn rates_ui(ui: &mut egui::Ui, l: &LiveLink) {
+    let received = l.received_per_s();
+    let made = l.stats.as_ref().map(|s| s.dispatches_per_s);
+    if let Some(r) = received {
+        ui.label(format!("{} received/s", thousands(r)))
+            .on_hover_text(
+                "dispatches this window received and kept a second, over the last second",
+            );
+    }
+    // The target's own rate, when it differs from what arrived by more than 2 % (a second's
+    // figures are not taken at the same instant).
+    if let Some(m) = made
+        && received.is_none_or(|r| (m - r).abs() > 0.02 * m.max(1.0))
+    {
+        ui.label(RichText::new(format!("target made {}/s", thousands(m))).color(style::MUTED))
+            .on_hover_text("the target's own figure of the dispatches it made a second");
+    }
+    let dropped = l.dropped();
+    let drops = RichText::new(format!("{} dropped", thousands(dropped as f64)));
+    ui.label(if dropped > 0 {
+        drops.color(style::SELECTED)
+    } else {
+        drops
+    })
+    .on_hover_text(format!(
+        "dispatches lost since attach: those the target dropped because this window was behind (its queue holds a bounded number), and those this window could not keep; {} received",
+        thousands(l.received() as f64)
+    ));
+}
+
+/// `x` rounded, with a comma every three digits: "12,010".
+pub fn thousands(x: f64) -> String {
+    let n = x.round().max(0.0) as u64;
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }

@@ -14,6 +14,7 @@ pub mod compare_ui;
 mod dialogs;
 pub mod history_ui;
 mod instrumented_ui;
+mod intake;
 pub mod listing_ui;
 pub mod live;
 mod live_ui;
@@ -22,6 +23,8 @@ pub mod panels;
 pub mod session;
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use dispatchscope_views::keys::{self, Command};
 use dispatchscope_views::{
@@ -122,6 +125,65 @@ pub struct GuiApp {
     pub demo_dispatches_per_frame: u32,
     /// The What if… dialog, when open.
     pub what_if_form: Option<compare_ui::WhatIfForm>,
+    /// Whether a live session's selection follows the newest dispatch as dispatches arrive (the
+    /// dispatch list and the timeline keep it in view); selecting an older one stops it, End (or
+    /// the toolbar's Follow) starts it again.
+    pub follow: bool,
+    /// The latest frames' times, logged when the window closes.
+    pub frame_times: FrameTimes,
+}
+
+/// The times of the window's latest frames: what its own code took ([`GuiApp::ui`]) and the
+/// interval between frames (egui's `unstable_dt`: drawing and painting included), a ring of
+/// [`FrameTimes::KEPT`] each; the window logs their median and 95th percentile when it closes.
+#[derive(Debug, Default)]
+pub struct FrameTimes {
+    ui_ms: std::collections::VecDeque<f32>,
+    interval_ms: std::collections::VecDeque<f32>,
+    /// Frames drawn in all.
+    pub frames: u64,
+}
+
+impl FrameTimes {
+    /// Frames kept.
+    pub const KEPT: usize = 3_600;
+
+    fn push(&mut self, ui_ms: f32, interval_ms: f32) {
+        for (ring, v) in [
+            (&mut self.ui_ms, ui_ms),
+            (&mut self.interval_ms, interval_ms),
+        ] {
+            if ring.len() >= Self::KEPT {
+                ring.pop_front();
+            }
+            ring.push_back(v);
+        }
+        self.frames += 1;
+    }
+
+    /// The median and 95th percentile of `ring`, in milliseconds.
+    fn percentiles(ring: &std::collections::VecDeque<f32>) -> (f32, f32) {
+        let mut v: Vec<f32> = ring.iter().copied().collect();
+        v.sort_by(f32::total_cmp);
+        let at = |q: f64| {
+            v.get(((v.len().saturating_sub(1)) as f64 * q).round() as usize)
+                .copied()
+                .unwrap_or(0.0)
+        };
+        (at(0.5), at(0.95))
+    }
+
+    /// The line the window logs: the latest frames' median and 95th percentile, its own code's
+    /// and the interval between frames.
+    pub fn line(&self) -> String {
+        let (ui50, ui95) = Self::percentiles(&self.ui_ms);
+        let (dt50, dt95) = Self::percentiles(&self.interval_ms);
+        format!(
+            "window frames: {} in all; of the latest {}: the window's code {ui50:.2} ms median, {ui95:.2} ms p95; between frames {dt50:.1} ms median, {dt95:.1} ms p95",
+            self.frames,
+            self.ui_ms.len()
+        )
+    }
 }
 
 impl GuiApp {
@@ -163,6 +225,8 @@ impl GuiApp {
             pending_compare: None,
             demo_dispatches_per_frame: live_ui::WINDOW_DEMO_DISPATCHES_PER_FRAME,
             what_if_form: None,
+            follow: true,
+            frame_times: FrameTimes::default(),
         }
     }
 
@@ -201,6 +265,7 @@ impl GuiApp {
     /// Shows `session` (a loaded session, or reports made by a test).
     pub fn set_session(&mut self, session: Session) {
         self.sel = Selection::default();
+        self.follow = true;
         self.session = Some(session);
         self.prepare_selected();
     }
@@ -264,6 +329,10 @@ impl GuiApp {
     pub fn apply(&mut self, action: Action) {
         match action {
             Action::SelectDispatch(pos) => {
+                if pos < self.n_dispatches() {
+                    // Selecting the newest follows on; selecting an older one stops following.
+                    self.follow = pos + 1 == self.n_dispatches();
+                }
                 if pos < self.n_dispatches() && pos != self.sel.dispatch {
                     self.sel.dispatch = pos;
                     self.sel.access = None;
@@ -393,8 +462,16 @@ impl GuiApp {
         }
     }
 
-    /// Draws one frame: the whole window.
+    /// Draws one frame: the whole window (timed, [`FrameTimes`]).
     pub fn ui(&mut self, ui: &mut egui::Ui) {
+        let started = std::time::Instant::now();
+        self.frame(ui);
+        let interval_ms = ui.ctx().input(|i| i.unstable_dt) * 1e3;
+        self.frame_times
+            .push(started.elapsed().as_secs_f32() * 1e3, interval_ms);
+    }
+
+    fn frame(&mut self, ui: &mut egui::Ui) {
         if self.profiler.is_some() {
             puffin::GlobalProfiler::lock().new_frame();
         }
@@ -422,6 +499,8 @@ impl GuiApp {
                 .min_size(60.0)
                 .show(ui, |ui| {
                     let h = ui.available_height().max(50.0);
+                    self.timeline.live = self.live.is_some();
+                    self.timeline.follow = self.follow && self.live.is_some();
                     actions.extend(self.timeline.ui(ui, &s.rows, self.sel.dispatch, h));
                 });
         }
@@ -439,11 +518,12 @@ impl GuiApp {
             let bookmarks = self.bookmarks();
             egui::Panel::left("dispatches")
                 .resizable(true)
-                .default_size(520.0)
+                .default_size(620.0)
                 .min_size(200.0)
                 .show(ui, |ui| {
                     if let Some(s) = &self.session {
                         ui.heading("Dispatches");
+                        self.dispatches.follow = self.follow && self.live.is_some();
                         actions.extend(self.dispatches.ui(
                             ui,
                             &s.rows,
@@ -486,7 +566,7 @@ impl GuiApp {
     }
 
     fn poll(&mut self, ctx: &egui::Context) {
-        self.poll_live(ctx);
+        self.poll_live();
         self.poll_compare(ctx);
         if let Some(s) = &mut self.session
             && s.scanning()
@@ -741,6 +821,15 @@ impl eframe::App for EframeApp {
         self.app.ui(ui);
     }
 
+    /// The window closes (its close button, or SIGTERM): the live session ends here, while the
+    /// process still runs: the intake stops, `received N, dropped M` is logged, the recording is
+    /// finished; then the demo target stops.
+    fn on_exit(&mut self) {
+        eprintln!("{}", self.app.frame_times.line());
+        self.app.live = None;
+        self.app.demo = None;
+    }
+
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
         eframe::set_value(storage, eframe::APP_KEY, &self.app.settings);
     }
@@ -790,11 +879,23 @@ pub fn run_gui(start: Start) -> anyhow::Result<()> {
         persist_window: true,
         ..Default::default()
     };
+    // SIGTERM asks the window to close as its close button does (a second one ends the process
+    // at once): `terminate` is watched on a thread of its own, which wakes the window.
+    let terminate = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register_conditional_shutdown(
+        signal_hook::consts::SIGTERM,
+        1,
+        Arc::clone(&terminate),
+    )
+    .and_then(|_| signal_hook::flag::register(signal_hook::consts::SIGTERM, Arc::clone(&terminate)))
+    .map_err(|e| anyhow::anyhow!("could not handle SIGTERM: {e}"))?;
     eframe::run_native(
         "dispatchscope",
         options,
         Box::new(move |cc| {
             style::install_fonts(&cc.egui_ctx);
+            close_on(terminate, cc.egui_ctx.clone())
+                .map_err(|e| format!("could not start the SIGTERM watch: {e}"))?;
             let settings: Settings = cc
                 .storage
                 .and_then(|s| eframe::get_value(s, eframe::APP_KEY))
@@ -824,4 +925,20 @@ pub fn run_gui(start: Start) -> anyhow::Result<()> {
         }),
     )
     .map_err(|e| anyhow::anyhow!("could not run the window: {e}"))
+}
+
+/// Closes the window once `flag` is set (SIGTERM), as its close button does: checked every 50 ms
+/// on a thread of its own, which then wakes the window.
+fn close_on(flag: Arc<AtomicBool>, ctx: egui::Context) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("dispatchscope SIGTERM".into())
+        .spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            eprintln!("dispatchscope: SIGTERM: closing the window");
+            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+            ctx.request_repaint();
+        })
+        .map(|_| ())
 }

@@ -9,8 +9,9 @@
 //! except a small one that keeps no checkpoints (it is replayed as a sample is). A torn tail
 //! becomes a warning on the session, not an error. Which of the two a file is, and the warning's
 //! words, are `crate::load`'s, shared with the CLI.
-//! A live session starts empty and grows with [`Session::push_live`] as dispatches arrive: a row
-//! for every dispatch since attach (the compact [`Rows`]), the latest [`LIVE_WINDOW`] reports in
+//! A live session starts empty and grows with [`Session::push_batch`] as dispatches arrive (the
+//! live link's intake thread stores them and makes their rows; the window appends a batch a
+//! frame): a row for every dispatch since attach (the compact [`Rows`]), the latest [`LIVE_WINDOW`] reports in
 //! memory, and any older report read back from the live store's file when it is selected (one
 //! seek, [`LiveStore::report`]), a few kept; memory is bounded by those two windows plus the rows,
 //! however long the game runs. Its Memory and Chunk table panels come from the checkpoints of
@@ -35,7 +36,6 @@ use dispatchscope_formats::history;
 use dispatchscope_formats::sample::{Sample, SampleError};
 use dispatchscope_formats::session::{CaptureFile, Kind, SNIFF_BYTES, SessionError, kind_of};
 use dispatchscope_live::LiveStore;
-use dispatchscope_live::ToDebugger;
 use dispatchscope_live::protocol::ReceivedDispatch;
 use dispatchscope_views::{DispatchRow, MemoryView, Rows, TableSnapshot};
 
@@ -155,6 +155,29 @@ pub const LIVE_WINDOW: usize = 256;
 /// (`None` once the link finished it).
 pub type SharedStore = Arc<Mutex<Option<LiveStore>>>;
 
+/// What a live session's intake thread hands the window each frame: the rows of the dispatches
+/// that arrived, in order, and the latest of them as they came.
+#[derive(Default)]
+pub struct LiveBatch {
+    /// The rows, in order (8 bytes a dispatch; never cut).
+    pub rows: Rows,
+    /// The latest dispatches as they came, the last being the last row's; at most
+    /// [`LIVE_WINDOW`] (older ones are in the store's file).
+    pub recent: VecDeque<Recent>,
+    /// The session position of the recording's first dispatch, once the recording took one.
+    pub store_first: Option<usize>,
+}
+
+impl LiveBatch {
+    /// Appends one dispatch's recent entry, keeping at most [`LIVE_WINDOW`].
+    pub fn keep_recent(&mut self, recent: Recent) {
+        if self.recent.len() >= LIVE_WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(recent);
+    }
+}
+
 /// A capture without checkpoints of engine state at most this large is replayed up front, as a
 /// sample is, so that its Memory and Chunk table panels are drawn; a larger one is not (opening
 /// it must not take the whole session's replay).
@@ -185,7 +208,7 @@ pub struct Reports {
 }
 
 /// One of a live session's latest dispatches, as the window keeps it.
-enum Recent {
+pub enum Recent {
     /// Its report, whole.
     Report(Box<DispatchReport>),
     /// As it came over the wire: its table row was read from the message's MessagePack part,
@@ -387,16 +410,23 @@ impl Live {
         self.cache.push((pos, report));
     }
 
-    /// Appends a dispatch to the window (the oldest there leaves memory).
-    fn push(&mut self, recent: Recent, stored: bool) {
-        if stored && self.store_first.is_none() {
-            self.store_first = Some(self.n);
+    /// Appends `n_new` dispatches, of which `recent` are the latest (the oldest in the window
+    /// leave memory; the store's file keeps them).
+    fn push(&mut self, n_new: usize, recent: VecDeque<Recent>, store_first: Option<usize>) {
+        if self.store_first.is_none() {
+            self.store_first = store_first;
         }
-        if self.recent.len() >= LIVE_WINDOW {
-            self.recent.pop_front();
+        if recent.len() < n_new {
+            // The intake kept only the latest of them: the window starts again from those.
+            self.recent.clear();
         }
-        self.recent.push_back(recent);
-        self.n += 1;
+        for r in recent {
+            if self.recent.len() >= LIVE_WINDOW {
+                self.recent.pop_front();
+            }
+            self.recent.push_back(r);
+        }
+        self.n += n_new;
     }
 }
 
@@ -677,39 +707,18 @@ impl Session {
         s
     }
 
-    /// Appends a dispatch received from a live target: its row, and its report to the window of
-    /// the latest (the oldest there leaves memory; the store's file keeps it). `stored` says
-    /// whether the live store recorded it (as its next dispatch). Its chunk table and memory
-    /// view come from the checkpoints the target sent, which the store recorded after it, when it
-    /// is prepared ([`Self::prepare`]).
-    pub fn push_live(&mut self, report: DispatchReport, stored: bool) {
-        self.rows.push_report(&report);
-        match &mut self.reports.live {
-            Some(l) => l.push(Recent::Report(Box::new(report)), stored),
-            None => self.reports.kept.push(report),
-        }
-    }
-
-    /// [`Self::push_live`] for a dispatch as it came over the wire: its row is read from the
-    /// parts already decoded, and its access rows and mapping lists wait until it is selected
-    /// ([`Self::prepare`] decodes it then; [`Self::get`] has nothing for it before). A session
-    /// that is not live keeps it whole, or its shells (no accesses) and why the rest did not
-    /// decode.
-    pub fn push_received(
-        &mut self,
-        d: Box<ReceivedDispatch>,
-        stored: bool,
-    ) -> Option<dispatchscope_live::protocol::ProtocolError> {
+    /// Appends what a live session's intake thread took since the last frame
+    /// (`super::live::LiveLink::drain`): every row, and the latest dispatches as they came to the
+    /// window of the latest (the oldest there leave memory; the store's file keeps them). A
+    /// dispatch's chunk table and memory view come from the checkpoints the target sent, which
+    /// the store recorded after it, when it is prepared ([`Self::prepare`]). A session that is
+    /// not live takes the rows alone.
+    pub fn push_batch(&mut self, batch: LiveBatch) {
+        let n_new = batch.rows.len();
+        self.rows.append(&batch.rows);
         if let Some(l) = &mut self.reports.live {
-            self.rows.push_report(&d.report);
-            l.push(Recent::Received(d), stored);
-            return None;
+            l.push(n_new, batch.recent, batch.store_first);
         }
-        let (m, error) = d.into_dispatch_or_shell();
-        if let ToDebugger::Dispatch { report, .. } = m {
-            self.push_live(*report, stored);
-        }
-        error
     }
 
     /// Replays `sample` as [`Sample::run`] does, keeping a snapshot of the chunk table after each

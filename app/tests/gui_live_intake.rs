@@ -1,0 +1,371 @@
+//! Issue 31: the window's live session at a game's rate. Its intake thread stores every message
+//! and makes every row (the window's frame only appends them, and never stores), nothing is lost
+//! whatever the frames do, the session's end is logged as `received N, dropped M`; the dispatch
+//! list follows the newest dispatch (and stops when an older one is selected), its columns never
+//! overlap at 1920 points; the timeline shows the recent frames a bar each.
+//!
+//! Real demo messages are collected once from a demo target in the test and fed to links made by
+//! `LiveLink::fed`, whose intake takes them exactly as it takes a client's.
+
+#![allow(missing_docs, reason = "tests")]
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dispatchscope::{gui, live_feed};
+use dispatchscope_core::report::Mode;
+use dispatchscope_views::{DispatchRow, RowCounts, Rows};
+use egui::{Key, Modifiers};
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+use gui::session::{LIVE_WINDOW, LiveBatch};
+use gui::{DemoTarget, GuiApp, LiveLink, LiveState, Session, Settings};
+use live_feed::{Feed, drain_until, send};
+
+/// Demo messages, collected once for every test of this file.
+fn feed() -> &'static Feed {
+    static FEED: std::sync::OnceLock<Feed> = std::sync::OnceLock::new();
+    FEED.get_or_init(|| {
+        let demo = DemoTarget::start(None).unwrap();
+        Feed::collect(&demo.addr.to_string(), 40).unwrap()
+    })
+}
+
+/// A fed link and its live session, the feed's start (the snapshot) sent.
+fn fed_session() -> (
+    LiveLink,
+    std::sync::mpsc::SyncSender<dispatchscope_live::Incoming>,
+    Session,
+) {
+    let (link, tx) = LiveLink::fed("fed:0", "the demo, fed", Arc::new(|| {})).unwrap();
+    for m in &feed().start {
+        send(&tx, m.clone()).unwrap();
+    }
+    let session = Session::live("fed:0", "fed".into(), link.store());
+    (link, tx, session)
+}
+
+/// Every dispatch sent reaches the recording on the intake's thread, with no frame of the
+/// window run; one drain then appends every row (none lost, in order), and the reports in memory
+/// stay within the window; the session's end says what was received and dropped.
+#[test]
+fn rows_stored_on_the_intake_thread_all_reach_the_session_and_the_frame_never_stores() {
+    let (mut link, tx, mut session) = fed_session();
+    let feed = feed();
+    let first = feed.first_index();
+    const N: u64 = 20_000;
+    // A thread sends as a target would, while this one does not drain at all.
+    let sender = {
+        let tx = tx.clone();
+        let msgs: Vec<_> = (0..N).map(|i| feed.dispatch(first, i).unwrap()).collect();
+        std::thread::spawn(move || {
+            for m in msgs {
+                send(&tx, m).unwrap();
+            }
+        })
+    };
+    sender.join().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while (link.stored() as u64) < N {
+        assert!(Instant::now() < deadline, "{} stored", link.stored());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(
+        session.rows.len(),
+        0,
+        "the recording took every dispatch before the window's thread took any"
+    );
+    assert_eq!(link.received(), N);
+    // One frame's drain appends all of them.
+    let d = link.drain(&mut session);
+    assert_eq!(d.dispatches as u64, N);
+    assert_eq!(session.rows.len() as u64, N, "every row, none lost");
+    assert_eq!(session.reports.len() as u64, N);
+    assert!(session.reports.held() <= LIVE_WINDOW);
+    assert_eq!(session.rows.index(0), Some(first));
+    assert_eq!(session.rows.index(N as usize - 1), Some(first + N - 1));
+    // The newest is in memory as it came; the first is read back from the recording.
+    session.prepare(N as usize - 1).unwrap();
+    assert_eq!(
+        session.reports.get(N as usize - 1).map(|r| r.index),
+        Some(first + N - 1)
+    );
+    session.prepare(0).unwrap();
+    assert_eq!(session.reports.get(0).map(|r| r.index), Some(first));
+    // The feed ends (the target went): the session says so, and its end line counts.
+    drop(tx);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while link.is_attached() {
+        assert!(Instant::now() < deadline);
+        link.drain(&mut session);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(matches!(link.state, LiveState::Disconnected { .. }));
+    assert_eq!(link.end_line(), format!("received {N}, dropped 0"));
+    assert_eq!(link.dropped(), 0);
+}
+
+/// Rows keep arriving while frames run at any pace (here, a frame every few thousand
+/// dispatches, and none at all for a while): the session ends with every one, in order.
+#[test]
+fn a_slow_window_loses_no_row() {
+    let (mut link, tx, mut session) = fed_session();
+    let feed = feed();
+    let first = feed.first_index();
+    const N: u64 = 30_000;
+    for i in 0..N {
+        send(&tx, feed.dispatch(first, i).unwrap()).unwrap();
+        if i % 7_000 == 0 {
+            link.drain(&mut session);
+        }
+    }
+    drain_until(&mut link, &mut session, N).unwrap();
+    assert_eq!(session.rows.len() as u64, N);
+    assert!(
+        session
+            .rows
+            .iter()
+            .enumerate()
+            .all(|(p, r)| r.index == first + p as u64),
+        "in order, without a gap"
+    );
+    assert_eq!(
+        link.store().lock().unwrap().as_ref().unwrap().len() as u64,
+        N
+    );
+}
+
+/// Gaps in the indices (dispatches the target dropped) are counted as dropped.
+#[test]
+fn gaps_in_the_indices_count_as_dropped() {
+    let (mut link, tx, mut session) = fed_session();
+    let feed = feed();
+    let first = feed.first_index();
+    for i in (0..100).chain(150..200) {
+        send(&tx, feed.dispatch(first, i).unwrap()).unwrap();
+    }
+    drain_until(&mut link, &mut session, 150).unwrap();
+    assert_eq!(link.end_line(), "received 150, dropped 50");
+}
+
+/// A harness 1920 × 1080 points, a game's screen.
+fn wide_harness(app: GuiApp) -> Harness<'static, GuiApp> {
+    // The other GUI tests' harness is 1280 points wide; this one is a game's screen.
+    let _ = common::harness;
+    Harness::builder()
+        .with_size(egui::vec2(1920.0, 1080.0))
+        .with_context_setup(dispatchscope_views::style::install_fonts)
+        .build_ui_state(|ui, app: &mut GuiApp| app.ui(ui), app)
+}
+
+fn run_until(h: &mut Harness<'static, GuiApp>, what: &str, done: impl Fn(&GuiApp) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done(h.state()) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        h.step();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn n_rows(app: &GuiApp) -> usize {
+    app.session.as_ref().map_or(0, |s| s.rows.len())
+}
+
+/// While following, the newest dispatch is selected and its row is in view as rows arrive;
+/// selecting an older one stops following (the selection stays, more rows arriving); End follows
+/// again.
+#[test]
+fn the_list_follows_the_newest_dispatch_until_an_older_one_is_selected() {
+    let (link, tx, session) = fed_session();
+    let feed = feed();
+    let first = feed.first_index();
+    let mut app = GuiApp::new(Settings::default());
+    app.live = Some(link);
+    app.set_session(session);
+    let mut h = wide_harness(app);
+    h.run();
+    let mut sent = 0u64;
+    let mut send_n = |n: u64| {
+        for _ in 0..n {
+            send(&tx, feed.dispatch(first, sent).unwrap()).unwrap();
+            sent += 1;
+        }
+        sent
+    };
+    let want = send_n(3_000) as usize;
+    run_until(&mut h, "3,000 rows", |a| n_rows(a) == want);
+    h.run_steps(3);
+    assert!(h.state().follow);
+    assert_eq!(h.state().sel.dispatch, want - 1, "the newest is selected");
+    let newest = (first + want as u64 - 1).to_string();
+    let shown: Vec<u64> = (0..want as u64)
+        .filter(|i| {
+            h.query_all_by_label(&(first + i).to_string())
+                .next()
+                .is_some()
+        })
+        .map(|i| first + i)
+        .collect();
+    assert!(
+        h.query_by_label(&newest).is_some(),
+        "the newest row ({newest}) is in view; shown {:?}..{:?}",
+        shown.first(),
+        shown.last()
+    );
+    // Select an older one: following stops, and stays stopped as rows arrive.
+    h.state_mut()
+        .apply(dispatchscope_views::Action::SelectDispatch(100));
+    assert!(!h.state().follow);
+    let want = send_n(2_000) as usize;
+    run_until(&mut h, "5,000 rows", |a| n_rows(a) == want);
+    h.run_steps(3);
+    assert_eq!(h.state().sel.dispatch, 100, "the selection stays");
+    let older = (first + 100).to_string();
+    assert!(
+        h.query_by_label(&older).is_some(),
+        "the selected row stays in view"
+    );
+    // End follows again.
+    h.key_press_modifiers(Modifiers::NONE, Key::End);
+    h.run_steps(2);
+    assert!(h.state().follow);
+    let want = send_n(500) as usize;
+    run_until(&mut h, "5,500 rows", |a| n_rows(a) == want);
+    h.run_steps(3);
+    assert_eq!(h.state().sel.dispatch, want - 1);
+    let newest = (first + want as u64 - 1).to_string();
+    assert!(h.query_by_label(&newest).is_some(), "{newest} in view");
+    // The status bar counts what this window received, and no drop.
+    h.get_by_label("0 dropped");
+}
+
+/// A row of the widest kind a game sends: a long index, a long program address, the longest
+/// mode, counts past a byte, a long label.
+fn wide_row(index: u64) -> DispatchRow {
+    DispatchRow {
+        index,
+        program: 0xffff_fff0_1234_5678,
+        label: "a label far longer than the label column is wide, which the column clips".into(),
+        mode: Mode::DeviceAddressed,
+        counts: RowCounts {
+            sets: 12_345,
+            refusals: 254,
+            escapes: 999_999,
+            marks: 7,
+        },
+        rules: Default::default(),
+        frame: index / 200,
+    }
+}
+
+/// At 1920 points wide (the dispatch list at its default width, and widened), no cell's text
+/// runs into the next column: each cell lies left of the next column's header.
+#[test]
+fn the_dispatch_list_columns_never_overlap_at_1920_points() {
+    let first = 123_456_789_012u64;
+    let mut rows = Rows::new();
+    for i in 0..500 {
+        rows.push(&wide_row(first + i));
+    }
+    let store: gui::session::SharedStore = Arc::new(Mutex::new(None));
+    let mut session = Session::live("wide:0", "wide rows".into(), store);
+    session.push_batch(LiveBatch {
+        rows,
+        ..LiveBatch::default()
+    });
+    let mut app = GuiApp::new(Settings::default());
+    app.set_session(session);
+    let mut h = wide_harness(app);
+    h.run_steps(4);
+    let headers = [
+        "#", "program", "mode", "sets", "refus.", "esc.", "marks", "label",
+    ];
+    // The table's header row: the lowest "program" label is the header's (the filter row has one
+    // above it).
+    let header_y = h
+        .query_all_by_label("program")
+        .map(|n| n.rect().center().y)
+        .fold(f32::MIN, f32::max);
+    let left_of = |h: &Harness<'static, GuiApp>, title: &str| {
+        h.query_all_by_label(title)
+            .map(|n| n.rect())
+            .find(|r| (r.center().y - header_y).abs() < 2.0)
+            .unwrap_or_else(|| panic!("no header {title:?}"))
+            .left()
+    };
+    let lefts: Vec<f32> = headers.iter().map(|t| left_of(&h, t)).collect();
+    assert!(
+        lefts.windows(2).all(|w| w[0] < w[1]),
+        "headers in order: {lefts:?}"
+    );
+    // The first row, in view (the selection is the first dispatch).
+    let index = first.to_string();
+    let cell = h.get_by_label(&index).rect();
+    let y = cell.center().y;
+    let in_row = |text: &str| {
+        h.query_all_by_label(text)
+            .map(|n| n.rect())
+            .find(|r| (r.center().y - y).abs() < 2.0)
+            .unwrap_or_else(|| panic!("no cell {text:?} in the row"))
+    };
+    let cells = [
+        (index.clone(), 0),
+        ("0xfffffff012345678".to_owned(), 1),
+        ("device-addressed".to_owned(), 2),
+        ("12345".to_owned(), 3),
+        ("254".to_owned(), 4),
+        ("999999".to_owned(), 5),
+        ("7".to_owned(), 6),
+    ];
+    for (text, col) in &cells {
+        let r = in_row(text);
+        assert!(
+            r.left() >= lefts[*col] - 1.0 && r.right() <= lefts[col + 1],
+            "{text:?} at {:.1}..{:.1} runs out of its column {:.1}..{:.1}",
+            r.left(),
+            r.right(),
+            lefts[*col],
+            lefts[col + 1]
+        );
+    }
+}
+
+/// The timeline of a live session shows its recent frames, a bar each, with the newest at the
+/// right end while following.
+#[test]
+fn the_live_timeline_shows_recent_frames_a_bar_each() {
+    let mut rows = Rows::new();
+    for i in 0..200 * 1_000u64 {
+        rows.push(&wide_row(i));
+    }
+    let mut panel = dispatchscope_views::TimelinePanel::default();
+    panel.live = true;
+    panel.follow = true;
+    let (bars, _) = panel.visible(&rows);
+    assert_eq!(
+        bars.len() as u64,
+        dispatchscope_views::timeline::RECENT_FRAMES
+    );
+    assert!(bars.iter().all(|b| b.frames == 1 && b.dispatches == 200));
+    assert_eq!(bars.last().map(|b| b.frame), Some(999));
+    // The window draws it: "recent 240 frames" is the view shown.
+    let store: gui::session::SharedStore = Arc::new(Mutex::new(None));
+    let mut session = Session::live("t:0", "t".into(), store);
+    session.push_batch(LiveBatch {
+        rows,
+        ..LiveBatch::default()
+    });
+    let (link, _tx) = LiveLink::fed("t:0", "t", Arc::new(|| {})).unwrap();
+    let mut app = GuiApp::new(Settings::default());
+    app.live = Some(link);
+    app.set_session(session);
+    let mut h = wide_harness(app);
+    h.run_steps(3);
+    h.get_by_label(&format!(
+        "recent {} frames",
+        dispatchscope_views::timeline::RECENT_FRAMES
+    ));
+}
