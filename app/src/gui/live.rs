@@ -676,6 +676,8 @@ impl DemoTarget {
         let addr = tap.local_addr().ok_or(LiveError::DemoNoAddress)?;
         let mut demo = Demo::new(DemoConfig {
             dispatches_per_frame,
+            // What a game streams: plans, write-backs and sections, no access lists.
+            streams: dispatchscope_demo::Streams::Game,
             ..DemoConfig::default()
         })
         .map_err(LiveError::DemoEngine)?;

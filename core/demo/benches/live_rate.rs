@@ -155,7 +155,8 @@ fn wire() {
         let t = Instant::now();
         for _ in 0..n.div_ceil(64) {
             for mut d in encoded.by_ref().take(64) {
-                enc.push_dispatch(&mut d, &mut bytes, &mut |_, _| {}).unwrap();
+                enc.push_dispatch(&mut d, &mut bytes, &mut |_, _| {})
+                    .unwrap();
             }
             enc.finish_frame(&mut bytes);
         }

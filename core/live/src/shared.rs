@@ -127,6 +127,10 @@ pub(crate) struct Queue {
     capacity: usize,
     /// Dispatches the writer is done with: the ring's slots, refilled by the game thread's next
     /// dispatches ([`EncodedDispatch::refill`]) with no allocation once warm.
+    #[allow(
+        clippy::vec_box,
+        reason = "a slot moves between the queue and the pool as the same box, never copied"
+    )]
     spare: Mutex<Vec<Box<EncodedDispatch>>>,
     /// Set by the writer when the game thread must send every state again.
     resend_state: AtomicBool,

@@ -120,10 +120,16 @@ pub struct CaptureReader<R = BufReader<File>> {
     by_kind: Vec<Vec<usize>>,
     torn: Option<Torn>,
     finished: bool,
-    /// The `DICTIONARY` records, in seq order.
-    dictionaries: Vec<RecordMeta>,
+    /// The `DICTIONARY` records, if the file has any (boxed: most files have none).
+    dictionaries: Option<Box<Dictionaries>>,
+}
+
+/// A capture's `DICTIONARY` records and the one read last.
+struct Dictionaries {
+    /// In seq order.
+    records: Vec<RecordMeta>,
     /// The dictionary read last: its seq and bytes.
-    dictionary: Option<(u64, Vec<u8>)>,
+    read: Option<(u64, Vec<u8>)>,
 }
 
 impl CaptureReader<BufReader<File>> {
@@ -170,6 +176,12 @@ impl<R: Read + Seek> CaptureReader<R> {
             .filter(|meta| meta.kind == RecordKind::DICTIONARY)
             .copied()
             .collect();
+        let dictionaries = (!dictionaries.is_empty()).then(|| {
+            Box::new(Dictionaries {
+                records: dictionaries,
+                read: None,
+            })
+        });
         let records: Vec<RecordMeta> = all
             .into_iter()
             .filter(|meta| !meta.kind.is_reserved())
@@ -188,7 +200,6 @@ impl<R: Read + Seek> CaptureReader<R> {
             torn,
             finished,
             dictionaries,
-            dictionary: None,
         })
     }
 
@@ -198,23 +209,18 @@ impl<R: Read + Seek> CaptureReader<R> {
         if !meta.dictionary {
             return Ok(None);
         }
-        let at = self.dictionaries.partition_point(|d| d.seq < meta.seq);
-        let Some(dict) = at
-            .checked_sub(1)
-            .and_then(|i| self.dictionaries.get(i))
-            .copied()
-        else {
+        let Some(d) = self.dictionaries.as_deref_mut() else {
             return Ok(None);
         };
-        if self
-            .dictionary
-            .as_ref()
-            .is_none_or(|(seq, _)| *seq != dict.seq)
-        {
+        let at = d.records.partition_point(|r| r.seq < meta.seq);
+        let Some(dict) = at.checked_sub(1).and_then(|i| d.records.get(i)).copied() else {
+            return Ok(None);
+        };
+        if d.read.as_ref().is_none_or(|(seq, _)| *seq != dict.seq) {
             let bytes = self.src.read_stored(&dict)?;
-            self.dictionary = Some((dict.seq, bytes));
+            d.read = Some((dict.seq, bytes));
         }
-        Ok(self.dictionary.as_ref().map(|(_, b)| b.as_slice()))
+        Ok(d.read.as_ref().map(|(_, b)| b.as_slice()))
     }
 
     /// The payload the writer gave [`CaptureWriter::create`].
