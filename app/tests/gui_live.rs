@@ -441,7 +441,12 @@ fn live_dispatches_on_disk_and_the_reopened_recording_show_memory_and_table_from
 fn the_memory_tab_reads_the_paused_targets_bytes_at_the_selected_access() {
     use dispatchscope_core::report::Route;
     use dispatchscope_views::{Action, Tab};
-    let demo = DemoTarget::start(Some(240.0)).unwrap();
+    let demo = DemoTarget::start_streaming(
+        Some(240.0),
+        dispatchscope_demo::BASE_DISPATCHES_PER_FRAME,
+        dispatchscope_demo::Streams::AccessLists,
+    )
+    .unwrap();
     let mut h = harness(GuiApp::new(Settings::default()));
     h.run();
     h.state_mut().attach_form = Some(gui::AttachForm {

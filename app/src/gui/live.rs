@@ -666,8 +666,19 @@ impl DemoTarget {
         Self::start_with(fps, dispatchscope_demo::BASE_DISPATCHES_PER_FRAME)
     }
 
-    /// [`Self::start`] with `dispatches_per_frame` a frame (at least the scene's own 5).
+    /// [`Self::start`] with `dispatches_per_frame` a frame (at least the scene's own 5), streaming
+    /// what a game streams ([`dispatchscope_demo::Streams::Game`]).
     pub fn start_with(fps: Option<f64>, dispatches_per_frame: u32) -> Result<Self, LiveError> {
+        Self::start_streaming(fps, dispatches_per_frame, dispatchscope_demo::Streams::Game)
+    }
+
+    /// [`Self::start_with`], each dispatch carrying what `streams` says (the tests that select an
+    /// executed access take [`dispatchscope_demo::Streams::AccessLists`]).
+    pub fn start_streaming(
+        fps: Option<f64>,
+        dispatches_per_frame: u32,
+        streams: dispatchscope_demo::Streams,
+    ) -> Result<Self, LiveError> {
         let config = TapConfig {
             target_name: "dispatchscope demo (in the window's process)".into(),
             ..TapConfig::listening_on(SocketAddr::from(([127, 0, 0, 1], 0)))
@@ -676,8 +687,7 @@ impl DemoTarget {
         let addr = tap.local_addr().ok_or(LiveError::DemoNoAddress)?;
         let mut demo = Demo::new(DemoConfig {
             dispatches_per_frame,
-            // What a game streams: plans, write-backs and sections, no access lists.
-            streams: dispatchscope_demo::Streams::Game,
+            streams,
             ..DemoConfig::default()
         })
         .map_err(LiveError::DemoEngine)?;
