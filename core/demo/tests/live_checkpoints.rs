@@ -348,3 +348,140 @@ fn a_state_the_target_could_not_copy_is_unknown_not_wrong() {
         assert!(file.table_at(&states, pos).unwrap().is_none());
     }
 }
+
+/// A window's store under a disk budget of 768 KiB (segments of 256 KiB): the session rolls
+/// into files of its own, the oldest are deleted so the files never exceed the budget, a
+/// released dispatch is a named error, and every dispatch still on disk shows the state its
+/// dispatch left: read back while the session is written and from each file reopened alone.
+#[test]
+fn a_disk_budget_deletes_the_oldest_files_and_every_kept_dispatch_keeps_its_state() {
+    let _s = serial();
+    let target = spawn(
+        loopback("budget target"),
+        DemoConfig {
+            dispatches_per_frame: 12,
+            ..DemoConfig::default()
+        },
+        1000.0,
+    );
+    let client = LiveClient::connect_with(
+        &target.addr,
+        &ClientOptions {
+            snapshot: true,
+            keep_received: true,
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("budget.dscap");
+    let budget = 768 << 10;
+    let mut store = LiveStore::create(
+        &dest,
+        "budget",
+        &StoreOptions {
+            window: 0,
+            keep_rows: false,
+            disk_budget: Some(budget),
+            ..StoreOptions::default()
+        },
+    );
+    let mut indices = Vec::new();
+    let mut most_on_disk = 0u64;
+    let t0 = Instant::now();
+    while store.released().files < 3 || store.len() < indices.len().max(1) {
+        assert!(t0.elapsed() < T * 6, "{} dispatches stored", store.len());
+        match client.receiver().recv_timeout(T).unwrap() {
+            Incoming::Message(m) => {
+                let index = match &m {
+                    ToDebugger::Received(d) => Some(d.index),
+                    _ => None,
+                };
+                if store.take(m).unwrap()
+                    && let Some(i) = index
+                {
+                    indices.push(i);
+                    let on_disk: u64 = store
+                        .files()
+                        .iter()
+                        .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+                        .sum();
+                    most_on_disk = most_on_disk.max(on_disk.max(store.bytes_on_disk()));
+                }
+            }
+            Incoming::Disconnected { reason, .. } => panic!("{reason}"),
+        }
+    }
+    // Take what follows the last dispatch stored up to the next one, as above.
+    loop {
+        match client.receiver().recv_timeout(T).unwrap() {
+            Incoming::Message(ToDebugger::Received(_)) => break,
+            Incoming::Message(m) => {
+                store.take(m).unwrap();
+            }
+            Incoming::Disconnected { reason, .. } => panic!("{reason}"),
+        }
+    }
+    let _ = client.detach(Duration::from_secs(1));
+    assert_eq!(store.len(), indices.len());
+    let released = store.released();
+    assert!(
+        released.dispatches > 0 && released.files >= 3,
+        "{released:?}"
+    );
+    // The budget holds, up to the one record that closes a file.
+    assert!(
+        most_on_disk <= budget + (64 << 10),
+        "{most_on_disk} bytes on disk under a budget of {budget}"
+    );
+    let kept = store.files();
+    for gone in store.files_made().iter().filter(|f| !kept.contains(f)) {
+        assert!(
+            !gone.exists(),
+            "{} was released but is still there",
+            gone.display()
+        );
+    }
+    assert_eq!(kept.len() + released.files, store.files_made().len());
+    // A released dispatch is a named error; the first kept one reads back.
+    let err = store.report(released.dispatches - 1).unwrap_err();
+    assert!(
+        matches!(err, dispatchscope_live::StoreError::Released { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("no longer on disk"), "{err}");
+    let oracle = target.oracle.lock().unwrap().clone();
+    for pos in (released.dispatches..store.len()).step_by(5) {
+        let index = store.record(pos).unwrap().1.index;
+        assert_eq!(index, indices[pos], "position {pos}");
+        match store.states().memory_state_at(pos) {
+            StateAt::Known { record, .. } => {
+                assert_eq!(store.memory_state(record).unwrap(), oracle[&index].memory);
+            }
+            other => panic!("dispatch {index}: {other:?}"),
+        }
+        let table = store
+            .table_at(pos)
+            .unwrap()
+            .map(|(_, _, t)| t.table.slots().to_vec());
+        same_table(table.as_deref(), oracle[&index].table.as_deref(), index);
+    }
+    store.finish().unwrap();
+    // Each file still on disk is a capture of its own, every dispatch with its state.
+    let mut n = 0;
+    for f in &kept {
+        let (k, _, unknown) = check_against(f, &target.oracle);
+        assert!(k > 0, "{} holds no dispatch", f.display());
+        assert_eq!(unknown, 0, "{}", f.display());
+        n += k;
+    }
+    assert_eq!(n, indices.len() - released.dispatches);
+    eprintln!(
+        "{} dispatches, {} released in {} files ({} bytes); {} files kept, at most {most_on_disk} bytes on disk",
+        indices.len(),
+        released.dispatches,
+        released.files,
+        released.bytes,
+        kept.len()
+    );
+}

@@ -29,7 +29,7 @@ pub mod wire;
 
 pub use client::{ClientError, ClientOptions, Incoming, LiveClient};
 pub use protocol::{Breakpoints, PauseReason, ToDebugger, ToTarget};
-pub use record::{CaptureRecorder, RecordOptions, RecordSummary, record};
+pub use record::{CaptureRecorder, ClosedFile, RecordOptions, RecordSummary, record};
 pub use shared::{TapConfig, TapError};
-pub use store::{DispatchRow, LiveStore, StoreError, StoreOptions};
+pub use store::{DEFAULT_DISK_BUDGET, DispatchRow, LiveStore, Released, StoreError, StoreOptions};
 pub use tap::{Tap, TapFigures, TapHandle};

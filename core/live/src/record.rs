@@ -146,6 +146,32 @@ pub struct CaptureRecorder {
     pending: Option<Checkpoint>,
     /// The first DISPATCH records' payloads, until they become the file's dictionary.
     dictionary: Dictionary,
+    /// The META of the session's first file, which every later file of it repeats
+    /// ([`Self::roll`]).
+    meta: Option<CaptureMeta>,
+    /// Records in the files closed by [`Self::roll`]: a record's number in [`Self::states`] is
+    /// this plus its seq in its file.
+    record_base: u64,
+    /// Bytes of the files closed by [`Self::roll`] ([`RecordSummary::bytes`] counts them).
+    bytes_before: u64,
+    /// The current file's state records: seq and offset (what a closed file's reader needs).
+    state_offsets: Vec<(u64, u64)>,
+}
+
+/// A file of a session that [`CaptureRecorder::roll`] closed: what reading it back needs
+/// without its index in memory.
+#[derive(Clone, Debug)]
+pub struct ClosedFile {
+    /// The file.
+    pub path: String,
+    /// Its records, container records included (its seqs are `0..records`).
+    pub records: u64,
+    /// Its bytes, index and trailer included.
+    pub bytes: u64,
+    /// Its dictionary, when its records are compressed against one.
+    pub dictionary: Option<Vec<u8>>,
+    /// Its state records' seqs and offsets, in order.
+    pub state_offsets: Vec<(u64, u64)>,
 }
 
 /// DISPATCH records sampled for the dictionary before it is written: enough to hold each of a
@@ -228,7 +254,80 @@ impl CaptureRecorder {
             table_base: false,
             pending: None,
             dictionary: Dictionary::None,
+            meta: None,
+            record_base: 0,
+            bytes_before: 0,
+            state_offsets: Vec::new(),
         }
+    }
+
+    /// Closes the current file (its index and trailer) and goes on in a new one at `next`, a
+    /// capture of its own: the session's META (its description names the dispatch it starts
+    /// at), the dictionary, and then `carried` (the memory and table states the last recorded
+    /// dispatch left) written after its first DISPATCH record, so that its first dispatch reads
+    /// its states from the file itself. [`Self::states`] goes on numbering records across files
+    /// (the record base grows by the closed file's records); [`Self::record_offset`] and
+    /// [`Self::nth_dispatch_from`] answer for the new file. What a live store's disk budget
+    /// rolls segments with.
+    pub fn roll(&mut self, next: &Path, carried: Checkpoint) -> Result<ClosedFile, RecordError> {
+        let Some(w) = self.writer.take() else {
+            return Err(RecordError::Encode {
+                kind: "segment",
+                message: "the recording has not started: nothing to roll".into(),
+            });
+        };
+        let path = std::mem::replace(&mut self.path, next.display().to_string());
+        let dictionary = w.dictionary().map(<[u8]>::to_vec);
+        let records = w.n_records();
+        let bytes = w.len_bytes();
+        w.finish().map_err(|error| RecordError::Capture {
+            path: path.clone(),
+            error,
+        })?;
+        self.bytes_before += bytes;
+        self.record_base += records;
+        let mut meta = self.meta.clone().ok_or_else(|| RecordError::Encode {
+            kind: "META",
+            message: "the recording has no META to repeat".into(),
+        })?;
+        meta.programs.clone_from(&self.programs);
+        let next_dispatch = self.next_dispatch.unwrap_or(0);
+        meta.description = format!(
+            "A later file of a live session, from dispatch {next_dispatch} on: the session's first file holds its snapshot of guest memory, so this one replays only as far as its dispatches' recorded reports go. Its first dispatch's records give guest memory's page states and the chunk table as the dispatch before it left them. {}",
+            meta.description
+        );
+        let header = json("META", &meta)?;
+        let mut w = CaptureWriter::create(next, &header).map_err(self.err())?;
+        if let Some(d) = &dictionary {
+            w.set_dictionary(d).map_err(self.err())?;
+        }
+        self.summary.bytes = self.bytes_before + w.len_bytes();
+        self.writer = Some(w);
+        self.durable_bytes = 0;
+        self.written_out = 0;
+        self.table_base = false;
+        self.pending = Some(match self.pending.take() {
+            Some(p) => merge(Some(carried), &p),
+            None => carried,
+        });
+        Ok(ClosedFile {
+            path,
+            records,
+            bytes,
+            dictionary,
+            state_offsets: std::mem::take(&mut self.state_offsets),
+        })
+    }
+
+    /// Records in the files [`Self::roll`] closed: what a record number in [`Self::states`]
+    /// counts from in the current file.
+    pub fn record_base(&self) -> u64 {
+        self.record_base
+    }
+
+    /// Bytes of the current file so far.
+    pub fn file_bytes(&self) -> u64 {
+        self.writer.as_ref().map_or(0, CaptureWriter::len_bytes)
     }
 
     /// Where each recorded dispatch's checkpoints of engine state are: positions are dispatches
@@ -250,8 +349,7 @@ impl CaptureRecorder {
                 StatePart::Unknown(why) => (MEMORY_UNKNOWN, why.as_bytes()),
             };
             let seq = self.append(kind, bytes, true)?;
-            self.states.push(kind, pos, seq as usize);
-            self.summary.checkpoints += 1;
+            self.push_state(kind, pos, seq);
         }
         if let Some(part) = &c.table {
             let late = "the recording began after the target's last full chunk table, so the table is not known until the next one";
@@ -270,10 +368,19 @@ impl CaptureRecorder {
                 }
             };
             let seq = self.append(kind, bytes, true)?;
-            self.states.push(kind, pos, seq as usize);
-            self.summary.checkpoints += 1;
+            self.push_state(kind, pos, seq);
         }
         Ok(())
+    }
+
+    /// Indexes state record `seq` of the current file, written after dispatch `pos`.
+    fn push_state(&mut self, kind: RecordKind, pos: usize, seq: u64) {
+        self.states
+            .push(kind, pos, (self.record_base + seq) as usize);
+        if let Some(offset) = self.record_offset(seq) {
+            self.state_offsets.push((seq, offset));
+        }
+        self.summary.checkpoints += 1;
     }
 
     /// Whether the snapshot has arrived and records are being written.
@@ -307,7 +414,7 @@ impl CaptureRecorder {
         let seq = w
             .append(kind, payload, compress)
             .map_err(|error| RecordError::Capture { path, error })?;
-        self.summary.bytes = w.len_bytes();
+        self.summary.bytes = self.bytes_before + w.len_bytes();
         Ok(seq)
     }
 
@@ -432,6 +539,7 @@ impl CaptureRecorder {
                 let w =
                     CaptureWriter::create(Path::new(&self.path), &header).map_err(self.err())?;
                 self.writer = Some(w);
+                self.meta = Some(meta);
                 self.event_frames_left = s.n_event_frames;
                 self.contents_left = s.n_contents;
                 self.next_dispatch = Some(s.next_dispatch);
@@ -546,7 +654,7 @@ impl CaptureRecorder {
     pub fn finish(mut self) -> Result<RecordSummary, RecordError> {
         let path = self.path.clone();
         if let Some(w) = self.writer.take() {
-            self.summary.bytes = w.len_bytes();
+            self.summary.bytes = self.bytes_before + w.len_bytes();
             w.finish()
                 .map_err(|error| RecordError::Capture { path, error })?;
         }

@@ -24,6 +24,21 @@
 //!
 //! The file is a capture like any other: `dispatchscope explain` and the app open it while it is
 //! being written (as a capture cut short) and after [`LiveStore::finish`] (through its index).
+//!
+//! # The disk budget
+//!
+//! A session is written as segments: files of at most about [`segment_bytes`] of the budget
+//! ([`StoreOptions::disk_budget`], [`DEFAULT_DISK_BUDGET`] by default: a working day at a game's
+//! rate). When the current file reaches its size, the next dispatch starts a new one
+//! ([`CaptureRecorder::roll`]: `name.0001.dscap`, `name.0002.dscap`, ... beside the first), a
+//! capture of its own that begins with the session's META and dictionary and, after its first
+//! dispatch, the memory and table states the dispatch before it left. A closed file keeps in memory
+//! only the offset of every [`DISPATCH_SAMPLE`]-th dispatch record and of its state records; any
+//! other dispatch is found by walking at most that many record headers
+//! ([`nth_record_from`]). When the files on disk exceed the budget, the oldest are deleted, and
+//! their dispatches are *released*: asking for one answers [`StoreError::Released`], and
+//! [`LiveStore::released`] says how many there are for the window to show.
+//!
 //! This module never draws and never opens a socket.
 
 use std::collections::{HashMap, VecDeque};
@@ -33,19 +48,70 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use std::path::PathBuf;
+
+use crate::checkpoint::{Checkpoint, StatePart};
 use crate::protocol::ReceivedDispatch;
 use crate::protocol::ToDebugger;
-use crate::record::{CaptureRecorder, RecordError, RecordSummary};
+use crate::record::{CaptureRecorder, ClosedFile, RecordError, RecordSummary};
 use dispatchscope_core::report::{DispatchReport, Mode};
-use dispatchscope_formats::capture::{RecordKind, read_record_at};
+use dispatchscope_formats::capture::{RecordKind, nth_record_from, read_record_at};
 use dispatchscope_formats::checkpoint::{
-    MEMORY_STATE, MemoryState, Rebuild, StateIndex, TABLE_STATE, TableState, decode_memory_state,
+    MEMORY_STATE, MEMORY_UNKNOWN, MemoryState, Rebuild, StateAt, StateIndex, TABLE_STATE,
+    TABLE_UNKNOWN, TableState, decode_memory_state,
 };
 use dispatchscope_formats::session::DispatchRecord;
 
 /// Dispatches between two sampled record numbers in a [`LiveStore`] (what it keeps per dispatch:
 /// 8 bytes over this many).
 pub const DISPATCH_SAMPLE: usize = 64;
+
+/// The disk a live session may take by default: a working day at a game's rate. Eight hours at
+/// 12,000 dispatches a second is 345.6 million dispatches; at the 459 bytes a game-mode dispatch
+/// takes on disk (BENCHMARKS.md, 10^7 dispatches) that is 158.6 GB, and this leaves 8 % over it.
+pub const DEFAULT_DISK_BUDGET: u64 = 160 << 30;
+/// A segment is about this share of the budget ([`segment_bytes`]): the oldest files go when
+/// they and a whole current file would exceed the budget, so that the files on disk keep between
+/// 14/16 of the budget and all of it.
+pub const SEGMENTS_PER_BUDGET: u64 = 16;
+/// The smallest segment a budget makes.
+pub const MIN_SEGMENT_BYTES: u64 = 256 << 10;
+/// The largest segment a budget makes (a day's budget is about 40 segments).
+pub const MAX_SEGMENT_BYTES: u64 = 4 << 30;
+
+/// The size at which a store with disk budget `budget` closes its current file and starts the
+/// next one: [`SEGMENTS_PER_BUDGET`]-th of the budget, within [`MIN_SEGMENT_BYTES`] and
+/// [`MAX_SEGMENT_BYTES`].
+pub fn segment_bytes(budget: u64) -> u64 {
+    (budget / SEGMENTS_PER_BUDGET).clamp(MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES)
+}
+
+/// The path of a session's file number `n` when its first is `first`: `first` itself for 0,
+/// else `stem.NNNN.ext` beside it.
+pub fn segment_path(first: &Path, n: usize) -> PathBuf {
+    if n == 0 {
+        return first.to_path_buf();
+    }
+    let stem = first
+        .file_stem()
+        .map_or_else(|| "session".into(), |s| s.to_string_lossy().into_owned());
+    let name = match first.extension() {
+        Some(ext) => format!("{stem}.{n:04}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.{n:04}"),
+    };
+    first.with_file_name(name)
+}
+
+/// What the disk budget released so far: the oldest files of the session, deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Released {
+    /// Dispatches no longer on disk: positions `0..dispatches`.
+    pub dispatches: usize,
+    /// Files deleted.
+    pub files: usize,
+    /// Their bytes.
+    pub bytes: u64,
+}
 
 /// Why the store could not record or read back.
 #[derive(Debug, Error)]
@@ -60,6 +126,18 @@ pub enum StoreError {
         pos: usize,
         /// How many it holds.
         len: usize,
+    },
+    /// The dispatch (or state record) was in a file the disk budget deleted.
+    #[error(
+        "dispatch {pos} is no longer on disk: the disk budget of {budget} bytes released the session's oldest {released} dispatches"
+    )]
+    Released {
+        /// The position asked for (for a state record, the first position kept).
+        pos: usize,
+        /// Dispatches released.
+        released: usize,
+        /// The budget.
+        budget: u64,
     },
     /// The file could not be read back.
     #[error("{path}: reading back the dispatch at byte {offset}: {message}")]
@@ -84,6 +162,9 @@ pub struct StoreOptions {
     /// rows of its own (the debugger window), so that the store keeps 8 bytes a dispatch, its
     /// record's offset.
     pub keep_rows: bool,
+    /// The most bytes the session's files may take on disk (see the module docs); `None` keeps
+    /// everything in one file.
+    pub disk_budget: Option<u64>,
 }
 
 impl Default for StoreOptions {
@@ -92,6 +173,7 @@ impl Default for StoreOptions {
             window: 512,
             flush_every: Duration::from_millis(500),
             keep_rows: true,
+            disk_budget: Some(DEFAULT_DISK_BUDGET),
         }
     }
 }
@@ -103,7 +185,7 @@ pub struct DispatchRow {
     pub index: u64,
     /// Its program.
     pub program: u64,
-    /// Where its DISPATCH record starts in the file.
+    /// Where its DISPATCH record starts in its file (the session's file it is in).
     pub offset: u64,
     /// Its label, as a number into [`LiveStore::label`].
     pub label: u32,
@@ -125,12 +207,40 @@ enum Kept {
     Received(Box<ReceivedDispatch>),
 }
 
+/// A file of the session that is closed and still on disk.
+struct Segment {
+    file: ClosedFile,
+    /// The position of its first dispatch.
+    first: usize,
+    /// Its dispatches.
+    n: usize,
+    /// The number of its first record in the session's numbering ([`LiveStore::states`]).
+    first_record: u64,
+    /// The offset of every [`DISPATCH_SAMPLE`]-th of its dispatch records.
+    samples: Vec<u64>,
+}
+
 /// A live session kept on disk with an index and a window in memory; see the module docs.
 pub struct LiveStore {
     recorder: CaptureRecorder,
-    /// The DISPATCH record seq of every [`DISPATCH_SAMPLE`]-th recorded dispatch; the capture
-    /// writer's own list finds the others and every offset.
-    samples: Vec<u64>,
+    /// The DISPATCH record seq and offset of every [`DISPATCH_SAMPLE`]-th dispatch of the current
+    /// file; the capture writer's own list finds the others.
+    samples: Vec<(u64, u64)>,
+    /// The position of the current file's first dispatch.
+    current_first: usize,
+    /// The session's closed files still on disk, oldest first.
+    closed: VecDeque<Segment>,
+    /// Their bytes.
+    closed_bytes: u64,
+    /// What the budget deleted.
+    released: Released,
+    /// Records numbered below this were in deleted files.
+    released_records: u64,
+    /// The session's first file; the others are named after it ([`segment_path`]).
+    first_path: PathBuf,
+    /// Files made so far.
+    files_made: usize,
+    budget: Option<u64>,
     /// Dispatches recorded.
     n: usize,
     /// Every recorded dispatch's row, when [`StoreOptions::keep_rows`].
@@ -141,7 +251,8 @@ pub struct LiveStore {
     /// The latest reports, with their positions.
     window: VecDeque<(usize, Kept)>,
     window_len: usize,
-    reader: Option<File>,
+    /// The file last read, kept open.
+    reader: Option<(String, File)>,
 }
 
 impl LiveStore {
@@ -150,6 +261,14 @@ impl LiveStore {
         Self {
             recorder: CaptureRecorder::new(dest, title, options.flush_every),
             samples: Vec::new(),
+            current_first: 0,
+            closed: VecDeque::new(),
+            closed_bytes: 0,
+            released: Released::default(),
+            released_records: 0,
+            first_path: dest.to_path_buf(),
+            files_made: 1,
+            budget: options.disk_budget,
             n: 0,
             rows: Vec::new(),
             keep_rows: options.keep_rows,
@@ -164,6 +283,32 @@ impl LiveStore {
     /// The file being written.
     pub fn path(&self) -> &str {
         self.recorder.path()
+    }
+
+    /// The session's files on disk, oldest first (the current one last).
+    pub fn files(&self) -> Vec<PathBuf> {
+        self.closed
+            .iter()
+            .map(|s| PathBuf::from(&s.file.path))
+            .chain(std::iter::once(PathBuf::from(self.recorder.path())))
+            .collect()
+    }
+
+    /// Every file this session made, deleted ones included (to clean up after a temporary one).
+    pub fn files_made(&self) -> Vec<PathBuf> {
+        (0..self.files_made)
+            .map(|n| segment_path(&self.first_path, n))
+            .collect()
+    }
+
+    /// What the disk budget released so far.
+    pub fn released(&self) -> Released {
+        self.released
+    }
+
+    /// Bytes the session's files take on disk now.
+    pub fn bytes_on_disk(&self) -> u64 {
+        self.closed_bytes + self.recorder.file_bytes()
     }
 
     /// Whether the snapshot has arrived and records are being written.
@@ -199,6 +344,18 @@ impl LiveStore {
     /// [`Self::take`] for a caller that keeps the reports it shows itself: records and indexes
     /// `message`, and keeps nothing of it in the window.
     pub fn take_ref(&mut self, message: &ToDebugger) -> Result<bool, StoreError> {
+        let dispatch = matches!(
+            message,
+            ToDebugger::Dispatch { .. } | ToDebugger::Received(_)
+        );
+        if dispatch
+            && let Some(budget) = self.budget
+            && self.recorder.started()
+            && self.n > self.current_first
+            && self.recorder.file_bytes() >= segment_bytes(budget)
+        {
+            self.roll(budget)?;
+        }
         let Some(seq) = self.recorder.take_at(message)? else {
             return Ok(false);
         };
@@ -207,14 +364,15 @@ impl LiveStore {
             ToDebugger::Received(d) => (d.index, &d.report),
             _ => return Ok(false),
         };
-        if self.n.is_multiple_of(DISPATCH_SAMPLE) {
-            self.samples.push(seq);
+        let offset = || self.recorder.record_offset(seq).unwrap_or(0);
+        if (self.n - self.current_first).is_multiple_of(DISPATCH_SAMPLE) {
+            self.samples.push((seq, offset()));
         }
         self.n += 1;
         if !self.keep_rows {
             return Ok(true);
         }
-        let offset = self.recorder.record_offset(seq).unwrap_or(0);
+        let offset = offset();
         let label = self.intern(&report.label);
         self.rows.push(DispatchRow {
             index,
@@ -228,6 +386,89 @@ impl LiveStore {
             hazards: u16::try_from(report.hazards.len()).unwrap_or(u16::MAX),
         });
         Ok(true)
+    }
+
+    /// Closes the current file and starts the next one, carrying the states the last dispatch
+    /// left; then deletes the oldest files while the session's files exceed `budget`.
+    fn roll(&mut self, budget: u64) -> Result<(), StoreError> {
+        let last = self.n - 1;
+        let carried = self.carried_states(last)?;
+        let next = segment_path(&self.first_path, self.files_made);
+        let first_record = self.recorder.record_base();
+        let file = self.recorder.roll(&next, carried)?;
+        self.files_made += 1;
+        self.reader = None;
+        self.closed_bytes += file.bytes;
+        self.closed.push_back(Segment {
+            file,
+            first: self.current_first,
+            n: self.n - self.current_first,
+            first_record,
+            samples: std::mem::take(&mut self.samples)
+                .into_iter()
+                .map(|(_, offset)| offset)
+                .collect(),
+        });
+        self.current_first = self.n;
+        // Room for the current file to grow to its size: the files never exceed the budget by
+        // more than the record that closes the current one.
+        while self.closed_bytes + segment_bytes(budget) > budget
+            && let Some(old) = self.closed.pop_front()
+        {
+            if let Err(e) = std::fs::remove_file(&old.file.path) {
+                tracing::warn!(path = %old.file.path, error = %e, "the disk budget could not delete a file it released");
+            }
+            self.closed_bytes -= old.file.bytes;
+            self.released.dispatches = old.first + old.n;
+            self.released.files += 1;
+            self.released.bytes += old.file.bytes;
+            self.released_records = old.first_record + old.file.records;
+        }
+        Ok(())
+    }
+
+    /// The memory and table states dispatch `pos` left, read back from the files, for the next
+    /// file to begin with; a state that cannot be read is carried as unknown, saying why.
+    fn carried_states(&mut self, pos: usize) -> Result<Checkpoint, StoreError> {
+        self.flush_for_states()?;
+        let memory_at = self.recorder.states().memory_state_at(pos);
+        let table_at = self.recorder.states().table_state_at(pos);
+        let memory = self.carried_part(memory_at, MEMORY_STATE, MEMORY_UNKNOWN);
+        let table = match table_at {
+            StateAt::Known { .. } => Some(match self.table_at(pos) {
+                Ok(Some((_, _, t))) => StatePart::Known(TableState::encode(&t.table)),
+                Ok(None) => StatePart::Unknown("the chunk table could not be rebuilt".into()),
+                Err(e) => StatePart::Unknown(carry_failed(&e)),
+            }),
+            at => self.carried_part(at, TABLE_STATE, TABLE_UNKNOWN),
+        };
+        Ok(Checkpoint {
+            dispatch: self.recorder.summary().last_dispatch.unwrap_or(0),
+            memory,
+            table,
+        })
+    }
+
+    /// One state as [`Self::carried_states`] carries it: the record's bytes, or why not.
+    fn carried_part(
+        &mut self,
+        at: StateAt,
+        known: RecordKind,
+        unknown: RecordKind,
+    ) -> Option<StatePart> {
+        match at {
+            StateAt::None => None,
+            StateAt::Known { record, .. } => Some(
+                self.read_numbered(record, known)
+                    .map_or_else(|e| StatePart::Unknown(carry_failed(&e)), StatePart::Known),
+            ),
+            StateAt::Unknown { record, .. } => Some(StatePart::Unknown(
+                self.read_numbered(record, unknown).map_or_else(
+                    |e| carry_failed(&e),
+                    |b| String::from_utf8_lossy(&b).into_owned(),
+                ),
+            )),
+        }
     }
 
     fn intern(&mut self, label: &str) -> u32 {
@@ -306,35 +547,35 @@ impl LiveStore {
         Ok(self.record(pos)?.1)
     }
 
-    /// The input and report at position `pos`, read back from the file.
+    /// The input and report at position `pos`, read back from its file.
     pub fn record(
         &mut self,
         pos: usize,
     ) -> Result<(dispatchscope_core::input::DispatchInput, DispatchReport), StoreError> {
-        let offset = self.offset_of(pos)?;
-        if offset >= self.recorder.durable_bytes() {
+        let (path, offset) = self.offset_of(pos)?;
+        if pos >= self.current_first && offset >= self.recorder.durable_bytes() {
             self.recorder.flush()?;
         }
-        let path = self.recorder.path().to_owned();
         let fail = |message: String| StoreError::ReadBack {
             path: path.clone(),
             offset,
             message,
         };
-        if self.reader.is_none() {
-            let f = File::open(&path).map_err(|e| fail(e.to_string()))?;
-            self.reader = Some(f);
-        }
-        let Some(file) = self.reader.as_mut() else {
-            return Err(fail("the file is not open".into()));
+        let dictionary = match pos.checked_sub(self.current_first) {
+            Some(_) => self.recorder.dictionary(),
+            None => self
+                .closed
+                .iter()
+                .find(|s| s.file.path == path)
+                .and_then(|s| s.file.dictionary.as_deref()),
         };
-        let payload = read_record_at(
-            file,
+        let payload = read_at(
+            &mut self.reader,
+            &path,
             offset,
             RecordKind::DISPATCH,
-            self.recorder.dictionary(),
-        )
-        .map_err(|e| fail(e.to_string()))?;
+            dictionary,
+        )?;
         let record = DispatchRecord::from_payload(&payload)
             .map_err(|e| fail(format!("the DISPATCH record is not one: {e}")))?;
         let report = record
@@ -351,28 +592,70 @@ impl LiveStore {
         Ok((record.input, report))
     }
 
-    /// Where dispatch `pos`'s DISPATCH record starts in the file: its sample's seq, a walk of at
-    /// most [`DISPATCH_SAMPLE`] dispatches along the capture writer's list of kinds, and the
-    /// writer's offset of that record.
-    fn offset_of(&self, pos: usize) -> Result<u64, StoreError> {
-        let missing = StoreError::NoSuchDispatch { pos, len: self.n };
+    /// Which file holds dispatch `pos`'s DISPATCH record, and where it starts there. In the
+    /// current file: its sample's seq, a walk of at most [`DISPATCH_SAMPLE`] dispatches along the
+    /// capture writer's list of kinds, and the writer's offset of that record. In a closed file:
+    /// its sample's offset and a walk of the file's record headers from there.
+    fn offset_of(&mut self, pos: usize) -> Result<(String, u64), StoreError> {
         if pos >= self.n {
-            return Err(missing);
+            return Err(StoreError::NoSuchDispatch { pos, len: self.n });
         }
-        let from = *self.samples.get(pos / DISPATCH_SAMPLE).ok_or(missing)?;
-        let n = (pos % DISPATCH_SAMPLE) as u64;
-        let fail = |message: &str| StoreError::ReadBack {
-            path: self.recorder.path().to_owned(),
+        if pos < self.released.dispatches {
+            return Err(self.released_error(pos));
+        }
+        let fail = |path: &str, message: &str| StoreError::ReadBack {
+            path: path.to_owned(),
             offset: 0,
             message: format!("dispatch {pos}: {message}"),
         };
-        let seq = self
-            .recorder
-            .nth_dispatch_from(from, n)
-            .ok_or_else(|| fail("the capture writer lists no such DISPATCH record"))?;
-        self.recorder
-            .record_offset(seq)
-            .ok_or_else(|| fail("the capture writer lists no offset for its record"))
+        if let Some(k) = pos.checked_sub(self.current_first) {
+            let path = self.recorder.path().to_owned();
+            let &(from, _) = self
+                .samples
+                .get(k / DISPATCH_SAMPLE)
+                .ok_or_else(|| fail(&path, "no sampled record"))?;
+            let seq = self
+                .recorder
+                .nth_dispatch_from(from, (k % DISPATCH_SAMPLE) as u64)
+                .ok_or_else(|| fail(&path, "the capture writer lists no such DISPATCH record"))?;
+            let offset = self
+                .recorder
+                .record_offset(seq)
+                .ok_or_else(|| fail(&path, "the capture writer lists no offset for its record"))?;
+            return Ok((path, offset));
+        }
+        let i = self.closed.partition_point(|s| s.first <= pos);
+        let segment = i
+            .checked_sub(1)
+            .and_then(|i| self.closed.get(i))
+            .ok_or_else(|| fail(self.recorder.path(), "no file of the session holds it"))?;
+        let k = pos - segment.first;
+        let path = segment.file.path.clone();
+        let from = *segment
+            .samples
+            .get(k / DISPATCH_SAMPLE)
+            .ok_or_else(|| fail(&path, "no sampled record"))?;
+        let file = open_kept(&mut self.reader, &path)?;
+        let offset = nth_record_from(
+            file,
+            from,
+            RecordKind::DISPATCH,
+            (k % DISPATCH_SAMPLE) as u64,
+        )
+        .map_err(|e| StoreError::ReadBack {
+            path: path.clone(),
+            offset: from,
+            message: format!("walking to dispatch {pos}: {e}"),
+        })?;
+        Ok((path, offset))
+    }
+
+    fn released_error(&self, pos: usize) -> StoreError {
+        StoreError::Released {
+            pos,
+            released: self.released.dispatches,
+            budget: self.budget.unwrap_or(u64::MAX),
+        }
     }
 
     /// Where each recorded dispatch's checkpoints of engine state are, by the store's positions
@@ -401,27 +684,46 @@ impl LiveStore {
         pos: usize,
     ) -> Result<Option<(usize, usize, TableState)>, StoreError> {
         self.flush_for_states()?;
-        let (recorder, reader) = (&self.recorder, &mut self.reader);
-        recorder
+        let files = Files {
+            recorder: &self.recorder,
+            closed: &self.closed,
+            released_records: self.released_records,
+            released: self.released_error(pos),
+        };
+        let reader = &mut self.reader;
+        files
+            .recorder
             .states()
-            .rebuild_table(pos, |seq| read_seq(recorder, reader, seq, TABLE_STATE))
+            .rebuild_table(pos, |record| files.read(reader, record, TABLE_STATE))
             .map_err(|e| match e {
                 Rebuild::Read(e) => e,
                 Rebuild::Bad { record, error } => self.state_error(record, error.to_string()),
             })
     }
 
-    /// Reads state record `record` (a seq) of `kind`, flushing first when it is not durable.
+    /// Reads state record `record` (in the session's numbering) of `kind`, writing out first what
+    /// is not in the file yet.
     fn read_state(&mut self, record: usize, kind: RecordKind) -> Result<Vec<u8>, StoreError> {
         self.flush_for_states()?;
-        read_seq(&self.recorder, &mut self.reader, record, kind)
+        self.read_numbered(record, kind)
+    }
+
+    /// Reads record `record` (in the session's numbering) of `kind`, from whichever file holds it.
+    fn read_numbered(&mut self, record: usize, kind: RecordKind) -> Result<Vec<u8>, StoreError> {
+        let files = Files {
+            recorder: &self.recorder,
+            closed: &self.closed,
+            released_records: self.released_records,
+            released: self.released_error(self.released.dispatches),
+        };
+        files.read(&mut self.reader, record, kind)
     }
 
     /// Writes buffered records out to the file when the latest is not there yet (a window that
     /// follows the newest dispatch reads its state right after it was written): no `fsync`,
     /// which the periodic flush does.
     fn flush_for_states(&mut self) -> Result<(), StoreError> {
-        if self.recorder.summary().bytes > self.recorder.written_out_bytes() {
+        if self.recorder.file_bytes() > self.recorder.written_out_bytes() {
             self.recorder.write_out()?;
         }
         Ok(())
@@ -430,7 +732,7 @@ impl LiveStore {
     fn state_error(&self, record: usize, message: String) -> StoreError {
         StoreError::ReadBack {
             path: self.recorder.path().to_owned(),
-            offset: self.recorder.record_offset(record as u64).unwrap_or(0),
+            offset: 0,
             message: format!("the state record {record}: {message}"),
         }
     }
@@ -446,28 +748,121 @@ impl LiveStore {
     }
 }
 
-/// Reads record `seq` of `kind` through the capture writer's list of offsets.
-fn read_seq(
-    recorder: &CaptureRecorder,
-    reader: &mut Option<File>,
-    seq: usize,
-    kind: RecordKind,
-) -> Result<Vec<u8>, StoreError> {
-    let path = recorder.path().to_owned();
-    let offset = recorder.record_offset(seq as u64);
-    let fail = |message: String| StoreError::ReadBack {
-        path: path.clone(),
-        offset: offset.unwrap_or(0),
-        message,
-    };
-    let offset = offset.ok_or_else(|| fail(format!("the capture writer lists no record {seq}")))?;
-    if reader.is_none() {
-        *reader = Some(File::open(&path).map_err(|e| fail(e.to_string()))?);
+/// The session's files as a state record's reader sees them.
+struct Files<'a> {
+    recorder: &'a CaptureRecorder,
+    closed: &'a VecDeque<Segment>,
+    released_records: u64,
+    /// What to answer for a record in a deleted file.
+    released: StoreError,
+}
+
+impl Files<'_> {
+    /// Reads record `record` (in the session's numbering, [`LiveStore::states`]) of `kind`: from
+    /// the current file through the capture writer's list of offsets, from a closed one through
+    /// the offsets it kept of its state records.
+    fn read(
+        &self,
+        reader: &mut Option<(String, File)>,
+        record: usize,
+        kind: RecordKind,
+    ) -> Result<Vec<u8>, StoreError> {
+        let record = record as u64;
+        let base = self.recorder.record_base();
+        let missing = |path: &str| StoreError::ReadBack {
+            path: path.to_owned(),
+            offset: 0,
+            message: format!("the session lists no record {record}"),
+        };
+        if let Some(seq) = record.checked_sub(base) {
+            let path = self.recorder.path();
+            let offset = self
+                .recorder
+                .record_offset(seq)
+                .ok_or_else(|| missing(path))?;
+            return read_at(reader, path, offset, kind, self.recorder.dictionary());
+        }
+        if record < self.released_records {
+            return Err(clone_released(&self.released));
+        }
+        let i = self.closed.partition_point(|s| s.first_record <= record);
+        let segment = i
+            .checked_sub(1)
+            .and_then(|i| self.closed.get(i))
+            .ok_or_else(|| missing(self.recorder.path()))?;
+        let seq = record - segment.first_record;
+        let offsets = &segment.file.state_offsets;
+        let offset = offsets
+            .binary_search_by_key(&seq, |&(s, _)| s)
+            .map(|i| offsets[i].1)
+            .map_err(|_| missing(&segment.file.path))?;
+        read_at(
+            reader,
+            &segment.file.path,
+            offset,
+            kind,
+            segment.file.dictionary.as_deref(),
+        )
     }
-    let Some(file) = reader.as_mut() else {
-        return Err(fail("the file is not open".into()));
+}
+
+fn clone_released(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::Released {
+            pos,
+            released,
+            budget,
+        } => StoreError::Released {
+            pos: *pos,
+            released: *released,
+            budget: *budget,
+        },
+        other => StoreError::ReadBack {
+            path: String::new(),
+            offset: 0,
+            message: other.to_string(),
+        },
+    }
+}
+
+/// `path`, kept open in `reader` (reopened when the last read was of another file).
+fn open_kept<'r>(
+    reader: &'r mut Option<(String, File)>,
+    path: &str,
+) -> Result<&'r mut File, StoreError> {
+    let (kept, file) = match reader.take() {
+        Some((p, f)) if p == path => (p, f),
+        _ => {
+            let f = File::open(path).map_err(|e| StoreError::ReadBack {
+                path: path.to_owned(),
+                offset: 0,
+                message: e.to_string(),
+            })?;
+            (path.to_owned(), f)
+        }
     };
-    read_record_at(file, offset, kind, recorder.dictionary()).map_err(|e| fail(e.to_string()))
+    Ok(&mut reader.insert((kept, file)).1)
+}
+
+/// Reads the record of `kind` at `offset` in `path`.
+fn read_at(
+    reader: &mut Option<(String, File)>,
+    path: &str,
+    offset: u64,
+    kind: RecordKind,
+    dictionary: Option<&[u8]>,
+) -> Result<Vec<u8>, StoreError> {
+    let file = open_kept(reader, path)?;
+    read_record_at(file, offset, kind, dictionary).map_err(|e| StoreError::ReadBack {
+        path: path.to_owned(),
+        offset,
+        message: e.to_string(),
+    })
+}
+
+/// Why a state could not be carried into the session's next file.
+fn carry_failed(e: &StoreError) -> String {
+    format!("the state could not be carried into the session's next file: {e}")
 }
 
 fn saturate(n: usize) -> u32 {

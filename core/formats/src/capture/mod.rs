@@ -92,5 +92,5 @@ pub use format::{
     INDEX_ENTRY_BYTES, MAX_DICTIONARY_BYTES, MAX_HEADER_PAYLOAD_BYTES, MAX_RECORD_BYTES,
     RECORD_HEADER_BYTES, RecordKind, RecordMeta, Result, TRAILER_BYTES, TRAILER_MAGIC, Torn,
 };
-pub use reader::{CaptureReader, Records, read_record_at};
+pub use reader::{CaptureReader, Records, nth_record_from, read_record_at};
 pub use writer::{CaptureSink, CaptureWriter};

@@ -373,6 +373,44 @@ pub fn read_record_at<R: Read + Seek>(
     decode_payload(&meta, stored, dictionary)
 }
 
+/// Where the `n`-th record of `kind` after the one at `offset_bytes` starts (`n = 0`: that one,
+/// which must be of `kind`), found by walking record headers forward: at most the records
+/// between the two are read, a header each. What a reader does that keeps only every k-th
+/// record's offset of a file (a live store's closed segments), not the file's whole index.
+pub fn nth_record_from<R: Read + Seek>(
+    src: R,
+    offset_bytes: u64,
+    kind: RecordKind,
+    n: u64,
+) -> Result<u64> {
+    let mut src = Source::new(src)?;
+    let mut at = offset_bytes;
+    let mut seen = 0u64;
+    let mut expected_seq = None;
+    loop {
+        let header = src.read_header_at(at)?;
+        let meta = header.meta(at);
+        let seq = *expected_seq.get_or_insert(meta.seq);
+        let left = src.len_bytes.saturating_sub(at);
+        header.check_shape(at, seq, left)?;
+        if meta.kind == kind {
+            if seen == n {
+                return Ok(at);
+            }
+            seen += 1;
+        } else if seen == 0 {
+            return Err(CaptureError::RecordHeader {
+                offset_bytes: at,
+                field: "kind",
+                found: meta.kind.to_string(),
+                expected: kind.to_string(),
+            });
+        }
+        at = meta.end_offset_bytes();
+        expected_seq = Some(seq + 1);
+    }
+}
+
 /// Iterator over every record of a capture, from [`CaptureReader::iter`].
 pub struct Records<'a, R> {
     reader: &'a mut CaptureReader<R>,
