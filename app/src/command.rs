@@ -34,6 +34,12 @@ pub struct Cli {
     /// The token the target asks for, with --attach.
     #[arg(long, value_name = "TOKEN", requires = "attach")]
     pub token: Option<String>,
+    /// The most disk a live session's recording may take (`500M`, `20G`, `160GiB`, bytes); past
+    /// it the oldest of its files are deleted and the window says how many dispatches went. By
+    /// default a working day at a game's rate (160 GiB), at most 90 % of what the temporary
+    /// folder's disk has free.
+    #[arg(long, value_name = "SIZE", value_parser = gui::parse_size)]
+    pub disk_budget: Option<u64>,
 }
 
 /// A subcommand.
@@ -105,6 +111,7 @@ pub fn run(cli: &Cli) -> ExitCode {
             compare: cli.compare.clone(),
             demo_dispatches_per_frame: cli.demo_dispatches_per_frame,
             attach: cli.attach.clone().map(|a| (a, cli.token.clone())),
+            disk_budget: cli.disk_budget,
         }),
     };
     match result {

@@ -369,3 +369,91 @@ fn the_live_timeline_shows_recent_frames_a_bar_each() {
         dispatchscope_views::timeline::RECENT_FRAMES
     ));
 }
+
+/// A live session under a disk budget of 2 MiB: the recording rolls into files and deletes the
+/// oldest, the status bar says how many dispatches are no longer on disk, selecting one says why
+/// it cannot be shown, a dispatch still on disk reads back from a closed file and from the
+/// current one, saving the whole session is refused by name, and closing the link removes every
+/// file it made.
+#[test]
+fn a_disk_budget_releases_the_oldest_dispatches_and_the_window_says_how_many() {
+    let budget = 2 << 20;
+    let (link, tx) =
+        LiveLink::fed_with_budget("fed:0", "the demo, fed", Some(budget), Arc::new(|| {})).unwrap();
+    assert_eq!(link.disk_budget, budget);
+    for m in &feed().start {
+        send(&tx, m.clone()).unwrap();
+    }
+    let mut session = Session::live("fed:0", "fed".into(), link.store());
+    let feed = feed();
+    let first = feed.first_index();
+    const N: u64 = 30_000;
+    for i in 0..N {
+        send(&tx, feed.dispatch(first, i).unwrap()).unwrap();
+    }
+    let mut link = link;
+    drain_until(&mut link, &mut session, N).unwrap();
+    let released = link.released();
+    assert!(
+        released.dispatches > 0 && released.files > 0,
+        "{released:?} after {N} dispatches"
+    );
+    assert!(
+        link.bytes_on_disk() <= budget + (64 << 10),
+        "{} bytes on disk",
+        link.bytes_on_disk()
+    );
+    // A released dispatch says why; the first kept one, one in the middle and the newest read
+    // back with their indices.
+    let err = session.prepare(0).unwrap_err();
+    assert!(err.to_string().contains("no longer on disk"), "{err}");
+    for pos in [
+        released.dispatches,
+        (released.dispatches + N as usize) / 2,
+        N as usize - 1,
+    ] {
+        session.prepare(pos).unwrap();
+        assert_eq!(
+            session.reports.get(pos).map(|r| r.index),
+            Some(first + pos as u64),
+            "position {pos}"
+        );
+    }
+    let saved = tempfile::tempdir().unwrap();
+    let refused = link
+        .save_capture(&saved.path().join("whole.dscap"))
+        .unwrap_err();
+    assert!(
+        matches!(refused, gui::LiveError::Released { .. }),
+        "{refused}"
+    );
+    // The status bar says it.
+    let mut app = GuiApp::new(Settings::default());
+    app.live = Some(link);
+    app.set_session(session);
+    let mut h = wide_harness(app);
+    h.run_steps(3);
+    let label = format!(
+        "{} no longer on disk",
+        gui::thousands(released.dispatches as f64)
+    );
+    h.get_by_label(&label);
+    // Closing the link removes every file the recording made.
+    let files: Vec<_> = h
+        .state()
+        .live
+        .as_ref()
+        .unwrap()
+        .store()
+        .lock()
+        .unwrap()
+        .as_ref()
+        .unwrap()
+        .files_made();
+    assert!(files.len() > released.files, "{files:?}");
+    drop(tx);
+    drop(h);
+    for f in files {
+        assert!(!f.exists(), "{} is left", f.display());
+    }
+}

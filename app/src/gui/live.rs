@@ -30,8 +30,8 @@ use dispatchscope_formats::sample::{Sample, Step};
 use dispatchscope_formats::session::{self, Opened};
 use dispatchscope_live::protocol::Stats;
 use dispatchscope_live::{
-    Breakpoints, ClientOptions, Incoming, LiveClient, LiveStore, StoreOptions, Tap, TapConfig,
-    ToDebugger,
+    Breakpoints, ClientOptions, DEFAULT_DISK_BUDGET, Incoming, LiveClient, LiveStore, Released,
+    StoreOptions, Tap, TapConfig, ToDebugger,
 };
 
 use super::intake::{Counters, Handoff, Inlet, Intake, SharedClient, StopFlag};
@@ -100,6 +100,18 @@ pub enum LiveError {
     /// The recording was finished and closed.
     #[error("the session's recording was closed")]
     RecordingClosed,
+    /// The disk budget deleted the recording's oldest files, which a sample or capture of the
+    /// whole session needs (its first file holds the memory snapshot).
+    #[error(
+        "the session's oldest {dispatches} dispatches are no longer on disk (the disk budget of {} deleted them, with the memory snapshot a saved session starts from); start dispatchscope with a larger --disk-budget to keep a whole session",
+        dispatchscope_live::store::human_bytes(*budget)
+    )]
+    Released {
+        /// Dispatches no longer on disk.
+        dispatches: usize,
+        /// The budget.
+        budget: u64,
+    },
     /// The target has not sent its memory snapshot yet.
     #[error(
         "nothing recorded yet: the target has not sent its memory snapshot (it sends it before its next dispatch)"
@@ -187,6 +199,10 @@ pub struct LiveLink {
     /// once it could not be created or was finished).
     shadow: SharedStore,
     shadow_path: PathBuf,
+    /// Every file the recording made, once it is finished (to remove them).
+    shadow_files: Vec<PathBuf>,
+    /// The most disk the recording may take.
+    pub disk_budget: u64,
     /// Why the shadow recording stopped, if it did.
     pub record_error: Option<String>,
     /// The bytes the target last read for the Memory panel (`ToTarget::ReadMemory`).
@@ -207,12 +223,76 @@ pub struct LiveLink {
 
 static SHADOW_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// The share of the recording folder's free disk a recording may take at most.
+const FREE_SHARE: f64 = 0.9;
+
+/// The disk budget of a live session recorded in `folder`: `requested` (`--disk-budget`), else
+/// [`DEFAULT_DISK_BUDGET`] (a working day at a game's rate); at most 90 % of what `folder`'s disk
+/// has free when the session starts, so that a recording never fills the disk. With a sentence
+/// saying so when it is less than asked.
+pub fn recording_budget(requested: Option<u64>, folder: &Path) -> (u64, Option<String>) {
+    use dispatchscope_live::store::human_bytes;
+    let wanted = requested.unwrap_or(DEFAULT_DISK_BUDGET);
+    let free = match rustix::fs::statvfs(folder) {
+        Ok(s) => s.f_bavail.saturating_mul(s.f_frsize),
+        Err(_) => return (wanted, None),
+    };
+    let most = (free as f64 * FREE_SHARE) as u64;
+    if wanted <= most {
+        return (wanted, None);
+    }
+    let why = format!(
+        "the live recording's disk budget is {}, 90 % of what {} has free, not the {} {}",
+        human_bytes(most),
+        folder.display(),
+        human_bytes(wanted),
+        if requested.is_some() {
+            "asked for"
+        } else {
+            "a working day at a game's rate takes"
+        }
+    );
+    (most, Some(why))
+}
+
+/// A size as `--disk-budget` takes it: bytes, or a number with `K`, `M`, `G`, `T` (powers of
+/// 1024; `KiB`, `GB` and the like read the same).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: f64 = number.parse().map_err(|_| {
+        format!("{text:?} is not a size: give bytes, or a number with K, M, G or T")
+    })?;
+    let shift = match unit.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        other => {
+            return Err(format!(
+                "{text:?}: {other:?} is not a unit: use K, M, G or T"
+            ));
+        }
+    };
+    let bytes = n * (1u64 << shift) as f64;
+    if !(1.0..=u64::MAX as f64).contains(&bytes) {
+        return Err(format!("{text:?} is not a size a disk holds"));
+    }
+    Ok(bytes as u64)
+}
+
 impl LiveLink {
     /// Attaches to the target at `addr`; `notify` is called when something waits for the window
     /// (a repaint).
+    /// Its recording takes at most `disk_budget` on disk ([`recording_budget`]).
     pub fn attach(
         addr: &str,
         token: Option<String>,
+        disk_budget: Option<u64>,
         notify: Arc<dyn Fn() + Send + Sync>,
     ) -> Result<Self, LiveError> {
         let options = ClientOptions {
@@ -238,6 +318,7 @@ impl LiveLink {
             target_name,
             Inlet::Client(Arc::clone(&shared)),
             shared,
+            disk_budget,
             notify,
         )
     }
@@ -250,12 +331,23 @@ impl LiveLink {
         target_name: &str,
         notify: Arc<dyn Fn() + Send + Sync>,
     ) -> Result<(Self, SyncSender<Incoming>), LiveError> {
+        Self::fed_with_budget(addr, target_name, None, notify)
+    }
+
+    /// [`Self::fed`], its recording under `disk_budget` ([`recording_budget`]).
+    pub fn fed_with_budget(
+        addr: &str,
+        target_name: &str,
+        disk_budget: Option<u64>,
+        notify: Arc<dyn Fn() + Send + Sync>,
+    ) -> Result<(Self, SyncSender<Incoming>), LiveError> {
         let (tx, rx): (_, Receiver<_>) = std::sync::mpsc::sync_channel(WINDOW_CHANNEL_MESSAGES);
         let link = Self::start(
             addr,
             target_name.to_owned(),
             Inlet::Channel(rx),
             Arc::new(Mutex::new(None)),
+            disk_budget,
             notify,
         )?;
         Ok((link, tx))
@@ -266,9 +358,15 @@ impl LiveLink {
         target_name: String,
         inlet: Inlet,
         client: SharedClient,
+        disk_budget: Option<u64>,
         notify: Arc<dyn Fn() + Send + Sync>,
     ) -> Result<Self, LiveError> {
-        let shadow_path = std::env::temp_dir().join(format!(
+        let folder = std::env::temp_dir();
+        let (disk_budget, why) = recording_budget(disk_budget, &folder);
+        if let Some(why) = why {
+            eprintln!("dispatchscope: {why}");
+        }
+        let shadow_path = folder.join(format!(
             "dispatchscope-live-{}-{}.dscap",
             std::process::id(),
             SHADOW_SEQ.fetch_add(1, Ordering::Relaxed)
@@ -282,6 +380,7 @@ impl LiveLink {
                 window: 0,
                 flush_every: Duration::from_millis(500),
                 keep_rows: false,
+                disk_budget: Some(disk_budget),
             },
         );
         let shadow: SharedStore = Arc::new(Mutex::new(Some(shadow)));
@@ -306,6 +405,8 @@ impl LiveLink {
             failures: Vec::new(),
             shadow,
             shadow_path,
+            shadow_files: Vec::new(),
+            disk_budget,
             record_error: None,
             memory: None,
             read: None,
@@ -476,10 +577,11 @@ impl LiveLink {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take();
-        if let Some(r) = store
-            && let Err(e) = r.finish()
-        {
-            self.record_error = Some(e.to_string());
+        if let Some(r) = store {
+            self.shadow_files = r.files_made();
+            if let Err(e) = r.finish() {
+                self.record_error = Some(e.to_string());
+            }
         }
     }
 
@@ -576,6 +678,17 @@ impl LiveLink {
         self.with_store(|s| s.len()).unwrap_or(0)
     }
 
+    /// What the disk budget deleted of the recording so far: its oldest dispatches, no longer
+    /// on disk.
+    pub fn released(&self) -> Released {
+        self.with_store(|s| s.released()).unwrap_or_default()
+    }
+
+    /// Bytes the recording's files take on disk now.
+    pub fn bytes_on_disk(&self) -> u64 {
+        self.with_store(|s| s.bytes_on_disk()).unwrap_or(0)
+    }
+
     /// The report of the recording's dispatch at position `pos` (from 0 at attach), read back
     /// from the store's file (what the session does for a dispatch that left its window).
     pub fn stored_report(
@@ -598,10 +711,35 @@ impl LiveLink {
         if let Some(e) = &self.record_error {
             return Err(LiveError::RecordingStopped { why: e.clone() });
         }
-        match session::open(&self.shadow_path)? {
-            Opened::Capture(mut c) => Ok(c.to_sample()?),
-            Opened::Sample(_) => Err(LiveError::NotACapture),
+        let (files, released) = self
+            .with_store(|s| (s.files(), s.released()))
+            .ok_or(LiveError::RecordingClosed)?;
+        if released.dispatches > 0 {
+            return Err(LiveError::Released {
+                dispatches: released.dispatches,
+                budget: self.disk_budget,
+            });
         }
+        // The first file holds the snapshot; each later one goes on from where it ended.
+        let mut whole: Option<(Sample, Vec<Option<dispatchscope_core::DispatchReport>>)> = None;
+        for f in files {
+            let Opened::Capture(mut c) = session::open(&f)? else {
+                return Err(LiveError::NotACapture);
+            };
+            let (part, reports) = c.to_sample()?;
+            match &mut whole {
+                None => whole = Some((part, reports)),
+                Some((sample, all)) => {
+                    sample.steps.extend(part.steps);
+                    for p in part.programs {
+                        sample.programs.retain(|q| q.address != p.address);
+                        sample.programs.push(p);
+                    }
+                    all.extend(reports);
+                }
+            }
+        }
+        whole.ok_or(LiveError::NothingRecorded)
     }
 
     /// Writes everything recorded since attaching as a capture at `dest`, with the target's
@@ -647,6 +785,9 @@ impl Drop for LiveLink {
         }
         self.finish_shadow();
         let _ = std::fs::remove_file(&self.shadow_path);
+        for f in &self.shadow_files {
+            let _ = std::fs::remove_file(f);
+        }
     }
 }
 

@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use dispatchscope_live::store::human_bytes;
 use dispatchscope_views::style;
 use egui::RichText;
 
@@ -129,7 +130,13 @@ impl GuiApp {
     /// the error panel says why and the session open stays.
     pub fn attach(&mut self, ctx: &egui::Context, addr: &str, token: Option<String>) -> bool {
         let repaint = ctx.clone();
-        match LiveLink::attach(addr, token, Arc::new(move || repaint.request_repaint())) {
+        let budget = self.disk_budget;
+        match LiveLink::attach(
+            addr,
+            token,
+            budget,
+            Arc::new(move || repaint.request_repaint()),
+        ) {
             Ok(link) => {
                 if let Some(mut old) = self.live.take() {
                     old.detach();
@@ -558,9 +565,28 @@ pub(super) fn live_status_ui(ui: &mut egui::Ui, l: &LiveLink) {
             last.message
         ));
     }
-    ui.label(format!("{} recorded", l.stored())).on_hover_text(
-        "dispatches in this session's recording (a crash-safe capture written as they arrive); the list holds every one, memory the latest reports, and an older one is read back from the file when selected",
-    );
+    ui.label(format!("{} recorded", l.stored())).on_hover_text(format!(
+        "dispatches in this session's recording (a crash-safe capture written as they arrive, {} on disk of a budget of {}); the list holds every one, memory the latest reports, and an older one is read back from the file when selected",
+        human_bytes(l.bytes_on_disk()),
+        human_bytes(l.disk_budget)
+    ));
+    let released = l.released();
+    if released.dispatches > 0 {
+        ui.label(
+            RichText::new(format!(
+                "{} no longer on disk",
+                thousands(released.dispatches as f64)
+            ))
+            .color(style::MUTED),
+        )
+        .on_hover_text(format!(
+            "the disk budget ({}, --disk-budget) deleted the recording's {} oldest files ({}): the session's first {} dispatches can no longer be selected or saved",
+            human_bytes(l.disk_budget),
+            released.files,
+            human_bytes(released.bytes),
+            thousands(released.dispatches as f64)
+        ));
+    }
 }
 
 /// The status bar's rates: what this window received a second, what the target made when that

@@ -35,8 +35,10 @@ use egui::RichText;
 use serde::{Deserialize, Serialize};
 
 use self::dialogs::OpenDialog;
-pub use self::live::{DemoTarget, LiveError, LiveFailure, LiveLink, LiveState};
-pub use self::live_ui::{AttachForm, BreakpointForm, SaveKind};
+pub use self::live::{
+    DemoTarget, LiveError, LiveFailure, LiveLink, LiveState, parse_size, recording_budget,
+};
+pub use self::live_ui::{AttachForm, BreakpointForm, SaveKind, thousands};
 pub use self::panels::Panels;
 pub use self::session::{LoadError, Loader, Progress, ReadAgainError, Session, Source};
 
@@ -123,6 +125,9 @@ pub struct GuiApp {
     /// Dispatches a frame the demo target this window starts makes
     /// (`--demo-dispatches-per-frame`; [`live_ui::WINDOW_DEMO_DISPATCHES_PER_FRAME`] by default).
     pub demo_dispatches_per_frame: u32,
+    /// `--disk-budget`: the most disk a live session's recording may take (`None`: a working
+    /// day's, [`live::recording_budget`]).
+    pub disk_budget: Option<u64>,
     /// The What if… dialog, when open.
     pub what_if_form: Option<compare_ui::WhatIfForm>,
     /// Whether a live session's selection follows the newest dispatch as dispatches arrive (the
@@ -224,6 +229,7 @@ impl GuiApp {
             compare: None,
             pending_compare: None,
             demo_dispatches_per_frame: live_ui::WINDOW_DEMO_DISPATCHES_PER_FRAME,
+            disk_budget: None,
             what_if_form: None,
             follow: true,
             frame_times: FrameTimes::default(),
@@ -846,6 +852,8 @@ pub struct Start {
     pub demo_dispatches_per_frame: Option<u32>,
     /// A running target to attach to, and its token.
     pub attach: Option<(String, Option<String>)>,
+    /// `--disk-budget`: the most disk a live session's recording may take.
+    pub disk_budget: Option<u64>,
 }
 
 /// Runs the debugger window. Attached to `attach` (`--attach ADDR`) if given; else with no path it
@@ -859,6 +867,7 @@ pub fn run_gui(start: Start) -> anyhow::Result<()> {
         compare,
         demo_dispatches_per_frame,
         attach,
+        disk_budget,
     } = start;
     if compare.is_some() && open.is_empty() {
         return Err(crate::load::BadInput(
@@ -904,6 +913,7 @@ pub fn run_gui(start: Start) -> anyhow::Result<()> {
             if let Some(n) = demo_dispatches_per_frame {
                 app.demo_dispatches_per_frame = n;
             }
+            app.disk_budget = disk_budget;
             let mut paths = open.into_iter();
             if let Some((addr, token)) = attach {
                 // A target that is not there is the window's error line, as Live ▸ Attach says it.

@@ -102,6 +102,22 @@ pub fn segment_path(first: &Path, n: usize) -> PathBuf {
     first.with_file_name(name)
 }
 
+/// `bytes` as a person reads a size: "160 GiB", "768 KiB", "12 B".
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = bytes as f64;
+    let mut unit = 0;
+    while x >= 1024.0 && unit + 1 < UNITS.len() {
+        x /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 || x >= 100.0 || x.fract() == 0.0 {
+        format!("{x:.0} {}", UNITS[unit])
+    } else {
+        format!("{x:.1} {}", UNITS[unit])
+    }
+}
+
 /// What the disk budget released so far: the oldest files of the session, deleted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Released {
@@ -129,7 +145,8 @@ pub enum StoreError {
     },
     /// The dispatch (or state record) was in a file the disk budget deleted.
     #[error(
-        "dispatch {pos} is no longer on disk: the disk budget of {budget} bytes released the session's oldest {released} dispatches"
+        "dispatch {pos} is no longer on disk: the disk budget of {} deleted the session's oldest {released} dispatches",
+        human_bytes(*budget)
     )]
     Released {
         /// The position asked for (for a state record, the first position kept).
