@@ -172,4 +172,68 @@ fn main() {
         mib(status_kib("VmHWM:")),
         std::fs::metadata(link.recording_path()).map_or(0, |m| m.len()) as f64 / (1 << 20) as f64
     );
+    reopen(link, tx, session, first);
+}
+
+/// Ends the session (the feed stops, as a target that goes), finishes its recording, and opens
+/// each of its files as the window opens a capture: the time to the first dispatch shown, the
+/// resident memory, and a search over the reopened rows. Removes the files after.
+fn reopen(
+    mut link: LiveLink,
+    tx: std::sync::mpsc::SyncSender<dispatchscope_live::Incoming>,
+    mut session: Session,
+    first: u64,
+) {
+    use gui::session::{Progress, Source, load_file};
+    drop(tx);
+    while link.is_attached() {
+        link.drain(&mut session);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    drop(session);
+    let store = link.store().lock().unwrap().take().expect("the recording");
+    let files = store.files_made();
+    let kept = store.files();
+    let released = store.released();
+    let summary = store.finish().expect("finish the recording");
+    drop(link);
+    println!(
+        "  recording: {} dispatches, {} bytes in {} files, {} released",
+        summary.dispatches,
+        summary.bytes,
+        kept.len(),
+        released.dispatches
+    );
+    let mut pos0 = 0u64;
+    for f in &kept {
+        let bytes = std::fs::metadata(f).map_or(0, |m| m.len());
+        let before = status_kib("VmRSS:");
+        let t = Instant::now();
+        let mut s = load_file(f, Source::File(f.clone()), &Progress::default()).expect("reopen");
+        s.prepare(0).expect("its first dispatch");
+        let index = s.reports.get(0).expect("the first report").index;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        assert_eq!(index, first + pos0);
+        let mut finder = Finder::default();
+        let f77 = Filter {
+            search: "traversal 77".into(),
+            ..Filter::default()
+        };
+        let ts = Instant::now();
+        let hits = finder.find(&s.rows, &f77, &[]).len();
+        println!(
+            "  reopened {} ({:.1} MiB, {} dispatches): first dispatch shown in {ms:.0} ms, RSS +{:.1} MiB (peak {:.1}); search {:?}: {hits} hits in {:.1} ms",
+            f.display(),
+            bytes as f64 / (1 << 20) as f64,
+            s.rows.len(),
+            mib(status_kib("VmRSS:").saturating_sub(before)),
+            mib(status_kib("VmHWM:")),
+            f77.search,
+            ts.elapsed().as_secs_f64() * 1e3
+        );
+        pos0 += s.rows.len() as u64;
+    }
+    for f in files {
+        let _ = std::fs::remove_file(f);
+    }
 }
