@@ -40,6 +40,60 @@ pub fn torn_note<R: Read + Seek>(file: &CaptureFile<R>) -> Option<String> {
     })
 }
 
+/// The note for a file of a live session the disk budget wrote as several files
+/// (`dispatchscope_live::store::segment_path`: `name.dscap`, `name.0001.dscap`, ...): which part
+/// this is, and where the session goes on. Each file opens on its own; `None` for a file alone.
+pub fn parts_note(path: &Path) -> Option<String> {
+    use dispatchscope_live::store::segment_path;
+    let stem = path.file_stem()?.to_string_lossy().into_owned();
+    // `name.0003.dscap` is part 3 of `name.dscap`'s session.
+    let (first, part) = match stem.rsplit_once('.') {
+        Some((base, n)) if n.len() == 4 && n.bytes().all(|b| b.is_ascii_digit()) => {
+            let name = match path.extension() {
+                Some(ext) => format!("{base}.{}", ext.to_string_lossy()),
+                None => base.to_owned(),
+            };
+            (path.with_file_name(name), n.parse::<usize>().ok()?)
+        }
+        _ => (path.to_path_buf(), 0),
+    };
+    let exists = |n: usize| n == part || segment_path(&first, n).exists();
+    let last = (part..).take_while(|&n| exists(n)).last().unwrap_or(part);
+    let earliest = (0..=part)
+        .rev()
+        .take_while(|&n| exists(n))
+        .last()
+        .unwrap_or(part);
+    if last == 0 && part == 0 {
+        return None;
+    }
+    let name = |n: usize| {
+        segment_path(&first, n)
+            .file_name()
+            .map_or_else(String::new, |f| f.to_string_lossy().into_owned())
+    };
+    let mut note = format!(
+        "file {} of a live session recorded under a disk budget as {} to {}; each opens on its own",
+        part + 1,
+        name(earliest),
+        name(last)
+    );
+    if part < last {
+        note.push_str(&format!(", and the session goes on in {}", name(part + 1)));
+    }
+    if earliest > 0 {
+        note.push_str(&format!(
+            "; its first {earliest} files are no longer on disk"
+        ));
+    }
+    if part > 0 {
+        note.push_str(
+            "; this file's first dispatch reads its memory and chunk table from the states the file before it left, and a replay of it lacks the session's memory snapshot",
+        );
+    }
+    Some(note)
+}
+
 /// Which backend runs the dispatches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum BackendChoice {
@@ -110,6 +164,9 @@ pub fn load(path: &Path) -> anyhow::Result<Loaded> {
             let (sample, recorded) = c.to_sample().map_err(|e| BadInput(e.to_string()))?;
             if let Some(note) = torn {
                 eprintln!("dispatchscope: warning: {}: {note}", path.display());
+            }
+            if let Some(note) = parts_note(path) {
+                eprintln!("dispatchscope: note: {}: {note}", path.display());
             }
             Ok(Loaded { sample, recorded })
         }

@@ -451,6 +451,15 @@ fn a_disk_budget_releases_the_oldest_dispatches_and_the_window_says_how_many() {
         .unwrap()
         .files_made();
     assert!(files.len() > released.files, "{files:?}");
+    // A file still on disk says which part of the session it is, and that the first went.
+    let kept: Vec<_> = files.iter().filter(|f| f.exists()).collect();
+    let note = dispatchscope::load::parts_note(kept[0]).unwrap();
+    assert!(
+        note.contains(&format!("file {} of a live session", released.files + 1))
+            && note.contains("no longer on disk")
+            && note.contains("goes on in"),
+        "{note}"
+    );
     drop(tx);
     drop(h);
     for f in files {

@@ -1238,7 +1238,14 @@ pub fn load_file(path: &Path, source: Source, progress: &Progress) -> Result<Ses
         let file = open_capture_path(path).map_err(|e| capture_error(&name, e))?;
         let again = path.to_path_buf();
         let reopen: Reopen = Arc::new(move || open_capture_path(&again));
-        return Session::load_capture(source, file, reopen, progress);
+        let mut session = Session::load_capture(source, file, reopen, progress)?;
+        if let Some(parts) = crate::load::parts_note(path) {
+            session.warning = Some(match session.warning.take() {
+                Some(w) => format!("{w}; {parts}"),
+                None => parts,
+            });
+        }
+        return Ok(session);
     }
     let bytes = std::fs::read(path).map_err(read_error)?;
     Session::load(source, &bytes, progress)
