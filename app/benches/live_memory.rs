@@ -144,28 +144,10 @@ fn main() {
     );
     // A search over every row, from scratch, and a keystroke onto it.
     let mut finder = Finder::default();
-    let f = Filter {
-        search: "traversal 77".into(),
-        ..Filter::default()
-    };
-    let t = Instant::now();
-    let hits = finder.find(&session.rows, &f, &[]).len();
-    println!(
-        "  search {:?} over {n} rows: {hits} hits in {:.1} ms",
-        f.search,
-        t.elapsed().as_secs_f64() * 1e3
-    );
-    let f = Filter {
-        search: "traversal 777".into(),
-        ..Filter::default()
-    };
-    let t = Instant::now();
-    let hits = finder.find(&session.rows, &f, &[]).len();
-    println!(
-        "  keystroke {:?}: {hits} hits in {:.2} ms",
-        f.search,
-        t.elapsed().as_secs_f64() * 1e3
-    );
+    let (hits, ms) = search(&mut finder, &session.rows, "traversal 77");
+    println!("  search \"traversal 77\" over {n} rows: {hits} hits in {ms:.1} ms");
+    let (hits, ms) = search(&mut finder, &session.rows, "traversal 777");
+    println!("  keystroke \"traversal 777\": {hits} hits in {ms:.2} ms");
     println!(
         "  end: RSS {:.1} MiB, peak {:.1} MiB; store file {:.1} MiB",
         mib(status_kib("VmRSS:")),
@@ -173,6 +155,17 @@ fn main() {
         std::fs::metadata(link.recording_path()).map_or(0, |m| m.len()) as f64 / (1 << 20) as f64
     );
     reopen(link, tx, session, first);
+}
+
+/// Searches `rows` for `text` with `finder`: the hits and the milliseconds.
+fn search(finder: &mut Finder, rows: &dispatchscope_views::Rows, text: &str) -> (usize, f64) {
+    let f = Filter {
+        search: text.into(),
+        ..Filter::default()
+    };
+    let t = Instant::now();
+    let hits = finder.find(rows, &f, &[]).len();
+    (hits, t.elapsed().as_secs_f64() * 1e3)
 }
 
 fn scan_asked() -> bool {
@@ -225,13 +218,7 @@ fn reopen(
             s.finish_rows();
         }
         let scan_ms = scan.elapsed().as_secs_f64() * 1e3;
-        let mut finder = Finder::default();
-        let f77 = Filter {
-            search: "traversal 77".into(),
-            ..Filter::default()
-        };
-        let ts = Instant::now();
-        let hits = finder.find(&s.rows, &f77, &[]).len();
+        let (hits, search_ms) = search(&mut Finder::default(), &s.rows, "traversal 77");
         println!(
             "  reopened {} ({:.1} MiB, {} dispatches, {} rows): first dispatch shown in {ms:.0} ms, every row in {scan_ms:.0} ms more, RSS +{:.1} MiB (peak {:.1}); search {:?}: {hits} hits in {:.1} ms",
             f.display(),
@@ -240,8 +227,8 @@ fn reopen(
             s.rows.len(),
             mib(status_kib("VmRSS:").saturating_sub(before)),
             mib(status_kib("VmHWM:")),
-            f77.search,
-            ts.elapsed().as_secs_f64() * 1e3
+            "traversal 77",
+            search_ms
         );
         pos0 += s.reports.len() as u64;
     }

@@ -122,6 +122,11 @@ pub struct RecordArgs {
     /// Dispatches the target runs per step; it never runs further ahead of the recorder.
     #[arg(long, default_value_t = 64)]
     pub batch: u64,
+    /// The most disk the recording may take (`500M`, `20G`): it is written as files of about a
+    /// sixteenth of it (OUTPUT, then `name.0001.dscap`, ...), and past it the oldest go. By
+    /// default a working day at a game's rate (160 GiB), at most 90 % of the output's free disk.
+    #[arg(long, value_name = "SIZE", value_parser = crate::gui::parse_size)]
+    pub disk_budget: Option<u64>,
 }
 
 fn seconds(s: f64, flag: &str) -> anyhow::Result<Duration> {
@@ -331,9 +336,18 @@ pub fn attach_cmd(args: &AttachArgs) -> anyhow::Result<()> {
 
 /// `dispatchscope record`.
 pub fn record_cmd(args: &RecordArgs) -> anyhow::Result<()> {
+    let folder = match args.output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let (disk_budget, why) = crate::gui::recording_budget(args.disk_budget, &folder);
+    if let Some(why) = why {
+        eprintln!("dispatchscope: {why}");
+    }
     let options = RecordOptions {
         dispatches: args.dispatches,
         batch: args.batch.max(1),
+        disk_budget: Some(disk_budget),
         ..RecordOptions::default()
     };
     let stop = AtomicBool::new(false);
@@ -373,6 +387,15 @@ pub fn record_cmd(args: &RecordArgs) -> anyhow::Result<()> {
         summary.contents,
         summary.bytes as f64 / f64::from(1 << 20)
     );
+    if summary.files > 1 {
+        eprintln!(
+            "the recording is {} files under the disk budget ({}, then {} and on); the oldest holding {} dispatches were deleted",
+            summary.files,
+            args.output.display(),
+            dispatchscope_live::store::segment_path(&args.output, 1).display(),
+            summary.released
+        );
+    }
     if summary.missing > 0 {
         eprintln!(
             "dispatchscope: warning: {} dispatches or events are missing (the target dropped them)",

@@ -116,6 +116,40 @@ fn same_table(got: Option<&[TableSlot]>, want: Option<&[TableSlot]>, index: u64)
     }
 }
 
+/// The state a dispatch left follows it on the wire (often in the same frame): takes what
+/// follows the last dispatch stored, up to the next dispatch (not stored), so that the last one
+/// is not checked before its checkpoint arrived.
+fn take_to_next_dispatch(client: &LiveClient, store: &mut LiveStore) {
+    loop {
+        match client.receiver().recv_timeout(T).unwrap() {
+            Incoming::Message(ToDebugger::Received(_)) => break,
+            Incoming::Message(m) => {
+                store.take(m).unwrap();
+            }
+            Incoming::Disconnected { reason, .. } => panic!("{reason}"),
+        }
+    }
+}
+
+/// Checks the store's dispatch at `pos`, read back as the window reads it, against the oracle:
+/// its memory and chunk table. Returns its index.
+fn check_stored(store: &mut LiveStore, pos: usize, oracle: &Oracle) -> u64 {
+    let index = store.record(pos).unwrap().1.index;
+    let held = oracle.lock().unwrap()[&index].clone();
+    match store.states().memory_state_at(pos) {
+        StateAt::Known { record, .. } => {
+            assert_eq!(store.memory_state(record).unwrap(), held.memory);
+        }
+        other => panic!("dispatch {index}: {other:?}"),
+    }
+    let table = store
+        .table_at(pos)
+        .unwrap()
+        .map(|(_, _, t)| t.table.slots().to_vec());
+    same_table(table.as_deref(), held.table.as_deref(), index);
+    index
+}
+
 /// Checks every dispatch of the capture at `path` against the oracle; returns (dispatches,
 /// memory records, dispatches whose memory is unknown).
 fn check_against(path: &Path, oracle: &Oracle) -> (usize, usize, usize) {
@@ -258,38 +292,15 @@ fn dropped_checkpoints_never_make_a_dispatch_show_a_wrong_state() {
             Incoming::Disconnected { reason, .. } => panic!("{reason}"),
         }
     }
-    // The state a dispatch left follows it on the wire (often in the same frame): take what
-    // follows the last dispatch stored, up to the next dispatch (not stored), so that the last
-    // one is not checked before its checkpoint arrived.
-    loop {
-        match client.receiver().recv_timeout(T).unwrap() {
-            Incoming::Message(ToDebugger::Received(_)) => break,
-            Incoming::Message(m) => {
-                store.take(m).unwrap();
-            }
-            Incoming::Disconnected { reason, .. } => panic!("{reason}"),
-        }
-    }
+    take_to_next_dispatch(&client, &mut store);
     let dropped = store.summary().dropped;
     assert!(
         dropped > 0,
         "the target dropped nothing: the test did not push it"
     );
     // Read back from the store while it is being written, as the window does.
-    let oracle = target.oracle.lock().unwrap().clone();
     for pos in (0..store.len()).step_by(7) {
-        let index = store.record(pos).unwrap().1.index;
-        match store.states().memory_state_at(pos) {
-            StateAt::Known { record, .. } => {
-                assert_eq!(store.memory_state(record).unwrap(), oracle[&index].memory);
-            }
-            other => panic!("dispatch {index}: {other:?}"),
-        }
-        let table = store
-            .table_at(pos)
-            .unwrap()
-            .map(|(_, _, t)| t.table.slots().to_vec());
-        same_table(table.as_deref(), oracle[&index].table.as_deref(), index);
+        check_stored(&mut store, pos, &target.oracle);
     }
     let _ = client.detach(Duration::from_secs(1));
     store.finish().unwrap();
@@ -412,16 +423,7 @@ fn a_disk_budget_deletes_the_oldest_files_and_every_kept_dispatch_keeps_its_stat
             Incoming::Disconnected { reason, .. } => panic!("{reason}"),
         }
     }
-    // Take what follows the last dispatch stored up to the next one, as above.
-    loop {
-        match client.receiver().recv_timeout(T).unwrap() {
-            Incoming::Message(ToDebugger::Received(_)) => break,
-            Incoming::Message(m) => {
-                store.take(m).unwrap();
-            }
-            Incoming::Disconnected { reason, .. } => panic!("{reason}"),
-        }
-    }
+    take_to_next_dispatch(&client, &mut store);
     let _ = client.detach(Duration::from_secs(1));
     assert_eq!(store.len(), indices.len());
     let released = store.released();
@@ -450,21 +452,9 @@ fn a_disk_budget_deletes_the_oldest_files_and_every_kept_dispatch_keeps_its_stat
         "{err}"
     );
     assert!(err.to_string().contains("no longer on disk"), "{err}");
-    let oracle = target.oracle.lock().unwrap().clone();
     for pos in (released.dispatches..store.len()).step_by(5) {
-        let index = store.record(pos).unwrap().1.index;
+        let index = check_stored(&mut store, pos, &target.oracle);
         assert_eq!(index, indices[pos], "position {pos}");
-        match store.states().memory_state_at(pos) {
-            StateAt::Known { record, .. } => {
-                assert_eq!(store.memory_state(record).unwrap(), oracle[&index].memory);
-            }
-            other => panic!("dispatch {index}: {other:?}"),
-        }
-        let table = store
-            .table_at(pos)
-            .unwrap()
-            .map(|(_, _, t)| t.table.slots().to_vec());
-        same_table(table.as_deref(), oracle[&index].table.as_deref(), index);
     }
     store.finish().unwrap();
     // Each file still on disk is a capture of its own, every dispatch with its state.
@@ -484,4 +474,49 @@ fn a_disk_budget_deletes_the_oldest_files_and_every_kept_dispatch_keeps_its_stat
         released.bytes,
         kept.len()
     );
+}
+
+/// `record` under a disk budget writes the session as files and deletes the oldest; the summary
+/// says how many files and dispatches went, and each file left holds its dispatches' states.
+#[test]
+fn record_under_a_disk_budget_rolls_its_files() {
+    let _s = serial();
+    let target = spawn(
+        loopback("record budget target"),
+        DemoConfig {
+            dispatches_per_frame: 12,
+            ..DemoConfig::default()
+        },
+        1000.0,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("rolled.dscap");
+    let stop = AtomicBool::new(false);
+    let summary = record(
+        &target.addr,
+        None,
+        &dest,
+        &RecordOptions {
+            dispatches: Some(600),
+            batch: 50,
+            disk_budget: Some(768 << 10),
+            ..RecordOptions::default()
+        },
+        &stop,
+        |_| {},
+    )
+    .unwrap();
+    assert_eq!(summary.dispatches, 600);
+    assert!(summary.files > 2 && summary.released > 0, "{summary:?}");
+    assert!(!dest.exists(), "the first file went first");
+    let mut n = 0;
+    for k in 0..summary.files as usize {
+        let f = dispatchscope_live::store::segment_path(&dest, k);
+        if f.exists() {
+            let (held, _, unknown) = check_against(&f, &target.oracle);
+            assert_eq!(unknown, 0);
+            n += held;
+        }
+    }
+    assert_eq!(n as u64, summary.dispatches - summary.released);
 }

@@ -31,6 +31,7 @@ use thiserror::Error;
 use crate::checkpoint::{Checkpoint, StatePart};
 use crate::client::{ClientError, ClientOptions, Incoming, LiveClient};
 use crate::protocol::{ResumeReason, ToDebugger};
+use crate::store::{LiveStore, StoreOptions};
 use dispatchscope_formats::capture::{
     CaptureError, CaptureWriter, MAX_DICTIONARY_BYTES, RecordKind,
 };
@@ -57,6 +58,9 @@ pub enum RecordError {
     /// The live session failed.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// The session's files could not be rolled or read back.
+    #[error(transparent)]
+    Store(Box<crate::store::StoreError>),
     /// A message could not be encoded.
     #[error("encoding a {kind} record: {message}")]
     Encode {
@@ -65,6 +69,16 @@ pub enum RecordError {
         /// Why.
         message: String,
     },
+}
+
+impl RecordError {
+    /// A store's error as a recording's: the recorder's own unwrapped.
+    fn from_store(e: crate::store::StoreError) -> Self {
+        match e {
+            crate::store::StoreError::Record(r) => r,
+            other => Self::Store(Box::new(other)),
+        }
+    }
 }
 
 /// How [`record`] records.
@@ -78,6 +92,9 @@ pub struct RecordOptions {
     pub flush_every: Duration,
     /// How long to wait for the target at any one point.
     pub timeout: Duration,
+    /// The most disk the recording may take: past it the oldest of its files go
+    /// ([`crate::store`]'s disk budget); `None` writes one file.
+    pub disk_budget: Option<u64>,
 }
 
 impl Default for RecordOptions {
@@ -87,6 +104,7 @@ impl Default for RecordOptions {
             batch: 64,
             flush_every: Duration::from_millis(500),
             timeout: Duration::from_secs(10),
+            disk_budget: None,
         }
     }
 }
@@ -115,6 +133,10 @@ pub struct RecordSummary {
     pub bytes: u64,
     /// Checkpoint records of engine state (MEMORY_STATE, TABLE_STATE and their unknowns).
     pub checkpoints: u64,
+    /// Files the recording was written as (more than one under a disk budget).
+    pub files: u64,
+    /// Dispatches in the files the disk budget deleted.
+    pub released: u64,
 }
 
 /// Appends a live session's messages to a capture; see the module docs.
@@ -302,6 +324,7 @@ impl CaptureRecorder {
             w.set_dictionary(d).map_err(self.err())?;
         }
         self.summary.bytes = self.bytes_before + w.len_bytes();
+        self.summary.files += 1;
         self.writer = Some(w);
         self.durable_bytes = 0;
         self.written_out = 0;
@@ -540,6 +563,7 @@ impl CaptureRecorder {
                     CaptureWriter::create(Path::new(&self.path), &header).map_err(self.err())?;
                 self.writer = Some(w);
                 self.meta = Some(meta);
+                self.summary.files = 1;
                 self.event_frames_left = s.n_event_frames;
                 self.contents_left = s.n_contents;
                 self.next_dispatch = Some(s.next_dispatch);
@@ -686,7 +710,16 @@ pub fn record(
         },
     )?;
     let title = format!("live recording of {} at {addr}", client.target().target);
-    let mut rec = CaptureRecorder::new(dest, &title, options.flush_every);
+    let mut rec = LiveStore::create(
+        dest,
+        &title,
+        &StoreOptions {
+            window: 0,
+            flush_every: options.flush_every,
+            keep_rows: false,
+            disk_budget: options.disk_budget,
+        },
+    );
     client.pause()?;
     let want = options.dispatches;
     let batch = options.batch.max(1);
@@ -715,7 +748,7 @@ pub fn record(
                 break;
             }
         };
-        rec.take(&message)?;
+        rec.take_ref(&message).map_err(RecordError::from_store)?;
         match &message {
             ToDebugger::Paused { .. } => {
                 outstanding = false;
@@ -739,7 +772,7 @@ pub fn record(
             _ => {}
         }
     }
-    let summary = rec.finish()?;
+    let summary = rec.finish().map_err(RecordError::from_store)?;
     progress(&summary);
     if ended.is_none() {
         let _ = client.detach(Duration::from_secs(2));

@@ -731,7 +731,7 @@ impl LiveStore {
             recorder: &self.recorder,
             closed: &self.closed,
             released_records: self.released_records,
-            released: self.released_error(self.released.dispatches),
+            released: self.released_error(self.released.dispatches.saturating_sub(1)),
         };
         files.read(&mut self.reader, record, kind)
     }
@@ -759,9 +759,13 @@ impl LiveStore {
         Ok(self.recorder.flush()?)
     }
 
-    /// Writes the capture's index and trailer and closes it.
+    /// Writes the current file's index and trailer and closes it; the summary counts the
+    /// session's files and what the budget released.
     pub fn finish(self) -> Result<RecordSummary, StoreError> {
-        Ok(self.recorder.finish()?)
+        let released = self.released.dispatches;
+        let mut summary = self.recorder.finish()?;
+        summary.released = released as u64;
+        Ok(summary)
     }
 }
 
