@@ -469,6 +469,7 @@ fn a_store_fed_dispatches_as_they_came_writes_their_bytes_and_finds_any_from_the
             window: 0,
             flush_every: Duration::from_millis(100),
             keep_rows: false,
+            ..StoreOptions::default()
         },
     );
     let c = snapshot_client_with(&t.addr.to_string(), true);
@@ -512,6 +513,7 @@ fn the_store_keeps_a_window_and_reads_older_reports_back_from_its_file() {
             window: 16,
             flush_every: Duration::from_millis(100),
             keep_rows: true,
+            ..StoreOptions::default()
         },
     );
     let c = snapshot_client(&t.addr.to_string());
