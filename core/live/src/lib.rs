@@ -18,6 +18,7 @@
 
 pub mod checkpoint;
 pub mod client;
+pub mod headless;
 pub mod protocol;
 pub mod record;
 mod server;
@@ -28,8 +29,9 @@ pub mod tap;
 pub mod wire;
 
 pub use client::{ClientError, ClientOptions, Incoming, LiveClient};
+pub use headless::{RecordOptions, record};
 pub use protocol::{Breakpoints, PauseReason, ToDebugger, ToTarget};
-pub use record::{CaptureRecorder, ClosedFile, RecordOptions, RecordSummary, record};
+pub use record::{CaptureRecorder, ClosedFile, RecordSummary};
 pub use shared::{TapConfig, TapError};
 pub use store::{DEFAULT_DISK_BUDGET, DispatchRow, LiveStore, Released, StoreError, StoreOptions};
 pub use tap::{Tap, TapFigures, TapHandle};

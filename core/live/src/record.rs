@@ -8,7 +8,7 @@
 //! program's code the target sends goes into the META when it comes before the snapshot, and into
 //! a PROGRAM record ([`dispatchscope_formats::session::PROGRAM`]) after. The
 //! META header is written when the snapshot arrives (it needs the device). It flushes (records and
-//! a checkpoint, made durable) at least every [`RecordOptions::flush_every`], so a recorder killed
+//! a checkpoint, made durable) at least every [`crate::RecordOptions::flush_every`], so a recorder killed
 //! at any moment leaves a capture that opens with every record up to its last flush.
 //! Messages before the snapshot are ignored: the snapshot already holds their effects.
 //! A checkpoint of engine state ([`crate::checkpoint`]) becomes MEMORY_STATE / TABLE_STATE records
@@ -16,22 +16,18 @@
 //! `dispatchscope_formats::checkpoint::StateIndex` reads them; a table delta whose base the file
 //! lacks is written as unknown.
 //!
-//! [`record`] is the headless recorder: it asks for a snapshot, then makes the target run in steps
-//! of [`RecordOptions::batch`] dispatches, asking for the next step as soon as one ends, so no
-//! message is ever dropped: the game runs at most one batch ahead of the recorder, and waits only
-//! when the recorder is that far behind. A window that streams instead feeds its messages to a
-//! [`CaptureRecorder`] itself, and gaps from drops are counted in [`RecordSummary::missing`].
+//! [`crate::headless::record`] is the headless recorder, through a [`crate::LiveStore`]; a
+//! window that streams feeds its messages to a store too, and gaps from drops are counted in
+//! [`RecordSummary::missing`].
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
 use crate::checkpoint::{Checkpoint, StatePart};
-use crate::client::{ClientError, ClientOptions, Incoming, LiveClient};
-use crate::protocol::{ResumeReason, ToDebugger};
-use crate::store::{LiveStore, StoreOptions};
+use crate::client::ClientError;
+use crate::protocol::ToDebugger;
 use dispatchscope_formats::capture::{
     CaptureError, CaptureWriter, MAX_DICTIONARY_BYTES, RecordKind,
 };
@@ -58,9 +54,9 @@ pub enum RecordError {
     /// The live session failed.
     #[error(transparent)]
     Client(#[from] ClientError),
-    /// The session's files could not be rolled or read back.
-    #[error(transparent)]
-    Store(Box<crate::store::StoreError>),
+    /// The session could not go on into its next file (a state of the last one unreadable).
+    #[error("rolling the recording into its next file: {0}")]
+    Segment(String),
     /// A message could not be encoded.
     #[error("encoding a {kind} record: {message}")]
     Encode {
@@ -69,44 +65,6 @@ pub enum RecordError {
         /// Why.
         message: String,
     },
-}
-
-impl RecordError {
-    /// A store's error as a recording's: the recorder's own unwrapped.
-    fn from_store(e: crate::store::StoreError) -> Self {
-        match e {
-            crate::store::StoreError::Record(r) => r,
-            other => Self::Store(Box::new(other)),
-        }
-    }
-}
-
-/// How [`record`] records.
-#[derive(Clone, Debug)]
-pub struct RecordOptions {
-    /// Stop after this many dispatches; `None` records until the target goes or `stop` is set.
-    pub dispatches: Option<u64>,
-    /// Dispatches per step.
-    pub batch: u64,
-    /// Flush at least this often.
-    pub flush_every: Duration,
-    /// How long to wait for the target at any one point.
-    pub timeout: Duration,
-    /// The most disk the recording may take: past it the oldest of its files go
-    /// ([`crate::store`]'s disk budget); `None` writes one file.
-    pub disk_budget: Option<u64>,
-}
-
-impl Default for RecordOptions {
-    fn default() -> Self {
-        Self {
-            dispatches: None,
-            batch: 64,
-            flush_every: Duration::from_millis(500),
-            timeout: Duration::from_secs(10),
-            disk_budget: None,
-        }
-    }
 }
 
 /// What a recording holds so far.
@@ -684,98 +642,4 @@ impl CaptureRecorder {
         }
         Ok(self.summary)
     }
-}
-
-/// Records the target at `addr` to `dest` (see the module docs) until `options.dispatches` were
-/// recorded, `stop` is set, or the target goes; then finishes the capture and detaches, leaving
-/// the target running. `progress` is called after each batch.
-pub fn record(
-    addr: &str,
-    token: Option<&str>,
-    dest: &Path,
-    options: &RecordOptions,
-    stop: &AtomicBool,
-    mut progress: impl FnMut(&RecordSummary),
-) -> Result<RecordSummary, RecordError> {
-    let client = LiveClient::connect_with(
-        addr,
-        &ClientOptions {
-            token: token.map(str::to_owned),
-            timeout: options.timeout,
-            client_name: "dispatchscope record".into(),
-            snapshot: true,
-            // Recording writes each dispatch's bytes as they came.
-            keep_received: true,
-            ..ClientOptions::default()
-        },
-    )?;
-    let title = format!("live recording of {} at {addr}", client.target().target);
-    let mut rec = LiveStore::create(
-        dest,
-        &title,
-        &StoreOptions {
-            window: 0,
-            flush_every: options.flush_every,
-            keep_rows: false,
-            disk_budget: options.disk_budget,
-        },
-    );
-    client.pause()?;
-    let want = options.dispatches;
-    let batch = options.batch.max(1);
-    let mut outstanding = false;
-    let mut ended: Option<String> = None;
-    loop {
-        if want.is_some_and(|n| rec.summary().dispatches >= n)
-            || (stop.load(Ordering::Relaxed) && !outstanding)
-        {
-            break;
-        }
-        let item = match client.receiver().recv_timeout(options.timeout) {
-            Ok(item) => item,
-            Err(_) => {
-                return Err(ClientError::Timeout {
-                    what: format!("{addr}: recording"),
-                    ms: options.timeout.as_millis(),
-                }
-                .into());
-            }
-        };
-        let message = match item {
-            Incoming::Message(m) => m,
-            Incoming::Disconnected { reason, .. } => {
-                ended = Some(reason);
-                break;
-            }
-        };
-        rec.take_ref(&message).map_err(RecordError::from_store)?;
-        match &message {
-            ToDebugger::Paused { .. } => {
-                outstanding = false;
-                let left = want.map_or(batch, |n| {
-                    n.saturating_sub(rec.summary().dispatches).min(batch)
-                });
-                if left > 0 && !stop.load(Ordering::Relaxed) {
-                    client.step(left)?;
-                    outstanding = true;
-                }
-                progress(rec.summary());
-            }
-            ToDebugger::Resumed {
-                why: ResumeReason::Silent { .. },
-                ..
-            } => {
-                // We were too slow to answer: pause again (a gap, if any, is counted).
-                client.pause()?;
-                outstanding = true;
-            }
-            _ => {}
-        }
-    }
-    let summary = rec.finish().map_err(RecordError::from_store)?;
-    progress(&summary);
-    if ended.is_none() {
-        let _ = client.detach(Duration::from_secs(2));
-    }
-    Ok(summary)
 }
