@@ -521,8 +521,20 @@ fn the_window_attached_shows_the_hosts_escapes_with_the_instruction_at_each_pc()
         "the Pass tab names the pc"
     );
     // The chunk table the pass looked up (T1–T3).
+    // The table comes from the checkpoint that follows the dispatch on the wire, which may be
+    // stored a few frames after its row (on a loaded machine, later still): the window reads it
+    // when it arrives.
     h.state_mut().apply(Action::ShowTab(Tab::ChunkTable));
-    h.run_steps(3);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h
+        .query_all_by_label_contains("0x9e3779b97f4a7c15")
+        .next()
+        .is_none()
+        && Instant::now() < deadline
+    {
+        h.step();
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(
         h.query_all_by_label_contains("0x9e3779b97f4a7c15")
             .next()

@@ -276,6 +276,7 @@ impl GuiApp {
         if d.paused {
             self.follow = true;
         }
+        s.refresh_live_states(self.sel.dispatch);
         if (d.dispatches > 0 && self.follow) || d.paused {
             let last = s.reports.len().saturating_sub(1);
             if last != self.sel.dispatch {

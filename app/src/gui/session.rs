@@ -247,6 +247,9 @@ struct LiveStates {
     table: Option<(usize, TableSnapshot)>,
     table_here: bool,
     note: Option<String>,
+    /// The store's state records when they were read (a checkpoint that arrives after its
+    /// dispatch was selected makes them be read again).
+    records_seen: usize,
 }
 
 impl Live {
@@ -267,6 +270,12 @@ impl Live {
         let first = self.store_first;
         let st = &mut self.states;
         st.pos = Some(pos);
+        st.records_seen = self
+            .store
+            .lock()
+            .ok()
+            .and_then(|g| g.as_ref().map(|s| s.states().len()))
+            .unwrap_or(0);
         st.memory_here = false;
         st.table_here = false;
         st.note = None;
@@ -837,6 +846,26 @@ impl Session {
             _ => self.reports.in_memory_reports().to_vec(),
         };
         Some(Origin { source, reports })
+    }
+
+    /// Reads the engine state of a live session's dispatch `pos` when it was not read for it, or
+    /// again when checkpoints arrived since (a dispatch's checkpoint follows it on the wire, and
+    /// may come in a later batch than its row): what the window does each frame while attached.
+    pub fn refresh_live_states(&mut self, pos: usize) {
+        let Some(l) = &mut self.reports.live else {
+            return;
+        };
+        if pos >= l.n {
+            return;
+        }
+        let records = l
+            .store
+            .lock()
+            .ok()
+            .and_then(|g| g.as_ref().map(|s| s.states().len()));
+        if l.states.pos != Some(pos) || records.is_some_and(|n| n != l.states.records_seen) {
+            l.prepare_states(pos);
+        }
     }
 
     /// Makes what the panels of dispatch `pos` draw ready: for a capture, its report and its
