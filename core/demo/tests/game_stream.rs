@@ -146,9 +146,11 @@ fn the_taps_attached_path_allocates_nothing_once_its_ring_is_warm() {
         assert!(report.accesses.is_empty());
         assert_eq!(report.write_back.len(), 1, "{:?}", report.write_back);
         game_thread.push(spent);
-        // The writer gives each slot back once it sent it: the next dispatch finds it warm.
+        // The writer gives each slot back once it sent it: the next dispatch finds it warm
+        // (waiting for the slot too, not only for the queue to empty: on a loaded machine the
+        // writer may take the item and give its slot back a while later).
         let deadline = Instant::now() + T;
-        while handle.figures().queued > 0 {
+        while handle.figures().queued > 0 || handle.figures().spare_slots == 0 {
             assert!(Instant::now() < deadline, "the writer never drained");
             std::thread::yield_now();
         }

@@ -187,6 +187,11 @@ impl Queue {
         lock(&self.spare).pop()
     }
 
+    /// Slots given back and not taken yet.
+    pub(crate) fn spare_len(&self) -> usize {
+        lock(&self.spare).len()
+    }
+
     /// Gives a slot back for reuse.
     pub(crate) fn give_back(&self, slot: Box<EncodedDispatch>) {
         if slot.accesses.capacity() > SPARE_BUFFER_BYTES {

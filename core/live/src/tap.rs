@@ -57,6 +57,9 @@ pub struct TapFigures {
     pub queued: usize,
     /// Messages dropped for the attached debugger (0 when none is attached).
     pub dropped: u64,
+    /// Dispatch slots the writer gave back, ready for the game thread to fill without
+    /// allocating.
+    pub spare_slots: usize,
 }
 
 impl TapHandle {
@@ -74,6 +77,7 @@ impl TapHandle {
             paused: c.paused,
             queued,
             dropped,
+            spare_slots: c.link.as_ref().map_or(0, |l| l.queue.spare_len()),
         }
     }
 
