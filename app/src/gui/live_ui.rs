@@ -566,11 +566,14 @@ pub(super) fn live_status_ui(ui: &mut egui::Ui, l: &LiveLink) {
             last.message
         ));
     }
-    ui.label(format!("{} recorded", l.stored())).on_hover_text(format!(
-        "dispatches in this session's recording (a crash-safe capture written as they arrive, {} on disk of a budget of {}); the list holds every one, memory the latest reports, and an older one is read back from the file when selected",
-        human_bytes(l.bytes_on_disk()),
-        human_bytes(l.disk_budget)
-    ));
+    // The hover reads the store's size only when shown, not every frame.
+    ui.label(format!("{} recorded", l.stored())).on_hover_ui(|ui| {
+        ui.label(format!(
+            "dispatches in this session's recording (a crash-safe capture written as they arrive, {} on disk of a budget of {}); the list holds every one, memory the latest reports, and an older one is read back from the file when selected",
+            human_bytes(l.bytes_on_disk()),
+            human_bytes(l.disk_budget)
+        ));
+    });
     let released = l.released();
     if released.dispatches > 0 {
         ui.label(

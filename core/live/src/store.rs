@@ -668,11 +668,21 @@ impl LiveStore {
     }
 
     fn released_error(&self, pos: usize) -> StoreError {
+        let (pos, released, budget) = self.released_at(pos);
         StoreError::Released {
             pos,
-            released: self.released.dispatches,
-            budget: self.budget.unwrap_or(u64::MAX),
+            released,
+            budget,
         }
+    }
+
+    /// [`StoreError::Released`]'s values for position `pos`.
+    fn released_at(&self, pos: usize) -> (usize, usize, u64) {
+        (
+            pos,
+            self.released.dispatches,
+            self.budget.unwrap_or(u64::MAX),
+        )
     }
 
     /// Where each recorded dispatch's checkpoints of engine state are, by the store's positions
@@ -705,7 +715,7 @@ impl LiveStore {
             recorder: &self.recorder,
             closed: &self.closed,
             released_records: self.released_records,
-            released: self.released_error(pos),
+            released: self.released_at(pos),
         };
         let reader = &mut self.reader;
         files
@@ -731,7 +741,7 @@ impl LiveStore {
             recorder: &self.recorder,
             closed: &self.closed,
             released_records: self.released_records,
-            released: self.released_error(self.released.dispatches.saturating_sub(1)),
+            released: self.released_at(self.released.dispatches.saturating_sub(1)),
         };
         files.read(&mut self.reader, record, kind)
     }
@@ -774,8 +784,9 @@ struct Files<'a> {
     recorder: &'a CaptureRecorder,
     closed: &'a VecDeque<Segment>,
     released_records: u64,
-    /// What to answer for a record in a deleted file.
-    released: StoreError,
+    /// What to answer for a record in a deleted file: the position it names, the dispatches
+    /// released and the budget ([`StoreError::Released`]).
+    released: (usize, usize, u64),
 }
 
 impl Files<'_> {
@@ -804,7 +815,12 @@ impl Files<'_> {
             return read_at(reader, path, offset, kind, self.recorder.dictionary());
         }
         if record < self.released_records {
-            return Err(clone_released(&self.released));
+            let (pos, released, budget) = self.released;
+            return Err(StoreError::Released {
+                pos,
+                released,
+                budget,
+            });
         }
         let i = self.closed.partition_point(|s| s.first_record <= record);
         let segment = i
@@ -824,25 +840,6 @@ impl Files<'_> {
             kind,
             segment.file.dictionary.as_deref(),
         )
-    }
-}
-
-fn clone_released(e: &StoreError) -> StoreError {
-    match e {
-        StoreError::Released {
-            pos,
-            released,
-            budget,
-        } => StoreError::Released {
-            pos: *pos,
-            released: *released,
-            budget: *budget,
-        },
-        other => StoreError::ReadBack {
-            path: String::new(),
-            offset: 0,
-            message: other.to_string(),
-        },
     }
 }
 
