@@ -81,8 +81,10 @@ pub fn record(
     let mut outstanding = false;
     let mut ended: Option<String> = None;
     loop {
-        if want.is_some_and(|n| rec.summary().dispatches >= n)
-            || (stop.load(Ordering::Relaxed) && !outstanding)
+        // A step ends with `Paused`, after the state its last dispatch left: stopping before it
+        // would end the file on a dispatch whose checkpoint never came.
+        if !outstanding
+            && (want.is_some_and(|n| rec.summary().dispatches >= n) || stop.load(Ordering::Relaxed))
         {
             break;
         }
