@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 use dispatchscope_core::input::DispatchInput;
 use dispatchscope_core::report::DispatchReport;
 use dispatchscope_demo::{Demo, DemoConfig};
+use dispatchscope_formats::message::{self, Rows};
 use dispatchscope_formats::sample::{Sample, Step};
-use dispatchscope_formats::session::CaptureFile;
+use dispatchscope_formats::session::{CaptureFile, DispatchRecord};
 use dispatchscope_formats::shipped;
 use dispatchscope_live::protocol::{MAX_FRAME_BYTES, ProtocolError, ToDebugger};
 use dispatchscope_live::wire::{BINARY_MAGIC, Decoder, Encoder, FLAG_LZ4, MAX_BODY_BYTES};
@@ -250,52 +251,49 @@ fn packed_dispatch_messages_are_what_a_target_sends_and_fixed_row_messages_still
     };
     assert_eq!(r.record()[4..8], 0x8000_0003u32.to_le_bytes());
     assert_eq!(only_dispatches(&out).len(), messages.len());
-    // A version 2 target's message (kind 3, fixed-width rows) reads whole and as received.
-    let mut m = Vec::new();
-    dispatchscope_formats::message::encode_whole(report.index, input, report, &mut m).unwrap();
+    // A version 2 target's message (kind 3, fixed-width rows) is named, not read: no peer of
+    // this version sends it. Its bytes as a version 2 store kept them still read.
+    let mut fixed = Vec::new();
+    message::encode_whole(Rows::Fixed, report.index, input, report, &mut fixed).unwrap();
     let mut packed = Vec::new();
-    dispatchscope_formats::message::encode_whole_with(
-        dispatchscope_formats::message::Rows::Packed,
-        report.index,
-        input,
-        report,
-        &mut packed,
-    )
-    .unwrap();
+    message::encode_whole(Rows::Packed, report.index, input, report, &mut packed).unwrap();
     assert!(
-        packed.len() * 4 < m.len() * 3,
+        packed.len() * 4 < fixed.len() * 3,
         "{} against {}",
         packed.len(),
-        m.len()
+        fixed.len()
     );
-    for (kind, message) in [(3u8, &m), (4, &packed)] {
-        for keep in [false, true] {
-            let mut d = Decoder::new();
-            d.set_keep_received(keep);
-            let mut got = Vec::new();
-            d.decode(&one_message_frame(kind, message), &mut got)
-                .unwrap();
-            let whole = match got.pop().unwrap() {
-                ToDebugger::Received(r) => {
-                    let version = u32::from_le_bytes(r.record()[4..8].try_into().unwrap());
-                    assert_eq!(version, 0x8000_0000 | u32::from(kind - 1), "kind {kind}");
-                    r.into_dispatch().unwrap()
-                }
-                other => other,
-            };
-            assert!(
-                same_dispatch(&messages[0], &whole),
-                "kind {kind}, kept {keep}"
-            );
-        }
-        // Read as the other kind, its rows are an error, not a wrong report.
+    for keep in [false, true] {
         let mut d = Decoder::new();
-        let other = if kind == 3 { 4 } else { 3 };
-        assert!(
-            d.decode(&one_message_frame(other, message), &mut Vec::new())
-                .is_err()
-        );
+        d.set_keep_received(keep);
+        let mut got = Vec::new();
+        d.decode(&one_message_frame(4, &packed), &mut got).unwrap();
+        let whole = match got.pop().unwrap() {
+            ToDebugger::Received(r) => {
+                assert_eq!(r.record()[4..8], message::RECORD_V3.to_le_bytes());
+                r.into_dispatch().unwrap()
+            }
+            other => other,
+        };
+        assert!(same_dispatch(&messages[0], &whole), "kept {keep}");
     }
+    for kind in 1..=3 {
+        let e = Decoder::new()
+            .decode(&one_message_frame(kind, &fixed), &mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("protocol version 2"), "kind {kind}: {e}");
+    }
+    // Fixed rows read as packed are an error, not a wrong report.
+    assert!(
+        Decoder::new()
+            .decode(&one_message_frame(4, &fixed), &mut Vec::new())
+            .is_err()
+    );
+    let mut v2 = Vec::new();
+    message::encode_record(Rows::Fixed, &fixed, &[], &mut v2);
+    let r = DispatchRecord::from_payload(&v2).unwrap();
+    assert_eq!((&r.input, r.report.as_ref()), (&**input, Some(&**report)));
 }
 
 #[test]

@@ -241,6 +241,7 @@ pub fn encode_accesses(accesses: &[Access], out: &mut Vec<u8>) {
     }
 }
 
+/// A route as a row stores it: its code, its holder (bound routes) and its offset or address.
 pub(crate) fn route_parts(r: &Route) -> (u8, u32, u64) {
     match *r {
         Route::Bound { holder, offset } => (0, holder, offset),
@@ -249,6 +250,29 @@ pub(crate) fn route_parts(r: &Route) -> (u8, u32, u64) {
         Route::Scratch { offset } => (3, 0, offset),
         Route::NotRun => (4, 0, 0),
     }
+}
+
+/// [`route_parts`]' reverse, for row `row`: an unknown code is named.
+pub(crate) fn route_of_parts(
+    code: u8,
+    holder: u32,
+    at: u64,
+    row: usize,
+) -> Result<Route, ColumnsError> {
+    Ok(match code {
+        0 => Route::Bound { holder, offset: at },
+        1 => Route::Device { address: at },
+        2 => Route::Lds { offset: at },
+        3 => Route::Scratch { offset: at },
+        4 => Route::NotRun,
+        value => {
+            return Err(ColumnsError::BadCode {
+                column: "route",
+                row,
+                value,
+            });
+        }
+    })
 }
 
 /// Appends the access block of `accesses` (a report's list) to `out`.
@@ -503,20 +527,7 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
         let op = code(&[Op::Load, Op::Store], "access op", i, c.u8())?;
         let size_bytes = c.u32();
         let (route, holder, at) = (c.u8(), c.u32(), c.u64());
-        let route = match route {
-            0 => Route::Bound { holder, offset: at },
-            1 => Route::Device { address: at },
-            2 => Route::Lds { offset: at },
-            3 => Route::Scratch { offset: at },
-            4 => Route::NotRun,
-            value => {
-                return Err(ColumnsError::BadCode {
-                    column: "route",
-                    row: i,
-                    value,
-                });
-            }
-        };
+        let route = route_of_parts(route, holder, at, i)?;
         let rule = code(Rule::ALL, "rule", i, c.u8())?;
         let flags = c.u8();
         if flags & !3 != 0 {

@@ -34,6 +34,24 @@
 //! Reading checks every length against the bytes left, and the rows as [`crate::columns`] does;
 //! bad bytes are a named [`ColumnsError`], never a panic.
 //! [`summary`] reads a message's MessagePack part and skips its rows: what a table row needs.
+//!
+//! # Every form of a DISPATCH record, and which are still written
+//!
+//! [`crate::session::DispatchRecord::from_payload`] tells them apart by their first bytes.
+//!
+//! | form | first bytes | written by | read by |
+//! |---|---|---|---|
+//! | JSON | `{` | [`crate::session::DispatchRecord::to_payload`], a report without an instrumented section (a sample turned capture) | `serde_json` |
+//! | framed: JSON, then an instrumented section | [`crate::session::FRAMED_DISPATCH_MAGIC`] (`DSDR`) | the same, a report with a section (a device pass, issue 14) | [`crate::instrumented::decode`] for the section |
+//! | version 1: JSON and fixed-width rows | `DSDC`, then a length below `2^31` | a live store given a decoded dispatch ([`columns::encode_record`]) | [`columns::decode_record`] |
+//! | version 2: a dispatch message with fixed-width rows | `DSDC`, [`RECORD_V2`] | nothing since wire kind 4 (2026-12-02): version 2 targets' kind 3 messages, kept as they came | [`decode_record`], as version 3 but for its rows |
+//! | version 3: a dispatch message with packed rows | `DSDC`, [`RECORD_V3`] | a live store, from the bytes a target sent | [`decode_record`] |
+//!
+//! Version 2 is the one form read and no longer written. It costs one arm of [`rows_of_record`]
+//! (its rows are version 1's, still written), so it stays readable: a live recording made before
+//! packed rows opens as it did. Its tests make it with [`encode_record`] and [`Rows::Fixed`].
+//! The wire's dispatch kinds 1 to 3 were dropped instead: only protocol version 2 targets sent
+//! them, and no file holds them (the live crate's `wire` module says why).
 
 use serde::{Deserialize, Serialize};
 
@@ -235,19 +253,9 @@ fn write_parts(
     Ok(())
 }
 
-/// Appends `input` and `report` as a whole dispatch message (their access lists as fixed-width
-/// rows, as version 2 wrote it) to `out`.
+/// Appends `input` and `report` as a whole dispatch message, their access lists in `rows`, to
+/// `out`.
 pub fn encode_whole(
-    index: u64,
-    input: &DispatchInput,
-    report: &DispatchReport,
-    out: &mut Vec<u8>,
-) -> Result<(), ColumnsError> {
-    encode_whole_with(Rows::Fixed, index, input, report, out)
-}
-
-/// [`encode_whole`] with the access lists in `rows`.
-pub fn encode_whole_with(
     rows: Rows,
     index: u64,
     input: &DispatchInput,
@@ -340,14 +348,9 @@ fn read_rows(rows: Rows, r: &mut Reader<'_>, m: &mut Message) -> Result<(), Colu
     Ok(())
 }
 
-/// Reads a dispatch message with fixed-width rows (version 2) from the start of `bytes`, access
+/// Reads a dispatch message whose access lists are in `rows` from the start of `bytes`, access
 /// lists included; returns it and the bytes it took (a message may be followed by others).
-pub fn decode(bytes: &[u8]) -> Result<(Message, usize), ColumnsError> {
-    decode_with(Rows::Fixed, bytes)
-}
-
-/// [`decode`] for a message whose access lists are in `rows`.
-pub fn decode_with(rows: Rows, bytes: &[u8]) -> Result<(Message, usize), ColumnsError> {
+pub fn decode(rows: Rows, bytes: &[u8]) -> Result<(Message, usize), ColumnsError> {
     let (mut m, at) = read_head(bytes)?;
     let rest = bytes.get(at..).unwrap_or_default();
     let mut r = Reader::new(rest);
@@ -355,15 +358,10 @@ pub fn decode_with(rows: Rows, bytes: &[u8]) -> Result<(Message, usize), Columns
     Ok((m, at + r.position()))
 }
 
-/// Reads the whole of `bytes` as one dispatch message with fixed-width rows, access lists
-/// included.
-pub fn decode_exact(bytes: &[u8]) -> Result<Message, ColumnsError> {
-    decode_exact_with(Rows::Fixed, bytes)
-}
-
-/// [`decode_exact`] for a message whose access lists are in `rows`.
-pub fn decode_exact_with(rows: Rows, bytes: &[u8]) -> Result<Message, ColumnsError> {
-    let (m, used) = decode_with(rows, bytes)?;
+/// Reads the whole of `bytes` as one dispatch message whose access lists are in `rows`, access
+/// lists included.
+pub fn decode_exact(rows: Rows, bytes: &[u8]) -> Result<Message, ColumnsError> {
+    let (m, used) = decode(rows, bytes)?;
     if used != bytes.len() {
         return Err(ColumnsError::Trailing(bytes.len() - used));
     }
@@ -389,18 +387,9 @@ pub fn summary(bytes: &[u8]) -> Result<(Message, std::ops::Range<usize>), Column
     Ok((m, start..bytes.len()))
 }
 
-/// Decodes `rows` (a message's fixed-width rows, without their length word, as [`summary`] gives
+/// Decodes `rows` (a message's rows in `format`, without their length word, as [`summary`] gives
 /// their range) into `input`'s and `report`'s access lists.
 pub fn fill_rows(
-    rows: &[u8],
-    input: &mut DispatchInput,
-    report: &mut DispatchReport,
-) -> Result<(), ColumnsError> {
-    fill_rows_with(Rows::Fixed, rows, input, report)
-}
-
-/// [`fill_rows`] for rows in `format`.
-pub fn fill_rows_with(
     format: Rows,
     rows: &[u8],
     input: &mut DispatchInput,
@@ -423,14 +412,11 @@ pub fn encode_mapping_lists(
     rmp_serde::encode::write_named(out, lists).map_err(mp)
 }
 
-/// Appends a version 2 DISPATCH record to `out`: `message` (a dispatch message with fixed-width
-/// rows, as it came) and `mapping_lists` (the encoded lists its report names, or empty).
-pub fn encode_record(message: &[u8], mapping_lists: &[u8], out: &mut Vec<u8>) {
-    encode_record_with(Rows::Fixed, message, mapping_lists, out);
-}
-
-/// [`encode_record`] for a message whose access lists are in `rows` (packed: version 3).
-pub fn encode_record_with(rows: Rows, message: &[u8], mapping_lists: &[u8], out: &mut Vec<u8>) {
+/// Appends a versioned DISPATCH record to `out`: `message` (a dispatch message whose access lists
+/// are in `rows`, as it came) and `mapping_lists` (the encoded lists its report names, or empty).
+/// Packed rows make a version 3 record, what a live store writes; fixed ones a version 2 record,
+/// which only [`crate::legacy`]'s tests still make.
+pub fn encode_record(rows: Rows, message: &[u8], mapping_lists: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&columns::RECORD_MAGIC);
     out.extend_from_slice(&rows.record_version().to_le_bytes());
     out.extend_from_slice(&len32(message.len()).to_le_bytes());
@@ -517,7 +503,7 @@ pub fn restore_mapping_lists(
 /// Reads a version 2 or 3 DISPATCH record: the input and report, mapping lists put back.
 pub fn decode_record(bytes: &[u8]) -> Result<(DispatchInput, DispatchReport), ColumnsError> {
     let (rows, message, lists) = record_parts(bytes)?;
-    let m = decode_exact_with(rows, message)?;
+    let m = decode_exact(rows, message)?;
     let (input, mut report) = (*m.input, *m.report);
     restore_mapping_lists(lists, &mut report)?;
     Ok((input, report))
@@ -530,10 +516,11 @@ mod tests {
     use super::*;
     use crate::session::DispatchRecord;
 
+    /// A whole message with fixed-width rows, as a version 2 target sent it.
     fn whole() -> (DispatchInput, DispatchReport, Vec<u8>) {
         let (input, report) = crate::columns::tests::report();
         let mut out = Vec::new();
-        encode_whole(report.index, &input, &report, &mut out).unwrap();
+        encode_whole(Rows::Fixed, report.index, &input, &report, &mut out).unwrap();
         (input, report, out)
     }
 
@@ -564,7 +551,7 @@ mod tests {
         let mut message = Vec::new();
         encode(7, &input, &shell, Some(3), 0, &rows, &mut message).unwrap();
         let mut record = Vec::new();
-        encode_record_with(format, &message, &lists, &mut record);
+        encode_record(format, &message, &lists, &mut record);
         (input, report, record)
     }
 
@@ -632,9 +619,9 @@ mod tests {
         // A packed message read as fixed rows (or the other way) is an error, not a wrong report.
         let (rows, message, _) = record_parts(&v3).unwrap();
         assert_eq!(rows, Rows::Packed);
-        assert!(decode_exact(message).is_err());
+        assert!(decode_exact(Rows::Fixed, message).is_err());
         let (mut s, range) = summary(message).unwrap();
-        fill_rows_with(Rows::Packed, &message[range], &mut s.input, &mut s.report).unwrap();
+        fill_rows(Rows::Packed, &message[range], &mut s.input, &mut s.report).unwrap();
         assert_eq!(s.input.accesses, input.accesses);
         assert_eq!(s.report.accesses, report.accesses);
         for cut in 0..v3.len() {
@@ -650,14 +637,14 @@ mod tests {
     #[test]
     fn a_message_round_trips_whole_and_by_its_summary() {
         let (input, report, bytes) = whole();
-        let m = decode_exact(&bytes).unwrap();
+        let m = decode_exact(Rows::Fixed, &bytes).unwrap();
         assert_eq!(*m.input, input);
         assert_eq!(*m.report, report);
         assert_eq!(m.mapping_state, None);
         let (mut s, rows) = summary(&bytes).unwrap();
         assert!(s.input.accesses.is_empty() && s.report.accesses.is_empty());
         assert_eq!(s.report.counts, report.counts);
-        fill_rows(&bytes[rows], &mut s.input, &mut s.report).unwrap();
+        fill_rows(Rows::Fixed, &bytes[rows], &mut s.input, &mut s.report).unwrap();
         assert_eq!((*s.input, *s.report), (input, report));
     }
 
@@ -698,10 +685,10 @@ mod tests {
             "the old form spells address fields out, the new carries them as numbers"
         );
         assert!(bytes.len() < old.len(), "{} >= {}", bytes.len(), old.len());
-        let m = decode_exact(&old).unwrap();
+        let m = decode_exact(Rows::Fixed, &old).unwrap();
         assert_eq!((*m.input, *m.report), (input.clone(), report.clone()));
         let mut record = Vec::new();
-        encode_record(&old, &[], &mut record);
+        encode_record(Rows::Fixed, &old, &[], &mut record);
         let r = DispatchRecord::from_payload(&record).unwrap();
         assert_eq!((r.input, r.report), (input, Some(report)));
     }
@@ -774,7 +761,7 @@ mod tests {
         let (input, mut report, _) = whole();
         report.mappings = None;
         let mut message = Vec::new();
-        encode_whole(1, &input, &report, &mut message).unwrap();
+        encode_whole(Rows::Fixed, 1, &input, &report, &mut message).unwrap();
         let mut lists = Vec::new();
         let named = MappingListsRef {
             runs: &[],
@@ -783,7 +770,7 @@ mod tests {
         };
         encode_mapping_lists(&named, &mut lists).unwrap();
         let mut b = Vec::new();
-        encode_record(&message, &lists, &mut b);
+        encode_record(Rows::Fixed, &message, &lists, &mut b);
         assert!(matches!(
             decode_record(&b).unwrap_err(),
             ColumnsError::Inconsistent { .. }
@@ -793,8 +780,8 @@ mod tests {
         let n = m.len();
         m.push(0);
         assert!(summary(&m).is_err());
-        assert!(decode_exact(&m).is_err());
+        assert!(decode_exact(Rows::Fixed, &m).is_err());
         m.truncate(n - 1);
-        assert!(decode_exact(&m).is_err());
+        assert!(decode_exact(Rows::Fixed, &m).is_err());
     }
 }

@@ -36,10 +36,11 @@
 //! never a panic.
 
 use crate::columns::{
-    ColumnsError, KINDS, Reader, code, deal, kind_code, op_code, route_parts, rule_code, usize_of,
+    ColumnsError, KINDS, Reader, code, deal, kind_code, op_code, route_of_parts, route_parts,
+    rule_code, usize_of,
 };
 use dispatchscope_core::input::{Access, Op};
-use dispatchscope_core::report::{AccessReport, LookupOutcome, LookupTrace, ProbeStep, Route};
+use dispatchscope_core::report::{AccessReport, LookupOutcome, LookupTrace, ProbeStep};
 use dispatchscope_core::rules::Rule;
 
 /// The fewest bytes a packed access row (input or report) takes.
@@ -462,30 +463,15 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
         let escaped = b & 0x80 != 0;
         let rule = code(Rule::ALL, "rule", row, i.u8("access rule")?)?;
         let size_bytes = i.v32("access size", row)?;
-        let route = match route {
-            0 => {
-                let holder = i.v32("route holder", row)?;
-                let offset = i.z("route offset", row, &mut p.at)?;
-                Route::Bound { holder, offset }
-            }
-            1 => Route::Device {
-                address: i.z("route address", row, &mut p.at)?,
-            },
-            2 => Route::Lds {
-                offset: i.z("route offset", row, &mut p.at)?,
-            },
-            3 => Route::Scratch {
-                offset: i.z("route offset", row, &mut p.at)?,
-            },
-            4 => Route::NotRun,
-            value => {
-                return Err(ColumnsError::BadCode {
-                    column: "route",
-                    row,
-                    value,
-                });
-            }
+        let (holder, at) = match route {
+            0 => (
+                i.v32("route holder", row)?,
+                i.z("route offset", row, &mut p.at)?,
+            ),
+            1..=3 => (0, i.z("route offset or address", row, &mut p.at)?),
+            _ => (0, 0),
         };
+        let route = route_of_parts(route, holder, at, row)?;
         let device_address = match i.flag("access has a device address", row)? {
             false => None,
             true => Some(i.z("access device address", row, &mut p.device)?),

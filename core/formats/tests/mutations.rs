@@ -286,9 +286,9 @@ fn records_with(rows: dispatchscope_formats::message::Rows) -> Vec<Vec<u8>> {
         let Ok(run) = sample.run() else { continue };
         for (input, report) in sample.dispatches().zip(&run) {
             let mut m = Vec::new();
-            message::encode_whole_with(rows, report.index, input, report, &mut m).unwrap();
+            message::encode_whole(rows, report.index, input, report, &mut m).unwrap();
             let mut record = Vec::new();
-            message::encode_record_with(rows, &m, &[], &mut record);
+            message::encode_record(rows, &m, &[], &mut record);
             out.push(record);
         }
     }

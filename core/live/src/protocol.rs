@@ -58,8 +58,8 @@
 //! 2. The debugger answers [`ToTarget::Hello`] ([`DebuggerHello`]) with its version and token.
 //! 3. The target answers [`ToDebugger::Attached`], or [`ToDebugger::Refused`] and closes.
 //!
-//! Both sides speak exactly one version, [`VERSION`] (2), and talk only to the same version:
-//! version 1 peers are refused by name, not served (serving them would mean keeping v1's JSON
+//! Both sides speak exactly one version, [`VERSION`] (3), and talk only to the same version:
+//! older peers are refused by name, not served (serving them would mean keeping v1's JSON
 //! dispatch frames, the cost this version removes, and a second code path the tests must cover).
 //! The framing, both hellos' `type`, `protocol` and `version` fields, and [`ToDebugger::Refused`]
 //! never change in any version, so a mismatch is always detected and named on both sides: the
@@ -794,32 +794,27 @@ pub fn decode<T: DeserializeOwned>(payload: &[u8]) -> Result<T, ProtocolError> {
     })
 }
 
-/// Decodes a JSON frame from a target (version 1's only encoding; in version 2 the handshake's).
-/// A dispatch frame (the bulk of a session) is decoded straight into
-/// its fields rather than through the tagged enum, which would first buffer the whole report.
+/// Decodes a JSON frame from a target (version 1's only encoding; since version 2 the
+/// handshake's). A dispatch frame is decoded straight into its fields (a [`message::Message`]:
+/// the `type` field is ignored) rather than through the tagged enum, which would first buffer the
+/// whole report.
 pub fn decode_to_debugger(payload: &[u8]) -> Result<ToDebugger, ProtocolError> {
-    /// What [`ToDebugger::Dispatch`] holds, as its own struct; the `type` field is ignored.
-    #[derive(Deserialize)]
-    struct DispatchFrame {
-        index: u64,
-        input: Box<DispatchInput>,
-        report: Box<DispatchReport>,
-        #[serde(default)]
-        mapping_state: Option<u64>,
-        #[serde(default)]
-        accesses_left_out: u64,
-    }
     if payload.starts_with(br#"{"type":"dispatch","#) {
-        let f: DispatchFrame = decode(payload)?;
-        return Ok(ToDebugger::Dispatch {
-            index: f.index,
-            input: f.input,
-            report: f.report,
-            mapping_state: f.mapping_state,
-            accesses_left_out: f.accesses_left_out,
-        });
+        return decode::<message::Message>(payload).map(ToDebugger::from);
     }
     decode(payload)
+}
+
+impl From<message::Message> for ToDebugger {
+    fn from(m: message::Message) -> Self {
+        ToDebugger::Dispatch {
+            index: m.index,
+            input: m.input,
+            report: m.report,
+            mapping_state: m.mapping_state,
+            accesses_left_out: m.accesses_left_out,
+        }
+    }
 }
 
 /// The `type`, `protocol` and `version` of a hello, read without knowing its version's shape
@@ -1038,7 +1033,7 @@ impl ReceivedDispatch {
         } = self;
         let filled = message::rows_of_record(&record)
             .and_then(|format| {
-                message::fill_rows_with(
+                message::fill_rows(
                     format,
                     record.get(rows).unwrap_or_default(),
                     &mut input,
@@ -1071,7 +1066,7 @@ impl ReceivedDispatch {
         let rows = self.record.get(self.rows.clone()).unwrap_or_default();
         let lists = self.record.get(self.lists.clone()).unwrap_or_default();
         message::rows_of_record(&self.record)
-            .and_then(|format| message::fill_rows_with(format, rows, input, report))
+            .and_then(|format| message::fill_rows(format, rows, input, report))
             .and_then(|()| message::restore_mapping_lists(lists, report))
             .map_err(|e| {
                 malformed_dispatch(format!(

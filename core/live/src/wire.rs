@@ -16,17 +16,14 @@
 //!   and a [`dispatchscope_formats::message`] dispatch message whose access lists are in
 //!   [`dispatchscope_formats::packed`]' rows (varints, deltas from the row before): the bytes a
 //!   live store writes, unchanged and uncompressed, as a version 3 DISPATCH record;
-//! - kind [`MSG_DISPATCH_MESSAGE`] (3), read but no longer written (a version 2 target's): the
-//!   same with [`dispatchscope_formats::columns`]' fixed-width rows, kept as a version 2 record;
-//! - kind [`MSG_DISPATCH_COLUMNS`] (2), read but no longer written: the
-//!   [`ToDebugger::Dispatch`]'s fields as a MessagePack map with field names (`index`, `input`,
-//!   `report`, `mapping_state`, `accesses_left_out`; `rmp-serde`'s `to_vec_named`) with both access
-//!   lists empty, then a `u32` LE length and the two access lists in
-//!   [`dispatchscope_formats::columns`]' fixed-width rows (the input's access block, then the
-//!   report's);
-//! - kind [`MSG_DISPATCH`] (1), read but no longer written: the same map with the access lists in
-//!   it;
 //! - kind [`MSG_TAGGED`] (0), any other [`ToDebugger`] with its `type` tag, as in the JSON.
+//!
+//! Kinds 1 to 3 (a dispatch as a MessagePack map with its access lists, then without them and
+//! [`dispatchscope_formats::columns`]' fixed-width rows after it, then as a dispatch message with
+//! those rows) were written only by targets of protocol version 2, which the handshake refuses
+//! ([`crate::protocol::VERSION`] is 3): no peer this side talks to sends them, so they are read
+//! as the named error [`RETIRED_KINDS`] gives, not decoded. A version 2 store's records of kind 3
+//! still read (the table of record forms in [`dispatchscope_formats::message`]).
 //!
 //! Dispatches go untagged because reading a tagged enum first buffers the whole value in serde's
 //! generic form, which for a dispatch costs more than the rest of its decoding.
@@ -68,7 +65,7 @@ use std::sync::Arc;
 
 use std::io::Read;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::protocol::{ProtocolError, SharedMappings, ToDebugger, decode_to_debugger};
 use dispatchscope_core::input::DispatchInput;
@@ -77,34 +74,8 @@ use dispatchscope_formats::columns;
 use dispatchscope_formats::message::{self, Rows};
 use dispatchscope_formats::packed;
 
-/// A [`ToDebugger::Dispatch`]'s fields, to write (borrowed).
-#[derive(Serialize)]
-struct DispatchRef<'a> {
-    index: u64,
-    input: &'a DispatchInput,
-    report: &'a DispatchReport,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    mapping_state: Option<u64>,
-    accesses_left_out: u64,
-}
-
-/// A [`ToDebugger::Dispatch`]'s fields, read.
-#[derive(Deserialize)]
-struct DispatchOwned {
-    index: u64,
-    input: Box<DispatchInput>,
-    report: Box<DispatchReport>,
-    #[serde(default)]
-    mapping_state: Option<u64>,
-    #[serde(default)]
-    accesses_left_out: u64,
-}
-
 /// A message's kind byte: a dispatch message of [`dispatchscope_formats::message`] (the rest as
-/// MessagePack with names, the access lists as rows) after its `u32` LE length: the bytes a live
-/// store writes into its DISPATCH record unchanged.
-pub const MSG_DISPATCH_MESSAGE: u8 = 3;
-/// A message's kind byte: a dispatch message as [`MSG_DISPATCH_MESSAGE`], its access lists in
+/// MessagePack with names) after its `u32` LE length, its access lists in
 /// [`dispatchscope_formats::packed`]' rows (varints and deltas, about a third of the fixed rows):
 /// what a target sends for every dispatch, and what a live store writes as a version 3 DISPATCH
 /// record ([`dispatchscope_formats::message::RECORD_V3`]).
@@ -126,11 +97,9 @@ pub const MAX_MESSAGES_PER_FRAME: u32 = 1 << 16;
 pub const MAX_BODY_BYTES: u32 = 64 << 20;
 /// A message's kind byte: a tagged [`ToDebugger`].
 pub const MSG_TAGGED: u8 = 0;
-/// A message's kind byte: a [`ToDebugger::Dispatch`]'s fields, access lists included (read only).
-pub const MSG_DISPATCH: u8 = 1;
-/// A message's kind byte: a [`ToDebugger::Dispatch`]'s fields without its access lists, then the
-/// lists as rows ([`dispatchscope_formats::columns`]).
-pub const MSG_DISPATCH_COLUMNS: u8 = 2;
+/// Message kinds only protocol version 2 targets wrote (dispatches with fixed-width rows or
+/// none): the decoder names them, as no peer of this version sends them (module docs).
+pub const RETIRED_KINDS: std::ops::RangeInclusive<u8> = 1..=3;
 
 /// A dispatch as the tap hands it to a session's writer thread: the input and report without their
 /// access lists (cloned), and the lists already written as rows, which is all the game thread pays.
@@ -438,32 +407,12 @@ impl Encoder {
         Ok(())
     }
 
+    /// Adds a message that is not a dispatch or a checkpoint (message kind [`MSG_TAGGED`]).
     fn add(&mut self, message: &ToDebugger, out: &mut Vec<u8>) -> Result<(), ProtocolError> {
         self.one.clear();
-        let written = match message {
-            ToDebugger::Dispatch {
-                index,
-                input,
-                report,
-                mapping_state,
-                accesses_left_out,
-            } => {
-                self.one.push(MSG_DISPATCH);
-                let fields = DispatchRef {
-                    index: *index,
-                    input,
-                    report,
-                    mapping_state: *mapping_state,
-                    accesses_left_out: *accesses_left_out,
-                };
-                rmp_serde::encode::write_named(&mut self.one, &fields)
-            }
-            other => {
-                self.one.push(MSG_TAGGED);
-                rmp_serde::encode::write_named(&mut self.one, other)
-            }
-        };
-        written.map_err(|e| malformed(format!("encoding a {} message: {e}", message.kind())))?;
+        self.one.push(MSG_TAGGED);
+        rmp_serde::encode::write_named(&mut self.one, message)
+            .map_err(|e| malformed(format!("encoding a {} message: {e}", message.kind())))?;
         self.add_one(out)
     }
 
@@ -626,55 +575,7 @@ impl Decoder {
                 .read_exact(&mut kind)
                 .map_err(|e| at(&format!("its kind byte: {e}")))?;
             let m = match kind[0] {
-                MSG_DISPATCH => {
-                    let d = DispatchOwned::deserialize(&mut de).map_err(|e| at(&e))?;
-                    ToDebugger::Dispatch {
-                        index: d.index,
-                        input: d.input,
-                        report: d.report,
-                        mapping_state: d.mapping_state,
-                        accesses_left_out: d.accesses_left_out,
-                    }
-                }
-                MSG_DISPATCH_COLUMNS => {
-                    let mut d = DispatchOwned::deserialize(&mut de).map_err(|e| at(&e))?;
-                    let from = de.position() as usize;
-                    let rest = body.get(from..).unwrap_or_default();
-                    let mut r = columns::Reader::new(rest);
-                    let read = |r: &mut columns::Reader<'_>| {
-                        let len = r.u32("access rows length")?;
-                        let input = columns::decode_accesses(r)?;
-                        let report = columns::decode_access_reports(r)?;
-                        if r.position() != 4 + len as usize {
-                            return Err(columns::ColumnsError::Inconsistent {
-                                row: 0,
-                                what: format!(
-                                    "the access rows take {} bytes, their length says {len}",
-                                    r.position() - 4
-                                ),
-                            });
-                        }
-                        Ok((input, report))
-                    };
-                    let (inputs, reports) =
-                        read(&mut r).map_err(|e| at(&format!("its access rows: {e}")))?;
-                    d.input.accesses = inputs;
-                    d.report.accesses = reports;
-                    de.get_mut().set_position((from + r.position()) as u64);
-                    ToDebugger::Dispatch {
-                        index: d.index,
-                        input: d.input,
-                        report: d.report,
-                        mapping_state: d.mapping_state,
-                        accesses_left_out: d.accesses_left_out,
-                    }
-                }
-                MSG_DISPATCH_MESSAGE | MSG_DISPATCH_PACKED => {
-                    let rows = if kind[0] == MSG_DISPATCH_PACKED {
-                        Rows::Packed
-                    } else {
-                        Rows::Fixed
-                    };
+                MSG_DISPATCH_PACKED => {
                     let from = de.position() as usize;
                     let mut r = columns::Reader::new(body.get(from..).unwrap_or_default());
                     let bytes = r
@@ -682,7 +583,7 @@ impl Decoder {
                         .and_then(|len| r.take_bytes("dispatch message", u64::from(len)))
                         .map_err(|e| at(&e))?;
                     de.get_mut().set_position((from + r.position()) as u64);
-                    self.dispatch_message(rows, bytes).map_err(|e| at(&e))?
+                    self.dispatch_message(bytes).map_err(|e| at(&e))?
                 }
                 MSG_CHECKPOINT => {
                     let from = de.position() as usize;
@@ -696,6 +597,12 @@ impl Decoder {
                     ToDebugger::Checkpoint(Box::new(c))
                 }
                 MSG_TAGGED => ToDebugger::deserialize(&mut de).map_err(|e| at(&e))?,
+                old if RETIRED_KINDS.contains(&old) => {
+                    return Err(at(&format!(
+                        "message kind {old}, a dispatch as only protocol version 2 targets sent it; this side speaks version {} (kind {MSG_DISPATCH_PACKED})",
+                        crate::protocol::VERSION
+                    )));
+                }
                 other => return Err(at(&format!("unknown message kind {other}"))),
             };
             messages.push(m);
@@ -714,24 +621,13 @@ impl Decoder {
     }
 
     /// One dispatch message: whole, or as [`crate::protocol::ReceivedDispatch`] when [`Self::set_keep_received`].
-    fn dispatch_message(
-        &self,
-        rows_format: Rows,
-        bytes: &[u8],
-    ) -> Result<ToDebugger, columns::ColumnsError> {
+    fn dispatch_message(&self, bytes: &[u8]) -> Result<ToDebugger, columns::ColumnsError> {
         if !self.keep_received {
-            let m = message::decode_exact_with(rows_format, bytes)?;
-            return Ok(ToDebugger::Dispatch {
-                index: m.index,
-                input: m.input,
-                report: m.report,
-                mapping_state: m.mapping_state,
-                accesses_left_out: m.accesses_left_out,
-            });
+            return message::decode_exact(Rows::Packed, bytes).map(ToDebugger::from);
         }
         let (m, rows) = message::summary(bytes)?;
         let mut record = Vec::with_capacity(bytes.len() + 16 + self.shared_lists.len());
-        message::encode_record_with(rows_format, bytes, &[], &mut record);
+        message::encode_record(Rows::Packed, bytes, &[], &mut record);
         // The message starts after the magic, the version word and its length.
         let base = 12;
         let end = record.len();
