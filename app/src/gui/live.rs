@@ -1,7 +1,7 @@
 //! The debugger side of a live session in the window, and the demo target it starts when run
 //! with no arguments.
 //!
-//! [`LiveLink`] wraps a [`LiveClient`] and an intake thread of its own ([`super::intake`]): the
+//! [`LiveLink`] wraps a [`LiveClient`] and an intake thread of its own (`gui::intake`): the
 //! client's reader thread decodes what the target sends, the intake takes it as it arrives, writes
 //! every message to a [`LiveStore`] (the whole session, a crash-safe capture in the temporary
 //! folder, with an index of every dispatch; the client asks for a memory snapshot at attach, so

@@ -5,8 +5,8 @@
 //! The app applies the panels' actions after each frame; it never changes a report. Only this
 //! module touches files, threads, the file dialog and the profiler server.
 //! This file is the frame: the app's state, loading, the panels, the status bar and what each
-//! key's command does; the menu bar and toolbar are [`menus`]'s, the windows [`dialogs`]'s, and the
-//! live session's UI [`live_ui`]'s (over the connection in [`live`]).
+//! key's command does; the menu bar and toolbar are `menus`', the windows `dialogs`', and the
+//! live session's UI `live_ui`'s (over the connection in [`live`]).
 //!
 //! Outside itself the module uses only `crate::load`.
 
@@ -123,7 +123,7 @@ pub struct GuiApp {
     /// A file to compare the session being opened with, once it is open (`--compare B`).
     pub pending_compare: Option<PathBuf>,
     /// Dispatches a frame the demo target this window starts makes
-    /// (`--demo-dispatches-per-frame`; [`live_ui::WINDOW_DEMO_DISPATCHES_PER_FRAME`] by default).
+    /// (`--demo-dispatches-per-frame`; `live_ui::WINDOW_DEMO_DISPATCHES_PER_FRAME` by default).
     pub demo_dispatches_per_frame: u32,
     /// `--disk-budget`: the most disk a live session's recording may take (`None`: a working
     /// day's, [`live::recording_budget`]).

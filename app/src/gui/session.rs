@@ -213,7 +213,7 @@ pub enum Recent {
     Report(Box<DispatchReport>),
     /// As it came over the wire: its table row was read from the message's MessagePack part,
     /// and its access rows and mapping lists are decoded only when it is selected
-    /// ([`Live::prepare`]), so that the UI thread does not decode every dispatch of a game.
+    /// (`Live::prepare`), so that the UI thread does not decode every dispatch of a game.
     Received(Box<ReceivedDispatch>),
 }
 

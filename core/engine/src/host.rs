@@ -10,7 +10,7 @@
 //! never `mprotect`s, commits or copies the emulator's memory behind its back.
 //!
 //! Before a piece is handed to the driver, the process's real mapping of it is read
-//! ([`HostMemory::real_mapping`]) and compared with what the events said ([`RealMapping::refusal`]):
+//! ([`HostMemory::real_mappings`]) and compared with what the events said ([`check_real`]):
 //! a page the events call private and read-write but the kernel maps shared, file-backed,
 //! read-only or not at all is refused by name (`LeftOutReason::RealMapping`), because the
 //! drivers measured here disagree about such pages and one of them kills the process

@@ -2,7 +2,7 @@
 //! could not know its ranges, and the access stream an instrumented module recorded.
 //!
 //! Types here are plain data with serde derives (samples and captures store them as they are);
-//! [`DispatchInput::validate`] turns bad input into a named [`InputError`], never a panic. Nothing
+//! [`validate`](crate::engine::validate) turns bad input into a named [`InputError`], never a panic. Nothing
 //! here plans or runs anything.
 
 use serde::{Deserialize, Serialize};

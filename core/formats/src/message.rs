@@ -415,7 +415,7 @@ pub fn encode_mapping_lists(
 /// Appends a versioned DISPATCH record to `out`: `message` (a dispatch message whose access lists
 /// are in `rows`, as it came) and `mapping_lists` (the encoded lists its report names, or empty).
 /// Packed rows make a version 3 record, what a live store writes; fixed ones a version 2 record,
-/// which only [`crate::legacy`]'s tests still make.
+/// which only the tests of reading old records still make (the table in the module docs).
 pub fn encode_record(rows: Rows, message: &[u8], mapping_lists: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&columns::RECORD_MAGIC);
     out.extend_from_slice(&rows.record_version().to_le_bytes());

@@ -1,6 +1,6 @@
 //! Recording a live session to a capture ([`dispatchscope_formats::session`]'s layout), crash-safe.
 //!
-//! [`CaptureRecorder`] takes the messages a [`LiveClient`] receives and appends records: the
+//! [`CaptureRecorder`] takes the messages a [`LiveClient`](crate::client::LiveClient) receives and appends records: the
 //! snapshot's contents as MEMORY records and its events as EVENTS records (they rebuild guest
 //! memory as it stood when recording began, see [`crate::snapshot`]), then one EVENTS record
 //! per event and one DISPATCH record (input and report, the access lists as rows:

@@ -45,7 +45,7 @@ pub struct TapConfig {
     /// dispatches).
     pub streamed_accesses: usize,
     /// The most heap bytes the whole access lists kept for [`crate::ToTarget::Detail`] may take
-    /// (their reports, lookups, probes and values, counted as [`DetailRing`] does); the oldest go
+    /// (their reports, lookups, probes and values, counted as `DetailRing` does); the oldest go
     /// first, and a list larger than this alone is not kept (a request for it is answered
     /// [`crate::ToDebugger::DetailGone`]). 64 MiB by default
     /// ([`crate::protocol::DEFAULT_DETAIL_BYTES`]).

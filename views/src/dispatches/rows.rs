@@ -4,7 +4,7 @@
 //! A row is split into what repeats and what does not. What repeats across a game's dispatches
 //! (program, label, mode, the rules cited) is interned once as a signature, [`Signature`], with its
 //! lower-case search text; each row keeps the signature's number (4 bytes) and its four table
-//! counts packed a byte each (4 bytes, [`PackedCounts`]; a row with a count of 255 or more keeps
+//! counts packed a byte each (4 bytes, `PackedCounts`; a row with a count of 255 or more keeps
 //! its counts whole in a side list, by position). Report indices and frames change by rule (one
 //! more each dispatch; a frame every few hundred), so they are kept as runs, a few bytes per break
 //! in the rule. That is 8 bytes a dispatch plus the runs, the side list and the signatures

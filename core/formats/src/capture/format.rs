@@ -52,11 +52,11 @@ impl RecordKind {
     /// One dispatch.
     pub const DISPATCH: Self = Self(0x04);
     /// Container: a dictionary the records after it may be compressed against
-    /// ([`CaptureWriter::set_dictionary`]).
+    /// ([`CaptureWriter::set_dictionary`](super::CaptureWriter::set_dictionary)).
     pub const DICTIONARY: Self = Self(0xfc);
-    /// Container: a checkpoint appended by [`CaptureWriter::flush`].
+    /// Container: a checkpoint appended by [`CaptureWriter::flush`](super::CaptureWriter::flush).
     pub const CHECKPOINT: Self = Self(0xfd);
-    /// Container: the index appended by [`CaptureWriter::finish`].
+    /// Container: the index appended by [`CaptureWriter::finish`](super::CaptureWriter::finish).
     pub const INDEX: Self = Self(0xfe);
     /// The first kind reserved for the container.
     pub const FIRST_RESERVED: Self = Self(0xf0);
@@ -249,7 +249,7 @@ pub enum CaptureError {
         /// The kind asked for.
         kind: RecordKind,
     },
-    /// A record index past the end of [`CaptureReader::records`].
+    /// A record index past the end of [`CaptureReader::records`](super::CaptureReader::records).
     #[error("no record #{idx}: the capture holds {n_records} records")]
     NoSuchRecord {
         /// The index asked for.
@@ -273,7 +273,7 @@ pub enum CaptureError {
         /// The error that stopped it.
         first_error: String,
     },
-    /// [`write_atomically`] was given a path it cannot replace.
+    /// [`write_atomically`](super::write_atomically) was given a path it cannot replace.
     #[error("cannot write atomically to {path:?}: {why}")]
     BadDestination {
         /// The destination.

@@ -223,7 +223,7 @@ impl<R: Read + Seek> CaptureReader<R> {
         Ok(d.read.as_ref().map(|(_, b)| b.as_slice()))
     }
 
-    /// The payload the writer gave [`CaptureWriter::create`].
+    /// The payload the writer gave [`CaptureWriter::create`](super::CaptureWriter::create).
     pub fn header_payload(&self) -> &[u8] {
         &self.header_payload
     }
@@ -327,7 +327,7 @@ impl<R: Read + Seek> CaptureReader<R> {
         self.torn.as_ref()
     }
 
-    /// Whether the capture ends with a good index and trailer, as [`CaptureWriter::finish`] leaves it.
+    /// Whether the capture ends with a good index and trailer, as [`CaptureWriter::finish`](super::CaptureWriter::finish) leaves it.
     pub fn is_finished(&self) -> bool {
         self.finished
     }

@@ -39,7 +39,7 @@ impl<S: CaptureSink + ?Sized> CaptureSink for &mut S {
 /// Appends records to a capture; see the module docs for the layout.
 ///
 /// Dropping a writer without [`CaptureWriter::finish`] leaves an unfinished capture, which
-/// [`CaptureReader`] opens by walking its records.
+/// [`CaptureReader`](super::CaptureReader) opens by walking its records.
 pub struct CaptureWriter<W: CaptureSink = File> {
     out: BufWriter<W>,
     /// Offset of the next record header.
@@ -237,7 +237,7 @@ impl<W: CaptureSink> CaptureWriter<W> {
     }
 
     /// Where record `seq`'s header starts in the file, if it was written (found from the
-    /// writer's compact list: a sampled offset and at most [`OFFSET_SAMPLE`] lengths after it).
+    /// writer's compact list: a sampled offset and at most `OFFSET_SAMPLE` lengths after it).
     pub fn record_offset(&self, seq: u64) -> Option<u64> {
         self.written.offset(seq)
     }

@@ -4,7 +4,7 @@
 //!
 //! - [`Variant::Raw`]: a guest address plus one constant is the device address (all of guest
 //!   memory in one import: the physical limit; no table, no marks, no escapes).
-//! - [`Variant::Helper`]: T5 through the chunk table ([`emit_lookup`], the one helper), T4 misses
+//! - [`Variant::Helper`]: T5 through the chunk table (`emit_lookup`, the one helper), T4 misses
 //!   read zero and drop stores, C1 marks.
 //! - [`Variant::Instrumented`]: the helper, plus the device-side instrumentation whose buffer
 //!   layout is `dispatchscope_core::instrument`'s (counters, sites, escape log, lane capture, the
@@ -21,7 +21,7 @@
 //! Two ways in: [`helper_library`] builds the library module (Linkage capability,
 //! `LinkageAttributes … Export`) that a translator in any language links its module against with
 //! SPIRV-Tools' `spirv-link` ([`link`]); a translator built on this crate's builder emits the same
-//! functions into its own module ([`emit_helpers`], what the traversal program does). Both give the
+//! functions into its own module (`emit_helpers`, what the traversal program does). Both give the
 //! same instructions.
 //!
 //! # The interface (what a translated module must follow)

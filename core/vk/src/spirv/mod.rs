@@ -133,7 +133,7 @@ pub fn validate(module: &'static str, words: &[u32]) -> R<()> {
 }
 
 /// Validates a module that still links (the Linkage capability) with spirv-val for universal
-/// SPIR-V 1.5: a library, or a program before [`link`].
+/// SPIR-V 1.5: a library, or a program before [`library::link`].
 pub fn validate_linkable(module: &'static str, words: &[u32]) -> R<()> {
     use spirv_tools::val::Validator;
     let v = spirv_tools::val::create(Some(spirv_tools::TargetEnv::Universal_1_5));

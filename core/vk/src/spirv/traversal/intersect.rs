@@ -11,7 +11,7 @@
 //! image. The result folds into the pixel's checksum; the walk itself is the integer test's, so
 //! every site's access count stays the loads workload's.
 //!
-//! [`node`] is the host's, [`emit_node`] the device's; each step is written the same way in both.
+//! [`node`] is the host's, `emit_node` the device's; each step is written the same way in both.
 
 use rspirv::spirv::{Op, Word};
 
