@@ -72,7 +72,7 @@ impl Inlet {
 /// logged when the session ends).
 #[derive(Debug, Default)]
 pub struct Counters {
-    /// Dispatches received.
+    /// Dispatches received, counted once recorded and handed to the window.
     pub received: AtomicU64,
     /// Dispatches received that the recording did not take after it had started (it stopped on
     /// a write error, or was closed): listed while in the window of the latest, but not kept.
@@ -353,16 +353,19 @@ impl Intake {
                 .fetch_add(index - want, Ordering::Relaxed);
         }
         self.next_index = Some(index.wrapping_add(1));
-        self.counters.received.fetch_add(1, Ordering::Relaxed);
         let pos = self.n;
         self.n += 1;
         let first_stored = stored && !std::mem::replace(&mut self.store_first_sent, stored);
-        self.handoff.with(|p| {
+        let wake = self.handoff.with(|p| {
             if first_stored {
                 p.batch.store_first = Some(pos);
             }
             p.batch.rows.push(row);
             p.batch.keep_recent(recent);
-        })
+        });
+        // Counted once recorded and handed over: a thread that reads the count (Acquire) finds
+        // the dispatch in the recording and its row waiting for the window.
+        self.counters.received.fetch_add(1, Ordering::Release);
+        wake
     }
 }

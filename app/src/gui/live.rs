@@ -29,6 +29,7 @@ use dispatchscope_demo::{Demo, DemoConfig, RunOptions};
 use dispatchscope_formats::sample::{Sample, Step};
 use dispatchscope_formats::session::{self, Opened};
 use dispatchscope_live::protocol::Stats;
+use dispatchscope_live::store::StoreFigures;
 use dispatchscope_live::{
     Breakpoints, ClientOptions, DEFAULT_DISK_BUDGET, Incoming, LiveClient, LiveStore, Released,
     StoreOptions, Tap, TapConfig, ToDebugger,
@@ -198,6 +199,8 @@ pub struct LiveLink {
     /// The recording, shared with the session that reads older reports back from it (`None`
     /// once it could not be created or was finished).
     shadow: SharedStore,
+    /// The recording's figures, read each frame without its lock.
+    figures: Arc<StoreFigures>,
     shadow_path: PathBuf,
     /// Every file the recording made, once it is finished (to remove them).
     shadow_files: Vec<PathBuf>,
@@ -383,6 +386,7 @@ impl LiveLink {
                 disk_budget: Some(disk_budget),
             },
         );
+        let figures = shadow.figures();
         let shadow: SharedStore = Arc::new(Mutex::new(Some(shadow)));
         let handoff = Arc::new(Handoff::default());
         let counters = Arc::new(Counters::default());
@@ -404,6 +408,7 @@ impl LiveLink {
             stats: None,
             failures: Vec::new(),
             shadow,
+            figures,
             shadow_path,
             shadow_files: Vec::new(),
             disk_budget,
@@ -536,7 +541,7 @@ impl LiveLink {
 
     /// Dispatches this window received.
     pub fn received(&self) -> u64 {
-        self.counters.received.load(Ordering::Relaxed)
+        self.counters.received.load(Ordering::Acquire)
     }
 
     /// Dispatches lost: the target's drops and this window's (see [`Self::end_line`]).
@@ -675,18 +680,22 @@ impl LiveLink {
 
     /// Dispatches in the whole session (the store's index), the window's and the older ones.
     pub fn stored(&self) -> usize {
-        self.with_store(|s| s.len()).unwrap_or(0)
+        if self.figures.finished() {
+            0
+        } else {
+            self.figures.dispatches()
+        }
     }
 
     /// What the disk budget deleted of the recording so far: its oldest dispatches, no longer
     /// on disk.
     pub fn released(&self) -> Released {
-        self.with_store(|s| s.released()).unwrap_or_default()
+        self.figures.released()
     }
 
     /// Bytes the recording's files take on disk now.
     pub fn bytes_on_disk(&self) -> u64 {
-        self.with_store(|s| s.bytes_on_disk()).unwrap_or(0)
+        self.figures.bytes_on_disk()
     }
 
     /// The report of the recording's dispatch at position `pos` (from 0 at attach), read back

@@ -37,6 +37,7 @@ use dispatchscope_formats::sample::{Sample, SampleError};
 use dispatchscope_formats::session::{CaptureFile, Kind, SNIFF_BYTES, SessionError, kind_of};
 use dispatchscope_live::LiveStore;
 use dispatchscope_live::protocol::ReceivedDispatch;
+use dispatchscope_live::store::StoreFigures;
 use dispatchscope_views::{DispatchRow, MemoryView, Rows, TableSnapshot};
 
 use crate::load::torn_note;
@@ -220,6 +221,8 @@ pub enum Recent {
 /// A live session's reports: the latest in memory, the rest in the live store's file.
 struct Live {
     store: SharedStore,
+    /// The store's figures, read without its lock.
+    figures: Arc<StoreFigures>,
     /// The session position of the store's first dispatch (dispatches that arrived before the
     /// recording started, or after it stopped, are in memory only while in the window).
     store_first: Option<usize>,
@@ -270,12 +273,7 @@ impl Live {
         let first = self.store_first;
         let st = &mut self.states;
         st.pos = Some(pos);
-        st.records_seen = self
-            .store
-            .lock()
-            .ok()
-            .and_then(|g| g.as_ref().map(|s| s.states().len()))
-            .unwrap_or(0);
+        st.records_seen = self.figures.state_records();
         st.memory_here = false;
         st.table_here = false;
         st.note = None;
@@ -703,10 +701,17 @@ impl Session {
     /// An empty live session attached to `addr`, whose older reports are read back from `store`
     /// (the live link's recording).
     pub fn live(addr: &str, title: String, store: SharedStore) -> Session {
+        // The figures the store publishes, read each frame without its lock.
+        let figures = store
+            .lock()
+            .ok()
+            .and_then(|g| g.as_ref().map(LiveStore::figures))
+            .unwrap_or_default();
         let mut s =
             Self::from_reports(Source::Live(addr.to_owned()), title, Vec::new(), Vec::new());
         s.reports.live = Some(Live {
             store,
+            figures,
             store_first: None,
             n: 0,
             recent: VecDeque::new(),
@@ -858,12 +863,9 @@ impl Session {
         if pos >= l.n {
             return;
         }
-        let records = l
-            .store
-            .lock()
-            .ok()
-            .and_then(|g| g.as_ref().map(|s| s.states().len()));
-        if l.states.pos != Some(pos) || records.is_some_and(|n| n != l.states.records_seen) {
+        // The figures, not the store: its lock would make the frame wait out a file's roll.
+        let records = l.figures.state_records();
+        if l.states.pos != Some(pos) || records != l.states.records_seen {
             l.prepare_states(pos);
         }
     }

@@ -397,6 +397,7 @@ fn a_disk_budget_deletes_the_oldest_files_and_every_kept_dispatch_keeps_its_stat
             ..StoreOptions::default()
         },
     );
+    let figures = store.figures();
     let mut indices = Vec::new();
     let mut most_on_disk = 0u64;
     let t0 = Instant::now();
@@ -408,9 +409,15 @@ fn a_disk_budget_deletes_the_oldest_files_and_every_kept_dispatch_keeps_its_stat
                     ToDebugger::Received(d) => Some(d.index),
                     _ => None,
                 };
-                if store.take(m).unwrap()
-                    && let Some(i) = index
-                {
+                let stored = store.take(m).unwrap();
+                // What another thread reads without the lock is the store's own figures.
+                assert_eq!(
+                    (figures.dispatches(), figures.state_records()),
+                    (store.len(), store.states().len())
+                );
+                assert_eq!(figures.released(), store.released());
+                assert_eq!(figures.bytes_on_disk(), store.bytes_on_disk());
+                if stored && let Some(i) = index {
                     indices.push(i);
                     let on_disk: u64 = store
                         .files()
@@ -456,7 +463,9 @@ fn a_disk_budget_deletes_the_oldest_files_and_every_kept_dispatch_keeps_its_stat
         let index = check_stored(&mut store, pos, &target.oracle);
         assert_eq!(index, indices[pos], "position {pos}");
     }
+    assert!(!figures.finished());
     store.finish().unwrap();
+    assert!(figures.finished());
     // Each file still on disk is a capture of its own, every dispatch with its state.
     let mut n = 0;
     for f in &kept {

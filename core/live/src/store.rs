@@ -3,7 +3,7 @@
 //!
 //! Every message goes to a [`CaptureRecorder`] (a crash-safe capture: the snapshot, events and
 //! DISPATCH records, flushed at least every [`StoreOptions::flush_every`]). A dispatch that came
-//! as [`ToDebugger::Received`] is written as the bytes it came in (a version 2 DISPATCH record,
+//! as [`ToDebugger::Received`] is written as the bytes it came in (a version 3 DISPATCH record,
 //! `dispatchscope_formats::message`), never decoded or encoded again.
 //! The store keeps the record number of every [`DISPATCH_SAMPLE`]-th dispatch; the capture
 //! writer's own compact list (about 5 bytes a record: kind and stored length, every 256th offset)
@@ -44,6 +44,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use thiserror::Error;
@@ -127,6 +129,54 @@ pub struct Released {
     pub files: usize,
     /// Their bytes.
     pub bytes: u64,
+}
+
+/// A store's figures, published as it takes each message for another thread to read without the
+/// store's lock: a window's status bar reads them every frame while its intake thread records,
+/// and a lock would make the frame wait out a file's roll (a flush, an index, the states read
+/// back). Each figure is the store's as of the last message it took; two figures read one after
+/// the other may be of different messages.
+#[derive(Debug, Default)]
+pub struct StoreFigures {
+    dispatches: AtomicUsize,
+    state_records: AtomicUsize,
+    bytes_on_disk: AtomicU64,
+    released_dispatches: AtomicUsize,
+    released_files: AtomicUsize,
+    released_bytes: AtomicU64,
+    finished: AtomicBool,
+}
+
+impl StoreFigures {
+    /// Dispatches recorded ([`LiveStore::len`]).
+    pub fn dispatches(&self) -> usize {
+        self.dispatches.load(Ordering::Relaxed)
+    }
+
+    /// State records the store has indexed ([`LiveStore::states`]' length): when it changes, a
+    /// dispatch's state may have arrived.
+    pub fn state_records(&self) -> usize {
+        self.state_records.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the session's files take on disk ([`LiveStore::bytes_on_disk`]).
+    pub fn bytes_on_disk(&self) -> u64 {
+        self.bytes_on_disk.load(Ordering::Relaxed)
+    }
+
+    /// What the disk budget released ([`LiveStore::released`]).
+    pub fn released(&self) -> Released {
+        Released {
+            dispatches: self.released_dispatches.load(Ordering::Relaxed),
+            files: self.released_files.load(Ordering::Relaxed),
+            bytes: self.released_bytes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether [`LiveStore::finish`] closed the store: the figures are its last.
+    pub fn finished(&self) -> bool {
+        self.finished.load(Ordering::Relaxed)
+    }
 }
 
 /// Why the store could not record or read back.
@@ -270,6 +320,8 @@ pub struct LiveStore {
     window_len: usize,
     /// The file last read, kept open.
     reader: Option<(String, File)>,
+    /// The figures another thread reads without the lock.
+    figures: Arc<StoreFigures>,
 }
 
 impl LiveStore {
@@ -294,7 +346,30 @@ impl LiveStore {
             window: VecDeque::new(),
             window_len: options.window,
             reader: None,
+            figures: Arc::default(),
         }
+    }
+
+    /// The store's figures, kept up to date as it takes messages: for a thread that shows them
+    /// without taking the store's lock.
+    pub fn figures(&self) -> Arc<StoreFigures> {
+        Arc::clone(&self.figures)
+    }
+
+    /// Publishes the figures after a message.
+    fn publish(&self) {
+        let f = &self.figures;
+        f.dispatches.store(self.n, Ordering::Relaxed);
+        f.state_records
+            .store(self.recorder.states().len(), Ordering::Relaxed);
+        f.bytes_on_disk
+            .store(self.bytes_on_disk(), Ordering::Relaxed);
+        f.released_dispatches
+            .store(self.released.dispatches, Ordering::Relaxed);
+        f.released_files
+            .store(self.released.files, Ordering::Relaxed);
+        f.released_bytes
+            .store(self.released.bytes, Ordering::Relaxed);
     }
 
     /// The file being written.
@@ -361,6 +436,13 @@ impl LiveStore {
     /// [`Self::take`] for a caller that keeps the reports it shows itself: records and indexes
     /// `message`, and keeps nothing of it in the window.
     pub fn take_ref(&mut self, message: &ToDebugger) -> Result<bool, StoreError> {
+        let taken = self.record_message(message);
+        self.publish();
+        taken
+    }
+
+    /// [`Self::take_ref`] but for publishing the figures.
+    fn record_message(&mut self, message: &ToDebugger) -> Result<bool, StoreError> {
         let dispatch = matches!(
             message,
             ToDebugger::Dispatch { .. } | ToDebugger::Received(_)
@@ -772,6 +854,7 @@ impl LiveStore {
     /// Writes the current file's index and trailer and closes it; the summary counts the
     /// session's files and what the budget released.
     pub fn finish(self) -> Result<RecordSummary, StoreError> {
+        self.figures.finished.store(true, Ordering::Relaxed);
         let released = self.released.dispatches;
         let mut summary = self.recorder.finish()?;
         summary.released = released as u64;
