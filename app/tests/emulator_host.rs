@@ -644,6 +644,15 @@ fn the_real_window_attaches_to_the_host_under_xvfb() {
             .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
             .unwrap_or(0);
     }
+    // SIGTERM, as a user's closing it: the window removes its live recording's files (a kill
+    // would leave them in the temporary folder).
+    let _ = Command::new("kill")
+        .args(["-TERM", &window.id().to_string()])
+        .status();
+    let closed = Instant::now() + Duration::from_secs(10);
+    while window.try_wait().unwrap().is_none() && Instant::now() < closed {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let _ = window.kill();
     let _ = window.wait();
     let _ = xvfb.kill();
