@@ -970,7 +970,7 @@ pub fn tokens_match(expected: &str, given: &str) -> bool {
 
 /// A dispatch as it came over the wire, decoded only as far as a table row needs: its input and
 /// report without their access lists (and without the mapping lists when the report names a
-/// mapping state), and its version 2 DISPATCH record
+/// mapping state), and its version 3 DISPATCH record
 /// ([`dispatchscope_formats::message::encode_record`]): the message's bytes as they came and the
 /// mapping lists it names, what a live store writes unchanged. [`Self::decode`] reads the whole
 /// dispatch from it when someone asks.
@@ -984,7 +984,7 @@ pub struct ReceivedDispatch {
     pub report: DispatchReport,
     /// Access reports the target left out of the rows.
     pub accesses_left_out: u64,
-    /// The version 2 DISPATCH record.
+    /// The version 3 DISPATCH record.
     pub(crate) record: Vec<u8>,
     /// Where the message's rows are in `record` (without their length word).
     pub(crate) rows: std::ops::Range<usize>,
@@ -995,8 +995,8 @@ pub struct ReceivedDispatch {
 }
 
 impl ReceivedDispatch {
-    /// The DISPATCH record of this dispatch (what a capture keeps): version 3 for a packed message
-    /// (kind 4), version 2 for one with fixed-width rows (kind 3).
+    /// The DISPATCH record of this dispatch (what a capture keeps): version 3, its message's rows
+    /// packed (wire kind 4).
     pub fn record(&self) -> &[u8] {
         &self.record
     }

@@ -35,7 +35,6 @@ use dispatchscope_formats::checkpoint::{
     MEMORY_STATE, MEMORY_UNKNOWN, StateIndex, TABLE_STATE, TABLE_UNKNOWN, check_table_payload,
 };
 use dispatchscope_formats::columns;
-use dispatchscope_formats::message::{self, Rows};
 use dispatchscope_formats::sample::Program;
 use dispatchscope_formats::sample::{Contents, Provenance, SAMPLE_VERSION};
 use dispatchscope_formats::session::{CAPTURE_FORMAT, CaptureMeta, PROGRAM};
@@ -586,14 +585,13 @@ impl CaptureRecorder {
                     self.pending = Some(merge(self.pending.take(), c));
                 }
             }
-            // The bytes as they came (`dispatchscope_formats::message`'s version 2 or 3 record):
-            // no decoding or encoding again. A version 3 record's rows are packed, its largest
-            // part already about as small as lz4 made the fixed rows, so it is not compressed:
-            // lz4 over the rest was most of the store thread's time at a game's rate (issue 18,
-            // BENCHMARKS.md).
+            // The bytes as they came (`dispatchscope_formats::message`'s version 3 record, the
+            // only one the wire's decoder makes): no decoding or encoding again. Its rows are
+            // packed, its largest part already about as small as lz4 made the fixed rows, so it
+            // is not compressed: lz4 over the rest was most of the store thread's time at a
+            // game's rate (issue 18, BENCHMARKS.md).
             ToDebugger::Received(d) if self.writer.is_some() => {
-                let packed = matches!(message::rows_of_record(d.record()), Ok(Rows::Packed));
-                dispatch_at = Some(self.append_dispatch(d.index, d.record(), !packed)?);
+                dispatch_at = Some(self.append_dispatch(d.index, d.record(), false)?);
             }
             _ => {}
         }
