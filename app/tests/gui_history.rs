@@ -34,7 +34,7 @@ fn an_address_cell_opens_its_write_history_and_a_write_selects_its_dispatch() {
             r.write_back
                 .iter()
                 .flat_map(|w| &w.words)
-                .find(|w| w.old != w.new)
+                .find(|w| w.changed())
                 .map(|w| (i, w.address))
         })
         .unwrap();

@@ -46,7 +46,7 @@ fn written_back(name: &str) -> (Sample, u64) {
         .iter()
         .flat_map(|r| &r.write_back)
         .flat_map(|w| &w.words)
-        .find(|w| w.old != w.new)
+        .find(|w| w.changed())
         .map(|w| w.address)
         .expect("the sample writes a word back");
     (sample, address)

@@ -148,7 +148,7 @@ impl AfterPanel {
                         .and_then(|s| report.slots.iter().find(|b| b.slot == s))
                         .and_then(|b| b.holder)
                         == Some(wb.holder);
-                    let changed = wb.words.iter().filter(|w| w.old != w.new).count();
+                    let changed = wb.words.iter().filter(|w| w.changed()).count();
                     let n_differ = diff.words.iter().filter(|(h, _)| *h == wb.holder).count()
                         + usize::from(diff.unlisted.contains(&wb.holder));
                     // The header stays short (a narrow panel cuts it, never mid-address); the
@@ -215,9 +215,9 @@ impl AfterPanel {
                                     for w in wb
                                         .words
                                         .iter()
-                                        .filter(|w| !self.changed_only || w.old != w.new)
+                                        .filter(|w| !self.changed_only || w.changed())
                                     {
-                                        let c = w.old != w.new;
+                                        let c = w.changed();
                                         let differs = diff.words.contains(&(wb.holder, w.address));
                                         style::addr_cell(
                                             ui,
@@ -225,7 +225,7 @@ impl AfterPanel {
                                             compare::mark_mono(hex(w.address), differs),
                                             &mut actions,
                                         );
-                                        ui.label(mono(format!("{:#010x}", w.old)));
+                                        ui.label(mono(w.old_text()));
                                         let t = mono(format!("{:#010x}", w.new));
                                         ui.label(if c {
                                             t.color(style::WRITTEN).strong()

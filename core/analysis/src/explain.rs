@@ -401,11 +401,11 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
         for word in w.words.iter().take(detail.max_accesses) {
             writeln!(
                 o,
-                "    {:#x}: {:#010x} → {:#010x}{}",
+                "    {:#x}: {} → {:#010x}{}",
                 word.address,
-                word.old,
+                word.old_text(),
                 word.new,
-                if word.old == word.new {
+                if !word.changed() {
                     " (stored, unchanged)"
                 } else {
                     ""

@@ -379,6 +379,7 @@ impl HistoryBuilder {
             Event::Write { address, bytes } => {
                 self.record(WriteKind::CpuWrite { event: index }, *address, bytes, None);
             }
+            Event::Wrote { range } => self.unknown(index, *range),
             Event::DeferCopy { address, bytes } => {
                 let r = ByteRange::new(*address, address.saturating_add(bytes.len() as u64));
                 let kept = r.overlaps(&self.range).then(|| bytes.clone());
@@ -488,6 +489,28 @@ impl HistoryBuilder {
                 note,
             });
         }
+    }
+
+    /// A CPU write whose bytes the event did not give (host mode): the watched bytes it covers
+    /// become unknown, never guessed.
+    fn unknown(&mut self, event: u64, range: ByteRange) {
+        let Some(i) = range.intersection(&self.range) else {
+            return;
+        };
+        self.freeze_initial();
+        let before = Watched(self.bytes.clone());
+        for a in i.start..i.end {
+            self.bytes[(a - self.range.start) as usize] = None;
+        }
+        self.writes.push(WriteEntry {
+            kind: WriteKind::CpuWrite { event },
+            range,
+            before,
+            after: Watched(self.bytes.clone()),
+            note: Some(
+                "the emulator wrote these bytes in its own pages and did not give them: what was written is unknown".into(),
+            ),
+        });
     }
 
     fn lost(&mut self, event: u64, range: ByteRange, by: &str) {
@@ -675,20 +698,20 @@ impl HistoryBuilder {
                 if !word.overlaps(&self.range) {
                     continue;
                 }
-                let old = w.old.to_le_bytes();
+                let old = w.old.map(u64::to_le_bytes);
                 let new = w.new.to_le_bytes();
                 let n = word.size_bytes() as usize;
                 // The report says the word's old bytes: they fill in what the history lost.
                 let mut note = None;
                 for a in word.start..word.end {
-                    if let Some(i) = self.index_of(a) {
+                    if let (Some(i), Some(old)) = (self.index_of(a), old) {
                         let o = old[(a - word.start) as usize];
                         match self.bytes[i] {
                             None => self.bytes[i] = Some(o),
                             Some(b) if b != o => {
                                 note = Some(format!(
-                                    "the report's word before the write-back ({:#x}) differs from the bytes this history followed",
-                                    w.old
+                                    "the report's word before the write-back ({}) differs from the bytes this history followed",
+                                    w.old_text()
                                 ));
                             }
                             Some(_) => {}

@@ -116,6 +116,7 @@ pub(crate) fn status_of(kind: FailureKind) -> ds_status {
         FailureKind::OutOfMemory => ds_status::DS_OUT_OF_MEMORY,
         FailureKind::HostCallback => ds_status::DS_HOST_CALLBACK,
         FailureKind::Device => ds_status::DS_ENGINE,
+        FailureKind::Waits => ds_status::DS_WAIT,
     }
 }
 
@@ -847,6 +848,7 @@ mod tests {
             (OutOfMemory, ds_status::DS_OUT_OF_MEMORY),
             (HostCallback, ds_status::DS_HOST_CALLBACK),
             (Device, ds_status::DS_ENGINE),
+            (Waits, ds_status::DS_WAIT),
         ];
         for (kind, status) in statuses {
             assert_eq!(status_of(kind), status, "{kind:?}");

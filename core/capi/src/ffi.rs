@@ -44,6 +44,10 @@ pub enum ds_status {
     /// Prepare and complete out of order: a second prepare before complete, a complete of a
     /// dispatch not prepared (or completed already).
     DS_ORDER = 13,
+    /// M5: the event releases, decommits or reprotects memory a prepared dispatch can reach.
+    /// Nothing changed: complete (or abandon) the dispatch `ds_last_error` names after its fence,
+    /// then apply the event again, and leave those pages as they are until then.
+    DS_WAIT = 14,
 }
 
 /// A status with its message: what every function body returns before the boundary.

@@ -467,14 +467,22 @@ unsafe fn event_of(e: &ds_event, host_mode: bool) -> Result<Event, Failure> {
         },
         DS_EVENT_GUARD => Event::Guard { range: range()? },
         DS_EVENT_UNGUARD => Event::Unguard { range: range()? },
+        // In host mode the bytes are in the emulator's pages: a write without them is said to be
+        // one (its bytes unknown downstream), never turned into zeros.
+        DS_EVENT_WRITE if host_mode && e.bytes.is_null() => Event::Wrote {
+            range: ByteRange::from_base_size(e.start, e.n_bytes).ok_or_else(|| {
+                Failure::new(
+                    ds_status::DS_BAD_INPUT,
+                    format!(
+                        "event.n_bytes {:#x} at {:#x} passes the end of the address space",
+                        e.n_bytes, e.start
+                    ),
+                )
+            })?,
+        },
         DS_EVENT_WRITE => Event::Write {
             address: e.start,
-            bytes: if host_mode && e.bytes.is_null() {
-                // In host mode the bytes are in the emulator's pages; only their count matters.
-                vec![0; usize::try_from(e.n_bytes).unwrap_or(0).min(1 << 30)]
-            } else {
-                bytes()?
-            },
+            bytes: bytes()?,
         },
         DS_EVENT_DEFER_COPY => Event::DeferCopy {
             address: e.start,

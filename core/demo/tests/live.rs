@@ -965,7 +965,7 @@ fn the_snapshot_rebuilds_guest_memory() {
         rebuilt.apply(e).unwrap();
     }
     for c in &contents {
-        rebuilt.write_bytes(c.address, &c.bytes);
+        rebuilt.write_bytes(c.address, &c.bytes).unwrap();
     }
     let a: Vec<_> = memory.reservations().cloned().collect();
     let b: Vec<_> = rebuilt.reservations().cloned().collect();
@@ -985,8 +985,8 @@ fn the_snapshot_rebuilds_guest_memory() {
         .iter()
         .filter(|&&a| {
             let (mut x, mut y) = (vec![0u8; page], vec![0u8; page]);
-            memory.read_bytes(a, &mut x);
-            rebuilt.read_bytes(a, &mut y);
+            memory.read_bytes(a, &mut x).unwrap();
+            rebuilt.read_bytes(a, &mut y).unwrap();
             x != y
         })
         .map(|a| format!("{a:#x}"))

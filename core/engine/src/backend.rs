@@ -199,7 +199,7 @@ impl Backend for CpuBackend {
         memory: &mut GuestMemory,
     ) -> Result<Outcome, BackendError> {
         let translate = |device: u64| self.guest_from_device(device);
-        Ok(run_job(job, table, memory, &translate))
+        run_job(job, table, memory, &translate).map_err(BackendError::from)
     }
 
     fn calls(&self) -> u64 {

@@ -9,8 +9,10 @@ use std::collections::HashMap;
 
 use crate::addr::ByteRange;
 use crate::chunk_table::ChunkTable;
+use crate::host::HostError;
 use crate::input::{Access, Format, Op};
 use crate::memory::GuestMemory;
+use crate::report::{HostFailure, HostFailureKind};
 
 /// Where an access goes, decided by the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +90,8 @@ pub struct Outcome {
     pub holders: Vec<Vec<u8>>,
     /// Each holder's write mask: one word per data word (O9).
     pub masks: Vec<Vec<u32>>,
+    /// Host mode: loads whose bytes could not be read and stores that did not land.
+    pub failures: Vec<HostFailure>,
 }
 
 fn bytes_of(access: &Access, format: Option<Format>) -> Vec<u8> {
@@ -124,9 +128,10 @@ pub fn run_job(
     table: Option<&ChunkTable>,
     memory: &mut GuestMemory,
     translate: &dyn Fn(u64) -> Option<(u64, u64)>,
-) -> Outcome {
+) -> Result<Outcome, HostError> {
     puffin::profile_function!();
     let mut out = Outcome {
+        failures: Vec::new(),
         accesses: Vec::with_capacity(job.accesses.len()),
         marks: Vec::new(),
         holders: Vec::with_capacity(job.holders.len()),
@@ -140,7 +145,15 @@ pub fn run_job(
         let size = usize::try_from(h.size_bytes()).unwrap_or(usize::MAX);
         let words = size.div_ceil(4);
         let mut buf = vec![0u8; words.saturating_mul(4)];
-        memory.read_bytes_into_zeroed(h.start, &mut buf[..size]);
+        memory
+            .read_bytes_into_zeroed(h.start, &mut buf[..size])
+            .map_err(|e| HostError {
+                why: format!(
+                    "{} (the upload of holder {h} (O8) needs every byte of it)",
+                    e.why
+                ),
+                ..e
+            })?;
         out.holders.push(buf);
         out.masks.push(vec![0; words]);
     }
@@ -224,6 +237,7 @@ pub fn run_job(
                 // and one contiguous import, so each goes where it would alone; a byte with no slot or
                 // no import escapes (T4): it reads zero and stores nothing.
                 let mut i = 0usize;
+                let mut load_failed = false;
                 while i < bytes.len() {
                     let addr = address + i as u64;
                     let slot = if addr >> shift == c0 { s0 } else { s1 };
@@ -238,12 +252,37 @@ pub fn run_job(
                         .min(usize::try_from(contiguous).unwrap_or(usize::MAX))
                         .max(1);
                     match a.op {
-                        Op::Load => memory.read_bytes(g, &mut bytes[i..i + n]),
-                        Op::Store => memory.write_bytes(g, &bytes[i..i + n]),
+                        Op::Load => {
+                            if let Err(e) = memory.read_bytes(g, &mut bytes[i..i + n]) {
+                                load_failed = true;
+                                out.failures.push(HostFailure {
+                                    kind: HostFailureKind::Load,
+                                    error: e,
+                                    lost: None,
+                                    bytes: Vec::new(),
+                                });
+                            }
+                        }
+                        Op::Store => {
+                            if let Err(failed) = memory.write_bytes(g, &bytes[i..i + n]) {
+                                for f in failed {
+                                    let from = i + (f.guest.start - g) as usize;
+                                    let to = i + (f.guest.end - g) as usize;
+                                    out.failures.push(HostFailure {
+                                        kind: HostFailureKind::Store,
+                                        error: f.error,
+                                        lost: Some(f.guest),
+                                        bytes: bytes[from..to].to_vec(),
+                                    });
+                                }
+                            }
+                        }
                     }
                     i += n;
                 }
                 match a.op {
+                    // A load whose bytes could not be read has no values: never made-up zeros.
+                    Op::Load if load_failed => res.values = Vec::new(),
                     Op::Load => res.values = values_of(&bytes, pa.format),
                     Op::Store => {
                         // C1: each store marks its chunks' slots.
@@ -263,5 +302,5 @@ pub fn run_job(
             _ => out.marks.push((slot, 1)),
         }
     }
-    out
+    Ok(out)
 }

@@ -28,8 +28,9 @@ use thiserror::Error;
 use crate::addr::ByteRange;
 
 /// A call into the emulator's memory failed; the message is the emulator's (or the kernel's).
+/// It names the call, the host bytes and, where the engine knows it, the guest address they hold.
 #[derive(Clone, Debug, PartialEq, Eq, Error, Serialize, Deserialize)]
-#[error("the host's {call} of {bytes:#x} bytes at host {host_addr:#x} failed: {why}")]
+#[error("the host's {call} of {bytes:#x} bytes at host {host_addr:#x}{} failed: {why}", guest_words(*.guest))]
 pub struct HostError {
     /// The call: `commit`, `release-guards`, `read`, `write`, `hand-off`, `real-mapping`.
     pub call: String,
@@ -37,8 +38,15 @@ pub struct HostError {
     pub host_addr: u64,
     /// The bytes.
     pub bytes: u64,
+    /// The guest address of the first byte, where the engine knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest: Option<u64>,
     /// What went wrong.
     pub why: String,
+}
+
+fn guest_words(guest: Option<u64>) -> String {
+    guest.map_or_else(String::new, |g| format!(" (guest {g:#x})"))
 }
 
 impl HostError {
@@ -48,9 +56,26 @@ impl HostError {
             call: call.to_owned(),
             host_addr,
             bytes,
+            guest: None,
             why: why.into(),
         }
     }
+
+    /// The same failure, naming the guest address its first byte holds.
+    pub fn at_guest(mut self, guest: u64) -> Self {
+        self.guest = Some(guest);
+        self
+    }
+}
+
+/// One run of a batched host write ([`HostMemory::write_runs`]): `bytes` to the emulator's
+/// memory at `host_addr`.
+#[derive(Clone, Copy, Debug)]
+pub struct HostRun<'a> {
+    /// Where the run lands, in the emulator's memory.
+    pub host_addr: u64,
+    /// Its bytes.
+    pub bytes: &'a [u8],
 }
 
 /// One mapping of the process, as the kernel has it (one line of `/proc/self/maps`).
@@ -181,6 +206,69 @@ pub fn check_real(host: ByteRange, maps: &[RealMapping]) -> Option<RealRefusal> 
     (at < host.end).then_some(RealRefusal::Unmapped { host_addr: at })
 }
 
+/// M3 by pieces: splits host bytes `host` into maximal stretches that the real mappings `maps`
+/// (in address order) let through (`None`: private, anonymous, read-write) or contradict (the
+/// first contradiction of the stretch), covering `host` in order. A run with one bad page keeps
+/// its good pages: only the bad stretch is left out.
+pub fn split_real(host: ByteRange, maps: &[RealMapping]) -> Vec<(ByteRange, Option<RealRefusal>)> {
+    let mut out: Vec<(ByteRange, Option<RealRefusal>)> = Vec::new();
+    let mut push = |r: ByteRange, why: Option<RealRefusal>| {
+        if r.is_empty() {
+            return;
+        }
+        match out.last_mut() {
+            Some((last, w)) if last.end == r.start && w.is_none() && why.is_none() => {
+                last.end = r.end;
+            }
+            Some((last, Some(RealRefusal::Unmapped { .. })))
+                if last.end == r.start && matches!(why, Some(RealRefusal::Unmapped { .. })) =>
+            {
+                last.end = r.end;
+            }
+            _ => out.push((r, why)),
+        }
+    };
+    let mut at = host.start;
+    for m in maps {
+        if at >= host.end {
+            break;
+        }
+        if m.range.end <= at {
+            continue;
+        }
+        if m.range.start > at {
+            let gap_end = m.range.start.min(host.end);
+            push(
+                ByteRange::new(at, gap_end),
+                Some(RealRefusal::Unmapped { host_addr: at }),
+            );
+            at = gap_end;
+            if at >= host.end {
+                break;
+            }
+        }
+        let end = m.range.end.min(host.end);
+        let why = if m.shared {
+            Some(RealRefusal::Shared { mapping: m.clone() })
+        } else if m.file_backed {
+            Some(RealRefusal::FileBacked { mapping: m.clone() })
+        } else if !(m.readable && m.writable) {
+            Some(RealRefusal::NotReadWrite { mapping: m.clone() })
+        } else {
+            None
+        };
+        push(ByteRange::new(at, end), why);
+        at = end;
+    }
+    if at < host.end {
+        push(
+            ByteRange::new(at, host.end),
+            Some(RealRefusal::Unmapped { host_addr: at }),
+        );
+    }
+    out
+}
+
 /// The emulator's memory, as an engine in host mode reaches it. Host addresses are the
 /// emulator's own pointers (a reservation's `host_base` plus the offset into it).
 ///
@@ -197,6 +285,17 @@ pub trait HostMemory: Send + Sync {
     /// A host write of guest bytes (C3's deferred copy, O8's write-back words), done by the
     /// emulator through its own write-watch (it notes the pages, drops the trust of textures).
     fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), HostError>;
+
+    /// O8's write-back of one holder group: every run in `runs` is a host write, in order (in
+    /// address order, none overlapping). `Err((k, e))` says run `k` did not land and why; the runs
+    /// before it landed, and the engine goes on from run `k + 1` (an emulator may stop at the first
+    /// failure). The default writes run by run through [`HostMemory::write`].
+    fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, HostError)> {
+        for (k, r) in runs.iter().enumerate() {
+            self.write(r.host_addr, r.bytes).map_err(|e| (k, e))?;
+        }
+        Ok(())
+    }
 
     /// M2: the emulator commits `bytes` bytes at `host_addr` (it committed lazily).
     fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), HostError>;

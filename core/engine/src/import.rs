@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 
 use crate::addr::ByteRange;
 use crate::backend::{Backend, BackendError};
+use crate::host::{RealRefusal, split_real};
 use crate::memory::{GuestMemory, PageState};
-use crate::report::{EscapeClass, LeftOutReason, LeftOutReport, PieceReport, When};
+use crate::report::{EscapeClass, LeftOutReason, LeftOutReport, PieceReport, RealCheck, When};
 
 /// A piece of a readable run imported into the device's address space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,21 +76,92 @@ pub struct Mappings {
     real_checks: u64,
 }
 
-/// Host mode: the process's real mapping of `guest`'s host pages, checked against M3's demand
-/// (`crate::host::check_real`); `None` when it agrees, when the host cannot tell, or in simulated
-/// memory.
-fn real_refusal(memory: &GuestMemory, guest: ByteRange) -> Option<String> {
+/// Host mode: the process's real mapping of `guest`'s host pages, split by M3's demand
+/// (`crate::host::split_real`): the guest parts in order, each `None` where the kernel maps it as
+/// the events said, or the words of its contradiction (made by `words` from the contradiction and
+/// the host and guest bytes). A bad part is widened to whole engine pages. `None` when this is
+/// simulated memory or the host cannot tell.
+fn real_parts(
+    memory: &GuestMemory,
+    guest: ByteRange,
+    words: impl Fn(&RealRefusal, ByteRange, ByteRange) -> String,
+) -> Option<Vec<(ByteRange, Option<String>)>> {
     let host = memory.host()?;
     let (h, left) = memory.host_address(guest.start)?;
     let bytes = guest.size_bytes().min(left);
     let maps = host.real_mappings(h, bytes)?;
-    crate::host::check_real(ByteRange::new(h, h + bytes), &maps).map(|r| {
-        format!(
-            "{r}; {} was not handed to the driver ({})",
-            guest,
-            crate::host::DRIVER_FACTS
-        )
-    })
+    let page = memory.page_bytes();
+    let to_guest = |x: u64| x - h + guest.start;
+    let mut bad: Vec<(ByteRange, String)> = Vec::new();
+    for (r, why) in split_real(ByteRange::new(h, h + bytes), &maps) {
+        let Some(why) = why else { continue };
+        let g = ByteRange::new(
+            to_guest(r.start) & !(page - 1),
+            to_guest(r.end).saturating_add(page - 1) & !(page - 1),
+        );
+        let g = g.intersection(&guest).unwrap_or(g);
+        let text = words(&why, r, g);
+        match bad.last_mut() {
+            Some((last, t)) if last.end >= g.start => {
+                last.end = last.end.max(g.end);
+                t.push_str("; ");
+                t.push_str(&text);
+            }
+            _ => bad.push((g, text)),
+        }
+    }
+    let mut parts = Vec::new();
+    let mut at = guest.start;
+    for (g, text) in bad {
+        if g.start > at {
+            parts.push((ByteRange::new(at, g.start), None));
+        }
+        at = g.end;
+        parts.push((g, Some(text)));
+    }
+    if at < guest.end {
+        parts.push((ByteRange::new(at, guest.end), None));
+    }
+    Some(parts)
+}
+
+/// What a page's real mapping says, in the words of a piece checked again after it was mapped:
+/// the emulator changed it without an event.
+fn changed_without_event(
+    why: &RealRefusal,
+    host: ByteRange,
+    guest: ByteRange,
+    when: u64,
+) -> String {
+    let what = match why {
+        RealRefusal::Unmapped { .. } => "is no longer mapped by the process".to_owned(),
+        RealRefusal::NotReadWrite { mapping } => format!(
+            "became {} (the process maps them {}{}{})",
+            match (mapping.readable, mapping.writable) {
+                (true, false) => "read-only",
+                (false, _) => "inaccessible (PROT_NONE)",
+                (true, true) => "not read-write",
+            },
+            if mapping.readable { 'r' } else { '-' },
+            if mapping.writable { 'w' } else { '-' },
+            if mapping.shared { 's' } else { 'p' },
+        ),
+        RealRefusal::Shared { mapping } => format!(
+            "is now mapped shared ({})",
+            if mapping.name.is_empty() {
+                "anonymous"
+            } else {
+                &mapping.name
+            }
+        ),
+        RealRefusal::FileBacked { mapping } => {
+            format!("is now mapped from a file ({})", mapping.name)
+        }
+    };
+    format!(
+        "host pages {host} (guest {guest}) {what} since they were mapped before dispatch {when}; no event said so: the piece was dropped before the device could touch it ({})",
+        crate::host::DRIVER_FACTS
+    )
 }
 
 fn category(p: &PageState) -> Option<LeftOutReason> {
@@ -204,14 +276,30 @@ impl Mappings {
             || self.pieces.range(range.start..range.end).next().is_some()
     }
 
+    /// The first part of `range` a mapped piece holds, if any.
+    pub fn first_overlap(&self, range: ByteRange) -> Option<ByteRange> {
+        let before = self
+            .pieces
+            .range(..range.start)
+            .next_back()
+            .and_then(|(_, p)| p.guest.intersection(&range));
+        before.or_else(|| {
+            self.pieces
+                .range(range.start..range.end)
+                .next()
+                .and_then(|(_, p)| p.guest.intersection(&range))
+        })
+    }
+
     /// M4: whether the generation moved since the mappings were made.
     pub fn stale(&self, memory: &GuestMemory) -> bool {
         self.mapped_generation != Some(memory.generation())
     }
 
     /// M1 for one piece that M3 let through; in host mode the process's real mapping of it is
-    /// read first and a contradiction leaves it out by name instead (`crate::host::check_real`).
-    /// Returns whether the piece was imported.
+    /// read first and its parts that contradict the events are left out by name
+    /// (`crate::host::split_real`), the rest imported: a run with one bad page keeps its good
+    /// pages (M3 by pieces). Returns whether any of it was imported.
     fn import(
         &mut self,
         backend: &mut dyn Backend,
@@ -221,22 +309,49 @@ impl Mappings {
         before: u64,
         by_revisit: bool,
     ) -> Result<bool, BackendError> {
-        if let Some(refusal) = real_refusal(memory, guest) {
-            self.real_checks += 1;
-            self.version += 1;
-            self.left_out.insert(
-                guest.start,
-                LeftOutReport {
-                    guest,
-                    reason: LeftOutReason::RealMapping,
-                    detail: Some(refusal),
-                },
-            );
-            return Ok(false);
-        }
+        let parts = real_parts(memory, guest, |why, host, g| {
+            format!(
+                "{why}; host {host} (guest {g}) was not handed to the driver, the rest of {guest} was ({})",
+                crate::host::DRIVER_FACTS
+            )
+        });
         if memory.host().is_some() {
             self.real_checks += 1;
         }
+        let parts = parts.unwrap_or_else(|| vec![(guest, None)]);
+        let mut any = false;
+        for (r, bad) in parts {
+            match bad {
+                Some(detail) => {
+                    self.version += 1;
+                    self.left_out.insert(
+                        r.start,
+                        LeftOutReport {
+                            guest: r,
+                            reason: LeftOutReason::RealMapping,
+                            detail: Some(detail),
+                        },
+                    );
+                }
+                None => {
+                    self.import_piece(backend, memory, r, reservation, before, by_revisit)?;
+                    any = true;
+                }
+            }
+        }
+        Ok(any)
+    }
+
+    /// Hands one piece to the driver and records it.
+    fn import_piece(
+        &mut self,
+        backend: &mut dyn Backend,
+        memory: &GuestMemory,
+        guest: ByteRange,
+        reservation: u64,
+        before: u64,
+        by_revisit: bool,
+    ) -> Result<(), BackendError> {
         let device_base = backend.import(guest, memory)?;
         let piece = Piece {
             guest,
@@ -250,7 +365,111 @@ impl Mappings {
         self.dropped.retain(|d| !d.guest.overlaps(&guest));
         self.pieces.insert(guest.start, piece);
         self.changes.push(PieceChange::Added(piece));
-        Ok(true)
+        Ok(())
+    }
+
+    /// The checked mode (host mode): the real mapping of every mapped piece read again before a
+    /// device-addressed dispatch. A piece the process no longer maps as the events said (the
+    /// emulator made pages read-only or `PROT_NONE`, unmapped them or remapped them shared, and
+    /// sent no event) is dropped before the device can touch it: its good parts are imported
+    /// again, its bad parts left out with what changed ("host pages … became read-only …; no event
+    /// said so"). On lavapipe a device access to such a page kills the process; on NVIDIA a store
+    /// lands past the write-watch or in pages the process no longer has.
+    pub fn recheck_real(
+        &mut self,
+        memory: &GuestMemory,
+        backend: &mut dyn Backend,
+        dispatch: u64,
+    ) -> Result<RealCheck, BackendError> {
+        let mut check = RealCheck::default();
+        if memory.host().is_none() {
+            return Ok(check);
+        }
+        let pieces: Vec<Piece> = self.pieces.values().copied().collect();
+        for p in pieces {
+            check.pieces += 1;
+            check.bytes += p.guest.size_bytes();
+            let Some(parts) = real_parts(memory, p.guest, |why, host, g| {
+                changed_without_event(why, host, g, p.mapped_before_dispatch)
+            }) else {
+                check.unknown += 1;
+                continue;
+            };
+            if parts.iter().all(|(_, bad)| bad.is_none()) {
+                continue;
+            }
+            self.release_piece(backend, p.guest.start)?;
+            for (r, bad) in parts {
+                match bad {
+                    Some(detail) => {
+                        check.contradictions.push(detail.clone());
+                        self.left_out.insert(
+                            r.start,
+                            LeftOutReport {
+                                guest: r,
+                                reason: LeftOutReason::RealMapping,
+                                detail: Some(detail),
+                            },
+                        );
+                    }
+                    None => self.import_piece(
+                        backend,
+                        memory,
+                        r,
+                        p.reservation,
+                        dispatch.min(p.mapped_before_dispatch),
+                        p.by_revisit,
+                    )?,
+                }
+            }
+        }
+        Ok(check)
+    }
+
+    /// Drops the mapped piece over `range` and leaves `range` out for `reason` with `detail`,
+    /// re-importing the rest of the piece: what M2 could not prepare is never handed to the device.
+    pub fn leave_out(
+        &mut self,
+        memory: &GuestMemory,
+        backend: &mut dyn Backend,
+        range: ByteRange,
+        reason: LeftOutReason,
+        detail: String,
+    ) -> Result<(), BackendError> {
+        let over: Vec<Piece> = self
+            .pieces
+            .values()
+            .filter(|p| p.guest.overlaps(&range))
+            .copied()
+            .collect();
+        for p in over {
+            self.release_piece(backend, p.guest.start)?;
+            for part in [
+                ByteRange::new(p.guest.start, range.start.clamp(p.guest.start, p.guest.end)),
+                ByteRange::new(range.end.clamp(p.guest.start, p.guest.end), p.guest.end),
+            ] {
+                if !part.is_empty() {
+                    self.import_piece(
+                        backend,
+                        memory,
+                        part,
+                        p.reservation,
+                        p.mapped_before_dispatch,
+                        p.by_revisit,
+                    )?;
+                }
+            }
+        }
+        self.version += 1;
+        self.left_out.insert(
+            range.start,
+            LeftOutReport {
+                guest: range,
+                reason,
+                detail: Some(detail),
+            },
+        );
+        Ok(())
     }
 
     /// Real-mapping checks made in host mode, one a piece handed to the driver.
@@ -291,14 +510,31 @@ impl Mappings {
         let mut wanted: BTreeMap<u64, (ByteRange, u64)> = BTreeMap::new();
         let mut left_out = BTreeMap::new();
         for run in &runs {
-            let (committed, released) =
-                memory.commit_for_mapping(run.range).map_err(|e| match e {
-                    crate::memory::MemoryError::Host(h) => BackendError::Host(h),
-                    e => BackendError::Import {
+            let (committed, released) = match memory.commit_for_mapping(run.range) {
+                Ok(done) => done,
+                // M2 failed for this run alone: it is left out by name (what reaches it escapes)
+                // and every other run is mapped; the next remap or revisit asks again.
+                Err(crate::memory::MemoryError::Host(h)) => {
+                    left_out.insert(
+                        run.range.start,
+                        LeftOutReport {
+                            guest: run.range,
+                            reason: LeftOutReason::HostCallback,
+                            detail: Some(format!(
+                                "M2 could not commit or unguard {} before mapping it: {h}; only dispatches that reach it are affected (their accesses there escape)",
+                                run.range
+                            )),
+                        },
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    return Err(BackendError::Import {
                         piece: run.range,
                         why: e.to_string(),
-                    },
-                })?;
+                    });
+                }
+            };
             stats.committed_pages += committed;
             stats.guards_released += released;
             stats.pages_noted_written += run.range.size_bytes() / page;

@@ -924,6 +924,15 @@ pub enum Event {
         #[serde(with = "bytes_hex")]
         bytes: Vec<u8>,
     },
+    /// A CPU write whose bytes the emulator did not give (host mode: they lie in its own pages
+    /// already): the write-watch notes it and targets over it lose trust, as for
+    /// [`Event::Write`], but what was written is not known here, and what is made from events
+    /// (write histories, captures, the debugger's memory view) says the bytes are unknown rather
+    /// than inventing them.
+    Wrote {
+        /// The guest bytes written.
+        range: ByteRange,
+    },
     /// A copy the command processor deferred; C3 writes it into guest memory before a
     /// device-addressed dispatch.
     DeferCopy {
@@ -967,6 +976,7 @@ impl Event {
             Event::Guard { .. } => "guard",
             Event::Unguard { .. } => "unguard",
             Event::Write { .. } => "write",
+            Event::Wrote { .. } => "wrote",
             Event::DeferCopy { .. } => "defer-copy",
             Event::AddTarget { .. } => "add-target",
             Event::RemoveTarget { .. } => "remove-target",

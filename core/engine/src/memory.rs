@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::addr::ByteRange;
-use crate::host::{HostError, HostMemory, HostTraffic};
+use crate::host::{HostError, HostMemory, HostRun, HostTraffic};
 use crate::input::{Backing, Event, HostProtection};
 use crate::report::ReadableRun;
 
@@ -285,9 +285,33 @@ pub enum MemoryError {
         "the host base {host_base:#x} of {range} makes host addresses pass the end of the address space"
     )]
     HostBaseWraps { range: ByteRange, host_base: u64 },
+    #[error(
+        "reserving {range} at host {host_base:#x}..{host_end:#x} overlaps the host pages of the reservation at {other} (host {other_host:#x}..{other_host_end:#x}): two reservations may not share host pages, or a store through one would change the other's bytes"
+    )]
+    HostAliased {
+        range: ByteRange,
+        host_base: u64,
+        host_end: u64,
+        other: ByteRange,
+        other_host: u64,
+        other_host_end: u64,
+    },
     #[error("{0}")]
     Host(Box<HostError>),
 }
+
+/// Guest bytes a host write did not land, and why: never dropped silently; the caller keeps them
+/// (C3's deferred copies stay deferred) or reports them lost (O8's write-back).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedWrite {
+    /// The guest bytes that did not land.
+    pub guest: ByteRange,
+    /// Why.
+    pub error: HostError,
+}
+
+/// Failures of host calls kept for one dispatch's report; more are counted, not kept.
+pub const HOST_FAILURES_KEPT: usize = 64;
 
 impl From<HostError> for MemoryError {
     fn from(e: HostError) -> Self {
@@ -319,10 +343,15 @@ enum Contents {
     /// Page number to the page's bytes. hashbrown's default hasher: the CPU reference looks pages
     /// up per contiguous run of every device access, where std's SipHash was a fifth of a dispatch.
     Simulated(HashMap<u64, Box<[u8]>>),
-    /// The emulator's pages, and the first failure of a call that had no way to return it.
+    /// The emulator's pages, and the failures of calls that had no way to return them (C2's
+    /// hand-off), kept until the engine takes them into a report.
     Host {
         host: Arc<dyn HostMemory>,
-        failure: Option<HostError>,
+        failures: Vec<HostError>,
+        /// Host ranges of the reservations: host start → (host end, guest base), so that two
+        /// reservations over the same host pages are refused (a store through one would change
+        /// the other's bytes).
+        host_ranges: BTreeMap<u64, (u64, u64)>,
         /// Bytes read from the emulator's pages (reads take `&self`).
         bytes_read: Arc<std::sync::atomic::AtomicU64>,
     },
@@ -332,8 +361,8 @@ impl std::fmt::Debug for Contents {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Contents::Simulated(pages) => write!(f, "Simulated({} pages)", pages.len()),
-            Contents::Host { host, failure, .. } => {
-                write!(f, "Host({}, {failure:?})", host.name())
+            Contents::Host { host, failures, .. } => {
+                write!(f, "Host({}, {failures:?})", host.name())
             }
         }
     }
@@ -383,7 +412,8 @@ impl GuestMemory {
         let mut m = Self::new(page_bytes)?;
         m.contents = Contents::Host {
             host,
-            failure: None,
+            failures: Vec::new(),
+            host_ranges: BTreeMap::new(),
             bytes_read: Arc::default(),
         };
         Ok(m)
@@ -406,12 +436,12 @@ impl GuestMemory {
         t
     }
 
-    /// Takes the first failure of a host call that could not return it (a write-back word the
-    /// emulator refused to write); the engine turns it into an error of the dispatch.
-    pub fn take_host_failure(&mut self) -> Option<HostError> {
+    /// Takes the failures of host calls that could not return them (C2's hand-off), at most
+    /// [`HOST_FAILURES_KEPT`]; the engine puts them in the dispatch's report.
+    pub fn take_host_failures(&mut self) -> Vec<HostError> {
         match &mut self.contents {
-            Contents::Host { failure, .. } => failure.take(),
-            Contents::Simulated(_) => None,
+            Contents::Host { failures, .. } => std::mem::take(failures),
+            Contents::Simulated(_) => Vec::new(),
         }
     }
 
@@ -425,10 +455,10 @@ impl GuestMemory {
 
     fn record_failure(&mut self, e: HostError) {
         self.traffic.failures += 1;
-        if let Contents::Host { failure, .. } = &mut self.contents
-            && failure.is_none()
+        if let Contents::Host { failures, .. } = &mut self.contents
+            && failures.len() < HOST_FAILURES_KEPT
         {
-            *failure = Some(e);
+            failures.push(e);
         }
     }
 
@@ -669,6 +699,29 @@ impl GuestMemory {
                         existing: existing.range,
                     });
                 }
+                if let (Some(h), Contents::Host { host_ranges, .. }) =
+                    (host_base, &mut self.contents)
+                {
+                    let end = h + range.size_bytes();
+                    if let Some((&other_host, &(other_host_end, other))) =
+                        host_ranges.range(..end).next_back()
+                        && other_host_end > h
+                    {
+                        let other = self
+                            .reservations
+                            .get(&other)
+                            .map_or(ByteRange::new(other, other), |r| r.range);
+                        return Err(MemoryError::HostAliased {
+                            range: *range,
+                            host_base: h,
+                            host_end: end,
+                            other,
+                            other_host,
+                            other_host_end,
+                        });
+                    }
+                    host_ranges.insert(h, (end, range.start));
+                }
                 let n = range.size_bytes() >> self.page_shift;
                 let page = PageState {
                     guest: GuestView {
@@ -698,9 +751,15 @@ impl GuestMemory {
                     .get(base)
                     .ok_or(MemoryError::NoReservation { base: *base })?;
                 let range = r.range;
+                let host_base = r.host_base;
                 change.runs_changed = r.pages.runs().any(|(_, _, p)| p.guest.readable);
                 change.host_memory_going.push(range);
                 self.reservations.remove(base);
+                if let (Some(h), Contents::Host { host_ranges, .. }) =
+                    (host_base, &mut self.contents)
+                {
+                    host_ranges.remove(&h);
+                }
                 self.state_changes += 1;
                 self.drop_contents(range);
             }
@@ -755,8 +814,17 @@ impl GuestMemory {
                     // write-watch notes and D720 follow as for any host write.
                     self.note_written(range, &mut change);
                 } else {
-                    self.host_write(*address, bytes, &mut change);
+                    // Simulated memory takes every byte.
+                    let _landed = self.host_write(*address, bytes, &mut change);
                 }
+            }
+            Event::Wrote { range } => {
+                self.check_bytes(range.start, range.size_bytes() as usize)?;
+                if range.is_empty() {
+                    return Err(MemoryError::Empty { range: *range });
+                }
+                // Only the range is known: the bytes are the emulator's, where they lie.
+                self.note_written(*range, &mut change);
             }
             Event::DeferCopy { address, bytes } => {
                 self.byte_range(*address, bytes.len())?;
@@ -819,13 +887,97 @@ impl GuestMemory {
 
     /// A host write (a CPU write, a holder's write-back, a C3 copy): the bytes land, the
     /// write-watch notes the pages written (D824), and targets over them lose trust (D720).
-    pub fn host_write(&mut self, address: u64, bytes: &[u8], change: &mut MemoryChange) {
+    /// In host mode a write the emulator refused is returned with the bytes it did not land (the
+    /// rest landed and is noted).
+    pub fn host_write(
+        &mut self,
+        address: u64,
+        bytes: &[u8],
+        change: &mut MemoryChange,
+    ) -> Result<(), Vec<FailedWrite>> {
         if bytes.is_empty() {
-            return;
+            return Ok(());
         }
-        self.write_bytes(address, bytes);
+        let landed = self.write_bytes(address, bytes);
         let range = ByteRange::new(address, address.saturating_add(bytes.len() as u64));
         self.note_written(range, change);
+        landed
+    }
+
+    /// O8 in host mode: the runs `runs` (guest address and bytes, in address order, none
+    /// overlapping) written through the emulator in one batch ([`HostMemory::write_runs`]), and
+    /// `noted` (the pages they lie on) noted written once. Exactly the runs' bytes are written:
+    /// nothing between them is read or rewritten. A run the emulator refused is returned with its
+    /// bytes' range; the others landed. In simulated memory each run lands in the contents.
+    pub fn write_runs(
+        &mut self,
+        runs: &[(u64, &[u8])],
+        noted: ByteRange,
+        change: &mut MemoryChange,
+    ) -> Vec<FailedWrite> {
+        let mut failed = Vec::new();
+        let host = match &self.contents {
+            Contents::Host { host, .. } => Some(Arc::clone(host)),
+            Contents::Simulated(_) => None,
+        };
+        match host {
+            None => {
+                for &(a, b) in runs {
+                    let _landed = self.write_bytes(a, b);
+                }
+            }
+            Some(host) => {
+                // Guest runs to host runs, a run split where it crosses reservations.
+                let mut host_runs: Vec<HostRun<'_>> = Vec::with_capacity(runs.len());
+                let mut guest_of: Vec<u64> = Vec::with_capacity(runs.len());
+                for &(a, b) in runs {
+                    for (at, n, h) in self.host_spans(a, b.len()) {
+                        let guest = a + at as u64;
+                        match h {
+                            Some(h) => {
+                                host_runs.push(HostRun {
+                                    host_addr: h,
+                                    bytes: &b[at..at + n],
+                                });
+                                guest_of.push(guest);
+                            }
+                            None => failed.push(FailedWrite {
+                                guest: ByteRange::new(guest, guest + n as u64),
+                                error: no_reservation("write", guest, n),
+                            }),
+                        }
+                    }
+                }
+                let mut from = 0;
+                while from < host_runs.len() {
+                    match host.write_runs(&host_runs[from..]) {
+                        Ok(()) => {
+                            self.traffic.bytes_written += host_runs[from..]
+                                .iter()
+                                .map(|r| r.bytes.len() as u64)
+                                .sum::<u64>();
+                            break;
+                        }
+                        Err((k, e)) => {
+                            let k = from + k.min(host_runs.len() - from - 1);
+                            self.traffic.bytes_written += host_runs[from..k]
+                                .iter()
+                                .map(|r| r.bytes.len() as u64)
+                                .sum::<u64>();
+                            self.traffic.failures += 1;
+                            let g = guest_of[k];
+                            failed.push(FailedWrite {
+                                guest: ByteRange::new(g, g + host_runs[k].bytes.len() as u64),
+                                error: e.at_guest(g),
+                            });
+                            from = k + 1;
+                        }
+                    }
+                }
+            }
+        }
+        self.note_written(noted, change);
+        failed
     }
 
     /// D824 and D720 for `range` without writing bytes: what C2 does for a marked chunk.
@@ -887,15 +1039,26 @@ impl GuestMemory {
             }
         });
         if let Some(host) = self.host().cloned() {
+            // What the emulator did before a failure stays done and noted: a page it committed is
+            // committed, whatever happens to the rest of the run.
             for run in to_commit {
                 let (h, _) = self.host_address(run.start).unwrap_or_default();
-                host.commit(h, run.size_bytes())
-                    .inspect_err(|_| self.traffic.failures += 1)?;
+                if let Err(e) = host.commit(h, run.size_bytes()) {
+                    self.traffic.failures += 1;
+                    return Err(e.at_guest(run.start).into());
+                }
+                let _ = self.pages_mut(run, |p| p.committed = true);
             }
             for run in to_release {
                 let (h, _) = self.host_address(run.start).unwrap_or_default();
-                host.release_guards(h, run.size_bytes())
-                    .inspect_err(|_| self.traffic.failures += 1)?;
+                if let Err(e) = host.release_guards(h, run.size_bytes()) {
+                    self.traffic.failures += 1;
+                    return Err(e.at_guest(run.start).into());
+                }
+                let _ = self.pages_mut(run, |p| {
+                    p.guarded = false;
+                    p.written = true;
+                });
             }
         }
         let _ = self.pages_mut(range, |p| {
@@ -923,8 +1086,10 @@ impl GuestMemory {
         let mut pages = 0;
         for run in guarded {
             let (h, _) = self.host_address(run.start).unwrap_or_default();
-            host.release_guards(h, run.size_bytes())
-                .inspect_err(|_| self.traffic.failures += 1)?;
+            if let Err(e) = host.release_guards(h, run.size_bytes()) {
+                self.traffic.failures += 1;
+                return Err(e.at_guest(run.start).into());
+            }
             self.pages_mut(run, |p| {
                 p.guarded = false;
                 p.written = true;
@@ -948,14 +1113,10 @@ impl GuestMemory {
     }
 
     /// Reads guest bytes for a debugger: from the emulator's pages in host mode (counted), from the
-    /// simulated contents otherwise; bytes no page holds read as zero. A page the process cannot
-    /// read is an error, never a crash.
+    /// simulated contents otherwise. A page the process cannot read, or bytes no reservation
+    /// holds in host mode, are an error naming the address, never a crash and never zeros.
     pub fn try_read_bytes(&self, address: u64, out: &mut [u8]) -> Result<(), HostError> {
-        if self.host().is_none() {
-            self.read_bytes(address, out);
-            return Ok(());
-        }
-        self.read_host(address, out)
+        self.read_bytes(address, out)
     }
 
     /// Splits `len` guest bytes at `address` into spans of one reservation each: `(offset into the
@@ -983,8 +1144,8 @@ impl GuestMemory {
         spans
     }
 
-    /// Reads host-mode bytes, reservation by reservation; bytes outside every reservation read as
-    /// zero.
+    /// Reads host-mode bytes, reservation by reservation. Bytes no reservation holds are an error:
+    /// host mode has no bytes of its own to give for them.
     fn read_host(&self, address: u64, out: &mut [u8]) -> Result<(), HostError> {
         let Contents::Host {
             host, bytes_read, ..
@@ -994,69 +1155,102 @@ impl GuestMemory {
         };
         for (at, n, h) in self.host_spans(address, out.len()) {
             let span = &mut out[at..at + n];
+            let guest = address.wrapping_add(at as u64);
             match h {
                 Some(h) => {
-                    host.read(h, span)?;
+                    host.read(h, span).map_err(|e| e.at_guest(guest))?;
                     bytes_read.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
                 }
-                None => span.fill(0),
+                None => return Err(no_reservation("read", guest, n)),
             }
         }
         Ok(())
     }
 
-    /// Writes host-mode bytes through the emulator, reservation by reservation; bytes outside
-    /// every reservation are dropped.
-    fn write_host(&mut self, address: u64, bytes: &[u8]) {
+    /// Writes host-mode bytes through the emulator, reservation by reservation; the spans that
+    /// did not land (the emulator refused them, or no reservation holds them) are returned.
+    fn write_host(&mut self, address: u64, bytes: &[u8]) -> Result<(), Vec<FailedWrite>> {
         let Contents::Host { host, .. } = &self.contents else {
-            return;
+            return Ok(());
         };
         let host = Arc::clone(host);
+        let mut failed = Vec::new();
         for (at, n, h) in self.host_spans(address, bytes.len()) {
-            let Some(h) = h else { continue };
-            self.traffic.bytes_written += n as u64;
-            if let Err(e) = host.write(h, &bytes[at..at + n]) {
-                self.record_failure(e);
+            let guest = address.wrapping_add(at as u64);
+            let range = ByteRange::new(guest, guest.saturating_add(n as u64));
+            let Some(h) = h else {
+                failed.push(FailedWrite {
+                    guest: range,
+                    error: no_reservation("write", guest, n),
+                });
+                continue;
+            };
+            match host.write(h, &bytes[at..at + n]) {
+                Ok(()) => self.traffic.bytes_written += n as u64,
+                Err(e) => {
+                    self.traffic.failures += 1;
+                    failed.push(FailedWrite {
+                        guest: range,
+                        error: e.at_guest(guest),
+                    });
+                }
             }
+        }
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            Err(failed)
         }
     }
 
     /// C3: writes the first `n` deferred copies into guest memory, in the order they were deferred;
-    /// returns what was written. The rest stay deferred.
+    /// returns what was written. A copy (or the part of one) the emulator refused stays deferred,
+    /// ahead of the rest, and is tried again at the next dispatch that needs it; its failure is
+    /// returned too.
     pub fn flush_deferred_first(
         &mut self,
         n: usize,
         change: &mut MemoryChange,
-    ) -> Vec<(u64, Vec<u8>)> {
+    ) -> (Vec<(u64, Vec<u8>)>, Vec<FailedWrite>) {
         let n = n.min(self.deferred.len());
         let copies: Vec<(u64, Vec<u8>)> = self.deferred.drain(..n).collect();
-        for (addr, bytes) in &copies {
-            self.host_write(*addr, bytes, change);
+        let mut landed = Vec::with_capacity(copies.len());
+        let mut kept = Vec::new();
+        let mut failures = Vec::new();
+        for (addr, bytes) in copies {
+            match self.host_write(addr, &bytes, change) {
+                Ok(()) => landed.push((addr, bytes)),
+                Err(failed) => {
+                    for f in failed {
+                        let from = (f.guest.start - addr) as usize;
+                        let to = (f.guest.end - addr) as usize;
+                        kept.push((f.guest.start, bytes[from..to].to_vec()));
+                        failures.push(f);
+                    }
+                }
+            }
         }
-        copies
+        self.deferred.splice(0..0, kept);
+        (landed, failures)
     }
 
-    /// C3: writes every deferred copy into guest memory; returns what was written.
-    pub fn flush_deferred(&mut self, change: &mut MemoryChange) -> Vec<(u64, Vec<u8>)> {
-        let copies = std::mem::take(&mut self.deferred);
-        for (addr, bytes) in &copies {
-            self.host_write(*addr, bytes, change);
-        }
-        copies
+    /// C3: writes every deferred copy into guest memory; returns what was written and what stays
+    /// deferred because the emulator refused it ([`GuestMemory::flush_deferred_first`]).
+    pub fn flush_deferred(
+        &mut self,
+        change: &mut MemoryChange,
+    ) -> (Vec<(u64, Vec<u8>)>, Vec<FailedWrite>) {
+        self.flush_deferred_first(self.deferred.len(), change)
     }
 
-    /// Reads guest bytes; bytes no page holds read as zero. In host mode it reads the emulator's
-    /// pages; a page the process cannot read reads as zero and is recorded as a failure
-    /// ([`GuestMemory::take_host_failure`]).
-    pub fn read_bytes(&self, address: u64, out: &mut [u8]) {
+    /// Reads guest bytes. Simulated memory reads bytes no page holds as zero (a page never
+    /// written). In host mode it reads the emulator's pages; a page the process cannot read, a
+    /// failing `read` callback, or bytes no reservation holds are an error naming the guest and
+    /// host addresses: never zeros.
+    pub fn read_bytes(&self, address: u64, out: &mut [u8]) -> Result<(), HostError> {
         let contents = match &self.contents {
             Contents::Simulated(c) => c,
-            Contents::Host { .. } => {
-                if self.read_host(address, out).is_err() {
-                    out.fill(0);
-                }
-                return;
-            }
+            Contents::Host { .. } => return self.read_host(address, out),
         };
         let mut done = 0usize;
         while done < out.len() {
@@ -1070,15 +1264,16 @@ impl GuestMemory {
             }
             done += n;
         }
+        Ok(())
     }
 
     /// Reads guest bytes into `out`, which the caller has zeroed: only pages whose contents are
     /// held are copied, so a holder of gigabytes over few written pages costs those pages (the
     /// bytes of `out` over pages no content holds are left as they are, zero).
-    pub fn read_bytes_into_zeroed(&self, address: u64, out: &mut [u8]) {
+    pub fn read_bytes_into_zeroed(&self, address: u64, out: &mut [u8]) -> Result<(), HostError> {
         let len = out.len() as u64;
         if len == 0 {
-            return;
+            return Ok(());
         }
         let contents = match &self.contents {
             Contents::Simulated(c) => c,
@@ -1110,11 +1305,13 @@ impl GuestMemory {
                 }
             }
         }
+        Ok(())
     }
 
     /// Writes guest bytes with no write-watch or target effects (a device store, or loading a
-    /// sample's contents).
-    pub fn write_bytes(&mut self, address: u64, bytes: &[u8]) {
+    /// sample's contents). Simulated memory takes every byte; in host mode the spans the emulator
+    /// refused (or no reservation holds) are returned, the rest landed.
+    pub fn write_bytes(&mut self, address: u64, bytes: &[u8]) -> Result<(), Vec<FailedWrite>> {
         let contents = match &mut self.contents {
             Contents::Simulated(c) => c,
             Contents::Host { .. } => return self.write_host(address, bytes),
@@ -1132,6 +1329,7 @@ impl GuestMemory {
             p[in_page..in_page + n].copy_from_slice(&bytes[done..done + n]);
             done += n;
         }
+        Ok(())
     }
 
     /// Pages whose contents are held, with their bytes (for saving samples).
@@ -1161,6 +1359,17 @@ impl GuestMemory {
             contents.retain(|p, _| *p < first || *p > last);
         }
     }
+}
+
+/// Host mode has no bytes of its own: guest bytes no reservation holds cannot be read or written.
+fn no_reservation(call: &str, guest: u64, n: usize) -> HostError {
+    HostError::new(
+        call,
+        0,
+        n as u64,
+        format!("guest {guest:#x} lies in no reservation, so no host page holds it"),
+    )
+    .at_guest(guest)
 }
 
 fn protection_for(readable: bool, writable: bool) -> HostProtection {
@@ -1299,7 +1508,7 @@ mod tests {
             .unwrap();
         assert_ne!(m.state_changes(), c, "M2 commits and notes pages");
         let c = m.state_changes();
-        m.write_bytes(0x10000, &[1, 2, 3]);
+        m.write_bytes(0x10000, &[1, 2, 3]).unwrap();
         assert_eq!(m.state_changes(), c, "contents are not state");
     }
 
@@ -1321,7 +1530,7 @@ mod tests {
         assert_eq!(c.distrusted, vec![7]);
         assert!(m.page_at(0x11000).unwrap().written);
         let mut out = [0u8; 4];
-        m.read_bytes(0x11ffe, &mut out);
+        m.read_bytes(0x11ffe, &mut out).unwrap();
         assert_eq!(out, [1, 2, 0, 0]);
     }
 

@@ -313,6 +313,10 @@ pub enum LeftOutReason {
     /// not (shared, file-backed, not read-write, or unmapped): refused before the driver saw them
     /// (`crate::host::check_real`); the report's `detail` says what the kernel said.
     RealMapping,
+    /// Host mode: the emulator's commit or guard release for these pages failed (M2), so they
+    /// were not handed to the driver; only what reaches them escapes, every other page is mapped.
+    /// The report's `detail` says which call failed and how.
+    HostCallback,
 }
 
 impl LeftOutReason {
@@ -324,6 +328,9 @@ impl LeftOutReason {
             LeftOutReason::NotReadWrite => "host pages not read-write",
             LeftOutReason::RealMapping => {
                 "the process's real mapping contradicts the events (refused before the driver saw it)"
+            }
+            LeftOutReason::HostCallback => {
+                "the emulator's commit or guard release failed for them (M2)"
             }
         }
     }
@@ -342,6 +349,9 @@ impl LeftOutReason {
                 "NVIDIA refuses an import holding a page that is not read-write (VK_ERROR_OUT_OF_DEVICE_MEMORY); lavapipe imports it and kills the process with SIGSEGV when the device stores to it"
             }
             LeftOutReason::RealMapping => crate::host::DRIVER_FACTS,
+            LeftOutReason::HostCallback => {
+                "a page the emulator could not commit or unguard is one the device must not touch: NVIDIA would commit it behind the emulator's back, and lavapipe kills the process when the device stores to a guarded page"
+            }
         }
     }
 }
@@ -710,14 +720,29 @@ pub struct WordWritten {
     /// Its guest address.
     #[serde(with = "hex")]
     pub address: u64,
-    /// The guest's word before the write-back.
-    #[serde(with = "hex")]
-    pub old: u64,
+    /// The guest's word before the write-back, as a read of the guest's memory found it; `None`
+    /// where that read failed (the report's `host_path.failures` says why): never made up.
+    #[serde(with = "hex::option", default, skip_serializing_if = "Option::is_none")]
+    pub old: Option<u64>,
     /// The word written back.
     #[serde(with = "hex")]
     pub new: u64,
     /// Bytes of the word (4, fewer at the holder's end).
     pub bytes: u8,
+}
+
+impl WordWritten {
+    /// Whether the write-back changed the word (a word whose old value is unknown counts as
+    /// changed).
+    pub fn changed(&self) -> bool {
+        self.old != Some(self.new)
+    }
+
+    /// The old value as `0x%08x`, or `unknown` where its read failed.
+    pub fn old_text(&self) -> String {
+        self.old
+            .map_or_else(|| "unknown".to_owned(), |o| format!("{o:#010x}"))
+    }
 }
 
 /// O8: a holder's masked write-back.
@@ -953,6 +978,129 @@ pub struct DispatchReport {
     /// lanes, positive control), for a dispatch the backend ran as a translated module.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instrumented: Option<InstrumentedReport>,
+    /// Host mode: what the emulator's memory did to this dispatch (calls that failed and what
+    /// they lost, events that waited for it, the checked mode's look at the real mappings).
+    #[serde(default, skip_serializing_if = "HostPathReport::is_empty")]
+    pub host_path: HostPathReport,
+}
+
+/// Host mode: what happened between the engine and the emulator's memory for one dispatch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostPathReport {
+    /// Calls into the emulator's memory that failed, each with what it cost (at most
+    /// `memory::HOST_FAILURES_KEPT`; `failures_not_listed` counts the rest).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<HostFailure>,
+    /// Failures past the list.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failures_not_listed: u64,
+    /// M5: events that touched memory this dispatch could reach while it was prepared, refused
+    /// until its complete (the emulator was told to complete it first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waited: Vec<WaitedEvent>,
+    /// The checked mode's look at the real mappings before the device ran, if it looked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked: Option<RealCheck>,
+}
+
+impl HostPathReport {
+    /// Nothing to say (simulated memory, or a dispatch the emulator's memory served fully).
+    pub fn is_empty(&self) -> bool {
+        self.failures.is_empty()
+            && self.failures_not_listed == 0
+            && self.waited.is_empty()
+            && self.checked.is_none()
+    }
+
+    /// Whether any guest bytes the device wrote did not land.
+    pub fn lost_bytes(&self) -> u64 {
+        self.failures
+            .iter()
+            .filter_map(|f| f.lost)
+            .map(|r| r.size_bytes())
+            .sum()
+    }
+}
+
+/// What a failed call into the emulator's memory was doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostFailureKind {
+    /// O8: a run of the device's written words did not land: those words are lost.
+    WriteBack,
+    /// The CPU reference's store did not land.
+    Store,
+    /// The CPU reference's load could not read its bytes: its values are unknown.
+    Load,
+    /// The old value of a listed write-back word could not be read: it is unknown (the word
+    /// itself was written).
+    OldValue,
+    /// C2: the emulator was not told of a marked chunk.
+    HandOff,
+}
+
+impl HostFailureKind {
+    /// In words.
+    pub fn words(self) -> &'static str {
+        match self {
+            HostFailureKind::WriteBack => "write-back words lost (O8)",
+            HostFailureKind::Store => "store lost",
+            HostFailureKind::Load => "load's bytes unknown",
+            HostFailureKind::OldValue => "old value unknown",
+            HostFailureKind::HandOff => "hand-off not delivered (C2)",
+        }
+    }
+}
+
+/// One call into the emulator's memory that failed during a dispatch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostFailure {
+    /// What the call was doing.
+    pub kind: HostFailureKind,
+    /// The call, the addresses and the emulator's (or the kernel's) answer.
+    pub error: crate::host::HostError,
+    /// The guest bytes that did not land, for a write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<ByteRange>,
+    /// The bytes the device wrote there that did not land (the first [`HostFailure::BYTES_KEPT`]).
+    #[serde(
+        with = "crate::addr::bytes_hex",
+        default,
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub bytes: Vec<u8>,
+}
+
+impl HostFailure {
+    /// Bytes of a lost write kept in the report.
+    pub const BYTES_KEPT: usize = 4096;
+}
+
+/// M5: an event refused while a prepared dispatch could reach the memory it touched.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitedEvent {
+    /// The event's name (`release`, `decommit`, `protect` …).
+    pub event: String,
+    /// The guest bytes it touched.
+    pub range: ByteRange,
+    /// The part of the dispatch's reach it touched.
+    pub reached: ByteRange,
+}
+
+/// The checked mode: the real mappings of every imported piece a dispatch can reach, read again
+/// before the device ran, and what contradicted the events.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RealCheck {
+    /// Pieces whose real mapping was read.
+    pub pieces: u64,
+    /// Host bytes they cover.
+    pub bytes: u64,
+    /// Pieces dropped because the process no longer maps them as the events said (each also a
+    /// left-out piece of the mappings, with the contradiction in its detail).
+    pub contradictions: Vec<String>,
+    /// Pieces the host could not tell about (the check was skipped for them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unknown: u64,
 }
 
 clone_in_place!(DispatchReport {
@@ -980,7 +1128,8 @@ clone_in_place!(DispatchReport {
     write_back,
     hazards,
     counts,
-    instrumented
+    instrumented,
+    host_path
 });
 
 impl DispatchReport {

@@ -112,7 +112,7 @@ fn run(e: &mut Engine, d: &DispatchInput) -> DispatchReport {
 
 fn word(e: &Engine, address: u64) -> u32 {
     let mut b = [0u8; 4];
-    e.memory().read_bytes(address, &mut b);
+    e.memory().read_bytes(address, &mut b).unwrap();
     u32::from_le_bytes(b)
 }
 

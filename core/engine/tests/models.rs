@@ -654,7 +654,9 @@ fn check_lookups(e: &mut Engine) -> Result<(), TestCaseError> {
         for (k, byte) in want.iter_mut().enumerate() {
             let b = addr + k as u64;
             if piece_at(b).is_some() {
-                e.memory().read_bytes(b, std::slice::from_mut(byte));
+                e.memory()
+                    .read_bytes(b, std::slice::from_mut(byte))
+                    .unwrap();
             }
         }
         let got: Vec<u8> = a
@@ -916,7 +918,7 @@ proptest! {
         prop_assert_eq!(report.mode, Mode::DeviceAddressed);
 
         let mut got = vec![0u8; initial.len()];
-        e.memory().read_bytes(MODELLED.start, &mut got);
+        e.memory().read_bytes(MODELLED.start, &mut got).unwrap();
         let want: Vec<u8> = guest.values().copied().collect();
         if got != want {
             let first = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);

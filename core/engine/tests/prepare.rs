@@ -102,9 +102,9 @@ fn run_305_is_bound_as_one_holder_with_its_member_offset() {
     let r = e.complete(&input, p, RanOn::Device(run)).unwrap();
     assert_eq!(r.counts.words_written_back, 2);
     let mut got = [0u8; 4];
-    e.memory().read_bytes(BASE + 0xe41c, &mut got);
+    e.memory().read_bytes(BASE + 0xe41c, &mut got).unwrap();
     assert_eq!(u32::from_le_bytes(got), 0x2222_2222);
-    e.memory().read_bytes(BASE, &mut got);
+    e.memory().read_bytes(BASE, &mut got).unwrap();
     assert_eq!(u32::from_le_bytes(got), 0);
     assert_eq!(r.backend, "cpu-reference");
 }
@@ -380,14 +380,18 @@ mod write_back_shapes {
         }
         let total = (0..n).filter(|&w| on(w)).count() as u64;
         let mut got = vec![0u8; bytes];
-        e.memory().read_bytes(BASE + 0x10, &mut got);
+        e.memory().read_bytes(BASE + 0x10, &mut got).unwrap();
         assert_eq!(got, want, "the guest bytes after the write-back");
         let Some(wb) = r.write_back.first() else {
             assert_eq!(total, 0);
             return;
         };
         assert_eq!(wb.words_written(), total);
-        let listed: Vec<(u64, u64)> = wb.words.iter().map(|x| (x.address, x.old)).collect();
+        let listed: Vec<(u64, u64)> = wb
+            .words
+            .iter()
+            .map(|x| (x.address, x.old.unwrap()))
+            .collect();
         let expected: Vec<(u64, u64)> = words
             .iter()
             .map(|(a, b)| {

@@ -274,7 +274,7 @@ fn escape_class(
 
 fn word(e: &Engine, address: u64) -> u32 {
     let mut b = [0u8; 4];
-    e.memory().read_bytes(address, &mut b);
+    e.memory().read_bytes(address, &mut b).unwrap();
     u32::from_le_bytes(b)
 }
 
@@ -613,7 +613,11 @@ fn o8_one_upload_and_one_write_back_of_the_stored_words() {
         (wb.holder, wb.range, wb.words_total),
         (0, r(0x1000, 0x1040), 0x10)
     );
-    let words: Vec<(u64, u64, u64)> = wb.words.iter().map(|w| (w.address, w.old, w.new)).collect();
+    let words: Vec<(u64, u64, u64)> = wb
+        .words
+        .iter()
+        .map(|w| (w.address, w.old.unwrap(), w.new))
+        .collect();
     assert_eq!(
         words,
         vec![
@@ -656,7 +660,11 @@ fn o8_a_device_holder_is_written_back_by_its_masks_listing_a_few_words() {
         (wb.holder, wb.range, wb.words_total),
         (0, r(0x1000, 0x1080), 0x20)
     );
-    let listed: Vec<(u64, u64, u64)> = wb.words.iter().map(|w| (w.address, w.old, w.new)).collect();
+    let listed: Vec<(u64, u64, u64)> = wb
+        .words
+        .iter()
+        .map(|w| (w.address, w.old.unwrap(), w.new))
+        .collect();
     assert_eq!(
         listed,
         vec![

@@ -74,7 +74,7 @@ fn sets(report: &DispatchReport) -> Vec<(u32, Vec<u32>)> {
 
 fn word(e: &Engine, address: u64) -> u32 {
     let mut b = [0u8; 4];
-    e.memory().read_bytes(address, &mut b);
+    e.memory().read_bytes(address, &mut b).unwrap();
     u32::from_le_bytes(b)
 }
 

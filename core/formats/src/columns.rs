@@ -56,8 +56,8 @@ use dispatchscope_core::input::{Access, AccessKind, DispatchInput, DispatchKind,
 use dispatchscope_core::input::{DeviceLimits, Reason};
 use dispatchscope_core::report::{
     AccessReport, BeforeDispatch, BindSet, Counts, DispatchReport, Escape, EventReport, HandOff,
-    Hazard, LookupOutcome, LookupTrace, MappingReport, Mark, Mode, ProbeStep, Refusal, Route,
-    SlotBinding, TableReport, WriteBack,
+    Hazard, HostPathReport, LookupOutcome, LookupTrace, MappingReport, Mark, Mode, ProbeStep,
+    Refusal, Route, SlotBinding, TableReport, WriteBack,
 };
 use dispatchscope_core::rules::Rule;
 
@@ -715,6 +715,8 @@ pub struct ReportShell<'a> {
     write_back: &'a [WriteBack],
     hazards: &'a [Hazard],
     counts: &'a Counts,
+    #[serde(skip_serializing_if = "HostPathReport::is_empty")]
+    host_path: &'a HostPathReport,
 }
 
 impl<'a> ReportShell<'a> {
@@ -746,6 +748,7 @@ impl<'a> ReportShell<'a> {
             hazards,
             counts,
             instrumented: _,
+            host_path,
         } = report;
         Self {
             schema,
@@ -772,6 +775,7 @@ impl<'a> ReportShell<'a> {
             write_back,
             hazards,
             counts,
+            host_path,
         }
     }
 }

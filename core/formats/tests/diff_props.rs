@@ -140,7 +140,7 @@ fn naive(a: &DispatchReport, b: &DispatchReport) -> BTreeMap<Category, usize> {
                 w.words.iter().map(move |x| {
                     (
                         format!("{}|{}", w.holder, x.address),
-                        format!("{}|{}", x.old, x.new),
+                        format!("{:?}|{}", x.old, x.new),
                     )
                 })
             })

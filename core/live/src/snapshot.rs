@@ -93,11 +93,16 @@ pub fn snapshot_of(memory: &GuestMemory) -> (Vec<Event>, Vec<Contents>) {
         // One byte of each page notes it written; the byte is the page's own.
         let mut at = range.start;
         while at < range.end {
+            // A page whose byte cannot be read is noted written without inventing its byte.
             let mut byte = [0u8; 1];
-            memory.read_bytes(at, &mut byte);
-            events.push(Event::Write {
-                address: at,
-                bytes: byte.to_vec(),
+            events.push(match memory.read_bytes(at, &mut byte) {
+                Ok(()) => Event::Write {
+                    address: at,
+                    bytes: byte.to_vec(),
+                },
+                Err(_) => Event::Wrote {
+                    range: ByteRange::new(at, at + 1),
+                },
             });
             at += page;
         }
@@ -111,10 +116,15 @@ pub fn snapshot_of(memory: &GuestMemory) -> (Vec<Event>, Vec<Contents>) {
         });
         if !t.range.is_empty() && memory.reservation_at(t.range.start).is_some() {
             let mut byte = [0u8; 1];
-            memory.read_bytes(t.range.start, &mut byte);
-            events.push(Event::Write {
-                address: t.range.start,
-                bytes: byte.to_vec(),
+            let at = t.range.start;
+            events.push(match memory.read_bytes(at, &mut byte) {
+                Ok(()) => Event::Write {
+                    address: at,
+                    bytes: byte.to_vec(),
+                },
+                Err(_) => Event::Wrote {
+                    range: ByteRange::new(at, at + 1),
+                },
             });
         }
     }

@@ -57,6 +57,10 @@ pub enum VkError {
         /// The call that wanted the queue.
         call: &'static str,
     },
+    /// Guest bytes the pass needs could not be read from the emulator's memory (host mode): the
+    /// pass does not run on made-up bytes.
+    #[error("{0}")]
+    HostRead(Box<dispatchscope_core::host::HostError>),
     /// The driver refused to import a piece (M1, M3).
     #[error(
         "importing guest piece {piece} ({bytes:#x} bytes at host address {host:#x}) failed: {why}"
@@ -291,6 +295,7 @@ impl From<VkError> for dispatchscope_core::backend::BackendError {
             } => dispatchscope_core::backend::BackendError::OutOfMemory {
                 what: format!("{call} answered {code}"),
             },
+            VkError::HostRead(h) => dispatchscope_core::backend::BackendError::Host(h),
             VkError::HostAlloc { .. } => dispatchscope_core::backend::BackendError::OutOfMemory {
                 what: e.to_string(),
             },

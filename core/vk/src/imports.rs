@@ -123,7 +123,9 @@ impl Imports {
         let Some(dst) = mirror.bytes_mut().get_mut(..size) else {
             return Err(refused(0, "the mirror is shorter than the piece".into()));
         };
-        memory.read_bytes(piece.start, dst);
+        memory
+            .read_bytes(piece.start, dst)
+            .map_err(|e| VkError::HostRead(Box::new(e)))?;
         self.time.bytes_copied += size as u64;
         let page = memory.page_bytes();
         let touched: BTreeSet<u64> = mirror.bytes()[..size]
@@ -431,7 +433,10 @@ impl Imports {
             let Some(new) = mirror.bytes().get(off as usize..(off + chunk) as usize) else {
                 continue;
             };
-            memory.read_bytes(guest, &mut old);
+            // A mirror is simulated memory's (host mode imports in place), which reads infallibly.
+            if memory.read_bytes(guest, &mut old).is_err() {
+                continue;
+            }
             let mut i = 0usize;
             let mut wrote = Vec::new();
             while i < new.len() {
@@ -443,7 +448,8 @@ impl Imports {
                 while i < new.len() && new[i] != old[i] {
                     i += 1;
                 }
-                memory.write_bytes(guest + start as u64, &new[start..i]);
+                // Simulated memory takes every byte.
+                let _landed = memory.write_bytes(guest + start as u64, &new[start..i]);
                 copied += (i - start) as u64;
                 wrote.push(guest + start as u64);
             }

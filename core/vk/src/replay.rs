@@ -151,8 +151,12 @@ impl Replay {
                         return Err(e);
                     }
                 };
-                if let Some(dst) = data.bytes_mut().get_mut(..size as usize) {
-                    memory.read_bytes(h.start, dst);
+                if let Some(dst) = data.bytes_mut().get_mut(..size as usize)
+                    && let Err(e) = memory.read_bytes(h.start, dst)
+                {
+                    ctx.destroy_buffer(data, &mut self.calls);
+                    ctx.destroy_buffer(mask, &mut self.calls);
+                    return Err(VkError::HostRead(Box::new(e)));
                 }
                 holders.push(Holder { data, mask });
             }
@@ -479,6 +483,7 @@ impl Replay {
             masks.push((0..padded / 4).map(|w| mask.word(w)).collect());
         }
         Ok(Outcome {
+            failures: Vec::new(),
             accesses,
             marks,
             holders: out_holders,

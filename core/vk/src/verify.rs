@@ -127,8 +127,13 @@ pub fn memory_differences(left: &GuestMemory, right: &GuestMemory) -> Vec<String
     let mut out = Vec::new();
     let (mut x, mut y) = (vec![0u8; page as usize], vec![0u8; page as usize]);
     for p in pages {
-        left.read_bytes(p, &mut x);
-        right.read_bytes(p, &mut y);
+        if let Err(e) = left
+            .read_bytes(p, &mut x)
+            .and_then(|()| right.read_bytes(p, &mut y))
+        {
+            out.push(format!("page {p:#x} could not be read: {e}"));
+            continue;
+        }
         let mut i = 0;
         while i < x.len() {
             if x[i] == y[i] {

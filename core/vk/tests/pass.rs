@@ -259,7 +259,10 @@ fn a_frame_writes_the_output_holder_back_into_guest_memory() {
     // The guest bytes now hold the device's image.
     let holder = scene.slots()[0];
     let mut guest = vec![0u8; (holder.size_bytes() as usize).min(8 * expected.len())];
-    engine.memory().read_bytes(holder.start, &mut guest);
+    engine
+        .memory()
+        .read_bytes(holder.start, &mut guest)
+        .unwrap();
     assert_eq!(image(&guest, expected.len()), expected);
     let json = serde_json::to_string(&report.write_back).unwrap();
     assert!(

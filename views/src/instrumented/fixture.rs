@@ -400,6 +400,7 @@ impl Fixture {
                 ..Counts::default()
             },
             instrumented: Some(section),
+            host_path: Default::default(),
         }
     }
 }

@@ -14,12 +14,20 @@ use dispatchscope_core::rules::Rule;
 /// A slot's binding state, as a change shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WordValues {
-    /// The guest's word before the write-back.
-    #[serde(with = "hex")]
-    pub old: u64,
+    /// The guest's word before the write-back; `None` where the report could not read it.
+    #[serde(with = "hex::option", default, skip_serializing_if = "Option::is_none")]
+    pub old: Option<u64>,
     /// The word written back.
     #[serde(with = "hex")]
     pub new: u64,
+}
+
+impl WordValues {
+    /// The old value as `0x…`, or `unknown`.
+    pub fn old_text(&self) -> String {
+        self.old
+            .map_or_else(|| "unknown".to_owned(), |o| format!("{o:#x}"))
+    }
 }
 
 /// A write-back's words past those listed: how many, and where (their runs, and the runs past
@@ -600,16 +608,21 @@ impl Change {
                 after,
             } => match (before, after) {
                 (None, Some(w)) => format!(
-                    "write-back of holder {holder} adds word {address:#x}: {:#x} → {:#x} (O8)",
-                    w.old, w.new
+                    "write-back of holder {holder} adds word {address:#x}: {} → {:#x} (O8)",
+                    w.old_text(),
+                    w.new
                 ),
                 (Some(w), None) => format!(
-                    "write-back of holder {holder} no longer writes word {address:#x} (was {:#x} → {:#x}, O8)",
-                    w.old, w.new
+                    "write-back of holder {holder} no longer writes word {address:#x} (was {} → {:#x}, O8)",
+                    w.old_text(),
+                    w.new
                 ),
                 (Some(a), Some(b)) => format!(
-                    "write-back of holder {holder}, word {address:#x}: {:#x} → {:#x} became {:#x} → {:#x} (O8)",
-                    a.old, a.new, b.old, b.new
+                    "write-back of holder {holder}, word {address:#x}: {} → {:#x} became {} → {:#x} (O8)",
+                    a.old_text(),
+                    a.new,
+                    b.old_text(),
+                    b.new
                 ),
                 (None, None) => format!("write-back of holder {holder}, word {address:#x}"),
             },

@@ -11,7 +11,8 @@ use crate::exec::Outcome;
 use crate::input::{DispatchInput, Op};
 use crate::memory::MemoryChange;
 use crate::report::{
-    HandOff, Hazard, HazardKind, LookupOutcome, LookupTrace, Mark, Route, WordWritten, WriteBack,
+    HandOff, Hazard, HazardKind, HostFailureKind, LookupOutcome, LookupTrace, Mark, Route,
+    WordWritten, WriteBack,
 };
 use crate::rules::Rule;
 
@@ -23,13 +24,15 @@ pub(super) fn marks(outcome: &Outcome, table: Option<&ChunkTable>) -> Vec<Mark> 
     outcome
         .marks
         .iter()
-        .map(|&(slot, stores)| {
-            let start = t.slots()[slot].guest_chunk << t.chunk_shift();
-            Mark {
+        .filter_map(|&(slot, stores)| {
+            // `device_outcome` refuses marks on empty slots; the CPU reference marks only hits.
+            let s = t.slots().get(slot).filter(|s| !s.is_empty())?;
+            let start = s.guest_chunk << t.chunk_shift();
+            Some(Mark {
                 table_slot: slot,
-                guest: ByteRange::new(start, start + t.chunk_bytes()),
+                guest: ByteRange::new(start, start.saturating_add(t.chunk_bytes())),
                 stores,
-            }
+            })
         })
         .collect()
 }
@@ -85,16 +88,18 @@ impl<B: Backend> Engine<B> {
     }
 
     /// O8 for one holder: every word `mask` marks is written into guest memory from `data` (the
-    /// holder's bytes, from its range's start) as a host write. The first `listed` words are
-    /// reported with their old and new values; the rest are counted, and then their runs placed
+    /// holder's bytes, from its range's start) as a host write, and nothing else: the emulator
+    /// receives the runs of written words ([`crate::memory::GuestMemory::write_runs`]), never a
+    /// word the mask does not mark, and no guest byte is read to write them back, so a guest
+    /// thread's store beside or between the device's words is never rewritten with an older value.
+    /// The first `listed` words are reported with their old values (read before the write; `None`
+    /// where that read failed, never made up); the rest are counted, and then their runs placed
     /// ([`WriteBack::LISTED_RUNS`] of them, the others counted).
     ///
     /// The written words are taken in groups whose pages touch (a page apart at most): each group
-    /// is read once, its written words laid over, written once and noted written once (D824,
-    /// D720), so a mask of every other word over a full-screen holder costs what a dense one does.
-    /// The pages noted are exactly those a written word lies on. The mask is read a page at a
-    /// time (a count of its written words, which the compiler vectorises), so a full-screen
-    /// holder costs a few passes over its mask at memory speed, not a branch a word.
+    /// is written in batches of at most [`RUNS_A_BATCH`] runs and noted written once a batch
+    /// (D824, D720). The pages noted are exactly those a written word lies on. A run the emulator
+    /// refused is reported lost with its bytes (`host_path.failures`).
     #[expect(
         clippy::too_many_arguments,
         reason = "one holder's write-back, its parts named"
@@ -110,84 +115,24 @@ impl<B: Backend> Engine<B> {
         hand_off: &mut HandOff,
     ) -> WriteBack {
         let (mut wb, n) = write_back_of(holder, range, data);
-        let at = |w: usize| ((range.start + 4 * w as u64).min(range.end) - range.start) as usize;
-        let mut buf = Vec::new();
+        let mut runs: Vec<(usize, usize)> = Vec::new();
         for Group {
             first,
             end,
             written,
         } in groups(range, n, self.memory.page_bytes(), mask)
         {
-            let bytes =
-                ByteRange::new(range.start + at(first) as u64, range.start + at(end) as u64);
             if written == end - first {
-                // Every word of the group is written (a dense output): the data goes as it is, one
-                // write, and only the listed words' old values are read.
-                self.write_back_dense(
-                    holder,
-                    range,
-                    data,
-                    (first, end),
-                    listed,
-                    &mut wb,
-                    change,
-                    hand_off,
+                runs.push((first, end));
+            } else {
+                mask.runs(first, end, |r, w| runs.push((r, w)));
+            }
+            for batch in runs.chunks(RUNS_A_BATCH) {
+                self.write_back_runs(
+                    holder, range, data, batch, listed, &mut wb, change, hand_off,
                 );
-                continue;
             }
-            buf.clear();
-            buf.resize(bytes.size_bytes() as usize, 0);
-            self.memory.read_bytes(bytes.start, &mut buf);
-            let base = at(first);
-            // The first runs and words listed, in address order, with their old values; the scan
-            // stops once both lists are full, and the rest is counted.
-            let mut words_listed = 0usize;
-            let mut w = first;
-            while w < end && (wb.words.len() < listed || wb.runs.len() < WriteBack::LISTED_RUNS) {
-                if !mask.written(w) {
-                    w += 1;
-                    continue;
-                }
-                let r = w;
-                while w < end && mask.written(w) {
-                    w += 1;
-                }
-                let room = listed.saturating_sub(wb.words.len()).min(w - r);
-                for k in r..r + room {
-                    let (from, to) = (at(k), at(k + 1));
-                    wb.words.push(word_written(
-                        range.start + from as u64,
-                        &buf[from - base..to - base],
-                        &data[from..to],
-                    ));
-                }
-                words_listed += room;
-                if wb.runs.len() < WriteBack::LISTED_RUNS {
-                    wb.runs.push(ByteRange::new(
-                        range.start + at(r) as u64,
-                        range.start + at(w) as u64,
-                    ));
-                } else {
-                    wb.runs_not_listed += 1;
-                }
-            }
-            wb.words_not_listed += (written - words_listed) as u64;
-            wb.runs_not_listed += mask.run_starts(w, end, w > first && mask.written(w - 1));
-            // The written words laid over the old bytes; a last word cut by the range's end alone.
-            let whole = (at(end) - base) / 4;
-            let full_end = first + whole;
-            mask.overlay(first, &mut buf[..4 * whole], &data[base..base + 4 * whole]);
-            if full_end < end && mask.written(full_end) {
-                let (from, to) = (at(full_end), at(full_end + 1));
-                buf[from - base..to - base].copy_from_slice(&data[from..to]);
-            }
-            let before = change.distrusted.len();
-            self.memory.host_write(bytes.start, &buf, change);
-            for &id in &change.distrusted[before..] {
-                hand_off
-                    .targets_distrusted
-                    .push(self.target_lost(id, format!("write-back of holder slot {holder} (O8)")));
-            }
+            runs.clear();
         }
         if wb.lists_every_word() {
             wb.runs.clear();
@@ -195,6 +140,95 @@ impl<B: Backend> Engine<B> {
         }
         wb
     }
+
+    /// One batch of a holder's runs of written words (`(first word, end word)`, in address order):
+    /// the listed words' old values read, the runs written through the emulator, the pages noted,
+    /// the targets over them distrusted, and any run that did not land reported lost.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one batch of a holder's write-back, its parts named"
+    )]
+    fn write_back_runs(
+        &mut self,
+        holder: u32,
+        range: ByteRange,
+        data: &[u8],
+        batch: &[(usize, usize)],
+        listed: usize,
+        wb: &mut WriteBack,
+        change: &mut MemoryChange,
+        hand_off: &mut HandOff,
+    ) {
+        let at = |w: usize| ((range.start + 4 * w as u64).min(range.end) - range.start) as usize;
+        let guest = |w: usize| range.start + at(w) as u64;
+        for &(r, w) in batch {
+            let room = listed.saturating_sub(wb.words.len()).min(w - r);
+            if room > 0 {
+                let (from, to) = (at(r), at(r + room));
+                let mut old = vec![0u8; to - from];
+                let known = match self.memory.read_bytes(guest(r), &mut old) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        self.host_failure(HostFailureKind::OldValue, e, None, &[]);
+                        false
+                    }
+                };
+                for k in r..r + room {
+                    let (a, b) = (at(k), at(k + 1));
+                    wb.words.push(WordWritten {
+                        address: guest(k),
+                        old: known.then(|| word(&old[a - from..b - from])),
+                        new: word(&data[a..b]),
+                        bytes: (b - a) as u8,
+                    });
+                }
+            }
+            wb.words_not_listed += (w - r - room) as u64;
+            if wb.runs.len() < WriteBack::LISTED_RUNS {
+                wb.runs.push(ByteRange::new(guest(r), guest(w)));
+            } else {
+                wb.runs_not_listed += 1;
+            }
+        }
+        let (Some(&(first, _)), Some(&(_, last))) = (batch.first(), batch.last()) else {
+            return;
+        };
+        let writes: Vec<(u64, &[u8])> = batch
+            .iter()
+            .map(|&(r, w)| (guest(r), &data[at(r)..at(w)]))
+            .collect();
+        let before = change.distrusted.len();
+        let failed =
+            self.memory
+                .write_runs(&writes, ByteRange::new(guest(first), guest(last)), change);
+        for f in failed {
+            let from = (f.guest.start - range.start) as usize;
+            let to = (f.guest.end - range.start) as usize;
+            let lost = f.guest;
+            self.host_failure(
+                HostFailureKind::WriteBack,
+                f.error,
+                Some(lost),
+                &data[from..to],
+            );
+        }
+        for &id in &change.distrusted[before..] {
+            hand_off
+                .targets_distrusted
+                .push(self.target_lost(id, format!("write-back of holder slot {holder} (O8)")));
+        }
+    }
+}
+
+/// Runs of written words a holder's write-back hands the emulator in one call: bounded so that a
+/// full-screen holder whose every other word is written (a million runs) needs no list of them all.
+pub const RUNS_A_BATCH: usize = 4096;
+
+/// The little-endian word of up to 4 bytes.
+fn word(b: &[u8]) -> u64 {
+    let mut w = [0u8; 4];
+    w[..b.len()].copy_from_slice(b);
+    u64::from(u32::from_le_bytes(w))
 }
 
 /// A holder's write mask (O9): one entry a data word, non-zero where a store set it; words past
@@ -242,46 +276,19 @@ impl Mask<'_> {
         n
     }
 
-    /// Runs of written words that start in `first..end`, the word before `first` written or not.
-    fn run_starts(&self, first: usize, end: usize, before: bool) -> u64 {
-        let (mut n, mut prev) = (0u64, before);
-        self.each(first, end, |_, x| {
-            let cur = x != 0;
-            n += u64::from(cur & !prev);
-            prev = cur;
+    /// Calls `f(first, end)` for each maximal run of written words within `first..end`, in order.
+    fn runs(&self, first: usize, end: usize, mut f: impl FnMut(usize, usize)) {
+        let mut open: Option<usize> = None;
+        self.each(first, end, |w, x| match (open, x != 0) {
+            (None, true) => open = Some(w),
+            (Some(r), false) => {
+                f(r, w);
+                open = None;
+            }
+            _ => {}
         });
-        n
-    }
-
-    /// The written words of `data` (words `first..`) laid over `buf`, a word at a time.
-    fn overlay(&self, first: usize, buf: &mut [u8], data: &[u8]) {
-        let words = buf.len() / 4;
-        let lay = |b: &mut [u8], d: &[u8], x: u32| {
-            if x != 0 {
-                b.copy_from_slice(d);
-            }
-        };
-        match self {
-            Mask::Words(m) => {
-                let m = m.get(first..).unwrap_or_default();
-                for ((b, d), &x) in buf
-                    .chunks_exact_mut(4)
-                    .zip(data.chunks_exact(4))
-                    .zip(m.iter().take(words))
-                {
-                    lay(b, d, x);
-                }
-            }
-            Mask::Bytes(m) => {
-                let m = m.get(4 * first..).unwrap_or_default();
-                for ((b, d), c) in buf
-                    .chunks_exact_mut(4)
-                    .zip(data.chunks_exact(4))
-                    .zip(m.chunks_exact(4).take(words))
-                {
-                    lay(b, d, u32::from_ne_bytes([c[0], c[1], c[2], c[3]]));
-                }
-            }
+        if let Some(r) = open {
+            f(r, end);
         }
     }
 }
@@ -332,8 +339,8 @@ fn groups(range: ByteRange, n: usize, page_bytes: u64, mask: Mask<'_>) -> Vec<Gr
 }
 
 impl<B: Backend> Engine<B> {
-    /// O8 for a holder whose every word the dispatch wrote (a full-screen output): one write of
-    /// its bytes as they are, the first `listed` words reported with their old values.
+    /// O8 for a holder whose every word the dispatch wrote (a full-screen output): one run, its
+    /// bytes as they are, the first `listed` words reported with their old values.
     pub(super) fn write_back_whole(
         &mut self,
         holder: u32,
@@ -345,11 +352,11 @@ impl<B: Backend> Engine<B> {
     ) -> WriteBack {
         let (mut wb, n) = write_back_of(holder, range, data);
         if n > 0 {
-            self.write_back_dense(
+            self.write_back_runs(
                 holder,
                 range,
                 data,
-                (0, n),
+                &[(0, n)],
                 listed,
                 &mut wb,
                 change,
@@ -361,53 +368,6 @@ impl<B: Backend> Engine<B> {
             wb.runs_not_listed = 0;
         }
         wb
-    }
-
-    /// [`Engine::write_back_holder`] for a group of words `first..end` that are all written: the
-    /// holder's bytes are written as they are, with no read of the old bytes but the listed words'.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "one dense group of a holder's write-back, its parts named"
-    )]
-    fn write_back_dense(
-        &mut self,
-        holder: u32,
-        range: ByteRange,
-        data: &[u8],
-        (first, end): (usize, usize),
-        listed: usize,
-        wb: &mut WriteBack,
-        change: &mut MemoryChange,
-        hand_off: &mut HandOff,
-    ) {
-        let at = |w: usize| ((range.start + 4 * w as u64).min(range.end) - range.start) as usize;
-        let room = listed.saturating_sub(wb.words.len()).min(end - first);
-        for k in first..first + room {
-            let (from, to) = (at(k), at(k + 1));
-            let mut old = [0u8; 4];
-            self.memory
-                .read_bytes(range.start + from as u64, &mut old[..to - from]);
-            wb.words.push(word_written(
-                range.start + from as u64,
-                &old[..to - from],
-                &data[from..to],
-            ));
-        }
-        wb.words_not_listed += (end - first - room) as u64;
-        let run = ByteRange::new(range.start + at(first) as u64, range.start + at(end) as u64);
-        if wb.runs.len() < WriteBack::LISTED_RUNS {
-            wb.runs.push(run);
-        } else {
-            wb.runs_not_listed += 1;
-        }
-        let before = change.distrusted.len();
-        self.memory
-            .host_write(run.start, &data[at(first)..at(end)], change);
-        for &id in &change.distrusted[before..] {
-            hand_off
-                .targets_distrusted
-                .push(self.target_lost(id, format!("write-back of holder slot {holder} (O8)")));
-        }
     }
 }
 
@@ -427,21 +387,6 @@ fn write_back_of(holder: u32, range: ByteRange, data: &[u8]) -> (WriteBack, usiz
         runs_not_listed: 0,
     };
     (wb, n)
-}
-
-/// One listed word of a write-back: up to 4 bytes at `address`, before and after.
-fn word_written(address: u64, old: &[u8], new: &[u8]) -> WordWritten {
-    let word = |b: &[u8]| {
-        let mut w = [0u8; 4];
-        w[..b.len()].copy_from_slice(b);
-        u64::from(u32::from_le_bytes(w))
-    };
-    WordWritten {
-        address,
-        old: word(old),
-        new: word(new),
-        bytes: new.len() as u8,
-    }
 }
 
 /// The guest bytes each device-addressed store reached, with its access index: the

@@ -9,9 +9,13 @@ use crate::memory::{GuestMemory, MemoryChange};
 use crate::report::{EventReport, When};
 
 impl<B: Backend> Engine<B> {
-    /// Applies one memory event between dispatches.
+    /// Applies one memory event between dispatches. While a dispatch is prepared (host mode: the
+    /// emulator's own device may be running it), an event that releases, decommits or reprotects
+    /// memory it can reach is refused with [`EngineError::Waits`] naming it (M5), and the
+    /// dispatch's report lists it; every other event applies at once.
     pub fn apply(&mut self, event: &Event) -> Result<&EventReport, EngineError> {
         puffin::profile_function!();
+        self.wait_for_prepared(event)?;
         let when = When {
             event: self.next_event,
             before_dispatch: self.next_dispatch,
@@ -110,6 +114,60 @@ impl<B: Backend> Engine<B> {
         });
         let last = self.pending.len() - 1;
         Ok(&self.pending[last])
+    }
+}
+
+impl<B: Backend> Engine<B> {
+    /// M5 for the emulator's own dispatches: the prepared dispatch's reach (its holders, and every
+    /// mapped piece for a device-addressed one) against what `event` would release, decommit or
+    /// reprotect. A commit, an unguard, a CPU write, a copy or a target changes nothing the device
+    /// relies on and never waits.
+    fn wait_for_prepared(&mut self, event: &Event) -> Result<(), EngineError> {
+        let Some(dispatch) = self.prepared else {
+            return Ok(());
+        };
+        let range = match event {
+            Event::Release { base } => match self.memory.reservation(*base) {
+                Ok(r) => r.range,
+                Err(_) => return Ok(()),
+            },
+            Event::Decommit { range }
+            | Event::Protect { range, .. }
+            | Event::HostProtect { range, .. }
+            | Event::SetBacking { range, .. }
+            | Event::Guard { range } => *range,
+            _ => return Ok(()),
+        };
+        let reached = self
+            .reach
+            .holders
+            .iter()
+            .find_map(|h| h.intersection(&range))
+            .or_else(|| {
+                self.reach
+                    .mapped
+                    .then(|| self.mappings.first_overlap(range))
+                    .flatten()
+            });
+        let Some(reached) = reached else {
+            return Ok(());
+        };
+        self.host_path.waited.push(crate::report::WaitedEvent {
+            event: event.name().to_owned(),
+            range,
+            reached,
+        });
+        Err(EngineError::Waits(Box::new(super::WaitsFor {
+            dispatch,
+            mode: if self.reach.mapped {
+                "device-addressed: it reaches every mapped piece"
+            } else {
+                "bound: it reaches its holders"
+            },
+            event: event.name(),
+            range,
+            reached,
+        })))
     }
 }
 

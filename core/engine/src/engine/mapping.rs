@@ -33,8 +33,8 @@ pub(super) struct TableSync {
 pub(super) struct MappingState {
     key: Option<(u64, u64)>,
     runs: Vec<ReadableRun>,
-    pieces: Vec<PieceReport>,
-    left_out: Vec<LeftOutReport>,
+    pub(super) pieces: Vec<PieceReport>,
+    pub(super) left_out: Vec<LeftOutReport>,
     /// T1: the chunk the pieces allow.
     chunk_bytes: u64,
 }

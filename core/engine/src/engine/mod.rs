@@ -34,7 +34,7 @@ use crate::memory::{GuestMemory, MemoryChange, MemoryError};
 use crate::overlap::Planner;
 use crate::report::{
     AccessReport, BeforeDispatch, Counts, DispatchReport, Escape, EventReport, HandOff, Hazard,
-    Mark, Mode, SlotBinding, TargetLost, WriteBack,
+    HostFailure, HostFailureKind, HostPathReport, Mark, Mode, SlotBinding, TargetLost, WriteBack,
 };
 
 mod accesses;
@@ -83,6 +83,42 @@ pub enum EngineError {
     /// What [`Engine::complete`] was given does not fit the prepared dispatch.
     #[error("complete: {0}")]
     Complete(#[from] CompleteError),
+    /// M5: the event touches memory a prepared dispatch can reach; nothing changed. Complete
+    /// (or abandon) that dispatch, then apply the event again.
+    #[error("{0}")]
+    Waits(Box<WaitsFor>),
+    /// A call into the emulator's memory failed where the dispatch cannot go on without it (C3's
+    /// deferred copy: the dispatch would read what the copy should have replaced). Nothing is
+    /// lost: what did not land stays deferred and is tried again at the next dispatch.
+    #[error("{context}: {error}")]
+    Host {
+        /// What the engine was doing.
+        context: String,
+        /// The failed call.
+        error: Box<crate::host::HostError>,
+    },
+}
+
+/// M5 for the emulator's own dispatches: an event that releases, decommits or reprotects memory
+/// a prepared dispatch can reach waits for that dispatch's complete. The engine refuses it rather
+/// than holding it: the emulator must not change those pages before the device is done with them
+/// (on lavapipe a device store into a page made read-only kills the process; on NVIDIA it lands
+/// in pages the emulator believes released), so it is told which dispatch to complete first.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error(
+    "M5: this {event} of {range} touches {reached}, which dispatch {dispatch} ({mode}) can reach and has not completed: complete (or abandon) dispatch {dispatch} after its fence, then apply the event again; nothing changed, and the emulator must not change those pages before then"
+)]
+pub struct WaitsFor {
+    /// The prepared dispatch the event waits for.
+    pub dispatch: u64,
+    /// Its mode, in words.
+    pub mode: &'static str,
+    /// The event's name.
+    pub event: &'static str,
+    /// The guest bytes the event touches.
+    pub range: ByteRange,
+    /// The part of the dispatch's reach it touches.
+    pub reached: ByteRange,
 }
 
 /// What kind of failure an [`EngineError`] is, for a caller that acts on the kind rather than on
@@ -107,6 +143,8 @@ pub enum FailureKind {
     /// The device failed otherwise (an import refused, the table not placed, a call that failed
     /// with another code), or the chunk table could not be built.
     Device,
+    /// M5: an event waits for a prepared dispatch's complete.
+    Waits,
 }
 
 impl FailureKind {
@@ -119,6 +157,7 @@ impl FailureKind {
             FailureKind::OutOfMemory => "out of memory",
             FailureKind::HostCallback => "the emulator's memory call failed",
             FailureKind::Device => "device failure",
+            FailureKind::Waits => "waits for a prepared dispatch (M5)",
         }
     }
 }
@@ -149,7 +188,9 @@ impl EngineError {
     /// Its [`FailureKind`]: the one place an engine error is sorted by kind.
     pub fn kind(&self) -> FailureKind {
         match self {
-            EngineError::Memory(MemoryError::Host(_)) => FailureKind::HostCallback,
+            EngineError::Memory(MemoryError::Host(_)) | EngineError::Host { .. } => {
+                FailureKind::HostCallback
+            }
             EngineError::Input(_)
             | EngineError::Memory(_)
             | EngineError::Limits(_)
@@ -157,12 +198,14 @@ impl EngineError {
             | EngineError::Complete(CompleteError::HolderSize { .. })
             | EngineError::Complete(CompleteError::NotAHolder { .. })
             | EngineError::Complete(CompleteError::MarkWords { .. })
+            | EngineError::Complete(CompleteError::MarkOnEmptySlot { .. })
             | EngineError::Complete(CompleteError::Instrumentation(_)) => FailureKind::BadInput,
             EngineError::Prepared(_) | EngineError::Complete(CompleteError::NotPrepared { .. }) => {
                 FailureKind::Order
             }
             EngineError::Backend(b) => b.kind(),
             EngineError::Table(_) => FailureKind::Device,
+            EngineError::Waits(_) => FailureKind::Waits,
         }
     }
 }
@@ -232,6 +275,22 @@ pub struct Engine<B: Backend = CpuBackend> {
     prepared: Option<u64>,
     /// Host mode: the memory's state count when mapped pages were last checked for guards.
     guards_checked: Option<u64>,
+    /// What the prepared dispatch can reach, for M5 ([`Reach`]).
+    reach: Reach,
+    /// Host mode: what the emulator's memory did to the dispatch under way (prepare to complete).
+    host_path: HostPathReport,
+    /// Host mode: re-read the real mapping of every imported piece before each device-addressed
+    /// dispatch (the checked mode).
+    checked: bool,
+}
+
+/// What a prepared dispatch can reach until its complete (M5): its holders' buffers (uploaded,
+/// bound or imported, and written back at complete), and for a device-addressed dispatch every
+/// mapped piece.
+#[derive(Clone, Debug, Default)]
+struct Reach {
+    holders: Vec<ByteRange>,
+    mapped: bool,
 }
 
 impl Engine<CpuBackend> {
@@ -289,12 +348,51 @@ impl<B: Backend> Engine<B> {
             page_events: events::PageEvents::default(),
             prepared: None,
             guards_checked: None,
+            reach: Reach::default(),
+            host_path: HostPathReport::default(),
+            checked: false,
         })
     }
 
     /// The limits dispatches are planned against.
     pub fn limits(&self) -> &DeviceLimits {
         &self.limits
+    }
+
+    /// Host mode's checked mode: before each device-addressed dispatch the real mapping of every
+    /// imported piece is read again (`PROCMAP_QUERY`), and a piece the process no longer maps as
+    /// the events said (made read-only or `PROT_NONE`, unmapped, remapped shared) is dropped and
+    /// left out by name before the device can touch it. Off by default; a debugger's attach turns
+    /// it on (the C ABI's `ds_engine_set_checked`, and the tap).
+    pub fn set_checked(&mut self, on: bool) {
+        self.checked = on;
+    }
+
+    /// Whether the checked mode is on.
+    pub fn checked(&self) -> bool {
+        self.checked
+    }
+
+    /// Notes a failed call into the emulator's memory in the dispatch under way's report, with the
+    /// guest bytes it lost and (the first [`HostFailure::BYTES_KEPT`] of) their bytes.
+    pub(crate) fn host_failure(
+        &mut self,
+        kind: HostFailureKind,
+        error: crate::host::HostError,
+        lost: Option<ByteRange>,
+        bytes: &[u8],
+    ) {
+        let h = &mut self.host_path;
+        if h.failures.len() >= crate::memory::HOST_FAILURES_KEPT {
+            h.failures_not_listed += 1;
+            return;
+        }
+        h.failures.push(HostFailure {
+            kind,
+            error,
+            lost,
+            bytes: bytes[..bytes.len().min(HostFailure::BYTES_KEPT)].to_vec(),
+        });
     }
 
     /// Guest memory as it stands.
@@ -331,16 +429,29 @@ impl<B: Backend> Engine<B> {
 
     /// Loads guest bytes without any write-watch effect (a sample's or capture's contents).
     /// Bytes no reservation holds are kept as they are; [`Engine::try_load_contents`] refuses them.
+    /// A sample's contents are for simulated memory, which takes every byte; in host mode use
+    /// [`Engine::try_load_contents`], which says what the emulator refused.
     pub fn load_contents(&mut self, address: u64, bytes: &[u8]) {
-        self.memory.write_bytes(address, bytes);
+        let _landed = self.memory.write_bytes(address, bytes);
     }
 
     /// [`Engine::load_contents`] for contents read from a file: bytes that pass the end of the
     /// address space or that no reservation holds are a named error, and nothing is loaded.
     pub fn try_load_contents(&mut self, address: u64, bytes: &[u8]) -> Result<(), EngineError> {
         self.memory.check_bytes(address, bytes.len())?;
-        self.memory.write_bytes(address, bytes);
-        Ok(())
+        self.memory.write_bytes(address, bytes).map_err(|failed| {
+            let n = failed.len();
+            let first = failed.into_iter().next();
+            EngineError::Host {
+                context: format!(
+                    "loading {:#x} bytes of contents at {address:#x}: {n} span(s) did not land",
+                    bytes.len()
+                ),
+                error: Box::new(first.map(|f| f.error).unwrap_or_else(|| {
+                    crate::host::HostError::new("write", 0, bytes.len() as u64, "refused")
+                })),
+            }
+        })
     }
 
     /// Plans, maps, runs and hands off one dispatch, and reports everything it did: prepare, the
@@ -454,10 +565,11 @@ impl<B: Backend> Engine<B> {
 
     /// C3: the dispatch may read anywhere, so the frame pending and every deferred copy land in
     /// guest memory first, as host writes (D824 notes, D720 distrust).
-    fn write_deferred(&mut self) -> BeforeDispatch {
+    fn write_deferred(&mut self) -> Result<BeforeDispatch, EngineError> {
         let mut c3 = MemoryChange::default();
-        let copies = self.memory.flush_deferred(&mut c3);
-        self.before_dispatch(&copies, c3)
+        let (copies, failed) = self.memory.flush_deferred(&mut c3);
+        copies_landed(failed)?;
+        Ok(self.before_dispatch(&copies, c3))
     }
 
     /// C3 for a bound dispatch: it reads only its bindings, so a deferred copy waits, unless a
@@ -465,7 +577,10 @@ impl<B: Backend> Engine<B> {
     /// would, or the holder would upload stale bytes and its write-back would land before the older
     /// copy. Copies land in the order they were deferred, so every copy up to the last one a holder
     /// covers is written; the rest stay deferred.
-    fn write_deferred_under(&mut self, bindings: &[SlotBinding]) -> BeforeDispatch {
+    fn write_deferred_under(
+        &mut self,
+        bindings: &[SlotBinding],
+    ) -> Result<BeforeDispatch, EngineError> {
         let holders: Vec<ByteRange> = bindings
             .iter()
             .filter_map(SlotBinding::holder_range)
@@ -476,11 +591,12 @@ impl<B: Backend> Engine<B> {
             holders.iter().any(|h| h.overlaps(&r))
         };
         let Some(last) = deferred.iter().rposition(covered) else {
-            return left_deferred(deferred.len());
+            return Ok(left_deferred(deferred.len()));
         };
         let mut c3 = MemoryChange::default();
-        let copies = self.memory.flush_deferred_first(last + 1, &mut c3);
-        self.before_dispatch(&copies, c3)
+        let (copies, failed) = self.memory.flush_deferred_first(last + 1, &mut c3);
+        copies_landed(failed)?;
+        Ok(self.before_dispatch(&copies, c3))
     }
 
     /// The report of the copies C3 wrote and what they did.
@@ -510,6 +626,23 @@ impl<B: Backend> Engine<B> {
             by,
         }
     }
+}
+
+/// C3's copies that did not land stop the dispatch (it would read what they should have replaced);
+/// they stay deferred, ahead of the rest, and are tried again at the next dispatch.
+fn copies_landed(failed: Vec<crate::memory::FailedWrite>) -> Result<(), EngineError> {
+    let n = failed.len();
+    let Some(first) = failed.into_iter().next() else {
+        return Ok(());
+    };
+    Err(EngineError::Host {
+        context: format!(
+            "C3: {n} deferred cop{} of guest {} did not land; the dispatch would read the bytes they replace, so it is not prepared; they stay deferred and are tried again at the next dispatch",
+            if n == 1 { "y" } else { "ies" },
+            first.guest
+        ),
+        error: Box::new(first.error),
+    })
 }
 
 /// What the phases of one dispatch found, in the report's words.

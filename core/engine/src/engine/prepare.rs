@@ -17,8 +17,8 @@ use crate::exec::Outcome;
 use crate::input::{DeviceLimits, DispatchInput};
 use crate::memory::MemoryChange;
 use crate::report::{
-    BeforeDispatch, BindSet, DispatchReport, EventReport, HandOff, MappingReport, Mode, Refusal,
-    SCHEMA, SlotBinding, TableReport,
+    BeforeDispatch, BindSet, DispatchReport, EventReport, HandOff, HostFailureKind, HostPathReport,
+    LeftOutReason, MappingReport, Mode, Refusal, SCHEMA, SlotBinding, TableReport,
 };
 use crate::rules::DEVICE_TABLE_PUSH_WORD;
 use thiserror::Error;
@@ -227,6 +227,19 @@ pub enum CompleteError {
         /// Mask bytes given.
         masks: usize,
     },
+    /// A mark word is set on a table slot that holds no chunk: no lookup of the helper can hit
+    /// there, so the marks are not this dispatch's (a stale or foreign buffer).
+    #[error(
+        "mark word {slot} is {stores}, but table slot {slot} holds no chunk: no store of dispatch {dispatch} can have marked it (C1); the marks given are not this dispatch's"
+    )]
+    MarkOnEmptySlot {
+        /// The table slot.
+        slot: usize,
+        /// The mark word's value.
+        stores: u32,
+        /// The dispatch.
+        dispatch: u64,
+    },
     /// The mark words are not one a table slot.
     #[error("{given} mark words came; the table has {slots} slots")]
     MarkWords {
@@ -250,6 +263,7 @@ impl<B: Backend> Engine<B> {
         let limits = self.limits.clone();
         let (checked, planned) = replan::plan_phases(&mut self.planner, input, &limits)?;
         let index = self.next_dispatch;
+        self.host_path = HostPathReport::default();
         let (before, mappings, table) = match planned.mode {
             Mode::Refused => (
                 super::left_deferred(self.memory.deferred_copies().len()),
@@ -257,22 +271,45 @@ impl<B: Backend> Engine<B> {
                 None,
             ),
             Mode::DeviceAddressed => {
-                let before = self.write_deferred();
-                let mappings = self.map(index)?;
+                let before = self.write_deferred()?;
+                let mut mappings = self.map(index)?;
                 self.release_guards_over_pieces()?;
+                if self.checked && self.memory.host().is_some() {
+                    let check =
+                        self.mappings
+                            .recheck_real(&self.memory, &mut self.backend, index)?;
+                    if !check.contradictions.is_empty() {
+                        let (made, dropped) = self.mappings.take_import_counts();
+                        mappings.imports_made += made;
+                        mappings.imports_dropped += dropped;
+                        let state = self.mapping_state();
+                        mappings.pieces = state.pieces.clone();
+                        mappings.left_out = state.left_out.clone();
+                    }
+                    self.host_path.checked = Some(check);
+                }
                 (before, Some(mappings), Some(self.sync_table(&limits)?))
             }
-            Mode::Bound => (self.write_deferred_under(&planned.slots), None, None),
+            Mode::Bound => (self.write_deferred_under(&planned.slots)?, None, None),
         };
-        if let Some(e) = self.memory.take_host_failure() {
-            return Err(crate::backend::BackendError::from(e).into());
-        }
         let device = match &table {
             Some(t) => Some(self.device_addressing(t)?),
             None => None,
         };
         self.next_dispatch += 1;
         self.prepared = Some(index);
+        self.reach = super::Reach {
+            holders: if planned.mode == Mode::Refused {
+                Vec::new()
+            } else {
+                planned
+                    .slots
+                    .iter()
+                    .filter_map(SlotBinding::holder_range)
+                    .collect()
+            },
+            mapped: planned.mode == Mode::DeviceAddressed,
+        };
         let bindings = if planned.mode == Mode::Refused {
             Vec::new()
         } else {
@@ -340,10 +377,13 @@ impl<B: Backend> Engine<B> {
             }
         };
         self.prepared = None;
+        self.reach = super::Reach::default();
         if prepared.mode == Mode::DeviceAddressed {
             self.in_flight = Some(prepared.index);
         }
-        let host_failure = self.memory.take_host_failure();
+        for e in self.memory.take_host_failures() {
+            self.host_failure(HostFailureKind::HandOff, e, None, &[]);
+        }
         let mut report = DispatchReport {
             schema: SCHEMA.to_owned(),
             index: prepared.index,
@@ -370,11 +410,9 @@ impl<B: Backend> Engine<B> {
             hazards: ran_report.hazards,
             counts: Default::default(),
             instrumented: section,
+            host_path: std::mem::take(&mut self.host_path),
         };
         report.counts = counts_of(&report);
-        if let Some(e) = host_failure {
-            return Err(crate::backend::BackendError::from(e).into());
-        }
         Ok(report)
     }
 
@@ -405,6 +443,8 @@ impl<B: Backend> Engine<B> {
             .into());
         }
         self.prepared = None;
+        self.reach = super::Reach::default();
+        self.host_path = HostPathReport::default();
         Ok(())
     }
 
@@ -421,6 +461,9 @@ impl<B: Backend> Engine<B> {
         mut outcome: Outcome,
         device_holders: &[HolderRun<'_>],
     ) -> super::Ran {
+        for f in std::mem::take(&mut outcome.failures) {
+            self.host_failure(f.kind, f.error, f.lost, &f.bytes);
+        }
         let lookups = super::accesses::trace_lookups(input, &routed.routes, self.table.as_ref());
         let escapes = self.escapes(input, &routed.routes, &outcome, &lookups);
         let marks = after::marks(&outcome, self.table.as_ref());
@@ -501,12 +544,26 @@ impl<B: Backend> Engine<B> {
                     }
                     .into());
                 }
-                words
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, w)| **w != 0)
-                    .map(|(i, w)| (i, *w))
-                    .collect()
+                let table = self.table.as_ref();
+                let mut marks = Vec::new();
+                for (i, &w) in words.iter().enumerate() {
+                    if w == 0 {
+                        continue;
+                    }
+                    if table
+                        .and_then(|t| t.slots().get(i))
+                        .is_none_or(|s| s.is_empty())
+                    {
+                        return Err(CompleteError::MarkOnEmptySlot {
+                            slot: i,
+                            stores: w,
+                            dispatch,
+                        }
+                        .into());
+                    }
+                    marks.push((i, w));
+                }
+                marks
             }
             (None, _) => self.backend.take_marks(slots)?,
         };
@@ -538,6 +595,7 @@ impl<B: Backend> Engine<B> {
         // The holders' bytes stay the emulator's: `after` writes them back where they lie.
         let n = routed.job.holders.len();
         Ok(Outcome {
+            failures: Vec::new(),
             accesses: Vec::new(),
             marks,
             holders: vec![Vec::new(); n],
@@ -585,7 +643,26 @@ impl<B: Backend> Engine<B> {
         }
         let pieces: Vec<ByteRange> = self.mappings.pieces().map(|p| p.guest).collect();
         for p in pieces {
-            self.memory.release_guards_over(p)?;
+            match self.memory.release_guards_over(p) {
+                Ok(_) => {}
+                // The emulator could not unguard these pages: the device must not store through
+                // them, so they are left out (what reaches them escapes) and the rest stays mapped.
+                Err(crate::memory::MemoryError::Host(h)) => {
+                    let start = h.guest.unwrap_or(p.start);
+                    let range = ByteRange::new(start, start.saturating_add(h.bytes).min(p.end));
+                    let detail = format!(
+                        "M2 could not release the write-watch's guards over {range} before the dispatch: {h}"
+                    );
+                    self.mappings.leave_out(
+                        &self.memory,
+                        &mut self.backend,
+                        range,
+                        LeftOutReason::HostCallback,
+                        detail,
+                    )?;
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         self.guards_checked = Some(self.memory.state_changes());
         Ok(())

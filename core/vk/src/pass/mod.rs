@@ -703,7 +703,9 @@ impl DevicePass {
                     &mut calls,
                 )?;
                 let mut bytes = vec![0u8; span.size_bytes() as usize];
-                memory.read_bytes(span.start, &mut bytes);
+                memory
+                    .read_bytes(span.start, &mut bytes)
+                    .map_err(|e| VkError::HostRead(Box::new(e)))?;
                 commands.upload(copy.raw, &bytes, &mut calls)?;
                 // The same chunks, each at its place in the copy (a chunk outside the span is not
                 // one the pass reads: it stays out, as unmapped).
@@ -771,7 +773,9 @@ impl DevicePass {
         // O8: the holder uploaded once, from the widened range.
         let [slot0, _] = host.scene.slots();
         if let Some(dst) = holder.bytes_mut().get_mut(..holder_bytes as usize) {
-            memory.read_bytes(slot0.start, dst);
+            memory
+                .read_bytes(slot0.start, dst)
+                .map_err(|e| VkError::HostRead(Box::new(e)))?;
         }
         let marks = output_buffer(
             ctx,
