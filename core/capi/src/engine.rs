@@ -94,6 +94,9 @@ pub(crate) struct EngineState {
     /// The lanes an instrumented pass captures: the attached debugger's latest request
     /// (`ToTarget::CaptureLanes`), taken before each prepare; none by default.
     lanes: LaneSelection,
+    /// The emulator turned the checked mode on ([`ds_engine_set_checked`]); it is on anyway
+    /// while a debugger is attached.
+    checked: bool,
 }
 
 struct Capture {
@@ -177,6 +180,7 @@ pub(crate) fn create_engine(
         prepared: None,
         prepared_input: DispatchInput::default(),
         lanes: LaneSelection::none(),
+        checked: false,
     });
     // SAFETY: `out` was checked non-null; the caller promises it is valid for a write.
     unsafe { write_out(out, handle, "out") }
@@ -349,6 +353,10 @@ impl EngineState {
             if let Some(lanes) = self.tap.take_lane_request() {
                 self.lanes = lanes.unwrap_or_else(LaneSelection::none);
             }
+            // The checked mode: asked for, or a debugger is watching (what it most needs named
+            // is the page the emulator changed without an event).
+            self.engine
+                .set_checked(self.checked || self.tap.is_attached());
             self.engine.prepare(&input).map_err(engine_error)
         });
         self.prepared_input = input;
@@ -407,8 +415,14 @@ impl EngineState {
             };
             c.writer.dispatch(&record).map_err(capture_error)?;
         }
+        let failed = host_path_failure(&report);
         self.last = Some(report);
-        Ok(())
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Turns the checked mode on or off.
+    pub(crate) fn set_checked(&mut self, on: bool) {
+        self.checked = on;
     }
 
     /// Forgets prepared dispatch `index`.
@@ -426,9 +440,37 @@ impl EngineState {
     }
 }
 
+/// A completed dispatch whose calls into the emulator's memory failed: `DS_HOST_CALLBACK`, naming
+/// the first failure and what was lost; the report (the engine's last) lists every one.
+fn host_path_failure(report: &DispatchReport) -> Option<Failure> {
+    let h = &report.host_path;
+    let first = h.failures.first()?;
+    let n = h.failures.len() as u64 + h.failures_not_listed;
+    let lost = h.lost_bytes();
+    Some(Failure::new(
+        ds_status::DS_HOST_CALLBACK,
+        format!(
+            "dispatch {} completed, but {n} call{} into the emulator's memory failed ({}): {}{}; the report (ds_engine_report_json, host_path.failures) lists each with its addresses{}",
+            report.index,
+            if n == 1 { "" } else { "s" },
+            first.kind.words(),
+            first.error,
+            first
+                .lost
+                .map_or_else(String::new, |r| format!(" (guest {r} not written)")),
+            if lost > 0 {
+                format!(" and the {lost} bytes the device wrote that did not land")
+            } else {
+                String::new()
+            }
+        ),
+    ))
+}
+
 fn run(s: &mut EngineState, input: &DispatchInput) -> Outcome {
     s.last = None;
     s.last_json = None;
+    s.engine.set_checked(s.checked || s.tap.is_attached());
     let report = s.tap.dispatch(&mut s.engine, input).map_err(engine_error)?;
     if let Some(c) = &mut s.capture {
         let record = DispatchRecord {
@@ -441,8 +483,9 @@ fn run(s: &mut EngineState, input: &DispatchInput) -> Outcome {
             c.writer.flush().map_err(capture_error)?;
         }
     }
+    let failed = host_path_failure(&report);
     s.last = Some(report);
-    Ok(())
+    failed.map_or(Ok(()), Err)
 }
 
 /// Runs one dispatch given as JSON (`len` bytes at `json`: a sample's dispatch step, with its

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::engine::{DeviceInstrumentation, DeviceRun, HolderRun, RanOn};
-use dispatchscope_core::host::{HostError, HostMemory, RealMapping};
+use dispatchscope_core::host::{HostError, HostMemory, HostRun, RealMapping};
 use dispatchscope_core::input::{AccessKind, Backing, Event, HostProtection, Op};
 use dispatchscope_core::instrument::{self, Grid, InstrumentLayout, SiteInfo};
 use dispatchscope_vk::host_pages::{HostCalls, ProcessHost};
@@ -38,6 +38,34 @@ pub type ds_host_range_fn =
 #[allow(non_camel_case_types)]
 pub type ds_host_write_fn = Option<
     unsafe extern "C" fn(user: *mut c_void, host_addr: u64, src: *const u8, bytes: u64) -> i32,
+>;
+
+/// One run of O8's batched write-back: `bytes` bytes from `src` to the emulator's memory at
+/// `host_addr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[allow(non_camel_case_types)]
+pub struct ds_write_run {
+    /// Where the run lands, in the emulator's memory.
+    pub host_addr: u64,
+    /// Its bytes (valid for the call).
+    pub src: *const u8,
+    /// How many.
+    pub bytes: u64,
+}
+
+/// O8's write-back of one batch of runs of written words, in address order, none overlapping:
+/// 0 when every run landed; otherwise non-zero, with `*failed_at` set to the first run that did
+/// not land (the runs before it landed; the engine reports that run lost and goes on with the
+/// next).
+#[allow(non_camel_case_types)]
+pub type ds_host_write_runs_fn = Option<
+    unsafe extern "C" fn(
+        user: *mut c_void,
+        runs: *const ds_write_run,
+        n_runs: u64,
+        failed_at: *mut u64,
+    ) -> i32,
 >;
 
 /// C2's hand-off: the device stored into guest `guest_start..guest_end` at `host_addr`.
@@ -84,6 +112,10 @@ pub struct ds_host_callbacks {
     /// Optional: read guest bytes (the debugger's memory view, a bound holder's upload on the
     /// engine's own backend).
     pub read: ds_host_read_fn,
+    /// Optional: O8's write-back as batches of runs of written words (one call for up to 4,096
+    /// runs) instead of a `write` a run. Either way exactly the words the device wrote are
+    /// written, never a word between them.
+    pub write_runs: ds_host_write_runs_fn,
 }
 
 /// The emulator's callbacks, checked non-null.
@@ -94,6 +126,7 @@ struct Callbacks {
     release_guards: unsafe extern "C" fn(*mut c_void, u64, u64) -> i32,
     hand_off: unsafe extern "C" fn(*mut c_void, u64, u64, u64) -> i32,
     read: Option<unsafe extern "C" fn(*mut c_void, u64, *mut u8, u64) -> i32>,
+    write_runs: Option<unsafe extern "C" fn(*mut c_void, *const ds_write_run, u64, *mut u64) -> i32>,
 }
 
 fn answer(call: &str, r: i32) -> Result<(), String> {
@@ -117,6 +150,45 @@ impl HostCalls for Callbacks {
             )
         };
         answer("write", r)
+    }
+    fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, String)> {
+        let Some(write_runs) = self.write_runs else {
+            for (k, r) in runs.iter().enumerate() {
+                self.write(r.host_addr, r.bytes).map_err(|e| (k, e))?;
+            }
+            return Ok(());
+        };
+        let c: Vec<ds_write_run> = runs
+            .iter()
+            .map(|r| ds_write_run {
+                host_addr: r.host_addr,
+                src: r.bytes.as_ptr(),
+                bytes: r.bytes.len() as u64,
+            })
+            .collect();
+        let mut failed_at = u64::MAX;
+        // SAFETY: as registered; `c` and the bytes it points at live across the call.
+        let r = unsafe {
+            write_runs(
+                self.user as *mut c_void,
+                c.as_ptr(),
+                c.len() as u64,
+                &mut failed_at,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        // A failure that names no run (or one past the batch) leaves the whole batch unknown:
+        // every run from the first is reported lost rather than guessed landed.
+        let k = usize::try_from(failed_at)
+            .ok()
+            .filter(|&k| k < runs.len())
+            .unwrap_or(0);
+        Err((
+            k,
+            format!("the emulator's write_runs callback returned {r} at run {k} of {}", runs.len()),
+        ))
     }
     fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
         // SAFETY: as registered.
@@ -167,6 +239,9 @@ impl HostMemory for CHost {
     }
     fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), HostError> {
         self.0.write(host_addr, bytes)
+    }
+    fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, HostError)> {
+        self.0.write_runs(runs)
     }
     fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), HostError> {
         self.0.commit(host_addr, bytes)
@@ -240,6 +315,7 @@ unsafe fn host_of(cb: *const ds_host_callbacks) -> Result<Arc<dyn HostMemory>, F
         release_guards,
         hand_off,
         read: c.read,
+        write_runs: c.write_runs,
     }))))
 }
 
@@ -806,6 +882,20 @@ pub unsafe extern "C" fn ds_engine_complete(
                 instrumentation,
             }),
         )
+    })
+}
+
+/// The checked mode: with `on` non-zero, before each device-addressed dispatch the engine reads
+/// the process's real mapping of every imported piece again (`PROCMAP_QUERY`, under a microsecond
+/// a mapping) and drops, before the device can touch it, any piece the emulator changed without an
+/// event (made read-only or `PROT_NONE`, unmapped, remapped shared): the report's mappings leave
+/// it out by name ("host pages … became read-only …; no event said so") and accesses there
+/// escape. It is on whenever a debugger is attached, whatever this says.
+#[unsafe(no_mangle)]
+pub extern "C" fn ds_engine_set_checked(engine: ds_engine, on: u32) -> ds_status {
+    with_engine(engine, |s| {
+        s.set_checked(on != 0);
+        Ok(())
     })
 }
 

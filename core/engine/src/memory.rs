@@ -1158,7 +1158,12 @@ impl GuestMemory {
             let guest = address.wrapping_add(at as u64);
             match h {
                 Some(h) => {
-                    host.read(h, span).map_err(|e| e.at_guest(guest))?;
+                    host.read(h, span).map_err(|e| {
+                        // The host names the first byte it could not read, where it knows it.
+                        let into = e.host_addr.saturating_sub(h).min(n as u64);
+                        let g = guest + into;
+                        e.at_guest(g)
+                    })?;
                     bytes_read.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
                 }
                 None => return Err(no_reservation("read", guest, n)),

@@ -22,12 +22,20 @@ use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
 
 use dispatchscope_core::addr::ByteRange;
-use dispatchscope_core::host::{HostError, HostMemory, RealMapping};
+use dispatchscope_core::host::{HostError, HostMemory, HostRun, RealMapping};
 
 /// The calls of host mode that only the emulator can make, each with its own error message.
 pub trait HostCalls: Send + Sync {
     /// A host write of guest bytes through the emulator's write-watch (C3, O8).
     fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), String>;
+    /// O8's runs of written words in one call (`HostMemory::write_runs`): `Err((k, why))` where
+    /// run `k` did not land (the runs before it did). The default writes run by run.
+    fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, String)> {
+        for (k, r) in runs.iter().enumerate() {
+            self.write(r.host_addr, r.bytes).map_err(|e| (k, e))?;
+        }
+        Ok(())
+    }
     /// M2: commit `bytes` at `host_addr`.
     fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), String>;
     /// M2: release the write-watch's guards over `bytes` at `host_addr`.
@@ -39,6 +47,9 @@ pub trait HostCalls: Send + Sync {
 impl<T: HostCalls + ?Sized> HostCalls for std::sync::Arc<T> {
     fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), String> {
         (**self).write(host_addr, bytes)
+    }
+    fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, String)> {
+        (**self).write_runs(runs)
     }
     fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
         (**self).commit(host_addr, bytes)
@@ -93,14 +104,35 @@ impl<C: HostCalls> HostMemory for ProcessHost<C> {
     }
 
     fn read(&self, host_addr: u64, out: &mut [u8]) -> Result<(), HostError> {
-        read_process(host_addr, out)
-            .map_err(|e| HostError::new("read", host_addr, out.len() as u64, e.to_string()))
+        let len = out.len() as u64;
+        read_process_until(host_addr, out).map_err(|(done, e)| {
+            let at = host_addr + done as u64;
+            HostError::new(
+                "read",
+                at,
+                len - done as u64,
+                format!("{e}: the process cannot read host {at:#x}"),
+            )
+        })
     }
 
     fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), HostError> {
         self.calls
             .write(host_addr, bytes)
             .map_err(|e| HostError::new("write", host_addr, bytes.len() as u64, e))
+    }
+
+    fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, HostError)> {
+        self.calls.write_runs(runs).map_err(|(k, e)| {
+            let r = runs.get(k).copied().unwrap_or(HostRun {
+                host_addr: 0,
+                bytes: &[],
+            });
+            (
+                k,
+                HostError::new("write", r.host_addr, r.bytes.len() as u64, e),
+            )
+        })
     }
 
     fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), HostError> {
@@ -306,6 +338,13 @@ fn query_mappings(_host_addr: u64, _bytes: u64) -> std::io::Result<Vec<RealMappi
 /// page is an error (`EFAULT`), never a crash.
 #[cfg(target_os = "linux")]
 pub fn read_process(host_addr: u64, out: &mut [u8]) -> std::io::Result<()> {
+    read_process_until(host_addr, out).map_err(|(_, e)| e)
+}
+
+/// [`read_process`], saying how many bytes were read before the failure (the first byte the
+/// process cannot read is at `host_addr` plus that count).
+#[cfg(target_os = "linux")]
+fn read_process_until(host_addr: u64, out: &mut [u8]) -> Result<(), (usize, std::io::Error)> {
     let mut done = 0usize;
     while done < out.len() {
         let local = libc::iovec {
@@ -320,14 +359,19 @@ pub fn read_process(host_addr: u64, out: &mut [u8]) -> std::io::Result<()> {
         // side is only read by the kernel, which checks it and answers EFAULT instead of faulting.
         let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
         if n < 0 {
-            return Err(std::io::Error::last_os_error());
+            return Err((done, std::io::Error::last_os_error()));
         }
         if n == 0 {
-            return Err(std::io::Error::from_raw_os_error(libc::EFAULT));
+            return Err((done, std::io::Error::from_raw_os_error(libc::EFAULT)));
         }
         done += n as usize;
     }
     Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn read_process_until(host_addr: u64, out: &mut [u8]) -> Result<(), (usize, std::io::Error)> {
+    read_process(host_addr, out).map_err(|e| (0, e))
 }
 
 /// Elsewhere host reads are not supported.

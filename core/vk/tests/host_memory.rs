@@ -19,180 +19,25 @@
     reason = "tests: a panic is the test failing; the test is the emulator, so it maps and protects its own pages"
 )]
 
-use std::sync::{Arc, Mutex, OnceLock};
+mod common;
 
+use std::sync::Arc;
+
+use common::{Emulator, PAGE, Pages, context, engine, quiet};
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::engine::Engine;
 use dispatchscope_core::input::{
     Access, AccessKind, Backing, DeviceLimits, DispatchInput, Event, HostProtection, Op, Reason,
 };
 use dispatchscope_core::report::{DispatchReport, EscapeClass, LeftOutReason, Mode};
-use dispatchscope_vk::host_pages::{HostCalls, MapsSource, ProcessHost};
-use dispatchscope_vk::{Context, ContextOptions, VkError, VulkanBackend};
+use dispatchscope_vk::VulkanBackend;
+use dispatchscope_vk::host_pages::{MapsSource, ProcessHost};
 
 const GUEST: u64 = 0x20_0000_0000;
 const BYTES: usize = 0x10000;
-const PAGE: usize = 0x1000;
-
-fn required() -> bool {
-    std::env::var("DISPATCHSCOPE_REQUIRE_VULKAN").is_ok_and(|v| v == "1")
-}
-
-fn context() -> Option<Arc<Context>> {
-    static CTX: OnceLock<Result<Arc<Context>, String>> = OnceLock::new();
-    let r = CTX.get_or_init(|| {
-        let opts = |validation| ContextOptions {
-            validation,
-            stage_table: false,
-        };
-        match Context::new(&opts(true)) {
-            Err(VkError::NoValidationLayer) if !required() => Context::new(&opts(false)),
-            other => other,
-        }
-        .map_err(|e| e.to_string())
-    });
-    match r {
-        Ok(c) => Some(Arc::clone(c)),
-        Err(e) if required() => {
-            panic!("DISPATCHSCOPE_REQUIRE_VULKAN=1, but Vulkan cannot run: {e}")
-        }
-        Err(e) => {
-            eprintln!("skipped: Vulkan cannot run here: {e}");
-            None
-        }
-    }
-}
-
-/// A real mapping of `BYTES` bytes, unmapped on drop.
-struct Pages {
-    ptr: *mut u8,
-}
-
-// SAFETY: the test owns the mapping; the engine reads it through process_vm_readv only.
-unsafe impl Send for Pages {}
-unsafe impl Sync for Pages {}
-
-impl Pages {
-    fn map(shared: bool) -> Self {
-        let flags = if shared {
-            libc::MAP_SHARED | libc::MAP_ANONYMOUS
-        } else {
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE
-        };
-        // SAFETY: a fresh anonymous mapping.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                BYTES,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(ptr, libc::MAP_FAILED);
-        Self { ptr: ptr.cast() }
-    }
-
-    fn addr(&self) -> u64 {
-        self.ptr as u64
-    }
-
-    fn word(&self, off: usize) -> u32 {
-        let mut w = [0u8; 4];
-        // SAFETY: off + 4 <= BYTES and the page is readable in every test that reads it.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), w.as_mut_ptr(), 4) };
-        u32::from_le_bytes(w)
-    }
-
-    fn set_word(&self, off: usize, v: u32) {
-        // SAFETY: as above, and the page is writable.
-        unsafe { std::ptr::copy_nonoverlapping(v.to_le_bytes().as_ptr(), self.ptr.add(off), 4) };
-    }
-
-    fn protect(&self, off: usize, len: usize, prot: i32) {
-        // SAFETY: a page-aligned part of this mapping.
-        let r = unsafe { libc::mprotect(self.ptr.add(off).cast(), len, prot) };
-        assert_eq!(r, 0);
-    }
-}
-
-impl Drop for Pages {
-    fn drop(&mut self) {
-        // SAFETY: the mapping this made; every engine over it is dropped first.
-        unsafe { libc::munmap(self.ptr.cast(), BYTES) };
-    }
-}
-
-/// The emulator's side: what the engine asked of it.
-#[derive(Default)]
-struct Emulator {
-    log: Mutex<Vec<String>>,
-}
-
-impl HostCalls for Emulator {
-    fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), String> {
-        self.log
-            .lock()
-            .unwrap()
-            .push(format!("write {host_addr:#x} {}", bytes.len()));
-        // SAFETY: the engine writes only into reservations whose host pages this test mapped
-        // read-write.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), host_addr as *mut u8, bytes.len());
-        }
-        Ok(())
-    }
-    fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
-        self.log
-            .lock()
-            .unwrap()
-            .push(format!("commit {host_addr:#x} {bytes:#x}"));
-        Ok(())
-    }
-    fn release_guards(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
-        self.log
-            .lock()
-            .unwrap()
-            .push(format!("release-guards {host_addr:#x} {bytes:#x}"));
-        // SAFETY: the guard the test raised over its own mapping.
-        let r = unsafe {
-            libc::mprotect(
-                host_addr as *mut libc::c_void,
-                bytes as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-            )
-        };
-        if r == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error().to_string())
-        }
-    }
-    fn hand_off(&self, guest: ByteRange, host_addr: u64) -> Result<(), String> {
-        self.log
-            .lock()
-            .unwrap()
-            .push(format!("hand-off {guest} {host_addr:#x}"));
-        Ok(())
-    }
-}
-
-fn engine(ctx: &Arc<Context>, emu: &Arc<Emulator>) -> Engine<VulkanBackend> {
-    let vk = VulkanBackend::on(Arc::clone(ctx)).unwrap();
-    let host = Arc::new(ProcessHost::new(Arc::clone(emu)));
-    Engine::with_host(DeviceLimits::default(), vk, host).unwrap()
-}
 
 fn reserve(pages: &Pages, backing: Backing) -> Event {
-    Event::Reserve {
-        range: ByteRange::new(GUEST, GUEST + BYTES as u64),
-        readable: true,
-        writable: true,
-        committed: true,
-        backing,
-        host_base: Some(pages.addr()),
-    }
+    common::reserve_at(GUEST, pages, backing)
 }
 
 fn access(op: Op, off: u64, value: u32) -> Access {
@@ -215,15 +60,6 @@ fn device_dispatch(accesses: Vec<Access>) -> DispatchInput {
     }
 }
 
-fn quiet(ctx: &Context) {
-    assert_eq!(
-        ctx.validation_messages(),
-        0,
-        "the validation layer spoke:\n{}",
-        ctx.validation_text().join("\n")
-    );
-}
-
 fn escapes_at(r: &DispatchReport) -> Vec<(u64, EscapeClass, Option<LeftOutReason>)> {
     r.escapes
         .iter()
@@ -234,7 +70,7 @@ fn escapes_at(r: &DispatchReport) -> Vec<(u64, EscapeClass, Option<LeftOutReason
 #[test]
 fn a_device_store_lands_in_the_hosts_own_page_with_nothing_copied() {
     let Some(ctx) = context() else { return };
-    let pages = Pages::map(false);
+    let pages = Pages::map(false, BYTES);
     pages.set_word(0x40, 0x1234_5678);
     let emu = Arc::new(Emulator::default());
     let mut e = engine(&ctx, &emu);
@@ -276,7 +112,7 @@ fn a_device_store_lands_in_the_hosts_own_page_with_nothing_copied() {
 #[test]
 fn a_page_made_read_only_after_mapping_is_dropped_and_the_store_escapes() {
     let Some(ctx) = context() else { return };
-    let pages = Pages::map(false);
+    let pages = Pages::map(false, BYTES);
     let emu = Arc::new(Emulator::default());
     let mut e = engine(&ctx, &emu);
     e.apply(&reserve(&pages, Backing::Private)).unwrap();
@@ -317,7 +153,7 @@ fn a_page_made_read_only_after_mapping_is_dropped_and_the_store_escapes() {
 #[test]
 fn a_guard_raised_over_a_mapped_page_is_released_through_the_emulator_first() {
     let Some(ctx) = context() else { return };
-    let pages = Pages::map(false);
+    let pages = Pages::map(false, BYTES);
     let emu = Arc::new(Emulator::default());
     let mut e = engine(&ctx, &emu);
     e.apply(&reserve(&pages, Backing::Private)).unwrap();
@@ -355,7 +191,7 @@ fn a_guard_raised_over_a_mapped_page_is_released_through_the_emulator_first() {
 #[test]
 fn a_shared_page_is_left_out_by_name() {
     let Some(ctx) = context() else { return };
-    let pages = Pages::map(true);
+    let pages = Pages::map(true, BYTES);
     let emu = Arc::new(Emulator::default());
     let mut e = engine(&ctx, &emu);
     e.apply(&reserve(&pages, Backing::Shared)).unwrap();
@@ -385,7 +221,7 @@ fn a_shared_page_is_left_out_by_name() {
 fn a_page_the_events_call_private_but_is_shared_is_refused_by_name() {
     let Some(ctx) = context() else { return };
     for source in [MapsSource::Query, MapsSource::Text] {
-        let pages = Pages::map(true);
+        let pages = Pages::map(true, BYTES);
         let emu = Arc::new(Emulator::default());
         let vk = VulkanBackend::on(Arc::clone(&ctx)).unwrap();
         let host = Arc::new(ProcessHost::with_source(Arc::clone(&emu), source));
@@ -428,7 +264,7 @@ fn a_page_the_events_call_private_but_is_shared_is_refused_by_name() {
 #[test]
 fn bound_holders_read_and_write_back_through_the_emulator() {
     let Some(ctx) = context() else { return };
-    let pages = Pages::map(false);
+    let pages = Pages::map(false, BYTES);
     pages.set_word(0x10, 0xaaaa_aaaa);
     pages.set_word(0x14, 0xbbbb_bbbb);
     let emu = Arc::new(Emulator::default());
