@@ -28,19 +28,35 @@ use std::time::{Duration, Instant};
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::backend::Backend;
 use dispatchscope_core::engine::{DeviceRun, HolderRun, RanOn};
-use dispatchscope_core::input::{Backing, DeviceLimits, DispatchInput, Event, Reason, Slot};
+use dispatchscope_core::host::HostRun;
+use dispatchscope_core::input::{
+    Access, AccessKind, Backing, DeviceLimits, DispatchInput, Event, Op, Reason, Slot,
+};
 use dispatchscope_core::{CpuBackend, Engine};
 use dispatchscope_vk::host_pages::{self, HostCalls, MapsSource, ProcessHost};
 use dispatchscope_vk::{Context, ContextOptions, VulkanBackend};
 
-/// The emulator: writes land with a plain copy (its write-watch would note them).
+/// The emulator: writes land with a plain copy (its write-watch would note them); O8's runs come
+/// in batches, each run a copy; a commit touches nothing (the pages fault in on first use), a
+/// decommit is `MADV_DONTNEED` (done by the bench itself, as the emulator would before its event).
 struct Emulator;
+
+/// A plain copy of `bytes` to `host_addr`, as the emulator's write does it.
+fn copy_to(host_addr: u64, bytes: &[u8]) {
+    // SAFETY: the engine writes only into the benchmark's own read-write mapping.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), host_addr as *mut u8, bytes.len());
+    }
+}
 
 impl HostCalls for Emulator {
     fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), String> {
-        // SAFETY: the engine writes only into the benchmark's own read-write mapping.
-        unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), host_addr as *mut u8, bytes.len());
+        copy_to(host_addr, bytes);
+        Ok(())
+    }
+    fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, String)> {
+        for r in runs {
+            copy_to(r.host_addr, r.bytes);
         }
         Ok(())
     }
@@ -270,7 +286,8 @@ fn main() {
         );
     }
 
-    // O8's masked write-back of a 1080p output (every word) against a plain copy.
+    // O8's masked write-back of a 1080p output against a plain copy of the same written runs:
+    // every word (one run), and every other word (a million runs of one word).
     let out_bytes = 1920 * 1080 * 4;
     let out = Pages::map(out_bytes, true);
     let mut eo = Engine::with_host(DeviceLimits::default(), CpuBackend::new(), host()).unwrap();
@@ -281,24 +298,39 @@ fn main() {
         ..DispatchInput::default()
     };
     let data = vec![7u8; out_bytes];
-    let masks = vec![1u8; out_bytes];
     let wb_rounds = 21;
-    let t_wb = prepare_complete(&mut eo, &holder, wb_rounds, Some((&data, &masks)));
-    let mut copies = Vec::new();
-    let mut dst = vec![0u8; out_bytes];
-    for _ in 0..wb_rounds {
-        let t = Instant::now();
-        dst.copy_from_slice(&data);
-        copies.push(t.elapsed());
-        std::hint::black_box(&dst);
+    for (shape, every) in [("every word", 1usize), ("every other word", 2)] {
+        let mut masks = vec![0u8; out_bytes];
+        for w in (0..out_bytes / 4).step_by(every) {
+            masks[4 * w] = 1;
+        }
+        let written_before = eo.memory().host_traffic().bytes_written;
+        let t_wb = prepare_complete(&mut eo, &holder, wb_rounds, Some((&data, &masks)));
+        let written = (eo.memory().host_traffic().bytes_written - written_before) / wb_rounds as u64;
+        // The baseline: the same runs, copied one by one into the same pages.
+        let runs: Vec<(usize, usize)> = if every == 1 {
+            vec![(0, out_bytes)]
+        } else {
+            (0..out_bytes / 4).step_by(every).map(|w| (4 * w, 4)).collect()
+        };
+        let mut copies = Vec::new();
+        for _ in 0..wb_rounds {
+            let t = Instant::now();
+            for &(at, n) in &runs {
+                copy_to(out.addr() + at as u64, &data[at..at + n]);
+            }
+            copies.push(t.elapsed());
+            std::hint::black_box(&out);
+        }
+        let t_copy = median(copies);
+        println!(
+            "O8 write-back of a 1080p holder, {shape} ({} runs, {written} bytes written through the emulator of {out_bytes}): {:.0} µs; a plain copy of the same runs: {:.0} µs; ratio {:.2}",
+            runs.len(),
+            us(t_wb),
+            us(t_copy),
+            t_wb.as_secs_f64() / t_copy.as_secs_f64()
+        );
     }
-    let t_copy = median(copies);
-    println!(
-        "O8 masked write-back of a 1080p holder (every word, through the emulator's write): {:.0} µs; a plain copy of the same bytes: {:.0} µs; ratio {:.2}",
-        us(t_wb),
-        us(t_copy),
-        t_wb.as_secs_f64() / t_copy.as_secs_f64()
-    );
     drop(eo);
     drop(out);
 
@@ -328,6 +360,56 @@ fn main() {
         "prepare + complete, device-addressed, nothing changed (Vulkan: mark words zeroed and read): {:.2} µs",
         us(t_dev_vk)
     );
+
+    // What dispatchscope copies of the guest's bytes, on dispatches that move some: the engine's
+    // own device runs a device-addressed dispatch of loads and stores through zero-copy imports,
+    // and a bound one whose holder it must upload and write back; the emulator's own dispatch
+    // (prepare, its device, complete) hands back a holder of which the device wrote one word in 8.
+    let n = rounds.min(501);
+    let dev = device_accesses(GUEST);
+    let bound = bound_accesses(GUEST);
+    let holder_bytes = 0x4000usize;
+    let emu_data = vec![9u8; holder_bytes];
+    let mut emu_masks = vec![0u8; holder_bytes];
+    for w in (0..holder_bytes / 4).step_by(8) {
+        emu_masks[4 * w] = 1;
+    }
+    let emu_bound = DispatchInput {
+        program: 0x4000_0000_4000,
+        slots: vec![Slot::new(0, GUEST + 0x8_0000, holder_bytes as u64, true)],
+        ..DispatchInput::default()
+    };
+    for (what, words_moved) in [
+        ("device-addressed, 64 loads and 64 stores, the engine's device", 128usize),
+        ("bound, a 16 KiB holder, 64 loads and 64 stores, the engine's device", 128),
+        ("bound, a 16 KiB holder, one word in 8 written, the emulator's device", holder_bytes / 32),
+    ] {
+        let t0 = ev.memory().host_traffic();
+        let i0 = ev.backend().import_time();
+        for _ in 0..n {
+            match words_moved {
+                _ if what.starts_with("device") => {
+                    std::hint::black_box(ev.dispatch(&dev).unwrap());
+                }
+                _ if what.ends_with("engine's device") => {
+                    std::hint::black_box(ev.dispatch(&bound).unwrap());
+                }
+                _ => {
+                    prepare_complete(&mut ev, &emu_bound, 1, Some((&emu_data, &emu_masks)));
+                }
+            }
+        }
+        let t1 = ev.memory().host_traffic();
+        let i1 = ev.backend().import_time();
+        let n64 = n as u64;
+        println!(
+            "guest bytes a dispatch, {what} ({} words stored or loaded): read through the emulator {}, written through it {}, copied into or out of mirrors {}",
+            words_moved,
+            (t1.bytes_read - t0.bytes_read) / n64,
+            (t1.bytes_written - t0.bytes_written) / n64,
+            (i1.bytes_copied - i0.bytes_copied) / n64
+        );
+    }
     let it = ev.backend().import_time();
     println!(
         "Vulkan imports in host mode: {} zero-copy, {} guest bytes copied into or out of mirrors",
@@ -335,7 +417,7 @@ fn main() {
     );
     drop(ev);
 
-    // 1 GiB: resident memory and a remap.
+    // 1 GiB: resident memory, a remap after a real decommit and commit, and the checked mode.
     let rss0 = vm_rss_kib();
     let gib = Pages::map(1 << 30, true);
     let rss1 = vm_rss_kib();
@@ -345,39 +427,37 @@ fn main() {
         host(),
     )
     .unwrap();
-    eg.apply(&reserve(&gib, GUEST + 0x1_0000_0000)).unwrap();
+    let base = GUEST + 0x1_0000_0000;
+    eg.apply(&reserve(&gib, base)).unwrap();
     let t = Instant::now();
     let p = eg.prepare(&device_input()).unwrap();
     let t_map = t.elapsed();
     eg.complete(&device_input(), p, RanOn::Device(DeviceRun::default()))
         .unwrap();
     let rss2 = vm_rss_kib();
-    // A remap: the guest makes the run unreadable and readable again (the generation moves twice).
-    let whole = ByteRange::new(GUEST + 0x1_0000_0000, GUEST + 0x1_4000_0000);
-    let mut remaps = Vec::new();
-    for _ in 0..5 {
-        eg.apply(&Event::Protect {
-            range: whole,
-            readable: false,
-            writable: false,
-        })
-        .unwrap();
-        eg.apply(&Event::Protect {
-            range: whole,
-            readable: true,
-            writable: true,
-        })
-        .unwrap();
-        let t = Instant::now();
-        let p = eg.prepare(&device_input()).unwrap();
-        remaps.push(t.elapsed());
-        eg.complete(&device_input(), p, RanOn::Device(DeviceRun::default()))
-            .unwrap();
-    }
     println!(
-        "1 GiB of guest pages: first map (check, zero-copy import, table of {} chunks) {:.1} ms; a remap {:.1} ms",
+        "1 GiB of guest pages: first map (check, zero-copy import, table of {} chunks) {:.1} ms",
         eg.table().map_or(0, |t| t.len()),
         t_map.as_secs_f64() * 1e3,
+    );
+    // A real decommit (the emulator drops the pages: MADV_DONTNEED) and commit of the whole run:
+    // the mapping is dropped before the memory goes (M4), the commit's revisit maps it again
+    // (M5), and the driver imports pages that fault in anew.
+    let whole = ByteRange::new(base, base + (1 << 30));
+    let mut remaps = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        eg.apply(&Event::Decommit { range: whole }).unwrap();
+        // SAFETY: the bench's own mapping; nothing reads it until it is committed again.
+        unsafe { libc::madvise(gib.ptr.cast(), gib.bytes, libc::MADV_DONTNEED) };
+        eg.apply(&Event::Commit { range: whole }).unwrap();
+        let p = eg.prepare(&device_input()).unwrap();
+        eg.complete(&device_input(), p, RanOn::Device(DeviceRun::default()))
+            .unwrap();
+        remaps.push(t.elapsed());
+    }
+    println!(
+        "1 GiB decommitted and committed again, then a dispatch (the mapping dropped, imported again, the table brought up): {:.1} ms",
         median(remaps).as_secs_f64() * 1e3
     );
     println!(
@@ -387,6 +467,72 @@ fn main() {
         rss2 / 1024,
         rss2.saturating_sub(rss1) / 1024
     );
+    // The checked mode's cost per prepare: the real mapping of every imported piece read again.
+    for pieces in [1u64, 1024] {
+        if pieces > 1 {
+            // One page in every 1 MiB made unreadable: 1,024 readable runs, 1,024 pieces.
+            for k in 0..pieces {
+                let at = base + k * (1 << 20);
+                eg.apply(&Event::Protect {
+                    range: ByteRange::new(at, at + 0x1000),
+                    readable: false,
+                    writable: false,
+                })
+                .unwrap();
+            }
+        }
+        eg.set_checked(false);
+        let off = prepare_complete(&mut eg, &device_input(), rounds, None);
+        eg.set_checked(true);
+        let on = prepare_complete(&mut eg, &device_input(), rounds, None);
+        eg.set_checked(false);
+        println!(
+            "the checked mode, 1 GiB imported in {} pieces: prepare + complete {:.2} µs off, {:.2} µs on: {:.2} µs a prepare, {:.3} µs a piece",
+            eg.mappings().pieces().count(),
+            us(off),
+            us(on),
+            us(on) - us(off),
+            (us(on) - us(off)) / pieces as f64
+        );
+    }
     drop(eg);
     drop(gib);
+}
+
+/// 64 loads and 64 stores by device address over the first 256 KiB of `guest`.
+fn device_accesses(guest: u64) -> DispatchInput {
+    let mut accesses = Vec::new();
+    for i in 0..64u64 {
+        let mut load = Access::new(AccessKind::Global, Op::Load, 4);
+        load.address = Some(guest + i * 0x1000);
+        let mut store = Access::new(AccessKind::Global, Op::Store, 4);
+        store.address = Some(guest + i * 0x1000 + 0x800);
+        store.values = vec![i as u32];
+        accesses.extend([load, store]);
+    }
+    DispatchInput {
+        accesses,
+        ..device_input()
+    }
+}
+
+/// A bound dispatch over a 16 KiB holder at `guest + 0x4_0000`: 64 loads and 64 stores.
+fn bound_accesses(guest: u64) -> DispatchInput {
+    let mut accesses = Vec::new();
+    for i in 0..64u64 {
+        let mut load = Access::new(AccessKind::UntypedBuffer, Op::Load, 4);
+        load.slot = Some(0);
+        load.offset = Some(i * 0x100);
+        let mut store = Access::new(AccessKind::UntypedBuffer, Op::Store, 4);
+        store.slot = Some(0);
+        store.offset = Some(i * 0x100 + 0x80);
+        store.values = vec![i as u32];
+        accesses.extend([load, store]);
+    }
+    DispatchInput {
+        program: 0x4000_0000_5000,
+        slots: vec![Slot::new(0, guest + 0x4_0000, 0x4000, true)],
+        accesses,
+        ..DispatchInput::default()
+    }
 }
