@@ -9,10 +9,10 @@ use dispatchscope_core::backend::BackendError;
 use dispatchscope_core::chunk_table::ChunkTable;
 use dispatchscope_core::engine::{EngineError, FailureKind, Prepared, RanOn};
 use dispatchscope_core::exec::{Job, Outcome as RunOutcome};
-use dispatchscope_core::host::HostMemory;
+use dispatchscope_core::host::{HostError, HostMemory};
 use dispatchscope_core::input::{DeviceLimits, DispatchInput, Event};
 use dispatchscope_core::instrument::LaneSelection;
-use dispatchscope_core::memory::GuestMemory;
+use dispatchscope_core::memory::{GuestMemory, MemoryError};
 use dispatchscope_core::report::DispatchReport;
 use dispatchscope_core::report::Placement;
 use dispatchscope_core::{Backend, ByteRange, CpuBackend, Engine};
@@ -104,7 +104,21 @@ struct Capture {
 static ENGINES: Registry<EngineState> = Registry::new();
 
 pub(crate) fn engine_error(e: EngineError) -> Failure {
-    Failure::new(status_of(e.kind()), e)
+    let status = status_of(e.kind());
+    match host_failure(&e) {
+        Some(host) => Failure::new(status, host),
+        None => Failure::new(status, e),
+    }
+}
+
+/// The host callback's failure inside `e`, if that is what it is.
+fn host_failure(e: &EngineError) -> Option<&HostError> {
+    match e {
+        EngineError::Memory(MemoryError::Host(h)) | EngineError::Backend(BackendError::Host(h)) => {
+            Some(h)
+        }
+        _ => None,
+    }
 }
 
 /// The status of each [`FailureKind`]: the C ABI tells the kinds apart as the engine does.
@@ -834,6 +848,31 @@ mod tests {
             assert_eq!(got, status, "{message}");
             assert!(message.contains(words), "{message}");
         }
+    }
+
+    /// A host callback's failure reads as the host's own error at the C ABI, whichever of the
+    /// engine's errors carried it; other errors keep the engine's words.
+    #[test]
+    fn a_host_callback_failure_is_the_hosts_own_message() {
+        let host = HostError::new(
+            "commit",
+            0x7f00_0000_0000,
+            0x20000,
+            "the emulator's commit callback returned -5",
+        );
+        let words = "the host's commit of 0x20000 bytes at host 0x7f0000000000 failed: the \
+                     emulator's commit callback returned -5";
+        for e in [
+            EngineError::Backend(BackendError::from(host.clone())),
+            EngineError::Memory(MemoryError::from(host.clone())),
+        ] {
+            let f = engine_error(e);
+            assert_eq!(f.status, ds_status::DS_HOST_CALLBACK);
+            assert_eq!(f.message, words);
+        }
+        let f = engine_error(EngineError::Backend(BackendError::Execute("no".into())));
+        assert_eq!(f.status, ds_status::DS_ENGINE);
+        assert!(f.message.starts_with("device: "), "{}", f.message);
     }
 
     /// Every kind has the status the header documents for it.

@@ -315,6 +315,8 @@ int main(void) {
     expect("prepare when commit fails", s, DS_HOST_CALLBACK);
     check("the message names the callback", strstr(ds_last_error(), "commit callback returned -5") != NULL,
           ds_last_error());
+    check("the message is the host's failure itself, not the engine's words around it",
+          strncmp(ds_last_error(), "the host's commit of ", 21) == 0, ds_last_error());
     emu.fail_commit = 0;
     expect("prepare after the commit works again", ds_engine_prepare(engine, &d, &p), DS_OK);
     check("the emulator committed the lazy run", emu.commits >= 2, NULL);
