@@ -773,17 +773,58 @@ mod tests {
         }
     }
 
-    /// Runs the shipped sample `run305-overlap.json` through the C ABI on a device that fails
-    /// with `fails`, and returns the first dispatch's status and message.
-    fn first_dispatch_on(fails: BackendError) -> (ds_status, String) {
+    /// The CPU reference, but its device panics in every dispatch: a bug in us, as the boundary
+    /// sees one.
+    struct Panicking(CpuBackend);
+
+    impl Backend for Panicking {
+        fn name(&self) -> String {
+            "panicking".into()
+        }
+        fn import(&mut self, piece: ByteRange, memory: &GuestMemory) -> Result<u64, BackendError> {
+            self.0.import(piece, memory)
+        }
+        fn release(&mut self, device_base: u64) -> Result<(), BackendError> {
+            self.0.release(device_base)
+        }
+        fn place_table(
+            &mut self,
+            table: &ChunkTable,
+            budget_bytes: u64,
+        ) -> Result<(u64, Placement), BackendError> {
+            self.0.place_table(table, budget_bytes)
+        }
+        fn calls(&self) -> u64 {
+            self.0.calls()
+        }
+        fn execute(
+            &mut self,
+            job: &Job<'_>,
+            _table: Option<&ChunkTable>,
+            _memory: &mut GuestMemory,
+        ) -> Result<RunOutcome, BackendError> {
+            panic!(
+                "the test's device panics in execute ({} accesses)",
+                job.accesses.len()
+            );
+        }
+    }
+
+    /// The calling thread's message.
+    fn message() -> String {
+        // SAFETY: the message is valid until this thread's next call.
+        unsafe { CStr::from_ptr(crate::ds_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// An engine on `backend` with the shipped sample `run305-overlap.json` loaded and applied up
+    /// to its first dispatch, and that dispatch as JSON.
+    fn at_first_dispatch(backend: impl Backend + Send + 'static) -> (ds_engine, Vec<u8>) {
         let text =
             dispatchscope_formats::shipped::sample_text("run305-overlap.json").unwrap_or_default();
         let sample = Sample::from_json(text).unwrap();
         let mut engine: ds_engine = 0;
-        let backend = Failing {
-            cpu: CpuBackend::new(),
-            fails,
-        };
         assert!(insert_engine(backend, &mut engine).is_ok());
         for c in &sample.contents {
             // SAFETY: a live handle, and a pointer and length of one slice.
@@ -793,29 +834,80 @@ mod tests {
             assert_eq!(s, ds_status::DS_OK);
         }
         for step in &sample.steps {
-            let (json, event) = match step {
-                Step::Event(e) => (serde_json::to_vec(e).unwrap(), true),
-                Step::Dispatch(d) => (serde_json::to_vec(&**d).unwrap(), false),
-            };
-            // SAFETY: a live handle, and a pointer and length of one vector.
-            let status = unsafe {
-                if event {
-                    ds_engine_apply_json(engine, json.as_ptr(), json.len())
-                } else {
-                    ds_engine_dispatch_json(engine, json.as_ptr(), json.len())
+            match step {
+                Step::Event(e) => {
+                    let json = serde_json::to_vec(e).unwrap();
+                    // SAFETY: a live handle, and a pointer and length of one vector.
+                    let status = unsafe { ds_engine_apply_json(engine, json.as_ptr(), json.len()) };
+                    assert_eq!(status, ds_status::DS_OK, "{}", message());
                 }
-            };
-            if !event {
-                // SAFETY: the message is valid until this thread's next failing call.
-                let message = unsafe { CStr::from_ptr(crate::ds_last_error()) }
-                    .to_string_lossy()
-                    .into_owned();
-                assert_eq!(ds_engine_destroy(engine), ds_status::DS_OK);
-                return (status, message);
+                Step::Dispatch(d) => return (engine, serde_json::to_vec(&**d).unwrap()),
             }
-            assert_eq!(status, ds_status::DS_OK);
         }
         panic!("the sample has no dispatch");
+    }
+
+    /// Runs the shipped sample `run305-overlap.json` through the C ABI on a device that fails
+    /// with `fails`, and returns the first dispatch's status and message.
+    fn first_dispatch_on(fails: BackendError) -> (ds_status, String) {
+        let backend = Failing {
+            cpu: CpuBackend::new(),
+            fails,
+        };
+        let (engine, json) = at_first_dispatch(backend);
+        // SAFETY: a live handle, and a pointer and length of one vector.
+        let status = unsafe { ds_engine_dispatch_json(engine, json.as_ptr(), json.len()) };
+        let message = message();
+        assert_eq!(ds_engine_destroy(engine), ds_status::DS_OK);
+        (status, message)
+    }
+
+    /// A panic inside the engine crosses the boundary of an exported function as `DS_PANICKED`,
+    /// naming the panic; the process lives on; the engine is refused by name from then on (its
+    /// lock is poisoned: no crash, no hang), is still destroyed, and other engines keep working.
+    #[test]
+    fn a_panic_in_a_dispatch_is_a_status_and_only_its_engine_is_refused() {
+        let (other, other_json) = at_first_dispatch(CpuBackend::new());
+        let (engine, json) = at_first_dispatch(Panicking(CpuBackend::new()));
+        // SAFETY: a live handle, and a pointer and length of one vector.
+        let status = unsafe { ds_engine_dispatch_json(engine, json.as_ptr(), json.len()) };
+        let said = message();
+        assert_eq!(status, ds_status::DS_PANICKED, "{said}");
+        assert!(
+            said.contains("dispatchscope panicked")
+                && said.contains("the test's device panics in execute ("),
+            "{said}"
+        );
+        // Every later call on it is a named status, on this thread (which left the engine when
+        // the panic unwound: not DS_ORDER) and on another.
+        let mut mode = ds_mode::DS_MODE_BOUND;
+        // SAFETY: a live handle and a valid out-pointer.
+        let status = unsafe { ds_engine_report_mode(engine, &mut mode) };
+        assert_eq!(status, ds_status::DS_PANICKED, "{}", message());
+        assert!(
+            message().contains("panicked in an earlier call"),
+            "{}",
+            message()
+        );
+        let elsewhere = std::thread::spawn(move || {
+            // SAFETY: a live handle, and a pointer and length of one vector.
+            let status = unsafe { ds_engine_dispatch_json(engine, json.as_ptr(), json.len()) };
+            (status, message())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(elsewhere.0, ds_status::DS_PANICKED, "{}", elsewhere.1);
+        // The other engine is untouched.
+        // SAFETY: a live handle, and a pointer and length of one vector.
+        let status =
+            unsafe { ds_engine_dispatch_json(other, other_json.as_ptr(), other_json.len()) };
+        assert_eq!(status, ds_status::DS_OK, "{}", message());
+        // SAFETY: a live handle and a valid out-pointer.
+        let status = unsafe { ds_engine_report_mode(other, &mut mode) };
+        assert_eq!(status, ds_status::DS_OK, "{}", message());
+        assert_eq!(ds_engine_destroy(engine), ds_status::DS_OK, "{}", message());
+        assert_eq!(ds_engine_destroy(engine), ds_status::DS_INVALID_HANDLE);
+        assert_eq!(ds_engine_destroy(other), ds_status::DS_OK, "{}", message());
     }
 
     /// A lost device and exhausted memory reach the emulator as statuses of their own through a
