@@ -8,7 +8,9 @@
  * destroyed handle is never valid again (a second destroy is DS_INVALID_HANDLE).
  * Threads: any thread may call any function; calls on one engine are serialised, calls on
  * different engines run in parallel. A debugger's pause stops the calling thread inside
- * ds_engine_dispatch* and ds_engine_prepare, as a game's GPU thread would be stopped.
+ * ds_engine_dispatch* and ds_engine_prepare, as a game's GPU thread would be stopped. Host
+ * callbacks run on the calling thread while it holds the engine: one may call other engines, but
+ * a call back into its own engine (destroy included) is DS_ORDER, never a deadlock.
  * The host path: ds_engine_create_host (or _vulkan_host) with ds_host_callbacks, events as
  * ds_event (DS_EVENT_RESERVE takes host_address), then per dispatch ds_engine_prepare, the
  * emulator's own command buffer, its fence, ds_engine_complete. Every struct that may grow starts
@@ -260,7 +262,12 @@ typedef int32_t (*ds_host_read_fn)(void *user, uint64_t host_addr, uint8_t *dst,
 // The calls into the emulator that host mode makes, registered once when the engine is made.
 // `write`, `commit`, `release_guards` and `hand_off` are required; `read` may be null (the engine
 // then reads the process's memory with `process_vm_readv`, which fails instead of crashing on a
-// page the process cannot read). Each is called on the thread that called the engine.
+// page the process cannot read). Each is called on the thread that called the engine, while
+// that call holds the engine: a callback may call other engines, but a call back into its own
+// engine (any `ds_engine_*` on it, destroy included) is refused with `DS_ORDER`, naming the call,
+// the callback and the call it is inside, rather than waiting on itself. A callback's non-zero
+// answer is `DS_HOST_CALLBACK`, its message the host's failure as such (the call, its bytes and
+// host address, the value returned).
 typedef struct ds_host_callbacks {
   // `sizeof(ds_host_callbacks)`.
   uint32_t size;
@@ -510,7 +517,8 @@ enum ds_status ds_engine_create(const struct ds_limits *limits, ds_engine *out);
 enum ds_status ds_engine_create_json(const uint8_t *json, size_t len, ds_engine *out);
 
 // Destroys an engine, ending its capture (the index written) and its tap (a debugger attached
-// is told the target went away). A second destroy is `DS_INVALID_HANDLE`.
+// is told the target went away). A second destroy is `DS_INVALID_HANDLE`; a destroy from inside
+// one of the engine's own host callbacks is `DS_ORDER`.
 enum ds_status ds_engine_destroy(ds_engine engine);
 
 // Loads guest memory contents (the bytes of `len` at `bytes` at guest `address`), as a sample's

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use crate::ffi::{Failure, Outcome, boundary, bytes_arg, ds_status, str_arg, write_out};
 use crate::handle::{Registry, lock};
 use crate::input::{ds_dispatch, ds_limits, ds_mode};
+use crate::reentry;
 
 /// An engine: a 64-bit handle, 0 the null handle (see the crate docs).
 #[allow(non_camel_case_types)]
@@ -137,11 +138,16 @@ fn capture_error(e: SessionError) -> Failure {
     Failure::new(ds_status::DS_IO, e)
 }
 
+/// Runs `body` on `handle`'s engine at the boundary, as exported function `call`: the engine
+/// locked (a second thread waits), or `DS_ORDER` when this thread is inside that engine already
+/// (one of its host callbacks called back into it, which would otherwise wait on itself).
 pub(crate) fn with_engine(
     handle: ds_engine,
+    call: &'static str,
     body: impl FnOnce(&mut EngineState) -> Outcome,
 ) -> ds_status {
     boundary(|| {
+        let _inside = reentry::enter(handle, call)?;
         let entry = ENGINES.get(handle, "engine")?;
         let mut state = lock(&entry, "engine")?;
         body(&mut state)
@@ -252,10 +258,13 @@ pub unsafe extern "C" fn ds_engine_create_json(
 }
 
 /// Destroys an engine, ending its capture (the index written) and its tap (a debugger attached
-/// is told the target went away). A second destroy is `DS_INVALID_HANDLE`.
+/// is told the target went away). A second destroy is `DS_INVALID_HANDLE`; a destroy from inside
+/// one of the engine's own host callbacks is `DS_ORDER`.
 #[unsafe(no_mangle)]
 pub extern "C" fn ds_engine_destroy(engine: ds_engine) -> ds_status {
     boundary(|| {
+        // A callback destroying its own engine would wait on its own thread's lock.
+        let _inside = reentry::enter(engine, "ds_engine_destroy")?;
         let entry = ENGINES.remove(engine, "engine")?;
         // A call in flight on another thread finishes first; a poisoned engine is still freed.
         let mut state = entry
@@ -280,7 +289,7 @@ pub unsafe extern "C" fn ds_engine_load_contents(
     bytes: *const u8,
     len: usize,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_load_contents", |s| {
         // SAFETY: the caller promises `len` bytes at `bytes`.
         let bytes = unsafe { bytes_arg(bytes, len, "bytes") }?;
         if address.checked_add(len as u64).is_none() {
@@ -314,7 +323,7 @@ pub unsafe extern "C" fn ds_engine_apply_json(
     json: *const u8,
     len: usize,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_apply_json", |s| {
         // SAFETY: the caller promises `len` bytes at `json`.
         let bytes = unsafe { bytes_arg(json, len, "json") }?;
         let event: Event = serde_json::from_slice(bytes)
@@ -472,7 +481,7 @@ pub unsafe extern "C" fn ds_engine_dispatch_json(
     json: *const u8,
     len: usize,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_dispatch_json", |s| {
         // SAFETY: the caller promises `len` bytes at `json`.
         let bytes = unsafe { bytes_arg(json, len, "json") }?;
         let input: DispatchInput = serde_json::from_slice(bytes)
@@ -492,7 +501,7 @@ pub unsafe extern "C" fn ds_engine_dispatch(
     engine: ds_engine,
     dispatch: *const ds_dispatch,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_dispatch", |s| {
         if dispatch.is_null() {
             return Err(crate::ffi::null("dispatch"));
         }
@@ -526,7 +535,7 @@ pub unsafe extern "C" fn ds_engine_report_json(
     out: *mut *const c_char,
     len: *mut usize,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_report_json", |s| {
         if out.is_null() {
             return Err(crate::ffi::null("out"));
         }
@@ -561,7 +570,7 @@ pub unsafe extern "C" fn ds_engine_report_json(
 /// `out` must be valid for a write (null is an error).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ds_engine_report_mode(engine: ds_engine, out: *mut ds_mode) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_report_mode", |s| {
         let mode = ds_mode::from(last(s)?.mode);
         // SAFETY: the caller promises `out` is null or valid for a write.
         unsafe { write_out(out, mode, "out") }
@@ -575,7 +584,7 @@ pub unsafe extern "C" fn ds_engine_report_mode(engine: ds_engine, out: *mut ds_m
 /// `out` must be valid for a write (null is an error).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ds_engine_report_refusals(engine: ds_engine, out: *mut u32) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_report_refusals", |s| {
         let n = u32::try_from(last(s)?.refusals.len()).unwrap_or(u32::MAX);
         // SAFETY: the caller promises `out` is null or valid for a write.
         unsafe { write_out(out, n, "out") }
@@ -599,7 +608,7 @@ pub unsafe extern "C" fn ds_engine_listen(
     name: *const c_char,
     port: *mut u16,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_listen", |s| {
         // SAFETY: the caller promises NUL-terminated strings (or null where allowed).
         let addr = unsafe { str_arg(addr, "addr") }?;
         let listen: SocketAddr = addr.parse().map_err(|e| {
@@ -646,7 +655,7 @@ pub unsafe extern "C" fn ds_engine_listen(
 /// `out` must be valid for a write (null is an error).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ds_engine_attached(engine: ds_engine, out: *mut u8) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_attached", |s| {
         let attached = u8::from(s.tap.is_attached());
         // SAFETY: the caller promises `out` is null or valid for a write.
         unsafe { write_out(out, attached, "out") }
@@ -667,7 +676,7 @@ pub unsafe extern "C" fn ds_engine_capture_begin(
     path: *const c_char,
     title: *const c_char,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_capture_begin", |s| {
         // SAFETY: the caller promises NUL-terminated strings (or null where allowed).
         let path = unsafe { str_arg(path, "path") }?;
         let title = if title.is_null() {
@@ -720,12 +729,14 @@ pub unsafe extern "C" fn ds_engine_capture_begin(
 /// Ends the capture being written: its index is written and the file closed.
 #[unsafe(no_mangle)]
 pub extern "C" fn ds_engine_capture_end(engine: ds_engine) -> ds_status {
-    with_engine(engine, |s| match s.capture.take() {
-        Some(c) => c.writer.finish().map_err(capture_error),
-        None => Err(Failure::new(
-            ds_status::DS_NOT_READY,
-            "this engine is writing no capture",
-        )),
+    with_engine(engine, "ds_engine_capture_end", |s| {
+        match s.capture.take() {
+            Some(c) => c.writer.finish().map_err(capture_error),
+            None => Err(Failure::new(
+                ds_status::DS_NOT_READY,
+                "this engine is writing no capture",
+            )),
+        }
     })
 }
 

@@ -17,6 +17,7 @@ use dispatchscope_vk::host_pages::{HostCalls, ProcessHost};
 use crate::engine::{create_engine, ds_engine, with_engine};
 use crate::ffi::{Failure, boundary, ds_status, null, slice_arg, str_arg};
 use crate::input::{ds_dispatch, ds_limits, ds_mode};
+use crate::reentry::in_callback;
 
 /// The layout of every struct of this header: a caller compiled against another version is
 /// refused by name (`DS_ABI_MISMATCH`) rather than misread.
@@ -60,7 +61,12 @@ pub type ds_host_read_fn = Option<
 /// The calls into the emulator that host mode makes, registered once when the engine is made.
 /// `write`, `commit`, `release_guards` and `hand_off` are required; `read` may be null (the engine
 /// then reads the process's memory with `process_vm_readv`, which fails instead of crashing on a
-/// page the process cannot read). Each is called on the thread that called the engine.
+/// page the process cannot read). Each is called on the thread that called the engine, while
+/// that call holds the engine: a callback may call other engines, but a call back into its own
+/// engine (any `ds_engine_*` on it, destroy included) is refused with `DS_ORDER`, naming the call,
+/// the callback and the call it is inside, rather than waiting on itself. A callback's non-zero
+/// answer is `DS_HOST_CALLBACK`, its message the host's failure as such (the call, its bytes and
+/// host address, the value returned).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 #[allow(non_camel_case_types)]
@@ -106,35 +112,40 @@ fn answer(call: &str, r: i32) -> Result<(), String> {
 
 impl HostCalls for Callbacks {
     fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), String> {
-        // SAFETY: the emulator registered this callback for its own memory; `bytes` lives across
-        // the call.
-        let r = unsafe {
-            (self.write)(
-                self.user as *mut c_void,
-                host_addr,
-                bytes.as_ptr(),
-                bytes.len() as u64,
-            )
-        };
+        let r = in_callback("write", || {
+            // SAFETY: the emulator registered this callback for its own memory; `bytes` lives
+            // across the call.
+            unsafe {
+                (self.write)(
+                    self.user as *mut c_void,
+                    host_addr,
+                    bytes.as_ptr(),
+                    bytes.len() as u64,
+                )
+            }
+        });
         answer("write", r)
     }
     fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
-        // SAFETY: as registered.
-        answer("commit", unsafe {
-            (self.commit)(self.user as *mut c_void, host_addr, bytes)
-        })
+        let r = in_callback("commit", || {
+            // SAFETY: as registered.
+            unsafe { (self.commit)(self.user as *mut c_void, host_addr, bytes) }
+        });
+        answer("commit", r)
     }
     fn release_guards(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
-        // SAFETY: as registered.
-        answer("release_guards", unsafe {
-            (self.release_guards)(self.user as *mut c_void, host_addr, bytes)
-        })
+        let r = in_callback("release_guards", || {
+            // SAFETY: as registered.
+            unsafe { (self.release_guards)(self.user as *mut c_void, host_addr, bytes) }
+        });
+        answer("release_guards", r)
     }
     fn hand_off(&self, guest: ByteRange, host_addr: u64) -> Result<(), String> {
-        // SAFETY: as registered.
-        answer("hand_off", unsafe {
-            (self.hand_off)(self.user as *mut c_void, guest.start, guest.end, host_addr)
-        })
+        let r = in_callback("hand_off", || {
+            // SAFETY: as registered.
+            unsafe { (self.hand_off)(self.user as *mut c_void, guest.start, guest.end, host_addr) }
+        });
+        answer("hand_off", r)
     }
 }
 
@@ -150,15 +161,17 @@ impl HostMemory for CHost {
         let c = self.0.calls();
         match c.read {
             Some(read) => {
-                // SAFETY: as registered; `out` lives across the call.
-                let r = unsafe {
-                    read(
-                        c.user as *mut c_void,
-                        host_addr,
-                        out.as_mut_ptr(),
-                        out.len() as u64,
-                    )
-                };
+                let r = in_callback("read", || {
+                    // SAFETY: as registered; `out` lives across the call.
+                    unsafe {
+                        read(
+                            c.user as *mut c_void,
+                            host_addr,
+                            out.as_mut_ptr(),
+                            out.len() as u64,
+                        )
+                    }
+                });
                 answer("read", r)
                     .map_err(|e| HostError::new("read", host_addr, out.len() as u64, e))
             }
@@ -502,7 +515,7 @@ unsafe fn event_of(e: &ds_event, host_mode: bool) -> Result<Event, Failure> {
 /// counts.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ds_engine_apply(engine: ds_engine, event: *const ds_event) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_apply", |s| {
         if event.is_null() {
             return Err(null("event"));
         }
@@ -601,7 +614,7 @@ pub unsafe extern "C" fn ds_engine_prepare(
     dispatch: *const ds_dispatch,
     out: *mut ds_prepared,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_prepare", |s| {
         if dispatch.is_null() {
             return Err(null("dispatch"));
         }
@@ -724,7 +737,7 @@ pub unsafe extern "C" fn ds_engine_complete(
     engine: ds_engine,
     completion: *const ds_completion,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_complete", |s| {
         if completion.is_null() {
             return Err(null("completion"));
         }
@@ -804,7 +817,7 @@ pub unsafe extern "C" fn ds_engine_complete(
 /// Forgets prepared dispatch `index`, which the emulator will not complete (its device failed).
 #[unsafe(no_mangle)]
 pub extern "C" fn ds_engine_abandon(engine: ds_engine, index: u64) -> ds_status {
-    with_engine(engine, |s| s.abandon(index))
+    with_engine(engine, "ds_engine_abandon", |s| s.abandon(index))
 }
 
 /// Reads `len` guest bytes at `address` into `out`, as the engine sees them (the emulator's pages
@@ -819,7 +832,7 @@ pub unsafe extern "C" fn ds_engine_read_guest(
     out: *mut u8,
     len: usize,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_read_guest", |s| {
         if out.is_null() {
             return Err(null("out"));
         }
@@ -987,7 +1000,7 @@ pub unsafe extern "C" fn ds_engine_instrumentation_init(
     capacity: u64,
     n_words: *mut u64,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_instrumentation_init", |s| {
         if n_words.is_null() {
             return Err(null("n_words"));
         }
@@ -1027,7 +1040,7 @@ pub unsafe extern "C" fn ds_engine_add_program(
     code: *const u8,
     len: usize,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_add_program", |s| {
         // SAFETY: the caller promises `len` bytes.
         let code = unsafe { slice_arg(code, len, "code") }?;
         s.add_program(program, code);

@@ -34,6 +34,9 @@
 //! thread waits for the first); calls on different engines run in parallel. A paused engine
 //! blocks the thread inside its dispatch call until the debugger resumes or steps it (or its
 //! pause times out): call dispatch from the thread that may be stopped, as a game's GPU thread is.
+//! Host callbacks ([`ds_host_callbacks`]) run on the calling thread while it holds the engine: a
+//! callback may call other engines, but a call back into its own engine is `DS_ORDER`, by name,
+//! never a deadlock (the calling thread notes the engines it is inside).
 //!
 //! # Ownership
 //! Strings and buffers passed in are borrowed for the call only. Pointers handed out
@@ -47,6 +50,7 @@ mod ffi;
 mod handle;
 mod host;
 mod input;
+mod reentry;
 mod vulkan;
 
 pub use engine::*;
