@@ -15,8 +15,10 @@
  * ds_event (DS_EVENT_RESERVE takes host_address), then per dispatch ds_engine_prepare, the
  * emulator's own command buffer, its fence, ds_engine_complete. Every struct that may grow starts
  * with its size; DS_ABI_VERSION names the layout.
- * Ownership: arguments are borrowed for the call; pointers handed out (ds_last_error,
- * ds_engine_report_json) stay valid until the thread's (resp. the engine's) next call.
+ * Ownership: arguments are borrowed for the call. Pointers handed out are the calling thread's:
+ * ds_last_error's until the thread's next call into this library, ds_engine_report_json's until
+ * the thread's next ds_engine_report_json (on any engine), whatever other threads do (destroy
+ * included). Copy what you keep.
  */
 
 #ifndef DISPATCHSCOPE_H
@@ -518,7 +520,8 @@ enum ds_status ds_engine_create_json(const uint8_t *json, size_t len, ds_engine 
 
 // Destroys an engine, ending its capture (the index written) and its tap (a debugger attached
 // is told the target went away). A second destroy is `DS_INVALID_HANDLE`; a destroy from inside
-// one of the engine's own host callbacks is `DS_ORDER`.
+// one of the engine's own host callbacks is `DS_ORDER`. A report handed out by
+// [`ds_engine_report_json`] stays valid after it (it is the calling thread's).
 enum ds_status ds_engine_destroy(ds_engine engine);
 
 // Loads guest memory contents (the bytes of `len` at `bytes` at guest `address`), as a sample's
@@ -557,8 +560,9 @@ enum ds_status ds_engine_dispatch_json(ds_engine engine, const uint8_t *json, si
 enum ds_status ds_engine_dispatch(ds_engine engine, const struct ds_dispatch *dispatch);
 
 // The last dispatch's report as JSON (the `dispatchscope.report` schema), NUL-terminated:
-// `*out` points at it and `*len` (if not null) gets its length without the NUL. It stays valid
-// until the engine's next call.
+// `*out` points at it and `*len` (if not null) gets its length without the NUL. The string is
+// the calling thread's: it stays valid until this thread's next `ds_engine_report_json` (on any
+// engine) or its exit, whatever other threads do meanwhile (dispatch on the engine, destroy it).
 //
 // # Safety
 // `out` must be valid for a write (null is an error); `len` null or valid for a write.

@@ -85,8 +85,9 @@ pub(crate) struct EngineState {
     /// The struct form's dispatch input, kept so the hot path does not allocate.
     input: DispatchInput,
     last: Option<DispatchReport>,
-    /// The last report as JSON, made when first asked for.
-    last_json: Option<CString>,
+    /// The last report as JSON, made when first asked for; [`ds_engine_report_json`] hands each
+    /// thread its own reference ([`REPORT`]).
+    last_json: Option<Arc<CString>>,
     capture: Option<Capture>,
     /// The dispatch [`crate::ds_engine_prepare`] handed out, and its input, until
     /// [`crate::ds_engine_complete`].
@@ -104,6 +105,16 @@ struct Capture {
 
 static ENGINES: Registry<EngineState> = Registry::new();
 
+thread_local! {
+    /// The report [`ds_engine_report_json`] last handed this thread: kept alive here, so its
+    /// pointer stays valid until this thread's next `ds_engine_report_json`, whatever other
+    /// threads do to the engine (a dispatch, a destroy).
+    static REPORT: std::cell::RefCell<Option<Arc<CString>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// An engine error's status and message. A host callback's failure (`DS_HOST_CALLBACK`) reads as
+/// the host's own error, without the engine's "device: " or "bad memory event: " before it: it is
+/// neither, and the emulator looks for its own callback's words.
 pub(crate) fn engine_error(e: EngineError) -> Failure {
     let status = status_of(e.kind());
     match host_failure(&e) {
@@ -259,7 +270,8 @@ pub unsafe extern "C" fn ds_engine_create_json(
 
 /// Destroys an engine, ending its capture (the index written) and its tap (a debugger attached
 /// is told the target went away). A second destroy is `DS_INVALID_HANDLE`; a destroy from inside
-/// one of the engine's own host callbacks is `DS_ORDER`.
+/// one of the engine's own host callbacks is `DS_ORDER`. A report handed out by
+/// [`ds_engine_report_json`] stays valid after it (it is the calling thread's).
 #[unsafe(no_mangle)]
 pub extern "C" fn ds_engine_destroy(engine: ds_engine) -> ds_status {
     boundary(|| {
@@ -524,8 +536,9 @@ fn last(s: &EngineState) -> Result<&DispatchReport, Failure> {
 }
 
 /// The last dispatch's report as JSON (the `dispatchscope.report` schema), NUL-terminated:
-/// `*out` points at it and `*len` (if not null) gets its length without the NUL. It stays valid
-/// until the engine's next call.
+/// `*out` points at it and `*len` (if not null) gets its length without the NUL. The string is
+/// the calling thread's: it stays valid until this thread's next `ds_engine_report_json` (on any
+/// engine) or its exit, whatever other threads do meanwhile (dispatch on the engine, destroy it).
 ///
 /// # Safety
 /// `out` must be valid for a write (null is an error); `len` null or valid for a write.
@@ -539,21 +552,24 @@ pub unsafe extern "C" fn ds_engine_report_json(
         if out.is_null() {
             return Err(crate::ffi::null("out"));
         }
-        if s.last_json.is_none() {
-            let json = serde_json::to_vec(last(s)?).map_err(|e| {
-                Failure::new(
-                    ds_status::DS_ENGINE,
-                    format!("the report cannot be encoded: {e}"),
-                )
-            })?;
-            // JSON text never holds a raw NUL: serde_json escapes it.
-            s.last_json = Some(CString::new(json).unwrap_or_default());
-        }
-        let json = s
-            .last_json
-            .as_ref()
-            .map_or(std::ptr::null(), |j| j.as_ptr());
-        let n = s.last_json.as_ref().map_or(0, |j| j.as_bytes().len());
+        let report = match &s.last_json {
+            Some(json) => Arc::clone(json),
+            None => {
+                let json = serde_json::to_vec(last(s)?).map_err(|e| {
+                    Failure::new(
+                        ds_status::DS_ENGINE,
+                        format!("the report cannot be encoded: {e}"),
+                    )
+                })?;
+                // JSON text never holds a raw NUL: serde_json escapes it.
+                let json = Arc::new(CString::new(json).unwrap_or_default());
+                s.last_json = Some(Arc::clone(&json));
+                json
+            }
+        };
+        let (json, n) = (report.as_ptr(), report.as_bytes().len());
+        // The thread's reference keeps the string alive; the one it replaces is let go.
+        REPORT.with(|r| *r.borrow_mut() = Some(report));
         // SAFETY: `out` is non-null and valid for a write, as the caller promises.
         unsafe { write_out(out, json, "out") }?;
         if !len.is_null() {

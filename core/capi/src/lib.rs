@@ -39,10 +39,12 @@
 //! never a deadlock (the calling thread notes the engines it is inside).
 //!
 //! # Ownership
-//! Strings and buffers passed in are borrowed for the call only. Pointers handed out
-//! ([`ds_last_error`], [`ds_engine_report_json`]) point into memory this library owns and stay
-//! valid until the next call on the same thread (for the message) or on the same engine (for the
-//! report); copy what you keep.
+//! Strings and buffers passed in are borrowed for the call only. Pointers handed out point into
+//! memory this library keeps for the calling thread: [`ds_last_error`]'s until the thread's next
+//! call into this library, [`ds_engine_report_json`]'s until the thread's next
+//! `ds_engine_report_json` (on any engine), whatever other threads do (destroy included); both
+//! until the thread exits at the latest. Copy what you keep. Everything else comes out through
+//! the caller's own memory (`ds_prepared`, its `ds_slot_plan`s, the instrumentation's words).
 #![allow(unsafe_code)] // The C ABI: raw pointers in and out. Every `unsafe` block says why it holds.
 
 mod engine;

@@ -134,7 +134,7 @@ fn through_the_c_abi(sample: &Sample) -> Vec<serde_json::Value> {
                 let mut len = 0;
                 // SAFETY: as above.
                 ok(unsafe { ds_engine_report_json(engine, &mut out, &mut len) });
-                // SAFETY: the report JSON is valid until the engine's next call.
+                // SAFETY: the report JSON is valid until this thread's next ds_engine_report_json.
                 let text = unsafe { CStr::from_ptr(out) }.to_str().unwrap();
                 assert_eq!(text.len(), len);
                 reports.push(serde_json::from_str(text).unwrap());
@@ -203,7 +203,7 @@ fn the_struct_form_plans_as_the_json_form_does() {
     let mut out = std::ptr::null();
     // SAFETY: valid out-pointer; null len is allowed.
     ok(unsafe { ds_engine_report_json(engine, &mut out, std::ptr::null_mut()) });
-    // SAFETY: valid until the engine's next call.
+    // SAFETY: valid until this thread's next ds_engine_report_json.
     let from_struct: serde_json::Value =
         serde_json::from_str(unsafe { CStr::from_ptr(out) }.to_str().unwrap()).unwrap();
     let json = serde_json::json!({
@@ -283,7 +283,7 @@ fn a_capture_begun_mid_session_replays_to_the_same_reports() {
                 let mut out = std::ptr::null();
                 // SAFETY: valid out-pointer.
                 ok(unsafe { ds_engine_report_json(engine, &mut out, std::ptr::null_mut()) });
-                // SAFETY: valid until the next call.
+                // SAFETY: valid until this thread's next ds_engine_report_json.
                 let v: serde_json::Value =
                     serde_json::from_str(unsafe { CStr::from_ptr(out) }.to_str().unwrap()).unwrap();
                 expected.push(v["mode"].clone());
