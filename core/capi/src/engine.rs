@@ -238,11 +238,8 @@ pub unsafe extern "C" fn ds_engine_create(
     out: *mut ds_engine,
 ) -> ds_status {
     boundary(|| {
-        if limits.is_null() {
-            return Err(crate::ffi::null("limits"));
-        }
-        // SAFETY: `limits` is non-null and the caller promises it points at a `ds_limits`.
-        let limits = unsafe { (*limits).to_limits() }?;
+        // SAFETY: the caller promises `limits` is null or points at a `ds_limits`.
+        let limits = unsafe { ds_limits::read(limits) }?;
         create(limits, out)
     })
 }
@@ -514,12 +511,11 @@ pub unsafe extern "C" fn ds_engine_dispatch(
     dispatch: *const ds_dispatch,
 ) -> ds_status {
     with_engine(engine, "ds_engine_dispatch", |s| {
-        if dispatch.is_null() {
-            return Err(crate::ffi::null("dispatch"));
-        }
+        // SAFETY: the caller promises `dispatch` is null or points at a `ds_dispatch`.
+        let dispatch = unsafe { ds_dispatch::arg(dispatch) }?;
         let mut input = std::mem::take(&mut s.input);
-        // SAFETY: `dispatch` is non-null and the caller promises its pointers and counts.
-        let filled = unsafe { (*dispatch).fill(&mut input) };
+        // SAFETY: the caller promises its pointers and counts.
+        let filled = unsafe { dispatch.fill(&mut input) };
         let result = filled.and_then(|()| run(s, &input));
         s.input = input;
         result

@@ -134,7 +134,7 @@ fn through_the_c_abi(sample: &Sample) -> Vec<serde_json::Value> {
                 let mut len = 0;
                 // SAFETY: as above.
                 ok(unsafe { ds_engine_report_json(engine, &mut out, &mut len) });
-                // SAFETY: the report JSON is valid until this thread's next ds_engine_report_json.
+                // SAFETY: valid until this thread's next ds_engine_report_json.
                 let text = unsafe { CStr::from_ptr(out) }.to_str().unwrap();
                 assert_eq!(text.len(), len);
                 reports.push(serde_json::from_str(text).unwrap());
@@ -172,6 +172,7 @@ fn the_struct_form_plans_as_the_json_form_does() {
     ok(unsafe { ds_engine_create(&limits, &mut engine) });
     // Two written slots overlapping by 0x40 (O1: one holder), and a third read-only apart.
     let slot = |slot, base, size, flags| ds_slot {
+        size: size_of::<ds_slot>() as u32,
         slot,
         flags,
         base,
@@ -190,6 +191,7 @@ fn the_struct_form_plans_as_the_json_form_does() {
     ];
     let push = [7u32, 8];
     let d = ds_dispatch {
+        size: size_of::<ds_dispatch>() as u32,
         program: 0x4000,
         kind: 0,
         reasons: 0,
