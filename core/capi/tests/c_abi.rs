@@ -1,6 +1,7 @@
-//! The C ABI: from C (bad input, compiled with the system's C compiler against the committed
-//! header and the cdylib), and from Rust through the same `extern "C"` functions (the same report
-//! as the Rust API for every shipped sample; a capture written through it reads back).
+//! The C ABI: from C (bad input, the host path, ABI version 4's checks; compiled with the
+//! system's C compiler against the committed header and the cdylib), and from Rust through the
+//! same `extern "C"` functions (the same report as the Rust API for every shipped sample; a
+//! capture written through it reads back).
 #![allow(clippy::unwrap_used, clippy::expect_used, unsafe_code)]
 
 use std::ffi::CStr;
@@ -49,7 +50,7 @@ fn run_c(name: &str) -> String {
     let exe = dir.path().join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let built = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pthread", "-o"])
         .arg(&exe)
         .arg(manifest.join(format!("tests/c/{name}.c")))
         .arg("-I")
@@ -100,6 +101,28 @@ fn the_host_path_from_c() {
         out.contains("ok prepare when commit fails: status 11"),
         "{out}"
     );
+}
+
+/// ABI version 4 from C (issue 39): a wrong `size` in `ds_limits`, `ds_dispatch`, `ds_slot` and
+/// `ds_vulkan_device` is `DS_ABI_MISMATCH`; unknown flag bits and non-zero reserved fields are
+/// `DS_BAD_INPUT`; a write callback calling back into its own engine gets `DS_ORDER` and the
+/// outer call finishes; two threads' report pointers each stay valid while the other calls.
+#[test]
+fn abi_version_4_from_c() {
+    let out = run_c("abi_v4");
+    for line in [
+        "ok create host with a ds_limits of size 8",
+        "ok prepare a ds_dispatch of size 4",
+        "ok prepare with slots[1] of another size",
+        "ok create vulkan with a short ds_vulkan_device",
+        "ok an event with unknown flag bits",
+        "ok an event with reserved 7",
+        "ok ds_engine_apply from inside the write callback is DS_ORDER",
+        "ok complete run 305 (its write callback calls back)",
+        "ok each thread's report pointer holds its report",
+    ] {
+        assert!(out.contains(line), "{line:?} is missing:\n{out}");
+    }
 }
 
 /// Replays `sample` through the C ABI's JSON functions and returns each dispatch's report JSON.
