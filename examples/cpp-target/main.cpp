@@ -124,6 +124,7 @@ std::string hex(uint64_t v) {
 
 ds_slot slot(uint32_t index, uint64_t base, uint64_t size, bool written) {
     ds_slot s{};
+    s.size = sizeof s;
     s.slot = index;
     s.flags = DS_SLOT_RESOLVED | (written ? DS_SLOT_WRITTEN : 0u);
     s.base = base;
@@ -169,6 +170,7 @@ int main(int argc, char **argv) {
     } else {
         vk.open();
         ds_vulkan_device handles{};
+        handles.size = sizeof handles;
         handles.get_instance_proc_addr = reinterpret_cast<void *>(&vkGetInstanceProcAddr);
         handles.instance = vk.instance;
         handles.physical_device = vk.physical;
@@ -213,6 +215,7 @@ int main(int argc, char **argv) {
         ds_slot bound[] = {slot(0, heap, 0x1000, true), slot(1, heap + 0x800, 0x1000, true),
                            slot(2, heap + 0x8000, 0x100, false)};
         ds_dispatch d{};
+        d.size = sizeof d;
         d.program = 0x400000001000ull;
         d.slots = bound;
         d.n_slots = 3;

@@ -741,6 +741,7 @@ void rebuild_textures(ds_engine engine, uint32_t &next_id) {
 
 ds_slot slot(uint32_t index, uint64_t base, uint64_t size, bool written) {
     ds_slot s{};
+    s.size = sizeof s;
     s.slot = index;
     s.flags = DS_SLOT_RESOLVED | (written ? DS_SLOT_WRITTEN : 0u);
     s.base = base;
@@ -860,6 +861,7 @@ int main(int argc, char **argv) {
     Device vk;
     vk.open(validation);
     ds_vulkan_device handles{};
+    handles.size = sizeof handles;
     handles.get_instance_proc_addr = reinterpret_cast<void *>(&vkGetInstanceProcAddr);
     handles.instance = vk.instance;
     handles.physical_device = vk.physical;
@@ -1103,6 +1105,7 @@ int main(int argc, char **argv) {
             ds_slot slots[] = {slot(0, H + SET_A, 0xe40f, true), slot(1, H + SET_A + 0xe400, 0x20, true),
                                slot(2, H + SET_B, 0x94, false), slot(3, H + SET_B + 0x10, 4, true)};
             ds_dispatch d{};
+            d.size = sizeof d;
             d.program = BOUND_PROGRAM;
             d.slots = slots;
             d.n_slots = 4;
@@ -1242,6 +1245,7 @@ int main(int argc, char **argv) {
         {
             ds_slot slots[] = {slot(0, H + O7_BASE, 0x100, true), slot(1, H + O7_BASE + 0x24, 0x10, true)};
             ds_dispatch d{};
+            d.size = sizeof d;
             d.program = O7_PROGRAM;
             d.slots = slots;
             d.n_slots = 2;
@@ -1269,6 +1273,7 @@ int main(int argc, char **argv) {
         // --- the device-addressed pass -------------------------------------------------------------
         {
             ds_dispatch d{};
+            d.size = sizeof d;
             d.program = DEVICE_PROGRAM;
             d.reasons = 1 | 2;  // D753, D758
             ds_slot_plan plans[1];

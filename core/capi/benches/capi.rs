@@ -33,6 +33,7 @@ fn bench(c: &mut Criterion) {
         let status = unsafe { ds_engine_apply_json(handle, event.as_ptr(), event.len()) };
         assert_eq!(status, ds_status::DS_OK);
         let d = ds_dispatch {
+            size: size_of::<ds_dispatch>() as u32,
             program: 0x4000,
             kind: 0,
             reasons: bits,

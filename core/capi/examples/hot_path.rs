@@ -58,6 +58,7 @@ fn main() {
             ds_status::DS_OK
         );
         let d = ds_dispatch {
+            size: size_of::<ds_dispatch>() as u32,
             program: 0x4000,
             kind: 0,
             reasons: bits,

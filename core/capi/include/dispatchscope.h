@@ -8,13 +8,19 @@
  * destroyed handle is never valid again (a second destroy is DS_INVALID_HANDLE).
  * Threads: any thread may call any function; calls on one engine are serialised, calls on
  * different engines run in parallel. A debugger's pause stops the calling thread inside
- * ds_engine_dispatch* and ds_engine_prepare, as a game's GPU thread would be stopped.
+ * ds_engine_dispatch* and ds_engine_prepare, as a game's GPU thread would be stopped. Host
+ * callbacks run on the calling thread while it holds the engine: one may call other engines, but
+ * a call back into its own engine (destroy included) is DS_ORDER, never a deadlock.
  * The host path: ds_engine_create_host (or _vulkan_host) with ds_host_callbacks, events as
  * ds_event (DS_EVENT_RESERVE takes host_address), then per dispatch ds_engine_prepare, the
  * emulator's own command buffer, its fence, ds_engine_complete. Every struct that may grow starts
- * with its size; DS_ABI_VERSION names the layout.
- * Ownership: arguments are borrowed for the call; pointers handed out (ds_last_error,
- * ds_engine_report_json) stay valid until the thread's (resp. the engine's) next call.
+ * with its size (a wrong one is DS_ABI_MISMATCH); DS_ABI_VERSION names the layout. Unknown flag
+ * bits and non-zero reserved fields of input structs are DS_BAD_INPUT; output structs' reserved
+ * fields are written 0.
+ * Ownership: arguments are borrowed for the call. Pointers handed out are the calling thread's:
+ * ds_last_error's until the thread's next call into this library, ds_engine_report_json's until
+ * the thread's next ds_engine_report_json (on any engine), whatever other threads do (destroy
+ * included). Copy what you keep.
  */
 
 #ifndef DISPATCHSCOPE_H
@@ -28,7 +34,7 @@
 
 // The layout of every struct of this header: a caller compiled against another version is
 // refused by name (`DS_ABI_MISMATCH`) rather than misread.
-#define DS_ABI_VERSION 3
+#define DS_ABI_VERSION 4
 
 // `ds_event::flags`: the guest may read.
 #define DS_EVENT_READABLE (1 << 0)
@@ -169,8 +175,10 @@ typedef enum ds_access_kind {
 } ds_access_kind;
 
 // A device's limits, as [`DeviceLimits`] has them. [`crate::ds_limits_default`] fills one with
-// the CPU reference's defaults, so a caller sets only what its device says.
+// the CPU reference's defaults (its `size` included), so a caller sets only what its device says.
 typedef struct ds_limits {
+  // `sizeof(ds_limits)`.
+  uint32_t size;
   // The device's name for reports (NUL-terminated UTF-8), or null for "emulator".
   const char *name;
   // Vulkan's `minStorageBufferOffsetAlignment` (O7): a power of two, at most 256.
@@ -198,9 +206,11 @@ typedef uint64_t ds_engine;
 
 // One buffer binding of a dispatch, as [`Slot`] has it.
 typedef struct ds_slot {
+  // `sizeof(ds_slot)`, in every element of `ds_dispatch::slots`.
+  uint32_t size;
   // The slot index the program binds.
   uint32_t slot;
-  // `DS_SLOT_*` bits.
+  // `DS_SLOT_*` bits; any other bit is `DS_BAD_INPUT`.
   uint32_t flags;
   // The descriptor's base address.
   uint64_t base;
@@ -221,12 +231,14 @@ typedef struct ds_slot {
 
 // A dispatch in the hot path's struct form.
 typedef struct ds_dispatch {
+  // `sizeof(ds_dispatch)`.
+  uint32_t size;
   // The guest address of the program.
   uint64_t program;
   // 0 compute, 1 graphics.
   uint32_t kind;
   // A1's reasons as bits: 1 D753, 2 D758, 4 D914, 8 D950, 16 D951; 0 when the host knew every
-  // range.
+  // range. Any other bit is `DS_BAD_INPUT`.
   uint32_t reasons;
   // `n_slots` slots (null when 0).
   const struct ds_slot *slots;
@@ -260,7 +272,12 @@ typedef int32_t (*ds_host_read_fn)(void *user, uint64_t host_addr, uint8_t *dst,
 // The calls into the emulator that host mode makes, registered once when the engine is made.
 // `write`, `commit`, `release_guards` and `hand_off` are required; `read` may be null (the engine
 // then reads the process's memory with `process_vm_readv`, which fails instead of crashing on a
-// page the process cannot read). Each is called on the thread that called the engine.
+// page the process cannot read). Each is called on the thread that called the engine, while
+// that call holds the engine: a callback may call other engines, but a call back into its own
+// engine (any `ds_engine_*` on it, destroy included) is refused with `DS_ORDER`, naming the call,
+// the callback and the call it is inside, rather than waiting on itself. A callback's non-zero
+// answer is `DS_HOST_CALLBACK`, its message the host's failure as such (the call, its bytes and
+// host address, the value returned).
 typedef struct ds_host_callbacks {
   // `sizeof(ds_host_callbacks)`.
   uint32_t size;
@@ -291,6 +308,8 @@ typedef struct ds_host_callbacks {
 // The engine submits to `queue` inside its dispatch calls: the emulator must not submit to the
 // same queue from another thread during them (Vulkan's external synchronisation of queues).
 typedef struct ds_vulkan_device {
+  // `sizeof(ds_vulkan_device)`.
+  uint32_t size;
   // The `PFN_vkGetInstanceProcAddr` of the loader (or driver) the emulator used.
   const void *get_instance_proc_addr;
   // The `VkInstance`.
@@ -315,7 +334,8 @@ typedef struct ds_vulkan_device {
   const void *enabled_features;
 } ds_vulkan_device;
 
-// One memory event in struct form. Fields an event does not use are ignored.
+// One memory event in struct form. Fields an event does not use are ignored, except that `flags`
+// may hold only `DS_EVENT_*` bits and `reserved` must be 0 (`DS_BAD_INPUT` names what is not).
 typedef struct ds_event {
   // `sizeof(ds_event)`.
   uint32_t size;
@@ -328,7 +348,7 @@ typedef struct ds_event {
   // `DS_EVENT_RESERVE`: the host address where the emulator keeps the reservation's first
   // byte (page-aligned); 0 for an engine on simulated memory.
   uint64_t host_address;
-  // `DS_EVENT_*` bits.
+  // `DS_EVENT_*` bits; any other bit is `DS_BAD_INPUT`.
   uint32_t flags;
   // `DS_EVENT_HOST_PROTECT`: 0 none, 1 read, 2 read-write.
   uint32_t protection;
@@ -338,7 +358,7 @@ typedef struct ds_event {
   uint64_t n_bytes;
   // `DS_EVENT_ADD_TARGET`, `DS_EVENT_REMOVE_TARGET`: the target's id.
   uint32_t target_id;
-  // Reserved, 0.
+  // Reserved: 0 (anything else is `DS_BAD_INPUT`).
   uint32_t reserved;
   // `DS_EVENT_ADD_TARGET`: its name (NUL-terminated UTF-8) or null.
   const char *name;
@@ -365,7 +385,7 @@ typedef struct ds_slot_plan {
   uint64_t mask_offset_bytes;
   // 1 where the dispatch writes through it.
   uint32_t written;
-  // Reserved, 0.
+  // Reserved, written 0.
   uint32_t reserved;
 } ds_slot_plan;
 
@@ -387,7 +407,7 @@ typedef struct ds_prepared {
   uint32_t n_bindings;
   // Refusals by rule (0 unless refused).
   uint32_t n_refusals;
-  // Reserved, 0.
+  // Reserved, written 0.
   uint32_t reserved;
   // T3: the chunk table's device address (device-addressed dispatches; else 0).
   uint64_t table_address;
@@ -405,7 +425,7 @@ typedef struct ds_prepared {
   uint32_t push[32];
   // Bit `w` is set where the helper reads push word `w` (18–20, 24–25, 28–31).
   uint32_t push_mask;
-  // Reserved, 0.
+  // Reserved, written 0.
   uint32_t reserved2;
 } ds_prepared;
 
@@ -414,7 +434,7 @@ typedef struct ds_prepared {
 typedef struct ds_holder_run {
   // The holder slot.
   uint32_t slot;
-  // Reserved, 0.
+  // Reserved: 0 (anything else is `DS_BAD_INPUT`).
   uint32_t reserved;
   // Its data.
   const uint8_t *data;
@@ -433,11 +453,11 @@ typedef struct ds_site {
   uint64_t pc;
   // A `ds_access_kind`.
   uint32_t kind;
-  // 1 for a store, 0 for a load.
+  // 1 for a store, 0 for a load (any other value is `DS_BAD_INPUT`).
   uint32_t store;
   // Bytes an access.
   uint32_t size_bytes;
-  // Reserved, 0.
+  // Reserved: 0 (anything else is `DS_BAD_INPUT`).
   uint32_t reserved;
 } ds_site;
 
@@ -510,7 +530,9 @@ enum ds_status ds_engine_create(const struct ds_limits *limits, ds_engine *out);
 enum ds_status ds_engine_create_json(const uint8_t *json, size_t len, ds_engine *out);
 
 // Destroys an engine, ending its capture (the index written) and its tap (a debugger attached
-// is told the target went away). A second destroy is `DS_INVALID_HANDLE`.
+// is told the target went away). A second destroy is `DS_INVALID_HANDLE`; a destroy from inside
+// one of the engine's own host callbacks is `DS_ORDER`. A report handed out by
+// [`ds_engine_report_json`] stays valid after it (it is the calling thread's).
 enum ds_status ds_engine_destroy(ds_engine engine);
 
 // Loads guest memory contents (the bytes of `len` at `bytes` at guest `address`), as a sample's
@@ -549,8 +571,9 @@ enum ds_status ds_engine_dispatch_json(ds_engine engine, const uint8_t *json, si
 enum ds_status ds_engine_dispatch(ds_engine engine, const struct ds_dispatch *dispatch);
 
 // The last dispatch's report as JSON (the `dispatchscope.report` schema), NUL-terminated:
-// `*out` points at it and `*len` (if not null) gets its length without the NUL. It stays valid
-// until the engine's next call.
+// `*out` points at it and `*len` (if not null) gets its length without the NUL. The string is
+// the calling thread's: it stays valid until this thread's next `ds_engine_report_json` (on any
+// engine) or its exit, whatever other threads do meanwhile (dispatch on the engine, destroy it).
 //
 // # Safety
 // `out` must be valid for a write (null is an error); `len` null or valid for a write.

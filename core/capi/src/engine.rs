@@ -9,10 +9,10 @@ use dispatchscope_core::backend::BackendError;
 use dispatchscope_core::chunk_table::ChunkTable;
 use dispatchscope_core::engine::{EngineError, FailureKind, Prepared, RanOn};
 use dispatchscope_core::exec::{Job, Outcome as RunOutcome};
-use dispatchscope_core::host::HostMemory;
+use dispatchscope_core::host::{HostError, HostMemory};
 use dispatchscope_core::input::{DeviceLimits, DispatchInput, Event};
 use dispatchscope_core::instrument::LaneSelection;
-use dispatchscope_core::memory::GuestMemory;
+use dispatchscope_core::memory::{GuestMemory, MemoryError};
 use dispatchscope_core::report::DispatchReport;
 use dispatchscope_core::report::Placement;
 use dispatchscope_core::{Backend, ByteRange, CpuBackend, Engine};
@@ -26,6 +26,7 @@ use std::sync::Arc;
 use crate::ffi::{Failure, Outcome, boundary, bytes_arg, ds_status, str_arg, write_out};
 use crate::handle::{Registry, lock};
 use crate::input::{ds_dispatch, ds_limits, ds_mode};
+use crate::reentry;
 
 /// An engine: a 64-bit handle, 0 the null handle (see the crate docs).
 #[allow(non_camel_case_types)]
@@ -84,8 +85,9 @@ pub(crate) struct EngineState {
     /// The struct form's dispatch input, kept so the hot path does not allocate.
     input: DispatchInput,
     last: Option<DispatchReport>,
-    /// The last report as JSON, made when first asked for.
-    last_json: Option<CString>,
+    /// The last report as JSON, made when first asked for; [`ds_engine_report_json`] hands each
+    /// thread its own reference ([`REPORT`]).
+    last_json: Option<Arc<CString>>,
     capture: Option<Capture>,
     /// The dispatch [`crate::ds_engine_prepare`] handed out, and its input, until
     /// [`crate::ds_engine_complete`].
@@ -106,8 +108,32 @@ struct Capture {
 
 static ENGINES: Registry<EngineState> = Registry::new();
 
+thread_local! {
+    /// The report [`ds_engine_report_json`] last handed this thread: kept alive here, so its
+    /// pointer stays valid until this thread's next `ds_engine_report_json`, whatever other
+    /// threads do to the engine (a dispatch, a destroy).
+    static REPORT: std::cell::RefCell<Option<Arc<CString>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// An engine error's status and message. A host callback's failure (`DS_HOST_CALLBACK`) reads as
+/// the host's own error, without the engine's "device: " or "bad memory event: " before it: it is
+/// neither, and the emulator looks for its own callback's words.
 pub(crate) fn engine_error(e: EngineError) -> Failure {
-    Failure::new(status_of(e.kind()), e)
+    let status = status_of(e.kind());
+    match host_failure(&e) {
+        Some(host) => Failure::new(status, host),
+        None => Failure::new(status, e),
+    }
+}
+
+/// The host callback's failure inside `e`, if that is what it is.
+fn host_failure(e: &EngineError) -> Option<&HostError> {
+    match e {
+        EngineError::Memory(MemoryError::Host(h)) | EngineError::Backend(BackendError::Host(h)) => {
+            Some(h)
+        }
+        _ => None,
+    }
 }
 
 /// The status of each [`FailureKind`]: the C ABI tells the kinds apart as the engine does.
@@ -127,11 +153,16 @@ fn capture_error(e: SessionError) -> Failure {
     Failure::new(ds_status::DS_IO, e)
 }
 
+/// Runs `body` on `handle`'s engine at the boundary, as exported function `call`: the engine
+/// locked (a second thread waits), or `DS_ORDER` when this thread is inside that engine already
+/// (one of its host callbacks called back into it, which would otherwise wait on itself).
 pub(crate) fn with_engine(
     handle: ds_engine,
+    call: &'static str,
     body: impl FnOnce(&mut EngineState) -> Outcome,
 ) -> ds_status {
     boundary(|| {
+        let _inside = reentry::enter(handle, call)?;
         let entry = ENGINES.get(handle, "engine")?;
         let mut state = lock(&entry, "engine")?;
         body(&mut state)
@@ -212,11 +243,8 @@ pub unsafe extern "C" fn ds_engine_create(
     out: *mut ds_engine,
 ) -> ds_status {
     boundary(|| {
-        if limits.is_null() {
-            return Err(crate::ffi::null("limits"));
-        }
-        // SAFETY: `limits` is non-null and the caller promises it points at a `ds_limits`.
-        let limits = unsafe { (*limits).to_limits() }?;
+        // SAFETY: the caller promises `limits` is null or points at a `ds_limits`.
+        let limits = unsafe { ds_limits::read(limits) }?;
         create(limits, out)
     })
 }
@@ -243,10 +271,14 @@ pub unsafe extern "C" fn ds_engine_create_json(
 }
 
 /// Destroys an engine, ending its capture (the index written) and its tap (a debugger attached
-/// is told the target went away). A second destroy is `DS_INVALID_HANDLE`.
+/// is told the target went away). A second destroy is `DS_INVALID_HANDLE`; a destroy from inside
+/// one of the engine's own host callbacks is `DS_ORDER`. A report handed out by
+/// [`ds_engine_report_json`] stays valid after it (it is the calling thread's).
 #[unsafe(no_mangle)]
 pub extern "C" fn ds_engine_destroy(engine: ds_engine) -> ds_status {
     boundary(|| {
+        // A callback destroying its own engine would wait on its own thread's lock.
+        let _inside = reentry::enter(engine, "ds_engine_destroy")?;
         let entry = ENGINES.remove(engine, "engine")?;
         // A call in flight on another thread finishes first; a poisoned engine is still freed.
         let mut state = entry
@@ -271,7 +303,7 @@ pub unsafe extern "C" fn ds_engine_load_contents(
     bytes: *const u8,
     len: usize,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_load_contents", |s| {
         // SAFETY: the caller promises `len` bytes at `bytes`.
         let bytes = unsafe { bytes_arg(bytes, len, "bytes") }?;
         if address.checked_add(len as u64).is_none() {
@@ -305,7 +337,7 @@ pub unsafe extern "C" fn ds_engine_apply_json(
     json: *const u8,
     len: usize,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_apply_json", |s| {
         // SAFETY: the caller promises `len` bytes at `json`.
         let bytes = unsafe { bytes_arg(json, len, "json") }?;
         let event: Event = serde_json::from_slice(bytes)
@@ -502,7 +534,7 @@ pub unsafe extern "C" fn ds_engine_dispatch_json(
     json: *const u8,
     len: usize,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_dispatch_json", |s| {
         // SAFETY: the caller promises `len` bytes at `json`.
         let bytes = unsafe { bytes_arg(json, len, "json") }?;
         let input: DispatchInput = serde_json::from_slice(bytes)
@@ -522,13 +554,12 @@ pub unsafe extern "C" fn ds_engine_dispatch(
     engine: ds_engine,
     dispatch: *const ds_dispatch,
 ) -> ds_status {
-    with_engine(engine, |s| {
-        if dispatch.is_null() {
-            return Err(crate::ffi::null("dispatch"));
-        }
+    with_engine(engine, "ds_engine_dispatch", |s| {
+        // SAFETY: the caller promises `dispatch` is null or points at a `ds_dispatch`.
+        let dispatch = unsafe { ds_dispatch::arg(dispatch) }?;
         let mut input = std::mem::take(&mut s.input);
-        // SAFETY: `dispatch` is non-null and the caller promises its pointers and counts.
-        let filled = unsafe { (*dispatch).fill(&mut input) };
+        // SAFETY: the caller promises its pointers and counts.
+        let filled = unsafe { dispatch.fill(&mut input) };
         let result = filled.and_then(|()| run(s, &input));
         s.input = input;
         result
@@ -545,8 +576,9 @@ fn last(s: &EngineState) -> Result<&DispatchReport, Failure> {
 }
 
 /// The last dispatch's report as JSON (the `dispatchscope.report` schema), NUL-terminated:
-/// `*out` points at it and `*len` (if not null) gets its length without the NUL. It stays valid
-/// until the engine's next call.
+/// `*out` points at it and `*len` (if not null) gets its length without the NUL. The string is
+/// the calling thread's: it stays valid until this thread's next `ds_engine_report_json` (on any
+/// engine) or its exit, whatever other threads do meanwhile (dispatch on the engine, destroy it).
 ///
 /// # Safety
 /// `out` must be valid for a write (null is an error); `len` null or valid for a write.
@@ -556,25 +588,28 @@ pub unsafe extern "C" fn ds_engine_report_json(
     out: *mut *const c_char,
     len: *mut usize,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_report_json", |s| {
         if out.is_null() {
             return Err(crate::ffi::null("out"));
         }
-        if s.last_json.is_none() {
-            let json = serde_json::to_vec(last(s)?).map_err(|e| {
-                Failure::new(
-                    ds_status::DS_ENGINE,
-                    format!("the report cannot be encoded: {e}"),
-                )
-            })?;
-            // JSON text never holds a raw NUL: serde_json escapes it.
-            s.last_json = Some(CString::new(json).unwrap_or_default());
-        }
-        let json = s
-            .last_json
-            .as_ref()
-            .map_or(std::ptr::null(), |j| j.as_ptr());
-        let n = s.last_json.as_ref().map_or(0, |j| j.as_bytes().len());
+        let report = match &s.last_json {
+            Some(json) => Arc::clone(json),
+            None => {
+                let json = serde_json::to_vec(last(s)?).map_err(|e| {
+                    Failure::new(
+                        ds_status::DS_ENGINE,
+                        format!("the report cannot be encoded: {e}"),
+                    )
+                })?;
+                // JSON text never holds a raw NUL: serde_json escapes it.
+                let json = Arc::new(CString::new(json).unwrap_or_default());
+                s.last_json = Some(Arc::clone(&json));
+                json
+            }
+        };
+        let (json, n) = (report.as_ptr(), report.as_bytes().len());
+        // The thread's reference keeps the string alive; the one it replaces is let go.
+        REPORT.with(|r| *r.borrow_mut() = Some(report));
         // SAFETY: `out` is non-null and valid for a write, as the caller promises.
         unsafe { write_out(out, json, "out") }?;
         if !len.is_null() {
@@ -591,7 +626,7 @@ pub unsafe extern "C" fn ds_engine_report_json(
 /// `out` must be valid for a write (null is an error).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ds_engine_report_mode(engine: ds_engine, out: *mut ds_mode) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_report_mode", |s| {
         let mode = ds_mode::from(last(s)?.mode);
         // SAFETY: the caller promises `out` is null or valid for a write.
         unsafe { write_out(out, mode, "out") }
@@ -605,7 +640,7 @@ pub unsafe extern "C" fn ds_engine_report_mode(engine: ds_engine, out: *mut ds_m
 /// `out` must be valid for a write (null is an error).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ds_engine_report_refusals(engine: ds_engine, out: *mut u32) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_report_refusals", |s| {
         let n = u32::try_from(last(s)?.refusals.len()).unwrap_or(u32::MAX);
         // SAFETY: the caller promises `out` is null or valid for a write.
         unsafe { write_out(out, n, "out") }
@@ -629,7 +664,7 @@ pub unsafe extern "C" fn ds_engine_listen(
     name: *const c_char,
     port: *mut u16,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_listen", |s| {
         // SAFETY: the caller promises NUL-terminated strings (or null where allowed).
         let addr = unsafe { str_arg(addr, "addr") }?;
         let listen: SocketAddr = addr.parse().map_err(|e| {
@@ -676,7 +711,7 @@ pub unsafe extern "C" fn ds_engine_listen(
 /// `out` must be valid for a write (null is an error).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ds_engine_attached(engine: ds_engine, out: *mut u8) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_attached", |s| {
         let attached = u8::from(s.tap.is_attached());
         // SAFETY: the caller promises `out` is null or valid for a write.
         unsafe { write_out(out, attached, "out") }
@@ -697,7 +732,7 @@ pub unsafe extern "C" fn ds_engine_capture_begin(
     path: *const c_char,
     title: *const c_char,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_capture_begin", |s| {
         // SAFETY: the caller promises NUL-terminated strings (or null where allowed).
         let path = unsafe { str_arg(path, "path") }?;
         let title = if title.is_null() {
@@ -750,12 +785,14 @@ pub unsafe extern "C" fn ds_engine_capture_begin(
 /// Ends the capture being written: its index is written and the file closed.
 #[unsafe(no_mangle)]
 pub extern "C" fn ds_engine_capture_end(engine: ds_engine) -> ds_status {
-    with_engine(engine, |s| match s.capture.take() {
-        Some(c) => c.writer.finish().map_err(capture_error),
-        None => Err(Failure::new(
-            ds_status::DS_NOT_READY,
-            "this engine is writing no capture",
-        )),
+    with_engine(engine, "ds_engine_capture_end", |s| {
+        match s.capture.take() {
+            Some(c) => c.writer.finish().map_err(capture_error),
+            None => Err(Failure::new(
+                ds_status::DS_NOT_READY,
+                "this engine is writing no capture",
+            )),
+        }
     })
 }
 
@@ -803,17 +840,58 @@ mod tests {
         }
     }
 
-    /// Runs the shipped sample `run305-overlap.json` through the C ABI on a device that fails
-    /// with `fails`, and returns the first dispatch's status and message.
-    fn first_dispatch_on(fails: BackendError) -> (ds_status, String) {
+    /// The CPU reference, but its device panics in every dispatch: a bug in us, as the boundary
+    /// sees one.
+    struct Panicking(CpuBackend);
+
+    impl Backend for Panicking {
+        fn name(&self) -> String {
+            "panicking".into()
+        }
+        fn import(&mut self, piece: ByteRange, memory: &GuestMemory) -> Result<u64, BackendError> {
+            self.0.import(piece, memory)
+        }
+        fn release(&mut self, device_base: u64) -> Result<(), BackendError> {
+            self.0.release(device_base)
+        }
+        fn place_table(
+            &mut self,
+            table: &ChunkTable,
+            budget_bytes: u64,
+        ) -> Result<(u64, Placement), BackendError> {
+            self.0.place_table(table, budget_bytes)
+        }
+        fn calls(&self) -> u64 {
+            self.0.calls()
+        }
+        fn execute(
+            &mut self,
+            job: &Job<'_>,
+            _table: Option<&ChunkTable>,
+            _memory: &mut GuestMemory,
+        ) -> Result<RunOutcome, BackendError> {
+            panic!(
+                "the test's device panics in execute ({} accesses)",
+                job.accesses.len()
+            );
+        }
+    }
+
+    /// The calling thread's message.
+    fn message() -> String {
+        // SAFETY: the message is valid until this thread's next call.
+        unsafe { CStr::from_ptr(crate::ds_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// An engine on `backend` with the shipped sample `run305-overlap.json` loaded and applied up
+    /// to its first dispatch, and that dispatch as JSON.
+    fn at_first_dispatch(backend: impl Backend + Send + 'static) -> (ds_engine, Vec<u8>) {
         let text =
             dispatchscope_formats::shipped::sample_text("run305-overlap.json").unwrap_or_default();
         let sample = Sample::from_json(text).unwrap();
         let mut engine: ds_engine = 0;
-        let backend = Failing {
-            cpu: CpuBackend::new(),
-            fails,
-        };
         assert!(insert_engine(backend, &mut engine).is_ok());
         for c in &sample.contents {
             // SAFETY: a live handle, and a pointer and length of one slice.
@@ -823,29 +901,80 @@ mod tests {
             assert_eq!(s, ds_status::DS_OK);
         }
         for step in &sample.steps {
-            let (json, event) = match step {
-                Step::Event(e) => (serde_json::to_vec(e).unwrap(), true),
-                Step::Dispatch(d) => (serde_json::to_vec(&**d).unwrap(), false),
-            };
-            // SAFETY: a live handle, and a pointer and length of one vector.
-            let status = unsafe {
-                if event {
-                    ds_engine_apply_json(engine, json.as_ptr(), json.len())
-                } else {
-                    ds_engine_dispatch_json(engine, json.as_ptr(), json.len())
+            match step {
+                Step::Event(e) => {
+                    let json = serde_json::to_vec(e).unwrap();
+                    // SAFETY: a live handle, and a pointer and length of one vector.
+                    let status = unsafe { ds_engine_apply_json(engine, json.as_ptr(), json.len()) };
+                    assert_eq!(status, ds_status::DS_OK, "{}", message());
                 }
-            };
-            if !event {
-                // SAFETY: the message is valid until this thread's next failing call.
-                let message = unsafe { CStr::from_ptr(crate::ds_last_error()) }
-                    .to_string_lossy()
-                    .into_owned();
-                assert_eq!(ds_engine_destroy(engine), ds_status::DS_OK);
-                return (status, message);
+                Step::Dispatch(d) => return (engine, serde_json::to_vec(&**d).unwrap()),
             }
-            assert_eq!(status, ds_status::DS_OK);
         }
         panic!("the sample has no dispatch");
+    }
+
+    /// Runs the shipped sample `run305-overlap.json` through the C ABI on a device that fails
+    /// with `fails`, and returns the first dispatch's status and message.
+    fn first_dispatch_on(fails: BackendError) -> (ds_status, String) {
+        let backend = Failing {
+            cpu: CpuBackend::new(),
+            fails,
+        };
+        let (engine, json) = at_first_dispatch(backend);
+        // SAFETY: a live handle, and a pointer and length of one vector.
+        let status = unsafe { ds_engine_dispatch_json(engine, json.as_ptr(), json.len()) };
+        let message = message();
+        assert_eq!(ds_engine_destroy(engine), ds_status::DS_OK);
+        (status, message)
+    }
+
+    /// A panic inside the engine crosses the boundary of an exported function as `DS_PANICKED`,
+    /// naming the panic; the process lives on; the engine is refused by name from then on (its
+    /// lock is poisoned: no crash, no hang), is still destroyed, and other engines keep working.
+    #[test]
+    fn a_panic_in_a_dispatch_is_a_status_and_only_its_engine_is_refused() {
+        let (other, other_json) = at_first_dispatch(CpuBackend::new());
+        let (engine, json) = at_first_dispatch(Panicking(CpuBackend::new()));
+        // SAFETY: a live handle, and a pointer and length of one vector.
+        let status = unsafe { ds_engine_dispatch_json(engine, json.as_ptr(), json.len()) };
+        let said = message();
+        assert_eq!(status, ds_status::DS_PANICKED, "{said}");
+        assert!(
+            said.contains("dispatchscope panicked")
+                && said.contains("the test's device panics in execute ("),
+            "{said}"
+        );
+        // Every later call on it is a named status, on this thread (which left the engine when
+        // the panic unwound: not DS_ORDER) and on another.
+        let mut mode = ds_mode::DS_MODE_BOUND;
+        // SAFETY: a live handle and a valid out-pointer.
+        let status = unsafe { ds_engine_report_mode(engine, &mut mode) };
+        assert_eq!(status, ds_status::DS_PANICKED, "{}", message());
+        assert!(
+            message().contains("panicked in an earlier call"),
+            "{}",
+            message()
+        );
+        let elsewhere = std::thread::spawn(move || {
+            // SAFETY: a live handle, and a pointer and length of one vector.
+            let status = unsafe { ds_engine_dispatch_json(engine, json.as_ptr(), json.len()) };
+            (status, message())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(elsewhere.0, ds_status::DS_PANICKED, "{}", elsewhere.1);
+        // The other engine is untouched.
+        // SAFETY: a live handle, and a pointer and length of one vector.
+        let status =
+            unsafe { ds_engine_dispatch_json(other, other_json.as_ptr(), other_json.len()) };
+        assert_eq!(status, ds_status::DS_OK, "{}", message());
+        // SAFETY: a live handle and a valid out-pointer.
+        let status = unsafe { ds_engine_report_mode(other, &mut mode) };
+        assert_eq!(status, ds_status::DS_OK, "{}", message());
+        assert_eq!(ds_engine_destroy(engine), ds_status::DS_OK, "{}", message());
+        assert_eq!(ds_engine_destroy(engine), ds_status::DS_INVALID_HANDLE);
+        assert_eq!(ds_engine_destroy(other), ds_status::DS_OK, "{}", message());
     }
 
     /// A lost device and exhausted memory reach the emulator as statuses of their own through a
@@ -878,6 +1007,31 @@ mod tests {
             assert_eq!(got, status, "{message}");
             assert!(message.contains(words), "{message}");
         }
+    }
+
+    /// A host callback's failure reads as the host's own error at the C ABI, whichever of the
+    /// engine's errors carried it; other errors keep the engine's words.
+    #[test]
+    fn a_host_callback_failure_is_the_hosts_own_message() {
+        let host = HostError::new(
+            "commit",
+            0x7f00_0000_0000,
+            0x20000,
+            "the emulator's commit callback returned -5",
+        );
+        let words = "the host's commit of 0x20000 bytes at host 0x7f0000000000 failed: the \
+                     emulator's commit callback returned -5";
+        for e in [
+            EngineError::Backend(BackendError::from(host.clone())),
+            EngineError::Memory(MemoryError::from(host.clone())),
+        ] {
+            let f = engine_error(e);
+            assert_eq!(f.status, ds_status::DS_HOST_CALLBACK);
+            assert_eq!(f.message, words);
+        }
+        let f = engine_error(EngineError::Backend(BackendError::Execute("no".into())));
+        assert_eq!(f.status, ds_status::DS_ENGINE);
+        assert!(f.message.starts_with("device: "), "{}", f.message);
     }
 
     /// Every kind has the status the header documents for it.

@@ -174,6 +174,53 @@ pub(crate) unsafe fn write_out<T>(out: *mut T, value: T, what: &str) -> Outcome 
     Ok(())
 }
 
+/// A struct whose `size` is not this library's: `DS_ABI_MISMATCH`, naming the struct (`what` is
+/// where it was found: `ds_event`, `dispatch.slots[3]`), its size and the library's.
+pub(crate) fn abi_mismatch(what: &str, struct_name: &str, size: u32, want: usize) -> Failure {
+    Failure::new(
+        ds_status::DS_ABI_MISMATCH,
+        format!(
+            "{what}.size is {size}, but this library's {struct_name} is {want} bytes \
+             (DS_ABI_VERSION {}): rebuild against this header",
+            crate::host::DS_ABI_VERSION
+        ),
+    )
+}
+
+/// Checks the `size` of a struct `T` named `struct_name`, found at `what`.
+pub(crate) fn check_size<T>(what: &str, struct_name: &str, size: u32) -> Outcome {
+    if size as usize == size_of::<T>() {
+        Ok(())
+    } else {
+        Err(abi_mismatch(what, struct_name, size, size_of::<T>()))
+    }
+}
+
+/// Unknown bits in a flags word: `DS_BAD_INPUT`, naming them in hex.
+pub(crate) fn check_flags(what: &str, flags: u32, known: u32) -> Outcome {
+    let unknown = flags & !known;
+    if unknown == 0 {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            ds_status::DS_BAD_INPUT,
+            format!("{what} has unknown bits {unknown:#x}"),
+        ))
+    }
+}
+
+/// A reserved field of an input struct that is not 0: `DS_BAD_INPUT`.
+pub(crate) fn check_reserved(what: &str, value: u32) -> Outcome {
+    if value == 0 {
+        Ok(())
+    } else {
+        Err(Failure::new(
+            ds_status::DS_BAD_INPUT,
+            format!("{what} is {value}; it must be 0"),
+        ))
+    }
+}
+
 pub(crate) fn null(what: &str) -> Failure {
     Failure::new(ds_status::DS_NULL_POINTER, format!("{what} is null"))
 }

@@ -15,12 +15,15 @@ use dispatchscope_core::instrument::{self, Grid, InstrumentLayout, SiteInfo};
 use dispatchscope_vk::host_pages::{HostCalls, ProcessHost};
 
 use crate::engine::{create_engine, ds_engine, with_engine};
-use crate::ffi::{Failure, boundary, ds_status, null, slice_arg, str_arg};
+use crate::ffi::{
+    Failure, boundary, check_flags, check_reserved, check_size, ds_status, null, slice_arg, str_arg,
+};
 use crate::input::{ds_dispatch, ds_limits, ds_mode};
+use crate::reentry::in_callback;
 
 /// The layout of every struct of this header: a caller compiled against another version is
 /// refused by name (`DS_ABI_MISMATCH`) rather than misread.
-pub const DS_ABI_VERSION: u32 = 3;
+pub const DS_ABI_VERSION: u32 = 4;
 
 /// The ABI version this library was built with (compare with `DS_ABI_VERSION`).
 #[unsafe(no_mangle)]
@@ -88,7 +91,12 @@ pub type ds_host_read_fn = Option<
 /// The calls into the emulator that host mode makes, registered once when the engine is made.
 /// `write`, `commit`, `release_guards` and `hand_off` are required; `read` may be null (the engine
 /// then reads the process's memory with `process_vm_readv`, which fails instead of crashing on a
-/// page the process cannot read). Each is called on the thread that called the engine.
+/// page the process cannot read). Each is called on the thread that called the engine, while
+/// that call holds the engine: a callback may call other engines, but a call back into its own
+/// engine (any `ds_engine_*` on it, destroy included) is refused with `DS_ORDER`, naming the call,
+/// the callback and the call it is inside, rather than waiting on itself. A callback's non-zero
+/// answer is `DS_HOST_CALLBACK`, its message the host's failure as such (the call, its bytes and
+/// host address, the value returned).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 #[allow(non_camel_case_types)]
@@ -139,16 +147,18 @@ fn answer(call: &str, r: i32) -> Result<(), String> {
 
 impl HostCalls for Callbacks {
     fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), String> {
-        // SAFETY: the emulator registered this callback for its own memory; `bytes` lives across
-        // the call.
-        let r = unsafe {
-            (self.write)(
-                self.user as *mut c_void,
-                host_addr,
-                bytes.as_ptr(),
-                bytes.len() as u64,
-            )
-        };
+        let r = in_callback("write", || {
+            // SAFETY: the emulator registered this callback for its own memory; `bytes` lives
+            // across the call.
+            unsafe {
+                (self.write)(
+                    self.user as *mut c_void,
+                    host_addr,
+                    bytes.as_ptr(),
+                    bytes.len() as u64,
+                )
+            }
+        });
         answer("write", r)
     }
     fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, String)> {
@@ -191,22 +201,25 @@ impl HostCalls for Callbacks {
         ))
     }
     fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
-        // SAFETY: as registered.
-        answer("commit", unsafe {
-            (self.commit)(self.user as *mut c_void, host_addr, bytes)
-        })
+        let r = in_callback("commit", || {
+            // SAFETY: as registered.
+            unsafe { (self.commit)(self.user as *mut c_void, host_addr, bytes) }
+        });
+        answer("commit", r)
     }
     fn release_guards(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
-        // SAFETY: as registered.
-        answer("release_guards", unsafe {
-            (self.release_guards)(self.user as *mut c_void, host_addr, bytes)
-        })
+        let r = in_callback("release_guards", || {
+            // SAFETY: as registered.
+            unsafe { (self.release_guards)(self.user as *mut c_void, host_addr, bytes) }
+        });
+        answer("release_guards", r)
     }
     fn hand_off(&self, guest: ByteRange, host_addr: u64) -> Result<(), String> {
-        // SAFETY: as registered.
-        answer("hand_off", unsafe {
-            (self.hand_off)(self.user as *mut c_void, guest.start, guest.end, host_addr)
-        })
+        let r = in_callback("hand_off", || {
+            // SAFETY: as registered.
+            unsafe { (self.hand_off)(self.user as *mut c_void, guest.start, guest.end, host_addr) }
+        });
+        answer("hand_off", r)
     }
 }
 
@@ -222,15 +235,17 @@ impl HostMemory for CHost {
         let c = self.0.calls();
         match c.read {
             Some(read) => {
-                // SAFETY: as registered; `out` lives across the call.
-                let r = unsafe {
-                    read(
-                        c.user as *mut c_void,
-                        host_addr,
-                        out.as_mut_ptr(),
-                        out.len() as u64,
-                    )
-                };
+                let r = in_callback("read", || {
+                    // SAFETY: as registered; `out` lives across the call.
+                    unsafe {
+                        read(
+                            c.user as *mut c_void,
+                            host_addr,
+                            out.as_mut_ptr(),
+                            out.len() as u64,
+                        )
+                    }
+                });
                 answer("read", r)
                     .map_err(|e| HostError::new("read", host_addr, out.len() as u64, e))
             }
@@ -257,15 +272,6 @@ impl HostMemory for CHost {
     }
 }
 
-fn abi_mismatch(what: &str, size: u32, want: usize) -> Failure {
-    Failure::new(
-        ds_status::DS_ABI_MISMATCH,
-        format!(
-            "{what}.size is {size}, but this library's {what} is {want} bytes (DS_ABI_VERSION {DS_ABI_VERSION}): rebuild against this header"
-        ),
-    )
-}
-
 /// # Safety
 /// `cb` must be null (an error) or point at a `ds_host_callbacks`.
 unsafe fn host_of(cb: *const ds_host_callbacks) -> Result<Arc<dyn HostMemory>, Failure> {
@@ -275,13 +281,7 @@ unsafe fn host_of(cb: *const ds_host_callbacks) -> Result<Arc<dyn HostMemory>, F
     // SAFETY: non-null; the caller promises a ds_host_callbacks (whose first field says its size,
     // read before the rest).
     let size = unsafe { (*cb).size };
-    if size as usize != size_of::<ds_host_callbacks>() {
-        return Err(abi_mismatch(
-            "ds_host_callbacks",
-            size,
-            size_of::<ds_host_callbacks>(),
-        ));
-    }
+    check_size::<ds_host_callbacks>("ds_host_callbacks", "ds_host_callbacks", size)?;
     // SAFETY: as above, and the size matches.
     let c = unsafe { *cb };
     if c.abi_version != DS_ABI_VERSION {
@@ -334,11 +334,8 @@ pub unsafe extern "C" fn ds_engine_create_host(
     out: *mut ds_engine,
 ) -> ds_status {
     boundary(|| {
-        if limits.is_null() {
-            return Err(null("limits"));
-        }
-        // SAFETY: non-null; the caller promises a ds_limits whose name is null or a string.
-        let limits = unsafe { (*limits).to_limits() }?;
+        // SAFETY: the caller promises null or a ds_limits whose name is null or a string.
+        let limits = unsafe { ds_limits::read(limits) }?;
         // SAFETY: the caller's promise, passed on.
         let host = unsafe { host_of(callbacks) }?;
         create_engine(
@@ -421,8 +418,11 @@ pub const DS_EVENT_WRITABLE: u32 = 1 << 1;
 pub const DS_EVENT_COMMITTED: u32 = 1 << 2;
 /// `ds_event::flags`: host pages shared (reserve, set-backing).
 pub const DS_EVENT_SHARED: u32 = 1 << 3;
+const KNOWN_EVENT_FLAGS: u32 =
+    DS_EVENT_READABLE | DS_EVENT_WRITABLE | DS_EVENT_COMMITTED | DS_EVENT_SHARED;
 
-/// One memory event in struct form. Fields an event does not use are ignored.
+/// One memory event in struct form. Fields an event does not use are ignored, except that `flags`
+/// may hold only `DS_EVENT_*` bits and `reserved` must be 0 (`DS_BAD_INPUT` names what is not).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 #[allow(non_camel_case_types)]
@@ -438,7 +438,7 @@ pub struct ds_event {
     /// `DS_EVENT_RESERVE`: the host address where the emulator keeps the reservation's first
     /// byte (page-aligned); 0 for an engine on simulated memory.
     pub host_address: u64,
-    /// `DS_EVENT_*` bits.
+    /// `DS_EVENT_*` bits; any other bit is `DS_BAD_INPUT`.
     pub flags: u32,
     /// `DS_EVENT_HOST_PROTECT`: 0 none, 1 read, 2 read-write.
     pub protection: u32,
@@ -448,7 +448,7 @@ pub struct ds_event {
     pub n_bytes: u64,
     /// `DS_EVENT_ADD_TARGET`, `DS_EVENT_REMOVE_TARGET`: the target's id.
     pub target_id: u32,
-    /// Reserved, 0.
+    /// Reserved: 0 (anything else is `DS_BAD_INPUT`).
     pub reserved: u32,
     /// `DS_EVENT_ADD_TARGET`: its name (NUL-terminated UTF-8) or null.
     pub name: *const std::ffi::c_char,
@@ -457,6 +457,8 @@ pub struct ds_event {
 /// # Safety
 /// `e`'s pointers must be valid for their counts.
 unsafe fn event_of(e: &ds_event, host_mode: bool) -> Result<Event, Failure> {
+    check_flags("event.flags", e.flags, KNOWN_EVENT_FLAGS)?;
+    check_reserved("event.reserved", e.reserved)?;
     let range = || {
         if e.end < e.start {
             return Err(Failure::new(
@@ -586,15 +588,13 @@ unsafe fn event_of(e: &ds_event, host_mode: bool) -> Result<Event, Failure> {
 /// counts.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ds_engine_apply(engine: ds_engine, event: *const ds_event) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_apply", |s| {
         if event.is_null() {
             return Err(null("event"));
         }
         // SAFETY: non-null; the size is read first.
         let size = unsafe { (*event).size };
-        if size as usize != size_of::<ds_event>() {
-            return Err(abi_mismatch("ds_event", size, size_of::<ds_event>()));
-        }
+        check_size::<ds_event>("ds_event", "ds_event", size)?;
         // SAFETY: the size matches; the caller promises the pointers.
         let e = unsafe { event_of(&*event, s.host_mode()) }?;
         s.apply(&e)
@@ -625,7 +625,7 @@ pub struct ds_slot_plan {
     pub mask_offset_bytes: u64,
     /// 1 where the dispatch writes through it.
     pub written: u32,
-    /// Reserved, 0.
+    /// Reserved, written 0.
     pub reserved: u32,
 }
 
@@ -650,7 +650,7 @@ pub struct ds_prepared {
     pub n_bindings: u32,
     /// Refusals by rule (0 unless refused).
     pub n_refusals: u32,
-    /// Reserved, 0.
+    /// Reserved, written 0.
     pub reserved: u32,
     /// T3: the chunk table's device address (device-addressed dispatches; else 0).
     pub table_address: u64,
@@ -668,7 +668,7 @@ pub struct ds_prepared {
     pub push: [u32; 32],
     /// Bit `w` is set where the helper reads push word `w` (18–20, 24–25, 28–31).
     pub push_mask: u32,
-    /// Reserved, 0.
+    /// Reserved, written 0.
     pub reserved2: u32,
 }
 
@@ -685,22 +685,18 @@ pub unsafe extern "C" fn ds_engine_prepare(
     dispatch: *const ds_dispatch,
     out: *mut ds_prepared,
 ) -> ds_status {
-    with_engine(engine, |s| {
-        if dispatch.is_null() {
-            return Err(null("dispatch"));
-        }
+    with_engine(engine, "ds_engine_prepare", |s| {
+        // SAFETY: the caller promises null or a `ds_dispatch`.
+        let dispatch = unsafe { ds_dispatch::arg(dispatch) }?;
         if out.is_null() {
             return Err(null("out"));
         }
         // SAFETY: non-null; the size is read first.
         let size = unsafe { (*out).size };
-        if size as usize != size_of::<ds_prepared>() {
-            return Err(abi_mismatch("ds_prepared", size, size_of::<ds_prepared>()));
-        }
+        check_size::<ds_prepared>("ds_prepared", "ds_prepared", size)?;
         // SAFETY: the size matches.
         let o = unsafe { &mut *out };
-        // SAFETY: non-null; the caller promises the dispatch's pointers and counts.
-        let n_slots = unsafe { (*dispatch).n_slots };
+        let n_slots = dispatch.n_slots;
         if (o.bindings_capacity as usize) < n_slots {
             return Err(Failure::new(
                 ds_status::DS_BAD_INPUT,
@@ -713,9 +709,11 @@ pub unsafe extern "C" fn ds_engine_prepare(
         if o.bindings.is_null() && n_slots > 0 {
             return Err(null("out.bindings"));
         }
-        // SAFETY: as above.
-        let p = unsafe { s.prepare(&*dispatch) }?;
+        // SAFETY: the caller promises the dispatch's pointers and counts.
+        let p = unsafe { s.prepare(dispatch) }?;
         o.mode = ds_mode::from(p.mode) as u32;
+        o.reserved = 0;
+        o.reserved2 = 0;
         o.index = p.index;
         o.n_refusals = p.refusals.len() as u32;
         o.n_bindings = p.bindings.len() as u32;
@@ -758,7 +756,7 @@ pub unsafe extern "C" fn ds_engine_prepare(
 pub struct ds_holder_run {
     /// The holder slot.
     pub slot: u32,
-    /// Reserved, 0.
+    /// Reserved: 0 (anything else is `DS_BAD_INPUT`).
     pub reserved: u32,
     /// Its data.
     pub data: *const u8,
@@ -808,19 +806,13 @@ pub unsafe extern "C" fn ds_engine_complete(
     engine: ds_engine,
     completion: *const ds_completion,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_complete", |s| {
         if completion.is_null() {
             return Err(null("completion"));
         }
         // SAFETY: non-null; the size is read first.
         let size = unsafe { (*completion).size };
-        if size as usize != size_of::<ds_completion>() {
-            return Err(abi_mismatch(
-                "ds_completion",
-                size,
-                size_of::<ds_completion>(),
-            ));
-        }
+        check_size::<ds_completion>("ds_completion", "ds_completion", size)?;
         // SAFETY: the size matches.
         let c = unsafe { *completion };
         let marks = if c.marks.is_null() {
@@ -835,6 +827,7 @@ pub unsafe extern "C" fn ds_engine_complete(
         let runs = unsafe { slice_arg(c.holders, c.n_holders as usize, "completion.holders") }?;
         let mut holders = Vec::with_capacity(runs.len());
         for (i, h) in runs.iter().enumerate() {
+            check_reserved(&format!("completion.holders[{i}].reserved"), h.reserved)?;
             let len = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
             // SAFETY: the caller promises `data_bytes` and `mask_bytes` bytes.
             let data = unsafe {
@@ -902,7 +895,7 @@ pub extern "C" fn ds_engine_set_checked(engine: ds_engine, on: u32) -> ds_status
 /// Forgets prepared dispatch `index`, which the emulator will not complete (its device failed).
 #[unsafe(no_mangle)]
 pub extern "C" fn ds_engine_abandon(engine: ds_engine, index: u64) -> ds_status {
-    with_engine(engine, |s| s.abandon(index))
+    with_engine(engine, "ds_engine_abandon", |s| s.abandon(index))
 }
 
 /// Reads `len` guest bytes at `address` into `out`, as the engine sees them (the emulator's pages
@@ -917,7 +910,7 @@ pub unsafe extern "C" fn ds_engine_read_guest(
     out: *mut u8,
     len: usize,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_read_guest", |s| {
         if out.is_null() {
             return Err(null("out"));
         }
@@ -987,11 +980,11 @@ pub struct ds_site {
     pub pc: u64,
     /// A `ds_access_kind`.
     pub kind: u32,
-    /// 1 for a store, 0 for a load.
+    /// 1 for a store, 0 for a load (any other value is `DS_BAD_INPUT`).
     pub store: u32,
     /// Bytes an access.
     pub size_bytes: u32,
-    /// Reserved, 0.
+    /// Reserved: 0 (anything else is `DS_BAD_INPUT`).
     pub reserved: u32,
 }
 
@@ -1025,18 +1018,22 @@ unsafe fn instrumentation_arg<'a>(
     i: &ds_instrumentation,
     sites: &mut Vec<SiteInfo>,
 ) -> Result<(InstrumentLayout, Grid, &'a [u32]), Failure> {
-    if i.size as usize != size_of::<ds_instrumentation>() {
-        return Err(abi_mismatch(
-            "ds_instrumentation",
-            i.size,
-            size_of::<ds_instrumentation>(),
-        ));
-    }
+    check_size::<ds_instrumentation>("ds_instrumentation", "ds_instrumentation", i.size)?;
     let grid = Grid::new(i.width, i.height)
         .map_err(|e| Failure::new(ds_status::DS_BAD_INPUT, format!("instrumentation: {e}")))?;
     // SAFETY: the caller promises `n_sites` sites.
     let given = unsafe { slice_arg(i.sites, i.n_sites as usize, "instrumentation.sites") }?;
     for (n, s) in given.iter().enumerate() {
+        check_reserved(&format!("instrumentation.sites[{n}].reserved"), s.reserved)?;
+        if s.store > 1 {
+            return Err(Failure::new(
+                ds_status::DS_BAD_INPUT,
+                format!(
+                    "instrumentation.sites[{n}].store is {}; it is 0 (a load) or 1 (a store)",
+                    s.store
+                ),
+            ));
+        }
         let kind = ds_access_kind::kind(s.kind).ok_or_else(|| {
             Failure::new(
                 ds_status::DS_BAD_INPUT,
@@ -1049,7 +1046,7 @@ unsafe fn instrumentation_arg<'a>(
         sites.push(SiteInfo {
             pc: s.pc,
             kind,
-            op: if s.store != 0 { Op::Store } else { Op::Load },
+            op: if s.store == 1 { Op::Store } else { Op::Load },
             size_bytes: s.size_bytes,
         });
     }
@@ -1085,7 +1082,7 @@ pub unsafe extern "C" fn ds_engine_instrumentation_init(
     capacity: u64,
     n_words: *mut u64,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_instrumentation_init", |s| {
         if n_words.is_null() {
             return Err(null("n_words"));
         }
@@ -1125,7 +1122,7 @@ pub unsafe extern "C" fn ds_engine_add_program(
     code: *const u8,
     len: usize,
 ) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_add_program", |s| {
         // SAFETY: the caller promises `len` bytes.
         let code = unsafe { slice_arg(code, len, "code") }?;
         s.add_program(program, code);

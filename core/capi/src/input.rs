@@ -9,14 +9,18 @@ use dispatchscope_core::input::{
 };
 use dispatchscope_core::report::Mode;
 
-use crate::ffi::{Failure, ds_status, slice_arg, str_arg};
+use crate::ffi::{
+    Failure, abi_mismatch, check_flags, check_size, ds_status, null, slice_arg, str_arg,
+};
 
 /// A device's limits, as [`DeviceLimits`] has them. [`crate::ds_limits_default`] fills one with
-/// the CPU reference's defaults, so a caller sets only what its device says.
+/// the CPU reference's defaults (its `size` included), so a caller sets only what its device says.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 #[allow(non_camel_case_types)]
 pub struct ds_limits {
+    /// `sizeof(ds_limits)`.
+    pub size: u32,
     /// The device's name for reports (NUL-terminated UTF-8), or null for "emulator".
     pub name: *const c_char,
     /// Vulkan's `minStorageBufferOffsetAlignment` (O7): a power of two, at most 256.
@@ -42,6 +46,7 @@ pub struct ds_limits {
 impl ds_limits {
     pub(crate) fn from_limits(l: &DeviceLimits) -> Self {
         Self {
+            size: size_of::<Self>() as u32,
             name: std::ptr::null(),
             min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
             max_storage_buffer_range: l.max_storage_buffer_range,
@@ -55,9 +60,26 @@ impl ds_limits {
         }
     }
 
+    /// The limits at `limits`, its `size` checked first.
+    ///
+    /// # Safety
+    /// `limits` must be null (an error) or point at a `ds_limits` (of any version: only its
+    /// `size` is read before it is checked) whose `name`, when not null, is a NUL-terminated
+    /// string.
+    pub(crate) unsafe fn read(limits: *const ds_limits) -> Result<DeviceLimits, Failure> {
+        if limits.is_null() {
+            return Err(null("limits"));
+        }
+        // SAFETY: non-null; every version of the struct starts with its size.
+        let size = unsafe { (*limits).size };
+        check_size::<ds_limits>("ds_limits", "ds_limits", size)?;
+        // SAFETY: the size matches; the caller promises the name.
+        unsafe { (*limits).to_limits() }
+    }
+
     /// # Safety
     /// `self.name`, when not null, must be a NUL-terminated string.
-    pub(crate) unsafe fn to_limits(self) -> Result<DeviceLimits, Failure> {
+    unsafe fn to_limits(self) -> Result<DeviceLimits, Failure> {
         let name = if self.name.is_null() {
             "emulator".to_owned()
         } else {
@@ -121,9 +143,11 @@ const REASONS: [Reason; 5] = [
 #[derive(Clone, Copy, Debug)]
 #[allow(non_camel_case_types)]
 pub struct ds_slot {
+    /// `sizeof(ds_slot)`, in every element of `ds_dispatch::slots`.
+    pub size: u32,
     /// The slot index the program binds.
     pub slot: u32,
-    /// `DS_SLOT_*` bits.
+    /// `DS_SLOT_*` bits; any other bit is `DS_BAD_INPUT`.
     pub flags: u32,
     /// The descriptor's base address.
     pub base: u64,
@@ -147,12 +171,14 @@ pub struct ds_slot {
 #[derive(Clone, Copy, Debug)]
 #[allow(non_camel_case_types)]
 pub struct ds_dispatch {
+    /// `sizeof(ds_dispatch)`.
+    pub size: u32,
     /// The guest address of the program.
     pub program: u64,
     /// 0 compute, 1 graphics.
     pub kind: u32,
     /// A1's reasons as bits: 1 D753, 2 D758, 4 D914, 8 D950, 16 D951; 0 when the host knew every
-    /// range.
+    /// range. Any other bit is `DS_BAD_INPUT`.
     pub reasons: u32,
     /// `n_slots` slots (null when 0).
     pub slots: *const ds_slot,
@@ -193,17 +219,26 @@ fn bad(message: String) -> Failure {
 
 impl ds_slot {
     fn to_slot(self, i: usize) -> Result<Slot, Failure> {
-        let unknown = self.flags & !KNOWN_SLOT_FLAGS;
-        if unknown != 0 {
-            return Err(bad(format!(
-                "slots[{i}].flags has unknown bits {unknown:#x}"
-            )));
+        if self.size as usize != size_of::<ds_slot>() {
+            return Err(abi_mismatch(
+                &format!("dispatch.slots[{i}]"),
+                "ds_slot",
+                self.size,
+                size_of::<ds_slot>(),
+            ));
+        }
+        if self.flags & !KNOWN_SLOT_FLAGS != 0 {
+            check_flags(
+                &format!("dispatch.slots[{i}].flags"),
+                self.flags,
+                KNOWN_SLOT_FLAGS,
+            )?;
         }
         let format = match self.format {
             DS_FORMAT_NONE => None,
             n => Some(*FORMATS.get(n as usize - 1).ok_or_else(|| {
                 bad(format!(
-                    "slots[{i}].format is {n}; formats are 0 (none) to {}",
+                    "dispatch.slots[{i}].format is {n}; formats are 0 (none) to {}",
                     FORMATS.len()
                 ))
             })?),
@@ -215,7 +250,7 @@ impl ds_slot {
             },
             n => {
                 return Err(bad(format!(
-                    "slots[{i}].base_source is {n}; it is 0 (descriptor) or 1 (push block)"
+                    "dispatch.slots[{i}].base_source is {n}; it is 0 (descriptor) or 1 (push block)"
                 )));
             }
         };
@@ -236,12 +271,41 @@ impl ds_slot {
 }
 
 impl ds_dispatch {
+    /// The dispatch at `dispatch`, its `size` checked first.
+    ///
+    /// # Safety
+    /// `dispatch` must be null (an error) or point at a `ds_dispatch` (of any version: only its
+    /// `size` is read before it is checked) that outlives `'a`.
+    pub(crate) unsafe fn arg<'a>(dispatch: *const ds_dispatch) -> Result<&'a ds_dispatch, Failure> {
+        if dispatch.is_null() {
+            return Err(null("dispatch"));
+        }
+        // SAFETY: non-null; every version of the struct starts with its size.
+        let size = unsafe { (*dispatch).size };
+        check_size::<ds_dispatch>("ds_dispatch", "ds_dispatch", size)?;
+        // SAFETY: the size matches; the caller promises the struct outlives `'a`.
+        Ok(unsafe { &*dispatch })
+    }
+
     /// Fills `into` (kept between calls, so the hot path does not allocate once it has grown)
     /// from this struct form.
     ///
     /// # Safety
     /// `slots` and `push`, when their counts are not 0, must point at that many elements.
     pub(crate) unsafe fn fill(&self, into: &mut DispatchInput) -> Result<(), Failure> {
+        if self.n_slots > 0 && !self.slots.is_null() {
+            // SAFETY: at least one element; every version of `ds_slot` starts with its size, so
+            // the caller's stride is checked before a second element is read at ours.
+            let size = unsafe { (*self.slots).size };
+            if size as usize != size_of::<ds_slot>() {
+                return Err(abi_mismatch(
+                    "dispatch.slots[0]",
+                    "ds_slot",
+                    size,
+                    size_of::<ds_slot>(),
+                ));
+            }
+        }
         // SAFETY: the caller promises `n_slots` slots and `n_push` words behind the pointers.
         let slots = unsafe { slice_arg(self.slots, self.n_slots, "dispatch.slots") }?;
         // SAFETY: as above.
@@ -255,12 +319,7 @@ impl ds_dispatch {
                 )));
             }
         };
-        let unknown = self.reasons & !((1 << REASONS.len()) - 1);
-        if unknown != 0 {
-            return Err(bad(format!(
-                "dispatch.reasons has unknown bits {unknown:#x}"
-            )));
-        }
+        check_flags("dispatch.reasons", self.reasons, (1 << REASONS.len()) - 1)?;
         into.program = self.program;
         into.label.clear();
         into.page_buffer = None;

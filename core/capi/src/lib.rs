@@ -34,12 +34,17 @@
 //! thread waits for the first); calls on different engines run in parallel. A paused engine
 //! blocks the thread inside its dispatch call until the debugger resumes or steps it (or its
 //! pause times out): call dispatch from the thread that may be stopped, as a game's GPU thread is.
+//! Host callbacks ([`ds_host_callbacks`]) run on the calling thread while it holds the engine: a
+//! callback may call other engines, but a call back into its own engine is `DS_ORDER`, by name,
+//! never a deadlock (the calling thread notes the engines it is inside).
 //!
 //! # Ownership
-//! Strings and buffers passed in are borrowed for the call only. Pointers handed out
-//! ([`ds_last_error`], [`ds_engine_report_json`]) point into memory this library owns and stay
-//! valid until the next call on the same thread (for the message) or on the same engine (for the
-//! report); copy what you keep.
+//! Strings and buffers passed in are borrowed for the call only. Pointers handed out point into
+//! memory this library keeps for the calling thread: [`ds_last_error`]'s until the thread's next
+//! call into this library, [`ds_engine_report_json`]'s until the thread's next
+//! `ds_engine_report_json` (on any engine), whatever other threads do (destroy included); both
+//! until the thread exits at the latest. Copy what you keep. Everything else comes out through
+//! the caller's own memory (`ds_prepared`, its `ds_slot_plan`s, the instrumentation's words).
 #![allow(unsafe_code)] // The C ABI: raw pointers in and out. Every `unsafe` block says why it holds.
 
 mod engine;
@@ -47,6 +52,7 @@ mod ffi;
 mod handle;
 mod host;
 mod input;
+mod reentry;
 mod vulkan;
 
 pub use engine::*;

@@ -8,7 +8,7 @@ use ash::vk::Handle;
 use dispatchscope_vk::{EnabledFeatures, HostDevice, VulkanBackend};
 
 use crate::engine::{ds_engine, insert_engine};
-use crate::ffi::{Failure, boundary, ds_status, null, slice_arg};
+use crate::ffi::{Failure, boundary, check_size, ds_status, null, slice_arg};
 
 /// The Vulkan objects an emulator created and lends to an engine, which uses them until it is
 /// destroyed and never destroys them. The device must have been created with what D964 needs
@@ -21,6 +21,8 @@ use crate::ffi::{Failure, boundary, ds_status, null, slice_arg};
 #[derive(Clone, Copy, Debug)]
 #[allow(non_camel_case_types)]
 pub struct ds_vulkan_device {
+    /// `sizeof(ds_vulkan_device)`.
+    pub size: u32,
     /// The `PFN_vkGetInstanceProcAddr` of the loader (or driver) the emulator used.
     pub get_instance_proc_addr: *const c_void,
     /// The `VkInstance`.
@@ -107,7 +109,10 @@ pub(crate) unsafe fn backend_of(device: *const ds_vulkan_device) -> Result<Vulka
     if device.is_null() {
         return Err(null("device"));
     }
-    // SAFETY: non-null, and the caller promises it points at a `ds_vulkan_device`.
+    // SAFETY: non-null; every version of the struct starts with its size.
+    let size = unsafe { (*device).size };
+    check_size::<ds_vulkan_device>("ds_vulkan_device", "ds_vulkan_device", size)?;
+    // SAFETY: the size matches, and the caller promises it points at a `ds_vulkan_device`.
     let d = unsafe { *device };
     if d.get_instance_proc_addr.is_null() {
         return Err(null("device.get_instance_proc_addr"));

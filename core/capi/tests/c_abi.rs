@@ -1,6 +1,7 @@
-//! The C ABI: from C (bad input, compiled with the system's C compiler against the committed
-//! header and the cdylib), and from Rust through the same `extern "C"` functions (the same report
-//! as the Rust API for every shipped sample; a capture written through it reads back).
+//! The C ABI: from C (bad input, the host path, ABI version 4's checks; compiled with the
+//! system's C compiler against the committed header and the cdylib), and from Rust through the
+//! same `extern "C"` functions (the same report as the Rust API for every shipped sample; a
+//! capture written through it reads back).
 #![allow(clippy::unwrap_used, clippy::expect_used, unsafe_code)]
 
 use std::ffi::CStr;
@@ -49,7 +50,7 @@ fn run_c(name: &str) -> String {
     let exe = dir.path().join(name);
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let built = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pthread", "-o"])
         .arg(&exe)
         .arg(manifest.join(format!("tests/c/{name}.c")))
         .arg("-I")
@@ -102,6 +103,28 @@ fn the_host_path_from_c() {
     );
 }
 
+/// ABI version 4 from C (issue 39): a wrong `size` in `ds_limits`, `ds_dispatch`, `ds_slot` and
+/// `ds_vulkan_device` is `DS_ABI_MISMATCH`; unknown flag bits and non-zero reserved fields are
+/// `DS_BAD_INPUT`; a write callback calling back into its own engine gets `DS_ORDER` and the
+/// outer call finishes; two threads' report pointers each stay valid while the other calls.
+#[test]
+fn abi_version_4_from_c() {
+    let out = run_c("abi_v4");
+    for line in [
+        "ok create host with a ds_limits of size 8",
+        "ok prepare a ds_dispatch of size 4",
+        "ok prepare with slots[1] of another size",
+        "ok create vulkan with a short ds_vulkan_device",
+        "ok an event with unknown flag bits",
+        "ok an event with reserved 7",
+        "ok ds_engine_apply from inside the write callback is DS_ORDER",
+        "ok complete run 305 (its write callback calls back)",
+        "ok each thread's report pointer holds its report",
+    ] {
+        assert!(out.contains(line), "{line:?} is missing:\n{out}");
+    }
+}
+
 /// Replays `sample` through the C ABI's JSON functions and returns each dispatch's report JSON.
 fn through_the_c_abi(sample: &Sample) -> Vec<serde_json::Value> {
     let limits = serde_json::to_vec(&sample.device).unwrap();
@@ -134,7 +157,7 @@ fn through_the_c_abi(sample: &Sample) -> Vec<serde_json::Value> {
                 let mut len = 0;
                 // SAFETY: as above.
                 ok(unsafe { ds_engine_report_json(engine, &mut out, &mut len) });
-                // SAFETY: the report JSON is valid until the engine's next call.
+                // SAFETY: valid until this thread's next ds_engine_report_json.
                 let text = unsafe { CStr::from_ptr(out) }.to_str().unwrap();
                 assert_eq!(text.len(), len);
                 reports.push(serde_json::from_str(text).unwrap());
@@ -172,6 +195,7 @@ fn the_struct_form_plans_as_the_json_form_does() {
     ok(unsafe { ds_engine_create(&limits, &mut engine) });
     // Two written slots overlapping by 0x40 (O1: one holder), and a third read-only apart.
     let slot = |slot, base, size, flags| ds_slot {
+        size: size_of::<ds_slot>() as u32,
         slot,
         flags,
         base,
@@ -190,6 +214,7 @@ fn the_struct_form_plans_as_the_json_form_does() {
     ];
     let push = [7u32, 8];
     let d = ds_dispatch {
+        size: size_of::<ds_dispatch>() as u32,
         program: 0x4000,
         kind: 0,
         reasons: 0,
@@ -203,7 +228,7 @@ fn the_struct_form_plans_as_the_json_form_does() {
     let mut out = std::ptr::null();
     // SAFETY: valid out-pointer; null len is allowed.
     ok(unsafe { ds_engine_report_json(engine, &mut out, std::ptr::null_mut()) });
-    // SAFETY: valid until the engine's next call.
+    // SAFETY: valid until this thread's next ds_engine_report_json.
     let from_struct: serde_json::Value =
         serde_json::from_str(unsafe { CStr::from_ptr(out) }.to_str().unwrap()).unwrap();
     let json = serde_json::json!({
@@ -283,7 +308,7 @@ fn a_capture_begun_mid_session_replays_to_the_same_reports() {
                 let mut out = std::ptr::null();
                 // SAFETY: valid out-pointer.
                 ok(unsafe { ds_engine_report_json(engine, &mut out, std::ptr::null_mut()) });
-                // SAFETY: valid until the next call.
+                // SAFETY: valid until this thread's next ds_engine_report_json.
                 let v: serde_json::Value =
                     serde_json::from_str(unsafe { CStr::from_ptr(out) }.to_str().unwrap()).unwrap();
                 expected.push(v["mode"].clone());

@@ -41,6 +41,7 @@ int main(void) {
 
     ds_dispatch d;
     memset(&d, 0, sizeof d);
+    d.size = sizeof d;
     d.program = 0x1000;
     d.slots = NULL;
     d.n_slots = 3;
@@ -49,6 +50,7 @@ int main(void) {
 
     ds_slot slot;
     memset(&slot, 0, sizeof slot);
+    slot.size = sizeof slot;
     slot.slot = 0;
     slot.flags = DS_SLOT_WRITTEN | DS_SLOT_RESOLVED;
     slot.base = 0x10000;

@@ -127,6 +127,7 @@ int main(void) {
     /* Run 305: a 0x20-byte written range that a 0xe40f-byte written range ends inside. */
     ds_slot slots[2];
     memset(slots, 0, sizeof slots);
+    slots[0].size = sizeof slots[0];
     slots[0].slot = 0;
     slots[0].flags = DS_SLOT_WRITTEN | DS_SLOT_RESOLVED;
     slots[0].base = GUEST;
@@ -138,6 +139,7 @@ int main(void) {
     slots[1].size_bytes = 0x20;
     ds_dispatch d;
     memset(&d, 0, sizeof d);
+    d.size = sizeof d;
     d.program = 0x400003e19200ull;
     d.slots = slots;
     d.n_slots = 2;
@@ -215,6 +217,7 @@ int main(void) {
 
     /* A device-addressed dispatch: the table and the helper's push words. */
     memset(&d, 0, sizeof d);
+    d.size = sizeof d;
     d.program = 0x74005b854a00ull;
     d.reasons = 1; /* D753 */
     memset(&p, 0, sizeof p);
@@ -315,6 +318,8 @@ int main(void) {
     expect("prepare when commit fails", s, DS_HOST_CALLBACK);
     check("the message names the callback", strstr(ds_last_error(), "commit callback returned -5") != NULL,
           ds_last_error());
+    check("the message is the host's failure itself, not the engine's words around it",
+          strncmp(ds_last_error(), "the host's commit of ", 21) == 0, ds_last_error());
     emu.fail_commit = 0;
     expect("prepare after the commit works again", ds_engine_prepare(engine, &d, &p), DS_OK);
     check("the emulator committed the lazy run", emu.commits >= 2, NULL);
