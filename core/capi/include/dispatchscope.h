@@ -108,6 +108,10 @@ typedef enum ds_status {
   // Prepare and complete out of order: a second prepare before complete, a complete of a
   // dispatch not prepared (or completed already).
   DS_ORDER = 13,
+  // M5: the event releases, decommits or reprotects memory a prepared dispatch can reach.
+  // Nothing changed: complete (or abandon) the dispatch `ds_last_error` names after its fence,
+  // then apply the event again, and leave those pages as they are until then.
+  DS_WAIT = 14,
 } ds_status;
 
 // A dispatch's mode, as the report has it.
@@ -269,6 +273,26 @@ typedef int32_t (*ds_host_hand_off_fn)(void *user,
 // A host read: `bytes` bytes of the emulator's memory at `host_addr` into `dst`.
 typedef int32_t (*ds_host_read_fn)(void *user, uint64_t host_addr, uint8_t *dst, uint64_t bytes);
 
+// One run of O8's batched write-back: `bytes` bytes from `src` to the emulator's memory at
+// `host_addr`.
+typedef struct ds_write_run {
+  // Where the run lands, in the emulator's memory.
+  uint64_t host_addr;
+  // Its bytes (valid for the call).
+  const uint8_t *src;
+  // How many.
+  uint64_t bytes;
+} ds_write_run;
+
+// O8's write-back of one batch of runs of written words, in address order, none overlapping:
+// 0 when every run landed; otherwise non-zero, with `*failed_at` set to the first run that did
+// not land (the runs before it landed; the engine reports that run lost and goes on with the
+// next).
+typedef int32_t (*ds_host_write_runs_fn)(void *user,
+                                         const struct ds_write_run *runs,
+                                         uint64_t n_runs,
+                                         uint64_t *failed_at);
+
 // The calls into the emulator that host mode makes, registered once when the engine is made.
 // `write`, `commit`, `release_guards` and `hand_off` are required; `read` may be null (the engine
 // then reads the process's memory with `process_vm_readv`, which fails instead of crashing on a
@@ -298,6 +322,10 @@ typedef struct ds_host_callbacks {
   // Optional: read guest bytes (the debugger's memory view, a bound holder's upload on the
   // engine's own backend).
   ds_host_read_fn read;
+  // Optional: O8's write-back as batches of runs of written words (one call for up to 4,096
+  // runs) instead of a `write` a run. Either way exactly the words the device wrote are
+  // written, never a word between them.
+  ds_host_write_runs_fn write_runs;
 } ds_host_callbacks;
 
 // The Vulkan objects an emulator created and lends to an engine, which uses them until it is
@@ -683,6 +711,14 @@ enum ds_status ds_engine_prepare(ds_engine engine,
 // `completion` must be null (an error) or point at a `ds_completion` whose pointers are valid
 // for their counts.
 enum ds_status ds_engine_complete(ds_engine engine, const struct ds_completion *completion);
+
+// The checked mode: with `on` non-zero, before each device-addressed dispatch the engine reads
+// the process's real mapping of every imported piece again (`PROCMAP_QUERY`, under a microsecond
+// a mapping) and drops, before the device can touch it, any piece the emulator changed without an
+// event (made read-only or `PROT_NONE`, unmapped, remapped shared): the report's mappings leave
+// it out by name ("host pages … became read-only …; no event said so") and accesses there
+// escape. It is on whenever a debugger is attached, whatever this says.
+enum ds_status ds_engine_set_checked(ds_engine engine, uint32_t on);
 
 // Forgets prepared dispatch `index`, which the emulator will not complete (its device failed).
 enum ds_status ds_engine_abandon(ds_engine engine, uint64_t index);

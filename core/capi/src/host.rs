@@ -134,7 +134,8 @@ struct Callbacks {
     release_guards: unsafe extern "C" fn(*mut c_void, u64, u64) -> i32,
     hand_off: unsafe extern "C" fn(*mut c_void, u64, u64, u64) -> i32,
     read: Option<unsafe extern "C" fn(*mut c_void, u64, *mut u8, u64) -> i32>,
-    write_runs: Option<unsafe extern "C" fn(*mut c_void, *const ds_write_run, u64, *mut u64) -> i32>,
+    write_runs:
+        Option<unsafe extern "C" fn(*mut c_void, *const ds_write_run, u64, *mut u64) -> i32>,
 }
 
 fn answer(call: &str, r: i32) -> Result<(), String> {
@@ -177,15 +178,17 @@ impl HostCalls for Callbacks {
             })
             .collect();
         let mut failed_at = u64::MAX;
-        // SAFETY: as registered; `c` and the bytes it points at live across the call.
-        let r = unsafe {
-            write_runs(
-                self.user as *mut c_void,
-                c.as_ptr(),
-                c.len() as u64,
-                &mut failed_at,
-            )
-        };
+        let r = in_callback("write_runs", || {
+            // SAFETY: as registered; `c` and the bytes it points at live across the call.
+            unsafe {
+                write_runs(
+                    self.user as *mut c_void,
+                    c.as_ptr(),
+                    c.len() as u64,
+                    &mut failed_at,
+                )
+            }
+        });
         if r == 0 {
             return Ok(());
         }
@@ -197,7 +200,10 @@ impl HostCalls for Callbacks {
             .unwrap_or(0);
         Err((
             k,
-            format!("the emulator's write_runs callback returned {r} at run {k} of {}", runs.len()),
+            format!(
+                "the emulator's write_runs callback returned {r} at run {k} of {}",
+                runs.len()
+            ),
         ))
     }
     fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
@@ -886,7 +892,7 @@ pub unsafe extern "C" fn ds_engine_complete(
 /// escape. It is on whenever a debugger is attached, whatever this says.
 #[unsafe(no_mangle)]
 pub extern "C" fn ds_engine_set_checked(engine: ds_engine, on: u32) -> ds_status {
-    with_engine(engine, |s| {
+    with_engine(engine, "ds_engine_set_checked", |s| {
         s.set_checked(on != 0);
         Ok(())
     })

@@ -35,11 +35,17 @@ pub struct HostError {
     /// The call: `commit`, `release-guards`, `read`, `write`, `hand-off`, `real-mapping`.
     pub call: String,
     /// The host address.
+    #[serde(with = "crate::addr::hex")]
     pub host_addr: u64,
     /// The bytes.
+    #[serde(with = "crate::addr::hex")]
     pub bytes: u64,
     /// The guest address of the first byte, where the engine knows it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        with = "crate::addr::hex::option",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub guest: Option<u64>,
     /// What went wrong.
     pub why: String,

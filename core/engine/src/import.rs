@@ -74,6 +74,9 @@ pub struct Mappings {
     version: u64,
     /// Host mode: real-mapping checks made.
     real_checks: u64,
+    /// Host mode: runs left out because the emulator's commit or guard release failed, asked again
+    /// at the next device-addressed dispatch ([`Mappings::retry_host_calls`]).
+    retry_pending: bool,
 }
 
 /// Host mode: the process's real mapping of `guest`'s host pages, split by M3's demand
@@ -428,6 +431,68 @@ impl Mappings {
         Ok(check)
     }
 
+    /// M2 asked again for the runs left out because the emulator's commit or guard release failed
+    /// ([`LeftOutReason::HostCallback`]): what it now commits and unguards is mapped (as a revisit
+    /// maps, M5); what it still refuses stays out with the new answer. Costs nothing unless such a
+    /// run exists. Returns the ranges mapped.
+    pub fn retry_host_calls(
+        &mut self,
+        memory: &mut GuestMemory,
+        backend: &mut dyn Backend,
+        before: u64,
+    ) -> Result<Vec<ByteRange>, BackendError> {
+        if !self.retry_pending {
+            return Ok(Vec::new());
+        }
+        self.retry_pending = false;
+        let hits: Vec<LeftOutReport> = self
+            .left_out
+            .values()
+            .filter(|l| l.reason == LeftOutReason::HostCallback)
+            .cloned()
+            .collect();
+        let mut mapped = Vec::new();
+        for l in hits {
+            match memory.commit_for_mapping(l.guest) {
+                Ok(_) => {
+                    self.version += 1;
+                    self.left_out.remove(&l.guest.start);
+                    let reservation = memory
+                        .reservation_at(l.guest.start)
+                        .map_or(l.guest.start, |r| r.range.start);
+                    let parts = stretches(memory, l.guest);
+                    self.map_parts(
+                        backend,
+                        memory,
+                        parts,
+                        (reservation, before, true),
+                        |r, c| {
+                            if c.is_none() {
+                                mapped.push(r);
+                            }
+                        },
+                    )?;
+                }
+                Err(crate::memory::MemoryError::Host(h)) => {
+                    self.retry_pending = true;
+                    if let Some(kept) = self.left_out.get_mut(&l.guest.start) {
+                        kept.detail = Some(format!(
+                            "M2 could not commit or unguard {} before mapping it: {h}; only dispatches that reach it are affected (their accesses there escape)",
+                            l.guest
+                        ));
+                    }
+                }
+                Err(e) => {
+                    return Err(BackendError::Import {
+                        piece: l.guest,
+                        why: e.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(mapped)
+    }
+
     /// Drops the mapped piece over `range` and leaves `range` out for `reason` with `detail`,
     /// re-importing the rest of the piece: what M2 could not prepare is never handed to the device.
     pub fn leave_out(
@@ -463,6 +528,7 @@ impl Mappings {
             }
         }
         self.version += 1;
+        self.retry_pending |= reason == LeftOutReason::HostCallback;
         self.left_out.insert(
             range.start,
             LeftOutReport {
@@ -518,6 +584,7 @@ impl Mappings {
                 // M2 failed for this run alone: it is left out by name (what reaches it escapes)
                 // and every other run is mapped; the next remap or revisit asks again.
                 Err(crate::memory::MemoryError::Host(h)) => {
+                    self.retry_pending = true;
                     left_out.insert(
                         run.range.start,
                         LeftOutReport {

@@ -306,12 +306,16 @@ fn main() {
         }
         let written_before = eo.memory().host_traffic().bytes_written;
         let t_wb = prepare_complete(&mut eo, &holder, wb_rounds, Some((&data, &masks)));
-        let written = (eo.memory().host_traffic().bytes_written - written_before) / wb_rounds as u64;
+        let written =
+            (eo.memory().host_traffic().bytes_written - written_before) / wb_rounds as u64;
         // The baseline: the same runs, copied one by one into the same pages.
         let runs: Vec<(usize, usize)> = if every == 1 {
             vec![(0, out_bytes)]
         } else {
-            (0..out_bytes / 4).step_by(every).map(|w| (4 * w, 4)).collect()
+            (0..out_bytes / 4)
+                .step_by(every)
+                .map(|w| (4 * w, 4))
+                .collect()
         };
         let mut copies = Vec::new();
         for _ in 0..wb_rounds {
@@ -380,9 +384,18 @@ fn main() {
         ..DispatchInput::default()
     };
     for (what, words_moved) in [
-        ("device-addressed, 64 loads and 64 stores, the engine's device", 128usize),
-        ("bound, a 16 KiB holder, 64 loads and 64 stores, the engine's device", 128),
-        ("bound, a 16 KiB holder, one word in 8 written, the emulator's device", holder_bytes / 32),
+        (
+            "device-addressed, 64 loads and 64 stores, the engine's device",
+            128usize,
+        ),
+        (
+            "bound, a 16 KiB holder, 64 loads and 64 stores, the engine's device",
+            128,
+        ),
+        (
+            "bound, a 16 KiB holder, one word in 8 written, the emulator's device",
+            holder_bytes / 32,
+        ),
     ] {
         let t0 = ev.memory().host_traffic();
         let i0 = ev.backend().import_time();

@@ -29,7 +29,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use common::{Emulator, PAGE, Pages, context, engine, quiet, reserve_at};
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::engine::{CompleteError, DeviceRun, EngineError, HolderRun, RanOn};
-use dispatchscope_core::input::{Access, AccessKind, Backing, DispatchInput, Event, Op, Reason, Slot};
+use dispatchscope_core::input::{
+    Access, AccessKind, Backing, DispatchInput, Event, Op, Reason, Slot,
+};
 use dispatchscope_core::report::{
     DispatchReport, EscapeClass, HostFailureKind, LeftOutReason, Mode,
 };
@@ -143,9 +145,16 @@ fn a_guest_thread_writing_between_the_devices_words_loses_nothing() {
         } else {
             increments as u32
         };
-        assert_eq!(got, want, "word {w}: the guest made {increments} increments");
+        assert_eq!(
+            got, want,
+            "word {w}: the guest made {increments} increments"
+        );
     }
-    assert_eq!(pages.word(2 * PAGE), increments as u32, "the word beside the holder");
+    assert_eq!(
+        pages.word(2 * PAGE),
+        increments as u32,
+        "the word beside the holder"
+    );
     assert_eq!(
         emu.bytes_written.load(Ordering::Relaxed),
         u64::from(DISPATCHES) * PAGE as u64 / 2,
@@ -222,7 +231,8 @@ fn a_page_that_cannot_be_read_or_written_is_a_named_failure_never_zeros() {
         "{err}"
     );
     assert!(
-        err.to_string().contains(&format!("guest {:#x}", GUEST + PAGE as u64)),
+        err.to_string()
+            .contains(&format!("guest {:#x}", GUEST + PAGE as u64)),
         "{err}"
     );
     pages.protect(PAGE, PAGE, libc::PROT_READ | libc::PROT_WRITE);
@@ -283,7 +293,11 @@ fn events_between_prepare_and_complete_wait_for_the_dispatch() {
     assert_eq!(r.host_path.waited.len(), waits.len());
     assert_eq!(r.host_path.waited[0].event, "release");
     assert_eq!(r.host_path.waited[0].reached, holder_range);
-    assert_eq!(pages.word(PAGE + 28), 77, "the write-back landed where it was");
+    assert_eq!(
+        pages.word(PAGE + 28),
+        77,
+        "the write-back landed where it was"
+    );
     e.apply(&Event::Release { base: GUEST }).unwrap();
 
     // A device-addressed dispatch reaches every mapped piece.
@@ -340,7 +354,11 @@ fn a_page_changed_without_an_event_is_named_before_the_device_touches_it() {
                 device_store(3 * PAGE as u64, 3),
             ]))
             .unwrap();
-        let check = r.host_path.checked.as_ref().expect("the checked mode looked");
+        let check = r
+            .host_path
+            .checked
+            .as_ref()
+            .expect("the checked mode looked");
         assert_eq!(check.contradictions.len(), 1, "{words}: {check:?}");
         assert!(
             check.contradictions[0].contains("no event said so"),
@@ -350,14 +368,19 @@ fn a_page_changed_without_an_event_is_named_before_the_device_touches_it() {
         let page1 = ByteRange::new(GUEST + PAGE as u64, GUEST + 2 * PAGE as u64);
         let out = left_out(&r);
         assert!(
-            out.iter()
-                .any(|(g, why, d)| *g == page1 && *why == LeftOutReason::RealMapping && d.contains(words)),
+            out.iter().any(|(g, why, d)| *g == page1
+                && *why == LeftOutReason::RealMapping
+                && d.contains(words)),
             "{words}: {out:?}"
         );
         assert_eq!(r.escapes.len(), 1, "{words}");
         assert_eq!(r.escapes[0].address, GUEST + PAGE as u64 + 8);
         assert_eq!(r.escapes[0].class, EscapeClass::LeftOut);
-        assert_eq!(pages.word(3 * PAGE), 3, "{words}: the other pages stay mapped");
+        assert_eq!(
+            pages.word(3 * PAGE),
+            3,
+            "{words}: the other pages stay mapped"
+        );
         drop(e);
     }
     quiet(&ctx);
@@ -417,7 +440,8 @@ fn a_failed_commit_refuses_only_what_needs_it() {
         .unwrap()
         .push(ByteRange::new(lazy.addr(), lazy.addr() + 2 * PAGE as u64));
     let mut e = engine(&ctx, &emu);
-    e.apply(&reserve_at(GUEST, &good, Backing::Private)).unwrap();
+    e.apply(&reserve_at(GUEST, &good, Backing::Private))
+        .unwrap();
     let lazy_guest = GUEST + 0x10_0000;
     let mut ev = reserve_at(lazy_guest, &lazy, Backing::Private);
     if let Event::Reserve { committed, .. } = &mut ev {
@@ -464,7 +488,10 @@ fn bad_input_is_named_and_nothing_is_lost() {
     };
     let err = e.apply(&alias).unwrap_err().to_string();
     assert!(
-        err.contains(&format!("the reservation at {}", ByteRange::new(GUEST, GUEST + 4 * PAGE as u64))),
+        err.contains(&format!(
+            "the reservation at {}",
+            ByteRange::new(GUEST, GUEST + 4 * PAGE as u64)
+        )),
         "{err}"
     );
 
@@ -487,7 +514,10 @@ fn bad_input_is_named_and_nothing_is_lost() {
         )
         .unwrap_err();
     assert!(
-        matches!(err, EngineError::Complete(CompleteError::MarkOnEmptySlot { .. })),
+        matches!(
+            err,
+            EngineError::Complete(CompleteError::MarkOnEmptySlot { .. })
+        ),
         "{err}"
     );
     e.abandon(p.index).unwrap();
@@ -507,7 +537,10 @@ fn bad_input_is_named_and_nothing_is_lost() {
     assert_eq!(pages.word(0x100), 0);
     emu.fail_write.lock().unwrap().clear();
     let r = e.dispatch(&input).unwrap();
-    assert_eq!(r.before.copies, vec![ByteRange::new(GUEST + 0x100, GUEST + 0x104)]);
+    assert_eq!(
+        r.before.copies,
+        vec![ByteRange::new(GUEST + 0x100, GUEST + 0x104)]
+    );
     assert_eq!(pages.word(0x100), u32::from_le_bytes([1, 2, 3, 4]));
     drop(e);
     quiet(&ctx);

@@ -75,6 +75,10 @@ impl<B: Backend> Engine<B> {
             report.committed_pages = stats.committed_pages;
             report.guards_released = stats.guards_released;
             report.pages_noted_written = stats.pages_noted_written;
+        } else {
+            // M2 asked again where the emulator refused it last time (a commit that failed).
+            self.mappings
+                .retry_host_calls(&mut self.memory, &mut self.backend, index)?;
         }
         let (made, dropped) = self.mappings.take_import_counts();
         report.imports_made = made;
