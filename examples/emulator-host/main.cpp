@@ -649,6 +649,19 @@ int32_t cb_write(void *, uint64_t host, const uint8_t *src, uint64_t bytes) {
     return 0;
 }
 
+// O8's write-back as batches of runs of the words the device wrote: each run through the same
+// write-watch path as a single write; the first run that fails is named, the ones before landed.
+int32_t cb_write_runs(void *user, const ds_write_run *runs, uint64_t n, uint64_t *failed_at) {
+    for (uint64_t k = 0; k < n; k++) {
+        int32_t r = cb_write(user, runs[k].host_addr, runs[k].src, runs[k].bytes);
+        if (r != 0) {
+            *failed_at = k;
+            return r;
+        }
+    }
+    return 0;
+}
+
 int32_t cb_commit(void *, uint64_t host, uint64_t bytes) {
     Emulator &e = g_emu;
     e.commits++;
@@ -878,6 +891,7 @@ int main(int argc, char **argv) {
     cb.abi_version = DS_ABI_VERSION;
     cb.user = &emu;
     cb.write = cb_write;
+    cb.write_runs = cb_write_runs;
     cb.commit = cb_commit;
     cb.release_guards = cb_release_guards;
     cb.hand_off = cb_hand_off;

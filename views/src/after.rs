@@ -34,6 +34,7 @@ impl AfterPanel {
             .id_salt("after-scroll")
             .auto_shrink([false, false])
             .show(ui, |ui| {
+                host_path_ui(ui, &report.host_path);
                 style::section(ui, "L1 hazards");
                 if report.hazards.is_empty() {
                     style::nothing(
@@ -281,5 +282,52 @@ fn unlisted(
                 wb.runs_not_listed
             ),
         );
+    }
+}
+
+/// Host mode: what the emulator's memory did to the dispatch, first, since a failed call means
+/// guest bytes that did not land: each failed call (with the words lost), each event that waited
+/// for the dispatch (M5), and what the checked mode found changed without an event.
+fn host_path_ui(ui: &mut egui::Ui, h: &dispatchscope_core::report::HostPathReport) {
+    if h.is_empty() {
+        return;
+    }
+    style::section(ui, "The emulator's memory (host mode)");
+    for f in &h.failures {
+        egui::Frame::group(ui.style())
+            .stroke(egui::Stroke::new(1.0, style::REFUSED))
+            .show(ui, |ui| {
+                ui.label(
+                    RichText::new(format!("failed: {}", f.kind.words()))
+                        .strong()
+                        .color(style::REFUSED),
+                );
+                ui.label(f.error.to_string());
+                if let Some(lost) = f.lost {
+                    let bytes: String = f.bytes.iter().map(|b| format!("{b:02x}")).collect();
+                    ui.label(mono(format!("lost: guest {lost}: {bytes}")))
+                        .on_hover_text("The device's bytes that did not reach guest memory");
+                }
+            });
+    }
+    if h.failures_not_listed > 0 {
+        ui.label(format!("… {} more failed calls", h.failures_not_listed));
+    }
+    for w in &h.waited {
+        ui.label(format!(
+            "M5: a {} of {} waited: it touched {}, which this dispatch could reach",
+            w.event, w.range, w.reached
+        ));
+    }
+    if let Some(c) = &h.checked {
+        ui.label(format!(
+            "Checked mode: {} piece(s) ({:#x} bytes) looked at again before the device ran; {} changed without an event",
+            c.pieces,
+            c.bytes,
+            c.contradictions.len()
+        ));
+        for d in &c.contradictions {
+            ui.label(RichText::new(d).color(style::REFUSED));
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use dispatchscope_core::report::Role;
 use dispatchscope_core::report::{CapturedAccess, ControlStatus, InstrumentedReport};
-use dispatchscope_core::report::{DispatchReport, Mode, Route};
+use dispatchscope_core::report::{DispatchReport, HostPathReport, Mode, Route};
 use dispatchscope_core::report::{LookupOutcome, LookupTrace};
 
 /// How much of the access stream to print.
@@ -425,8 +425,55 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
             h.message
         )?;
     }
+    explain_host_path(o, &r.host_path)?;
     if let Some(ir) = &r.instrumented {
         explain_instrumented(o, ir, detail)?;
+    }
+    Ok(())
+}
+
+/// Host mode: what the emulator's memory did to the dispatch: the events that waited for it (M5),
+/// the checked mode's look at the real mappings, and every call that failed with what it lost.
+fn explain_host_path(o: &mut String, h: &HostPathReport) -> std::fmt::Result {
+    for w in &h.waited {
+        writeln!(
+            o,
+            "  WAITED (M5): a {} of {} touched {}, which this dispatch could reach: refused until its complete",
+            w.event, w.range, w.reached
+        )?;
+    }
+    if let Some(c) = &h.checked {
+        writeln!(
+            o,
+            "  checked mode: the real mappings of {} piece(s), {:#x} host bytes, read again before the device ran; {} contradiction(s){}",
+            c.pieces,
+            c.bytes,
+            c.contradictions.len(),
+            if c.unknown > 0 {
+                format!(", {} piece(s) the host could not tell about", c.unknown)
+            } else {
+                String::new()
+            }
+        )?;
+        for d in &c.contradictions {
+            writeln!(o, "    {d}")?;
+        }
+    }
+    for f in &h.failures {
+        writeln!(o, "  HOST CALL FAILED ({}): {}", f.kind.words(), f.error)?;
+        if let Some(lost) = f.lost {
+            writeln!(
+                o,
+                "    lost: guest {lost}, the device's bytes {}",
+                f.bytes
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            )?;
+        }
+    }
+    if h.failures_not_listed > 0 {
+        writeln!(o, "  … {} more failed calls", h.failures_not_listed)?;
     }
     Ok(())
 }

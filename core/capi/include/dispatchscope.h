@@ -654,12 +654,12 @@ enum ds_status ds_engine_capture_begin(ds_engine engine, const char *path, const
 // Ends the capture being written: its index is written and the file closed.
 enum ds_status ds_engine_capture_end(ds_engine engine);
 
+// The ABI version this library was built with (compare with `DS_ABI_VERSION`).
+uint32_t ds_abi_version(void);
+
 // The message of the calling thread's last failed call: a NUL-terminated UTF-8 string, empty
 // when the last call succeeded. It stays valid until the thread's next call into this library.
 const char *ds_last_error(void);
-
-// The ABI version this library was built with (compare with `DS_ABI_VERSION`).
-uint32_t ds_abi_version(void);
 
 // Creates an engine in host mode on the CPU reference: its guest memory is the emulator's own
 // pages (every reservation names its host address), reached through `callbacks` and never

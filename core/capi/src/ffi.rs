@@ -6,6 +6,16 @@ use std::ffi::{CStr, CString, c_char};
 use std::fmt::Display;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+/// The layout of every struct of this header: a caller compiled against another version is
+/// refused by name (`DS_ABI_MISMATCH`) rather than misread.
+pub const DS_ABI_VERSION: u32 = 4;
+
+/// The ABI version this library was built with (compare with `DS_ABI_VERSION`).
+#[unsafe(no_mangle)]
+pub extern "C" fn ds_abi_version() -> u32 {
+    DS_ABI_VERSION
+}
+
 /// What a call did. `DS_OK` is 0; on any other status [`ds_last_error`] says what went wrong.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,7 +192,7 @@ pub(crate) fn abi_mismatch(what: &str, struct_name: &str, size: u32, want: usize
         format!(
             "{what}.size is {size}, but this library's {struct_name} is {want} bytes \
              (DS_ABI_VERSION {}): rebuild against this header",
-            crate::host::DS_ABI_VERSION
+            DS_ABI_VERSION
         ),
     )
 }

@@ -16,20 +16,11 @@ use dispatchscope_vk::host_pages::{HostCalls, ProcessHost};
 
 use crate::engine::{create_engine, ds_engine, with_engine};
 use crate::ffi::{
-    Failure, boundary, check_flags, check_reserved, check_size, ds_status, null, slice_arg, str_arg,
+    DS_ABI_VERSION, Failure, boundary, check_flags, check_reserved, check_size, ds_status, null,
+    slice_arg, str_arg,
 };
 use crate::input::{ds_dispatch, ds_limits, ds_mode};
 use crate::reentry::in_callback;
-
-/// The layout of every struct of this header: a caller compiled against another version is
-/// refused by name (`DS_ABI_MISMATCH`) rather than misread.
-pub const DS_ABI_VERSION: u32 = 4;
-
-/// The ABI version this library was built with (compare with `DS_ABI_VERSION`).
-#[unsafe(no_mangle)]
-pub extern "C" fn ds_abi_version() -> u32 {
-    DS_ABI_VERSION
-}
 
 /// A host callback: 0 for done, any other value a failure the engine reports by name
 /// (`DS_HOST_CALLBACK`, with the call and the value).

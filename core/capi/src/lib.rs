@@ -56,7 +56,7 @@ mod reentry;
 mod vulkan;
 
 pub use engine::*;
-pub use ffi::{ds_last_error, ds_status};
+pub use ffi::{DS_ABI_VERSION, ds_abi_version, ds_last_error, ds_status};
 pub use host::*;
 pub use input::{
     DS_BASE_DESCRIPTOR, DS_BASE_PUSH_BLOCK, DS_FORMAT_NONE, DS_NO_ALIAS, DS_SLOT_INDEX_FROM_LANE,

@@ -434,7 +434,8 @@ impl Mappings {
     /// M2 asked again for the runs left out because the emulator's commit or guard release failed
     /// ([`LeftOutReason::HostCallback`]): what it now commits and unguards is mapped (as a revisit
     /// maps, M5); what it still refuses stays out with the new answer. Costs nothing unless such a
-    /// run exists. Returns the ranges mapped.
+    /// run exists. (A run a decommit left uncommitted waits for a commit event, as M4 and M5 say.)
+    /// Returns the ranges mapped.
     pub fn retry_host_calls(
         &mut self,
         memory: &mut GuestMemory,
