@@ -4,7 +4,7 @@
 
 use super::{Engine, EngineError};
 use crate::backend::Backend;
-use crate::input::Event;
+use crate::input::{Event, HostProtection};
 use crate::memory::{GuestMemory, MemoryChange};
 use crate::report::{EventReport, When};
 
@@ -119,9 +119,10 @@ impl<B: Backend> Engine<B> {
 
 impl<B: Backend> Engine<B> {
     /// M5 for the emulator's own dispatches: the prepared dispatch's reach (its holders, and every
-    /// mapped piece for a device-addressed one) against what `event` would release, decommit or
-    /// reprotect. A commit, an unguard, a CPU write, a copy or a target changes nothing the device
-    /// relies on and never waits.
+    /// mapped piece for a device-addressed one) against what `event` would release, decommit,
+    /// remap (set-backing) or reprotect lower (a protect or host-protect short of read-write, a
+    /// guard). A commit, an unguard, a protection raised, a CPU write, a copy or a target takes
+    /// nothing from the device and never waits.
     fn wait_for_prepared(&mut self, event: &Event) -> Result<(), EngineError> {
         let Some(dispatch) = self.prepared else {
             return Ok(());
@@ -131,9 +132,19 @@ impl<B: Backend> Engine<B> {
                 Ok(r) => r.range,
                 Err(_) => return Ok(()),
             },
+            // Lowering what the pages allow waits; raising it (an unguard, a protect back to
+            // read-write) takes nothing from the device and applies at once.
+            Event::Protect {
+                range,
+                readable,
+                writable,
+            } if !(*readable && *writable) => *range,
+            Event::HostProtect { range, protection }
+                if *protection != HostProtection::ReadWrite =>
+            {
+                *range
+            }
             Event::Decommit { range }
-            | Event::Protect { range, .. }
-            | Event::HostProtect { range, .. }
             | Event::SetBacking { range, .. }
             | Event::Guard { range } => *range,
             _ => return Ok(()),
