@@ -285,19 +285,26 @@ pub enum MemoryError {
         "the host base {host_base:#x} of {range} makes host addresses pass the end of the address space"
     )]
     HostBaseWraps { range: ByteRange, host_base: u64 },
-    #[error(
-        "reserving {range} at host {host_base:#x}..{host_end:#x} overlaps the host pages of the reservation at {other} (host {other_host:#x}..{other_host_end:#x}): two reservations may not share host pages, or a store through one would change the other's bytes"
-    )]
-    HostAliased {
-        range: ByteRange,
-        host_base: u64,
-        host_end: u64,
-        other: ByteRange,
-        other_host: u64,
-        other_host_end: u64,
-    },
+    #[error("{0}")]
+    HostAliased(Box<HostAliased>),
     #[error("{0}")]
     Host(Box<HostError>),
+}
+
+/// Two reservations over the same host pages: refused at the second reserve, naming the first.
+#[derive(Clone, Debug, PartialEq, Eq, Error, Serialize, Deserialize)]
+#[error(
+    "reserving {range} at host {host}, the host pages of the reservation at {other} (host {other_host}): two reservations may not share host pages, or a store through one would change the other's bytes"
+)]
+pub struct HostAliased {
+    /// The reservation refused.
+    pub range: ByteRange,
+    /// Its host bytes.
+    pub host: ByteRange,
+    /// The reservation whose host bytes it overlaps.
+    pub other: ByteRange,
+    /// That reservation's host bytes.
+    pub other_host: ByteRange,
 }
 
 /// Guest bytes a host write did not land, and why: never dropped silently; the caller keeps them
@@ -711,14 +718,12 @@ impl GuestMemory {
                             .reservations
                             .get(&other)
                             .map_or(ByteRange::new(other, other), |r| r.range);
-                        return Err(MemoryError::HostAliased {
+                        return Err(MemoryError::HostAliased(Box::new(HostAliased {
                             range: *range,
-                            host_base: h,
-                            host_end: end,
+                            host: ByteRange::new(h, end),
                             other,
-                            other_host,
-                            other_host_end,
-                        });
+                            other_host: ByteRange::new(other_host, other_host_end),
+                        })));
                     }
                     host_ranges.insert(h, (end, range.start));
                 }
@@ -927,10 +932,25 @@ impl GuestMemory {
                 }
             }
             Some(host) => {
-                // Guest runs to host runs, a run split where it crosses reservations.
+                // Guest runs to host runs: by one offset where the batch lies in one reservation
+                // (a holder always does), else run by run, split where a run crosses reservations.
                 let mut host_runs: Vec<HostRun<'_>> = Vec::with_capacity(runs.len());
-                let mut guest_of: Vec<u64> = Vec::with_capacity(runs.len());
-                for &(a, b) in runs {
+                let mut guest_of: Vec<u64> = Vec::new();
+                let one = match (runs.first(), runs.last()) {
+                    (Some(&(a, _)), Some(&(z, zb))) => self
+                        .reservation_at(a)
+                        .filter(|r| z.saturating_add(zb.len() as u64) <= r.range.end)
+                        .and_then(|r| Some((r.host_base?, r.range.start))),
+                    _ => None,
+                };
+                // In one reservation run k is `runs[k]` (no split): its guest address is its own.
+                if let Some((host_base, guest_base)) = one {
+                    host_runs.extend(runs.iter().map(|&(a, b)| HostRun {
+                        host_addr: host_base + (a - guest_base),
+                        bytes: b,
+                    }));
+                }
+                for &(a, b) in runs.iter().filter(|_| one.is_none()) {
                     for (at, n, h) in self.host_spans(a, b.len()) {
                         let guest = a + at as u64;
                         match h {
@@ -965,7 +985,11 @@ impl GuestMemory {
                                 .map(|r| r.bytes.len() as u64)
                                 .sum::<u64>();
                             self.traffic.failures += 1;
-                            let g = guest_of[k];
+                            let g = if one.is_some() {
+                                runs[k].0
+                            } else {
+                                guest_of[k]
+                            };
                             failed.push(FailedWrite {
                                 guest: ByteRange::new(g, g + host_runs[k].bytes.len() as u64),
                                 error: e.at_guest(g),

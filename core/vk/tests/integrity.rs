@@ -328,7 +328,8 @@ fn events_between_prepare_and_complete_wait_for_the_dispatch() {
 #[test]
 fn a_page_changed_without_an_event_is_named_before_the_device_touches_it() {
     let Some(ctx) = context() else { return };
-    let cases: [(&str, fn(&Pages)); 4] = [
+    type Change = fn(&Pages);
+    let cases: [(&str, Change); 4] = [
         ("read-only", |p| p.protect(PAGE, PAGE, libc::PROT_READ)),
         ("inaccessible (PROT_NONE)", |p| {
             p.protect(PAGE, PAGE, libc::PROT_NONE)

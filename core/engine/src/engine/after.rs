@@ -96,10 +96,11 @@ impl<B: Backend> Engine<B> {
     /// where that read failed, never made up); the rest are counted, and then their runs placed
     /// ([`WriteBack::LISTED_RUNS`] of them, the others counted).
     ///
-    /// The written words are taken in groups whose pages touch (a page apart at most): each group
-    /// is written in batches of at most [`RUNS_A_BATCH`] runs and noted written once a batch
-    /// (D824, D720). The pages noted are exactly those a written word lies on. A run the emulator
-    /// refused is reported lost with its bytes (`host_path.failures`).
+    /// One pass over the mask finds the runs ([`Mask::runs`]); they go to the emulator in batches
+    /// of at most [`RUNS_A_BATCH`], a batch ending where the next run lies a whole page or more
+    /// past it, and each batch's pages are noted written once (D824, D720): the pages noted are
+    /// exactly those a written word lies on. A run the emulator refused is reported lost with its
+    /// bytes (`host_path.failures`).
     #[expect(
         clippy::too_many_arguments,
         reason = "one holder's write-back, its parts named"
@@ -115,24 +116,25 @@ impl<B: Backend> Engine<B> {
         hand_off: &mut HandOff,
     ) -> WriteBack {
         let (mut wb, n) = write_back_of(holder, range, data);
-        let mut runs: Vec<(usize, usize)> = Vec::new();
-        for Group {
-            first,
-            end,
-            written,
-        } in groups(range, n, self.memory.page_bytes(), mask)
-        {
-            if written == end - first {
-                runs.push((first, end));
-            } else {
-                mask.runs(first, end, |r, w| runs.push((r, w)));
-            }
-            for batch in runs.chunks(RUNS_A_BATCH) {
+        let shift = self.memory.page_bytes().trailing_zeros();
+        let page = |w: usize| (range.start + 4 * w as u64) >> shift;
+        let mut batch: Vec<(usize, usize)> = Vec::with_capacity(RUNS_A_BATCH);
+        mask.runs(0, n, |r, w| {
+            let apart = batch
+                .last()
+                .is_some_and(|&(_, end)| page(r) > page(end - 1) + 1);
+            if apart || batch.len() == RUNS_A_BATCH {
                 self.write_back_runs(
-                    holder, range, data, batch, listed, &mut wb, change, hand_off,
+                    holder, range, data, &batch, listed, &mut wb, change, hand_off,
                 );
+                batch.clear();
             }
-            runs.clear();
+            batch.push((r, w));
+        });
+        if !batch.is_empty() {
+            self.write_back_runs(
+                holder, range, data, &batch, listed, &mut wb, change, hand_off,
+            );
         }
         if wb.lists_every_word() {
             wb.runs.clear();
@@ -161,7 +163,9 @@ impl<B: Backend> Engine<B> {
     ) {
         let at = |w: usize| ((range.start + 4 * w as u64).min(range.end) - range.start) as usize;
         let guest = |w: usize| range.start + at(w) as u64;
+        let mut writes: Vec<(u64, &[u8])> = Vec::with_capacity(batch.len());
         for &(r, w) in batch {
+            writes.push((guest(r), &data[at(r)..at(w)]));
             let room = listed.saturating_sub(wb.words.len()).min(w - r);
             if room > 0 {
                 let (from, to) = (at(r), at(r + room));
@@ -193,10 +197,6 @@ impl<B: Backend> Engine<B> {
         let (Some(&(first, _)), Some(&(_, last))) = (batch.first(), batch.last()) else {
             return;
         };
-        let writes: Vec<(u64, &[u8])> = batch
-            .iter()
-            .map(|&(r, w)| (guest(r), &data[at(r)..at(w)]))
-            .collect();
         let before = change.distrusted.len();
         let failed =
             self.memory
@@ -242,14 +242,6 @@ pub(crate) enum Mask<'a> {
 }
 
 impl Mask<'_> {
-    /// Whether word `w` was written.
-    fn written(&self, w: usize) -> bool {
-        match self {
-            Mask::Words(m) => m.get(w).is_some_and(|&x| x != 0),
-            Mask::Bytes(m) => m.get(4 * w..4 * w + 4).is_some_and(|c| c != [0, 0, 0, 0]),
-        }
-    }
-
     /// The mask's entries over words `first..end` (clamped to the mask), as `u32` values.
     fn each(&self, first: usize, end: usize, mut f: impl FnMut(usize, u32)) {
         match self {
@@ -269,73 +261,58 @@ impl Mask<'_> {
         }
     }
 
-    /// Words written in `first..end`.
-    fn count(&self, first: usize, end: usize) -> usize {
-        let mut n = 0usize;
-        self.each(first, end, |_, x| n += usize::from(x != 0));
-        n
-    }
-
     /// Calls `f(first, end)` for each maximal run of written words within `first..end`, in order.
+    /// The mask is read 16 words at a time: a block wholly written or wholly not, inside a run or
+    /// outside one, costs one comparison (a dense or an empty stretch goes at memory speed).
     fn runs(&self, first: usize, end: usize, mut f: impl FnMut(usize, usize)) {
-        let mut open: Option<usize> = None;
-        self.each(first, end, |w, x| match (open, x != 0) {
-            (None, true) => open = Some(w),
+        const BLOCK: usize = 16;
+        let open: std::cell::Cell<Option<usize>> = std::cell::Cell::new(None);
+        let mut step = |k: usize, x: u32| match (open.get(), x != 0) {
+            (None, true) => open.set(Some(k)),
             (Some(r), false) => {
-                f(r, w);
-                open = None;
+                f(r, k);
+                open.set(None);
             }
             _ => {}
-        });
+        };
+        let end = end.min(self.len());
+        let mut w = first;
+        while w < end {
+            let to = (w - w % BLOCK + BLOCK).min(end);
+            if to - w == BLOCK {
+                let (all, none) = self.block(w, BLOCK);
+                if (all && open.get().is_some()) || (none && open.get().is_none()) {
+                    w = to;
+                    continue;
+                }
+            }
+            self.each(w, to, &mut step);
+            w = to;
+        }
+        let open = open.get();
         if let Some(r) = open {
             f(r, end);
         }
     }
-}
 
-/// A group of a holder's written words whose pages touch: words `first..end`, `written` of them
-/// written (the first and the last are).
-struct Group {
-    first: usize,
-    end: usize,
-    written: usize,
-}
-
-/// The groups of `mask`'s written words among a holder's `n` words at `range`, a page of the
-/// holder at a time: a page with a written word joins the group of the page before it when that
-/// page has one too, and starts a group otherwise.
-fn groups(range: ByteRange, n: usize, page_bytes: u64, mask: Mask<'_>) -> Vec<Group> {
-    let shift = page_bytes.trailing_zeros();
-    let page = |w: usize| (range.start + 4 * w as u64) >> shift;
-    let mut groups: Vec<Group> = Vec::new();
-    let mut w = 0;
-    while w < n {
-        // The words whose first byte is on `w`'s page.
-        let next_page = (page(w) + 1) << shift;
-        let e = usize::try_from((next_page - range.start).div_ceil(4))
-            .unwrap_or(usize::MAX)
-            .min(n);
-        let c = mask.count(w, e);
-        if c > 0 {
-            let last = (w..e).rev().find(|&k| mask.written(k)).unwrap_or(w);
-            match groups.last_mut() {
-                Some(g) if page(w) <= page(g.end - 1) + 1 => {
-                    g.end = last + 1;
-                    g.written += c;
-                }
-                _ => {
-                    let first = (w..e).find(|&k| mask.written(k)).unwrap_or(w);
-                    groups.push(Group {
-                        first,
-                        end: last + 1,
-                        written: c,
-                    });
-                }
-            }
+    /// Words the mask covers.
+    fn len(&self) -> usize {
+        match self {
+            Mask::Words(m) => m.len(),
+            Mask::Bytes(m) => m.len() / 4,
         }
-        w = e.max(w + 1);
     }
-    groups
+
+    /// Whether every word of `w..w + n` is written, and whether none is (no early exit inside, so
+    /// the compiler vectorises it).
+    fn block(&self, w: usize, n: usize) -> (bool, bool) {
+        let (mut all, mut any) = (true, false);
+        self.each(w, w + n, |_, x| {
+            all &= x != 0;
+            any |= x != 0;
+        });
+        (all, !any)
+    }
 }
 
 impl<B: Backend> Engine<B> {

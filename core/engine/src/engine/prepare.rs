@@ -670,21 +670,25 @@ impl<B: Backend> Engine<B> {
 }
 
 /// Whether every 4-byte mask word is set: blocks of 64 words without an early exit inside a
-/// block, which the compiler vectorises (a 1080p mask of 8 MB is scanned at memory speed).
+/// block, which the compiler vectorises (a 1080p mask of 8 MB is scanned at memory speed), and an
+/// exit at the first block with an unset word (a sparse mask costs its first block).
 fn every_word_set(masks: &[u8]) -> bool {
     if !masks.len().is_multiple_of(4) {
         return false;
     }
-    let mut pairs = masks.chunks_exact(8);
-    let all = pairs.by_ref().fold(true, |all, p| {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(p);
-        let x = u64::from_ne_bytes(b);
-        all & (x as u32 != 0) & ((x >> 32) as u32 != 0)
+    let mut blocks = masks.chunks_exact(256);
+    // A block's smallest word is not zero exactly when every word is set (a vector minimum).
+    let all = blocks.by_ref().all(|block| {
+        block
+            .chunks_exact(4)
+            .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .fold(u32::MAX, u32::min)
+            != 0
     });
-    // The remainder is one word or none.
-    let rest = pairs.remainder();
-    all && (rest.is_empty() || rest.iter().any(|&b| b != 0))
+    all && blocks
+        .remainder()
+        .chunks_exact(4)
+        .all(|w| w.iter().any(|&b| b != 0))
 }
 
 /// How the emulator binds each slot, from the plan (O4–O9).

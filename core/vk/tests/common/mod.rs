@@ -112,7 +112,7 @@ impl Pages {
 
     /// The word at `off` as an atomic, for a guest thread.
     pub fn atomic(&self, off: usize) -> &std::sync::atomic::AtomicU32 {
-        assert!(off % 4 == 0 && off + 4 <= self.bytes);
+        assert!(off.is_multiple_of(4) && off + 4 <= self.bytes);
         // SAFETY: aligned, inside the mapping, and the mapping outlives the borrow.
         unsafe { std::sync::atomic::AtomicU32::from_ptr(self.ptr.add(off).cast()) }
     }
