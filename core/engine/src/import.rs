@@ -93,10 +93,23 @@ fn real_parts(
     let (h, left) = memory.host_address(guest.start)?;
     let bytes = guest.size_bytes().min(left);
     let maps = host.real_mappings(h, bytes)?;
+    Some(parts_by_maps(memory, guest, h, bytes, &maps, words))
+}
+
+/// [`real_parts`] with the real mappings already read (`maps`, in address order, covering at
+/// least host `h..h + bytes`, which holds `guest`).
+fn parts_by_maps(
+    memory: &GuestMemory,
+    guest: ByteRange,
+    h: u64,
+    bytes: u64,
+    maps: &[crate::host::RealMapping],
+    words: impl Fn(&RealRefusal, ByteRange, ByteRange) -> String,
+) -> Vec<(ByteRange, Option<String>)> {
     let page = memory.page_bytes();
     let to_guest = |x: u64| x - h + guest.start;
     let mut bad: Vec<(ByteRange, String)> = Vec::new();
-    for (r, why) in split_real(ByteRange::new(h, h + bytes), &maps) {
+    for (r, why) in split_real(ByteRange::new(h, h + bytes), maps) {
         let Some(why) = why else { continue };
         let g = ByteRange::new(
             to_guest(r.start) & !(page - 1),
@@ -125,7 +138,7 @@ fn real_parts(
     if at < guest.end {
         parts.push((ByteRange::new(at, guest.end), None));
     }
-    Some(parts)
+    parts
 }
 
 /// What a page's real mapping says, in the words of a piece checked again after it was mapped:
@@ -390,16 +403,45 @@ impl Mappings {
         if memory.host().is_none() {
             return Ok(check);
         }
+        let Some(host) = memory.host().cloned() else {
+            return Ok(check);
+        };
         let pieces: Vec<Piece> = self.pieces.values().copied().collect();
-        for p in pieces {
+        // The kernel is asked once for each reservation's span of mapped pieces (one query a
+        // mapping it holds), not once a piece: 1,024 pieces of one 1 GiB mapping cost one query.
+        let mut maps: Vec<crate::host::RealMapping> = Vec::new();
+        // The reservation whose span `maps` holds, and whether the host could tell.
+        let mut known: Option<(u64, bool)> = None;
+        for (i, p) in pieces.iter().enumerate() {
             check.pieces += 1;
             check.bytes += p.guest.size_bytes();
-            let Some(parts) = real_parts(memory, p.guest, |why, host, g| {
-                changed_without_event(why, host, g, p.mapped_before_dispatch)
-            }) else {
+            let Some((h, left)) = memory.host_address(p.guest.start) else {
                 check.unknown += 1;
                 continue;
             };
+            let bytes = p.guest.size_bytes().min(left);
+            if known.map(|(r, _)| r) != Some(p.reservation) {
+                let last = pieces[i..]
+                    .iter()
+                    .take_while(|q| q.reservation == p.reservation)
+                    .last()
+                    .map_or(p.guest.end, |q| q.guest.end);
+                let span = memory
+                    .host_address(last - 1)
+                    .map(|(hl, _)| ByteRange::new(h, hl + 1));
+                let got = span.and_then(|s| host.real_mappings(s.start, s.size_bytes()));
+                known = Some((p.reservation, got.is_some()));
+                maps = got.unwrap_or_default();
+            }
+            let Some((_, true)) = known else {
+                check.unknown += 1;
+                continue;
+            };
+            let first = maps.partition_point(|m| m.range.end <= h);
+            let parts = parts_by_maps(memory, p.guest, h, bytes, &maps[first..], |why, host, g| {
+                changed_without_event(why, host, g, p.mapped_before_dispatch)
+            });
+            let p = *p;
             if parts.iter().all(|(_, bad)| bad.is_none()) {
                 continue;
             }
