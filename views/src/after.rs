@@ -227,7 +227,7 @@ impl AfterPanel {
                                             &mut actions,
                                         );
                                         ui.label(mono(w.old_text()));
-                                        let t = mono(format!("{:#010x}", w.new));
+                                        let t = mono(w.new_text());
                                         ui.label(if c {
                                             t.color(style::WRITTEN).strong()
                                         } else {

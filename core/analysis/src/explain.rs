@@ -401,10 +401,10 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
         for word in w.words.iter().take(detail.max_accesses) {
             writeln!(
                 o,
-                "    {:#x}: {} → {:#010x}{}",
+                "    {:#x}: {} → {}{}",
                 word.address,
                 word.old_text(),
-                word.new,
+                word.new_text(),
                 if !word.changed() {
                     " (stored, unchanged)"
                 } else {

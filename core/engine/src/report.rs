@@ -729,6 +729,9 @@ pub struct WordWritten {
     pub new: u64,
     /// Bytes of the word (4, fewer at the holder's end).
     pub bytes: u8,
+    /// The emulator refused its write: it did not land (`host_path.failures` says why).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lost: bool,
 }
 
 impl WordWritten {
@@ -736,6 +739,15 @@ impl WordWritten {
     /// changed).
     pub fn changed(&self) -> bool {
         self.old != Some(self.new)
+    }
+
+    /// The new value as `0x%08x`, or `0x%08x (lost)` where its write did not land.
+    pub fn new_text(&self) -> String {
+        if self.lost {
+            format!("{:#010x} (lost: not written)", self.new)
+        } else {
+            format!("{:#010x}", self.new)
+        }
     }
 
     /// The old value as `0x%08x`, or `unknown` where its read failed.

@@ -214,6 +214,8 @@ fn a_page_that_cannot_be_read_or_written_is_a_named_failure_never_zeros() {
     let wb = &r.write_back[0];
     let olds: Vec<(u64, Option<u64>)> = wb.words.iter().map(|w| (w.address, w.old)).collect();
     assert_eq!(olds, vec![(GUEST + 12, Some(0x5555_0003)), (at, None)]);
+    let lost: Vec<bool> = wb.words.iter().map(|w| w.lost).collect();
+    assert_eq!(lost, vec![false, true], "the refused word is named lost");
 
     // The engine's own pass must upload the holder: refused, naming the guest address.
     pages.protect(PAGE, PAGE, libc::PROT_NONE);

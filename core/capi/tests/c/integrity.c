@@ -219,7 +219,9 @@ static void lost_updates(int batched) {
     munmap(pages, bytes);
 }
 
-int main(void) {
+/* With a path, the last part's session is also written as a capture there (`dispatchscope explain
+ * PATH` and the window show its waits and its lost word). */
+int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     lost_updates(1);
     lost_updates(0);
@@ -230,6 +232,8 @@ int main(void) {
     struct emulator emu;
     memset(&emu, 0, sizeof emu);
     ds_engine engine = make(&emu, 1);
+    if (argc > 1)
+        expect("capture", ds_engine_capture_begin(engine, argv[1], "issue 39: a refused word"), DS_OK, NULL);
     reserve(engine, pages, bytes);
 
     /* A CPU write without its bytes: noted, never made zeros (the next report's events say so). */
@@ -286,6 +290,7 @@ int main(void) {
     e.kind = DS_EVENT_RELEASE;
     e.start = GUEST;
     expect("release after complete", ds_engine_apply(engine, &e), DS_OK, NULL);
+    if (argc > 1) expect("capture end", ds_engine_capture_end(engine), DS_OK, NULL);
     expect("destroy", ds_engine_destroy(engine), DS_OK, NULL);
     munmap(pages, bytes);
     printf("%d failures\n", failures);

@@ -184,6 +184,7 @@ impl<B: Backend> Engine<B> {
                         old: known.then(|| word(&old[a - from..b - from])),
                         new: word(&data[a..b]),
                         bytes: (b - a) as u8,
+                        lost: false,
                     });
                 }
             }
@@ -202,6 +203,12 @@ impl<B: Backend> Engine<B> {
             self.memory
                 .write_runs(&writes, ByteRange::new(guest(first), guest(last)), change);
         for f in failed {
+            for w in wb.words.iter_mut().rev() {
+                if w.address < f.guest.start {
+                    break;
+                }
+                w.lost |= w.address < f.guest.end;
+            }
             let from = (f.guest.start - range.start) as usize;
             let to = (f.guest.end - range.start) as usize;
             let lost = f.guest;
