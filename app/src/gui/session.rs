@@ -646,13 +646,16 @@ impl Session {
         let states = file.states();
         let size = file.len_bytes();
         if !states.has_memory() && size <= REPLAY_UP_FRONT_BYTES {
-            let (sample, _recorded) = file.to_sample().map_err(|e| capture_error(&name, e))?;
-            let mut session = Self::replay(source, &sample, progress).map_err(|e| LoadError {
-                source: name.clone(),
-                message: format!("the capture replays with an error: {e}"),
-                at: None,
-                offset_bytes: None,
-            })?;
+            let (sample, recorded) = file.to_sample().map_err(|e| capture_error(&name, e))?;
+            let mut session =
+                Self::replay_keeping(source, &sample, &recorded, progress).map_err(|e| {
+                    LoadError {
+                        source: name.clone(),
+                        message: format!("the capture replays with an error: {e}"),
+                        at: None,
+                        offset_bytes: None,
+                    }
+                })?;
             session.warning = torn;
             return Ok(session);
         }
@@ -742,6 +745,17 @@ impl Session {
         sample: &Sample,
         progress: &Progress,
     ) -> Result<Session, SampleError> {
+        Self::replay_keeping(source, sample, &[], progress)
+    }
+
+    /// [`Self::replay`] of a capture, keeping from each recorded report what only the device and
+    /// the emulator knew (`session::keep_recorded_sections`).
+    pub fn replay_keeping(
+        source: Source,
+        sample: &Sample,
+        recorded: &[Option<DispatchReport>],
+        progress: &Progress,
+    ) -> Result<Session, SampleError> {
         puffin::profile_function!();
         progress.total.store(sample.steps.len(), Ordering::Relaxed);
         let mut engine =
@@ -780,6 +794,7 @@ impl Session {
             progress.done.store(step + 1, Ordering::Relaxed);
         })?;
         progress.done.store(sample.steps.len(), Ordering::Relaxed);
+        dispatchscope_formats::session::keep_recorded_sections(&mut reports, recorded);
         let mut session = Self::from_reports(source, sample.title.clone(), reports, tables);
         session.memory = memory;
         session.programs = sample.programs.clone();

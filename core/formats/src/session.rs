@@ -134,22 +134,38 @@ impl DispatchRecord {
     }
 }
 
-/// After a replay of a capture: each replayed report whose recorded report carries an instrumented
-/// section (issue 14) gets that section back, by position. The CPU reference cannot re-run a pass
-/// the device ran (its input records no access), so a replay re-plans, re-maps and re-syncs the
-/// table (the engine's half) and keeps the device's recorded section. Returns the sections kept.
+/// After a replay of a capture: what only the device and the emulator knew comes back from each
+/// recorded report, by position. The CPU reference cannot re-run a pass the device ran (its input
+/// records no access), so a replay re-plans, re-maps and re-syncs the table (the engine's half) and
+/// keeps the device's recorded instrumented section (issue 14), the emulator's device's write-back
+/// and hand-off where the replay wrote nothing back (its words are the device's), and what the
+/// emulator's memory did (`host_path`: failed calls, waits, the checked mode; issue 39). Returns
+/// the reports that kept something.
 pub fn keep_recorded_sections(
     replayed: &mut [DispatchReport],
     recorded: &[Option<DispatchReport>],
 ) -> usize {
     let mut n = 0;
     for (r, rec) in replayed.iter_mut().zip(recorded) {
+        let Some(rec) = rec else { continue };
+        let mut kept = false;
         if r.instrumented.is_none()
-            && let Some(section) = rec.as_ref().and_then(|x| x.instrumented.as_ref())
+            && let Some(section) = rec.instrumented.as_ref()
         {
             r.instrumented = Some(section.clone());
-            n += 1;
+            kept = true;
         }
+        if r.host_path.is_empty() && !rec.host_path.is_empty() {
+            r.host_path = rec.host_path.clone();
+            kept = true;
+        }
+        if r.write_back.is_empty() && !rec.write_back.is_empty() {
+            r.write_back = rec.write_back.clone();
+            r.hand_off = rec.hand_off.clone();
+            r.counts = dispatchscope_core::engine::counts_of(r);
+            kept = true;
+        }
+        n += usize::from(kept);
     }
     n
 }
