@@ -187,29 +187,20 @@ page the host protected or unmapped";
 /// `host` against M3's demand (committed, private, read-write, anonymous): the first
 /// contradiction, or `None` when every byte is mapped as the events said.
 pub fn check_real(host: ByteRange, maps: &[RealMapping]) -> Option<RealRefusal> {
-    let mut at = host.start;
-    for m in maps {
-        if at >= host.end {
-            break;
-        }
-        if m.range.end <= at {
-            continue;
-        }
-        if m.range.start > at {
-            return Some(RealRefusal::Unmapped { host_addr: at });
-        }
-        if m.shared {
-            return Some(RealRefusal::Shared { mapping: m.clone() });
-        }
-        if m.file_backed {
-            return Some(RealRefusal::FileBacked { mapping: m.clone() });
-        }
-        if !(m.readable && m.writable) {
-            return Some(RealRefusal::NotReadWrite { mapping: m.clone() });
-        }
-        at = m.range.end;
+    split_real(host, maps).into_iter().find_map(|(_, why)| why)
+}
+
+/// What M3 finds wrong with one real mapping, if anything.
+fn refusal_of(m: &RealMapping) -> Option<RealRefusal> {
+    if m.shared {
+        Some(RealRefusal::Shared { mapping: m.clone() })
+    } else if m.file_backed {
+        Some(RealRefusal::FileBacked { mapping: m.clone() })
+    } else if !(m.readable && m.writable) {
+        Some(RealRefusal::NotReadWrite { mapping: m.clone() })
+    } else {
+        None
     }
-    (at < host.end).then_some(RealRefusal::Unmapped { host_addr: at })
 }
 
 /// M3 by pieces: splits host bytes `host` into maximal stretches that the real mappings `maps`
@@ -254,16 +245,7 @@ pub fn split_real(host: ByteRange, maps: &[RealMapping]) -> Vec<(ByteRange, Opti
             }
         }
         let end = m.range.end.min(host.end);
-        let why = if m.shared {
-            Some(RealRefusal::Shared { mapping: m.clone() })
-        } else if m.file_backed {
-            Some(RealRefusal::FileBacked { mapping: m.clone() })
-        } else if !(m.readable && m.writable) {
-            Some(RealRefusal::NotReadWrite { mapping: m.clone() })
-        } else {
-            None
-        };
-        push(ByteRange::new(at, end), why);
+        push(ByteRange::new(at, end), refusal_of(m));
         at = end;
     }
     if at < host.end {

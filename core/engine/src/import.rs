@@ -499,22 +499,7 @@ impl Mappings {
             match memory.commit_for_mapping(l.guest) {
                 Ok(_) => {
                     self.version += 1;
-                    self.left_out.remove(&l.guest.start);
-                    let reservation = memory
-                        .reservation_at(l.guest.start)
-                        .map_or(l.guest.start, |r| r.range.start);
-                    let parts = stretches(memory, l.guest);
-                    self.map_parts(
-                        backend,
-                        memory,
-                        parts,
-                        (reservation, before, true),
-                        |r, c| {
-                            if c.is_none() {
-                                mapped.push(r);
-                            }
-                        },
-                    )?;
+                    self.map_left_out(memory, backend, &l, before, &mut mapped)?;
                 }
                 Err(crate::memory::MemoryError::Host(h)) => {
                     self.retry_pending = true;
@@ -697,24 +682,37 @@ impl Mappings {
             .collect();
         let mut mapped = Vec::new();
         for l in hits {
-            self.left_out.remove(&l.guest.start);
-            let reservation = memory
-                .reservation_at(l.guest.start)
-                .map_or(l.guest.start, |r| r.range.start);
-            let parts = stretches(memory, l.guest);
-            self.map_parts(
-                backend,
-                memory,
-                parts,
-                (reservation, before, true),
-                |r, cat| {
-                    if cat.is_none() {
-                        mapped.push(r);
-                    }
-                },
-            )?;
+            self.map_left_out(memory, backend, &l, before, &mut mapped)?;
         }
         Ok(mapped)
+    }
+
+    /// M5 for one left-out piece: what of it now qualifies is mapped (into `mapped`), the rest left
+    /// out again with its reason.
+    fn map_left_out(
+        &mut self,
+        memory: &GuestMemory,
+        backend: &mut dyn Backend,
+        l: &LeftOutReport,
+        before: u64,
+        mapped: &mut Vec<ByteRange>,
+    ) -> Result<(), BackendError> {
+        self.left_out.remove(&l.guest.start);
+        let reservation = memory
+            .reservation_at(l.guest.start)
+            .map_or(l.guest.start, |r| r.range.start);
+        let parts = stretches(memory, l.guest);
+        self.map_parts(
+            backend,
+            memory,
+            parts,
+            (reservation, before, true),
+            |r, cat| {
+                if cat.is_none() {
+                    mapped.push(r);
+                }
+            },
+        )
     }
 
     /// M3 after the mapping: a page's state may change after its piece was mapped (the guest

@@ -93,17 +93,7 @@ pub fn snapshot_of(memory: &GuestMemory) -> (Vec<Event>, Vec<Contents>) {
         // One byte of each page notes it written; the byte is the page's own.
         let mut at = range.start;
         while at < range.end {
-            // A page whose byte cannot be read is noted written without inventing its byte.
-            let mut byte = [0u8; 1];
-            events.push(match memory.read_bytes(at, &mut byte) {
-                Ok(()) => Event::Write {
-                    address: at,
-                    bytes: byte.to_vec(),
-                },
-                Err(_) => Event::Wrote {
-                    range: ByteRange::new(at, at + 1),
-                },
-            });
+            events.push(one_byte_written(memory, at));
             at += page;
         }
     }
@@ -115,17 +105,7 @@ pub fn snapshot_of(memory: &GuestMemory) -> (Vec<Event>, Vec<Contents>) {
             range: t.range,
         });
         if !t.range.is_empty() && memory.reservation_at(t.range.start).is_some() {
-            let mut byte = [0u8; 1];
-            let at = t.range.start;
-            events.push(match memory.read_bytes(at, &mut byte) {
-                Ok(()) => Event::Write {
-                    address: at,
-                    bytes: byte.to_vec(),
-                },
-                Err(_) => Event::Wrote {
-                    range: ByteRange::new(at, at + 1),
-                },
-            });
+            events.push(one_byte_written(memory, t.range.start));
         }
     }
     for t in memory.targets().filter(|t| t.trusted) {
@@ -189,4 +169,19 @@ fn contents_of(memory: &GuestMemory) -> Vec<Contents> {
         }
     }
     out
+}
+
+/// A write of the byte at `at` as it is, to note its page written (D824) or distrust a target
+/// over it (D720); a byte that cannot be read is noted written without inventing it.
+fn one_byte_written(memory: &GuestMemory, at: u64) -> Event {
+    let mut byte = [0u8; 1];
+    match memory.read_bytes(at, &mut byte) {
+        Ok(()) => Event::Write {
+            address: at,
+            bytes: byte.to_vec(),
+        },
+        Err(_) => Event::Wrote {
+            range: ByteRange::new(at, at + 1),
+        },
+    }
 }
