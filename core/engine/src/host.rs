@@ -187,7 +187,23 @@ page the host protected or unmapped";
 /// `host` against M3's demand (committed, private, read-write, anonymous): the first
 /// contradiction, or `None` when every byte is mapped as the events said.
 pub fn check_real(host: ByteRange, maps: &[RealMapping]) -> Option<RealRefusal> {
-    split_real(host, maps).into_iter().find_map(|(_, why)| why)
+    let mut at = host.start;
+    for m in maps {
+        if at >= host.end {
+            break;
+        }
+        if m.range.end <= at {
+            continue;
+        }
+        if m.range.start > at {
+            return Some(RealRefusal::Unmapped { host_addr: at });
+        }
+        if let Some(why) = refusal_of(m) {
+            return Some(why);
+        }
+        at = m.range.end;
+    }
+    (at < host.end).then_some(RealRefusal::Unmapped { host_addr: at })
 }
 
 /// What M3 finds wrong with one real mapping, if anything.

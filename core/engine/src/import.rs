@@ -141,6 +141,17 @@ fn parts_by_maps(
     parts
 }
 
+/// A run M2 could not prepare (the emulator refused its commit or guard release), left out by name.
+fn m2_refused(run: ByteRange, h: &crate::host::HostError) -> LeftOutReport {
+    LeftOutReport::with_detail(
+        run,
+        LeftOutReason::HostCallback,
+        format!(
+            "M2 could not commit or unguard {run} before mapping it: {h}; only dispatches that reach it are affected (their accesses there escape)"
+        ),
+    )
+}
+
 /// What a page's real mapping says, in the words of a piece checked again after it was mapped:
 /// the emulator changed it without an event.
 fn changed_without_event(
@@ -344,11 +355,7 @@ impl Mappings {
                     self.version += 1;
                     self.left_out.insert(
                         r.start,
-                        LeftOutReport {
-                            guest: r,
-                            reason: LeftOutReason::RealMapping,
-                            detail: Some(detail),
-                        },
+                        LeftOutReport::with_detail(r, LeftOutReason::RealMapping, detail),
                     );
                 }
                 None => {
@@ -438,13 +445,14 @@ impl Mappings {
                 continue;
             };
             let first = maps.partition_point(|m| m.range.end <= h);
+            // The common case, nothing changed, is a walk over the piece's mappings.
+            if crate::host::check_real(ByteRange::new(h, h + bytes), &maps[first..]).is_none() {
+                continue;
+            }
             let parts = parts_by_maps(memory, p.guest, h, bytes, &maps[first..], |why, host, g| {
                 changed_without_event(why, host, g, p.mapped_before_dispatch)
             });
             let p = *p;
-            if parts.iter().all(|(_, bad)| bad.is_none()) {
-                continue;
-            }
             self.release_piece(backend, p.guest.start)?;
             for (r, bad) in parts {
                 match bad {
@@ -452,11 +460,7 @@ impl Mappings {
                         check.contradictions.push(detail.clone());
                         self.left_out.insert(
                             r.start,
-                            LeftOutReport {
-                                guest: r,
-                                reason: LeftOutReason::RealMapping,
-                                detail: Some(detail),
-                            },
+                            LeftOutReport::with_detail(r, LeftOutReason::RealMapping, detail),
                         );
                     }
                     None => self.import_piece(
@@ -503,12 +507,7 @@ impl Mappings {
                 }
                 Err(crate::memory::MemoryError::Host(h)) => {
                     self.retry_pending = true;
-                    if let Some(kept) = self.left_out.get_mut(&l.guest.start) {
-                        kept.detail = Some(format!(
-                            "M2 could not commit or unguard {} before mapping it: {h}; only dispatches that reach it are affected (their accesses there escape)",
-                            l.guest
-                        ));
-                    }
+                    self.left_out.insert(l.guest.start, m2_refused(l.guest, &h));
                 }
                 Err(e) => {
                     return Err(BackendError::Import {
@@ -559,11 +558,7 @@ impl Mappings {
         self.retry_pending |= reason == LeftOutReason::HostCallback;
         self.left_out.insert(
             range.start,
-            LeftOutReport {
-                guest: range,
-                reason,
-                detail: Some(detail),
-            },
+            LeftOutReport::with_detail(range, reason, detail),
         );
         Ok(())
     }
@@ -613,17 +608,7 @@ impl Mappings {
                 // and every other run is mapped; the next remap or revisit asks again.
                 Err(crate::memory::MemoryError::Host(h)) => {
                     self.retry_pending = true;
-                    left_out.insert(
-                        run.range.start,
-                        LeftOutReport {
-                            guest: run.range,
-                            reason: LeftOutReason::HostCallback,
-                            detail: Some(format!(
-                                "M2 could not commit or unguard {} before mapping it: {h}; only dispatches that reach it are affected (their accesses there escape)",
-                                run.range
-                            )),
-                        },
-                    );
+                    left_out.insert(run.range.start, m2_refused(run.range, &h));
                     continue;
                 }
                 Err(e) => {

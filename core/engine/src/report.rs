@@ -400,6 +400,15 @@ impl LeftOutReport {
             detail: None,
         }
     }
+
+    /// `guest` left out for `reason`, with what the kernel or the emulator said.
+    pub fn with_detail(guest: ByteRange, reason: LeftOutReason, detail: String) -> Self {
+        Self {
+            guest,
+            reason,
+            detail: Some(detail),
+        }
+    }
 }
 
 /// The mappings as a dispatch saw them (M1–M5).

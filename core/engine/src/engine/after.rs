@@ -269,10 +269,10 @@ impl Mask<'_> {
     }
 
     /// Calls `f(first, end)` for each maximal run of written words within `first..end`, in order.
-    /// The mask is read 16 words at a time: a block wholly written or wholly not, inside a run or
+    /// The mask is read 64 words at a time: a block wholly written or wholly not, inside a run or
     /// outside one, costs one comparison (a dense or an empty stretch goes at memory speed).
     fn runs(&self, first: usize, end: usize, mut f: impl FnMut(usize, usize)) {
-        const BLOCK: usize = 16;
+        const BLOCK: usize = 64;
         let open: std::cell::Cell<Option<usize>> = std::cell::Cell::new(None);
         let mut step = |k: usize, x: u32| match (open.get(), x != 0) {
             (None, true) => open.set(Some(k)),
@@ -310,15 +310,23 @@ impl Mask<'_> {
         }
     }
 
-    /// Whether every word of `w..w + n` is written, and whether none is (no early exit inside, so
-    /// the compiler vectorises it).
+    /// Whether every word of `w..w + n` is written, and whether none is: a vector minimum and
+    /// maximum of the block's mask words, with no branch inside.
     fn block(&self, w: usize, n: usize) -> (bool, bool) {
-        let (mut all, mut any) = (true, false);
-        self.each(w, w + n, |_, x| {
-            all &= x != 0;
-            any |= x != 0;
-        });
-        (all, !any)
+        let (min, max) = match self {
+            Mask::Words(m) => m
+                .get(w..w + n)
+                .unwrap_or_default()
+                .iter()
+                .fold((u32::MAX, 0), |(lo, hi), &x| (lo.min(x), hi.max(x))),
+            Mask::Bytes(m) => m
+                .get(4 * w..4 * (w + n))
+                .unwrap_or_default()
+                .chunks_exact(4)
+                .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                .fold((u32::MAX, 0), |(lo, hi), x| (lo.min(x), hi.max(x))),
+        };
+        (min != 0, max == 0)
     }
 }
 
