@@ -63,6 +63,13 @@ pub trait Backend {
     /// M4: releases the import at `device_base`.
     fn release(&mut self, device_base: u64) -> Result<(), BackendError>;
 
+    /// The most bytes one import may hold (the device's `maxMemoryAllocationSize`, or less by the
+    /// backend's choice): a run larger than this is imported in pieces within it, each starting on
+    /// a multiple of the largest power of two at most this ([`crate::import::Mappings`]).
+    fn max_import_bytes(&self) -> u64 {
+        u64::MAX
+    }
+
     /// T6: places the table on the device and returns its device address and where it lies.
     fn place_table(
         &mut self,

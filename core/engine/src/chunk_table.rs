@@ -7,8 +7,12 @@
 //! backend's.
 //!
 //! Ranges are half-open (`start..end`) throughout.
-//! A key is a guest chunk number, `guest_addr >> chunk_shift`; [`EMPTY_KEY`] marks an empty slot and is
-//! therefore never a key.
+//! A key is a guest chunk number, `guest_addr >> chunk_shift`, in its low [`KEY_CHUNK_BITS`] bits, and
+//! in its top 16 the parts of the chunk the slot does not reach ([`TableSlot::excluded`]): a chunk is
+//! cut in [`PARTS`] equal parts, and a chunk whose pages lie in two imports, or whose pages are not all
+//! mapped (a page the write-watch or the emulator made read-only), has one slot for each import, each
+//! excluding the parts it does not reach. A chunk mapped whole has a key equal to its number, as before
+//! parts existed. [`EMPTY_KEY`] marks an empty slot and is therefore never a key.
 
 use std::fmt;
 
@@ -26,6 +30,52 @@ pub const EMPTY_KEY: u64 = u64::MAX;
 
 /// T1: the coarsest chunk the table allows, 64 KiB.
 pub const MAX_CHUNK_BYTES: u64 = 65536;
+
+/// The bits of a key that hold the guest chunk number; the 16 above them hold the excluded parts.
+pub const KEY_CHUNK_BITS: u32 = 48;
+
+/// The chunk number's bits of a key.
+pub const KEY_CHUNK_MASK: u64 = (1 << KEY_CHUNK_BITS) - 1;
+
+/// The parts a chunk is cut into, one key bit each ([`TableSlot::excluded`]): a part is
+/// `chunk_bytes / 16` bytes (4 KiB, a page, for a 64 KiB chunk).
+pub const PARTS: u32 = 16;
+
+/// Every part of a chunk: the reach of a slot that maps it whole.
+pub const WHOLE: u16 = u16::MAX;
+
+/// C1's summary of the mark words: one word for every [`MARK_BLOCK_SLOTS`] slots, after the
+/// `capacity` mark words, set (to any non-zero value) by a store that marks a slot of its block, so
+/// that reading the marks after a dispatch reads the summary and only the blocks it names.
+pub const MARK_BLOCK_SLOTS: usize = 256;
+
+/// The words of the mark buffer of a table of `capacity` slots: a mark word a slot, then the
+/// summary ([`MARK_BLOCK_SLOTS`]).
+pub fn mark_buffer_words(capacity: usize) -> usize {
+    capacity + capacity.div_ceil(MARK_BLOCK_SLOTS)
+}
+
+/// The part of its chunk a guest address lies in (`0..PARTS`): bits `chunk_shift - 4 ..
+/// chunk_shift` of the address. The device helper computes the same from push word 18.
+#[inline]
+pub fn part_of(guest_addr: u64, chunk_shift: u32) -> u32 {
+    ((guest_addr >> (chunk_shift - PARTS.trailing_zeros())) & u64::from(PARTS - 1)) as u32
+}
+
+/// The parts of chunk `chunk` (of `1 << chunk_shift` bytes) that `range` covers: bit `i` for part
+/// `i`; `range` must start and end on part boundaries within or around the chunk.
+pub fn parts_covered(chunk: u64, chunk_shift: u32, start: u64, end: u64) -> u16 {
+    let part_shift = chunk_shift - PARTS.trailing_zeros();
+    let first = chunk << chunk_shift;
+    let last = first + (1u64 << chunk_shift);
+    let (s, e) = (start.max(first), end.min(last));
+    if s >= e {
+        return 0;
+    }
+    let (a, b) = ((s - first) >> part_shift, (e - first).div_ceil(1 << part_shift));
+    let bits = if b - a >= 16 { u64::from(WHOLE) } else { ((1u64 << (b - a)) - 1) << a };
+    bits as u16
+}
 
 /// The highest load (`len / capacity`) the table keeps; build and insert grow the table past it.
 ///
@@ -89,7 +139,9 @@ pub const MULTIPLIERS: [u64; 8] = [
 )]
 #[serde(rename_all = "kebab-case")]
 pub struct TableSlot {
-    /// The guest chunk number (`guest_addr >> chunk_shift`), or [`EMPTY_KEY`] when the slot is empty.
+    /// The key: the guest chunk number (`guest_addr >> chunk_shift`) in the low [`KEY_CHUNK_BITS`]
+    /// bits and the parts the slot does not reach in the top 16 (0 for a chunk mapped whole), or
+    /// [`EMPTY_KEY`] when the slot is empty.
     pub guest_chunk: u64,
     /// The device address of the chunk's first byte; meaningless when the slot is empty.
     pub device_addr: u64,
@@ -106,6 +158,37 @@ impl TableSlot {
     pub fn is_empty(&self) -> bool {
         self.guest_chunk == EMPTY_KEY
     }
+
+    /// The guest chunk number of the key.
+    #[inline]
+    pub fn chunk(&self) -> u64 {
+        self.guest_chunk & KEY_CHUNK_MASK
+    }
+
+    /// The parts of the chunk this slot does not reach: bit `i` for part `i` ([`part_of`]).
+    #[inline]
+    pub fn excluded(&self) -> u16 {
+        (self.guest_chunk >> KEY_CHUNK_BITS) as u16
+    }
+
+    /// The parts this slot reaches.
+    #[inline]
+    pub fn reach(&self) -> u16 {
+        !self.excluded()
+    }
+
+    /// Whether a lookup of `part` of `chunk` stops here: the chunk is this slot's and the slot
+    /// reaches the part. What the device helper compares, bit for bit.
+    #[inline]
+    pub fn hits(&self, chunk: u64, part: u32) -> bool {
+        self.guest_chunk & KEY_CHUNK_MASK == chunk && (self.guest_chunk >> (KEY_CHUNK_BITS + part)) & 1 == 0
+    }
+}
+
+/// The key of a slot of `chunk` that reaches the parts `reach`.
+#[inline]
+pub fn key_of(chunk: u64, reach: u16) -> u64 {
+    chunk | (u64::from(!reach) << KEY_CHUNK_BITS)
 }
 
 const _: () = assert!(std::mem::size_of::<TableSlot>() == SLOT_BYTES);
@@ -159,6 +242,19 @@ pub enum TableError {
     ChunkBytesTooLarge {
         /// The size asked for.
         chunk_bytes: u64,
+    },
+    /// T1: a chunk under 16 bytes cannot be cut in [`PARTS`].
+    #[error("chunk size {chunk_bytes:#x} bytes is under 16 bytes, the least a chunk of 16 parts can be (T1)")]
+    ChunkBytesTooSmall {
+        /// The size asked for.
+        chunk_bytes: u64,
+    },
+    /// A chunk number past the key's [`KEY_CHUNK_BITS`] bits (a guest address past 2^64 at this
+    /// chunk size, or a key with part bits given as a chunk).
+    #[error("guest chunk {guest_chunk:#x} does not fit the key's {KEY_CHUNK_BITS} bits")]
+    ChunkOutOfRange {
+        /// The chunk.
+        guest_chunk: u64,
     },
     /// T2: a probe bound of 0 would make every key unreachable.
     #[error("probe bound 0: every key needs at least its home slot (T2)")]
@@ -276,6 +372,62 @@ pub struct ChunkTable {
     slots: SlotMem,
     len: usize,
     rebuilds: u64,
+    /// The probe statistics, kept up to date by every change (a change costs the slots it moves
+    /// and the cluster around them, never a walk over the table).
+    stats: Stats,
+    /// The slots changed since [`ChunkTable::clear_changed`]: what a backend uploads again.
+    changed: Changed,
+    /// Moves with every change of a slot.
+    version: u64,
+    /// [`ChunkTable::version`] when the changed slots were last cleared.
+    changed_since: u64,
+}
+
+/// The probe statistics of a table, kept as it changes.
+#[derive(Clone, Debug, Default)]
+struct Stats {
+    /// Keys found on the `p`-th slot read, `p` from 1 (index 0 is always 0); length `bound + 1`.
+    hits: Vec<u64>,
+    /// Over every slot taken as a home slot, the slots a miss reads (until an empty one, counted,
+    /// or the bound), summed.
+    miss_total: u64,
+}
+
+/// The slots changed since a backend last took them.
+#[derive(Clone, Debug)]
+pub enum Changed {
+    /// Every slot (the table was built or grew).
+    All,
+    /// These slots, in the order they changed, possibly repeated.
+    Slots(Vec<usize>),
+}
+
+impl Default for Changed {
+    fn default() -> Self {
+        Changed::Slots(Vec::new())
+    }
+}
+
+impl Changed {
+    fn note(&mut self, slot: usize) {
+        if let Changed::Slots(v) = self {
+            v.push(slot);
+        }
+    }
+}
+
+impl ChunkTable {
+    /// Notes a change of `slot` for the backend.
+    fn touched(&mut self, slot: usize) {
+        self.version += 1;
+        self.changed.note(slot);
+    }
+
+    /// Notes that every slot changed (a build, a grow).
+    fn touched_all(&mut self) {
+        self.version += 1;
+        self.changed = Changed::All;
+    }
 }
 
 impl fmt::Debug for ChunkTable {
@@ -508,7 +660,12 @@ where
     let good_enough = (random_hash_probes_per_hit(load) - 1.0) * n_entries as f64;
     let mut best = (u64::MAX, FIBONACCI_MULTIPLIER);
     for m in MULTIPLIERS {
-        let total = total_displacement(entries().map(|(k, _)| k), capacity_log2, m, homes);
+        let total = total_displacement(
+            entries().map(|(k, _)| k & KEY_CHUNK_MASK),
+            capacity_log2,
+            m,
+            homes,
+        );
         if total < best.0 {
             best = (total, m);
         }
@@ -531,34 +688,40 @@ fn try_place(
     let bound = probe_bound.min(u32::try_from(capacity).unwrap_or(u32::MAX));
     let mut slots = SlotMem::empty(capacity).map_err(PlaceError::Bad)?;
     let mut len = 0usize;
-    'entries: for (guest_chunk, device_addr) in entries {
-        if guest_chunk == EMPTY_KEY {
-            return Err(PlaceError::Bad(TableError::ReservedKey { guest_chunk }));
+    'entries: for (key, device_addr) in entries {
+        if key == EMPTY_KEY {
+            return Err(PlaceError::Bad(TableError::ReservedKey { guest_chunk: key }));
         }
-        let mut slot = home_slot(guest_chunk, multiplier, capacity_log2);
+        let chunk = key & KEY_CHUNK_MASK;
+        let reach = !((key >> KEY_CHUNK_BITS) as u16);
+        let mut slot = home_slot(chunk, multiplier, capacity_log2);
         for _ in 0..bound {
             let Some(s) = slots.get_mut(slot) else { break };
             if s.guest_chunk == EMPTY_KEY {
                 *s = TableSlot {
-                    guest_chunk,
+                    guest_chunk: key,
                     device_addr,
                 };
                 len += 1;
                 continue 'entries;
             }
-            if s.guest_chunk == guest_chunk {
-                if s.device_addr != device_addr {
+            if s.chunk() == chunk {
+                if s.device_addr == device_addr {
+                    // The same import's parts again: one slot reaches them all.
+                    s.guest_chunk = key_of(chunk, s.reach() | reach);
+                    continue 'entries;
+                }
+                if s.reach() & reach != 0 {
                     return Err(PlaceError::Bad(TableError::DuplicateKey {
-                        guest_chunk,
+                        guest_chunk: chunk,
                         first_device_addr: s.device_addr,
                         second_device_addr: device_addr,
                     }));
                 }
-                continue 'entries;
             }
             slot = (slot + 1) & mask;
         }
-        return Err(PlaceError::NoRoom(guest_chunk));
+        return Err(PlaceError::NoRoom(chunk));
     }
     Ok((slots, len))
 }
@@ -628,6 +791,9 @@ fn chunk_shift_of(chunk_bytes: u64) -> Result<u32, TableError> {
     }
     if chunk_bytes > MAX_CHUNK_BYTES {
         return Err(TableError::ChunkBytesTooLarge { chunk_bytes });
+    }
+    if chunk_bytes < u64::from(PARTS) {
+        return Err(TableError::ChunkBytesTooSmall { chunk_bytes });
     }
     Ok(chunk_bytes.trailing_zeros())
 }
@@ -711,7 +877,7 @@ impl ChunkTable {
             fixed,
             &mut rebuilds,
         )?;
-        Ok(ChunkTable {
+        let mut t = ChunkTable {
             chunk_shift,
             max_capacity_log2: max_capacity_log2.min(MAX_CAPACITY_LOG2),
             capacity_log2: placed.capacity_log2,
@@ -721,18 +887,24 @@ impl ChunkTable {
             slots: placed.slots,
             len: placed.len,
             rebuilds,
-        })
+            stats: Stats::default(),
+            changed: Changed::All,
+            version: 1,
+            changed_since: 0,
+        };
+        t.recount();
+        Ok(t)
     }
 
-    /// T2: maps one chunk, or moves an already mapped chunk to a new address.
+    /// T2: maps one chunk whole, or moves an already mapped chunk to a new address.
     ///
     /// A new chunk takes the first empty slot within the bound. When there is none, or when one more
     /// chunk would raise the load past [`MAX_LOAD`], the table is rebuilt at twice the capacity (or more,
     /// until every key fits) with the chunk in it.
     ///
     /// # Errors
-    /// The key [`EMPTY_KEY`], or a grow that cannot fit every key (see [`ChunkTable::build`]); the table is
-    /// unchanged then.
+    /// The key [`EMPTY_KEY`], a chunk past [`KEY_CHUNK_BITS`], or a grow that cannot fit every key
+    /// (see [`ChunkTable::build`]); the table is unchanged then.
     pub fn insert(
         &mut self,
         guest_chunk: u64,
@@ -741,18 +913,122 @@ impl ChunkTable {
         if guest_chunk == EMPTY_KEY {
             return Err(TableError::ReservedKey { guest_chunk });
         }
+        if guest_chunk > KEY_CHUNK_MASK {
+            return Err(TableError::ChunkOutOfRange { guest_chunk });
+        }
+        // A chunk mapped whole has one slot: its address is replaced.
+        if let Some((slot, _)) = self.find_slot(|s| s.guest_chunk == guest_chunk, guest_chunk) {
+            if let Some(s) = self.slots.get_mut(slot) {
+                s.device_addr = device_addr;
+            }
+            self.touched(slot);
+            return Ok(InsertOutcome::Updated { slot });
+        }
+        self.place(guest_chunk, device_addr)
+    }
+
+    /// T1–T2 by parts: `chunk`'s parts `reach` become reachable at `device_addr` (the device
+    /// address the chunk's first byte has in the import that holds them). The slot of the chunk
+    /// with that address reaches them too if there is one (its key changes, nothing moves);
+    /// otherwise a new slot is placed as [`ChunkTable::insert`] places one.
+    ///
+    /// # Errors
+    /// As [`ChunkTable::insert`], and [`TableError::DuplicateKey`] when another slot of the chunk
+    /// already reaches one of the parts.
+    pub fn insert_parts(
+        &mut self,
+        chunk: u64,
+        device_addr: u64,
+        reach: u16,
+    ) -> Result<InsertOutcome, TableError> {
+        if chunk > KEY_CHUNK_MASK || key_of(chunk, reach) == EMPTY_KEY {
+            return Err(TableError::ChunkOutOfRange { guest_chunk: chunk });
+        }
+        let mut clash = None;
+        let same = self.find_slot(
+            |s| {
+                if s.chunk() != chunk {
+                    return false;
+                }
+                if s.device_addr != device_addr && s.reach() & reach != 0 {
+                    clash = Some(s.device_addr);
+                }
+                s.device_addr == device_addr
+            },
+            chunk,
+        );
+        if let Some(first_device_addr) = clash {
+            return Err(TableError::DuplicateKey {
+                guest_chunk: chunk,
+                first_device_addr,
+                second_device_addr: device_addr,
+            });
+        }
+        if let Some((slot, s)) = same {
+            if let Some(at) = self.slots.get_mut(slot) {
+                at.guest_chunk = key_of(chunk, s.reach() | reach);
+            }
+            self.touched(slot);
+            return Ok(InsertOutcome::Updated { slot });
+        }
+        self.place(key_of(chunk, reach), device_addr)
+    }
+
+    /// T2 by parts: `chunk`'s parts `parts` are no longer reachable at `device_addr`. The slot
+    /// keeps the parts it still reaches, or is removed when none is left. Returns whether a slot
+    /// changed.
+    pub fn remove_parts(&mut self, chunk: u64, device_addr: u64, parts: u16) -> bool {
+        let Some((slot, s)) =
+            self.find_slot(|s| s.chunk() == chunk && s.device_addr == device_addr, chunk)
+        else {
+            return false;
+        };
+        let reach = s.reach() & !parts;
+        if reach == s.reach() {
+            return false;
+        }
+        if reach == 0 {
+            self.remove_at(slot);
+        } else {
+            if let Some(at) = self.slots.get_mut(slot) {
+                at.guest_chunk = key_of(chunk, reach);
+            }
+            self.touched(slot);
+        }
+        true
+    }
+
+    /// The first slot, in `chunk`'s probe order within the bound, that `pick` chooses.
+    fn find_slot(
+        &self,
+        mut pick: impl FnMut(&TableSlot) -> bool,
+        chunk: u64,
+    ) -> Option<(usize, TableSlot)> {
         let mask = self.slots.len() - 1;
-        let mut slot = self.home_slot(guest_chunk);
+        let mut slot = self.home_slot(chunk & KEY_CHUNK_MASK);
+        for _ in 0..self.bound() {
+            let s = *self.slots.get(slot)?;
+            if s.is_empty() {
+                return None;
+            }
+            if pick(&s) {
+                return Some((slot, s));
+            }
+            slot = (slot + 1) & mask;
+        }
+        None
+    }
+
+    /// Places a key no slot holds: the first empty slot within the bound, or a grow.
+    fn place(&mut self, key: u64, device_addr: u64) -> Result<InsertOutcome, TableError> {
+        let mask = self.slots.len() - 1;
+        let mut slot = self.home_slot(key & KEY_CHUNK_MASK);
         let mut free = None;
         for probe in 1..=self.bound() {
-            let Some(s) = self.slots.get_mut(slot) else {
+            let Some(s) = self.slots.get(slot) else {
                 break;
             };
-            if s.guest_chunk == guest_chunk {
-                s.device_addr = device_addr;
-                return Ok(InsertOutcome::Updated { slot });
-            }
-            if s.guest_chunk == EMPTY_KEY {
+            if s.is_empty() {
                 free = Some((slot, probe));
                 break;
             }
@@ -763,13 +1039,16 @@ impl ChunkTable {
             && let Some(s) = self.slots.get_mut(slot)
         {
             *s = TableSlot {
-                guest_chunk,
+                guest_chunk: key,
                 device_addr,
             };
             self.len += 1;
+            self.count_hit(probes as usize, 1);
+            self.count_filled(slot, true);
+            self.touched(slot);
             return Ok(InsertOutcome::Placed { slot, probes });
         }
-        self.grow_with(guest_chunk, device_addr)
+        self.grow_with(key, device_addr)
     }
 
     /// T2: rebuilds at least twice as large, with one more chunk.
@@ -802,6 +1081,8 @@ impl ChunkTable {
         self.multiplier = placed.multiplier;
         self.len = placed.len;
         self.rebuilds = rebuilds;
+        self.touched_all();
+        self.recount();
         Ok(InsertOutcome::Grew {
             from_capacity,
             to_capacity: self.slots.len(),
@@ -815,10 +1096,20 @@ impl ChunkTable {
     /// on. A key only ever moves toward its home slot, so no probe sequence grows and every remaining key
     /// stays within the bound, with no empty slot between it and its home.
     pub fn remove(&mut self, guest_chunk: u64) -> bool {
-        let Some(mut hole) = self.lookup_slot(guest_chunk) else {
+        let Some((hole, _)) = self.find_slot(|s| s.chunk() == guest_chunk, guest_chunk) else {
             return false;
         };
+        self.remove_at(hole);
+        true
+    }
+
+    /// Empties slot `hole` by backward shift (see [`ChunkTable::remove`]), keeping the statistics
+    /// and the changed slots.
+    fn remove_at(&mut self, mut hole: usize) {
         let mask = self.slots.len() - 1;
+        if let Some(&gone) = self.slots.get(hole) {
+            self.count_hit(self.probes_at(hole, gone.chunk()), -1);
+        }
         let mut next = hole;
         // The load is under 1, so an empty slot ends the scan before it wraps to the hole.
         for _ in 1..self.slots.len() {
@@ -829,20 +1120,24 @@ impl ChunkTable {
             if moved.is_empty() {
                 break;
             }
-            let home = self.home_slot(moved.guest_chunk);
+            let home = self.home_slot(moved.chunk());
             // The hole lies cyclically in [home, next): moving the key there keeps it at or after home.
             if hole.wrapping_sub(home) & mask < next.wrapping_sub(home) & mask {
+                self.count_hit(self.probes_at(next, moved.chunk()), -1);
+                self.count_hit(self.probes_at(hole, moved.chunk()), 1);
                 if let Some(h) = self.slots.get_mut(hole) {
                     *h = moved;
                 }
+                self.touched(hole);
                 hole = next;
             }
         }
         if let Some(h) = self.slots.get_mut(hole) {
             *h = TableSlot::EMPTY;
         }
+        self.touched(hole);
+        self.count_filled(hole, false);
         self.len -= 1;
-        true
     }
 
     /// The number of probes a lookup may make: the bound, or the capacity if that is smaller.
@@ -860,16 +1155,21 @@ impl ChunkTable {
     /// most keys are, is peeled from the loop so that it costs no probe counter. Each of these measured
     /// 4–10 % of a lookup. Reading the first two slots and choosing between them without a branch
     /// measured 30–80 % slower, though a hit on a later slot mispredicts here.
+    ///
+    /// A slot hits when its chunk is `guest_chunk` and it reaches `part` ([`TableSlot::hits`]): a
+    /// chunk mapped whole has a key equal to its number, so the common case is one compare of the
+    /// key's chunk bits and a bit test that passes.
     #[inline]
-    fn find(&self, guest_chunk: u64) -> Option<(usize, u64)> {
-        // The empty key would match an empty slot: it is never mapped.
-        if guest_chunk == EMPTY_KEY {
+    fn find(&self, guest_chunk: u64, part: u32) -> Option<(usize, u64)> {
+        // A chunk past the key's bits is never mapped (and the empty key's chunk bits are all ones,
+        // its parts all excluded, so it never hits).
+        if guest_chunk > KEY_CHUNK_MASK {
             return None;
         }
         let byte_mask = (SLOT_BYTES << self.capacity_log2) - SLOT_BYTES;
         let mut at = self.home_byte(guest_chunk);
         let s = self.slot_at(at);
-        if s.guest_chunk == guest_chunk {
+        if s.hits(guest_chunk, part) {
             return Some((at / SLOT_BYTES, s.device_addr));
         }
         if s.guest_chunk == EMPTY_KEY {
@@ -878,7 +1178,7 @@ impl ChunkTable {
         for _ in 1..self.probe_bound {
             at = (at + SLOT_BYTES) & byte_mask;
             let s = self.slot_at(at);
-            if s.guest_chunk == guest_chunk {
+            if s.hits(guest_chunk, part) {
                 return Some((at / SLOT_BYTES, s.device_addr));
             }
             if s.guest_chunk == EMPTY_KEY {
@@ -929,30 +1229,60 @@ impl ChunkTable {
     }
 
     /// T2: the device address of a chunk's first byte, or `None` when the chunk is not mapped. Reads at
-    /// most `probe_bound` slots, stops at the first empty one, and never allocates.
+    /// most `probe_bound` slots, stops at the first empty one, and never allocates. For a chunk
+    /// mapped by parts this is the slot reaching part 0; [`ChunkTable::lookup_part`] asks for a part.
     #[inline]
     pub fn lookup(&self, guest_chunk: u64) -> Option<u64> {
-        self.find(guest_chunk).map(|(_, device_addr)| device_addr)
+        self.lookup_part(guest_chunk, 0)
     }
 
-    /// The slot of a mapped chunk, the index C1's marks use, or `None` when the chunk is not mapped.
+    /// T2 by parts: the device address of the chunk's first byte in the import that holds `part`
+    /// of it, or `None` when that part is not mapped.
+    #[inline]
+    pub fn lookup_part(&self, guest_chunk: u64, part: u32) -> Option<u64> {
+        self.find(guest_chunk, part).map(|(_, device_addr)| device_addr)
+    }
+
+    /// The slot of a mapped chunk, the index C1's marks use, or `None` when the chunk is not mapped
+    /// (part 0 of it; [`ChunkTable::slot_of`] for an address).
     #[inline]
     pub fn lookup_slot(&self, guest_chunk: u64) -> Option<usize> {
-        self.find(guest_chunk).map(|(slot, _)| slot)
+        self.find(guest_chunk, 0).map(|(slot, _)| slot)
+    }
+
+    /// The slot that reaches guest `addr`, or `None` (T4).
+    #[inline]
+    pub fn slot_of(&self, addr: u64) -> Option<usize> {
+        self.find(addr >> self.chunk_shift, part_of(addr, self.chunk_shift))
+            .map(|(slot, _)| slot)
     }
 
     /// T1–T2: the device address of a guest address: its chunk's address plus the offset in the chunk
-    /// (a wrapping 64-bit add, as the device does), or `None` when its chunk is not mapped (T4).
+    /// (a wrapping 64-bit add, as the device does), or `None` when its part of its chunk is not
+    /// mapped (T4).
     #[inline]
     pub fn device_from_guest(&self, guest_addr: u64) -> Option<u64> {
         let offset_bytes = guest_addr & (self.chunk_bytes() - 1);
-        self.lookup(guest_addr >> self.chunk_shift)
-            .map(|device_addr| device_addr.wrapping_add(offset_bytes))
+        self.find(
+            guest_addr >> self.chunk_shift,
+            part_of(guest_addr, self.chunk_shift),
+        )
+        .map(|(_, device_addr)| device_addr.wrapping_add(offset_bytes))
     }
 
     /// One lookup, probe by probe: what [`ChunkTable::lookup`] does, written down.
     pub fn trace(&self, guest_chunk: u64) -> LookupTrace {
-        let home = self.home_slot(guest_chunk);
+        self.trace_part(guest_chunk, 0)
+    }
+
+    /// The lookup of guest `addr` (its chunk and part), probe by probe.
+    pub fn trace_addr(&self, addr: u64) -> LookupTrace {
+        self.trace_part(addr >> self.chunk_shift, part_of(addr, self.chunk_shift))
+    }
+
+    /// One lookup of `part` of a chunk, probe by probe: what the device helper does, written down.
+    pub fn trace_part(&self, guest_chunk: u64, part: u32) -> LookupTrace {
+        let home = self.home_slot(guest_chunk & KEY_CHUNK_MASK);
         let mask = self.slots.len() - 1;
         let mut probes = Vec::new();
         let mut slot = home;
@@ -968,7 +1298,7 @@ impl ChunkTable {
                 slot,
                 key: Some(s.guest_chunk),
             });
-            if s.guest_chunk == guest_chunk {
+            if s.hits(guest_chunk, part) {
                 outcome = LookupOutcome::Hit {
                     slot,
                     device_addr: s.device_addr,
@@ -979,6 +1309,7 @@ impl ChunkTable {
         }
         LookupTrace {
             guest_chunk,
+            part,
             home_slot: home,
             probes,
             outcome,
@@ -1038,13 +1369,14 @@ impl ChunkTable {
                 continue;
             }
             len += 1;
-            if !seen.insert(s.guest_chunk) {
+            if !seen.insert((s.chunk(), s.device_addr)) {
                 return bad(format!(
-                    "chunk {:#x} is stored twice (slot {slot})",
-                    s.guest_chunk
+                    "chunk {:#x} is stored twice at device address {:#x} (slot {slot})",
+                    s.chunk(),
+                    s.device_addr
                 ));
             }
-            let home = home_slot(s.guest_chunk, multiplier, capacity_log2);
+            let home = home_slot(s.chunk(), multiplier, capacity_log2);
             let distance = slot.wrapping_sub(home) & mask;
             if distance >= bound {
                 return bad(format!(
@@ -1067,7 +1399,7 @@ impl ChunkTable {
         }
         let mut slots = SlotMem::empty(capacity)?;
         slots.copy_from_slice(image);
-        Ok(ChunkTable {
+        let mut t = ChunkTable {
             chunk_shift,
             max_capacity_log2: MAX_CAPACITY_LOG2,
             capacity_log2,
@@ -1077,7 +1409,13 @@ impl ChunkTable {
             slots,
             len,
             rebuilds: 0,
-        })
+            stats: Stats::default(),
+            changed: Changed::All,
+            version: 1,
+            changed_since: 0,
+        };
+        t.recount();
+        Ok(t)
     }
 
     /// Slots, a power of two.
@@ -1141,22 +1479,85 @@ impl ChunkTable {
 
     /// Probes a lookup of the key in `slot` needs: its distance from its home slot, plus one.
     fn probes_at(&self, slot: usize, guest_chunk: u64) -> usize {
-        let home = self.home_slot(guest_chunk);
+        let home = self.home_slot(guest_chunk & KEY_CHUNK_MASK);
         (slot.wrapping_sub(home) & (self.slots.len() - 1)) + 1
     }
 
-    /// How many stored keys a hit needs each number of probes for: index `p` counts the keys found on
-    /// the `p`-th slot read (index 0 is always 0). The length is `probe_bound() + 1`.
-    pub fn probe_histogram_hits(&self) -> Vec<u64> {
-        let mut histogram = vec![0u64; self.bound() as usize + 1];
+    /// Counts `by` keys found on the `probes`-th slot read.
+    fn count_hit(&mut self, probes: usize, by: i64) {
+        if let Some(n) = self.stats.hits.get_mut(probes) {
+            *n = n.saturating_add_signed(by);
+        }
+    }
+
+    /// The slots a miss reads, summed over the home slots of a cluster of `len` full slots (each
+    /// reads to the cluster's end and the empty slot after it, at most the bound).
+    fn cluster_misses(&self, len: u64) -> u64 {
+        let bound = u64::from(self.bound());
+        // Slot i from the cluster's end (1-based) reads min(i + 1, bound).
+        let ramp = len.min(bound.saturating_sub(1));
+        let ramp_total = (ramp * (ramp + 1)) / 2 + ramp;
+        ramp_total + (len - ramp) * bound
+    }
+
+    /// Keeps the miss statistic when `slot` became full (`filled`) or empty: only the clusters on
+    /// either side of it are walked.
+    fn count_filled(&mut self, slot: usize, filled: bool) {
+        let mask = self.slots.len() - 1;
+        let run = |step: fn(usize, usize) -> usize| {
+            let mut n = 0u64;
+            let mut at = step(slot, mask);
+            while n < mask as u64 && self.slots.get(at).is_some_and(|s| !s.is_empty()) {
+                n += 1;
+                at = step(at, mask);
+            }
+            n
+        };
+        let before = run(|at, mask| at.wrapping_sub(1) & mask);
+        let after = run(|at, mask| (at + 1) & mask);
+        let apart = self.cluster_misses(before) + self.cluster_misses(after) + 1;
+        let joined = self.cluster_misses(before + after + 1);
+        self.stats.miss_total = if filled {
+            (self.stats.miss_total + joined).saturating_sub(apart)
+        } else {
+            (self.stats.miss_total + apart).saturating_sub(joined)
+        };
+    }
+
+    /// Counts the statistics over every slot: after a build, a grow or an image.
+    fn recount(&mut self) {
+        let mut hits = vec![0u64; self.bound() as usize + 1];
         for (slot, s) in self.slots.iter().enumerate() {
             if !s.is_empty()
-                && let Some(n) = histogram.get_mut(self.probes_at(slot, s.guest_chunk))
+                && let Some(n) = hits.get_mut(self.probes_at(slot, s.chunk()))
             {
                 *n += 1;
             }
         }
-        histogram
+        let bound = self.bound() as usize;
+        // Walk backward twice round the ring: `run` is the number of full slots from a slot up to the
+        // next empty one, exact once the walk has passed an empty slot (the load is under 1). The
+        // first round only settles `run`; the second counts.
+        let mut run = 0usize;
+        for s in self.slots.iter().rev() {
+            run = if s.is_empty() { 0 } else { run + 1 };
+        }
+        let mut total = 0u64;
+        for s in self.slots.iter().rev() {
+            run = if s.is_empty() { 0 } else { run + 1 };
+            total += (run + 1).min(bound) as u64;
+        }
+        self.stats = Stats {
+            hits,
+            miss_total: total,
+        };
+    }
+
+    /// How many stored keys a hit needs each number of probes for: index `p` counts the keys found on
+    /// the `p`-th slot read (index 0 is always 0). The length is `probe_bound() + 1`. Kept as the
+    /// table changes: no walk over the slots.
+    pub fn probe_histogram_hits(&self) -> Vec<u64> {
+        self.stats.hits.clone()
     }
 
     /// The mean probes of a hit, over every stored key; 0 for an empty table.
@@ -1164,12 +1565,12 @@ impl ChunkTable {
         if self.len == 0 {
             return 0.0;
         }
-        let total: usize = self
-            .slots
+        let total: u64 = self
+            .stats
+            .hits
             .iter()
             .enumerate()
-            .filter(|(_, s)| !s.is_empty())
-            .map(|(slot, s)| self.probes_at(slot, s.guest_chunk))
+            .map(|(p, n)| p as u64 * n)
             .sum();
         total as f64 / self.len as f64
     }
@@ -1177,22 +1578,31 @@ impl ChunkTable {
     /// The mean probes of a miss: over every slot taken as a home slot, the slots read until an empty one
     /// (counted) or the bound. This is the expected cost of a lookup of a random unmapped chunk.
     pub fn mean_probes_miss(&self) -> f64 {
-        let capacity = self.slots.len();
-        let bound = self.bound() as usize;
-        // Walk backward twice round the ring: `run` is the number of full slots from a slot up to the
-        // next empty one, exact once the walk has passed an empty slot (the load is under 1). The
-        // first round only settles `run`; the second counts. (No index arithmetic a slot: a table
-        // of a million slots is walked in a millisecond.)
-        let mut run = 0usize;
-        for s in self.slots.iter().rev() {
-            run = if s.is_empty() { 0 } else { run + 1 };
-        }
-        let mut total = 0usize;
-        for s in self.slots.iter().rev() {
-            run = if s.is_empty() { 0 } else { run + 1 };
-            total += (run + 1).min(bound);
-        }
-        total as f64 / capacity.max(1) as f64
+        self.stats.miss_total as f64 / self.slots.len().max(1) as f64
+    }
+
+    /// The slots changed since [`ChunkTable::changed_since`] (every slot after a build or a grow),
+    /// for a backend that uploads only what changed: a backend whose copy is of that version writes
+    /// these slots, any other writes every slot.
+    pub fn changed(&self) -> &Changed {
+        &self.changed
+    }
+
+    /// The version the changed slots are counted from ([`ChunkTable::changed`]).
+    pub fn changed_since(&self) -> u64 {
+        self.changed_since
+    }
+
+    /// A number that moves with every change of a slot: a backend's copy is this table's when it
+    /// was placed at this version.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Starts the changed slots again from now (after the table was placed).
+    pub fn clear_changed(&mut self) {
+        self.changed = Changed::default();
+        self.changed_since = self.version;
     }
 }
 

@@ -216,14 +216,18 @@ pub fn run_job(
                     out.accesses.push(res);
                     continue;
                 };
-                // T5: two lookups, the first byte's chunk and the last byte's chunk.
+                // T5: two lookups, the first byte's chunk and the last byte's chunk (each by the
+                // part of the chunk the byte lies in: a chunk may be reached in parts, a sixteenth
+                // each, through two imports or with pages cut out).
                 let shift = table.chunk_shift();
+                let part_shift = shift - crate::chunk_table::PARTS.trailing_zeros();
                 let last = address.saturating_add(size as u64 - 1);
-                let (c0, c1) = (address >> shift, last >> shift);
-                let s0 = table.lookup_slot(c0);
-                let s1 = if c1 == c0 { s0 } else { table.lookup_slot(c1) };
+                let (c0, c1) = (address >> part_shift, last >> part_shift);
+                let s0 = table.slot_of(address);
+                let s1 = if c1 == c0 { s0 } else { table.slot_of(last) };
                 res.slots = [s0, if c1 == c0 { None } else { s1 }];
                 let chunk_mask = (1u64 << shift) - 1;
+                let part_mask = (1u64 << part_shift) - 1;
                 let dev = |slot: Option<usize>, addr: u64| {
                     slot.map(|s| table.slots()[s].device_addr + (addr & chunk_mask))
                 };
@@ -232,16 +236,16 @@ pub fn run_job(
                     Op::Load => vec![0u8; size],
                     Op::Store => bytes_of(a, pa.format),
                 };
-                // Byte `i` goes through the first byte's slot if it is in the first byte's chunk, else
-                // through the last byte's. Each step covers the bytes from `i` that stay in one chunk
-                // and one contiguous import, so each goes where it would alone; a byte with no slot or
-                // no import escapes (T4): it reads zero and stores nothing.
+                // Byte `i` goes through the first byte's slot if it is in the first byte's part of a
+                // chunk, else through the last byte's. Each step covers the bytes from `i` that stay
+                // in one part and one contiguous import, so each goes where it would alone; a byte
+                // with no slot or no import escapes (T4): it reads zero and stores nothing.
                 let mut i = 0usize;
                 let mut load_failed = false;
                 while i < bytes.len() {
                     let addr = address + i as u64;
-                    let slot = if addr >> shift == c0 { s0 } else { s1 };
-                    let in_chunk = ((addr | chunk_mask) - addr + 1) as usize;
+                    let slot = if addr >> part_shift == c0 { s0 } else { s1 };
+                    let in_chunk = ((addr | part_mask) - addr + 1) as usize;
                     let in_chunk = in_chunk.min(bytes.len() - i);
                     let Some((g, contiguous)) = dev(slot, addr).and_then(translate) else {
                         res.escaped_at.get_or_insert(addr);

@@ -28,12 +28,34 @@ pub struct Piece {
     pub by_revisit: bool,
 }
 
-/// A change the chunk table must follow.
+impl Piece {
+    /// The device address guest `addr` has in this piece's import (a wrapping add, as the device
+    /// does; meaningful for addresses in the import).
+    pub fn device_at(&self, addr: u64) -> u64 {
+        self.device_base.wrapping_add(addr.wrapping_sub(self.guest.start))
+    }
+}
+
+/// Host pages handed to the driver once (M1), which pieces reach into: an import outlives the
+/// pieces that reach it, so a page that stops qualifying (M3) and qualifies again costs the table
+/// a slot and the driver nothing. It goes only when its host memory goes (M4), when the process
+/// remapped its pages without an event (the checked mode), or when no readable run overlaps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Import {
+    /// Its guest bytes.
+    pub guest: ByteRange,
+    /// The device address of its first byte.
+    pub device_base: u64,
+}
+
+/// A change the chunk table must follow: guest bytes that became reachable, or stopped being
+/// reachable, at the device addresses a piece gives them. Only what changed: a piece split around
+/// a page that stopped qualifying is one `Removed` of that page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PieceChange {
-    /// A piece was imported.
+    /// Bytes mapped (a piece, or the part of one that was not reachable before).
     Added(Piece),
-    /// A piece was dropped.
+    /// Bytes dropped.
     Removed(Piece),
 }
 
@@ -63,6 +85,10 @@ pub struct MapStats {
 #[derive(Debug, Default)]
 pub struct Mappings {
     pieces: BTreeMap<u64, Piece>,
+    /// What the driver holds, by guest start; every piece lies in one import.
+    imports: BTreeMap<u64, Import>,
+    /// The largest bytes an import may hold, a power of two ([`Backend::max_import_bytes`]).
+    import_block: Option<u64>,
     left_out: BTreeMap<u64, LeftOutReport>,
     dropped: Vec<DroppedRange>,
     mapped_generation: Option<u64>,
@@ -239,6 +265,24 @@ fn stretches_by(
     out
 }
 
+/// The parts of `range` outside every range of `gone`, in order.
+fn minus(range: ByteRange, gone: &[ByteRange]) -> Vec<ByteRange> {
+    let mut cuts: Vec<ByteRange> = gone.iter().filter_map(|g| g.intersection(&range)).collect();
+    cuts.sort_by_key(|c| c.start);
+    let mut out = Vec::new();
+    let mut at = range.start;
+    for c in cuts {
+        if c.start > at {
+            out.push(ByteRange::new(at, c.start));
+        }
+        at = at.max(c.end);
+    }
+    if at < range.end {
+        out.push(ByteRange::new(at, range.end));
+    }
+    out
+}
+
 impl Mappings {
     /// No mappings yet.
     pub fn new() -> Self {
@@ -367,7 +411,10 @@ impl Mappings {
         Ok(any)
     }
 
-    /// Hands one piece to the driver and records it.
+    /// Maps one piece that M3 let through: the parts of it an import already holds reach into
+    /// that import (no driver call); the rest is handed to the driver in imports of at most the
+    /// backend's limit, each within one aligned block of that size ([`Backend::max_import_bytes`]),
+    /// so that no chunk (T1) lies across two of them and a decommit re-imports at most a block.
     fn import_piece(
         &mut self,
         backend: &mut dyn Backend,
@@ -377,20 +424,189 @@ impl Mappings {
         before: u64,
         by_revisit: bool,
     ) -> Result<(), BackendError> {
-        let device_base = backend.import(guest, memory)?;
-        let piece = Piece {
-            guest,
-            device_base,
-            reservation,
-            mapped_before_dispatch: before,
-            by_revisit,
-        };
-        self.imports_made += 1;
+        let block = *self.import_block.get_or_insert_with(|| {
+            let most = backend.max_import_bytes().max(memory.page_bytes());
+            1u64 << (63 - most.leading_zeros())
+        });
+        let mut at = guest.start;
+        while at < guest.end {
+            let (end, device_base) = match self.import_at(at) {
+                Some(i) => (i.guest.end.min(guest.end), i.device_base + (at - i.guest.start)),
+                None => {
+                    let next = self.imports.range(at..).next().map_or(u64::MAX, |(s, _)| *s);
+                    let block_end = (at | (block - 1)).saturating_add(1);
+                    let r = ByteRange::new(at, guest.end.min(next).min(block_end));
+                    let device_base = backend.import(r, memory)?;
+                    self.imports.insert(
+                        at,
+                        Import {
+                            guest: r,
+                            device_base,
+                        },
+                    );
+                    self.imports_made += 1;
+                    (r.end, device_base)
+                }
+            };
+            self.add_piece(Piece {
+                guest: ByteRange::new(at, end),
+                device_base,
+                reservation,
+                mapped_before_dispatch: before,
+                by_revisit,
+            });
+            at = end;
+        }
         self.version += 1;
-        self.dropped.retain(|d| !d.guest.overlaps(&guest));
-        self.pieces.insert(guest.start, piece);
-        self.changes.push(PieceChange::Added(piece));
+        if !self.dropped.is_empty() {
+            self.dropped.retain(|d| !d.guest.overlaps(&guest));
+        }
         Ok(())
+    }
+
+    /// The import holding guest `addr`, if one does.
+    fn import_at(&self, addr: u64) -> Option<Import> {
+        self.imports
+            .range(..=addr)
+            .next_back()
+            .map(|(_, i)| *i)
+            .filter(|i| i.guest.contains(addr))
+    }
+
+    /// What the driver holds, by guest address.
+    pub fn imports(&self) -> impl Iterator<Item = &Import> {
+        self.imports.values()
+    }
+
+    /// Records a piece whose device addresses its import gives: joined to a neighbour of the same
+    /// import and reservation (the pieces stay what a fresh mapping would make, however many
+    /// pages came and went), and queued for the table.
+    fn add_piece(&mut self, mut p: Piece) {
+        self.note_change(PieceChange::Added(p));
+        let import = self.import_at(p.guest.start).map(|i| i.guest.start);
+        let joins = |q: &Piece, at: u64, this: &Self| {
+            q.reservation == p.reservation
+                && q.device_at(at) == p.device_at(at)
+                && this.import_at(q.guest.start).map(|i| i.guest.start) == import
+        };
+        if let Some((&start, &left)) = self.pieces.range(..p.guest.start).next_back()
+            && left.guest.end == p.guest.start
+            && joins(&left, p.guest.start, self)
+        {
+            self.pieces.remove(&start);
+            p = Piece {
+                guest: ByteRange::new(left.guest.start, p.guest.end),
+                ..left
+            };
+        }
+        if let Some(&right) = self.pieces.get(&p.guest.end)
+            && joins(&right, p.guest.end, self)
+        {
+            self.pieces.remove(&right.guest.start);
+            p.guest = ByteRange::new(p.guest.start, right.guest.end);
+        }
+        self.pieces.insert(p.guest.start, p);
+    }
+
+    /// Queues a change for the table. Bytes added back at the device addresses a queued removal
+    /// took from them never left the table: the two cancel, so a piece cut around one page costs
+    /// the table that page, not the piece.
+    fn note_change(&mut self, change: PieceChange) {
+        let PieceChange::Added(q) = change else {
+            self.changes.push(change);
+            return;
+        };
+        let undone = self.changes.iter().rposition(|c| {
+            matches!(c, PieceChange::Removed(r)
+                if r.guest.start <= q.guest.start && q.guest.end <= r.guest.end
+                    && r.device_at(q.guest.start) == q.device_base)
+        });
+        let Some(i) = undone else {
+            self.changes.push(change);
+            return;
+        };
+        let PieceChange::Removed(r) = self.changes.remove(i) else {
+            return;
+        };
+        let rest = [
+            ByteRange::new(r.guest.start, q.guest.start),
+            ByteRange::new(q.guest.end, r.guest.end),
+        ];
+        for part in rest.into_iter().rev().filter(|x| !x.is_empty()) {
+            let piece = Piece {
+                guest: part,
+                device_base: r.device_at(part.start),
+                ..r
+            };
+            self.changes.insert(i, PieceChange::Removed(piece));
+        }
+    }
+
+    /// Takes the piece at `start` out of the mappings (its import stays) and queues its removal.
+    fn drop_piece(&mut self, start: u64) -> Option<Piece> {
+        let piece = self.pieces.remove(&start)?;
+        self.version += 1;
+        self.changes.push(PieceChange::Removed(piece));
+        Some(piece)
+    }
+
+    /// Cuts `gone` out of piece `p`: the rest stays mapped at the same device addresses (its
+    /// import holds it), and the table loses only what was cut.
+    fn cut(&mut self, p: Piece, gone: &[ByteRange]) {
+        if self.drop_piece(p.guest.start).is_none() {
+            return;
+        }
+        for part in minus(p.guest, gone) {
+            self.add_piece(Piece {
+                guest: part,
+                device_base: p.device_at(part.start),
+                ..p
+            });
+        }
+    }
+
+    /// The mapped pieces overlapping `range`, by address.
+    fn pieces_over(&self, range: ByteRange) -> Vec<Piece> {
+        let mut over: Vec<Piece> = self
+            .pieces
+            .range(..range.end)
+            .rev()
+            .map(|(_, p)| *p)
+            .take_while(|p| p.guest.end > range.start)
+            .collect();
+        over.reverse();
+        over
+    }
+
+    /// M4: releases every import overlapping `ranges` (the driver lets the pages go) and drops the
+    /// pieces that reached into them; returns those pieces.
+    fn release_imports_over(
+        &mut self,
+        backend: &mut dyn Backend,
+        ranges: &[ByteRange],
+    ) -> Result<Vec<Piece>, BackendError> {
+        let mut gone = Vec::new();
+        for range in ranges {
+            let over: Vec<Import> = self
+                .imports
+                .range(..range.end)
+                .rev()
+                .map(|(_, i)| *i)
+                .take_while(|i| i.guest.end > range.start)
+                .collect();
+            for i in over {
+                self.imports.remove(&i.guest.start);
+                for p in self.pieces_over(i.guest) {
+                    self.drop_piece(p.guest.start);
+                    gone.push(p);
+                }
+                backend.release(i.device_base)?;
+                self.imports_dropped += 1;
+                self.version += 1;
+            }
+        }
+        gone.sort_by_key(|p| p.guest.start);
+        Ok(gone)
     }
 
     /// The checked mode (host mode): the real mapping of every mapped piece read again before a
@@ -452,25 +668,30 @@ impl Mappings {
             let parts = parts_by_maps(memory, p.guest, h, bytes, &maps[first..], |why, host, g| {
                 changed_without_event(why, host, g, p.mapped_before_dispatch)
             });
-            let p = *p;
-            self.release_piece(backend, p.guest.start)?;
-            for (r, bad) in parts {
-                match bad {
-                    Some(detail) => {
-                        check.contradictions.push(detail.clone());
-                        self.left_out.insert(
-                            r.start,
-                            LeftOutReport::with_detail(r, LeftOutReason::RealMapping, detail),
-                        );
-                    }
-                    None => self.import_piece(
+            // The driver lets go of every import over the bad pages (a page remapped behind its
+            // back must not be reached through the old pages it holds); what else those imports
+            // held is imported again, checked a moment ago.
+            let mut bad = Vec::new();
+            for (r, why) in parts {
+                if let Some(detail) = why {
+                    check.contradictions.push(detail.clone());
+                    self.left_out.insert(
+                        r.start,
+                        LeftOutReport::with_detail(r, LeftOutReason::RealMapping, detail),
+                    );
+                    bad.push(r);
+                }
+            }
+            for q in self.release_imports_over(backend, &bad)? {
+                for part in minus(q.guest, &bad) {
+                    self.import_piece(
                         backend,
                         memory,
-                        r,
-                        p.reservation,
-                        dispatch.min(p.mapped_before_dispatch),
-                        p.by_revisit,
-                    )?,
+                        part,
+                        q.reservation,
+                        dispatch.min(q.mapped_before_dispatch),
+                        q.by_revisit,
+                    )?;
                 }
             }
         }
@@ -530,29 +751,9 @@ impl Mappings {
         reason: LeftOutReason,
         detail: String,
     ) -> Result<(), BackendError> {
-        let over: Vec<Piece> = self
-            .pieces
-            .values()
-            .filter(|p| p.guest.overlaps(&range))
-            .copied()
-            .collect();
-        for p in over {
-            self.release_piece(backend, p.guest.start)?;
-            for part in [
-                ByteRange::new(p.guest.start, range.start.clamp(p.guest.start, p.guest.end)),
-                ByteRange::new(range.end.clamp(p.guest.start, p.guest.end), p.guest.end),
-            ] {
-                if !part.is_empty() {
-                    self.import_piece(
-                        backend,
-                        memory,
-                        part,
-                        p.reservation,
-                        p.mapped_before_dispatch,
-                        p.by_revisit,
-                    )?;
-                }
-            }
+        let _ = (memory, &backend);
+        for p in self.pieces_over(range) {
+            self.cut(p, &[range]);
         }
         self.version += 1;
         self.retry_pending |= reason == LeftOutReason::HostCallback;
@@ -567,21 +768,6 @@ impl Mappings {
     /// driver (a piece the host could not tell about is imported unchecked and not counted).
     pub fn real_checks(&self) -> u64 {
         self.real_checks
-    }
-
-    fn release_piece(
-        &mut self,
-        backend: &mut dyn Backend,
-        start: u64,
-    ) -> Result<Option<Piece>, BackendError> {
-        let Some(piece) = self.pieces.remove(&start) else {
-            return Ok(None);
-        };
-        self.version += 1;
-        backend.release(piece.device_base)?;
-        self.imports_dropped += 1;
-        self.changes.push(PieceChange::Removed(piece));
-        Ok(Some(piece))
     }
 
     /// M1–M4: maps every readable run again for the current generation. M2 commits each run,
@@ -635,10 +821,24 @@ impl Mappings {
         let existing: Vec<Piece> = self.pieces.values().copied().collect();
         for p in existing {
             if wanted.get(&p.guest.start).map(|w| w.0) != Some(p.guest) {
-                self.release_piece(backend, p.guest.start)?;
+                self.drop_piece(p.guest.start);
             } else {
                 wanted.remove(&p.guest.start);
             }
+        }
+        // An import no readable run overlaps any more is let go; the others stay for the pieces
+        // that reach into them, now or after a revisit.
+        let idle: Vec<Import> = self
+            .imports
+            .values()
+            .filter(|i| {
+                let over = runs.partition_point(|r| r.range.end <= i.guest.start);
+                runs.get(over).is_none_or(|r| r.range.start >= i.guest.end)
+            })
+            .copied()
+            .collect();
+        for i in idle {
+            self.release_imports_over(backend, &[i.guest])?;
         }
         self.left_out = left_out;
         for (_, (r, reservation)) in wanted {
@@ -659,12 +859,17 @@ impl Mappings {
         before: u64,
     ) -> Result<Vec<ByteRange>, BackendError> {
         self.version += 1;
-        let hits: Vec<LeftOutReport> = self
+        // Left-out pieces do not overlap: those over `range` are the ones starting before its end,
+        // walked back until one ends before its start.
+        let mut hits: Vec<LeftOutReport> = self
             .left_out
-            .values()
-            .filter(|l| l.guest.overlaps(&range))
+            .range(..range.end)
+            .rev()
+            .map(|(_, l)| l)
+            .take_while(|l| l.guest.end > range.start)
             .cloned()
             .collect();
+        hits.reverse();
         let mut mapped = Vec::new();
         for l in hits {
             self.map_left_out(memory, backend, &l, before, &mut mapped)?;
@@ -711,28 +916,33 @@ impl Mappings {
         backend: &mut dyn Backend,
         range: ByteRange,
     ) -> Result<Vec<(ByteRange, LeftOutReason)>, BackendError> {
-        let over: Vec<Piece> = self
-            .pieces
-            .values()
-            .filter(|p| p.guest.overlaps(&range))
-            .copied()
-            .collect();
+        let _ = &backend;
         let mut dropped = Vec::new();
-        for p in over {
+        // Only the pages of the event are looked at: the rest of a piece did not change.
+        for p in self.pieces_over(range) {
+            let Some(window) = p.guest.intersection(&range) else {
+                continue;
+            };
             // Pages the guest made unreadable move the generation (M1, M4): the next dispatch maps
-            // again, so only a readable page that no longer qualifies drops the piece now.
-            let parts = stretches_by(memory, p.guest, mapped_category);
-            if parts.iter().all(|(_, cat)| cat.is_none()) {
+            // again; they leave the piece now with the pages that no longer qualify.
+            let parts = stretches_by(memory, window, mapped_category);
+            let good: Vec<ByteRange> = parts
+                .iter()
+                .filter(|(_, cat)| cat.is_none())
+                .map(|(r, _)| *r)
+                .collect();
+            let gone = minus(window, &good);
+            if gone.is_empty() {
                 continue;
             }
             self.version += 1;
-            self.release_piece(backend, p.guest.start)?;
-            let how = (p.reservation, p.mapped_before_dispatch, p.by_revisit);
-            self.map_parts(backend, memory, parts, how, |r, cat| {
+            for (r, cat) in parts {
                 if let Some(reason) = cat {
+                    self.left_out.insert(r.start, LeftOutReport::new(r, reason));
                     dropped.push((r, reason));
                 }
-            })?;
+            }
+            self.cut(p, &gone);
         }
         Ok(dropped)
     }
@@ -776,23 +986,14 @@ impl Mappings {
         released: bool,
     ) -> Result<Vec<Piece>, BackendError> {
         self.version += 1;
-        let starts: Vec<u64> = self
-            .pieces
-            .values()
-            .filter(|p| p.guest.overlaps(&range))
-            .map(|p| p.guest.start)
-            .collect();
-        let mut dropped = Vec::new();
-        for s in starts {
-            if let Some(p) = self.release_piece(backend, s)? {
-                if let Some(gone) = p.guest.intersection(&range) {
-                    self.dropped.push(DroppedRange {
-                        guest: gone,
-                        when,
-                        released,
-                    });
-                }
-                dropped.push(p);
+        let dropped = self.release_imports_over(backend, &[range])?;
+        for p in &dropped {
+            if let Some(gone) = p.guest.intersection(&range) {
+                self.dropped.push(DroppedRange {
+                    guest: gone,
+                    when,
+                    released,
+                });
             }
         }
         Ok(dropped)

@@ -248,12 +248,22 @@ pub enum LookupOutcome {
     MissBound,
 }
 
+/// Whether a `u32` is 0: serde's test for a field left out when 0.
+#[allow(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]
+pub fn is_zero_u32(v: &u32) -> bool {
+    *v == 0
+}
+
 /// One lookup, probe by probe, for the debugger.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub struct LookupTrace {
     /// The chunk looked up.
     pub guest_chunk: u64,
+    /// The part of the chunk looked up (`chunk_table::part_of`, a sixteenth of it): a slot hits
+    /// when it holds the chunk and reaches this part. Left out of JSON when 0.
+    #[serde(default, skip_serializing_if = "crate::report::is_zero_u32")]
+    pub part: u32,
     /// Its home slot (`chunk_table::home_slot`).
     pub home_slot: usize,
     /// Every slot read, in order, starting at the home slot.

@@ -585,6 +585,7 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
         };
         n_probes.push(c.u32());
         lookups.push(LookupTrace {
+            part: 0,
             guest_chunk,
             home_slot,
             probes: Vec::new(),

@@ -521,6 +521,7 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
         };
         n_probes.push(i.v32("lookup probe count", row)?);
         lookups.push(LookupTrace {
+            part: 0,
             guest_chunk,
             home_slot,
             probes: Vec::new(),

@@ -16,7 +16,7 @@ use crate::replay::Replay;
 use crate::table::DeviceTable;
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::backend::{Backend, BackendError};
-use dispatchscope_core::chunk_table::{ChunkTable, SLOT_BYTES};
+use dispatchscope_core::chunk_table::{ChunkTable, MARK_BLOCK_SLOTS, SLOT_BYTES, mark_buffer_words};
 use dispatchscope_core::exec::{Job, Outcome, Planned};
 use dispatchscope_core::input::DeviceLimits;
 use dispatchscope_core::memory::GuestMemory;
@@ -35,6 +35,8 @@ pub struct VulkanBackend {
     /// C1 for a dispatch the emulator runs itself: host-visible mark words, one a table slot
     /// ([`Backend::mark_words`]).
     marks: Option<crate::buffer::Buf>,
+    /// The mark buffer was just made: zero it before the device first reads it.
+    marks_fresh: bool,
 }
 
 impl std::fmt::Debug for VulkanBackend {
@@ -63,6 +65,7 @@ impl VulkanBackend {
             commands,
             calls: 0,
             marks: None,
+            marks_fresh: false,
             ctx,
         })
     }
@@ -132,8 +135,8 @@ impl VulkanBackend {
             &mut self.commands,
         )?;
         if has_device && let Some(t) = table {
-            let marked = self.table.marked_chunks(&outcome.marks);
-            self.imports.copy_back(&marked, t.chunk_bytes(), memory);
+            let marked = self.table.marked_chunks(t, &outcome.marks);
+            self.imports.copy_back(&marked, memory);
         }
         Ok(outcome)
     }
@@ -142,6 +145,13 @@ impl VulkanBackend {
 impl Backend for VulkanBackend {
     fn name(&self) -> String {
         self.ctx.device_name()
+    }
+
+    /// The device's `maxMemoryAllocationSize`, and at most [`IMPORT_BLOCK_BYTES`]: a decommit
+    /// re-imports what is left of the imports it touched, so an import is kept to a size whose
+    /// re-import (the driver pins its pages) costs what a frame can spare.
+    fn max_import_bytes(&self) -> u64 {
+        self.ctx.info.max_memory_allocation_size.min(IMPORT_BLOCK_BYTES)
     }
 
     fn limits(&self) -> Option<DeviceLimits> {
@@ -210,8 +220,10 @@ impl Backend for VulkanBackend {
     }
 
     fn mark_words(&mut self, slots: usize) -> Result<Option<u64>, BackendError> {
-        let bytes = 4 * slots.max(1) as u64;
-        if self.marks.as_ref().is_none_or(|m| m.size < bytes) {
+        // A mark word a slot, then the summary (a word a block of MARK_BLOCK_SLOTS slots) that
+        // the helper sets beside each mark, at the end of the buffer's mark words.
+        let bytes = 4 * mark_buffer_words(slots.max(1)) as u64;
+        if self.marks.as_ref().is_none_or(|m| m.size != bytes) {
             if let Some(old) = self.marks.take() {
                 self.commands.wait_in_flight(&mut self.calls)?;
                 self.ctx.destroy_buffer(old, &mut self.calls);
@@ -220,11 +232,15 @@ impl Backend for VulkanBackend {
                 .ctx
                 .host_buffer(bytes, "the mark words (C1)", &mut self.calls)?;
             self.marks = Some(buf);
+            self.marks_fresh = true;
         }
         let Some(m) = self.marks.as_mut() else {
             return Ok(None);
         };
-        m.bytes_mut().fill(0);
+        // Zeroed when made; after that `take_marks` zeroes what the device set.
+        if std::mem::take(&mut self.marks_fresh) {
+            m.bytes_mut().fill(0);
+        }
         Ok(Some(m.address))
     }
 
@@ -232,12 +248,39 @@ impl Backend for VulkanBackend {
         let Some(m) = self.marks.as_mut() else {
             return Ok(Vec::new());
         };
-        let marks = (0..slots)
-            .map(|i| (i, m.word(i)))
-            .filter(|&(_, w)| w != 0)
-            .collect();
-        m.bytes_mut().fill(0);
+        // The summary names the blocks with a mark; only those are read and zeroed (C1 in
+        // proportion to the chunks stored to, not to the table).
+        let mut marks = Vec::new();
+        let words: &mut [u32] = bytemuck::cast_slice_mut(m.bytes_mut());
+        let (marks_words, summary) = words.split_at_mut(slots.min(words.len()));
+        for (b, flag) in summary.iter_mut().enumerate() {
+            if *flag == 0 {
+                continue;
+            }
+            *flag = 0;
+            let first = b * MARK_BLOCK_SLOTS;
+            let block = marks_words
+                .get_mut(first..(first + MARK_BLOCK_SLOTS).min(slots))
+                .unwrap_or_default();
+            for (i, w) in block.iter_mut().enumerate() {
+                if *w != 0 {
+                    marks.push((first + i, *w));
+                    *w = 0;
+                }
+            }
+        }
         Ok(marks)
+    }
+}
+
+/// The most guest bytes one import holds ([`Backend::max_import_bytes`]): 256 MiB.
+pub const IMPORT_BLOCK_BYTES: u64 = 256 << 20;
+
+impl VulkanBackend {
+    /// Bytes of chunk-table slots written to the device so far (T6: the changed slots, or the
+    /// whole table when it was built or grew).
+    pub fn table_bytes_uploaded(&self) -> u64 {
+        self.table.uploaded_bytes
     }
 }
 

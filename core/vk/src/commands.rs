@@ -209,6 +209,63 @@ impl Commands {
     }
 }
 
+impl Commands {
+    /// Copies `data` into the device-local buffer `dst` in pieces, each `(dst_offset, src_offset)`
+    /// of `piece` bytes, through one staging buffer and one submit waited for: the table's changed
+    /// slots (T6), in proportion to what changed.
+    pub(crate) fn upload_slots(
+        &self,
+        dst: vk::Buffer,
+        data: &[u8],
+        pieces: &[(usize, usize)],
+        piece: usize,
+        calls: &mut u64,
+    ) -> Result<(), VkError> {
+        if pieces.is_empty() {
+            return Ok(());
+        }
+        let ctx = &self.ctx;
+        let mut staging = ctx.host_buffer(data.len() as u64, "a staging copy", calls)?;
+        if let Some(s) = staging.bytes_mut().get_mut(..data.len()) {
+            s.copy_from_slice(data);
+        }
+        // Neighbouring slots go as one region.
+        let mut regions: Vec<vk::BufferCopy> = Vec::with_capacity(pieces.len());
+        for &(dst_offset, src_offset) in pieces {
+            match regions.last_mut() {
+                Some(r)
+                    if r.dst_offset + r.size == dst_offset as u64
+                        && r.src_offset + r.size == src_offset as u64 =>
+                {
+                    r.size += piece as u64;
+                }
+                _ => regions.push(
+                    vk::BufferCopy::default()
+                        .src_offset(src_offset as u64)
+                        .dst_offset(dst_offset as u64)
+                        .size(piece as u64),
+                ),
+            }
+        }
+        let d = &ctx.device;
+        let cmd = self.cmd;
+        *calls += 5;
+        // SAFETY: the command buffer is not pending (every submit is waited for); both buffers are
+        // live and every region lies inside them (the slots' offsets, the staging copy's bytes).
+        let recorded = unsafe {
+            begin_one_time(d, cmd)
+                .map(|_| d.cmd_copy_buffer(cmd, staging.raw, dst, &regions))
+                .and_then(|_| check("vkEndCommandBuffer", d.end_command_buffer(cmd)))
+        };
+        let r = recorded.and_then(|_| self.submit_and_wait());
+        if r.is_err() {
+            ctx.wait_queue_idle();
+        }
+        ctx.destroy_buffer(staging, calls);
+        r
+    }
+}
+
 impl Drop for Commands {
     fn drop(&mut self) {
         if self.in_flight {

@@ -416,11 +416,12 @@ impl Imports {
 
     /// C1: copies back into guest memory the bytes of every marked chunk (by its device address,
     /// `chunk` bytes each) that differ from it.
-    pub(crate) fn copy_back(&mut self, marked: &[u64], chunk: u64, memory: &mut GuestMemory) {
+    pub(crate) fn copy_back(&mut self, marked: &[(u64, u64)], memory: &mut GuestMemory) {
         let page = memory.page_bytes();
-        let mut old = vec![0u8; chunk as usize];
+        let mut old = Vec::new();
         let mut copied = 0u64;
-        for &device_addr in marked {
+        for &(device_addr, chunk) in marked {
+            old.resize(chunk as usize, 0);
             let Some((imp, off)) = self.at(device_addr, chunk) else {
                 continue;
             };

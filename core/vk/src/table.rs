@@ -18,7 +18,7 @@ use crate::device::Context;
 use crate::imports::Imports;
 use crate::push::PushBlock;
 use crate::spirv::push;
-use dispatchscope_core::chunk_table::{ChunkTable, SLOT_BYTES, TableSlot};
+use dispatchscope_core::chunk_table::{Changed, ChunkTable, PARTS, SLOT_BYTES, TableSlot};
 use dispatchscope_core::report::Placement;
 
 /// Slots of the empty table a job with no table reads: every lookup misses (T4).
@@ -27,7 +27,9 @@ pub(crate) const EMPTY_TABLE_SLOTS: u64 = 16;
 /// The table as placed on the device (T6).
 struct Placed {
     buf: Buf,
-    slots: Vec<TableSlot>,
+    /// The engine's table version ([`ChunkTable::version`]) this copy holds.
+    version: u64,
+    capacity: usize,
     placement: Placement,
     /// Bytes per chunk when it was placed.
     chunk_bytes: u64,
@@ -40,6 +42,8 @@ struct Placed {
 pub(crate) struct DeviceTable {
     ctx: Arc<Context>,
     placed: Option<Placed>,
+    /// Bytes of slots written to the device so far.
+    pub(crate) uploaded_bytes: u64,
 }
 
 /// What the lookup helper reads of the placed table from the push block (T2, T3).
@@ -96,14 +100,25 @@ fn check_entries(imports: &Imports, slots: &[TableSlot], chunk_bytes: u64) -> Re
     Ok(())
 }
 
-/// One slot of [`check_entries`].
+/// One slot of [`check_entries`]: the bytes of the parts it reaches (all of the chunk, for a
+/// chunk mapped whole) lie in one live import.
 fn check_slot(
     imports: &Imports,
     slot: usize,
     s: &TableSlot,
     chunk_bytes: u64,
 ) -> Result<(), VkError> {
-    if s.is_empty() || imports.at(s.device_addr, chunk_bytes).is_some() {
+    if s.is_empty() {
+        return Ok(());
+    }
+    let part = chunk_bytes / u64::from(PARTS);
+    let reach = s.reach();
+    let (first, last) = (
+        u64::from(reach.trailing_zeros()),
+        u64::from(PARTS - reach.leading_zeros()),
+    );
+    let start = s.device_addr.wrapping_add(first * part);
+    if reach != 0 && imports.at(start, (last - first) * part).is_some() {
         return Ok(());
     }
     Err(VkError::DanglingChunk {
@@ -120,6 +135,7 @@ impl DeviceTable {
         Self {
             ctx: Arc::clone(ctx),
             placed: None,
+            uploaded_bytes: 0,
         }
     }
 
@@ -141,8 +157,23 @@ impl DeviceTable {
             Placement::HostVisible
         };
         let epoch = imports.epoch();
-        let changed = self.changed(table, placement, epoch);
-        match &changed {
+        // The slots changed since the copy on the device, when that copy is still sound (no
+        // import released since it was checked, same size, chunk and placement, and the version
+        // the table's change log starts from): only those are checked and written. Else every
+        // slot is.
+        let changed: Option<&[usize]> = match (&self.placed, table.changed()) {
+            (Some(p), Changed::Slots(slots))
+                if p.checked_epoch == epoch
+                    && p.capacity == table.capacity()
+                    && p.chunk_bytes == chunk
+                    && p.placement == placement
+                    && p.version == table.changed_since() =>
+            {
+                Some(slots)
+            }
+            _ => None,
+        };
+        match changed {
             Some(slots) => {
                 for &i in slots {
                     if let Some(s) = table.slots().get(i) {
@@ -160,7 +191,8 @@ impl DeviceTable {
             }
             self.placed = Some(Placed {
                 buf: self.allocate(size, placement, calls)?,
-                slots: Vec::new(),
+                version: 0,
+                capacity: table.capacity(),
                 placement,
                 chunk_bytes: chunk,
                 checked_epoch: epoch,
@@ -172,59 +204,62 @@ impl DeviceTable {
             });
         };
         let address = t.buf.address;
-        let write_all = !reuse || changed.is_none();
-        t.slots = table.slots().to_vec();
+        let changed = changed.filter(|_| reuse);
+        t.version = table.version();
+        t.capacity = table.capacity();
         t.chunk_bytes = chunk;
         t.checked_epoch = epoch;
+        let mut bytes = 0u64;
         if t.buf.mapped() {
             let dst = t.buf.bytes_mut();
             let mut put = |i: usize, s: &TableSlot| {
                 if let Some(d) = dst.get_mut(i * SLOT_BYTES..(i + 1) * SLOT_BYTES) {
                     d[..8].copy_from_slice(&s.guest_chunk.to_le_bytes());
                     d[8..].copy_from_slice(&s.device_addr.to_le_bytes());
+                    bytes += SLOT_BYTES as u64;
                 }
             };
-            match changed.as_deref() {
-                Some(slots) if !write_all => {
+            match changed {
+                Some(slots) => {
                     for &i in slots {
                         if let Some(s) = table.slots().get(i) {
                             put(i, s);
                         }
                     }
                 }
-                _ => {
+                None => {
                     for (i, s) in table.slots().iter().enumerate() {
                         put(i, s);
                     }
                 }
             }
         } else {
-            commands.upload(t.buf.raw, &table.to_le_bytes(), calls)?;
+            match changed {
+                // Staged: the changed slots' runs, each one copy.
+                Some(slots) => {
+                    let mut sorted = slots.to_vec();
+                    sorted.sort_unstable();
+                    sorted.dedup();
+                    let mut regions = Vec::new();
+                    let mut data = Vec::with_capacity(sorted.len() * SLOT_BYTES);
+                    for i in sorted {
+                        let Some(s) = table.slots().get(i) else { continue };
+                        regions.push((i * SLOT_BYTES, data.len()));
+                        data.extend_from_slice(&s.guest_chunk.to_le_bytes());
+                        data.extend_from_slice(&s.device_addr.to_le_bytes());
+                    }
+                    bytes += data.len() as u64;
+                    commands.upload_slots(t.buf.raw, &data, &regions, SLOT_BYTES, calls)?;
+                }
+                None => {
+                    let all = table.to_le_bytes();
+                    bytes += all.len() as u64;
+                    commands.upload(t.buf.raw, &all, calls)?;
+                }
+            }
         }
+        self.uploaded_bytes += bytes;
         Ok((address, placement))
-    }
-
-    /// The slots that differ from the copy on the device, when that copy is still sound (no import
-    /// released since it was checked, same size, chunk and placement): only those are checked and
-    /// written. `None`: every slot is.
-    fn changed(&self, table: &ChunkTable, placement: Placement, epoch: u64) -> Option<Vec<usize>> {
-        self.placed
-            .as_ref()
-            .filter(|p| {
-                p.checked_epoch == epoch
-                    && p.slots.len() == table.capacity()
-                    && p.chunk_bytes == table.chunk_bytes()
-                    && p.placement == placement
-            })
-            .map(|p| {
-                p.slots
-                    .iter()
-                    .zip(table.slots())
-                    .enumerate()
-                    .filter(|(_, (a, b))| a != b)
-                    .map(|(i, _)| i)
-                    .collect()
-            })
     }
 
     /// A buffer of `size` bytes for the table, where `placement` says.
@@ -258,15 +293,13 @@ impl DeviceTable {
         let Some(placed) = self.placed.as_mut() else {
             return Err(not_placed);
         };
-        // The device reads the placed copy; the engine must hand over the table it placed. A full
-        // comparison costs a pass over the table, so release builds compare the shape.
-        let same = placed.slots.len() == table.capacity()
-            && (!cfg!(debug_assertions) || placed.slots.as_slice() == table.slots());
-        if !same {
+        // The device reads the placed copy; the engine must hand over the table it placed, of the
+        // version placed.
+        if placed.capacity != table.capacity() || placed.version != table.version() {
             return Err(not_placed);
         }
         if placed.checked_epoch != imports.epoch() {
-            check_entries(imports, &placed.slots, table.chunk_bytes())?;
+            check_entries(imports, table.slots(), table.chunk_bytes())?;
             placed.checked_epoch = imports.epoch();
         }
         Ok(TablePush::of(table, placed.buf.address))
@@ -274,14 +307,27 @@ impl DeviceTable {
 
     /// The device addresses of the chunks in the `marks`' slots, by the placed copy (the one the
     /// device read): the chunks a job stored to (C1).
-    pub(crate) fn marked_chunks(&self, marks: &[(usize, u32)]) -> Vec<u64> {
+    /// Each as the device bytes of the parts its slot reaches (the whole chunk for a chunk mapped
+    /// whole).
+    pub(crate) fn marked_chunks(
+        &self,
+        table: &ChunkTable,
+        marks: &[(usize, u32)],
+    ) -> Vec<(u64, u64)> {
+        let part = table.chunk_bytes() / u64::from(PARTS);
         match &self.placed {
-            Some(t) => marks
+            Some(t) if t.version == table.version() => marks
                 .iter()
-                .filter_map(|&(slot, _)| t.slots.get(slot))
-                .map(|s| s.device_addr)
+                .filter_map(|&(slot, _)| table.slots().get(slot))
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    let reach = s.reach();
+                    let first = u64::from(reach.trailing_zeros());
+                    let last = u64::from(PARTS - reach.leading_zeros());
+                    (s.device_addr.wrapping_add(first * part), (last - first) * part)
+                })
                 .collect(),
-            None => Vec::new(),
+            _ => Vec::new(),
         }
     }
 }

@@ -35,10 +35,10 @@ pub(super) fn trace_lookups(
             let mut lookups = Vec::new();
             if let (Route::Device { address }, Some(t)) = (route, table) {
                 let last = address.saturating_add(u64::from(a.size_bytes) - 1);
-                let (c0, c1) = (address >> t.chunk_shift(), last >> t.chunk_shift());
-                lookups.push(t.trace(c0));
-                if c1 != c0 {
-                    lookups.push(t.trace(c1));
+                let part_shift = t.chunk_shift() - crate::chunk_table::PARTS.trailing_zeros();
+                lookups.push(t.trace_addr(*address));
+                if last >> part_shift != address >> part_shift {
+                    lookups.push(t.trace_addr(last));
                 }
             }
             lookups
@@ -92,12 +92,16 @@ impl<B: Backend> Engine<B> {
             let Some(at) = o.escaped_at else { continue };
             let landed = landed_bytes(a, route, lookups, table);
             let lookup = match (table, lookups.as_slice()) {
-                (Some(t), [first, ..]) if at >> t.chunk_shift() == first.guest_chunk => {
+                (Some(t), [first, ..])
+                    if at >> t.chunk_shift() == first.guest_chunk
+                        && crate::chunk_table::part_of(at, t.chunk_shift()) == first.part =>
+                {
                     first.clone()
                 }
                 (_, [_, second]) => second.clone(),
-                (Some(t), _) => t.trace(at >> t.chunk_shift()),
+                (Some(t), _) => t.trace_addr(at),
                 (None, _) => LookupTrace {
+                    part: 0,
                     guest_chunk: at >> 12,
                     home_slot: 0,
                     probes: Vec::new(),

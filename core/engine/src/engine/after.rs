@@ -27,7 +27,7 @@ pub(super) fn marks(outcome: &Outcome, table: Option<&ChunkTable>) -> Vec<Mark> 
         .filter_map(|&(slot, stores)| {
             // `device_outcome` refuses marks on empty slots; the CPU reference marks only hits.
             let s = t.slots().get(slot).filter(|s| !s.is_empty())?;
-            let start = s.guest_chunk << t.chunk_shift();
+            let start = s.chunk() << t.chunk_shift();
             Some(Mark {
                 table_slot: slot,
                 guest: ByteRange::new(start, start.saturating_add(t.chunk_bytes())),

@@ -5,7 +5,9 @@
 
 use super::{Engine, EngineError};
 use crate::backend::Backend;
-use crate::chunk_table::{ChunkTable, MAX_CHUNK_BYTES, SLOT_BYTES, chunk_bytes_for};
+use crate::chunk_table::{
+    ChunkTable, MAX_CHUNK_BYTES, PARTS, SLOT_BYTES, chunk_bytes_for, parts_covered,
+};
 use crate::import::{Mappings, Piece, PieceChange};
 use crate::input::DeviceLimits;
 use crate::memory::GuestMemory;
@@ -46,7 +48,11 @@ impl MappingState {
             runs: memory.readable_runs(),
             pieces: mappings.piece_reports(),
             left_out: mappings.left_out().cloned().collect(),
-            chunk_bytes: chunk_bytes_for(mappings.pieces().map(|p| (p.guest.start, p.guest.end))),
+            // T1 over the imports: a chunk lies in one import; the pieces inside one (pages cut out
+            // by the write-watch or the emulator's protection) are the slots' parts, each a
+            // sixteenth of the chunk, so a chunk is at most 16 pages.
+            chunk_bytes: chunk_bytes_for(mappings.imports().map(|i| (i.guest.start, i.guest.end)))
+                .min(memory.page_bytes() * u64::from(PARTS)),
         }
     }
 }
@@ -114,9 +120,10 @@ impl<B: Backend> Engine<B> {
         let changes = self.mappings.take_changes();
         let mut rebuilt = None;
         let (mut inserted, mut removed) = (0, 0);
-        // A piece mapped and dropped again since the last dispatch may be finer than the chunk the
-        // pieces now give (T1); its changes cannot be applied chunk by chunk, so the table is built.
-        let fits = |p: &Piece| (p.guest.start | p.guest.end) & (chunk_bytes - 1) == 0;
+        // A change finer than a part of the chunk the imports now give (T1: an import mapped and
+        // dropped since the last dispatch) cannot be applied slot by slot, so the table is built.
+        let part_bytes = chunk_bytes / u64::from(PARTS);
+        let fits = |p: &Piece| (p.guest.start | p.guest.end) & (part_bytes - 1) == 0;
         let changes_fit = changes.iter().all(|c| match c {
             PieceChange::Added(p) | PieceChange::Removed(p) => fits(p),
         });
@@ -128,23 +135,24 @@ impl<B: Backend> Engine<B> {
             {
                 let shift = t.chunk_shift();
                 for c in &changes {
-                    if let PieceChange::Added(p) = c {
+                    let (PieceChange::Added(p) | PieceChange::Removed(p)) = c;
+                    let chunks = p.guest.start >> shift..(p.guest.end - 1 >> shift) + 1;
+                    if let PieceChange::Added(_) = c {
                         crate::chunk_table::check_entries(
-                            (t.len() as u64).saturating_add(p.guest.size_bytes() >> shift),
+                            (t.len() as u64).saturating_add(chunks.end - chunks.start),
                         )?;
                     }
-                    match c {
-                        PieceChange::Removed(p) => {
-                            for chunk in p.guest.start >> shift..p.guest.end >> shift {
-                                if t.remove(chunk) {
+                    for chunk in chunks {
+                        let parts = parts_covered(chunk, shift, p.guest.start, p.guest.end);
+                        let device = p.device_at(chunk << shift);
+                        match c {
+                            PieceChange::Removed(_) => {
+                                if t.remove_parts(chunk, device, parts) {
                                     removed += 1;
                                 }
                             }
-                        }
-                        PieceChange::Added(p) => {
-                            for chunk in p.guest.start >> shift..p.guest.end >> shift {
-                                let device = p.device_base + ((chunk << shift) - p.guest.start);
-                                t.insert(chunk, device)?;
+                            PieceChange::Added(_) => {
+                                t.insert_parts(chunk, device, parts)?;
                                 inserted += 1;
                             }
                         }
@@ -165,18 +173,23 @@ impl<B: Backend> Engine<B> {
                     Some(_) => "T1: a piece mapped and dropped since the last dispatch was finer than the chunk".to_owned(),
                 });
                 let shift = chunk_bytes.trailing_zeros();
+                let chunks_of = |p: &Piece| p.guest.start >> shift..(p.guest.end - 1 >> shift) + 1;
                 let n_chunks = self
                     .mappings
                     .pieces()
-                    .map(|p| p.guest.size_bytes() >> shift)
+                    .map(|p| chunks_of(p).end - chunks_of(p).start)
                     .fold(0u64, u64::saturating_add);
                 crate::chunk_table::check_entries(n_chunks)?;
+                // A chunk cut in pieces of one import is one slot reaching their parts (the build
+                // joins them); pieces of two imports are two slots.
                 let entries: Vec<(u64, u64)> = self
                     .mappings
                     .pieces()
                     .flat_map(|p| {
-                        (p.guest.start >> shift..p.guest.end >> shift)
-                            .map(move |c| (c, p.device_base + ((c << shift) - p.guest.start)))
+                        chunks_of(p).map(move |c| {
+                            let parts = parts_covered(c, shift, p.guest.start, p.guest.end);
+                            (crate::chunk_table::key_of(c, parts), p.device_at(c << shift))
+                        })
                     })
                     .collect();
                 self.sync.builds += 1;
@@ -203,7 +216,7 @@ impl<B: Backend> Engine<B> {
         self.sync.rebuilt = rebuilt.clone();
         self.sync.inserted = inserted;
         self.sync.removed = removed;
-        Ok(TableReport {
+        let report = TableReport {
             chunk_bytes: t.chunk_bytes(),
             // T1's chunk is the finest alignment of the pieces' ends, capped at 64 KiB.
             chunk_reason: match t.chunk_bytes() {
@@ -231,6 +244,11 @@ impl<B: Backend> Engine<B> {
             table_bytes: (t.capacity() * SLOT_BYTES) as u64,
             device_address: self.sync.address,
             push_word: DEVICE_TABLE_PUSH_WORD,
-        })
+        };
+        // The backend's copy is now this version of the table: changes count from here.
+        if let Some(t) = self.table.as_mut() {
+            t.clear_changed();
+        }
+        Ok(report)
     }
 }

@@ -1173,7 +1173,7 @@ impl DevicePass {
             .filter(|(_, s)| s.guest_chunk != EMPTY_KEY)
             .filter_map(|(i, s)| {
                 let n = self.marks.word(i);
-                let start = s.guest_chunk * chunk;
+                let start = s.chunk() * chunk;
                 (n > 0).then(|| (ByteRange::new(start, start + chunk), n))
             })
             .collect()
