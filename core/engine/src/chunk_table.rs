@@ -256,6 +256,19 @@ pub enum TableError {
         /// The chunk.
         guest_chunk: u64,
     },
+    /// T2: one chunk needs more slots (one an import its parts lie in) than the probe bound: they
+    /// share a home slot, so no capacity places them all. T1 then takes a finer chunk.
+    #[error(
+        "guest chunk {guest_chunk:#x} lies in {slots} imports, one slot each, over probe bound {probe_bound} (T2); a finer chunk (T1) lies in fewer"
+    )]
+    SlotsOverBound {
+        /// The chunk.
+        guest_chunk: u64,
+        /// The slots it needs.
+        slots: u32,
+        /// The bound.
+        probe_bound: u32,
+    },
     /// T2: a probe bound of 0 would make every key unreachable.
     #[error("probe bound 0: every key needs at least its home slot (T2)")]
     ZeroProbeBound,
@@ -695,6 +708,7 @@ fn try_place(
         let chunk = key & KEY_CHUNK_MASK;
         let reach = !((key >> KEY_CHUNK_BITS) as u16);
         let mut slot = home_slot(chunk, multiplier, capacity_log2);
+        let mut same = 0u32;
         for _ in 0..bound {
             let Some(s) = slots.get_mut(slot) else { break };
             if s.guest_chunk == EMPTY_KEY {
@@ -718,8 +732,17 @@ fn try_place(
                         second_device_addr: device_addr,
                     }));
                 }
+                same += 1;
             }
             slot = (slot + 1) & mask;
+        }
+        // The slots of one chunk share its home: when they alone fill the bound, no capacity helps.
+        if same + 1 > probe_bound {
+            return Err(PlaceError::Bad(TableError::SlotsOverBound {
+                guest_chunk: chunk,
+                slots: same + 1,
+                probe_bound,
+            }));
         }
         return Err(PlaceError::NoRoom(chunk));
     }
@@ -1765,7 +1788,12 @@ mod tests {
             "chunk size 0x20000 bytes is over the T1 limit of 0x10000"
         );
         assert!(ChunkTable::build(0, 4, &[]).is_err());
-        assert_eq!(ChunkTable::build(1, 4, &[(5, 6)]).unwrap().chunk_shift(), 0);
+        assert_eq!(
+            ChunkTable::build(8, 4, &[]).unwrap_err(),
+            TableError::ChunkBytesTooSmall { chunk_bytes: 8 },
+            "a chunk is cut in 16 parts"
+        );
+        assert_eq!(ChunkTable::build(16, 4, &[(5, 6)]).unwrap().chunk_shift(), 4);
     }
 
     #[test]
@@ -2089,7 +2117,7 @@ mod choice_tests {
                 .collect();
             for m in MULTIPLIERS {
                 let entries: Vec<(u64, u64)> = keys.iter().map(|&k| (k, k)).collect();
-                let t = ChunkTable::build_with_multiplier(1, 64, &entries, m).unwrap();
+                let t = ChunkTable::build_with_multiplier(16, 64, &entries, m).unwrap();
                 let placed: u64 = t
                     .slots()
                     .iter()

@@ -424,10 +424,7 @@ impl Mappings {
         before: u64,
         by_revisit: bool,
     ) -> Result<(), BackendError> {
-        let block = *self.import_block.get_or_insert_with(|| {
-            let most = backend.max_import_bytes().max(memory.page_bytes());
-            1u64 << (63 - most.leading_zeros())
-        });
+        let block = self.block(backend, memory);
         let mut at = guest.start;
         while at < guest.end {
             let (end, device_base) = match self.import_at(at) {
@@ -462,6 +459,14 @@ impl Mappings {
             self.dropped.retain(|d| !d.guest.overlaps(&guest));
         }
         Ok(())
+    }
+
+    /// The most bytes an import holds, a power of two: the backend's limit rounded down.
+    fn block(&mut self, backend: &dyn Backend, memory: &GuestMemory) -> u64 {
+        *self.import_block.get_or_insert_with(|| {
+            let most = backend.max_import_bytes().max(memory.page_bytes());
+            1u64 << (63 - most.leading_zeros())
+        })
     }
 
     /// The import holding guest `addr`, if one does.
@@ -818,6 +823,28 @@ impl Mappings {
                 }
             }
         }
+        // A full mapping makes what a first mapping would: the imports are the wanted stretches cut
+        // at the blocks (an import cut since by pages that stopped qualifying, or no longer
+        // wanted, is let go and its stretches imported again).
+        let block = self.block(&*backend, memory);
+        let mut desired = std::collections::BTreeSet::new();
+        for (r, _) in wanted.values() {
+            let mut at = r.start;
+            while at < r.end {
+                let end = r.end.min((at | (block - 1)).saturating_add(1));
+                desired.insert((at, end));
+                at = end;
+            }
+        }
+        let stale: Vec<ByteRange> = self
+            .imports
+            .values()
+            .filter(|i| !desired.contains(&(i.guest.start, i.guest.end)))
+            .map(|i| i.guest)
+            .collect();
+        for g in stale {
+            self.release_imports_over(backend, &[g])?;
+        }
         let existing: Vec<Piece> = self.pieces.values().copied().collect();
         for p in existing {
             if wanted.get(&p.guest.start).map(|w| w.0) != Some(p.guest) {
@@ -825,20 +852,6 @@ impl Mappings {
             } else {
                 wanted.remove(&p.guest.start);
             }
-        }
-        // An import no readable run overlaps any more is let go; the others stay for the pieces
-        // that reach into them, now or after a revisit.
-        let idle: Vec<Import> = self
-            .imports
-            .values()
-            .filter(|i| {
-                let over = runs.partition_point(|r| r.range.end <= i.guest.start);
-                runs.get(over).is_none_or(|r| r.range.start >= i.guest.end)
-            })
-            .copied()
-            .collect();
-        for i in idle {
-            self.release_imports_over(backend, &[i.guest])?;
         }
         self.left_out = left_out;
         for (_, (r, reservation)) in wanted {
