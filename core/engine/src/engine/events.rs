@@ -16,9 +16,6 @@ impl<B: Backend> Engine<B> {
     pub fn apply(&mut self, event: &Event) -> Result<&EventReport, EngineError> {
         puffin::profile_function!();
         self.wait_for_prepared(event)?;
-        if std::env::var("DS_DEBUG").is_ok() {
-            eprintln!("event {event:x?}");
-        }
         let when = When {
             event: self.next_event,
             before_dispatch: self.next_dispatch,

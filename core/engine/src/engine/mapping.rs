@@ -179,9 +179,6 @@ impl<B: Backend> Engine<B> {
         puffin::profile_function!();
         let chunk_bytes = self.mapping_state().chunk_bytes;
         let changes = self.mappings.take_changes();
-        if std::env::var("DS_DEBUG").is_ok() {
-            eprintln!("sync chunk {chunk_bytes:#x} imports {:x?} pieces {:x?} changes {:x?}", self.mappings.imports().map(|i| (i.guest, i.device_base)).collect::<Vec<_>>(), self.mappings.pieces().map(|p| (p.guest, p.device_base)).collect::<Vec<_>>(), changes.iter().map(|c| match c { PieceChange::Added(p) => (1, p.guest, p.device_base), PieceChange::Removed(p) => (0, p.guest, p.device_base)}).collect::<Vec<_>>());
-        }
         let mut rebuilt = None;
         let (mut inserted, mut removed) = (0, 0);
         // A change finer than a part of the chunk the imports now give (T1: an import mapped and
