@@ -72,8 +72,15 @@ pub fn parts_covered(chunk: u64, chunk_shift: u32, start: u64, end: u64) -> u16 
     if s >= e {
         return 0;
     }
-    let (a, b) = ((s - first) >> part_shift, (e - first).div_ceil(1 << part_shift));
-    let bits = if b - a >= 16 { u64::from(WHOLE) } else { ((1u64 << (b - a)) - 1) << a };
+    let (a, b) = (
+        (s - first) >> part_shift,
+        (e - first).div_ceil(1 << part_shift),
+    );
+    let bits = if b - a >= 16 {
+        u64::from(WHOLE)
+    } else {
+        ((1u64 << (b - a)) - 1) << a
+    };
     bits as u16
 }
 
@@ -181,7 +188,8 @@ impl TableSlot {
     /// reaches the part. What the device helper compares, bit for bit.
     #[inline]
     pub fn hits(&self, chunk: u64, part: u32) -> bool {
-        self.guest_chunk & KEY_CHUNK_MASK == chunk && (self.guest_chunk >> (KEY_CHUNK_BITS + part)) & 1 == 0
+        self.guest_chunk & KEY_CHUNK_MASK == chunk
+            && (self.guest_chunk >> (KEY_CHUNK_BITS + part)) & 1 == 0
     }
 }
 
@@ -244,7 +252,9 @@ pub enum TableError {
         chunk_bytes: u64,
     },
     /// T1: a chunk under 16 bytes cannot be cut in [`PARTS`].
-    #[error("chunk size {chunk_bytes:#x} bytes is under 16 bytes, the least a chunk of 16 parts can be (T1)")]
+    #[error(
+        "chunk size {chunk_bytes:#x} bytes is under 16 bytes, the least a chunk of 16 parts can be (T1)"
+    )]
     ChunkBytesTooSmall {
         /// The size asked for.
         chunk_bytes: u64,
@@ -703,7 +713,9 @@ fn try_place(
     let mut len = 0usize;
     'entries: for (key, device_addr) in entries {
         if key == EMPTY_KEY {
-            return Err(PlaceError::Bad(TableError::ReservedKey { guest_chunk: key }));
+            return Err(PlaceError::Bad(TableError::ReservedKey {
+                guest_chunk: key,
+            }));
         }
         let chunk = key & KEY_CHUNK_MASK;
         let reach = !((key >> KEY_CHUNK_BITS) as u16);
@@ -1001,9 +1013,10 @@ impl ChunkTable {
     /// keeps the parts it still reaches, or is removed when none is left. Returns whether a slot
     /// changed.
     pub fn remove_parts(&mut self, chunk: u64, device_addr: u64, parts: u16) -> bool {
-        let Some((slot, s)) =
-            self.find_slot(|s| s.chunk() == chunk && s.device_addr == device_addr, chunk)
-        else {
+        let Some((slot, s)) = self.find_slot(
+            |s| s.chunk() == chunk && s.device_addr == device_addr,
+            chunk,
+        ) else {
             return false;
         };
         let reach = s.reach() & !parts;
@@ -1263,7 +1276,8 @@ impl ChunkTable {
     /// of it, or `None` when that part is not mapped.
     #[inline]
     pub fn lookup_part(&self, guest_chunk: u64, part: u32) -> Option<u64> {
-        self.find(guest_chunk, part).map(|(_, device_addr)| device_addr)
+        self.find(guest_chunk, part)
+            .map(|(_, device_addr)| device_addr)
     }
 
     /// The slot of a mapped chunk, the index C1's marks use, or `None` when the chunk is not mapped
@@ -1793,7 +1807,10 @@ mod tests {
             TableError::ChunkBytesTooSmall { chunk_bytes: 8 },
             "a chunk is cut in 16 parts"
         );
-        assert_eq!(ChunkTable::build(16, 4, &[(5, 6)]).unwrap().chunk_shift(), 4);
+        assert_eq!(
+            ChunkTable::build(16, 4, &[(5, 6)]).unwrap().chunk_shift(),
+            4
+        );
     }
 
     #[test]

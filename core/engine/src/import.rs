@@ -32,7 +32,8 @@ impl Piece {
     /// The device address guest `addr` has in this piece's import (a wrapping add, as the device
     /// does; meaningful for addresses in the import).
     pub fn device_at(&self, addr: u64) -> u64 {
-        self.device_base.wrapping_add(addr.wrapping_sub(self.guest.start))
+        self.device_base
+            .wrapping_add(addr.wrapping_sub(self.guest.start))
     }
 }
 
@@ -380,6 +381,15 @@ impl Mappings {
         before: u64,
         by_revisit: bool,
     ) -> Result<bool, BackendError> {
+        // Pages an import already holds were checked when the driver was handed them, and the
+        // driver is not handed them again: M3's check against the kernel is for what it is handed.
+        if self
+            .import_at(guest.start)
+            .is_some_and(|i| i.guest.end >= guest.end)
+        {
+            self.import_piece(backend, memory, guest, reservation, before, by_revisit)?;
+            return Ok(true);
+        }
         let parts = real_parts(memory, guest, |why, host, g| {
             format!(
                 "{why}; host {host} (guest {g}) was not handed to the driver, the rest of {guest} was ({})",
@@ -428,9 +438,16 @@ impl Mappings {
         let mut at = guest.start;
         while at < guest.end {
             let (end, device_base) = match self.import_at(at) {
-                Some(i) => (i.guest.end.min(guest.end), i.device_base + (at - i.guest.start)),
+                Some(i) => (
+                    i.guest.end.min(guest.end),
+                    i.device_base + (at - i.guest.start),
+                ),
                 None => {
-                    let next = self.imports.range(at..).next().map_or(u64::MAX, |(s, _)| *s);
+                    let next = self
+                        .imports
+                        .range(at..)
+                        .next()
+                        .map_or(u64::MAX, |(s, _)| *s);
                     let block_end = (at | (block - 1)).saturating_add(1);
                     let r = ByteRange::new(at, guest.end.min(next).min(block_end));
                     let device_base = backend.import(r, memory)?;
@@ -568,6 +585,14 @@ impl Mappings {
                 ..p
             });
         }
+    }
+
+    /// The parts of mapped pieces that lie in `range`, by address.
+    pub fn overlapping(&self, range: ByteRange) -> Vec<ByteRange> {
+        self.pieces_over(range)
+            .iter()
+            .filter_map(|p| p.guest.intersection(&range))
+            .collect()
     }
 
     /// The mapped pieces overlapping `range`, by address.

@@ -2,8 +2,8 @@
 //! `(guest_chunk, device_addr)` pairs searched linearly.
 
 use dispatchscope_core::chunk_table::{
-    ChunkTable, EMPTY_KEY, KEY_CHUNK_MASK, InsertOutcome, MAX_CHUNK_BYTES, MAX_LOAD, TableError, chunk_bytes_for,
-    home_slot,
+    ChunkTable, EMPTY_KEY, InsertOutcome, KEY_CHUNK_MASK, MAX_CHUNK_BYTES, MAX_LOAD, TableError,
+    chunk_bytes_for, home_slot,
 };
 use dispatchscope_core::report::LookupOutcome;
 use proptest::prelude::*;

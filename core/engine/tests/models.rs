@@ -698,14 +698,21 @@ fn check_lookups(e: &mut Engine) -> Result<(), TestCaseError> {
         }
         c += part;
     }
-    prop_assert_eq!(t.len(), slots_wanted.len(), "no stale slot stays in the table");
+    prop_assert_eq!(
+        t.len(),
+        slots_wanted.len(),
+        "no stale slot stays in the table"
+    );
     // The CPU reference's device address space leads back to the same guest bytes, contiguous to
     // the piece's end.
     for &(g, d) in &pieces {
         // The piece lies in one import, which may hold more after it.
         let (at, n) = e.backend().guest_from_device(d).unwrap();
         prop_assert!(at == g.start && n >= g.size_bytes(), "{} in its import", g);
-        let (last, left) = e.backend().guest_from_device(d + g.size_bytes() - 1).unwrap();
+        let (last, left) = e
+            .backend()
+            .guest_from_device(d + g.size_bytes() - 1)
+            .unwrap();
         prop_assert!(last == g.end - 1 && left >= 1);
     }
     Ok(())

@@ -82,10 +82,17 @@ fn one_page_toggled_read_only_and_back_costs_one_slot_each_way() {
     assert_eq!((t.inserted, t.removed), (0, 1), "one slot's reach changed");
     assert_eq!(t.chunk_bytes, MAX_CHUNK_BYTES, "the chunk stays 64 KiB");
     let m = cut.mappings.as_ref().unwrap();
-    assert_eq!((m.imports_made, m.imports_dropped), (0, 0), "the driver is not asked");
+    assert_eq!(
+        (m.imports_made, m.imports_dropped),
+        (0, 0),
+        "the driver is not asked"
+    );
     assert!(cut.accesses[0].escaped, "the read-only page escapes");
     assert_eq!(cut.escapes[0].class, EscapeClass::LeftOut);
-    assert!(!cut.accesses[1].escaped && !cut.accesses[2].escaped, "its neighbours in the chunk do not");
+    assert!(
+        !cut.accesses[1].escaped && !cut.accesses[2].escaped,
+        "its neighbours in the chunk do not"
+    );
     protect(&mut e, page, HostProtection::ReadWrite);
     let back = dispatch(&mut e, &[at]);
     let t = back.table.as_ref().unwrap();
@@ -153,13 +160,19 @@ fn t1_t2_hold_after_100_000_random_toggles() {
             };
             protect(&mut e, page, p);
         }
-        let probes: Vec<u64> = (0..16).map(|_| BASE + (rng.next() % PAGES) * PAGE).collect();
+        let probes: Vec<u64> = (0..16)
+            .map(|_| BASE + (rng.next() % PAGES) * PAGE)
+            .collect();
         let report = dispatch(&mut e, &probes);
         let m = report.mappings.as_ref().unwrap();
         let t = report.table.as_ref().unwrap();
         // T1: the chunk stays 64 KiB (one import, cut by pages), and nothing is built again.
         assert_eq!(t.chunk_bytes, MAX_CHUNK_BYTES, "round {round}");
-        assert_eq!(*builds.get_or_insert(t.builds_total), t.builds_total, "round {round}");
+        assert_eq!(
+            *builds.get_or_insert(t.builds_total),
+            t.builds_total,
+            "round {round}"
+        );
         // M3: the pieces are the model's runs of read-write pages.
         let mut want = Vec::new();
         let mut p = 0;

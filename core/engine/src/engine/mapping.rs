@@ -44,10 +44,15 @@ pub(super) struct MappingState {
 }
 
 impl MappingState {
-    fn derive(key: (u64, u64), memory: &GuestMemory, mappings: &Mappings) -> Self {
+    fn derive(key: (u64, u64), memory: &GuestMemory, mappings: &Mappings, last: &mut Self) -> Self {
+        // The readable runs move with the generation alone (M4), not with the mappings.
+        let runs = match last.key {
+            Some((generation, _)) if generation == key.0 => std::mem::take(&mut last.runs),
+            _ => memory.readable_runs(),
+        };
         Self {
             key: Some(key),
-            runs: memory.readable_runs(),
+            runs,
             pieces: mappings.piece_reports(),
             left_out: mappings.left_out().cloned().collect(),
             // T1 over the imports: a chunk lies in one import; the pieces inside one (pages cut out
@@ -72,7 +77,9 @@ fn chunk_cause(memory: &GuestMemory, mappings: &Mappings) -> String {
     if align >= MAX_CHUNK_BYTES.min(memory.page_bytes() * u64::from(PARTS)) {
         return "every import's ends are aligned to the largest chunk".to_owned();
     }
-    let at = if i.guest.end & (align - 1) == 0 && i.guest.end.trailing_zeros() < i.guest.start.trailing_zeros() {
+    let at = if i.guest.end & (align - 1) == 0
+        && i.guest.end.trailing_zeros() < i.guest.start.trailing_zeros()
+    {
         i.guest.end
     } else {
         i.guest.start
@@ -80,7 +87,9 @@ fn chunk_cause(memory: &GuestMemory, mappings: &Mappings) -> String {
     let beside = mappings
         .left_out()
         .find(|l| l.guest.contains(at) || l.guest.end == at)
-        .map_or(String::new(), |l| format!(", beside {} left out ({})", l.guest, l.reason.phrase()));
+        .map_or(String::new(), |l| {
+            format!(", beside {} left out ({})", l.guest, l.reason.phrase())
+        });
     format!(
         "the import of {} (what M3 handed the driver in one piece) ends on a {align:#x}-byte boundary at {at:#x}{beside}, and a chunk lies in one import",
         i.guest
@@ -165,10 +174,17 @@ impl<B: Backend> Engine<B> {
     pub(super) fn mapping_state(&mut self) -> &MappingState {
         let key = (self.memory.generation(), self.mappings.version());
         if self.mapping_state.key != Some(key) {
-            self.mapping_state = MappingState::derive(key, &self.memory, &self.mappings);
+            let mut last = std::mem::take(&mut self.mapping_state);
+            self.mapping_state = MappingState::derive(key, &self.memory, &self.mappings, &mut last);
         }
         debug_assert!(
-            self.mapping_state == MappingState::derive(key, &self.memory, &self.mappings),
+            self.mapping_state
+                == MappingState::derive(
+                    key,
+                    &self.memory,
+                    &self.mappings,
+                    &mut MappingState::default()
+                ),
             "the mapping state moved without the generation or the mappings' version"
         );
         &self.mapping_state
@@ -236,7 +252,10 @@ impl<B: Backend> Engine<B> {
                     .flat_map(|p| {
                         chunks_of(p).map(move |c| {
                             let parts = parts_covered(c, shift, p.guest.start, p.guest.end);
-                            (crate::chunk_table::key_of(c, parts), p.device_at(c << shift))
+                            (
+                                crate::chunk_table::key_of(c, parts),
+                                p.device_at(c << shift),
+                            )
                         })
                     })
                     .collect();
