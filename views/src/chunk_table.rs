@@ -488,15 +488,24 @@ fn slot_tooltip(
     if s.is_empty() {
         return format!("slot {slot}: empty");
     }
-    let home = table.home_slot(s.guest_chunk);
+    let home = table.home_slot(s.chunk());
     let distance = (slot + table.capacity() - home) % table.capacity();
     let mut t = format!(
         "slot {slot}: chunk {} (guest {}) → device {}\nhome slot {home}, found on probe {}",
-        hex(s.guest_chunk),
-        hex(s.guest_chunk << table.chunk_shift()),
+        hex(s.chunk()),
+        hex(s.chunk() << table.chunk_shift()),
         hex(s.device_addr),
         distance + 1
     );
+    if s.excluded() != 0 {
+        // T1 by parts: pages cut out of the chunk after its import (the write-watch or the
+        // emulator's protection) are parts this slot does not reach.
+        t.push_str(&format!(
+            "\nreaches {} of its 16 parts (mask {:#06x}); the others escape",
+            s.reach().count_ones(),
+            s.reach()
+        ));
+    }
     if marks.binary_search(&slot).is_ok() {
         let stores: u32 = report
             .marks

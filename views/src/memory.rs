@@ -186,6 +186,30 @@ impl MemoryView {
     }
 }
 
+/// A list of `n` rows: drawn whole when short, else in a scroll area of its own that lays out only
+/// the rows in view (a 16 GiB guest cut by a write-watch has thousands of pieces and left-out
+/// pages; the panel costs what is on screen).
+fn rows(ui: &mut egui::Ui, id: impl std::hash::Hash + std::fmt::Debug, n: usize, mut row: impl FnMut(&mut egui::Ui, usize)) {
+    const WHOLE: usize = 64;
+    if n <= WHOLE {
+        for i in 0..n {
+            row(ui, i);
+        }
+        return;
+    }
+    ui.label(format!("{n} rows").as_str());
+    let height = ui.text_style_height(&egui::TextStyle::Body) + ui.spacing().item_spacing.y;
+    egui::ScrollArea::vertical()
+        .id_salt(id)
+        .max_height(height * 16.0)
+        .auto_shrink([false, true])
+        .show_rows(ui, height, n, |ui, range| {
+            for i in range {
+                row(ui, i);
+            }
+        });
+}
+
 fn reservations_ui(ui: &mut egui::Ui, view: &MemoryView, addr: Option<u64>) {
     style::section(ui, "Reservations, as this dispatch left them");
     if view.reservations.is_empty() {
@@ -232,9 +256,15 @@ fn reservations_ui(ui: &mut egui::Ui, view: &MemoryView, addr: Option<u64>) {
                 run.class.text()
             ));
         }
-        for run in r.runs.iter().filter(|x| x.class != PageClass::Mappable) {
+        let odd: Vec<_> = r
+            .runs
+            .iter()
+            .filter(|x| x.class != PageClass::Mappable)
+            .collect();
+        rows(ui, ("memory-runs", r.range.start), odd.len(), |ui, i| {
+            let run = odd[i];
             ui.label(mono(format!("  {}: {}", run.range, run.class.text())).color(style::MUTED));
-        }
+        });
     }
     if !view.targets.is_empty() {
         style::section(ui, "Protected targets (D720)");
@@ -454,31 +484,33 @@ fn mappings_ui(
         if m.runs.is_empty() {
             style::nothing(ui, "No reservation has a readable run.");
         }
-        for r in &m.runs {
+        rows(ui, "memory-readable-runs", m.runs.len(), |ui, i| {
+            let r = &m.runs[i];
             ui.label(mono(format!(
                 "{} in reservation {}",
                 r.range,
                 hex(r.reservation)
             )));
-        }
+        });
         style::section(ui, "Pieces mapped (M3)");
         if m.pieces.is_empty() {
             style::nothing(ui, "None.");
         }
-        egui::Grid::new("memory-pieces")
-            .striped(true)
-            .num_columns(4)
-            .show(ui, |ui| {
-                for h in [
-                    "guest bytes",
-                    "device base",
-                    "mapped before dispatch",
-                    "how",
-                ] {
-                    ui.strong(h);
-                }
-                ui.end_row();
-                for p in &m.pieces {
+        ui.horizontal(|ui| {
+            for h in [
+                "guest bytes",
+                "device base",
+                "mapped before dispatch",
+                "how",
+            ] {
+                ui.strong(h);
+                ui.add_space(24.0);
+            }
+        });
+        rows(ui, "memory-pieces", m.pieces.len(), |ui, i| {
+            ui.horizontal(|ui| {
+                {
+                    let p = &m.pieces[i];
                     let hit = addr.is_some_and(|a| p.guest.contains(a));
                     let t = mono(p.guest.to_string());
                     style::addr_cell(
@@ -494,14 +526,15 @@ fn mappings_ui(
                     } else {
                         "full mapping"
                     });
-                    ui.end_row();
                 }
             });
+        });
         style::section(ui, "Pieces left out (M3)");
         if m.left_out.is_empty() {
             style::nothing(ui, "None.");
         }
-        for l in &m.left_out {
+        rows(ui, "memory-left-out", m.left_out.len(), |ui, i| {
+            let l = &m.left_out[i];
             let hit = addr.is_some_and(|a| l.guest.contains(a));
             let t = mono(format!("{}: {}", l.guest, l.reason.phrase()));
             ui.label(if hit {
@@ -509,7 +542,7 @@ fn mappings_ui(
             } else {
                 t.color(style::WRITTEN)
             });
-        }
+        });
     }
 }
 
