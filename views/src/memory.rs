@@ -189,7 +189,12 @@ impl MemoryView {
 /// A list of `n` rows: drawn whole when short, else in a scroll area of its own that lays out only
 /// the rows in view (a 16 GiB guest cut by a write-watch has thousands of pieces and left-out
 /// pages; the panel costs what is on screen).
-fn rows(ui: &mut egui::Ui, id: impl std::hash::Hash + std::fmt::Debug, n: usize, mut row: impl FnMut(&mut egui::Ui, usize)) {
+fn rows(
+    ui: &mut egui::Ui,
+    id: impl std::hash::Hash + std::fmt::Debug,
+    n: usize,
+    mut row: impl FnMut(&mut egui::Ui, usize),
+) {
     const WHOLE: usize = 64;
     if n <= WHOLE {
         for i in 0..n {
@@ -509,24 +514,22 @@ fn mappings_ui(
         });
         rows(ui, "memory-pieces", m.pieces.len(), |ui, i| {
             ui.horizontal(|ui| {
-                {
-                    let p = &m.pieces[i];
-                    let hit = addr.is_some_and(|a| p.guest.contains(a));
-                    let t = mono(p.guest.to_string());
-                    style::addr_cell(
-                        ui,
-                        p.guest.start,
-                        if hit { t.color(style::SELECTED) } else { t },
-                        actions,
-                    );
-                    ui.label(mono(hex(p.device_base)));
-                    ui.label(mono(p.mapped_before_dispatch.to_string()));
-                    ui.label(if p.by_revisit {
-                        "M5 revisit"
-                    } else {
-                        "full mapping"
-                    });
-                }
+                let p = &m.pieces[i];
+                let hit = addr.is_some_and(|a| p.guest.contains(a));
+                let t = mono(p.guest.to_string());
+                style::addr_cell(
+                    ui,
+                    p.guest.start,
+                    if hit { t.color(style::SELECTED) } else { t },
+                    actions,
+                );
+                ui.label(mono(hex(p.device_base)));
+                ui.label(mono(p.mapped_before_dispatch.to_string()));
+                ui.label(if p.by_revisit {
+                    "M5 revisit"
+                } else {
+                    "full mapping"
+                });
             });
         });
         style::section(ui, "Pieces left out (M3)");

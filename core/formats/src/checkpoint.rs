@@ -324,6 +324,47 @@ impl TableWriter {
         Some(payload)
     }
 
+    /// [`Self::next`] from the slots changed since the last table this writer saw (each slot's
+    /// index and new value; the table's shape unchanged): the last table is brought up to date
+    /// by them alone, with no pass over the table, and written as a delta, or whole when the
+    /// chain of deltas is long or the change large. `Ok(None)` when no slot changed; `Err` when
+    /// there is no last table to change (the caller sends the table whole).
+    pub fn next_changes(&mut self, changed: &[(usize, TableSlot)]) -> Result<Option<Vec<u8>>, ()> {
+        let Some(prev) = self.last.as_mut() else {
+            return Err(());
+        };
+        let mut moved: Vec<usize> = Vec::with_capacity(changed.len());
+        for &(i, s) in changed {
+            let Some(at) = prev.slots.get_mut(i) else {
+                self.reset();
+                return Err(());
+            };
+            if *at != s {
+                *at = s;
+                moved.push(i);
+            }
+        }
+        if moved.is_empty() {
+            return Ok(None);
+        }
+        moved.sort_unstable();
+        moved.dedup();
+        let small = moved.len() * DELTA_ENTRY_BYTES < prev.slots.len() * 16 / 2;
+        if !small || self.deltas >= MAX_TABLE_DELTAS {
+            self.deltas = 0;
+            return Ok(Some(prev.encode()));
+        }
+        let mut body = Vec::with_capacity(moved.len() * DELTA_ENTRY_BYTES);
+        for i in moved {
+            let s = prev.slots[i];
+            body.extend_from_slice(&(i as u64).to_le_bytes());
+            body.extend_from_slice(&s.guest_chunk.to_le_bytes());
+            body.extend_from_slice(&s.device_addr.to_le_bytes());
+        }
+        self.deltas += 1;
+        Ok(Some(table_payload(&prev.header(true), &body)))
+    }
+
     /// Forgets the last table, so that the next payload is a full one (after an unknown state,
     /// which a delta may not follow).
     pub fn reset(&mut self) {

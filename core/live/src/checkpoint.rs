@@ -331,7 +331,18 @@ pub(crate) enum Copied<T> {
 pub(crate) struct StateCopy {
     pub(crate) dispatch: u64,
     pub(crate) memory: Option<Copied<MemoryState>>,
-    pub(crate) table: Option<Copied<TableImage>>,
+    pub(crate) table: Option<Copied<TableCopy>>,
+}
+
+/// The chunk table as the tap copied it: whole, or (where the last table it queued is the one the
+/// engine's last change started from) only the slots that change changed, so that a debugger
+/// attached to a game with a 16 MiB table copies a few slots a dispatch, not the table.
+#[derive(Debug)]
+pub(crate) enum TableCopy {
+    /// Every slot.
+    Whole(TableImage),
+    /// The slots changed since the table last queued: index and new value.
+    Changes(Vec<(usize, dispatchscope_core::chunk_table::TableSlot)>),
 }
 
 /// What a tap remembers, on the game thread, of the state it queued this session.
@@ -342,6 +353,9 @@ pub(crate) struct Tracker {
     memory_sent: Option<u64>,
     /// Whether the table was queued as it stands.
     table_sent: bool,
+    /// The table version ([`dispatchscope_core::chunk_table::ChunkTable::version`]) last copied,
+    /// whole or by its changes, this session.
+    table_version: Option<u64>,
     /// Game-thread time the budget holds.
     bucket: Duration,
     refilled: Instant,
@@ -354,6 +368,7 @@ impl Tracker {
             session: None,
             memory_sent: None,
             table_sent: false,
+            table_version: None,
             // A share of 0 never copies: every change is sent as unknown.
             bucket: if share > 0.0 {
                 CHECKPOINT_BURST
@@ -383,6 +398,7 @@ impl Tracker {
             self.session = Some(session);
             self.memory_sent = None;
             self.table_sent = false;
+            self.table_version = None;
         }
         if report
             .table
@@ -416,10 +432,34 @@ impl Tracker {
             }
         });
         let table = table.map(|t| {
-            if afford {
-                Copied::State(TableImage::of(t))
-            } else {
-                Copied::Unknown(over("chunk table"))
+            use dispatchscope_core::chunk_table::Changed;
+            let changes = match engine.table_changes() {
+                Some((from, to, Changed::Slots(slots)))
+                    if self.table_version == Some(from) && to == t.version() =>
+                {
+                    Some(slots)
+                }
+                _ => None,
+            };
+            match changes {
+                // Its changes: a few slots, whatever the budget.
+                Some(slots) => {
+                    self.table_version = Some(t.version());
+                    Copied::State(TableCopy::Changes(
+                        slots
+                            .iter()
+                            .filter_map(|&i| t.slots().get(i).map(|s| (i, *s)))
+                            .collect(),
+                    ))
+                }
+                None if afford => {
+                    self.table_version = Some(t.version());
+                    Copied::State(TableCopy::Whole(TableImage::of(t)))
+                }
+                None => {
+                    self.table_version = None;
+                    Copied::Unknown(over("chunk table"))
+                }
             }
         });
         let spent = now.elapsed();
@@ -447,6 +487,7 @@ impl Tracker {
     pub(crate) fn resend(&mut self) {
         self.memory_sent = None;
         self.table_sent = false;
+        self.table_version = None;
     }
 }
 
@@ -455,6 +496,9 @@ impl Tracker {
 #[derive(Debug, Default)]
 pub(crate) struct Writer {
     tables: TableWriter,
+    /// A table came as changes to one this writer does not hold: the game thread must copy the
+    /// next one whole ([`Writer::take_want_whole_table`]).
+    want_whole_table: bool,
     last_memory: Option<MemoryState>,
     /// The state of a dispatch that could not be sent is owed: the next dispatch sent says it is
     /// unknown unless it carries its own.
@@ -462,6 +506,11 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
+    /// Whether the game thread must copy the table whole next (asked once).
+    pub(crate) fn take_want_whole_table(&mut self) -> bool {
+        std::mem::take(&mut self.want_whole_table)
+    }
+
     /// The message to send after dispatch `copy.dispatch`, which was sent; `None` when the copies
     /// repeat what was sent. A part longer than `max_part_bytes` is sent as unknown.
     pub(crate) fn message(&mut self, copy: StateCopy, max_part_bytes: usize) -> Option<Checkpoint> {
@@ -489,7 +538,24 @@ impl Writer {
             }
         });
         let table = copy.table.and_then(|t| match t {
-            Copied::State(image) => {
+            Copied::State(TableCopy::Changes(slots)) => match self.tables.next_changes(&slots) {
+                Ok(None) => None,
+                Ok(Some(bytes)) if bytes.len() <= max_part_bytes => Some(StatePart::Known(bytes)),
+                Ok(Some(bytes)) => {
+                    self.tables.reset();
+                    Some(too_large("chunk table", bytes.len()))
+                }
+                // No table to change (the last was not sent): unknown until a whole one is, which
+                // the game thread is asked for.
+                Err(()) => {
+                    self.want_whole_table = true;
+                    Some(StatePart::Unknown(format!(
+                    "the chunk table after dispatch {} came as changes to a table this session did not send",
+                    copy.dispatch
+                )))
+                }
+            },
+            Copied::State(TableCopy::Whole(image)) => {
                 let bytes = self.tables.next_image(image)?;
                 if bytes.len() > max_part_bytes {
                     self.tables.reset();
@@ -727,7 +793,7 @@ mod tests {
         let copy = |d, m: &MemoryState, t: &ChunkTable| StateCopy {
             dispatch: d,
             memory: Some(Copied::State(m.clone())),
-            table: Some(Copied::State(TableImage::of(t))),
+            table: Some(Copied::State(TableCopy::Whole(TableImage::of(t)))),
         };
         let first = w.message(copy(0, &memory, &t), 1 << 20).unwrap();
         assert!(matches!(first.memory, Some(StatePart::Known(_))));
@@ -759,5 +825,82 @@ mod tests {
             "a full table after an unknown one"
         );
         assert!(matches!(again.memory, Some(StatePart::Known(_))));
+    }
+
+    /// The tap copies the slots a dispatch changed, not the table, once the writer holds the table
+    /// they change; the writer sends them as a delta of those slots; changes to a table it does
+    /// not hold are unknown and ask for a whole one.
+    #[test]
+    fn a_table_follows_by_the_slots_its_last_change_changed() {
+        use dispatchscope_core::addr::ByteRange;
+        use dispatchscope_core::input::{Backing, HostProtection, Reason};
+        use dispatchscope_core::{DeviceLimits, DispatchInput, Engine, Event};
+        let mut e = Engine::cpu(DeviceLimits::default()).unwrap();
+        let base = 0x1_0000_0000u64;
+        e.apply(&Event::Reserve {
+            range: ByteRange::new(base, base + (256 << 20)),
+            readable: true,
+            writable: true,
+            committed: true,
+            backing: Backing::Private,
+            host_base: None,
+        })
+        .unwrap();
+        let input = DispatchInput {
+            program: 1,
+            reasons: vec![Reason::D758],
+            ..DispatchInput::default()
+        };
+        let mut tracker = Tracker::new(1.0);
+        let mut w = Writer::default();
+        let r = e.dispatch(&input).unwrap();
+        let first = tracker.copy(1, &e, &r, 0).unwrap();
+        assert!(matches!(
+            first.table,
+            Some(Copied::State(TableCopy::Whole(_)))
+        ));
+        tracker.queued_parts((true, true), e.memory().state_changes());
+        let m = w.message(first, 64 << 20).unwrap();
+        assert!(matches!(m.table, Some(StatePart::Known(_))));
+        // One page made read-only: one slot changes.
+        e.apply(&Event::HostProtect {
+            range: ByteRange::new(base + 0x5000, base + 0x6000),
+            protection: HostProtection::Read,
+        })
+        .unwrap();
+        let r = e.dispatch(&input).unwrap();
+        let copy = tracker.copy(1, &e, &r, 1).unwrap();
+        let Some(Copied::State(TableCopy::Changes(slots))) = &copy.table else {
+            panic!("{:?}", copy.table)
+        };
+        assert_eq!(
+            slots.len(),
+            1,
+            "the one slot, not the {} of the table",
+            e.table().unwrap().capacity()
+        );
+        tracker.queued_parts((true, true), e.memory().state_changes());
+        let m = w.message(copy, 64 << 20).unwrap();
+        let Some(StatePart::Known(delta)) = &m.table else {
+            panic!("{m:?}")
+        };
+        assert!(check_table_payload(delta).unwrap(), "a delta");
+        assert!(
+            delta.len() < 256,
+            "one slot's entry and a header: {} bytes",
+            delta.len()
+        );
+        // A writer that never held the table cannot take changes: unknown, and a whole one asked for.
+        let mut fresh = Writer::default();
+        e.apply(&Event::HostProtect {
+            range: ByteRange::new(base + 0x5000, base + 0x6000),
+            protection: HostProtection::ReadWrite,
+        })
+        .unwrap();
+        let r = e.dispatch(&input).unwrap();
+        let copy = tracker.copy(1, &e, &r, 2).unwrap();
+        let m = fresh.message(copy, 64 << 20).unwrap();
+        assert!(matches!(m.table, Some(StatePart::Unknown(_))));
+        assert!(fresh.take_want_whole_table());
     }
 }

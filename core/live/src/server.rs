@@ -586,7 +586,11 @@ fn write_loop(
                 Outgoing::State(copy) => {
                     // Sent only after its dispatch; a state whose dispatch was not sent is owed.
                     let c = if last_dispatch_sent == Some(copy.dispatch) {
-                        states.message(*copy, max_part)
+                        let c = states.message(*copy, max_part);
+                        if states.take_want_whole_table() {
+                            queue.want_state();
+                        }
+                        c
                     } else {
                         states.not_sent();
                         queue.want_state();

@@ -71,7 +71,11 @@ fn sixteen_gib_imports_in_pieces_and_a_page_toggle_costs_one_slot() {
         .unwrap();
     assert_eq!(r.mode, Mode::DeviceAddressed);
     assert!(r.escapes.is_empty(), "{:?}", r.escapes);
-    assert!(r.host_path.failures.is_empty(), "{:?}", r.host_path.failures);
+    assert!(
+        r.host_path.failures.is_empty(),
+        "{:?}",
+        r.host_path.failures
+    );
     assert_eq!(r.accesses[0].values, vec![0x1234_5678]);
     assert_eq!(r.accesses[1].values, vec![0x8765_4321]);
     assert_eq!(pages.word(last as usize + 0x20), 0xfeed_f00d);
@@ -94,7 +98,11 @@ fn sixteen_gib_imports_in_pieces_and_a_page_toggle_costs_one_slot() {
     let range = ByteRange::new(GUEST + page, GUEST + page + PAGE as u64);
     for (prot, protection, escapes) in [
         (libc::PROT_READ, HostProtection::Read, true),
-        (libc::PROT_READ | libc::PROT_WRITE, HostProtection::ReadWrite, false),
+        (
+            libc::PROT_READ | libc::PROT_WRITE,
+            HostProtection::ReadWrite,
+            false,
+        ),
     ] {
         pages.protect(page as usize, PAGE, prot);
         e.apply(&Event::HostProtect { range, protection }).unwrap();
@@ -114,11 +122,19 @@ fn sixteen_gib_imports_in_pieces_and_a_page_toggle_costs_one_slot() {
             SLOT_BYTES as u64,
             "the device got that slot alone"
         );
-        assert_eq!((m.imports_made, m.imports_dropped), (0, 0), "the driver was not asked");
+        assert_eq!(
+            (m.imports_made, m.imports_dropped),
+            (0, 0),
+            "the driver was not asked"
+        );
         assert_eq!(r.accesses[0].escaped, escapes);
         if escapes {
             assert_eq!(r.escapes[0].class, EscapeClass::LeftOut);
-            assert_eq!(pages.word(page as usize + 8), 0, "nothing stored in the read-only page");
+            assert_eq!(
+                pages.word(page as usize + 8),
+                0,
+                "nothing stored in the read-only page"
+            );
         } else {
             assert_eq!(pages.word(page as usize + 8), 7);
         }

@@ -27,6 +27,9 @@ pub(super) struct TableSync {
     /// The table's statistics as of its last change: each is a walk over every slot, too dear to
     /// repeat for every dispatch of a large table that did not change.
     stats: Option<TableStats>,
+    /// The slots the last sync changed, and the table versions it took the table from and to:
+    /// what a debugger's copy of the table needs to follow it without copying it whole.
+    pub(super) last_changes: Option<(u64, u64, crate::chunk_table::Changed)>,
 }
 
 /// The mapping state as of `key` (the memory's generation, the mappings' version): what each
@@ -315,6 +318,13 @@ impl<B: Backend> Engine<B> {
         };
         // The backend's copy is now this version of the table: changes count from here.
         if let Some(t) = self.table.as_mut() {
+            let changed = match t.changed() {
+                crate::chunk_table::Changed::Slots(v) if v.is_empty() => None,
+                c => Some((t.changed_since(), t.version(), c.clone())),
+            };
+            if changed.is_some() {
+                self.sync.last_changes = changed;
+            }
             t.clear_changed();
         }
         Ok(report)

@@ -412,6 +412,17 @@ impl<B: Backend> Engine<B> {
         self.table.as_ref()
     }
 
+    /// The slots the last change of the chunk table changed, with the table versions
+    /// ([`ChunkTable::version`]) it went from and to: a copy of the table at the first version
+    /// becomes the table by these slots alone (every slot after a build or a grow). `None` before
+    /// the table first changed.
+    pub fn table_changes(&self) -> Option<(u64, u64, &crate::chunk_table::Changed)> {
+        self.sync
+            .last_changes
+            .as_ref()
+            .map(|(from, to, c)| (*from, *to, c))
+    }
+
     /// The backend.
     pub fn backend(&self) -> &B {
         &self.backend
