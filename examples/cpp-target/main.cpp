@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "compute_device.hpp"
 #include "dispatchscope.h"
 
 namespace {
@@ -58,50 +59,12 @@ struct Device {
         ici.pApplicationInfo = &app;
         check_vk(vkCreateInstance(&ici, nullptr, &instance), "vkCreateInstance");
 
-        uint32_t n = 0;
-        vkEnumeratePhysicalDevices(instance, &n, nullptr);
-        std::vector<VkPhysicalDevice> devices(n);
-        vkEnumeratePhysicalDevices(instance, &n, devices.data());
-        for (VkPhysicalDevice pd : devices) {
-            VkPhysicalDeviceProperties props;
-            vkGetPhysicalDeviceProperties(pd, &props);
-            if (props.apiVersion < VK_API_VERSION_1_2) continue;
-            uint32_t nq = 0;
-            vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, nullptr);
-            std::vector<VkQueueFamilyProperties> families(nq);
-            vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, families.data());
-            for (uint32_t f = 0; f < nq; f++) {
-                if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) {
-                    physical = pd;
-                    family = f;
-                    name = props.deviceName;
-                    break;
-                }
-            }
-            if (physical != VK_NULL_HANDLE) break;
-        }
-        if (physical == VK_NULL_HANDLE) die("no Vulkan 1.2 device with a compute queue");
-
-        float priority = 1.0f;
-        VkDeviceQueueCreateInfo qci{};
-        qci.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
-        qci.queueFamilyIndex = family;
-        qci.queueCount = 1;
-        qci.pQueuePriorities = &priority;
-        v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-        v12.bufferDeviceAddress = VK_TRUE;
-        features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-        features.pNext = &v12;
-        features.features.shaderInt64 = VK_TRUE;
-        features.features.shaderStorageBufferArrayDynamicIndexing = VK_TRUE;
-        VkDeviceCreateInfo dci{};
-        dci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
-        dci.pNext = &features;
-        dci.queueCreateInfoCount = 1;
-        dci.pQueueCreateInfos = &qci;
-        dci.enabledExtensionCount = 1;
-        dci.ppEnabledExtensionNames = extensions;
-        check_vk(vkCreateDevice(physical, &dci, nullptr, &device), "vkCreateDevice");
+        ds_example::ComputeDevice found = ds_example::find_compute_device(instance);
+        if (found.physical == VK_NULL_HANDLE) die("no Vulkan 1.2 device with a compute queue");
+        physical = found.physical;
+        family = found.family;
+        name = found.props.deviceName;
+        check_vk(ds_example::create_compute_device(found, v12, features, extensions, &device), "vkCreateDevice");
         vkGetDeviceQueue(device, family, 0, &queue);
     }
 

@@ -118,7 +118,7 @@ pub enum ColumnsError {
     Json(String),
     /// The record's instrumented section is not one.
     #[error("the record's instrumented section: {0}")]
-    Section(String),
+    Section(#[source] crate::instrumented::InstrumentedError),
     /// Bytes after the record's last block.
     #[error("{0} bytes after the record's access blocks")]
     Trailing(usize),
@@ -512,6 +512,35 @@ pub(crate) fn deal<T, R>(
     }
 }
 
+/// A report access row as both row encodings read it (this module's and [`crate::packed`]'s), its
+/// lookups and values dealt to it afterwards ([`deal`]): `thread` is its workgroup, wave and lane.
+pub(crate) fn report_row(
+    index: usize,
+    thread: [u32; 3],
+    pc: u64,
+    (kind, op, size_bytes): (AccessKind, Op, u32),
+    (route, rule): (Route, Rule),
+    (device_address, escaped): (Option<u64>, bool),
+) -> AccessReport {
+    let [workgroup, wave, lane] = thread;
+    AccessReport {
+        index,
+        pc,
+        workgroup,
+        wave,
+        lane,
+        kind,
+        op,
+        size_bytes,
+        route,
+        rule,
+        lookups: Vec::new(),
+        device_address,
+        values: Vec::new(),
+        escaped,
+    }
+}
+
 /// Reads a report's access block from `r`.
 pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, ColumnsError> {
     let n = r.u32("access report count")?;
@@ -522,7 +551,7 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
     for (i, chunk) in b.chunks_exact(REPORT_ROW_BYTES).enumerate() {
         let mut c = Row { b: chunk, at: 0 };
         let index = usize_of(c.u64(), i, "access index")?;
-        let (workgroup, wave, lane, pc) = (c.u32(), c.u32(), c.u32(), c.u64());
+        let (thread, pc) = ([c.u32(), c.u32(), c.u32()], c.u64());
         let kind = code(&KINDS, "access kind", i, c.u8())?;
         let op = code(&[Op::Load, Op::Store], "access op", i, c.u8())?;
         let size_bytes = c.u32();
@@ -537,25 +566,12 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
                 value: flags,
             });
         }
-        let device_address = c.u64();
+        let device = (flags & 2 != 0).then_some(c.u64());
         n_lookups.push(c.u32());
         n_values.push(c.u32());
-        out.push(AccessReport {
-            index,
-            workgroup,
-            wave,
-            lane,
-            pc,
-            kind,
-            op,
-            size_bytes,
-            route,
-            rule,
-            lookups: Vec::new(),
-            device_address: (flags & 2 != 0).then_some(device_address),
-            values: Vec::new(),
-            escaped: flags & 1 != 0,
-        });
+        let codes = (kind, op, size_bytes);
+        let at = (device, flags & 1 != 0);
+        out.push(report_row(index, thread, pc, codes, (route, rule), at));
     }
     let total_lookups: u64 = n_lookups.iter().map(|&c| u64::from(c)).sum();
     let lb = rows(r, "lookup rows", total_lookups, LOOKUP_ROW_BYTES)?;
@@ -829,7 +845,7 @@ pub fn decode_record(
     let j = r.u32("JSON length")?;
     // A version 2 record (`message.rs`) has its version here, with the top bit set: its reader is
     // `message::decode_record`, which [`crate::session::DispatchRecord::from_payload`] chooses.
-    if j & 0x8000_0000 != 0 {
+    if j & crate::versions::RECORD_VERSIONED != 0 {
         return Err(ColumnsError::UnknownVersion(j));
     }
     let text = r.take("JSON", u64::from(j))?;
@@ -846,7 +862,7 @@ pub fn decode_record(
         None
     } else {
         let b = r.take("instrumented section", u64::from(s))?;
-        Some(crate::instrumented::decode(b).map_err(|e| ColumnsError::Section(e.to_string()))?)
+        Some(crate::instrumented::decode(b).map_err(ColumnsError::Section)?)
     };
     let (mut input, mut report) = (shell.input, shell.report);
     input.accesses = decode_accesses(&mut r)?;

@@ -45,18 +45,21 @@
 use thiserror::Error;
 
 use dispatchscope_core::addr::ByteRange;
-use dispatchscope_core::input::{AccessKind, Op};
+use dispatchscope_core::input::Op;
 use dispatchscope_core::report::{
     CapturedAccess, ControlStatus, EscapeClass, HeatMap, InstrumentCounters, InstrumentedReport,
     LeftOutReason, LoggedEscape, Route, SiteReport,
 };
 
 use crate::bytes::take_at;
+// The access kinds and ops by the codes every row encoding of this crate shares.
+use crate::columns::{KINDS, kind_code, op_code};
 
 /// The record's first four bytes.
 pub const MAGIC: [u8; 4] = *b"DSIR";
-/// The layout version this module writes and reads.
-pub const VERSION: u16 = 2;
+/// The layout version this module writes and reads (version 1 is read too:
+/// [`crate::legacy::instrumented_v1`]).
+pub use crate::versions::INSTRUMENTED_VERSION as VERSION;
 
 /// The flag bit saying a heat map follows.
 const FLAG_HEAT: u16 = 1;
@@ -155,17 +158,6 @@ pub enum InstrumentedError {
     },
 }
 
-const KINDS: [AccessKind; 8] = [
-    AccessKind::Global,
-    AccessKind::Flat,
-    AccessKind::Scalar,
-    AccessKind::UntypedBuffer,
-    AccessKind::FormatBuffer,
-    AccessKind::RayIntersection,
-    AccessKind::Lds,
-    AccessKind::Scratch,
-];
-
 const CLASSES: [EscapeClass; 5] = [
     EscapeClass::NoReservation,
     EscapeClass::NotReadable,
@@ -179,17 +171,6 @@ const REASONS: [LeftOutReason; 3] = [
     LeftOutReason::NotPrivate,
     LeftOutReason::NotReadWrite,
 ];
-
-fn kind_code(k: AccessKind) -> u8 {
-    KINDS.iter().position(|x| *x == k).unwrap_or(0) as u8
-}
-
-fn op_code(op: Op) -> u8 {
-    match op {
-        Op::Load => 0,
-        Op::Store => 1,
-    }
-}
 
 fn count(what: &'static str, n: usize) -> Result<u32, InstrumentedError> {
     u32::try_from(n).map_err(|_| InstrumentedError::TooMany { what, n })
@@ -452,13 +433,8 @@ pub fn decode(bytes: &[u8]) -> Result<InstrumentedReport, InstrumentedError> {
         });
     }
     let version = r.u16("the version")?;
-    if version != VERSION && version != 1 {
-        return Err(InstrumentedError::Version { found: version });
-    }
     let flags = r.u16("the header")?;
-    if flags & !FLAG_HEAT != 0 || (version == 1 && flags != 0) {
-        return Err(InstrumentedError::Flags { version, flags });
-    }
+    crate::legacy::instrumented_v1::check_header(version, flags, FLAG_HEAT)?;
     let grid = [r.u32("the header")?, r.u32("the header")?];
     let lanes = r.u64("the header")?;
     let workgroups = r.u64("the header")?;

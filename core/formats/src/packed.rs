@@ -36,8 +36,8 @@
 //! never a panic.
 
 use crate::columns::{
-    ColumnsError, KINDS, Reader, code, deal, kind_code, op_code, route_of_parts, route_parts,
-    rule_code, usize_of,
+    ColumnsError, KINDS, Reader, code, deal, kind_code, op_code, report_row, route_of_parts,
+    route_parts, rule_code, usize_of,
 };
 use dispatchscope_core::input::{Access, Op};
 use dispatchscope_core::report::{AccessReport, LookupOutcome, LookupTrace, ProbeStep};
@@ -452,9 +452,11 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
     let mut p = Prev::default();
     for row in 0..n {
         let index = i.usize("access index", row, &mut p.index)?;
-        let workgroup = i.z32("access workgroup", row, &mut p.workgroup)?;
-        let wave = i.z32("access wave", row, &mut p.wave)?;
-        let lane = i.z32("access lane", row, &mut p.lane)?;
+        let thread = [
+            i.z32("access workgroup", row, &mut p.workgroup)?,
+            i.z32("access wave", row, &mut p.wave)?,
+            i.z32("access lane", row, &mut p.lane)?,
+        ];
         let pc = i.z("access pc", row, &mut p.pc)?;
         let b = i.u8("access codes")?;
         let kind = code(&KINDS, "access kind", row, b & 7)?;
@@ -478,22 +480,9 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
         };
         n_lookups.push(i.v32("access lookup count", row)?);
         n_values.push(i.v32("access value count", row)?);
-        out.push(AccessReport {
-            index,
-            workgroup,
-            wave,
-            lane,
-            pc,
-            kind,
-            op,
-            size_bytes,
-            route,
-            rule,
-            lookups: Vec::new(),
-            device_address,
-            values: Vec::new(),
-            escaped,
-        });
+        let codes = (kind, op, size_bytes);
+        let at = (device_address, escaped);
+        out.push(report_row(index, thread, pc, codes, (route, rule), at));
     }
     let t = total(&i, "lookup rows", &n_lookups, MIN_LOOKUP_BYTES)?;
     let mut lookups = Vec::with_capacity(usize_of(t, 0, "lookups")?);

@@ -94,44 +94,79 @@ impl DispatchRecord {
         v
     }
 
-    /// Reads a payload [`Self::to_payload`] wrote, in either form, or a live recording's column
-    /// record ([`crate::columns::encode_record`]); what is wrong is the message.
-    pub fn from_payload(bytes: &[u8]) -> Result<Self, String> {
-        if crate::message::is_versioned_record(bytes) {
-            let (input, report) =
-                crate::message::decode_record(bytes).map_err(|e| e.to_string())?;
-            return Ok(Self {
-                input,
-                report: Some(report),
-            });
+    /// Reads a payload of any form a DISPATCH record has had ([`crate::legacy`]'s table, told
+    /// apart by [`crate::legacy::sniff`]): what [`Self::to_payload`] writes, a live recording's
+    /// column record ([`crate::columns::encode_record`]) or message record
+    /// ([`crate::message::encode_record`]), version 2 included.
+    pub fn from_payload(bytes: &[u8]) -> Result<Self, RecordError> {
+        use crate::legacy::DispatchForm;
+        match crate::legacy::sniff(bytes) {
+            DispatchForm::Json => Ok(serde_json::from_slice(bytes)?),
+            DispatchForm::Framed => Self::from_framed(bytes),
+            DispatchForm::ColumnsV1 => {
+                let (input, report) = crate::columns::decode_record(bytes)?;
+                Ok(Self { input, report })
+            }
+            DispatchForm::MessageV2 | DispatchForm::MessageV3 | DispatchForm::UnknownVersion(_) => {
+                let (input, report) = crate::message::decode_record(bytes)?;
+                Ok(Self {
+                    input,
+                    report: Some(report),
+                })
+            }
         }
-        if bytes.starts_with(&crate::columns::RECORD_MAGIC) {
-            let (input, report) =
-                crate::columns::decode_record(bytes).map_err(|e| e.to_string())?;
-            return Ok(Self { input, report });
-        }
-        let Some(rest) = bytes.strip_prefix(&FRAMED_DISPATCH_MAGIC) else {
-            return serde_json::from_slice(bytes).map_err(|e| e.to_string());
-        };
+    }
+
+    /// The framed form: [`FRAMED_DISPATCH_MAGIC`], the JSON's length, the JSON, the section.
+    fn from_framed(bytes: &[u8]) -> Result<Self, RecordError> {
+        let rest = bytes.get(FRAMED_DISPATCH_MAGIC.len()..).unwrap_or_default();
         let (len, rest) = rest
             .split_first_chunk::<4>()
-            .ok_or("a framed DISPATCH record cut short in its JSON length")?;
+            .ok_or(RecordError::FramedCut)?;
         let len = u32::from_le_bytes(*len) as usize;
         if len > rest.len() {
-            return Err(format!(
-                "a framed DISPATCH record names {len} bytes of JSON, {} are left",
-                rest.len()
-            ));
+            return Err(RecordError::FramedLength {
+                names: len,
+                left: rest.len(),
+            });
         }
         let (text, columns) = rest.split_at(len);
-        let mut record: DispatchRecord = serde_json::from_slice(text).map_err(|e| e.to_string())?;
-        let section = crate::instrumented::decode(columns).map_err(|e| e.to_string())?;
+        let mut record: DispatchRecord = serde_json::from_slice(text)?;
+        let section = crate::instrumented::decode(columns)?;
         match record.report.as_mut() {
             Some(r) => r.instrumented = Some(section),
-            None => return Err("a framed DISPATCH record with a section but no report".into()),
+            None => return Err(RecordError::SectionWithoutReport),
         }
         Ok(record)
     }
+}
+
+/// Why a DISPATCH record's payload is not one ([`DispatchRecord::from_payload`]).
+#[derive(Debug, Error)]
+pub enum RecordError {
+    /// A column or message record's bytes ([`crate::columns`], [`crate::message`]).
+    #[error(transparent)]
+    Columns(#[from] crate::columns::ColumnsError),
+    /// The JSON of a JSON or framed record.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// A framed record's instrumented section.
+    #[error(transparent)]
+    Section(#[from] crate::instrumented::InstrumentedError),
+    /// A framed record too short for its JSON's length.
+    #[error("a framed DISPATCH record cut short in its JSON length")]
+    FramedCut,
+    /// A framed record naming more JSON than it holds.
+    #[error("a framed DISPATCH record names {names} bytes of JSON, {left} are left")]
+    FramedLength {
+        /// The bytes of JSON it names.
+        names: usize,
+        /// The bytes left after the length.
+        left: usize,
+    },
+    /// A framed record with a section and no report to put it in.
+    #[error("a framed DISPATCH record with a section but no report")]
+    SectionWithoutReport,
 }
 
 /// After a replay of a capture: what only the device and the emulator knew comes back from each
@@ -511,7 +546,8 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                 path: self.path.clone(),
                 error,
             })?;
-        DispatchRecord::from_payload(&bytes).map_err(|e| self.bad(RecordKind::DISPATCH, n, e))
+        DispatchRecord::from_payload(&bytes)
+            .map_err(|e| self.bad(RecordKind::DISPATCH, n, e.to_string()))
     }
 
     /// Reads the whole capture back as a sample (every complete record; a torn tail is dropped).
@@ -574,7 +610,7 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                     sample.steps.push(Step::Event(e));
                 }
                 RecordKind::DISPATCH => {
-                    let d = DispatchRecord::from_payload(&bytes).map_err(bad)?;
+                    let d = DispatchRecord::from_payload(&bytes).map_err(|e| bad(e.to_string()))?;
                     sample.steps.push(Step::Dispatch(Box::new(d.input)));
                     reports.push(d.report);
                 }
