@@ -433,8 +433,9 @@ pub fn decode(bytes: &[u8]) -> Result<InstrumentedReport, InstrumentedError> {
         });
     }
     let version = r.u16("the version")?;
+    crate::legacy::instrumented_v1::check_version(version)?;
     let flags = r.u16("the header")?;
-    crate::legacy::instrumented_v1::check_header(version, flags, FLAG_HEAT)?;
+    crate::legacy::instrumented_v1::check_flags(version, flags, FLAG_HEAT)?;
     let grid = [r.u32("the header")?, r.u32("the header")?];
     let lanes = r.u64("the header")?;
     let workgroups = r.u64("the header")?;

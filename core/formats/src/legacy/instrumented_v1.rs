@@ -8,12 +8,16 @@ use crate::versions::INSTRUMENTED_VERSION;
 /// The version word of a version 1 record.
 pub const VERSION_1: u16 = 1;
 
-/// Checks a record's version and flags words: the current version with `known` flags, or version
-/// 1 with none.
-pub fn check_header(version: u16, flags: u16, known: u16) -> Result<(), InstrumentedError> {
+/// Checks a record's version word: the current version, or version 1.
+pub fn check_version(version: u16) -> Result<(), InstrumentedError> {
     if version != INSTRUMENTED_VERSION && version != VERSION_1 {
         return Err(InstrumentedError::Version { found: version });
     }
+    Ok(())
+}
+
+/// Checks a record's flags word: `known` flags in the current version, none in version 1.
+pub fn check_flags(version: u16, flags: u16, known: u16) -> Result<(), InstrumentedError> {
     if flags & !known != 0 || (version == VERSION_1 && flags != 0) {
         return Err(InstrumentedError::Flags { version, flags });
     }
