@@ -1,14 +1,17 @@
 // What the two C++ hosts (examples/cpp-target, examples/emulator-host) share of their own Vulkan
-// setup: the first Vulkan 1.2 device with a compute queue, and the device created with what
+// setup: the first Vulkan 1.2 device with a compute queue, the device created with what
 // dispatchscope's C ABI checks it was given (bufferDeviceAddress, shaderInt64, dynamically
-// indexed arrays of storage buffers, VK_EXT_external_memory_host). Each host keeps its instance
-// (the emulator host's with layers and a messenger) and what it builds on the device.
+// indexed arrays of storage buffers, VK_EXT_external_memory_host), and the handles the C ABI is
+// told of. Each host keeps its instance (the emulator host's with layers and a messenger) and what
+// it builds on the device.
 #pragma once
 
 #include <vulkan/vulkan.h>
 
 #include <cstdint>
 #include <vector>
+
+#include "dispatchscope.h"
 
 namespace ds_example {
 
@@ -71,6 +74,25 @@ inline VkResult create_compute_device(const ComputeDevice &d, VkPhysicalDeviceVu
     dci.enabledExtensionCount = 1;
     dci.ppEnabledExtensionNames = extensions;
     return vkCreateDevice(d.physical, &dci, nullptr, device);
+}
+
+// What `ds_engine_create_vulkan` is told of a host's device: `vk` has the members both hosts name
+// alike (instance, physical, device, queue, family, extensions, features), and outlives the call.
+template <typename Device>
+inline ds_vulkan_device vulkan_handles(const Device &vk) {
+    ds_vulkan_device handles{};
+    handles.size = sizeof handles;
+    handles.get_instance_proc_addr = reinterpret_cast<void *>(&vkGetInstanceProcAddr);
+    handles.instance = vk.instance;
+    handles.physical_device = vk.physical;
+    handles.device = vk.device;
+    handles.queue = vk.queue;
+    handles.queue_family_index = vk.family;
+    handles.api_version = VK_API_VERSION_1_2;
+    handles.enabled_extensions = vk.extensions;
+    handles.n_enabled_extensions = 1;
+    handles.enabled_features = &vk.features;
+    return handles;
 }
 
 }  // namespace ds_example

@@ -837,18 +837,7 @@ int main(int argc, char **argv) {
     // --- the device and the engine ---------------------------------------------------------------
     Device vk;
     vk.open(validation);
-    ds_vulkan_device handles{};
-    handles.size = sizeof handles;
-    handles.get_instance_proc_addr = reinterpret_cast<void *>(&vkGetInstanceProcAddr);
-    handles.instance = vk.instance;
-    handles.physical_device = vk.physical;
-    handles.device = vk.device;
-    handles.queue = vk.queue;
-    handles.queue_family_index = vk.family;
-    handles.api_version = VK_API_VERSION_1_2;
-    handles.enabled_extensions = vk.extensions;
-    handles.n_enabled_extensions = 1;
-    handles.enabled_features = &vk.features;
+    ds_vulkan_device handles = ds_example::vulkan_handles(vk);
     ds_host_callbacks cb;
     std::memset(&cb, 0, sizeof cb);
     cb.size = sizeof cb;

@@ -130,41 +130,7 @@ pub enum ColumnsError {
     MessagePack(String),
 }
 
-pub(crate) const KINDS: [AccessKind; 8] = [
-    AccessKind::Global,
-    AccessKind::Flat,
-    AccessKind::Scalar,
-    AccessKind::UntypedBuffer,
-    AccessKind::FormatBuffer,
-    AccessKind::RayIntersection,
-    AccessKind::Lds,
-    AccessKind::Scratch,
-];
-
-pub(crate) fn kind_code(k: AccessKind) -> u8 {
-    match k {
-        AccessKind::Global => 0,
-        AccessKind::Flat => 1,
-        AccessKind::Scalar => 2,
-        AccessKind::UntypedBuffer => 3,
-        AccessKind::FormatBuffer => 4,
-        AccessKind::RayIntersection => 5,
-        AccessKind::Lds => 6,
-        AccessKind::Scratch => 7,
-    }
-}
-
-pub(crate) fn op_code(op: Op) -> u8 {
-    match op {
-        Op::Load => 0,
-        Op::Store => 1,
-    }
-}
-
-pub(crate) fn rule_code(r: Rule) -> u8 {
-    // Rule::ALL lists the variants in declaration order, so the discriminant is the position.
-    r as u8
-}
+pub(crate) use crate::codes::{KINDS, kind_code, op_code, route_parts, rule_code};
 
 /// One fixed-width row built on the stack, then appended with one copy: writing field by field
 /// into the `Vec` measured about twice as slow (a capacity check and a call per field).
@@ -241,17 +207,6 @@ pub fn encode_accesses(accesses: &[Access], out: &mut Vec<u8>) {
     }
 }
 
-/// A route as a row stores it: its code, its holder (bound routes) and its offset or address.
-pub(crate) fn route_parts(r: &Route) -> (u8, u32, u64) {
-    match *r {
-        Route::Bound { holder, offset } => (0, holder, offset),
-        Route::Device { address } => (1, 0, address),
-        Route::Lds { offset } => (2, 0, offset),
-        Route::Scratch { offset } => (3, 0, offset),
-        Route::NotRun => (4, 0, 0),
-    }
-}
-
 /// [`route_parts`]' reverse, for row `row`: an unknown code is named.
 pub(crate) fn route_of_parts(
     code: u8,
@@ -259,19 +214,10 @@ pub(crate) fn route_of_parts(
     at: u64,
     row: usize,
 ) -> Result<Route, ColumnsError> {
-    Ok(match code {
-        0 => Route::Bound { holder, offset: at },
-        1 => Route::Device { address: at },
-        2 => Route::Lds { offset: at },
-        3 => Route::Scratch { offset: at },
-        4 => Route::NotRun,
-        value => {
-            return Err(ColumnsError::BadCode {
-                column: "route",
-                row,
-                value,
-            });
-        }
+    crate::codes::route_of_parts(code, holder, at).ok_or(ColumnsError::BadCode {
+        column: "route",
+        row,
+        value: code,
     })
 }
 

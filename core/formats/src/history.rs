@@ -250,8 +250,7 @@ pub fn of_capture<R: std::io::Read + std::io::Seek>(
         match m.kind {
             RecordKind::EVENTS => {
                 let bytes = file.read_record(i)?;
-                let e: Event = serde_json::from_slice(&bytes)
-                    .map_err(|e| file.bad_record(i, e.to_string()))?;
+                let e: Event = serde_json::from_slice(&bytes).map_err(|e| file.bad_record(i, e))?;
                 b.event(&e);
             }
             RecordKind::DISPATCH => {
@@ -265,7 +264,7 @@ pub fn of_capture<R: std::io::Read + std::io::Seek>(
                     Lean::Skip(copies) => b.skipped_dispatch(copies),
                     Lean::Whole => {
                         let d = DispatchRecord::from_payload(&bytes)
-                            .map_err(|e| file.bad_record(i, e.to_string()))?;
+                            .map_err(|e| file.bad_record(i, e))?;
                         b.dispatch(&d.input, d.report.as_ref());
                     }
                 }

@@ -10,6 +10,7 @@
 mod bytes;
 pub mod capture;
 pub mod checkpoint;
+mod codes;
 pub mod columns;
 pub mod generate;
 pub mod history;

@@ -62,7 +62,7 @@ pub struct DispatchRecord {
 
 /// The first bytes of a DISPATCH record kept in the framed form ([`DispatchRecord::to_payload`]):
 /// a JSON record never starts with them.
-pub const FRAMED_DISPATCH_MAGIC: [u8; 4] = *b"DSDR";
+pub use crate::versions::FRAMED_DISPATCH_MAGIC;
 
 impl DispatchRecord {
     /// The record's payload in a capture. A report without an instrumented section is the
@@ -236,7 +236,7 @@ pub enum SessionError {
         error: CaptureError,
     },
     /// A record whose payload is not what its kind says.
-    #[error("{path}: record {seq} ({kind}) at byte {offset:#x}: {message}")]
+    #[error("{path}: record {seq} ({kind}) at byte {offset:#x}: {error}")]
     Record {
         /// The file.
         path: String,
@@ -246,8 +246,10 @@ pub enum SessionError {
         kind: String,
         /// Its byte offset.
         offset: u64,
-        /// What was wrong.
-        message: String,
+        /// What was wrong: the reader's own error (a [`RecordError`], a
+        /// [`crate::checkpoint::CheckpointError`], a `serde_json::Error` …), to downcast and match,
+        /// or words where there is none.
+        error: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Neither a sample nor a capture.
     #[error(
@@ -427,7 +429,7 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                 seq: 0,
                 kind: "header".into(),
                 offset: crate::capture::FILE_HEADER_BYTES,
-                message: format!("the header is not a capture's META: {e}"),
+                error: format!("the header is not a capture's META: {e}").into(),
             })?;
         if meta.format != CAPTURE_FORMAT {
             return Err(SessionError::Record {
@@ -435,7 +437,7 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                 seq: 0,
                 kind: "header".into(),
                 offset: crate::capture::FILE_HEADER_BYTES,
-                message: format!("format is {:?}, not {CAPTURE_FORMAT:?}", meta.format),
+                error: format!("format is {:?}, not {CAPTURE_FORMAT:?}", meta.format).into(),
             });
         }
         let mut file = Self { path, reader, meta };
@@ -478,7 +480,12 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
         self.reader.len_of_kind(RecordKind::DISPATCH)
     }
 
-    fn bad(&self, kind: RecordKind, n: usize, message: String) -> SessionError {
+    fn bad(
+        &self,
+        kind: RecordKind,
+        n: usize,
+        error: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> SessionError {
         let meta = self
             .reader
             .records()
@@ -490,7 +497,7 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
             seq: meta.map_or(0, |m| m.seq),
             kind: kind.to_string(),
             offset: meta.map_or(0, |m| m.offset_bytes),
-            message,
+            error: error.into(),
         }
     }
 
@@ -526,14 +533,18 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
     }
 
     /// The error for record `records()[idx]` whose payload is not what its kind says.
-    pub fn bad_record(&self, idx: usize, message: String) -> SessionError {
+    pub fn bad_record(
+        &self,
+        idx: usize,
+        error: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> SessionError {
         let meta = self.reader.records().get(idx);
         SessionError::Record {
             path: self.path.clone(),
             seq: meta.map_or(0, |m| m.seq),
             kind: meta.map_or_else(String::new, |m| m.kind.to_string()),
             offset: meta.map_or(0, |m| m.offset_bytes),
-            message,
+            error: error.into(),
         }
     }
 
@@ -546,8 +557,7 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                 path: self.path.clone(),
                 error,
             })?;
-        DispatchRecord::from_payload(&bytes)
-            .map_err(|e| self.bad(RecordKind::DISPATCH, n, e.to_string()))
+        DispatchRecord::from_payload(&bytes).map_err(|e| self.bad(RecordKind::DISPATCH, n, e))
     }
 
     /// Reads the whole capture back as a sample (every complete record; a torn tail is dropped).
@@ -573,12 +583,12 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                     path: self.path.clone(),
                     error,
                 })?;
-            let bad = |message: String| SessionError::Record {
+            let bad = |error: Box<dyn std::error::Error + Send + Sync>| SessionError::Record {
                 path: self.path.clone(),
                 seq: m.seq,
                 kind: m.kind.to_string(),
                 offset: m.offset_bytes,
-                message,
+                error,
             };
             match m.kind {
                 RecordKind::MEMORY => {
@@ -586,7 +596,8 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                         return Err(bad(format!(
                             "{} bytes, less than a contents header",
                             bytes.len()
-                        )));
+                        )
+                        .into()));
                     }
                     let mut a = [0u8; 8];
                     a.copy_from_slice(&bytes[..8]);
@@ -597,7 +608,8 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                         return Err(bad(format!(
                             "says {len} bytes of contents but holds {}",
                             bytes.len() - 12
-                        )));
+                        )
+                        .into()));
                     }
                     sample.contents.push(Contents {
                         address: u64::from_le_bytes(a),
@@ -605,12 +617,11 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                     });
                 }
                 RecordKind::EVENTS => {
-                    let e: Event =
-                        serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+                    let e: Event = serde_json::from_slice(&bytes).map_err(|e| bad(e.into()))?;
                     sample.steps.push(Step::Event(e));
                 }
                 RecordKind::DISPATCH => {
-                    let d = DispatchRecord::from_payload(&bytes).map_err(|e| bad(e.to_string()))?;
+                    let d = DispatchRecord::from_payload(&bytes).map_err(|e| bad(e.into()))?;
                     sample.steps.push(Step::Dispatch(Box::new(d.input)));
                     reports.push(d.report);
                 }

@@ -10,6 +10,10 @@
 //! analysis below this crate define, and the C ABI's `DS_ABI_VERSION`, which its generated header
 //! must read as a literal.
 
+/// The first bytes of a DISPATCH record in the framed form (JSON, then an instrumented section;
+/// `session::DispatchRecord::to_payload`): a JSON record never starts with them.
+pub const FRAMED_DISPATCH_MAGIC: [u8; 4] = *b"DSDR";
+
 /// The sample format (`samples/*.json`, `samples/README.md`); older versions keep loading.
 pub const SAMPLE_VERSION: u32 = 1;
 

@@ -34,8 +34,7 @@ pub mod record_v2;
 pub mod wire_kinds;
 
 use crate::columns::RECORD_MAGIC;
-use crate::session::FRAMED_DISPATCH_MAGIC;
-use crate::versions::{RECORD_V2, RECORD_V3, RECORD_VERSIONED};
+use crate::versions::{FRAMED_DISPATCH_MAGIC, RECORD_V2, RECORD_V3, RECORD_VERSIONED};
 
 /// The form of a DISPATCH record's payload, from its first eight bytes (the table above).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
