@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "compute_device.hpp"
+#include "ds_host.hpp"
 #include "dispatchscope.h"
 
 namespace {
@@ -85,18 +85,7 @@ std::string hex(uint64_t v) {
     return buf;
 }
 
-ds_slot slot(uint32_t index, uint64_t base, uint64_t size, bool written) {
-    ds_slot s{};
-    s.size = sizeof s;
-    s.slot = index;
-    s.flags = DS_SLOT_RESOLVED | (written ? DS_SLOT_WRITTEN : 0u);
-    s.base = base;
-    s.size_bytes = size;
-    s.alias_of = DS_NO_ALIAS;
-    s.format = DS_FORMAT_NONE;
-    s.base_source = DS_BASE_DESCRIPTOR;
-    return s;
-}
+using ds_example::slot;
 
 const char *mode_name(ds_mode m) {
     switch (m) {

@@ -55,7 +55,7 @@
 #include <thread>
 #include <vector>
 
-#include "compute_device.hpp"
+#include "ds_host.hpp"
 #include "dispatchscope.h"
 
 #ifndef EMULATOR_HOST_SPV_DIR
@@ -716,18 +716,7 @@ void rebuild_textures(ds_engine engine, uint32_t &next_id) {
     }
 }
 
-ds_slot slot(uint32_t index, uint64_t base, uint64_t size, bool written) {
-    ds_slot s{};
-    s.size = sizeof s;
-    s.slot = index;
-    s.flags = DS_SLOT_RESOLVED | (written ? DS_SLOT_WRITTEN : 0u);
-    s.base = base;
-    s.size_bytes = size;
-    s.alias_of = DS_NO_ALIAS;
-    s.format = DS_FORMAT_NONE;
-    s.base_source = DS_BASE_DESCRIPTOR;
-    return s;
-}
+using ds_example::slot;
 
 struct Frame {
     uint32_t dispatches = 0, refusals = 0, escapes = 0, escapes_predicted = 0, failures = 0;

@@ -403,6 +403,34 @@ fn words(r: &mut Reader<'_>, n: u64) -> Result<Vec<u32>, ColumnsError> {
         .collect())
 }
 
+/// The present parts of an input access row: address, slot, offset and index.
+pub(crate) type Present = (Option<u64>, Option<u32>, Option<u64>, Option<u32>);
+
+/// An input access row as both row encodings read it (this module's and [`crate::packed`]'s), its
+/// values dealt to it afterwards: `thread` is its workgroup, wave and lane.
+pub(crate) fn access_row(
+    thread: [u32; 3],
+    pc: u64,
+    (kind, op, size_bytes): (AccessKind, Op, u32),
+    (address, slot, offset, index): Present,
+) -> Access {
+    let [workgroup, wave, lane] = thread;
+    Access {
+        pc,
+        workgroup,
+        wave,
+        lane,
+        kind,
+        op,
+        address,
+        slot,
+        offset,
+        index,
+        size_bytes,
+        values: Vec::new(),
+    }
+}
+
 /// Reads an input's access block from `r`.
 pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> {
     let n = r.u32("access count")?;
@@ -411,7 +439,7 @@ pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> 
     let mut counts = Vec::with_capacity(n as usize);
     for (i, chunk) in b.chunks_exact(ACCESS_ROW_BYTES).enumerate() {
         let mut c = Row { b: chunk, at: 0 };
-        let (workgroup, wave, lane, pc) = (c.u32(), c.u32(), c.u32(), c.u64());
+        let (thread, pc) = ([c.u32(), c.u32(), c.u32()], c.u64());
         let kind = code(&KINDS, "access kind", i, c.u8())?;
         let op = code(&[Op::Load, Op::Store], "access op", i, c.u8())?;
         let present = c.u8();
@@ -422,23 +450,15 @@ pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> 
                 value: present,
             });
         }
-        let (address, slot, offset, index) = (c.u64(), c.u32(), c.u64(), c.u32());
+        let parts = (
+            (present & 1 != 0).then_some(c.u64()),
+            (present & 2 != 0).then_some(c.u32()),
+            (present & 4 != 0).then_some(c.u64()),
+            (present & 8 != 0).then_some(c.u32()),
+        );
         let size_bytes = c.u32();
         counts.push(c.u32());
-        out.push(Access {
-            workgroup,
-            wave,
-            lane,
-            pc,
-            kind,
-            op,
-            address: (present & 1 != 0).then_some(address),
-            slot: (present & 2 != 0).then_some(slot),
-            offset: (present & 4 != 0).then_some(offset),
-            index: (present & 8 != 0).then_some(index),
-            size_bytes,
-            values: Vec::new(),
-        });
+        out.push(access_row(thread, pc, (kind, op, size_bytes), parts));
     }
     let total: u64 = counts.iter().map(|&c| u64::from(c)).sum();
     deal(&mut out, &counts, words(r, total)?, |a, v| a.values = v);

@@ -36,8 +36,8 @@
 //! never a panic.
 
 use crate::columns::{
-    ColumnsError, KINDS, Reader, code, deal, kind_code, op_code, report_row, route_of_parts,
-    route_parts, rule_code, usize_of,
+    ColumnsError, KINDS, Reader, access_row, code, deal, kind_code, op_code, report_row,
+    route_of_parts, route_parts, rule_code, usize_of,
 };
 use dispatchscope_core::input::{Access, Op};
 use dispatchscope_core::report::{AccessReport, LookupOutcome, LookupTrace, ProbeStep};
@@ -393,9 +393,11 @@ pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> 
     let mut counts = Vec::with_capacity(n);
     let mut p = Prev::default();
     for row in 0..n {
-        let workgroup = i.z32("access workgroup", row, &mut p.workgroup)?;
-        let wave = i.z32("access wave", row, &mut p.wave)?;
-        let lane = i.z32("access lane", row, &mut p.lane)?;
+        let thread = [
+            i.z32("access workgroup", row, &mut p.workgroup)?,
+            i.z32("access wave", row, &mut p.wave)?,
+            i.z32("access lane", row, &mut p.lane)?,
+        ];
         let pc = i.z("access pc", row, &mut p.pc)?;
         let b = i.u8("access codes")?;
         let kind = code(&KINDS, "access kind", row, b & 7)?;
@@ -419,20 +421,8 @@ pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> 
         };
         let size_bytes = i.v32("access size", row)?;
         counts.push(i.v32("access value count", row)?);
-        out.push(Access {
-            workgroup,
-            wave,
-            lane,
-            pc,
-            kind,
-            op,
-            address,
-            slot,
-            offset,
-            index,
-            size_bytes,
-            values: Vec::new(),
-        });
+        let parts = (address, slot, offset, index);
+        out.push(access_row(thread, pc, (kind, op, size_bytes), parts));
     }
     total(&i, "value words", &counts, 1)?;
     for (a, &k) in out.iter_mut().zip(&counts) {

@@ -1,9 +1,9 @@
-// What the two C++ hosts (examples/cpp-target, examples/emulator-host) share of their own Vulkan
-// setup: the first Vulkan 1.2 device with a compute queue, the device created with what
+// What the two C++ hosts (examples/cpp-target, examples/emulator-host) share: of their own Vulkan
+// setup, the first Vulkan 1.2 device with a compute queue, the device created with what
 // dispatchscope's C ABI checks it was given (bufferDeviceAddress, shaderInt64, dynamically
 // indexed arrays of storage buffers, VK_EXT_external_memory_host), and the handles the C ABI is
-// told of. Each host keeps its instance (the emulator host's with layers and a messenger) and what
-// it builds on the device.
+// told of; of the C ABI, a resolved slot in struct form. Each host keeps its instance (the emulator
+// host's with layers and a messenger) and what it builds on the device.
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -93,6 +93,20 @@ inline ds_vulkan_device vulkan_handles(const Device &vk) {
     handles.n_enabled_extensions = 1;
     handles.enabled_features = &vk.features;
     return handles;
+}
+
+// A resolved slot of `size` bytes at `base`, read-only or written, its base from its descriptor.
+inline ds_slot slot(uint32_t index, uint64_t base, uint64_t size, bool written) {
+    ds_slot s{};
+    s.size = sizeof s;
+    s.slot = index;
+    s.flags = DS_SLOT_RESOLVED | (written ? DS_SLOT_WRITTEN : 0u);
+    s.base = base;
+    s.size_bytes = size;
+    s.alias_of = DS_NO_ALIAS;
+    s.format = DS_FORMAT_NONE;
+    s.base_source = DS_BASE_DESCRIPTOR;
+    return s;
 }
 
 }  // namespace ds_example
