@@ -416,12 +416,12 @@ pub(crate) fn access_row(
 ) -> Access {
     let [workgroup, wave, lane] = thread;
     Access {
+        kind,
+        op,
         pc,
         workgroup,
         wave,
         lane,
-        kind,
-        op,
         address,
         slot,
         offset,
