@@ -39,7 +39,7 @@ use crate::columns::{
     ColumnsError, KINDS, Reader, access_row, code, deal, kind_code, op_code, report_row,
     route_of_parts, route_parts, rule_code, usize_of,
 };
-use dispatchscope_core::input::{Access, Op};
+use dispatchscope_core::input::{Access, AccessKind, Op};
 use dispatchscope_core::report::{AccessReport, LookupOutcome, LookupTrace, ProbeStep};
 use dispatchscope_core::rules::Rule;
 
@@ -385,6 +385,25 @@ fn total(i: &In<'_>, part: &'static str, counts: &[u32], min: u64) -> Result<u64
     Ok(t)
 }
 
+/// The head both row kinds begin with: workgroup, wave and lane, pc (each a difference from the
+/// row before), and the codes byte with its kind (bits 0–2) and op (bit 3).
+fn row_head(
+    i: &mut In<'_>,
+    row: usize,
+    p: &mut Prev,
+) -> Result<([u32; 3], u64, u8, AccessKind, Op), ColumnsError> {
+    let thread = [
+        i.z32("access workgroup", row, &mut p.workgroup)?,
+        i.z32("access wave", row, &mut p.wave)?,
+        i.z32("access lane", row, &mut p.lane)?,
+    ];
+    let pc = i.z("access pc", row, &mut p.pc)?;
+    let b = i.u8("access codes")?;
+    let kind = code(&KINDS, "access kind", row, b & 7)?;
+    let op = code(&[Op::Load, Op::Store], "access op", row, b >> 3 & 1)?;
+    Ok((thread, pc, b, kind, op))
+}
+
 /// Reads a packed input access block from `r`.
 pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> {
     let mut i = In::new(r);
@@ -393,15 +412,7 @@ pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> 
     let mut counts = Vec::with_capacity(n);
     let mut p = Prev::default();
     for row in 0..n {
-        let thread = [
-            i.z32("access workgroup", row, &mut p.workgroup)?,
-            i.z32("access wave", row, &mut p.wave)?,
-            i.z32("access lane", row, &mut p.lane)?,
-        ];
-        let pc = i.z("access pc", row, &mut p.pc)?;
-        let b = i.u8("access codes")?;
-        let kind = code(&KINDS, "access kind", row, b & 7)?;
-        let op = code(&[Op::Load, Op::Store], "access op", row, b >> 3 & 1)?;
+        let (thread, pc, b, kind, op) = row_head(&mut i, row, &mut p)?;
         let present = b >> 4;
         let address = match present & 1 {
             0 => None,
@@ -442,15 +453,7 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
     let mut p = Prev::default();
     for row in 0..n {
         let index = i.usize("access index", row, &mut p.index)?;
-        let thread = [
-            i.z32("access workgroup", row, &mut p.workgroup)?,
-            i.z32("access wave", row, &mut p.wave)?,
-            i.z32("access lane", row, &mut p.lane)?,
-        ];
-        let pc = i.z("access pc", row, &mut p.pc)?;
-        let b = i.u8("access codes")?;
-        let kind = code(&KINDS, "access kind", row, b & 7)?;
-        let op = code(&[Op::Load, Op::Store], "access op", row, b >> 3 & 1)?;
+        let (thread, pc, b, kind, op) = row_head(&mut i, row, &mut p)?;
         let route = b >> 4 & 7;
         let escaped = b & 0x80 != 0;
         let rule = code(Rule::ALL, "rule", row, i.u8("access rule")?)?;
