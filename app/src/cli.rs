@@ -13,7 +13,7 @@ use dispatchscope_formats::checkpoint;
 use dispatchscope_formats::sample::Sample;
 use dispatchscope_formats::session::{self, Opened};
 
-use crate::load::{BackendChoice, BadInput, check_alignment, load, parse_number, run_sample};
+use crate::load::{BackendChoice, BadInput, PlanLimitArgs, load, parse_number, run_sample};
 
 /// `generate`'s arguments.
 #[derive(Debug, Args)]
@@ -48,12 +48,9 @@ pub struct ExplainArgs {
     /// Print the report schema (JSON) instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Re-plan against another minStorageBufferOffsetAlignment (e.g. 256 or 0x100).
-    #[arg(long, value_parser = parse_number)]
-    pub min_storage_buffer_offset_alignment: Option<u64>,
-    /// Re-plan against another maxStorageBufferRange.
-    #[arg(long, value_parser = parse_number)]
-    pub max_storage_buffer_range: Option<u64>,
+    /// Re-plan against other planning limits.
+    #[command(flatten)]
+    pub plan: PlanLimitArgs,
     /// Print every access, not the first 16 of each dispatch.
     #[arg(long)]
     pub all_accesses: bool,
@@ -64,9 +61,7 @@ pub struct ExplainArgs {
 
 /// `dispatchscope explain`.
 pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
-    let overrides = args.min_storage_buffer_offset_alignment.is_some()
-        || args.max_storage_buffer_range.is_some()
-        || args.backend == BackendChoice::Vulkan;
+    let overrides = args.plan.any() || args.backend == BackendChoice::Vulkan;
     // A capture that recorded its reports explains dispatch N from its record alone.
     if let (Some(n), false) = (args.dispatch, overrides)
         && let Ok(Opened::Capture(mut c)) = session::open(&args.file)
@@ -91,13 +86,7 @@ pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
     let loaded = load(&args.file)?;
     let sample = &loaded.sample;
     let mut limits = sample.device.clone();
-    if let Some(a) = args.min_storage_buffer_offset_alignment {
-        check_alignment(a)?;
-        limits.min_storage_buffer_offset_alignment = a;
-    }
-    if let Some(m) = args.max_storage_buffer_range {
-        limits.max_storage_buffer_range = m;
-    }
+    args.plan.apply_to(&mut limits)?;
     let recorded: Option<Vec<DispatchReport>> = loaded.recorded.iter().cloned().collect();
     let reports = match recorded {
         Some(r) if !overrides && !r.is_empty() => r,
@@ -134,7 +123,7 @@ fn print_reports(
     reports: &[DispatchReport],
 ) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::out::stdout();
     let written = if args.json {
         let doc = serde_json::json!({
             "schema": SCHEMA,
@@ -161,11 +150,8 @@ fn print_reports(
             })
         })
     };
-    match written.and_then(|()| out.flush()) {
-        // A reader that stopped reading (`explain … | head`) is not an error.
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other.context("writing the explanation"),
-    }
+    // A reader that stopped reading (`explain … | head`) is `out::Closed`: a quiet end.
+    out.finish(written)
 }
 
 /// `dispatchscope convert IN OUT`: sample ↔ capture, without loss. A capture made from a sample

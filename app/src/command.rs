@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::{cli, diff_cli, disasm_cli, gui, history_cli, live_cli, load, pass_demo, vk_cli};
+use crate::{cli, diff_cli, disasm_cli, gui, history_cli, live_cli, load, out, pass_demo, vk_cli};
 
 /// dispatchscope: a debugger for a console emulator's GPU compute dispatches.
 #[derive(Debug, Parser)]
@@ -82,7 +82,9 @@ pub enum Command {
 /// input (for `diff`, diff(1)'s 0 the same, 1 different, 2 trouble).
 pub fn run(cli: &Cli) -> ExitCode {
     if let Some(Command::Diff(args)) = &cli.command {
-        // diff(1)'s statuses: 0 the same, 1 different, 2 trouble (bad input named).
+        // diff(1)'s statuses: 0 the same, 1 different, 2 trouble (bad input named); a reader
+        // that closed the output early does not change them (`diff_cli` made the comparison
+        // before it printed it).
         return match diff_cli::diff_cmd(args) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(1),
@@ -114,8 +116,11 @@ pub fn run(cli: &Cli) -> ExitCode {
             disk_budget: cli.disk_budget,
         }),
     };
-    match result {
+    // Every subcommand writes through `out`; what it buffered goes now.
+    match result.and_then(|()| out::flush()) {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that stopped reading (`… | head`): a quiet end, as a pipe's writer has.
+        Err(e) if out::is_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("dispatchscope: {e:#}");
             if e.downcast_ref::<load::BadInput>().is_some() {

@@ -27,7 +27,9 @@ use dispatchscope_core::report::DispatchReport;
 use dispatchscope_formats::session::{self, Opened};
 use dispatchscope_formats::what_if::{self as session_what_if, RePlanError};
 
-use crate::load::{BackendChoice, BadInput, WhatIfLimits, load, parse_number, run_sample};
+use crate::load::{
+    BackendChoice, BadInput, PlanLimitArgs, WhatIfLimits, load, parse_number, run_sample,
+};
 
 /// `diff`'s arguments.
 #[derive(Debug, Args)]
@@ -39,12 +41,9 @@ pub struct DiffArgs {
     /// Print the diff as JSON (schema `dispatchscope.diff/1`, `samples/diff.schema.json`).
     #[arg(long)]
     pub json: bool,
-    /// What if: minStorageBufferOffsetAlignment (O7), e.g. 256 or 0x100.
-    #[arg(long, value_parser = parse_number)]
-    pub min_storage_buffer_offset_alignment: Option<u64>,
-    /// What if: maxStorageBufferRange (O5).
-    #[arg(long, value_parser = parse_number)]
-    pub max_storage_buffer_range: Option<u64>,
+    /// What if: the planning limits (O5, O7).
+    #[command(flatten)]
+    pub plan: PlanLimitArgs,
     /// What if: the chunk table's probe bound (T2); replays the session.
     #[arg(long, value_parser = parse_number)]
     pub probe_bound: Option<u64>,
@@ -67,8 +66,8 @@ impl DiffArgs {
 
     fn what_if_limits(&self) -> WhatIfLimits {
         WhatIfLimits {
-            min_storage_buffer_offset_alignment: self.min_storage_buffer_offset_alignment,
-            max_storage_buffer_range: self.max_storage_buffer_range,
+            min_storage_buffer_offset_alignment: self.plan.min_storage_buffer_offset_alignment,
+            max_storage_buffer_range: self.plan.max_storage_buffer_range,
             probe_bound: self.probe_bound,
             host_page_bytes: self.host_page_bytes,
         }
@@ -108,7 +107,7 @@ pub fn diff_cmd(args: &DiffArgs) -> anyhow::Result<bool> {
         .b
         .as_ref()
         .map_or_else(|| "(what if)".to_owned(), |b| b.display().to_string());
-    if args.json {
+    let printed = if args.json {
         let doc = serde_json::json!({
             "schema": DIFF_SCHEMA,
             "a": args.a.display().to_string(),
@@ -116,14 +115,18 @@ pub fn diff_cmd(args: &DiffArgs) -> anyhow::Result<bool> {
             "same": diff.is_empty(),
             "diff": diff,
         });
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(&doc).context("serialising the diff")?
-        );
+        )
     } else {
-        print!("{}", text(&args.a.display().to_string(), &b_name, &diff));
+        crate::out!("{}", text(&args.a.display().to_string(), &b_name, &diff))
+    };
+    match printed.and_then(|()| crate::out::flush()) {
+        // A reader that closed the output early does not change what the comparison found.
+        Err(e) if !crate::out::is_closed(&e) => Err(e),
+        _ => Ok(diff.is_empty()),
     }
-    Ok(diff.is_empty())
 }
 
 /// A session's reports: a capture's recorded ones through its index, else a CPU replay.

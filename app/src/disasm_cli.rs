@@ -42,7 +42,7 @@ pub fn disasm_cmd(args: &DisasmArgs) -> anyhow::Result<()> {
     } else {
         listing(&args.file, args.program)?
     };
-    print!("{text}");
+    crate::out!("{text}")?;
     Ok(())
 }
 

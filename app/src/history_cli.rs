@@ -44,9 +44,9 @@ pub fn history_cmd(args: &HistoryArgs) -> anyhow::Result<()> {
     let range = watched_range(address, args.bytes).map_err(|e| BadInput(e.to_string()))?;
     let h = history_of(&args.file, range)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&h)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&h)?)?;
     } else {
-        print!("{}", text(&h, &args.file.display().to_string()));
+        crate::out!("{}", text(&h, &args.file.display().to_string()))?;
     }
     Ok(())
 }

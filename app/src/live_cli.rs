@@ -164,7 +164,9 @@ pub fn demo_cmd(args: &DemoArgs) -> anyhow::Result<()> {
     } else {
         "no token"
     };
-    println!("dispatchscope demo: listening on {addr} ({PROTOCOL} version {VERSION}; {token})");
+    crate::outln!(
+        "dispatchscope demo: listening on {addr} ({PROTOCOL} version {VERSION}; {token})"
+    )?;
     let mut reach = addr;
     if reach.ip().is_unspecified() {
         reach.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
@@ -174,7 +176,7 @@ pub fn demo_cmd(args: &DemoArgs) -> anyhow::Result<()> {
     } else {
         ""
     };
-    println!("  attach with: dispatchscope attach {reach}{flag} --steps 3");
+    crate::outln!("  attach with: dispatchscope attach {reach}{flag} --steps 3")?;
     if let Some(res) = args.resolution {
         let fps = (args.fps > 0.0).then_some(args.fps);
         return crate::pass_demo::demo_pass(&mut tap, res, &args.pass, args.frames, fps);
@@ -198,23 +200,36 @@ pub fn demo_cmd(args: &DemoArgs) -> anyhow::Result<()> {
         frames: args.frames,
         fps: (args.fps > 0.0).then_some(args.fps),
     };
+    // A closed output stops the frame loop; the demo then ends quietly (`out::Closed`).
+    let mut closed = None;
     dispatchscope_demo::run(&mut demo, &mut tap, options, &stop, |rate| {
-        for n in handle.take_notices() {
-            println!("  {n}");
-        }
         let f = handle.figures();
         let state = match (f.attached, f.paused) {
             (false, _) => "no debugger".to_owned(),
             (true, true) => "debugger attached, paused".to_owned(),
             (true, false) => format!("debugger attached, {} dropped", f.dropped),
         };
-        println!(
-            "frame {} · {:.1} frames/s · {:.0} dispatches/s · {} refused · {} escapes · {state}",
-            rate.frames, rate.frames_per_s, rate.dispatches_per_s, rate.refused, rate.escapes
-        );
+        let written = handle
+            .take_notices()
+            .iter()
+            .try_for_each(|n| crate::outln!("  {n}"))
+            .and_then(|()| {
+                crate::outln!(
+                    "frame {} · {:.1} frames/s · {:.0} dispatches/s · {} refused · {} escapes · {state}",
+                    rate.frames,
+                    rate.frames_per_s,
+                    rate.dispatches_per_s,
+                    rate.refused,
+                    rate.escapes
+                )
+            });
+        if let Err(e) = written {
+            closed = Some(e);
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     })
     .context("the demo's frame loop")?;
-    Ok(())
+    closed.map_or(Ok(()), Err)
 }
 
 /// `dispatchscope attach`.
@@ -312,23 +327,23 @@ pub fn attach_cmd(args: &AttachArgs) -> anyhow::Result<()> {
     if args.json {
         let doc =
             serde_json::json!({ "schema": SCHEMA, "target": args.addr, "dispatches": reports });
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(&doc).context("serialising the reports")?
-        );
+        )?;
         for s in &status {
             eprintln!("dispatchscope: {s}");
         }
     } else {
         for s in &status {
-            println!("{s}");
+            crate::outln!("{s}")?;
         }
         let detail = Detail {
             max_accesses: if args.all_accesses { usize::MAX } else { 16 },
         };
         for r in &reports {
-            println!();
-            print!("{}", explain(r, detail));
+            crate::outln!()?;
+            crate::out!("{}", explain(r, detail))?;
         }
     }
     Ok(())
@@ -402,9 +417,10 @@ pub fn record_cmd(args: &RecordArgs) -> anyhow::Result<()> {
             summary.missing
         );
     }
-    println!(
+    crate::outln!(
         "received {}, dropped {}",
-        summary.dispatches, summary.dropped
-    );
+        summary.dispatches,
+        summary.dropped
+    )?;
     Ok(())
 }

@@ -173,10 +173,77 @@ pub fn load(path: &Path) -> anyhow::Result<Loaded> {
     }
 }
 
+/// A value on the command line that is not what its flag takes: what every `value_parser` of the
+/// app returns (`parse_number`, `pass_demo::parse_resolution`, `pass_demo::parse_rect`,
+/// `gui::parse_size`), each naming the text it was given.
+#[derive(Debug, thiserror::Error)]
+pub enum ArgError {
+    /// Not a number.
+    #[error("{text:?} is not a number (decimal or 0x…)")]
+    NotANumber {
+        /// The text given.
+        text: String,
+    },
+    /// Not a resolution.
+    #[error("{text:?} is not WIDTHxHEIGHT (e.g. 1920x1080)")]
+    NotAResolution {
+        /// The text given.
+        text: String,
+    },
+    /// A part that is not a whole number.
+    #[error("{text:?}: {part:?} is not a whole number")]
+    NotWhole {
+        /// The text given.
+        text: String,
+        /// The part.
+        part: String,
+    },
+    /// A grid no pass has.
+    #[error("{text:?}: {error}")]
+    Grid {
+        /// The text given.
+        text: String,
+        /// Why.
+        #[source]
+        error: dispatchscope_core::instrument::InstrumentError,
+    },
+    /// Not a rectangle.
+    #[error("{text:?} is not X0,Y0,X1,Y1 (four whole numbers)")]
+    NotARect {
+        /// The text given.
+        text: String,
+    },
+    /// An empty rectangle.
+    #[error("{text:?}: the rectangle is empty (X0 < X1 and Y0 < Y1)")]
+    EmptyRect {
+        /// The text given.
+        text: String,
+    },
+    /// Not a size.
+    #[error("{text:?} is not a size: give bytes, or a number with K, M, G or T")]
+    NotASize {
+        /// The text given.
+        text: String,
+    },
+    /// A size's unit that is not one.
+    #[error("{text:?}: {unit:?} is not a unit: use K, M, G or T")]
+    NotAUnit {
+        /// The text given.
+        text: String,
+        /// The unit.
+        unit: String,
+    },
+    /// A size no disk holds.
+    #[error("{text:?} is not a size a disk holds")]
+    SizeOutOfRange {
+        /// The text given.
+        text: String,
+    },
+}
+
 /// A number on the command line, decimal or `0x…` (clap's `value_parser` for every numeric flag).
-pub fn parse_number(s: &str) -> Result<u64, String> {
-    dispatchscope_core::addr::parse_u64(s)
-        .ok_or_else(|| format!("{s:?} is not a number (decimal or 0x…)"))
+pub fn parse_number(s: &str) -> Result<u64, ArgError> {
+    dispatchscope_core::addr::parse_u64(s).ok_or_else(|| ArgError::NotANumber { text: s.into() })
 }
 
 /// `--min-storage-buffer-offset-alignment A`, checked as Vulkan bounds it: a power of two of at
@@ -188,6 +255,39 @@ pub fn check_alignment(a: u64) -> Result<(), BadInput> {
     Err(BadInput(format!(
         "--min-storage-buffer-offset-alignment {a:#x}: Vulkan requires a power of two of at most 256"
     )))
+}
+
+/// The planning limits' flags (O5, O7) of `explain` and `diff`, written once: a re-plan against
+/// other limits changes no engine state, so both subcommands take them the same way.
+#[derive(Clone, Copy, Debug, Default, clap::Args)]
+pub struct PlanLimitArgs {
+    /// Plan against another minStorageBufferOffsetAlignment (O7), e.g. 256 or 0x100.
+    #[arg(long, value_parser = parse_number)]
+    pub min_storage_buffer_offset_alignment: Option<u64>,
+    /// Plan against another maxStorageBufferRange (O5).
+    #[arg(long, value_parser = parse_number)]
+    pub max_storage_buffer_range: Option<u64>,
+}
+
+impl PlanLimitArgs {
+    /// Whether either flag is given.
+    pub fn any(&self) -> bool {
+        self.min_storage_buffer_offset_alignment.is_some()
+            || self.max_storage_buffer_range.is_some()
+    }
+
+    /// Sets the limits given in `limits`, the alignment checked as Vulkan bounds it
+    /// ([`check_alignment`]).
+    pub fn apply_to(&self, limits: &mut DeviceLimits) -> Result<(), BadInput> {
+        if let Some(a) = self.min_storage_buffer_offset_alignment {
+            check_alignment(a)?;
+            limits.min_storage_buffer_offset_alignment = a;
+        }
+        if let Some(m) = self.max_storage_buffer_range {
+            limits.max_storage_buffer_range = m;
+        }
+        Ok(())
+    }
 }
 
 /// The what-if's limits, as `diff FILE --LIMIT` and the window's What if… dialog take them.

@@ -41,7 +41,7 @@ use dispatchscope_vk::spirv::library::Variant;
 use dispatchscope_vk::spirv::traversal::site;
 use dispatchscope_vk::{Context, ContextOptions};
 
-use crate::load::BadInput;
+use crate::load::{ArgError, BadInput};
 
 /// A grid size, `WIDTHxHEIGHT` (each a multiple of 8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,33 +53,36 @@ pub struct Resolution {
 }
 
 /// Parses `1920x1080`.
-pub fn parse_resolution(s: &str) -> Result<Resolution, String> {
+pub fn parse_resolution(s: &str) -> Result<Resolution, ArgError> {
     let (w, h) = s
         .split_once(['x', 'X', '×'])
-        .ok_or_else(|| format!("{s:?} is not WIDTHxHEIGHT (e.g. 1920x1080)"))?;
+        .ok_or_else(|| ArgError::NotAResolution { text: s.into() })?;
     let n = |t: &str| {
-        t.trim()
-            .parse::<u32>()
-            .map_err(|_| format!("{s:?}: {t:?} is not a whole number"))
+        t.trim().parse::<u32>().map_err(|_| ArgError::NotWhole {
+            text: s.into(),
+            part: t.into(),
+        })
     };
     let (width, height) = (n(w)?, n(h)?);
-    Grid::new(width, height).map_err(|e| format!("{s:?}: {e}"))?;
+    Grid::new(width, height).map_err(|error| ArgError::Grid {
+        text: s.into(),
+        error,
+    })?;
     Ok(Resolution { width, height })
 }
 
 /// Parses a capture rectangle `X0,Y0,X1,Y1` (pixels, half-open).
-pub fn parse_rect(s: &str) -> Result<[u32; 4], String> {
+pub fn parse_rect(s: &str) -> Result<[u32; 4], ArgError> {
+    let not_a_rect = || ArgError::NotARect { text: s.into() };
     let v: Vec<u32> = s
         .split(',')
         .map(|t| t.trim().parse::<u32>())
         .collect::<Result<_, _>>()
-        .map_err(|_| format!("{s:?} is not X0,Y0,X1,Y1 (four whole numbers)"))?;
+        .map_err(|_| not_a_rect())?;
     match v[..] {
         [x0, y0, x1, y1] if x0 < x1 && y0 < y1 => Ok([x0, y0, x1, y1]),
-        [_, _, _, _] => Err(format!(
-            "{s:?}: the rectangle is empty (X0 < X1 and Y0 < Y1)"
-        )),
-        _ => Err(format!("{s:?} is not X0,Y0,X1,Y1 (four numbers)")),
+        [_, _, _, _] => Err(ArgError::EmptyRect { text: s.into() }),
+        _ => Err(not_a_rect()),
     }
 }
 
@@ -510,11 +513,11 @@ pub fn pass_cmd(args: &PassArgs) -> anyhow::Result<()> {
         capture.dispatch(&record, runner.host())?;
     }
     let n = capture.finish()?;
-    println!(
+    crate::outln!(
         "wrote {}: {n} dispatches ({} frames of the pass and the setup dispatch), {total} accesses counted on the device",
         args.output.display(),
         args.frames
-    );
+    )?;
     Ok(())
 }
 
@@ -536,12 +539,9 @@ pub fn demo_pass(
         runner.variant.name()
     );
     let handle = tap.handle();
-    let frame_time = fps
-        .filter(|f| *f > 0.0)
-        .map(|f| Duration::from_secs_f64(1.0 / f));
+    let mut pacer = dispatchscope_demo::Pacer::new(fps);
     let mut window = (Instant::now(), 0u64, Duration::ZERO, Duration::ZERO);
     let mut done = 0u64;
-    let mut next = Instant::now();
     let mut capturing = runner.selection();
     while frames.is_none_or(|n| done < n) {
         let (_, _, fig) = runner.frame(tap)?;
@@ -577,15 +577,7 @@ pub fn demo_pass(
             );
             window = (Instant::now(), 0, Duration::ZERO, Duration::ZERO);
         }
-        if let Some(ft) = frame_time {
-            next += ft;
-            let now = Instant::now();
-            if next > now {
-                std::thread::sleep(next - now);
-            } else if now - next > ft * 4 {
-                next = now;
-            }
-        }
+        pacer.wait();
     }
     Ok(())
 }

@@ -46,30 +46,30 @@ pub fn verify_cmd(args: &VerifyArgs) -> anyhow::Result<()> {
     let ctx = std::sync::Arc::clone(vk.context());
     let c = verify::compare(&loaded.sample, CpuBackend::new(), vk)
         .map_err(|e| BadInput(format!("{}: {e}", args.file.display())))?;
-    println!(
+    crate::outln!(
         "{} — {} dispatches on {} and {}",
         args.file.display(),
         c.dispatches,
         c.left,
         c.right
-    );
+    )?;
     for d in &c.differences {
-        println!("  {d}");
+        crate::outln!("  {d}")?;
     }
     let messages = ctx.validation_messages();
     for m in ctx.validation_text() {
-        println!("  validation: {m}");
+        crate::outln!("  validation: {m}")?;
     }
     let total = c.differences.len() as u64 + messages;
     if total == 0 {
-        println!(
+        crate::outln!(
             "no differences: values read, marks, escapes, write-back words and guest memory agree{}",
             if args.validation {
                 ", and the validation layer said nothing"
             } else {
                 ""
             }
-        );
+        )?;
         Ok(())
     } else {
         Err(anyhow::anyhow!(
@@ -123,12 +123,12 @@ pub fn spirv_helper_cmd(args: &SpirvHelperArgs) -> anyhow::Result<()> {
             })
     })
     .with_context(|| format!("writing {}", args.output.display()))?;
-    println!(
+    crate::outln!(
         "{}: the {} helper library, {} bytes (SPIR-V 1.5, Linkage; link with spirv-link; the program exports dispatchscope_push and dispatchscope_workgroup, u32[{}], and every lane calls dispatchscope_lane first and dispatchscope_flush last)",
         args.output.display(),
         variant.name(),
         bytes.len(),
         dispatchscope_core::instrument::WORKGROUP_WORDS
-    );
+    )?;
     Ok(())
 }

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "ds_host.hpp"
 #include "dispatchscope.h"
 
 namespace {
@@ -58,50 +59,12 @@ struct Device {
         ici.pApplicationInfo = &app;
         check_vk(vkCreateInstance(&ici, nullptr, &instance), "vkCreateInstance");
 
-        uint32_t n = 0;
-        vkEnumeratePhysicalDevices(instance, &n, nullptr);
-        std::vector<VkPhysicalDevice> devices(n);
-        vkEnumeratePhysicalDevices(instance, &n, devices.data());
-        for (VkPhysicalDevice pd : devices) {
-            VkPhysicalDeviceProperties props;
-            vkGetPhysicalDeviceProperties(pd, &props);
-            if (props.apiVersion < VK_API_VERSION_1_2) continue;
-            uint32_t nq = 0;
-            vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, nullptr);
-            std::vector<VkQueueFamilyProperties> families(nq);
-            vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, families.data());
-            for (uint32_t f = 0; f < nq; f++) {
-                if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) {
-                    physical = pd;
-                    family = f;
-                    name = props.deviceName;
-                    break;
-                }
-            }
-            if (physical != VK_NULL_HANDLE) break;
-        }
-        if (physical == VK_NULL_HANDLE) die("no Vulkan 1.2 device with a compute queue");
-
-        float priority = 1.0f;
-        VkDeviceQueueCreateInfo qci{};
-        qci.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
-        qci.queueFamilyIndex = family;
-        qci.queueCount = 1;
-        qci.pQueuePriorities = &priority;
-        v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-        v12.bufferDeviceAddress = VK_TRUE;
-        features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-        features.pNext = &v12;
-        features.features.shaderInt64 = VK_TRUE;
-        features.features.shaderStorageBufferArrayDynamicIndexing = VK_TRUE;
-        VkDeviceCreateInfo dci{};
-        dci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
-        dci.pNext = &features;
-        dci.queueCreateInfoCount = 1;
-        dci.pQueueCreateInfos = &qci;
-        dci.enabledExtensionCount = 1;
-        dci.ppEnabledExtensionNames = extensions;
-        check_vk(vkCreateDevice(physical, &dci, nullptr, &device), "vkCreateDevice");
+        ds_example::ComputeDevice found = ds_example::find_compute_device(instance);
+        if (found.physical == VK_NULL_HANDLE) die("no Vulkan 1.2 device with a compute queue");
+        physical = found.physical;
+        family = found.family;
+        name = found.props.deviceName;
+        check_vk(ds_example::create_compute_device(found, v12, features, extensions, &device), "vkCreateDevice");
         vkGetDeviceQueue(device, family, 0, &queue);
     }
 
@@ -122,18 +85,7 @@ std::string hex(uint64_t v) {
     return buf;
 }
 
-ds_slot slot(uint32_t index, uint64_t base, uint64_t size, bool written) {
-    ds_slot s{};
-    s.size = sizeof s;
-    s.slot = index;
-    s.flags = DS_SLOT_RESOLVED | (written ? DS_SLOT_WRITTEN : 0u);
-    s.base = base;
-    s.size_bytes = size;
-    s.alias_of = DS_NO_ALIAS;
-    s.format = DS_FORMAT_NONE;
-    s.base_source = DS_BASE_DESCRIPTOR;
-    return s;
-}
+using ds_example::slot;
 
 const char *mode_name(ds_mode m) {
     switch (m) {
@@ -169,18 +121,7 @@ int main(int argc, char **argv) {
         check(ds_engine_create(&limits, &engine), "ds_engine_create");
     } else {
         vk.open();
-        ds_vulkan_device handles{};
-        handles.size = sizeof handles;
-        handles.get_instance_proc_addr = reinterpret_cast<void *>(&vkGetInstanceProcAddr);
-        handles.instance = vk.instance;
-        handles.physical_device = vk.physical;
-        handles.device = vk.device;
-        handles.queue = vk.queue;
-        handles.queue_family_index = vk.family;
-        handles.api_version = VK_API_VERSION_1_2;
-        handles.enabled_extensions = vk.extensions;
-        handles.n_enabled_extensions = 1;
-        handles.enabled_features = &vk.features;
+        ds_vulkan_device handles = ds_example::vulkan_handles(vk);
         check(ds_engine_create_vulkan(&handles, &engine), "ds_engine_create_vulkan");
     }
     uint16_t port = 0;

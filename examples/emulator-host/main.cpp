@@ -55,6 +55,7 @@
 #include <thread>
 #include <vector>
 
+#include "ds_host.hpp"
 #include "dispatchscope.h"
 
 #ifndef EMULATOR_HOST_SPV_DIR
@@ -194,30 +195,12 @@ struct Device {
             if (create) check_vk(create(instance, &dci, nullptr, &messenger), "vkCreateDebugUtilsMessengerEXT");
         }
 
-        uint32_t nd = 0;
-        vkEnumeratePhysicalDevices(instance, &nd, nullptr);
-        std::vector<VkPhysicalDevice> devices(nd);
-        vkEnumeratePhysicalDevices(instance, &nd, devices.data());
-        for (VkPhysicalDevice pd : devices) {
-            VkPhysicalDeviceProperties p;
-            vkGetPhysicalDeviceProperties(pd, &p);
-            if (p.apiVersion < VK_API_VERSION_1_2) continue;
-            uint32_t nq = 0;
-            vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, nullptr);
-            std::vector<VkQueueFamilyProperties> families(nq);
-            vkGetPhysicalDeviceQueueFamilyProperties(pd, &nq, families.data());
-            for (uint32_t f = 0; f < nq; f++) {
-                if (families[f].queueFlags & VK_QUEUE_COMPUTE_BIT) {
-                    physical = pd;
-                    family = f;
-                    props = p;
-                    name = p.deviceName;
-                    break;
-                }
-            }
-            if (physical != VK_NULL_HANDLE) break;
-        }
-        if (physical == VK_NULL_HANDLE) absent("no Vulkan 1.2 device with a compute queue");
+        ds_example::ComputeDevice found = ds_example::find_compute_device(instance);
+        if (found.physical == VK_NULL_HANDLE) absent("no Vulkan 1.2 device with a compute queue");
+        physical = found.physical;
+        family = found.family;
+        props = found.props;
+        name = found.props.deviceName;
         vkGetPhysicalDeviceMemoryProperties(physical, &memory);
         VkPhysicalDeviceExternalMemoryHostPropertiesEXT host_props{};
         host_props.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT;
@@ -227,26 +210,7 @@ struct Device {
         vkGetPhysicalDeviceProperties2(physical, &p2);
         import_alignment = std::max<uint64_t>(host_props.minImportedHostPointerAlignment, 1);
 
-        float priority = 1.0f;
-        VkDeviceQueueCreateInfo qci{};
-        qci.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
-        qci.queueFamilyIndex = family;
-        qci.queueCount = 1;
-        qci.pQueuePriorities = &priority;
-        v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-        v12.bufferDeviceAddress = VK_TRUE;
-        features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-        features.pNext = &v12;
-        features.features.shaderInt64 = VK_TRUE;
-        features.features.shaderStorageBufferArrayDynamicIndexing = VK_TRUE;
-        VkDeviceCreateInfo dvci{};
-        dvci.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
-        dvci.pNext = &features;
-        dvci.queueCreateInfoCount = 1;
-        dvci.pQueueCreateInfos = &qci;
-        dvci.enabledExtensionCount = 1;
-        dvci.ppEnabledExtensionNames = extensions;
-        check_vk(vkCreateDevice(physical, &dvci, nullptr, &device), "vkCreateDevice");
+        check_vk(ds_example::create_compute_device(found, v12, features, extensions, &device), "vkCreateDevice");
         vkGetDeviceQueue(device, family, 0, &queue);
 
         VkCommandPoolCreateInfo pci{};
@@ -760,18 +724,7 @@ void rebuild_textures(ds_engine engine, uint32_t &next_id) {
     }
 }
 
-ds_slot slot(uint32_t index, uint64_t base, uint64_t size, bool written) {
-    ds_slot s{};
-    s.size = sizeof s;
-    s.slot = index;
-    s.flags = DS_SLOT_RESOLVED | (written ? DS_SLOT_WRITTEN : 0u);
-    s.base = base;
-    s.size_bytes = size;
-    s.alias_of = DS_NO_ALIAS;
-    s.format = DS_FORMAT_NONE;
-    s.base_source = DS_BASE_DESCRIPTOR;
-    return s;
-}
+using ds_example::slot;
 
 struct Frame {
     uint32_t dispatches = 0, refusals = 0, escapes = 0, escapes_predicted = 0, failures = 0;
@@ -892,18 +845,7 @@ int main(int argc, char **argv) {
     // --- the device and the engine ---------------------------------------------------------------
     Device vk;
     vk.open(validation);
-    ds_vulkan_device handles{};
-    handles.size = sizeof handles;
-    handles.get_instance_proc_addr = reinterpret_cast<void *>(&vkGetInstanceProcAddr);
-    handles.instance = vk.instance;
-    handles.physical_device = vk.physical;
-    handles.device = vk.device;
-    handles.queue = vk.queue;
-    handles.queue_family_index = vk.family;
-    handles.api_version = VK_API_VERSION_1_2;
-    handles.enabled_extensions = vk.extensions;
-    handles.n_enabled_extensions = 1;
-    handles.enabled_features = &vk.features;
+    ds_vulkan_device handles = ds_example::vulkan_handles(vk);
     ds_host_callbacks cb;
     std::memset(&cb, 0, sizeof cb);
     cb.size = sizeof cb;

@@ -260,15 +260,16 @@ pub fn recording_budget(requested: Option<u64>, folder: &Path) -> (u64, Option<S
 
 /// A size as `--disk-budget` takes it: bytes, or a number with `K`, `M`, `G`, `T` (powers of
 /// 1024; `KiB`, `GB` and the like read the same).
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, crate::load::ArgError> {
+    use crate::load::ArgError;
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
-    let n: f64 = number.parse().map_err(|_| {
-        format!("{text:?} is not a size: give bytes, or a number with K, M, G or T")
-    })?;
+    let n: f64 = number
+        .parse()
+        .map_err(|_| ArgError::NotASize { text: text.into() })?;
     let shift = match unit.trim().to_ascii_uppercase().as_str() {
         "" | "B" => 0,
         "K" | "KB" | "KIB" => 10,
@@ -276,14 +277,15 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "G" | "GB" | "GIB" => 30,
         "T" | "TB" | "TIB" => 40,
         other => {
-            return Err(format!(
-                "{text:?}: {other:?} is not a unit: use K, M, G or T"
-            ));
+            return Err(ArgError::NotAUnit {
+                text: text.into(),
+                unit: other.into(),
+            });
         }
     };
     let bytes = n * (1u64 << shift) as f64;
     if !(1.0..=u64::MAX as f64).contains(&bytes) {
-        return Err(format!("{text:?} is not a size a disk holds"));
+        return Err(ArgError::SizeOutOfRange { text: text.into() });
     }
     Ok(bytes as u64)
 }

@@ -7,8 +7,7 @@ use dispatchscope_capi::*;
 use dispatchscope_core::Engine;
 use dispatchscope_core::input::{DeviceLimits, Reason};
 
-mod fixture;
-use fixture::{reserve, rust_input, slots};
+use dispatchscope_capi::fixture::{reserve, rust_input, slots};
 
 fn bench(c: &mut Criterion) {
     let slots = slots();

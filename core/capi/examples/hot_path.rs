@@ -13,9 +13,7 @@ use dispatchscope_capi::*;
 use dispatchscope_core::Engine;
 use dispatchscope_core::input::{DeviceLimits, DispatchInput, Reason};
 
-#[path = "../benches/fixture/mod.rs"]
-mod fixture;
-use fixture::{reserve, rust_input, slots};
+use dispatchscope_capi::fixture::{reserve, rust_input, slots};
 
 const N: usize = 2000;
 

@@ -804,10 +804,11 @@ mod tests {
 
     use super::*;
 
-    /// The CPU reference, but its device fails every dispatch with `fails`.
+    /// The CPU reference, but its device fails its first dispatch with `fails` (and any later
+    /// one with a plain device failure).
     struct Failing {
         cpu: CpuBackend,
-        fails: BackendError,
+        fails: Option<BackendError>,
     }
 
     impl Backend for Failing {
@@ -836,7 +837,10 @@ mod tests {
             _table: Option<&ChunkTable>,
             _memory: &mut GuestMemory,
         ) -> Result<RunOutcome, BackendError> {
-            Err(self.fails.clone())
+            Err(self
+                .fails
+                .take()
+                .unwrap_or_else(|| BackendError::Execute("failed".into())))
         }
     }
 
@@ -919,7 +923,7 @@ mod tests {
     fn first_dispatch_on(fails: BackendError) -> (ds_status, String) {
         let backend = Failing {
             cpu: CpuBackend::new(),
-            fails,
+            fails: Some(fails),
         };
         let (engine, json) = at_first_dispatch(backend);
         // SAFETY: a live handle, and a pointer and length of one vector.

@@ -12,7 +12,7 @@ use dispatchscope_core::engine::{DeviceInstrumentation, DeviceRun, HolderRun, Ra
 use dispatchscope_core::host::{HostError, HostMemory, HostRun, RealMapping};
 use dispatchscope_core::input::{AccessKind, Backing, Event, HostProtection, Op};
 use dispatchscope_core::instrument::{self, Grid, InstrumentLayout, SiteInfo};
-use dispatchscope_vk::host_pages::{HostCalls, ProcessHost};
+use dispatchscope_vk::host_pages::{HostCallError, HostCalls, ProcessHost};
 
 use crate::engine::{create_engine, ds_engine, with_engine};
 use crate::ffi::{
@@ -129,16 +129,16 @@ struct Callbacks {
         Option<unsafe extern "C" fn(*mut c_void, *const ds_write_run, u64, *mut u64) -> i32>,
 }
 
-fn answer(call: &str, r: i32) -> Result<(), String> {
+fn answer(call: &'static str, r: i32) -> Result<(), HostCallError> {
     if r == 0 {
         Ok(())
     } else {
-        Err(format!("the emulator's {call} callback returned {r}"))
+        Err(HostCallError::Status { call, status: r })
     }
 }
 
 impl HostCalls for Callbacks {
-    fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), String> {
+    fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), HostCallError> {
         let r = in_callback("write", || {
             // SAFETY: the emulator registered this callback for its own memory; `bytes` lives
             // across the call.
@@ -153,7 +153,7 @@ impl HostCalls for Callbacks {
         });
         answer("write", r)
     }
-    fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, String)> {
+    fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, HostCallError)> {
         let Some(write_runs) = self.write_runs else {
             for (k, r) in runs.iter().enumerate() {
                 self.write(r.host_addr, r.bytes).map_err(|e| (k, e))?;
@@ -191,27 +191,29 @@ impl HostCalls for Callbacks {
             .unwrap_or(0);
         Err((
             k,
-            format!(
-                "the emulator's write_runs callback returned {r} at run {k} of {}",
-                runs.len()
-            ),
+            HostCallError::RunStatus {
+                call: "write_runs",
+                status: r,
+                run: k,
+                runs: runs.len(),
+            },
         ))
     }
-    fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
+    fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), HostCallError> {
         let r = in_callback("commit", || {
             // SAFETY: as registered.
             unsafe { (self.commit)(self.user as *mut c_void, host_addr, bytes) }
         });
         answer("commit", r)
     }
-    fn release_guards(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
+    fn release_guards(&self, host_addr: u64, bytes: u64) -> Result<(), HostCallError> {
         let r = in_callback("release_guards", || {
             // SAFETY: as registered.
             unsafe { (self.release_guards)(self.user as *mut c_void, host_addr, bytes) }
         });
         answer("release_guards", r)
     }
-    fn hand_off(&self, guest: ByteRange, host_addr: u64) -> Result<(), String> {
+    fn hand_off(&self, guest: ByteRange, host_addr: u64) -> Result<(), HostCallError> {
         let r = in_callback("hand_off", || {
             // SAFETY: as registered.
             unsafe { (self.hand_off)(self.user as *mut c_void, guest.start, guest.end, host_addr) }
@@ -244,7 +246,7 @@ impl HostMemory for CHost {
                     }
                 });
                 answer("read", r)
-                    .map_err(|e| HostError::new("read", host_addr, out.len() as u64, e))
+                    .map_err(|e| HostError::new("read", host_addr, out.len() as u64, e.to_string()))
             }
             None => self.0.read(host_addr, out),
         }

@@ -49,6 +49,8 @@
 
 mod engine;
 mod ffi;
+#[cfg(feature = "fixture")]
+pub mod fixture;
 mod handle;
 mod host;
 mod input;

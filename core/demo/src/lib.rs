@@ -875,6 +875,41 @@ pub struct Rate {
     pub attached: bool,
 }
 
+/// A frame loop's pacing to a rate (`dispatchscope demo`'s frame loop, [`run`], and its traversal
+/// pass, the app's `demo --resolution`): [`Pacer::wait`] after each frame sleeps until the next
+/// one is due; a loop far behind (a pause) starts again from now rather than racing to catch up.
+#[derive(Clone, Copy, Debug)]
+pub struct Pacer {
+    frame_time: Option<Duration>,
+    next: Instant,
+}
+
+impl Pacer {
+    /// Pacing to `fps` frames a second; none (or not above 0): no pacing.
+    pub fn new(fps: Option<f64>) -> Self {
+        Self {
+            frame_time: fps
+                .filter(|f| *f > 0.0)
+                .map(|f| Duration::from_secs_f64(1.0 / f)),
+            next: Instant::now(),
+        }
+    }
+
+    /// Waits until the next frame is due.
+    pub fn wait(&mut self) {
+        let Some(ft) = self.frame_time else {
+            return;
+        };
+        self.next += ft;
+        let now = Instant::now();
+        if self.next > now {
+            std::thread::sleep(self.next - now);
+        } else if now - self.next > ft * 4 {
+            self.next = now; // far behind (a pause): do not race to catch up
+        }
+    }
+}
+
 /// Runs frames until `options.frames` or `stop`, calling `each_second` about once a second (and at
 /// the end). Returns the figures at the end.
 pub fn run(
@@ -885,13 +920,8 @@ pub fn run(
     mut each_second: impl FnMut(&Rate),
 ) -> Result<Rate, EngineError> {
     let mut rate = Rate::default();
-    let start = Instant::now();
     let mut window = (Instant::now(), 0u64, 0u64);
-    let frame_time = options
-        .fps
-        .filter(|f| *f > 0.0)
-        .map(|f| Duration::from_secs_f64(1.0 / f));
-    let mut next = start;
+    let mut pacer = Pacer::new(options.fps);
     while !stop.load(Ordering::Relaxed) && options.frames.is_none_or(|n| rate.frames < n) {
         let s = demo.frame(tap)?;
         rate.frames += 1;
@@ -906,15 +936,7 @@ pub fn run(
             each_second(&rate);
             window = (Instant::now(), rate.frames, rate.dispatches);
         }
-        if let Some(ft) = frame_time {
-            next += ft;
-            let now = Instant::now();
-            if next > now {
-                std::thread::sleep(next - now);
-            } else if now - next > ft * 4 {
-                next = now; // far behind (a pause): do not race to catch up
-            }
-        }
+        pacer.wait();
     }
     let dt = window.0.elapsed().as_secs_f64().max(1e-9);
     rate.frames_per_s = (rate.frames - window.1) as f64 / dt;

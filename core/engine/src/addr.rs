@@ -193,14 +193,30 @@ pub mod bytes_hex {
         decode(&text).map_err(de::Error::custom)
     }
 
+    /// Why text is not hex bytes.
+    #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+    pub enum HexBytesError {
+        /// An odd number of digits (whitespace apart).
+        #[error("hex bytes have an odd number of digits ({digits})")]
+        OddDigits {
+            /// The digits counted.
+            digits: usize,
+        },
+        /// A pair of characters that is not a hex byte.
+        #[error("byte {byte} of the hex bytes is not hex")]
+        NotHex {
+            /// The byte's position.
+            byte: usize,
+        },
+    }
+
     /// Decodes hex text, ignoring whitespace.
-    pub fn decode(text: &str) -> Result<Vec<u8>, String> {
+    pub fn decode(text: &str) -> Result<Vec<u8>, HexBytesError> {
         let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
         if !digits.len().is_multiple_of(2) {
-            return Err(format!(
-                "hex bytes have an odd number of digits ({})",
-                digits.len()
-            ));
+            return Err(HexBytesError::OddDigits {
+                digits: digits.len(),
+            });
         }
         digits
             .chunks(2)
@@ -209,7 +225,7 @@ pub mod bytes_hex {
                 std::str::from_utf8(pair)
                     .ok()
                     .and_then(|p| u8::from_str_radix(p, 16).ok())
-                    .ok_or_else(|| format!("byte {i} of the hex bytes is not hex"))
+                    .ok_or(HexBytesError::NotHex { byte: i })
             })
             .collect()
     }

@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::addr::ByteRange;
@@ -18,15 +17,17 @@ use crate::memory::GuestMemory;
 use crate::report::Placement;
 
 /// A backend's failure: each names the piece, the call and the device's answer.
-#[derive(Clone, Debug, PartialEq, Eq, Error, Serialize, Deserialize)]
+#[derive(Debug, Error)]
 #[allow(missing_docs, reason = "the messages document the fields")]
 pub enum BackendError {
     #[error("importing {piece} failed: {why}")]
     Import { piece: ByteRange, why: String },
     #[error("no import starts at device address {device_base:#x}")]
     UnknownImport { device_base: u64 },
+    /// Any other failure of the device, kept as the backend's own error (the Vulkan backend's
+    /// `VkError`), so a caller can downcast it and match rather than read its words.
     #[error("the device failed to run the dispatch: {0}")]
-    Execute(String),
+    Execute(#[source] Box<dyn std::error::Error + Send + Sync>),
     /// The device is lost (`VK_ERROR_DEVICE_LOST`): nothing more runs on it.
     #[error("the device was lost ({call} answered VK_ERROR_DEVICE_LOST)")]
     DeviceLost { call: String },

@@ -894,7 +894,7 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
     /// Reads the [`MEMORY_STATE`] record at `records()[idx]`.
     pub fn memory_state(&mut self, idx: usize) -> Result<MemoryState, SessionError> {
         let bytes = self.read_record(idx)?;
-        decode_memory_state(&bytes).map_err(|e| self.bad_record(idx, e.to_string()))
+        decode_memory_state(&bytes).map_err(|e| self.bad_record(idx, e))
     }
 
     /// Why the [`MEMORY_UNKNOWN`] or [`TABLE_UNKNOWN`] record at `records()[idx]` says a state
@@ -916,7 +916,7 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
             .rebuild_table(pos, |i| self.read_record(i))
             .map_err(|e| match e {
                 Rebuild::Read(e) => e,
-                Rebuild::Bad { record, error } => self.bad_record(record, error.to_string()),
+                Rebuild::Bad { record, error } => self.bad_record(record, error),
             })
     }
 }

@@ -118,7 +118,7 @@ pub enum ColumnsError {
     Json(String),
     /// The record's instrumented section is not one.
     #[error("the record's instrumented section: {0}")]
-    Section(String),
+    Section(#[source] crate::instrumented::InstrumentedError),
     /// Bytes after the record's last block.
     #[error("{0} bytes after the record's access blocks")]
     Trailing(usize),
@@ -130,41 +130,7 @@ pub enum ColumnsError {
     MessagePack(String),
 }
 
-pub(crate) const KINDS: [AccessKind; 8] = [
-    AccessKind::Global,
-    AccessKind::Flat,
-    AccessKind::Scalar,
-    AccessKind::UntypedBuffer,
-    AccessKind::FormatBuffer,
-    AccessKind::RayIntersection,
-    AccessKind::Lds,
-    AccessKind::Scratch,
-];
-
-pub(crate) fn kind_code(k: AccessKind) -> u8 {
-    match k {
-        AccessKind::Global => 0,
-        AccessKind::Flat => 1,
-        AccessKind::Scalar => 2,
-        AccessKind::UntypedBuffer => 3,
-        AccessKind::FormatBuffer => 4,
-        AccessKind::RayIntersection => 5,
-        AccessKind::Lds => 6,
-        AccessKind::Scratch => 7,
-    }
-}
-
-pub(crate) fn op_code(op: Op) -> u8 {
-    match op {
-        Op::Load => 0,
-        Op::Store => 1,
-    }
-}
-
-pub(crate) fn rule_code(r: Rule) -> u8 {
-    // Rule::ALL lists the variants in declaration order, so the discriminant is the position.
-    r as u8
-}
+pub(crate) use crate::codes::{KINDS, kind_code, op_code, route_parts, rule_code};
 
 /// One fixed-width row built on the stack, then appended with one copy: writing field by field
 /// into the `Vec` measured about twice as slow (a capacity check and a call per field).
@@ -241,17 +207,6 @@ pub fn encode_accesses(accesses: &[Access], out: &mut Vec<u8>) {
     }
 }
 
-/// A route as a row stores it: its code, its holder (bound routes) and its offset or address.
-pub(crate) fn route_parts(r: &Route) -> (u8, u32, u64) {
-    match *r {
-        Route::Bound { holder, offset } => (0, holder, offset),
-        Route::Device { address } => (1, 0, address),
-        Route::Lds { offset } => (2, 0, offset),
-        Route::Scratch { offset } => (3, 0, offset),
-        Route::NotRun => (4, 0, 0),
-    }
-}
-
 /// [`route_parts`]' reverse, for row `row`: an unknown code is named.
 pub(crate) fn route_of_parts(
     code: u8,
@@ -259,19 +214,10 @@ pub(crate) fn route_of_parts(
     at: u64,
     row: usize,
 ) -> Result<Route, ColumnsError> {
-    Ok(match code {
-        0 => Route::Bound { holder, offset: at },
-        1 => Route::Device { address: at },
-        2 => Route::Lds { offset: at },
-        3 => Route::Scratch { offset: at },
-        4 => Route::NotRun,
-        value => {
-            return Err(ColumnsError::BadCode {
-                column: "route",
-                row,
-                value,
-            });
-        }
+    crate::codes::route_of_parts(code, holder, at).ok_or(ColumnsError::BadCode {
+        column: "route",
+        row,
+        value: code,
     })
 }
 
@@ -457,6 +403,34 @@ fn words(r: &mut Reader<'_>, n: u64) -> Result<Vec<u32>, ColumnsError> {
         .collect())
 }
 
+/// The present parts of an input access row: address, slot, offset and index.
+pub(crate) type Present = (Option<u64>, Option<u32>, Option<u64>, Option<u32>);
+
+/// An input access row as both row encodings read it (this module's and [`crate::packed`]'s), its
+/// values dealt to it afterwards: `thread` is its workgroup, wave and lane.
+pub(crate) fn access_row(
+    thread: [u32; 3],
+    pc: u64,
+    (kind, op, size_bytes): (AccessKind, Op, u32),
+    (address, slot, offset, index): Present,
+) -> Access {
+    let [workgroup, wave, lane] = thread;
+    Access {
+        kind,
+        op,
+        pc,
+        workgroup,
+        wave,
+        lane,
+        address,
+        slot,
+        offset,
+        index,
+        size_bytes,
+        values: Vec::new(),
+    }
+}
+
 /// Reads an input's access block from `r`.
 pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> {
     let n = r.u32("access count")?;
@@ -465,7 +439,7 @@ pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> 
     let mut counts = Vec::with_capacity(n as usize);
     for (i, chunk) in b.chunks_exact(ACCESS_ROW_BYTES).enumerate() {
         let mut c = Row { b: chunk, at: 0 };
-        let (workgroup, wave, lane, pc) = (c.u32(), c.u32(), c.u32(), c.u64());
+        let (thread, pc) = ([c.u32(), c.u32(), c.u32()], c.u64());
         let kind = code(&KINDS, "access kind", i, c.u8())?;
         let op = code(&[Op::Load, Op::Store], "access op", i, c.u8())?;
         let present = c.u8();
@@ -476,23 +450,15 @@ pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> 
                 value: present,
             });
         }
-        let (address, slot, offset, index) = (c.u64(), c.u32(), c.u64(), c.u32());
+        let parts = (
+            (present & 1 != 0).then_some(c.u64()),
+            (present & 2 != 0).then_some(c.u32()),
+            (present & 4 != 0).then_some(c.u64()),
+            (present & 8 != 0).then_some(c.u32()),
+        );
         let size_bytes = c.u32();
         counts.push(c.u32());
-        out.push(Access {
-            workgroup,
-            wave,
-            lane,
-            pc,
-            kind,
-            op,
-            address: (present & 1 != 0).then_some(address),
-            slot: (present & 2 != 0).then_some(slot),
-            offset: (present & 4 != 0).then_some(offset),
-            index: (present & 8 != 0).then_some(index),
-            size_bytes,
-            values: Vec::new(),
-        });
+        out.push(access_row(thread, pc, (kind, op, size_bytes), parts));
     }
     let total: u64 = counts.iter().map(|&c| u64::from(c)).sum();
     deal(&mut out, &counts, words(r, total)?, |a, v| a.values = v);
@@ -512,6 +478,35 @@ pub(crate) fn deal<T, R>(
     }
 }
 
+/// A report access row as both row encodings read it (this module's and [`crate::packed`]'s), its
+/// lookups and values dealt to it afterwards ([`deal`]): `thread` is its workgroup, wave and lane.
+pub(crate) fn report_row(
+    index: usize,
+    thread: [u32; 3],
+    pc: u64,
+    (kind, op, size_bytes): (AccessKind, Op, u32),
+    (route, rule): (Route, Rule),
+    (device_address, escaped): (Option<u64>, bool),
+) -> AccessReport {
+    let [workgroup, wave, lane] = thread;
+    AccessReport {
+        index,
+        pc,
+        workgroup,
+        wave,
+        lane,
+        kind,
+        op,
+        size_bytes,
+        route,
+        rule,
+        lookups: Vec::new(),
+        device_address,
+        values: Vec::new(),
+        escaped,
+    }
+}
+
 /// Reads a report's access block from `r`.
 pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, ColumnsError> {
     let n = r.u32("access report count")?;
@@ -522,7 +517,7 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
     for (i, chunk) in b.chunks_exact(REPORT_ROW_BYTES).enumerate() {
         let mut c = Row { b: chunk, at: 0 };
         let index = usize_of(c.u64(), i, "access index")?;
-        let (workgroup, wave, lane, pc) = (c.u32(), c.u32(), c.u32(), c.u64());
+        let (thread, pc) = ([c.u32(), c.u32(), c.u32()], c.u64());
         let kind = code(&KINDS, "access kind", i, c.u8())?;
         let op = code(&[Op::Load, Op::Store], "access op", i, c.u8())?;
         let size_bytes = c.u32();
@@ -537,25 +532,12 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
                 value: flags,
             });
         }
-        let device_address = c.u64();
+        let device = (flags & 2 != 0).then_some(c.u64());
         n_lookups.push(c.u32());
         n_values.push(c.u32());
-        out.push(AccessReport {
-            index,
-            workgroup,
-            wave,
-            lane,
-            pc,
-            kind,
-            op,
-            size_bytes,
-            route,
-            rule,
-            lookups: Vec::new(),
-            device_address: (flags & 2 != 0).then_some(device_address),
-            values: Vec::new(),
-            escaped: flags & 1 != 0,
-        });
+        let codes = (kind, op, size_bytes);
+        let at = (device, flags & 1 != 0);
+        out.push(report_row(index, thread, pc, codes, (route, rule), at));
     }
     let total_lookups: u64 = n_lookups.iter().map(|&c| u64::from(c)).sum();
     let lb = rows(r, "lookup rows", total_lookups, LOOKUP_ROW_BYTES)?;
@@ -830,7 +812,7 @@ pub fn decode_record(
     let j = r.u32("JSON length")?;
     // A version 2 record (`message.rs`) has its version here, with the top bit set: its reader is
     // `message::decode_record`, which [`crate::session::DispatchRecord::from_payload`] chooses.
-    if j & 0x8000_0000 != 0 {
+    if j & crate::versions::RECORD_VERSIONED != 0 {
         return Err(ColumnsError::UnknownVersion(j));
     }
     let text = r.take("JSON", u64::from(j))?;
@@ -847,7 +829,7 @@ pub fn decode_record(
         None
     } else {
         let b = r.take("instrumented section", u64::from(s))?;
-        Some(crate::instrumented::decode(b).map_err(|e| ColumnsError::Section(e.to_string()))?)
+        Some(crate::instrumented::decode(b).map_err(ColumnsError::Section)?)
     };
     let (mut input, mut report) = (shell.input, shell.report);
     input.accesses = decode_accesses(&mut r)?;

@@ -27,7 +27,7 @@ use thiserror::Error;
 
 use crate::capture::RecordKind;
 use crate::sample::{Sample, SampleError, Step};
-use crate::session::{CaptureFile, DispatchRecord, FRAMED_DISPATCH_MAGIC, SessionError};
+use crate::session::{CaptureFile, DispatchRecord, SessionError};
 
 /// Why a history could not be made.
 #[derive(Debug, Error)]
@@ -147,9 +147,7 @@ enum Lean {
 /// it wrote nothing in `range`. With no copy deferred (`copies_pending` false) the count of copies
 /// C3 wrote does not matter, and the report's tail says the rest ([`tail`]).
 fn lean(payload: &[u8], range: ByteRange, copies_pending: bool) -> Lean {
-    if payload.starts_with(&FRAMED_DISPATCH_MAGIC)
-        || payload.starts_with(&crate::columns::RECORD_MAGIC)
-    {
+    if !crate::legacy::sniff(payload).is_json() {
         return Lean::Whole;
     }
     if !copies_pending && let Some(touches) = tail(payload, range) {
@@ -252,8 +250,7 @@ pub fn of_capture<R: std::io::Read + std::io::Seek>(
         match m.kind {
             RecordKind::EVENTS => {
                 let bytes = file.read_record(i)?;
-                let e: Event = serde_json::from_slice(&bytes)
-                    .map_err(|e| file.bad_record(i, e.to_string()))?;
+                let e: Event = serde_json::from_slice(&bytes).map_err(|e| file.bad_record(i, e))?;
                 b.event(&e);
             }
             RecordKind::DISPATCH => {

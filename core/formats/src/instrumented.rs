@@ -45,18 +45,21 @@
 use thiserror::Error;
 
 use dispatchscope_core::addr::ByteRange;
-use dispatchscope_core::input::{AccessKind, Op};
+use dispatchscope_core::input::Op;
 use dispatchscope_core::report::{
     CapturedAccess, ControlStatus, EscapeClass, HeatMap, InstrumentCounters, InstrumentedReport,
-    LeftOutReason, LoggedEscape, Route, SiteReport,
+    LeftOutReason, LoggedEscape, SiteReport,
 };
 
 use crate::bytes::take_at;
+// The access kinds, ops and routes by the codes every row encoding of this crate shares.
+use crate::codes::{KINDS, kind_code, op_code, route_of_parts, route_parts};
 
 /// The record's first four bytes.
 pub const MAGIC: [u8; 4] = *b"DSIR";
-/// The layout version this module writes and reads.
-pub const VERSION: u16 = 2;
+/// The layout version this module writes and reads (version 1 is read too:
+/// [`crate::legacy::instrumented_v1`]).
+pub use crate::versions::INSTRUMENTED_VERSION as VERSION;
 
 /// The flag bit saying a heat map follows.
 const FLAG_HEAT: u16 = 1;
@@ -155,17 +158,6 @@ pub enum InstrumentedError {
     },
 }
 
-const KINDS: [AccessKind; 8] = [
-    AccessKind::Global,
-    AccessKind::Flat,
-    AccessKind::Scalar,
-    AccessKind::UntypedBuffer,
-    AccessKind::FormatBuffer,
-    AccessKind::RayIntersection,
-    AccessKind::Lds,
-    AccessKind::Scratch,
-];
-
 const CLASSES: [EscapeClass; 5] = [
     EscapeClass::NoReservation,
     EscapeClass::NotReadable,
@@ -179,17 +171,6 @@ const REASONS: [LeftOutReason; 3] = [
     LeftOutReason::NotPrivate,
     LeftOutReason::NotReadWrite,
 ];
-
-fn kind_code(k: AccessKind) -> u8 {
-    KINDS.iter().position(|x| *x == k).unwrap_or(0) as u8
-}
-
-fn op_code(op: Op) -> u8 {
-    match op {
-        Op::Load => 0,
-        Op::Store => 1,
-    }
-}
 
 fn count(what: &'static str, n: usize) -> Result<u32, InstrumentedError> {
     u32::try_from(n).map_err(|_| InstrumentedError::TooMany { what, n })
@@ -343,17 +324,6 @@ pub fn encode(section: &InstrumentedReport) -> Result<Vec<u8>, InstrumentedError
     Ok(o)
 }
 
-/// `(code, holder, offset or address)` of a route.
-fn route_parts(r: &Route) -> (u8, u32, u64) {
-    match *r {
-        Route::Bound { holder, offset } => (0, holder, offset),
-        Route::Device { address } => (1, 0, address),
-        Route::Lds { offset } => (2, 0, offset),
-        Route::Scratch { offset } => (3, 0, offset),
-        Route::NotRun => (4, 0, 0),
-    }
-}
-
 /// A bounds-checked reader over the record's bytes.
 struct Cursor<'a> {
     bytes: &'a [u8],
@@ -452,11 +422,11 @@ pub fn decode(bytes: &[u8]) -> Result<InstrumentedReport, InstrumentedError> {
         });
     }
     let version = r.u16("the version")?;
-    if version != VERSION && version != 1 {
+    if !crate::legacy::instrumented_v1::reads_version(version) {
         return Err(InstrumentedError::Version { found: version });
     }
     let flags = r.u16("the header")?;
-    if flags & !FLAG_HEAT != 0 || (version == 1 && flags != 0) {
+    if !crate::legacy::instrumented_v1::flags_allowed(version, flags, FLAG_HEAT) {
         return Err(InstrumentedError::Flags { version, flags });
     }
     let grid = [r.u32("the header")?, r.u32("the header")?];
@@ -592,23 +562,12 @@ pub fn decode(bytes: &[u8]) -> Result<InstrumentedReport, InstrumentedError> {
     let mut captured = Vec::with_capacity(nc as usize);
     let mut at = 0usize;
     for i in 0..nc as usize {
-        let route = match route[i] {
-            0 => Route::Bound {
-                holder: holder[i],
-                offset: roff[i],
-            },
-            1 => Route::Device { address: roff[i] },
-            2 => Route::Lds { offset: roff[i] },
-            3 => Route::Scratch { offset: roff[i] },
-            4 => Route::NotRun,
-            value => {
-                return Err(InstrumentedError::BadCode {
-                    column: "captured.route",
-                    row: i,
-                    value,
-                });
-            }
-        };
+        let route =
+            route_of_parts(route[i], holder[i], roff[i]).ok_or(InstrumentedError::BadCode {
+                column: "captured.route",
+                row: i,
+                value: route[i],
+            })?;
         let slot = match has_slot[i] {
             0 => None,
             1 => Some((slot[i], soff[i])),
@@ -687,6 +646,7 @@ mod tests {
     )]
 
     use super::*;
+    use dispatchscope_core::report::Route;
     use proptest::prelude::*;
 
     fn op() -> impl Strategy<Value = Op> {

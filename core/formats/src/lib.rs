@@ -10,14 +10,17 @@
 mod bytes;
 pub mod capture;
 pub mod checkpoint;
+mod codes;
 pub mod columns;
 pub mod generate;
 pub mod history;
 pub mod instrumented;
+pub mod legacy;
 pub mod message;
 pub mod packed;
 pub mod sample;
 pub mod session;
 pub mod shipped;
 pub mod stream;
+pub mod versions;
 pub mod what_if;

@@ -35,23 +35,11 @@
 //! bad bytes are a named [`ColumnsError`], never a panic.
 //! [`summary`] reads a message's MessagePack part and skips its rows: what a table row needs.
 //!
-//! # Every form of a DISPATCH record, and which are still written
+//! # Every form of a DISPATCH record
 //!
-//! [`crate::session::DispatchRecord::from_payload`] tells them apart by their first bytes.
-//!
-//! | form | first bytes | written by | read by |
-//! |---|---|---|---|
-//! | JSON | `{` | [`crate::session::DispatchRecord::to_payload`], a report without an instrumented section (a sample turned capture) | `serde_json` |
-//! | framed: JSON, then an instrumented section | [`crate::session::FRAMED_DISPATCH_MAGIC`] (`DSDR`) | the same, a report with a section (a device pass, issue 14) | [`crate::instrumented::decode`] for the section |
-//! | version 1: JSON and fixed-width rows | `DSDC`, then a length below `2^31` | a live store given a decoded dispatch ([`columns::encode_record`]) | [`columns::decode_record`] |
-//! | version 2: a dispatch message with fixed-width rows | `DSDC`, [`RECORD_V2`] | nothing since wire kind 4 (2026-12-02): version 2 targets' kind 3 messages, kept as they came | [`decode_record`], as version 3 but for its rows |
-//! | version 3: a dispatch message with packed rows | `DSDC`, [`RECORD_V3`] | a live store, from the bytes a target sent | [`decode_record`] |
-//!
-//! Version 2 is the one form read and no longer written. It costs one arm of [`rows_of_record`]
-//! (its rows are version 1's, still written), so it stays readable: a live recording made before
-//! packed rows opens as it did. Its tests make it with [`encode_record`] and [`Rows::Fixed`].
-//! The wire's dispatch kinds 1 to 3 were dropped instead: only protocol version 2 targets sent
-//! them, and no file holds them (the live crate's `wire` module says why).
+//! The table of every form, which are still written and which only read, is
+//! [`crate::legacy`]'s; [`crate::legacy::sniff`] tells them apart. Version 2 (fixed-width rows,
+//! [`Rows::Fixed`]) is the one form read and no longer written: [`crate::legacy::record_v2`].
 
 use serde::{Deserialize, Serialize};
 
@@ -62,12 +50,7 @@ use dispatchscope_core::report::{
     AccessReport, DispatchReport, LeftOutReport, PieceReport, ReadableRun,
 };
 
-/// The word after the magic of a version 2 DISPATCH record (bit 31 set: no version 1 JSON is that
-/// long; the low bits are the version).
-pub const RECORD_V2: u32 = 0x8000_0002;
-/// The word after the magic of a version 3 DISPATCH record: version 2's layout, its message's
-/// rows packed ([`crate::packed`]).
-pub const RECORD_V3: u32 = 0x8000_0003;
+pub use crate::versions::{RECORD_V2, RECORD_V3};
 
 /// Which rows a dispatch message's access lists are in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,10 +73,7 @@ impl Rows {
     /// Appends `input`'s and `report`'s access blocks in these rows to `out`.
     pub fn encode(self, input: &[Access], report: &[AccessReport], out: &mut Vec<u8>) {
         match self {
-            Rows::Fixed => {
-                columns::encode_accesses(input, out);
-                columns::encode_access_reports(report, out);
-            }
+            Rows::Fixed => crate::legacy::record_v2::encode_rows(input, report, out),
             Rows::Packed => {
                 packed::encode_accesses(input, out);
                 packed::encode_access_reports(report, out);
@@ -103,10 +83,7 @@ impl Rows {
 
     fn decode(self, r: &mut Reader<'_>) -> Result<(Vec<Access>, Vec<AccessReport>), ColumnsError> {
         Ok(match self {
-            Rows::Fixed => (
-                columns::decode_accesses(r)?,
-                columns::decode_access_reports(r)?,
-            ),
+            Rows::Fixed => crate::legacy::record_v2::decode_rows(r)?,
             Rows::Packed => (
                 packed::decode_accesses(r)?,
                 packed::decode_access_reports(r)?,
@@ -115,7 +92,7 @@ impl Rows {
     }
 }
 /// Bit 31 of the word after the magic: a versioned record rather than a version 1 JSON length.
-pub const VERSIONED: u32 = 0x8000_0000;
+pub use crate::versions::RECORD_VERSIONED as VERSIONED;
 /// The deepest nesting the MessagePack part may have.
 const MAX_DEPTH: usize = 256;
 
@@ -431,10 +408,11 @@ fn len32(n: usize) -> u32 {
 
 /// Whether `bytes` is a versioned DISPATCH record (version 2 or later) rather than version 1.
 pub fn is_versioned_record(bytes: &[u8]) -> bool {
-    bytes
-        .strip_prefix(&columns::RECORD_MAGIC)
-        .and_then(|b| b.first_chunk::<4>())
-        .is_some_and(|w| u32::from_le_bytes(*w) & VERSIONED != 0)
+    use crate::legacy::DispatchForm;
+    matches!(
+        crate::legacy::sniff(bytes),
+        DispatchForm::MessageV2 | DispatchForm::MessageV3 | DispatchForm::UnknownVersion(Some(_))
+    )
 }
 
 /// Which rows a version 2 or 3 record's message has, from its version word.
@@ -444,10 +422,13 @@ pub fn rows_of_record(bytes: &[u8]) -> Result<Rows, ColumnsError> {
             found: bytes.iter().take(4).copied().collect(),
         });
     };
-    match Reader::new(rest).u32("version word")? {
-        RECORD_V2 => Ok(Rows::Fixed),
-        RECORD_V3 => Ok(Rows::Packed),
-        word => Err(ColumnsError::UnknownVersion(word)),
+    use crate::legacy::DispatchForm;
+    match crate::legacy::sniff(bytes) {
+        DispatchForm::MessageV2 => Ok(Rows::Fixed),
+        DispatchForm::MessageV3 => Ok(Rows::Packed),
+        _ => Err(ColumnsError::UnknownVersion(
+            Reader::new(rest).u32("version word")?,
+        )),
     }
 }
 

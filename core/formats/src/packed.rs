@@ -36,10 +36,10 @@
 //! never a panic.
 
 use crate::columns::{
-    ColumnsError, KINDS, Reader, code, deal, kind_code, op_code, route_of_parts, route_parts,
-    rule_code, usize_of,
+    ColumnsError, KINDS, Reader, access_row, code, deal, kind_code, op_code, report_row,
+    route_of_parts, route_parts, rule_code, usize_of,
 };
-use dispatchscope_core::input::{Access, Op};
+use dispatchscope_core::input::{Access, AccessKind, Op};
 use dispatchscope_core::report::{AccessReport, LookupOutcome, LookupTrace, ProbeStep};
 use dispatchscope_core::rules::Rule;
 
@@ -385,6 +385,25 @@ fn total(i: &In<'_>, part: &'static str, counts: &[u32], min: u64) -> Result<u64
     Ok(t)
 }
 
+/// The head both row kinds begin with: workgroup, wave and lane, pc (each a difference from the
+/// row before), and the codes byte with its kind (bits 0–2) and op (bit 3).
+fn row_head(
+    i: &mut In<'_>,
+    row: usize,
+    p: &mut Prev,
+) -> Result<([u32; 3], u64, u8, AccessKind, Op), ColumnsError> {
+    let thread = [
+        i.z32("access workgroup", row, &mut p.workgroup)?,
+        i.z32("access wave", row, &mut p.wave)?,
+        i.z32("access lane", row, &mut p.lane)?,
+    ];
+    let pc = i.z("access pc", row, &mut p.pc)?;
+    let b = i.u8("access codes")?;
+    let kind = code(&KINDS, "access kind", row, b & 7)?;
+    let op = code(&[Op::Load, Op::Store], "access op", row, b >> 3 & 1)?;
+    Ok((thread, pc, b, kind, op))
+}
+
 /// Reads a packed input access block from `r`.
 pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> {
     let mut i = In::new(r);
@@ -393,13 +412,7 @@ pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> 
     let mut counts = Vec::with_capacity(n);
     let mut p = Prev::default();
     for row in 0..n {
-        let workgroup = i.z32("access workgroup", row, &mut p.workgroup)?;
-        let wave = i.z32("access wave", row, &mut p.wave)?;
-        let lane = i.z32("access lane", row, &mut p.lane)?;
-        let pc = i.z("access pc", row, &mut p.pc)?;
-        let b = i.u8("access codes")?;
-        let kind = code(&KINDS, "access kind", row, b & 7)?;
-        let op = code(&[Op::Load, Op::Store], "access op", row, b >> 3 & 1)?;
+        let (thread, pc, b, kind, op) = row_head(&mut i, row, &mut p)?;
         let present = b >> 4;
         let address = match present & 1 {
             0 => None,
@@ -419,20 +432,8 @@ pub fn decode_accesses(r: &mut Reader<'_>) -> Result<Vec<Access>, ColumnsError> 
         };
         let size_bytes = i.v32("access size", row)?;
         counts.push(i.v32("access value count", row)?);
-        out.push(Access {
-            workgroup,
-            wave,
-            lane,
-            pc,
-            kind,
-            op,
-            address,
-            slot,
-            offset,
-            index,
-            size_bytes,
-            values: Vec::new(),
-        });
+        let parts = (address, slot, offset, index);
+        out.push(access_row(thread, pc, (kind, op, size_bytes), parts));
     }
     total(&i, "value words", &counts, 1)?;
     for (a, &k) in out.iter_mut().zip(&counts) {
@@ -452,13 +453,7 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
     let mut p = Prev::default();
     for row in 0..n {
         let index = i.usize("access index", row, &mut p.index)?;
-        let workgroup = i.z32("access workgroup", row, &mut p.workgroup)?;
-        let wave = i.z32("access wave", row, &mut p.wave)?;
-        let lane = i.z32("access lane", row, &mut p.lane)?;
-        let pc = i.z("access pc", row, &mut p.pc)?;
-        let b = i.u8("access codes")?;
-        let kind = code(&KINDS, "access kind", row, b & 7)?;
-        let op = code(&[Op::Load, Op::Store], "access op", row, b >> 3 & 1)?;
+        let (thread, pc, b, kind, op) = row_head(&mut i, row, &mut p)?;
         let route = b >> 4 & 7;
         let escaped = b & 0x80 != 0;
         let rule = code(Rule::ALL, "rule", row, i.u8("access rule")?)?;
@@ -478,22 +473,9 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
         };
         n_lookups.push(i.v32("access lookup count", row)?);
         n_values.push(i.v32("access value count", row)?);
-        out.push(AccessReport {
-            index,
-            workgroup,
-            wave,
-            lane,
-            pc,
-            kind,
-            op,
-            size_bytes,
-            route,
-            rule,
-            lookups: Vec::new(),
-            device_address,
-            values: Vec::new(),
-            escaped,
-        });
+        let codes = (kind, op, size_bytes);
+        let at = (device_address, escaped);
+        out.push(report_row(index, thread, pc, codes, (route, rule), at));
     }
     let t = total(&i, "lookup rows", &n_lookups, MIN_LOOKUP_BYTES)?;
     let mut lookups = Vec::with_capacity(usize_of(t, 0, "lookups")?);

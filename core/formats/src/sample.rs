@@ -20,7 +20,7 @@ use dispatchscope_core::report::DispatchReport;
 /// The `format` field of every sample.
 pub const SAMPLE_FORMAT: &str = "dispatchscope.sample";
 /// The newest sample version this build writes; it reads every version from 1 to this.
-pub const SAMPLE_VERSION: u32 = 1;
+pub use crate::versions::SAMPLE_VERSION;
 
 /// Where a sample's values come from.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -62,7 +62,7 @@ pub struct DispatchRecord {
 
 /// The first bytes of a DISPATCH record kept in the framed form ([`DispatchRecord::to_payload`]):
 /// a JSON record never starts with them.
-pub const FRAMED_DISPATCH_MAGIC: [u8; 4] = *b"DSDR";
+pub use crate::versions::FRAMED_DISPATCH_MAGIC;
 
 impl DispatchRecord {
     /// The record's payload in a capture. A report without an instrumented section is the
@@ -94,44 +94,79 @@ impl DispatchRecord {
         v
     }
 
-    /// Reads a payload [`Self::to_payload`] wrote, in either form, or a live recording's column
-    /// record ([`crate::columns::encode_record`]); what is wrong is the message.
-    pub fn from_payload(bytes: &[u8]) -> Result<Self, String> {
-        if crate::message::is_versioned_record(bytes) {
-            let (input, report) =
-                crate::message::decode_record(bytes).map_err(|e| e.to_string())?;
-            return Ok(Self {
-                input,
-                report: Some(report),
-            });
+    /// Reads a payload of any form a DISPATCH record has had ([`crate::legacy`]'s table, told
+    /// apart by [`crate::legacy::sniff`]): what [`Self::to_payload`] writes, a live recording's
+    /// column record ([`crate::columns::encode_record`]) or message record
+    /// ([`crate::message::encode_record`]), version 2 included.
+    pub fn from_payload(bytes: &[u8]) -> Result<Self, RecordError> {
+        use crate::legacy::DispatchForm;
+        match crate::legacy::sniff(bytes) {
+            DispatchForm::Json => Ok(serde_json::from_slice(bytes)?),
+            DispatchForm::Framed => Self::from_framed(bytes),
+            DispatchForm::ColumnsV1 => {
+                let (input, report) = crate::columns::decode_record(bytes)?;
+                Ok(Self { input, report })
+            }
+            DispatchForm::MessageV2 | DispatchForm::MessageV3 | DispatchForm::UnknownVersion(_) => {
+                let (input, report) = crate::message::decode_record(bytes)?;
+                Ok(Self {
+                    input,
+                    report: Some(report),
+                })
+            }
         }
-        if bytes.starts_with(&crate::columns::RECORD_MAGIC) {
-            let (input, report) =
-                crate::columns::decode_record(bytes).map_err(|e| e.to_string())?;
-            return Ok(Self { input, report });
-        }
-        let Some(rest) = bytes.strip_prefix(&FRAMED_DISPATCH_MAGIC) else {
-            return serde_json::from_slice(bytes).map_err(|e| e.to_string());
-        };
+    }
+
+    /// The framed form: [`FRAMED_DISPATCH_MAGIC`], the JSON's length, the JSON, the section.
+    fn from_framed(bytes: &[u8]) -> Result<Self, RecordError> {
+        let rest = bytes.get(FRAMED_DISPATCH_MAGIC.len()..).unwrap_or_default();
         let (len, rest) = rest
             .split_first_chunk::<4>()
-            .ok_or("a framed DISPATCH record cut short in its JSON length")?;
+            .ok_or(RecordError::FramedCut)?;
         let len = u32::from_le_bytes(*len) as usize;
         if len > rest.len() {
-            return Err(format!(
-                "a framed DISPATCH record names {len} bytes of JSON, {} are left",
-                rest.len()
-            ));
+            return Err(RecordError::FramedLength {
+                names: len,
+                left: rest.len(),
+            });
         }
         let (text, columns) = rest.split_at(len);
-        let mut record: DispatchRecord = serde_json::from_slice(text).map_err(|e| e.to_string())?;
-        let section = crate::instrumented::decode(columns).map_err(|e| e.to_string())?;
+        let mut record: DispatchRecord = serde_json::from_slice(text)?;
+        let section = crate::instrumented::decode(columns)?;
         match record.report.as_mut() {
             Some(r) => r.instrumented = Some(section),
-            None => return Err("a framed DISPATCH record with a section but no report".into()),
+            None => return Err(RecordError::SectionWithoutReport),
         }
         Ok(record)
     }
+}
+
+/// Why a DISPATCH record's payload is not one ([`DispatchRecord::from_payload`]).
+#[derive(Debug, Error)]
+pub enum RecordError {
+    /// A column or message record's bytes ([`crate::columns`], [`crate::message`]).
+    #[error(transparent)]
+    Columns(#[from] crate::columns::ColumnsError),
+    /// The JSON of a JSON or framed record.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// A framed record's instrumented section.
+    #[error(transparent)]
+    Section(#[from] crate::instrumented::InstrumentedError),
+    /// A framed record too short for its JSON's length.
+    #[error("a framed DISPATCH record cut short in its JSON length")]
+    FramedCut,
+    /// A framed record naming more JSON than it holds.
+    #[error("a framed DISPATCH record names {names} bytes of JSON, {left} are left")]
+    FramedLength {
+        /// The bytes of JSON it names.
+        names: usize,
+        /// The bytes left after the length.
+        left: usize,
+    },
+    /// A framed record with a section and no report to put it in.
+    #[error("a framed DISPATCH record with a section but no report")]
+    SectionWithoutReport,
 }
 
 /// After a replay of a capture: what only the device and the emulator knew comes back from each
@@ -201,7 +236,7 @@ pub enum SessionError {
         error: CaptureError,
     },
     /// A record whose payload is not what its kind says.
-    #[error("{path}: record {seq} ({kind}) at byte {offset:#x}: {message}")]
+    #[error("{path}: record {seq} ({kind}) at byte {offset:#x}: {error}")]
     Record {
         /// The file.
         path: String,
@@ -211,8 +246,10 @@ pub enum SessionError {
         kind: String,
         /// Its byte offset.
         offset: u64,
-        /// What was wrong.
-        message: String,
+        /// What was wrong: the reader's own error (a [`RecordError`], a
+        /// [`crate::checkpoint::CheckpointError`], a `serde_json::Error` …), to downcast and match,
+        /// or words where there is none.
+        error: Box<dyn std::error::Error + Send + Sync>,
     },
     /// Neither a sample nor a capture.
     #[error(
@@ -392,7 +429,7 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                 seq: 0,
                 kind: "header".into(),
                 offset: crate::capture::FILE_HEADER_BYTES,
-                message: format!("the header is not a capture's META: {e}"),
+                error: format!("the header is not a capture's META: {e}").into(),
             })?;
         if meta.format != CAPTURE_FORMAT {
             return Err(SessionError::Record {
@@ -400,7 +437,7 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                 seq: 0,
                 kind: "header".into(),
                 offset: crate::capture::FILE_HEADER_BYTES,
-                message: format!("format is {:?}, not {CAPTURE_FORMAT:?}", meta.format),
+                error: format!("format is {:?}, not {CAPTURE_FORMAT:?}", meta.format).into(),
             });
         }
         let mut file = Self { path, reader, meta };
@@ -443,7 +480,12 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
         self.reader.len_of_kind(RecordKind::DISPATCH)
     }
 
-    fn bad(&self, kind: RecordKind, n: usize, message: String) -> SessionError {
+    fn bad(
+        &self,
+        kind: RecordKind,
+        n: usize,
+        error: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> SessionError {
         let meta = self
             .reader
             .records()
@@ -455,7 +497,7 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
             seq: meta.map_or(0, |m| m.seq),
             kind: kind.to_string(),
             offset: meta.map_or(0, |m| m.offset_bytes),
-            message,
+            error: error.into(),
         }
     }
 
@@ -491,14 +533,18 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
     }
 
     /// The error for record `records()[idx]` whose payload is not what its kind says.
-    pub fn bad_record(&self, idx: usize, message: String) -> SessionError {
+    pub fn bad_record(
+        &self,
+        idx: usize,
+        error: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> SessionError {
         let meta = self.reader.records().get(idx);
         SessionError::Record {
             path: self.path.clone(),
             seq: meta.map_or(0, |m| m.seq),
             kind: meta.map_or_else(String::new, |m| m.kind.to_string()),
             offset: meta.map_or(0, |m| m.offset_bytes),
-            message,
+            error: error.into(),
         }
     }
 
@@ -537,12 +583,12 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                     path: self.path.clone(),
                     error,
                 })?;
-            let bad = |message: String| SessionError::Record {
+            let bad = |error: Box<dyn std::error::Error + Send + Sync>| SessionError::Record {
                 path: self.path.clone(),
                 seq: m.seq,
                 kind: m.kind.to_string(),
                 offset: m.offset_bytes,
-                message,
+                error,
             };
             match m.kind {
                 RecordKind::MEMORY => {
@@ -550,7 +596,8 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                         return Err(bad(format!(
                             "{} bytes, less than a contents header",
                             bytes.len()
-                        )));
+                        )
+                        .into()));
                     }
                     let mut a = [0u8; 8];
                     a.copy_from_slice(&bytes[..8]);
@@ -561,7 +608,8 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                         return Err(bad(format!(
                             "says {len} bytes of contents but holds {}",
                             bytes.len() - 12
-                        )));
+                        )
+                        .into()));
                     }
                     sample.contents.push(Contents {
                         address: u64::from_le_bytes(a),
@@ -569,12 +617,11 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                     });
                 }
                 RecordKind::EVENTS => {
-                    let e: Event =
-                        serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+                    let e: Event = serde_json::from_slice(&bytes).map_err(|e| bad(e.into()))?;
                     sample.steps.push(Step::Event(e));
                 }
                 RecordKind::DISPATCH => {
-                    let d = DispatchRecord::from_payload(&bytes).map_err(bad)?;
+                    let d = DispatchRecord::from_payload(&bytes).map_err(|e| bad(e.into()))?;
                     sample.steps.push(Step::Dispatch(Box::new(d.input)));
                     reports.push(d.report);
                 }

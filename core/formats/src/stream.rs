@@ -38,7 +38,7 @@ fn json<T: Serialize>(
         seq,
         kind: kind.to_owned(),
         offset: 0,
-        message: format!("cannot be encoded: {e}"),
+        error: format!("cannot be encoded: {e}").into(),
     })
 }
 

@@ -145,10 +145,10 @@ proptest! {
     }
 }
 
-/// The CPU reference, but its device fails every dispatch with `fails`.
+/// The CPU reference, but its device fails every dispatch with what `fails` makes.
 struct Failing {
     cpu: dispatchscope_core::CpuBackend,
-    fails: dispatchscope_core::backend::BackendError,
+    fails: fn() -> dispatchscope_core::backend::BackendError,
 }
 
 impl dispatchscope_core::Backend for Failing {
@@ -187,7 +187,7 @@ impl dispatchscope_core::Backend for Failing {
         _table: Option<&dispatchscope_core::chunk_table::ChunkTable>,
         _memory: &mut dispatchscope_core::GuestMemory,
     ) -> Result<dispatchscope_core::exec::Outcome, dispatchscope_core::backend::BackendError> {
-        Err(self.fails.clone())
+        Err((self.fails)())
     }
 }
 
@@ -204,19 +204,19 @@ fn a_failing_device_is_not_bad_input() {
     let sample = Sample::from_json(&text).unwrap();
     for (fails, kind) in [
         (
-            BackendError::DeviceLost {
+            (|| BackendError::DeviceLost {
                 call: "vkQueueSubmit".into(),
-            },
+            }) as fn() -> BackendError,
             FailureKind::DeviceLost,
         ),
         (
-            BackendError::OutOfMemory {
+            || BackendError::OutOfMemory {
                 what: "vkAllocateMemory answered VK_ERROR_OUT_OF_DEVICE_MEMORY".into(),
             },
             FailureKind::OutOfMemory,
         ),
         (
-            BackendError::Execute("VK_ERROR_UNKNOWN".into()),
+            || BackendError::Execute("VK_ERROR_UNKNOWN".into()),
             FailureKind::Device,
         ),
     ] {

@@ -58,8 +58,9 @@ use dispatchscope_formats::checkpoint::{
     encode_memory_state,
 };
 
-/// The version of a checkpoint message this build writes and reads.
-pub const CHECKPOINT_VERSION: u8 = 1;
+/// The version of a checkpoint message this build writes and reads (kept with every other version
+/// number in `dispatchscope_formats::versions`).
+pub use dispatchscope_formats::versions::CHECKPOINT_VERSION;
 /// Part kind: guest memory's state (a `MEMORY_STATE` payload).
 pub const PART_MEMORY: u8 = 1;
 /// Part kind: the chunk table (a `TABLE_STATE` payload).

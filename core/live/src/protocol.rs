@@ -93,8 +93,9 @@ use dispatchscope_formats::sample::Contents;
 
 /// The `protocol` field of both hellos.
 pub const PROTOCOL: &str = "dispatchscope.live";
-/// The protocol version this build speaks; a target and a debugger talk only when theirs are equal.
-pub const VERSION: u32 = 3;
+/// The protocol version this build speaks; a target and a debugger talk only when theirs are equal
+/// (kept with every other version number in `dispatchscope_formats::versions`).
+pub use dispatchscope_formats::versions::PROTOCOL_VERSION as VERSION;
 /// The port a target listens on by default (on 127.0.0.1).
 pub const DEFAULT_PORT: u16 = 27953;
 /// The address a target listens on by default.

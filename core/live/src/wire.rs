@@ -23,7 +23,7 @@
 //! those rows) were written only by targets of protocol version 2, which the handshake refuses
 //! ([`crate::protocol::VERSION`] is 3): no peer this side talks to sends them, so they are read
 //! as the named error [`RETIRED_KINDS`] gives, not decoded. A version 2 store's records of kind 3
-//! still read (the table of record forms in [`dispatchscope_formats::message`]).
+//! still read (the table of record forms in [`dispatchscope_formats::legacy`]).
 //!
 //! Dispatches go untagged because reading a tagged enum first buffers the whole value in serde's
 //! generic form, which for a dispatch costs more than the rest of its decoding.
@@ -71,6 +71,7 @@ use crate::protocol::{ProtocolError, SharedMappings, ToDebugger, decode_to_debug
 use dispatchscope_core::input::DispatchInput;
 use dispatchscope_core::report::{AccessReport, DispatchReport};
 use dispatchscope_formats::columns;
+use dispatchscope_formats::legacy::wire_kinds;
 use dispatchscope_formats::message::{self, Rows};
 use dispatchscope_formats::packed;
 
@@ -98,8 +99,9 @@ pub const MAX_BODY_BYTES: u32 = 64 << 20;
 /// A message's kind byte: a tagged [`ToDebugger`].
 pub const MSG_TAGGED: u8 = 0;
 /// Message kinds only protocol version 2 targets wrote (dispatches with fixed-width rows or
-/// none): the decoder names them, as no peer of this version sends them (module docs).
-pub const RETIRED_KINDS: std::ops::RangeInclusive<u8> = 1..=3;
+/// none): the decoder names them, as no peer of this version sends them
+/// (`dispatchscope_formats::legacy::wire_kinds`, with the other old forms).
+pub use dispatchscope_formats::legacy::wire_kinds::RETIRED_KINDS;
 
 /// A dispatch as the tap hands it to a session's writer thread: the input and report without their
 /// access lists (cloned), and the lists already written as rows, which is all the game thread pays.
@@ -597,13 +599,10 @@ impl Decoder {
                     ToDebugger::Checkpoint(Box::new(c))
                 }
                 MSG_TAGGED => ToDebugger::deserialize(&mut de).map_err(|e| at(&e))?,
-                old if RETIRED_KINDS.contains(&old) => {
-                    return Err(at(&format!(
-                        "message kind {old}, a dispatch as only protocol version 2 targets sent it; this side speaks version {} (kind {MSG_DISPATCH_PACKED})",
-                        crate::protocol::VERSION
-                    )));
+                other => {
+                    wire_kinds::check(other, MSG_DISPATCH_PACKED).map_err(|e| at(&e))?;
+                    return Err(at(&format!("unknown message kind {other}")));
                 }
-                other => return Err(at(&format!("unknown message kind {other}"))),
             };
             messages.push(m);
         }

@@ -33,7 +33,7 @@ use dispatchscope_core::input::{
     Access, AccessKind, Backing, DeviceLimits, DispatchInput, Event, Op, Reason, Slot,
 };
 use dispatchscope_core::{CpuBackend, Engine};
-use dispatchscope_vk::host_pages::{self, HostCalls, MapsSource, ProcessHost};
+use dispatchscope_vk::host_pages::{self, HostCallError, HostCalls, MapsSource, ProcessHost};
 use dispatchscope_vk::{Context, ContextOptions, VulkanBackend};
 
 /// The emulator: writes land with a plain copy (its write-watch would note them); O8's runs come
@@ -50,23 +50,23 @@ fn copy_to(host_addr: u64, bytes: &[u8]) {
 }
 
 impl HostCalls for Emulator {
-    fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), String> {
+    fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), HostCallError> {
         copy_to(host_addr, bytes);
         Ok(())
     }
-    fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, String)> {
+    fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, HostCallError)> {
         for r in runs {
             copy_to(r.host_addr, r.bytes);
         }
         Ok(())
     }
-    fn commit(&self, _: u64, _: u64) -> Result<(), String> {
+    fn commit(&self, _: u64, _: u64) -> Result<(), HostCallError> {
         Ok(())
     }
-    fn release_guards(&self, _: u64, _: u64) -> Result<(), String> {
+    fn release_guards(&self, _: u64, _: u64) -> Result<(), HostCallError> {
         Ok(())
     }
-    fn hand_off(&self, _: ByteRange, _: u64) -> Result<(), String> {
+    fn hand_off(&self, _: ByteRange, _: u64) -> Result<(), HostCallError> {
         Ok(())
     }
 }

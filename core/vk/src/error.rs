@@ -299,7 +299,7 @@ impl From<VkError> for dispatchscope_core::backend::BackendError {
             VkError::HostAlloc { .. } => dispatchscope_core::backend::BackendError::OutOfMemory {
                 what: e.to_string(),
             },
-            other => dispatchscope_core::backend::BackendError::Execute(other.to_string()),
+            other => dispatchscope_core::backend::BackendError::Execute(Box::new(other)),
         }
     }
 }
@@ -361,13 +361,20 @@ mod tests {
         }
         assert!(matches!(
             of(vk::Result::ERROR_UNKNOWN),
-            BackendError::Execute(m) if m.contains("VK_ERROR_UNKNOWN")
+            BackendError::Execute(e) if matches!(
+                e.downcast_ref::<VkError>(),
+                Some(VkError::Call { result: vk::Result::ERROR_UNKNOWN, .. })
+            )
         ));
         let poisoned: BackendError = VkError::QueuePoisoned {
             call: "vkQueueSubmit",
         }
         .into();
-        assert!(matches!(poisoned, BackendError::Execute(m) if m.contains("poisoned")));
+        assert!(matches!(
+            poisoned,
+            BackendError::Execute(e)
+                if matches!(e.downcast_ref::<VkError>(), Some(VkError::QueuePoisoned { .. }))
+        ));
         let mirror: BackendError = VkError::HostAlloc {
             bytes: 0x1000,
             align: 0x1000,

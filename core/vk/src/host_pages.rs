@@ -24,40 +24,79 @@ use std::sync::OnceLock;
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::host::{HostError, HostMemory, HostRun, RealMapping};
 
-/// The calls of host mode that only the emulator can make, each with its own error message.
+/// Why one of the emulator's own calls ([`HostCalls`]) did not do what it was asked; the engine
+/// keeps it, in words, as the `why` of its [`HostError`].
+#[derive(Debug, thiserror::Error)]
+pub enum HostCallError {
+    /// A C callback answered with a status other than 0 (the C ABI's `ds_host_callbacks`).
+    #[error("the emulator's {call} callback returned {status}")]
+    Status {
+        /// The callback, as the C ABI names it (`write`, `commit`, `release_guards` …).
+        call: &'static str,
+        /// What it returned.
+        status: i32,
+    },
+    /// A batch callback of O8's runs answered with a status other than 0 at run `run`.
+    #[error("the emulator's {call} callback returned {status} at run {run} of {runs}")]
+    RunStatus {
+        /// The callback (`write_runs`).
+        call: &'static str,
+        /// What it returned.
+        status: i32,
+        /// The first run that did not land.
+        run: usize,
+        /// The runs of the batch.
+        runs: usize,
+    },
+    /// The operating system refused the emulator's call (an `mprotect`, a `process_vm_writev`).
+    #[error("{what}: {source}")]
+    Os {
+        /// What the emulator asked of it.
+        what: String,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The emulator refused for a reason of its own (its write-watch, its guest memory), in its
+    /// words.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// The calls of host mode that only the emulator can make, each with its own error.
 pub trait HostCalls: Send + Sync {
     /// A host write of guest bytes through the emulator's write-watch (C3, O8).
-    fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), String>;
+    fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), HostCallError>;
     /// O8's runs of written words in one call (`HostMemory::write_runs`): `Err((k, why))` where
     /// run `k` did not land (the runs before it did). The default writes run by run.
-    fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, String)> {
+    fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, HostCallError)> {
         for (k, r) in runs.iter().enumerate() {
             self.write(r.host_addr, r.bytes).map_err(|e| (k, e))?;
         }
         Ok(())
     }
     /// M2: commit `bytes` at `host_addr`.
-    fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), String>;
+    fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), HostCallError>;
     /// M2: release the write-watch's guards over `bytes` at `host_addr`.
-    fn release_guards(&self, host_addr: u64, bytes: u64) -> Result<(), String>;
+    fn release_guards(&self, host_addr: u64, bytes: u64) -> Result<(), HostCallError>;
     /// C2: the device stored into `guest` at `host_addr`.
-    fn hand_off(&self, guest: ByteRange, host_addr: u64) -> Result<(), String>;
+    fn hand_off(&self, guest: ByteRange, host_addr: u64) -> Result<(), HostCallError>;
 }
 
 impl<T: HostCalls + ?Sized> HostCalls for std::sync::Arc<T> {
-    fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), String> {
+    fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), HostCallError> {
         (**self).write(host_addr, bytes)
     }
-    fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, String)> {
+    fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, HostCallError)> {
         (**self).write_runs(runs)
     }
-    fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
+    fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), HostCallError> {
         (**self).commit(host_addr, bytes)
     }
-    fn release_guards(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
+    fn release_guards(&self, host_addr: u64, bytes: u64) -> Result<(), HostCallError> {
         (**self).release_guards(host_addr, bytes)
     }
-    fn hand_off(&self, guest: ByteRange, host_addr: u64) -> Result<(), String> {
+    fn hand_off(&self, guest: ByteRange, host_addr: u64) -> Result<(), HostCallError> {
         (**self).hand_off(guest, host_addr)
     }
 }
@@ -119,7 +158,7 @@ impl<C: HostCalls> HostMemory for ProcessHost<C> {
     fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), HostError> {
         self.calls
             .write(host_addr, bytes)
-            .map_err(|e| HostError::new("write", host_addr, bytes.len() as u64, e))
+            .map_err(|e| HostError::new("write", host_addr, bytes.len() as u64, e.to_string()))
     }
 
     fn write_runs(&self, runs: &[HostRun<'_>]) -> Result<(), (usize, HostError)> {
@@ -130,7 +169,7 @@ impl<C: HostCalls> HostMemory for ProcessHost<C> {
             });
             (
                 k,
-                HostError::new("write", r.host_addr, r.bytes.len() as u64, e),
+                HostError::new("write", r.host_addr, r.bytes.len() as u64, e.to_string()),
             )
         })
     }
@@ -138,19 +177,19 @@ impl<C: HostCalls> HostMemory for ProcessHost<C> {
     fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), HostError> {
         self.calls
             .commit(host_addr, bytes)
-            .map_err(|e| HostError::new("commit", host_addr, bytes, e))
+            .map_err(|e| HostError::new("commit", host_addr, bytes, e.to_string()))
     }
 
     fn release_guards(&self, host_addr: u64, bytes: u64) -> Result<(), HostError> {
         self.calls
             .release_guards(host_addr, bytes)
-            .map_err(|e| HostError::new("release-guards", host_addr, bytes, e))
+            .map_err(|e| HostError::new("release-guards", host_addr, bytes, e.to_string()))
     }
 
     fn hand_off(&self, guest: ByteRange, host_addr: u64) -> Result<(), HostError> {
         self.calls
             .hand_off(guest, host_addr)
-            .map_err(|e| HostError::new("hand-off", host_addr, guest.size_bytes(), e))
+            .map_err(|e| HostError::new("hand-off", host_addr, guest.size_bytes(), e.to_string()))
     }
 
     fn real_mappings(&self, host_addr: u64, bytes: u64) -> Option<Vec<RealMapping>> {

@@ -8,6 +8,24 @@ use ash::vk;
 
 use crate::{VkError, check};
 
+/// Allocates one descriptor set a layout of `layouts` from `pool`: every
+/// `vkAllocateDescriptorSets` of this crate (the replay's sets a segment, the pass's one set).
+pub(crate) fn allocate_sets(
+    d: &ash::Device,
+    pool: vk::DescriptorPool,
+    layouts: &[vk::DescriptorSetLayout],
+) -> Result<Vec<vk::DescriptorSet>, VkError> {
+    // SAFETY: the pool and layouts are live objects of `d`; a pool without room for the sets is
+    // VK_ERROR_OUT_OF_POOL_MEMORY, which `check` names.
+    check("vkAllocateDescriptorSets", unsafe {
+        d.allocate_descriptor_sets(
+            &vk::DescriptorSetAllocateInfo::default()
+                .descriptor_pool(pool)
+                .set_layouts(layouts),
+        )
+    })
+}
+
 /// One compute pipeline over a translated module, with its layouts.
 pub(crate) struct Pipeline {
     pub(crate) set_layout: vk::DescriptorSetLayout,

@@ -293,14 +293,8 @@ impl Replay {
         let dummy = self.dummy.as_ref().map_or(vk::Buffer::null(), |b| b.raw);
         let layouts = vec![ctx.replay.set_layout; segments.len()];
         self.calls += 1;
-        // SAFETY: the pool has room for n_sets (one per segment) sets of this layout.
-        let sets = check("vkAllocateDescriptorSets", unsafe {
-            d.allocate_descriptor_sets(
-                &vk::DescriptorSetAllocateInfo::default()
-                    .descriptor_pool(pool)
-                    .set_layouts(&layouts),
-            )
-        })?;
+        // The pool has room for n_sets (one per segment) sets of this layout.
+        let sets = crate::pipeline::allocate_sets(d, pool, &layouts)?;
         let infos: Vec<[Vec<vk::DescriptorBufferInfo>; 2]> = segments
             .iter()
             .map(|seg| {

@@ -10,7 +10,7 @@ pub const FILE_MAGIC: [u8; 8] = *b"DSCAPTUR";
 /// The first 8 bytes of the trailer of a finished capture.
 pub const TRAILER_MAGIC: [u8; 8] = *b"DSCINDEX";
 /// The format version this build writes, and the newest it reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub use crate::versions::CAPTURE_FORMAT_VERSION as FORMAT_VERSION;
 /// Bytes of the fixed part of the file header, before its payload.
 pub const FILE_HEADER_BYTES: u64 = 24;
 /// Bytes of a record header, before its stored payload.

@@ -1,4 +1,4 @@
-// The lookup helper (rule T5 of SPEC.md) ported to CUDA, over the chunk table the engine builds,
+// The lookup helper (rule T5, `core/engine/src/rules.rs`) ported to CUDA, over the chunk table the engine builds,
 // read byte for byte from the file `ChunkTable::to_le_bytes` writes. This is a port of the helper's
 // logic (the hash, the bounded probe of 16-byte slots, two lookups per access), not the SPIR-V the
 // Vulkan backend runs: the H200 it is measured on has no working Vulkan driver.

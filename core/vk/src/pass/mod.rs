@@ -838,15 +838,8 @@ impl DevicePass {
             .first()
             .map(|(_, p)| p.set_layout)
             .unwrap_or_default();
-        let layouts = [set_layout];
-        // SAFETY: the pool and layout are live; every pipeline has the same set layout shape.
-        let sets = check("vkAllocateDescriptorSets", unsafe {
-            d.allocate_descriptor_sets(
-                &vk::DescriptorSetAllocateInfo::default()
-                    .descriptor_pool(pool)
-                    .set_layouts(&layouts),
-            )
-        })?;
+        // Every pipeline has the same set layout shape.
+        let sets = crate::pipeline::allocate_sets(d, pool, &[set_layout])?;
         let set = sets.first().copied().unwrap_or_default();
         let member_offset = host.member_offset(1);
         let info = |b: &Buf, offset: u64| {

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::engine::Engine;
 use dispatchscope_core::input::{Backing, DeviceLimits, Event};
-use dispatchscope_vk::host_pages::{HostCalls, ProcessHost};
+use dispatchscope_vk::host_pages::{HostCallError, HostCalls, ProcessHost};
 use dispatchscope_vk::{Context, ContextOptions, VkError, VulkanBackend};
 
 pub const PAGE: usize = 0x1000;
@@ -180,7 +180,7 @@ impl Emulator {
 impl HostCalls for Emulator {
     /// A host write as an emulator does it through its write-watch: with `process_vm_writev`, so
     /// a page it made inaccessible is a failure, not a crash.
-    fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), String> {
+    fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), HostCallError> {
         {
             let mut log = self.log.lock().unwrap();
             if log.len() < 10_000 {
@@ -188,7 +188,9 @@ impl HostCalls for Emulator {
             }
         }
         if Self::fails(&self.fail_write, host_addr, bytes.len() as u64) {
-            return Err(format!("the write-watch refused host {host_addr:#x}"));
+            return Err(HostCallError::Refused(format!(
+                "the write-watch refused host {host_addr:#x}"
+            )));
         }
         let local = libc::iovec {
             iov_base: bytes.as_ptr() as *mut libc::c_void,
@@ -202,26 +204,26 @@ impl HostCalls for Emulator {
         // the kernel, which fails with EFAULT instead of faulting).
         let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
         if n != bytes.len() as isize {
-            return Err(format!(
-                "process_vm_writev at {host_addr:#x}: {}",
-                std::io::Error::last_os_error()
-            ));
+            return Err(HostCallError::Os {
+                what: format!("process_vm_writev at {host_addr:#x}"),
+                source: std::io::Error::last_os_error(),
+            });
         }
         self.bytes_written
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(())
     }
-    fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
+    fn commit(&self, host_addr: u64, bytes: u64) -> Result<(), HostCallError> {
         self.log
             .lock()
             .unwrap()
             .push(format!("commit {host_addr:#x} {bytes:#x}"));
         if Self::fails(&self.fail_commit, host_addr, bytes) {
-            return Err("out of guest memory".into());
+            return Err(HostCallError::Refused("out of guest memory".into()));
         }
         Ok(())
     }
-    fn release_guards(&self, host_addr: u64, bytes: u64) -> Result<(), String> {
+    fn release_guards(&self, host_addr: u64, bytes: u64) -> Result<(), HostCallError> {
         self.log
             .lock()
             .unwrap()
@@ -237,10 +239,13 @@ impl HostCalls for Emulator {
         if r == 0 {
             Ok(())
         } else {
-            Err(std::io::Error::last_os_error().to_string())
+            Err(HostCallError::Os {
+                what: format!("mprotect at {host_addr:#x}"),
+                source: std::io::Error::last_os_error(),
+            })
         }
     }
-    fn hand_off(&self, guest: ByteRange, host_addr: u64) -> Result<(), String> {
+    fn hand_off(&self, guest: ByteRange, host_addr: u64) -> Result<(), HostCallError> {
         self.log
             .lock()
             .unwrap()
