@@ -2,7 +2,7 @@
 //! `(guest_chunk, device_addr)` pairs searched linearly.
 
 use dispatchscope_core::chunk_table::{
-    ChunkTable, EMPTY_KEY, InsertOutcome, KEY_CHUNK_MASK, MAX_CHUNK_BYTES, MAX_LOAD, TableError,
+    ChunkTable, InsertOutcome, KEY_CHUNK_MASK, MAX_CHUNK_BYTES, MAX_LOAD, TableError,
     chunk_bytes_for, home_slot,
 };
 use dispatchscope_core::report::LookupOutcome;

@@ -33,7 +33,7 @@ use dispatchscope_core::engine::{DeviceRun, RanOn};
 use dispatchscope_core::input::{
     Backing, DeviceLimits, DispatchInput, Event, HostProtection, Reason,
 };
-use dispatchscope_vk::host_pages::{HostCalls, ProcessHost};
+use dispatchscope_vk::host_pages::{HostCallError, HostCalls, ProcessHost};
 use dispatchscope_vk::{Context, ContextOptions, VulkanBackend};
 
 const GUEST: u64 = 0x1_0000_0000;
@@ -43,18 +43,18 @@ const PAGE: u64 = 0x1000;
 struct Emulator;
 
 impl HostCalls for Emulator {
-    fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), String> {
+    fn write(&self, host_addr: u64, bytes: &[u8]) -> Result<(), HostCallError> {
         // SAFETY: the engine writes only into the benchmark's own read-write mapping.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), host_addr as *mut u8, bytes.len()) };
         Ok(())
     }
-    fn commit(&self, _: u64, _: u64) -> Result<(), String> {
+    fn commit(&self, _: u64, _: u64) -> Result<(), HostCallError> {
         Ok(())
     }
-    fn release_guards(&self, _: u64, _: u64) -> Result<(), String> {
+    fn release_guards(&self, _: u64, _: u64) -> Result<(), HostCallError> {
         Ok(())
     }
-    fn hand_off(&self, _: ByteRange, _: u64) -> Result<(), String> {
+    fn hand_off(&self, _: ByteRange, _: u64) -> Result<(), HostCallError> {
         Ok(())
     }
 }
