@@ -146,12 +146,12 @@ fn t1_t2_hold_after_100_000_random_toggles() {
     for round in 0..100 {
         for _ in 0..1_000 {
             // Mostly pages near others already toggled, so that runs of them form and split.
-            let page = if rng.next() % 4 == 0 {
+            let page = if rng.next().is_multiple_of(4) {
                 rng.next() % PAGES
             } else {
                 (rng.next() % 64) * 256 + rng.next() % 8
             };
-            let ro = rng.next() % 2 == 0;
+            let ro = rng.next().is_multiple_of(2);
             read_only[page as usize] = ro;
             let p = if ro {
                 HostProtection::Read

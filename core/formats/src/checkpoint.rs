@@ -269,6 +269,12 @@ impl TableImage {
     }
 }
 
+/// [`TableWriter::next_changes`]: the writer holds no table (of that size) for the changes to change;
+/// the table must be sent whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("changes to a chunk table this writer does not hold")]
+pub struct NoTableToChange;
+
 /// What a writer remembers of the last table it saved, to write the next as a delta: used by
 /// [`write_replayed_capture`] and by a live target's writer thread, whose every [`TABLE_STATE`]
 /// payload goes into the debugger's recording in the same order.
@@ -329,15 +335,18 @@ impl TableWriter {
     /// by them alone, with no pass over the table, and written as a delta, or whole when the
     /// chain of deltas is long or the change large. `Ok(None)` when no slot changed; `Err` when
     /// there is no last table to change (the caller sends the table whole).
-    pub fn next_changes(&mut self, changed: &[(usize, TableSlot)]) -> Result<Option<Vec<u8>>, ()> {
+    pub fn next_changes(
+        &mut self,
+        changed: &[(usize, TableSlot)],
+    ) -> Result<Option<Vec<u8>>, NoTableToChange> {
         let Some(prev) = self.last.as_mut() else {
-            return Err(());
+            return Err(NoTableToChange);
         };
         let mut moved: Vec<usize> = Vec::with_capacity(changed.len());
         for &(i, s) in changed {
             let Some(at) = prev.slots.get_mut(i) else {
                 self.reset();
-                return Err(());
+                return Err(NoTableToChange);
             };
             if *at != s {
                 *at = s;

@@ -548,7 +548,7 @@ impl Writer {
                 }
                 // No table to change (the last was not sent): unknown until a whole one is, which
                 // the game thread is asked for.
-                Err(()) => {
+                Err(_) => {
                     self.want_whole_table = true;
                     Some(StatePart::Unknown(format!(
                     "the chunk table after dispatch {} came as changes to a table this session did not send",

@@ -113,7 +113,7 @@ fn apply_changes(t: &mut ChunkTable, changes: &[PieceChange]) -> Result<(u64, u6
     let shift = t.chunk_shift();
     for c in changes {
         let (PieceChange::Added(p) | PieceChange::Removed(p)) = c;
-        let chunks = p.guest.start >> shift..(p.guest.end - 1 >> shift) + 1;
+        let chunks = p.guest.start >> shift..((p.guest.end - 1) >> shift) + 1;
         if let PieceChange::Added(_) = c {
             crate::chunk_table::check_entries(
                 (t.len() as u64).saturating_add(chunks.end - chunks.start),
@@ -240,7 +240,8 @@ impl<B: Backend> Engine<B> {
                     (_, Some(_)) => "T1: a piece mapped and dropped since the last dispatch was finer than a part of the chunk".to_owned(),
                 });
                 let shift = chunk_bytes.trailing_zeros();
-                let chunks_of = |p: &Piece| p.guest.start >> shift..(p.guest.end - 1 >> shift) + 1;
+                let chunks_of =
+                    |p: &Piece| p.guest.start >> shift..((p.guest.end - 1) >> shift) + 1;
                 let n_chunks = self
                     .mappings
                     .pieces()
