@@ -799,7 +799,7 @@ fn a_click_on_the_timeline_selects_a_frame() {
     use dispatchscope_core::input::Event;
     use dispatchscope_core::report::EventReport;
     let app = app_with("generations-revisits.json");
-    let mut reports = app
+    let reports = app
         .shared
         .session
         .as_ref()
@@ -807,8 +807,11 @@ fn a_click_on_the_timeline_selects_a_frame() {
         .reports
         .in_memory_reports()
         .to_vec();
-    // Three frames: a retire before every third dispatch.
+    // Ten frames (a bar a frame takes eight or more): the sample's dispatches again and again,
+    // a retire before every third.
+    let mut reports: Vec<_> = reports.iter().cycle().take(30).cloned().collect();
     for (i, r) in reports.iter_mut().enumerate() {
+        r.index = i as u64;
         if i > 0 && i % 3 == 0 {
             r.events_before.push(EventReport {
                 index: 1000 + i as u64,
@@ -911,4 +914,44 @@ fn addresses_do_not_wrap_at_1250_points() {
         );
     }
     assert!(n > 5, "the table shows addresses ({n})");
+}
+
+/// A label the list cuts short (its column is narrower than the text) shows whole on hover: the
+/// tooltip is the only other place dispatch 1's label is written.
+#[test]
+fn a_label_cut_short_shows_whole_on_hover() {
+    let app = app_with("run305-overlap.json");
+    let label = app
+        .shared
+        .session
+        .as_ref()
+        .unwrap()
+        .reports
+        .get(1)
+        .unwrap()
+        .label
+        .clone();
+    let mut h = harness(app);
+    h.run();
+    let whole = |h: &egui_kittest::Harness<'_, GuiApp>| h.query_all_by_label(&label).count();
+    let before = whole(&h);
+    // Dispatch 1's row: at its label, and anywhere else on the row (a label past the list's
+    // edge, scrolled out of view, is read there).
+    let program = h.get_by_label("0x400003e1ac00").rect();
+    let list = h.get_by_label("label").rect();
+    for x in [list.left() + 20.0, program.center().x] {
+        h.hover_at(egui::pos2(x, program.center().y));
+        h.run_steps(60);
+        assert_eq!(
+            whole(&h),
+            before + 1,
+            "the tooltip at x {x} shows {label:?}"
+        );
+        h.hover_at(egui::pos2(900.0, 500.0));
+        h.run_steps(10);
+    }
+    // Away from it, the tooltip goes.
+    h.hover_at(egui::pos2(900.0, 500.0));
+    h.run_steps(10);
+    assert_eq!(whole(&h), before);
 }

@@ -558,8 +558,12 @@ impl DispatchesPanel {
                             }
                             if cut {
                                 // The whole label, over the row (a label cut short, or past
-                                // the list's edge, is still read in full).
-                                response.on_hover_text(label);
+                                // the list's edge, is still read in full). A tooltip of its
+                                // own: the row's accessible name stays its cells'.
+                                response.on_hover_ui(|ui| {
+                                    ui.set_max_width(ui.spacing().tooltip_width);
+                                    ui.label(label);
+                                });
                             }
                         });
                     });

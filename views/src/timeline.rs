@@ -49,15 +49,12 @@ impl Unit {
         match self {
             Unit::Frames if per > 1 => format!("frame, {per} to a bar"),
             Unit::Frames => "frame".to_owned(),
-            Unit::Dispatches(k) => {
-                let n = k * per;
-                let why = "(fewer than 8 frames: no retire event marks more)";
-                if n > 1 {
-                    format!("dispatch (position in the session), {n} to a bar {why}")
-                } else {
-                    format!("dispatch (position in the session) {why}")
-                }
-            }
+            Unit::Dispatches(k) => match k * per {
+                1 => "dispatch (position in the session; fewer than 8 frames)".to_owned(),
+                n => format!(
+                    "dispatch (position in the session), {n} to a bar (fewer than 8 frames)"
+                ),
+            },
         }
     }
 }
