@@ -648,7 +648,10 @@ impl Session {
         let torn = torn_note(&file);
         let states = file.states();
         let size = file.len_bytes();
-        if !states.has_memory() && size <= REPLAY_UP_FRONT_BYTES {
+        // A later file of a live session (or files joined from one) has no snapshot to replay
+        // from: its recorded reports are what it shows.
+        let late = dispatchscope_live::segments::starts_late(&file.meta().description);
+        if !states.has_memory() && size <= REPLAY_UP_FRONT_BYTES && !late {
             let (sample, recorded) = file.to_sample().map_err(|e| capture_error(&name, e))?;
             let mut session =
                 Self::replay_keeping(source, &sample, &recorded, progress).map_err(|e| {

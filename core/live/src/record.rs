@@ -272,7 +272,8 @@ impl CaptureRecorder {
         meta.programs.clone_from(&self.programs);
         let next_dispatch = self.next_dispatch.unwrap_or(0);
         meta.description = format!(
-            "A later file of a live session, from dispatch {next_dispatch} on: the session's first file holds its snapshot of guest memory, so this one replays only as far as its dispatches' recorded reports go. Its first dispatch's records give guest memory's page states and the chunk table as the dispatch before it left them. {}",
+            "{}, from dispatch {next_dispatch} on: the session's first file holds its snapshot of guest memory, so this one replays only as far as its dispatches' recorded reports go. Its first dispatch's records give guest memory's page states and the chunk table as the dispatch before it left them. {}",
+            crate::segments::LATER_FILE,
             meta.description
         );
         let header = json("META", &meta)?;

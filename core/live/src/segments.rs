@@ -19,6 +19,18 @@ use thiserror::Error;
 
 use crate::store::segment_path;
 
+/// How a later file of a live session begins its description ([`crate::record::CaptureRecorder::roll`]
+/// writes it): such a file, and a capture joined from files that begin with one, lacks the
+/// session's memory snapshot, so its recorded reports are what it shows (it is not replayed).
+pub const LATER_FILE: &str = "A later file of a live session";
+
+/// Whether a capture whose META has `description` starts after its session's memory snapshot
+/// (a later file of a live session, or files joined from one): replaying it would not give the
+/// target's reports.
+pub fn starts_late(description: &str) -> bool {
+    description.contains(LATER_FILE)
+}
+
 /// Why a session's files could not be found or joined.
 #[derive(Debug, Error)]
 pub enum SegmentsError {
@@ -221,4 +233,38 @@ pub fn join(files: &[PathBuf], dest: &Path, note: Option<&str>) -> Result<Joined
         dispatches,
         files: files.len(),
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "tests")]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_files_part_and_its_sessions_files() {
+        let dir = std::env::temp_dir().join(format!("ds-segments-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let first = dir.join("s.dscap");
+        assert_eq!(part_of(&first), (first.clone(), 0));
+        assert_eq!(part_of(&segment_path(&first, 12)), (first.clone(), 12));
+        assert_eq!(part_of(&dir.join("s.v2.dscap")).1, 0, "not four digits");
+        // Parts 2, 3 and 4 on disk (0 and 1 deleted), and a file of another session.
+        for n in [2, 3, 4] {
+            std::fs::write(segment_path(&first, n), b"").unwrap();
+        }
+        std::fs::write(dir.join("other.dscap"), b"").unwrap();
+        let want: Vec<PathBuf> = [2, 3, 4].iter().map(|&n| segment_path(&first, n)).collect();
+        for from in [
+            segment_path(&first, 3),
+            segment_path(&first, 2),
+            dir.clone(),
+        ] {
+            assert_eq!(session_files(&from).unwrap(), (want.clone(), 2), "{from:?}");
+        }
+        let lone = dir.join("other.dscap");
+        assert_eq!(session_files(&lone).unwrap(), (vec![lone.clone()], 0));
+        assert!(starts_late(&format!("{LATER_FILE}, from dispatch 7 on")));
+        assert!(!starts_late("a capture"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
