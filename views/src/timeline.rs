@@ -479,8 +479,11 @@ impl TimelinePanel {
             _ => (-0.5, 0.5),
         };
         let x_range = if recent {
+            // The span's frames up to the newest, from the first there is (a session younger
+            // than the span does not show frames before its first).
             let end = bars.last().map_or(0.0, |b| b.frame as f64);
-            let start = end - self.span_frames.saturating_sub(1) as f64;
+            let first = bars.first().map_or(0.0, |b| b.frame as f64);
+            let start = (end - self.span_frames.saturating_sub(1) as f64).max(first);
             let to_x = |f: f64| match unit {
                 Unit::Frames => f,
                 Unit::Dispatches(k) => f * k as f64,

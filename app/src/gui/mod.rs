@@ -804,8 +804,8 @@ impl GuiApp {
         {
             egui::Panel::bottom("timeline")
                 .resizable(true)
-                .default_size(110.0)
-                .min_size(60.0)
+                .default_size(150.0)
+                .min_size(90.0)
                 .show(ui, |ui| actions.extend(self.main.timeline_ui(ui, sh)));
         }
         if sh.session.is_some() && self.compare.is_open() {
