@@ -955,3 +955,109 @@ fn a_label_cut_short_shows_whole_on_hover() {
     h.run_steps(10);
     assert_eq!(whole(&h), before);
 }
+
+/// Every window speaks in actions and the app applies them in one place: each `AppAction` lands
+/// where it should (a window opened, the selection moved, a message shown or dismissed), and a
+/// menu item clicked reaches `apply` the same way.
+#[test]
+fn actions_from_windows_are_applied_in_one_place() {
+    use dispatchscope_views::keys::Command;
+    use gui::{AppAction, SaveKind};
+    let mut app = app_with("generations-revisits.json");
+    let n = app.shared.n_dispatches();
+    assert!(n > 2);
+    // A panel's action, and a key's command.
+    app.apply(AppAction::Panel(
+        dispatchscope_views::Action::SelectDispatch(2),
+    ));
+    assert_eq!(app.shared.sel.dispatch, 2);
+    app.apply(AppAction::Command(Command::Previous));
+    assert_eq!(app.shared.sel.dispatch, 1);
+    app.apply(dispatchscope_views::Action::ShowTab(Tab::Memory));
+    assert_eq!(app.shared.settings.tab, Tab::Memory);
+    // Go to by report index; one that is not there is the error panel's.
+    let last = app
+        .shared
+        .session
+        .as_ref()
+        .unwrap()
+        .rows
+        .index(n - 1)
+        .unwrap();
+    app.apply(AppAction::GoTo(last));
+    assert_eq!(app.shared.sel.dispatch, n - 1);
+    app.apply(AppAction::GoTo(u64::MAX));
+    assert!(
+        app.shared
+            .error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("no dispatch")
+    );
+    app.apply(AppAction::DismissError);
+    assert!(app.shared.error.is_none());
+    // Windows open where they live.
+    app.apply(AppAction::Command(Command::GoTo));
+    assert_eq!(app.dialogs.goto.as_deref(), Some(""));
+    app.apply(AppAction::OpenAttach);
+    assert!(app.live_windows.attach_form.is_some());
+    app.apply(AppAction::OpenBreakpoints);
+    assert!(app.live_windows.show_breakpoints);
+    app.apply(AppAction::OpenSave(SaveKind::Capture));
+    assert_eq!(
+        app.live_windows.save_form.as_ref().map(|(k, _)| *k),
+        Some(SaveKind::Capture)
+    );
+    app.apply(AppAction::SetListing(true));
+    assert!(app.listing.open);
+    app.apply(AppAction::OpenWhatIf);
+    assert!(app.compare.what_if.is_some());
+    app.apply(AppAction::Notice("hello".into()));
+    assert_eq!(app.shared.notice.as_deref(), Some("hello"));
+    app.apply(AppAction::DismissNotice);
+    assert!(app.shared.notice.is_none());
+    // Saving with no live session says why, as a notice.
+    app.apply(AppAction::Save(
+        SaveKind::Capture,
+        "/nonexistent/x.dscap".into(),
+    ));
+    assert!(
+        app.shared
+            .notice
+            .as_deref()
+            .unwrap()
+            .contains("no live session"),
+        "{:?}",
+        app.shared.notice
+    );
+    // A comparison with a file that is not there: B never loads, the error says why.
+    app.apply(AppAction::CompareWith("/nonexistent/b.json".into()));
+    let mut h = harness(app);
+    for _ in 0..200 {
+        h.run();
+        if !h.state().compare.is_open() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(!h.state().compare.is_open());
+    assert!(h.state().shared.error.is_some());
+    // A menu item: Session ▸ What if… is an action the app applies after the frame.
+    {
+        let app = h.state_mut();
+        app.compare.what_if = None;
+        app.dialogs.goto = None;
+        app.live_windows = gui::live_ui::LiveWindows::default();
+        app.apply(AppAction::DismissError);
+    }
+    h.run();
+    h.get_by_label("Session").click();
+    h.run();
+    h.get_by_label("What if…").click();
+    h.run();
+    assert!(h.state().compare.what_if.is_some());
+    h.get_by_label("Cancel").click();
+    h.run();
+    assert!(h.state().compare.what_if.is_none());
+}

@@ -76,9 +76,19 @@ pub fn bin_dispatches(n: usize) -> u64 {
 /// Grid marks at whole numbers only, `1`, `2` or `5` times a power of ten apart, far enough apart
 /// for a label each (what the strip's axes show: frames, positions and counts are whole).
 pub fn whole_marks(input: egui_plot::GridInput) -> Vec<egui_plot::GridMark> {
+    // A label along x wants about a dozen times the plot's smallest step.
+    marks_apart(input, 12.0)
+}
+
+/// [`whole_marks`] for the y axis, whose labels are a line high: closer together.
+pub fn whole_y_marks(input: egui_plot::GridInput) -> Vec<egui_plot::GridMark> {
+    marks_apart(input, 4.0)
+}
+
+/// Whole-number marks at least `factor` times the plot's smallest step apart.
+fn marks_apart(input: egui_plot::GridInput, factor: f64) -> Vec<egui_plot::GridMark> {
     let (lo, hi) = input.bounds;
-    // A label wants about a dozen times the plot's smallest step.
-    let want = (input.base_step_size * 12.0).max(1.0);
+    let want = (input.base_step_size * factor).max(1.0);
     let mut step = 1.0;
     'find: loop {
         for m in [1.0, 2.0, 5.0] {
@@ -468,7 +478,7 @@ impl TimelinePanel {
             .allow_drag([!recent, false])
             .allow_scroll(false)
             .x_grid_spacer(whole_marks)
-            .y_grid_spacer(whole_marks);
+            .y_grid_spacer(whole_y_marks);
         // The x range: the bars', a little more than they cover; in the recent view, its span.
         let (lo, hi) = match (bars.first(), bars.last()) {
             (Some(a), Some(b)) => {
@@ -504,9 +514,12 @@ impl TimelinePanel {
         } else {
             plot = plot.include_x(lo).include_x(hi);
         }
+        // Room above the tallest bar, so that its count is marked on the axis.
+        let tallest = bars.iter().map(|b| b.dispatches).max().unwrap_or(1);
         let response = plot
             .allow_boxed_zoom(false)
             .include_y(0.0)
+            .include_y(tallest as f64 * 1.25)
             .show_grid([false, true])
             .x_axis_label(x_label)
             .y_axis_label("dispatches")

@@ -181,16 +181,19 @@ impl LiveWindows {
                     ui.checkbox(&mut f.refusal, "After the next refused dispatch");
                     ui.checkbox(&mut f.escape, "After the next dispatch with an escape");
                     ui.horizontal(|ui| {
-                        ui.checkbox(&mut f.probes_on, "After a lookup of more probes than");
-                        ui.add(egui::TextEdit::singleline(&mut f.probes).desired_width(60.0));
+                        let l = ui.checkbox(&mut f.probes_on, "After a lookup of more probes than");
+                        ui.add(egui::TextEdit::singleline(&mut f.probes).desired_width(60.0))
+                            .labelled_by(l.id);
                     });
                     ui.horizontal(|ui| {
-                        ui.checkbox(&mut f.program_on, "Before a dispatch of program");
-                        ui.add(egui::TextEdit::singleline(&mut f.program).desired_width(140.0));
+                        let l = ui.checkbox(&mut f.program_on, "Before a dispatch of program");
+                        ui.add(egui::TextEdit::singleline(&mut f.program).desired_width(140.0))
+                            .labelled_by(l.id);
                     });
                     ui.horizontal(|ui| {
-                        ui.checkbox(&mut f.nth_on, "Before dispatch number");
-                        ui.add(egui::TextEdit::singleline(&mut f.nth).desired_width(100.0));
+                        let l = ui.checkbox(&mut f.nth_on, "Before dispatch number");
+                        ui.add(egui::TextEdit::singleline(&mut f.nth).desired_width(100.0))
+                            .labelled_by(l.id);
                     });
                     apply = ui.button("Set breakpoints").clicked();
                 });
