@@ -19,10 +19,7 @@ use thiserror::Error;
 
 use crate::store::segment_path;
 
-/// How a later file of a live session begins its description ([`crate::record::CaptureRecorder::roll`]
-/// writes it): such a file, and a capture joined from files that begin with one, lacks the
-/// session's memory snapshot, so its recorded reports are what it shows (it is not replayed).
-pub const LATER_FILE: &str = "A later file of a live session";
+pub use crate::record::LATER_FILE;
 
 /// Whether a capture whose META has `description` starts after its session's memory snapshot
 /// (a later file of a live session, or files joined from one): replaying it would not give the
