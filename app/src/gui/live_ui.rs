@@ -181,19 +181,22 @@ impl LiveWindows {
                     ui.checkbox(&mut f.refusal, "After the next refused dispatch");
                     ui.checkbox(&mut f.escape, "After the next dispatch with an escape");
                     ui.horizontal(|ui| {
-                        let l = ui.checkbox(&mut f.probes_on, "After a lookup of more probes than");
+                        ui.checkbox(&mut f.probes_on, "After a lookup of more probes than");
+                        // Named on its own: the checkbox keeps its words.
                         ui.add(egui::TextEdit::singleline(&mut f.probes).desired_width(60.0))
-                            .labelled_by(l.id);
+                            .on_hover_text("the probe count");
                     });
                     ui.horizontal(|ui| {
-                        let l = ui.checkbox(&mut f.program_on, "Before a dispatch of program");
+                        ui.checkbox(&mut f.program_on, "Before a dispatch of program");
+                        // Named on its own: the checkbox keeps its words.
                         ui.add(egui::TextEdit::singleline(&mut f.program).desired_width(140.0))
-                            .labelled_by(l.id);
+                            .on_hover_text("the program address");
                     });
                     ui.horizontal(|ui| {
-                        let l = ui.checkbox(&mut f.nth_on, "Before dispatch number");
+                        ui.checkbox(&mut f.nth_on, "Before dispatch number");
+                        // Named on its own: the checkbox keeps its words.
                         ui.add(egui::TextEdit::singleline(&mut f.nth).desired_width(100.0))
-                            .labelled_by(l.id);
+                            .on_hover_text("the dispatch index");
                     });
                     apply = ui.button("Set breakpoints").clicked();
                 });
