@@ -138,7 +138,7 @@ impl Driver {
     fn new(session: Session, tab: Tab) -> Self {
         let mut app = GuiApp::new(Settings::default());
         app.set_session(session);
-        app.settings.tab = tab;
+        app.shared.settings.tab = tab;
         let ctx = egui::Context::default();
         dispatchscope_views::style::install_fonts(&ctx);
         let mut d = Self {
@@ -230,8 +230,13 @@ fn scroll_grid(_: &Driver, i: usize) -> Vec<Event> {
 }
 
 fn step_next(d: &Driver, _: usize) -> Vec<Event> {
-    let last = d.app.session.as_ref().map_or(0, |s| s.reports.len() - 1);
-    if d.app.sel.dispatch >= last {
+    let last = d
+        .app
+        .shared
+        .session
+        .as_ref()
+        .map_or(0, |s| s.reports.len() - 1);
+    if d.app.shared.sel.dispatch >= last {
         key(Key::Home, Modifiers::COMMAND)
     } else {
         key(Key::F10, Modifiers::NONE)
@@ -256,7 +261,7 @@ fn summary(name: &str, d: &mut Driver, events: Events) {
         ms(times[times.len() * 95 / 100]),
         ms(times[times.len() - 1]),
         times.len(),
-        d.app.sel.dispatch
+        d.app.shared.sel.dispatch
     );
 }
 

@@ -464,3 +464,174 @@ fn every_name_architecture_md_gives_exists() {
         missing.join("\n")
     );
 }
+
+/// The names of the types a file's code defines (`struct`, `enum`, `union`, `type`).
+fn types_defined(code: &str) -> BTreeSet<String> {
+    let words: Vec<&str> = code
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    words
+        .windows(2)
+        .filter(|p| matches!(p[0], "struct" | "enum" | "union" | "type"))
+        .map(|p| p[1].to_owned())
+        .collect()
+}
+
+/// The self type of every `impl` block in `code` (`impl<T> Trait<T> for path::Name<T>` →
+/// `Name`), with the line it starts on.
+fn impl_self_types(code: &str) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for (at, _) in code.match_indices("impl") {
+        let before = code[..at].chars().next_back();
+        let after = code[at + 4..].chars().next();
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            || !after.is_some_and(|c| c.is_whitespace() || c == '<')
+        {
+            continue;
+        }
+        // The header runs to the block's `{` (or a `where`).
+        let rest = &code[at + 4..];
+        let end = rest.find('{').unwrap_or(rest.len());
+        let mut header = &rest[..end];
+        if let Some(w) = header.find(" where") {
+            header = &header[..w];
+        }
+        // Skip the impl's own generics, `<…>`, counting nesting.
+        let mut h = header.trim_start();
+        if h.starts_with('<') {
+            let mut depth = 0;
+            let mut cut = h.len();
+            for (i, c) in h.char_indices() {
+                match c {
+                    '<' => depth += 1,
+                    '>' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            cut = i + 1;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            h = &h[cut..];
+        }
+        let ty = match h.rfind(" for ") {
+            Some(i) => &h[i + 5..],
+            None => h,
+        };
+        // `path::Name<T>` → `Name`; `&'a Name` → `Name`.
+        let ty = ty.trim().trim_start_matches('&').trim_start_matches("mut ");
+        let ty = ty.split('<').next().unwrap_or("").trim();
+        let name = ty.rsplit("::").next().unwrap_or("").trim();
+        if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            out.push((name.to_owned(), code[..at].lines().count()));
+        }
+    }
+    out
+}
+
+/// Every arrow up in the crate at `src`: a file whose `impl` block is of a type its parent module
+/// defines (and it does not), as `file:line: impl Type (the parent's)`. A child that writes its
+/// parent's `impl` reaches back into the parent's state: the parent's type is spread over files
+/// that depend on each other both ways.
+fn arrows_up(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    let modules: BTreeMap<Vec<String>, PathBuf> = files
+        .iter()
+        .map(|f| (module_of(src, f), f.clone()))
+        .collect();
+    let mut found = Vec::new();
+    for (m, file) in &modules {
+        let Some(parent) = m.len().checked_sub(1).map(|k| m[..k].to_vec()) else {
+            continue;
+        };
+        if m.is_empty() {
+            continue;
+        }
+        let Some(parent_file) = modules.get(&parent) else {
+            continue;
+        };
+        let parent_types = types_defined(&code_of(&std::fs::read_to_string(parent_file).unwrap()));
+        let code = code_of(&std::fs::read_to_string(file).unwrap());
+        let own = types_defined(&code);
+        for (ty, line) in impl_self_types(&code) {
+            if parent_types.contains(&ty) && !own.contains(&ty) {
+                found.push(format!(
+                    "{}:{line}: impl {ty} (its parent's)",
+                    file.display()
+                ));
+            }
+        }
+    }
+    found
+}
+
+/// The crates whose child modules may write their parent's `impl`: the engine's phases are
+/// `impl Engine` blocks in files of their own (ARCHITECTURE.md), and each names what it does.
+const PARENT_IMPLS_ALLOWED: &[&str] = &["core/engine/src"];
+
+/// Arrows up found elsewhere and not yet taken down, by file and type: each one here is a debt
+/// (the Vulkan crate's `Context::from_host` in a child of `device.rs`); a new one fails the test.
+const KNOWN_ARROWS_UP: &[&str] = &["core/vk/src/device/from_host.rs: impl Context"];
+
+#[test]
+fn no_child_module_writes_its_parents_impl() {
+    let mut app = Vec::new();
+    let mut new = Vec::new();
+    for src in CRATES.iter().filter(|s| !PARENT_IMPLS_ALLOWED.contains(s)) {
+        for found in arrows_up(&root().join(src)) {
+            let known = KNOWN_ARROWS_UP.iter().any(|k| {
+                let (file, ty) = k.split_once(": ").unwrap();
+                found.contains(file) && found.contains(&format!("{ty} "))
+            });
+            if src.starts_with("app/") {
+                app.push(found);
+            } else if !known {
+                new.push(found);
+            }
+        }
+    }
+    assert!(
+        app.is_empty(),
+        "the app's windows write their parent's impl (an arrow up; a window owns its state and \
+         returns actions instead):\n{}",
+        app.join("\n")
+    );
+    assert!(
+        new.is_empty(),
+        "child modules writing an impl of their parent's type (an arrow up):\n{}",
+        new.join("\n")
+    );
+}
+
+#[test]
+fn the_checker_finds_an_arrow_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = |f: &str, t: &str| {
+        let p = dir.path().join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, t).unwrap();
+    };
+    w("lib.rs", "mod app;\n");
+    w(
+        "app/mod.rs",
+        "mod window;\nmod panel;\npub struct App { n: u32 }\npub(crate) enum Mode { A }\n",
+    );
+    // An inherent impl of the parent's type, and a trait impl for it, are arrows up.
+    w(
+        "app/window.rs",
+        "use super::App;\nimpl App {\n    fn draw(&mut self) {}\n}\nimpl<'a> From<&'a str> for super::Mode {\n    fn from(_: &str) -> Self { super::Mode::A }\n}\n",
+    );
+    // A child's own type, and a trait of the parent's implemented for it, are not.
+    w(
+        "app/panel.rs",
+        "pub struct Panel;\nimpl Panel {}\nimpl std::fmt::Debug for Panel {\n    fn fmt(&self, _: &mut std::fmt::Formatter) -> std::fmt::Result { Ok(()) }\n}\n",
+    );
+    let found = arrows_up(dir.path());
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].contains("impl App"), "{found:?}");
+    assert!(found[1].contains("impl Mode"), "{found:?}");
+}

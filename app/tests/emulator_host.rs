@@ -466,11 +466,11 @@ fn the_window_attached_shows_the_hosts_escapes_with_the_instruction_at_each_pc()
     assert!(
         h.state_mut().attach(&ctx, &addr, None),
         "{:?}",
-        h.state().error
+        h.state().shared.error
     );
     let deadline = Instant::now() + Duration::from_secs(30);
     let device = |a: &GuiApp| {
-        let s = a.session.as_ref()?;
+        let s = a.shared.session.as_ref()?;
         let rows: Vec<u64> = s.rows.iter().map(|r| r.program).collect();
         (0..rows.len()).rev().find(|&p| rows[p] == DEVICE_PROGRAM)
     };
@@ -489,7 +489,13 @@ fn the_window_attached_shows_the_hosts_escapes_with_the_instruction_at_each_pc()
     let deadline = Instant::now() + Duration::from_secs(10);
     let report = loop {
         h.step();
-        if let Some(r) = h.state().session.as_ref().and_then(|s| s.reports.get(pos)) {
+        if let Some(r) = h
+            .state()
+            .shared
+            .session
+            .as_ref()
+            .and_then(|s| s.reports.get(pos))
+        {
             break r.clone();
         }
         assert!(Instant::now() < deadline, "the selected dispatch's report");
@@ -503,7 +509,7 @@ fn the_window_attached_shows_the_hosts_escapes_with_the_instruction_at_each_pc()
         .find(|e| e.site == 6)
         .map(|e| e.pc)
         .expect("site 6 escaped");
-    let sel = h.state().sel.clone();
+    let sel = h.state().shared.sel.clone();
     h.state_mut().listing.show_pc(pc, &sel);
     h.run_steps(4);
     assert!(
@@ -552,7 +558,7 @@ fn the_window_attached_shows_the_hosts_escapes_with_the_instruction_at_each_pc()
     }
     // The bound pass (run 305's shapes): its bindings, and its write-back (O8).
     let bound = {
-        let s = h.state().session.as_ref().unwrap();
+        let s = h.state().shared.session.as_ref().unwrap();
         let rows: Vec<u64> = s.rows.iter().map(|r| r.program).collect();
         (0..rows.len())
             .rev()

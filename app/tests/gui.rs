@@ -20,7 +20,7 @@ use gui::{GuiApp, Settings, embedded_samples};
 fn app_with(name: &str) -> GuiApp {
     let mut app = GuiApp::new(Settings::default());
     app.open_embedded(name);
-    assert!(app.error.is_none(), "{name}: {:?}", app.error);
+    assert!(app.shared.error.is_none(), "{name}: {:?}", app.shared.error);
     app
 }
 
@@ -34,7 +34,7 @@ fn check_sample_opens(name: &str) {
         .unwrap();
     let expected = Sample::from_json(text).unwrap().run().unwrap();
     let app = app_with(name);
-    let session = app.session.as_ref().unwrap();
+    let session = app.shared.session.as_ref().unwrap();
     assert_eq!(
         session.reports.in_memory_reports(),
         expected.as_slice(),
@@ -45,10 +45,10 @@ fn check_sample_opens(name: &str) {
     let mut h = harness(app);
     h.run();
     for (pos, report) in expected.iter().enumerate() {
-        assert_eq!(h.state().sel.dispatch, pos);
+        assert_eq!(h.state().shared.sel.dispatch, pos);
         h.get_by_label(&format!("dispatch {}", report.index));
         for t in Tab::ALL {
-            h.state_mut().settings.tab = t;
+            h.state_mut().shared.settings.tab = t;
             h.run();
         }
         if pos + 1 < n {
@@ -79,27 +79,27 @@ fn next_and_previous_step_and_the_status_bar_follows() {
     h.get_by_label("dispatch 0");
     h.get_by_label("Next").click();
     h.run();
-    assert_eq!(h.state().sel.dispatch, 1);
+    assert_eq!(h.state().shared.sel.dispatch, 1);
     h.get_by_label("dispatch 1");
     h.get_by_label("Next").click();
     h.run();
     h.get_by_label("Previous").click();
     h.run();
-    assert_eq!(h.state().sel.dispatch, 1);
+    assert_eq!(h.state().shared.sel.dispatch, 1);
     // F10 and Shift+F10.
     h.key_press(Key::F10);
     h.run();
-    assert_eq!(h.state().sel.dispatch, 2);
+    assert_eq!(h.state().shared.sel.dispatch, 2);
     h.key_press_modifiers(Modifiers::SHIFT, Key::F10);
     h.run();
-    assert_eq!(h.state().sel.dispatch, 1);
+    assert_eq!(h.state().shared.sel.dispatch, 1);
     h.get_by_label("Last").click();
     h.run();
-    let last = h.state().session.as_ref().unwrap().reports.len() - 1;
-    assert_eq!(h.state().sel.dispatch, last);
+    let last = h.state().shared.session.as_ref().unwrap().reports.len() - 1;
+    assert_eq!(h.state().shared.sel.dispatch, last);
     h.get_by_label("First").click();
     h.run();
-    assert_eq!(h.state().sel.dispatch, 0);
+    assert_eq!(h.state().shared.sel.dispatch, 0);
 }
 
 #[test]
@@ -108,6 +108,7 @@ fn selecting_a_dispatch_in_the_table() {
     h.run();
     let reports = h
         .state()
+        .shared
         .session
         .as_ref()
         .unwrap()
@@ -128,7 +129,7 @@ fn selecting_a_dispatch_in_the_table() {
         .expect("a dispatch with a label of its own");
     h.get_by_label(&reports[target].label).click();
     h.run();
-    assert_eq!(h.state().sel.dispatch, target);
+    assert_eq!(h.state().shared.sel.dispatch, target);
     h.get_by_label(&format!("dispatch {}", reports[target].index));
 }
 
@@ -138,6 +139,7 @@ fn selecting_a_slot_shows_in_the_other_panels() {
     h.run();
     let r = &h
         .state()
+        .shared
         .session
         .as_ref()
         .unwrap()
@@ -152,27 +154,27 @@ fn selecting_a_slot_shows_in_the_other_panels() {
         .unwrap()
         .click();
     h.run();
-    assert_eq!(h.state().sel.slot, Some(member));
+    assert_eq!(h.state().shared.sel.slot, Some(member));
     h.get_by_label(&format!("selected slot {member}"));
     // Accesses: the accesses through its bytes are counted and can be listed alone.
-    h.state_mut().settings.tab = Tab::Accesses;
+    h.state_mut().shared.settings.tab = Tab::Accesses;
     h.run();
     h.get_by_label_contains(&format!("slot {member} selected:"));
     // After the dispatch: its holder's write-back says it holds the selected slot.
-    h.state_mut().settings.tab = Tab::After;
+    h.state_mut().shared.settings.tab = Tab::After;
     h.run();
     h.get_by_label(&format!(
         "holder slot {holder} holds the selected slot {member}"
     ));
     // Clicking it again clears the selection.
-    h.state_mut().settings.tab = Tab::Bindings;
+    h.state_mut().shared.settings.tab = Tab::Bindings;
     h.run();
     h.get_all_by_label(&format!("slot {member}"))
         .next()
         .unwrap()
         .click();
     h.run();
-    assert_eq!(h.state().sel.slot, None);
+    assert_eq!(h.state().shared.sel.slot, None);
 }
 
 #[test]
@@ -181,9 +183,10 @@ fn a_refusal_card_names_its_rule() {
     h.run();
     h.get_by_label("Next refusal").click();
     h.run();
-    let pos = h.state().sel.dispatch;
+    let pos = h.state().shared.sel.dispatch;
     let refusal = h
         .state()
+        .shared
         .session
         .as_ref()
         .unwrap()
@@ -211,6 +214,7 @@ fn next_escape_and_the_escape_card() {
     h.run();
     let has_escape = h
         .state()
+        .shared
         .session
         .as_ref()
         .unwrap()
@@ -220,9 +224,10 @@ fn next_escape_and_the_escape_card() {
     assert!(has_escape, "run 335 shows an escape");
     h.key_press(Key::F9);
     h.run();
-    let pos = h.state().sel.dispatch;
+    let pos = h.state().shared.sel.dispatch;
     let r = h
         .state()
+        .shared
         .session
         .as_ref()
         .unwrap()
@@ -231,18 +236,18 @@ fn next_escape_and_the_escape_card() {
         .clone();
     assert!(!r.escapes.is_empty());
     let e = r.escapes[0].clone();
-    h.state_mut().settings.tab = Tab::Accesses;
-    h.state_mut().sel.access = Some(e.access);
+    h.state_mut().shared.settings.tab = Tab::Accesses;
+    h.state_mut().shared.sel.access = Some(e.access);
     h.run();
     h.get_by_label_contains(&format!("Escape: {}", e.class.as_str()));
     h.get_by_label_contains("nearest mapping below");
     h.get_by_label_contains("nearest mapping above");
     // The chunk table shows the same lookup, probe by probe.
-    h.state_mut().settings.tab = Tab::ChunkTable;
+    h.state_mut().shared.settings.tab = Tab::ChunkTable;
     h.run();
     h.get_by_label(&format!("showing the lookups of access {}", e.access));
     // Memory: the reservations as the dispatch left them, with the pieces M3 leaves out.
-    h.state_mut().settings.tab = Tab::Memory;
+    h.state_mut().shared.settings.tab = Tab::Memory;
     h.run();
     h.get_by_label("Reservations, as this dispatch left them");
     assert!(h.query_all_by_label_contains("not private").count() > 0);
@@ -251,10 +256,11 @@ fn next_escape_and_the_escape_card() {
 #[test]
 fn a_typed_address_is_traced_on_the_table() {
     let mut h = harness(app_with("ray-traversal.json"));
-    h.state_mut().settings.tab = Tab::ChunkTable;
+    h.state_mut().shared.settings.tab = Tab::ChunkTable;
     h.run();
     let r = h
         .state()
+        .shared
         .session
         .as_ref()
         .unwrap()
@@ -296,10 +302,10 @@ fn bookmarks_and_keys() {
     h.get_by_label("Remove bookmark");
     h.key_press_modifiers(Modifiers::COMMAND, Key::Home);
     h.run();
-    assert_eq!(h.state().sel.dispatch, 0);
+    assert_eq!(h.state().shared.sel.dispatch, 0);
     h.key_press_modifiers(Modifiers::COMMAND, Key::Num1);
     h.run();
-    assert_eq!(h.state().sel.dispatch, 2);
+    assert_eq!(h.state().shared.sel.dispatch, 2);
     h.key_press(Key::F1);
     h.run();
     h.get_by_label("list the keys");
@@ -311,7 +317,7 @@ fn bookmarks_and_keys() {
     h.run();
     h.get_by_label("Jump").click();
     h.run();
-    assert_eq!(h.state().sel.dispatch, 4);
+    assert_eq!(h.state().shared.sel.dispatch, 4);
 }
 
 #[test]
@@ -330,7 +336,7 @@ fn a_bad_file_shows_where_and_keeps_the_session() {
     std::fs::write(&bad, &broken).unwrap();
     let mut app = app_with("run305-overlap.json");
     app.open_path_blocking(bad.clone());
-    let e = app.error.clone().expect("an error");
+    let e = app.shared.error.clone().expect("an error");
     assert!(e.source.contains("bad.json"));
     let (line, column, text) = e.at.clone().expect("a line and column");
     assert!(line > 1 && column > 1, "{e:?}");
@@ -347,36 +353,37 @@ fn a_bad_file_shows_where_and_keeps_the_session() {
         "the JSON path is named: {}",
         e.message
     );
-    assert!(app.session.is_some(), "the open session stays");
+    assert!(app.shared.session.is_some(), "the open session stays");
     let mut h = harness(app);
     h.run();
     h.get_by_label_contains("Could not open");
     h.get_by_label("The session already open is unchanged.");
     h.get_by_label("Next").click();
     h.run();
-    assert_eq!(h.state().sel.dispatch, 1);
+    assert_eq!(h.state().shared.sel.dispatch, 1);
     h.get_by_label("Dismiss").click();
     h.run();
-    assert!(h.state().error.is_none());
+    assert!(h.state().shared.error.is_none());
 
     // A capture whose header is bad: the error panel names the file and what.
     let cap = dir.join("session.dscap");
     std::fs::write(&cap, b"DSCAPTUR\x01\x00\x00\x00rest").unwrap();
     h.state_mut().open_path_blocking(cap);
-    let e = h.state().error.clone().unwrap();
+    let e = h.state().shared.error.clone().unwrap();
     assert!(e.message.starts_with("bad capture"), "{}", e.message);
     assert!(e.source.contains("session.dscap"), "{e:?}");
     // A missing file.
     h.state_mut().open_path_blocking(dir.join("missing.json"));
     assert!(
         h.state()
+            .shared
             .error
             .as_ref()
             .unwrap()
             .message
             .contains("could not read")
     );
-    assert!(h.state().session.is_some());
+    assert!(h.state().shared.session.is_some());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -393,9 +400,9 @@ fn recent_files_are_remembered() {
     std::fs::write(&p, text).unwrap();
     let mut app = GuiApp::new(Settings::default());
     app.open_path_blocking(p.clone());
-    assert!(app.error.is_none(), "{:?}", app.error);
+    assert!(app.shared.error.is_none(), "{:?}", app.shared.error);
     assert_eq!(
-        app.settings.recent,
+        app.shared.settings.recent,
         vec![std::fs::canonicalize(&p).unwrap()]
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -418,12 +425,16 @@ fn the_background_loader_opens_a_file() {
     h.state_mut().open_path(&ctx, p.clone());
     for _ in 0..200 {
         h.step();
-        if h.state().session.is_some() {
+        if h.state().shared.session.is_some() {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    assert!(h.state().session.is_some(), "loaded: {:?}", h.state().error);
+    assert!(
+        h.state().shared.session.is_some(),
+        "loaded: {:?}",
+        h.state().shared.error
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -432,7 +443,7 @@ fn the_background_loader_opens_a_file() {
 #[test]
 fn snapshot_bindings_run305() {
     let mut app = app_with("run305-overlap.json");
-    app.sel.slot = Some(1);
+    app.shared.sel.slot = Some(1);
     let mut h = harness(app);
     h.run();
     h.snapshot("bindings_run305_overlap");
@@ -441,10 +452,16 @@ fn snapshot_bindings_run305() {
 #[test]
 fn snapshot_chunk_table_ray_traversal() {
     let mut app = app_with("ray-traversal.json");
-    app.settings.tab = Tab::ChunkTable;
+    app.shared.settings.tab = Tab::ChunkTable;
     // An escaped access: its lookup's probes are outlined on the grid.
-    let r = &app.session.as_ref().unwrap().reports.in_memory_reports()[0];
-    app.sel.access = Some(r.escapes[0].access);
+    let r = &app
+        .shared
+        .session
+        .as_ref()
+        .unwrap()
+        .reports
+        .in_memory_reports()[0];
+    app.shared.sel.access = Some(r.escapes[0].access);
     let mut h = harness(app);
     h.run();
     h.snapshot("chunk_table_ray_traversal");
@@ -453,18 +470,19 @@ fn snapshot_chunk_table_ray_traversal() {
 #[test]
 fn snapshot_refusal_card_w2() {
     let mut app = app_with("w2-format-store.json");
-    app.settings.tab = Tab::Refusals;
+    app.shared.settings.tab = Tab::Refusals;
     let mut h = harness(app);
     h.run();
     h.get_by_label("Next refusal").click();
     h.run();
     let r = h
         .state()
+        .shared
         .session
         .as_ref()
         .unwrap()
         .reports
-        .in_memory_reports()[h.state().sel.dispatch]
+        .in_memory_reports()[h.state().shared.sel.dispatch]
         .refusals[0]
         .clone();
     h.get_by_label(&dispatchscope_views::refusals::card_title(&r))
@@ -508,6 +526,7 @@ fn a_dropped_file_opens() {
         h.step();
         let opened = h
             .state()
+            .shared
             .session
             .as_ref()
             .is_some_and(|s| s.source == gui::Source::File(p.clone()));
@@ -516,12 +535,12 @@ fn a_dropped_file_opens() {
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let s = h.state().session.as_ref().unwrap();
+    let s = h.state().shared.session.as_ref().unwrap();
     assert_eq!(
         s.source,
         gui::Source::File(p.clone()),
         "{:?}",
-        h.state().error
+        h.state().shared.error
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -545,11 +564,12 @@ fn a_capture_opens_and_replays() {
     let (p, n) = write_run305_capture(dir.path());
     let mut app = GuiApp::new(Settings::default());
     app.open_path_blocking(p.clone());
-    assert!(app.error.is_none(), "{:?}", app.error);
-    let s = app.session.as_ref().unwrap();
+    assert!(app.shared.error.is_none(), "{:?}", app.shared.error);
+    let s = app.shared.session.as_ref().unwrap();
     assert_eq!(s.reports.len(), n);
     assert!(s.warning.is_none());
     let expected = app_with("run305-overlap.json")
+        .shared
         .session
         .unwrap()
         .reports
@@ -564,7 +584,7 @@ fn a_capture_opens_and_replays() {
     h.run();
     h.get_by_label("Next").click();
     h.run();
-    assert_eq!(h.state().sel.dispatch, 1);
+    assert_eq!(h.state().shared.sel.dispatch, 1);
 }
 
 #[test]
@@ -579,11 +599,11 @@ fn a_torn_capture_opens_with_a_warning() {
     let mut app = GuiApp::new(Settings::default());
     app.open_path_blocking(torn);
     assert!(
-        app.error.is_none(),
+        app.shared.error.is_none(),
         "a torn tail is not an error: {:?}",
-        app.error
+        app.shared.error
     );
-    let s = app.session.as_ref().unwrap();
+    let s = app.shared.session.as_ref().unwrap();
     let w = s.warning.clone().expect("a warning");
     assert!(w.contains("torn at byte"), "{w}");
     assert!(s.reports.len() < n, "{} of {n}", s.reports.len());
@@ -591,7 +611,7 @@ fn a_torn_capture_opens_with_a_warning() {
     h.run();
     h.get_by_label("Warning");
     h.get_by_label_contains("torn at byte");
-    assert!(h.state().error.is_none());
+    assert!(h.state().shared.error.is_none());
 }
 
 #[test]
@@ -621,13 +641,16 @@ fn a_capture_with_a_bad_record_names_its_offset() {
     w.finish().unwrap();
     let mut app = app_with("l1-hazard.json");
     app.open_path_blocking(bad);
-    let e = app.error.clone().expect("an error");
+    let e = app.shared.error.clone().expect("an error");
     assert!(e.source.contains("bad.dscap"), "{e:?}");
     assert!(e.message.starts_with("bad capture"), "{e:?}");
     assert!(e.message.contains("DISPATCH"), "{e:?}");
     let offset = e.offset_bytes.expect("the record's offset");
     assert!(offset > 8, "{e:?}");
-    assert!(app.session.is_some(), "the session open before stays");
+    assert!(
+        app.shared.session.is_some(),
+        "the session open before stays"
+    );
     let mut h = harness(app);
     h.run();
     h.get_by_label_contains("Could not open");
@@ -669,10 +692,10 @@ fn a_checkpointed_capture_opens_through_its_index() {
         let (p, replayed) = write_checkpointed(dir.path(), name);
         let mut app = GuiApp::new(Settings::default());
         app.open_path_blocking(p);
-        assert!(app.error.is_none(), "{name}: {:?}", app.error);
+        assert!(app.shared.error.is_none(), "{name}: {:?}", app.shared.error);
         let expected = replayed.reports.in_memory_reports().to_vec();
         {
-            let s = app.session.as_ref().unwrap();
+            let s = app.shared.session.as_ref().unwrap();
             assert!(s.reports.on_disk(), "{name}: read through the index");
             assert!(s.reports.in_memory_reports().is_empty(), "nothing replayed");
             assert_eq!(s.reports.len(), expected.len());
@@ -682,8 +705,8 @@ fn a_checkpointed_capture_opens_through_its_index() {
         // Backwards, so that each selection reads again.
         for pos in (0..expected.len()).rev() {
             app.apply(dispatchscope_views::Action::SelectDispatch(pos));
-            assert_eq!(app.sel.dispatch, pos);
-            let s = app.session.as_ref().unwrap();
+            assert_eq!(app.shared.sel.dispatch, pos);
+            let s = app.shared.session.as_ref().unwrap();
             assert_eq!(
                 s.reports.get(pos),
                 Some(&expected[pos]),
@@ -708,7 +731,7 @@ fn a_checkpointed_capture_opens_through_its_index() {
         let mut h = harness(app);
         h.run();
         for t in Tab::ALL {
-            h.state_mut().settings.tab = t;
+            h.state_mut().shared.settings.tab = t;
             h.run();
         }
         h.get_by_label("Last").click();
@@ -745,8 +768,8 @@ fn a_bad_record_read_on_demand_is_named() {
     w.finish().unwrap();
     let mut app = GuiApp::new(Settings::default());
     app.open_path_blocking(bad);
-    assert!(app.error.is_none(), "{:?}", app.error);
-    let s = app.session.as_ref().unwrap();
+    assert!(app.shared.error.is_none(), "{:?}", app.shared.error);
+    let s = app.shared.session.as_ref().unwrap();
     assert_eq!(s.rows.len(), 2, "the list stops at the bad record");
     assert!(
         s.warning.as_ref().unwrap().contains("DISPATCH"),
@@ -754,7 +777,7 @@ fn a_bad_record_read_on_demand_is_named() {
         s.warning
     );
     app.apply(dispatchscope_views::Action::SelectDispatch(2));
-    let e = app.error.clone().expect("an error");
+    let e = app.shared.error.clone().expect("an error");
     assert!(
         e.message.starts_with("bad capture") && e.message.contains("DISPATCH"),
         "{e:?}"
@@ -766,7 +789,7 @@ fn a_bad_record_read_on_demand_is_named() {
     h.get_by_label_contains("could not be read");
     h.get_by_label("First").click();
     h.run();
-    assert_eq!(h.state().sel.dispatch, 0);
+    assert_eq!(h.state().shared.sel.dispatch, 0);
 }
 
 /// The timeline: one bar per frame (frames end at retire events); a click on a bar selects the
@@ -776,15 +799,19 @@ fn a_click_on_the_timeline_selects_a_frame() {
     use dispatchscope_core::input::Event;
     use dispatchscope_core::report::EventReport;
     let app = app_with("generations-revisits.json");
-    let mut reports = app
+    let reports = app
+        .shared
         .session
         .as_ref()
         .unwrap()
         .reports
         .in_memory_reports()
         .to_vec();
-    // Three frames: a retire before every third dispatch.
+    // Ten frames (a bar a frame takes eight or more): the sample's dispatches again and again,
+    // a retire before every third.
+    let mut reports: Vec<_> = reports.iter().cycle().take(30).cloned().collect();
     for (i, r) in reports.iter_mut().enumerate() {
+        r.index = i as u64;
         if i > 0 && i % 3 == 0 {
             r.events_before.push(EventReport {
                 index: 1000 + i as u64,
@@ -823,7 +850,7 @@ fn a_click_on_the_timeline_selects_a_frame() {
         h.run();
         h.drop_at(pos);
         h.run();
-        picked.insert(h.state().sel.dispatch);
+        picked.insert(h.state().shared.sel.dispatch);
     }
     assert!(
         picked.len() >= 2,
@@ -831,7 +858,15 @@ fn a_click_on_the_timeline_selects_a_frame() {
     );
     // Each is its frame's first dispatch, or its first refused or escaped one (a click on that
     // part of the bar).
-    let rows: Vec<_> = h.state().session.as_ref().unwrap().rows.iter().collect();
+    let rows: Vec<_> = h
+        .state()
+        .shared
+        .session
+        .as_ref()
+        .unwrap()
+        .rows
+        .iter()
+        .collect();
     for &p in &picked {
         let start = *starts.iter().rev().find(|&&s| s <= p).unwrap();
         let first_with = |f: &dyn Fn(&dispatchscope_views::DispatchRow) -> bool| {
@@ -853,7 +888,7 @@ fn a_click_on_the_timeline_selects_a_frame() {
 #[test]
 fn addresses_do_not_wrap_at_1250_points() {
     let mut app = app_with("ray-traversal.json");
-    app.settings.tab = Tab::Accesses;
+    app.shared.settings.tab = Tab::Accesses;
     let mut h = egui_kittest::Harness::builder()
         .with_size(egui::vec2(1250.0, 800.0))
         .with_context_setup(dispatchscope_views::style::install_fonts)
@@ -879,4 +914,150 @@ fn addresses_do_not_wrap_at_1250_points() {
         );
     }
     assert!(n > 5, "the table shows addresses ({n})");
+}
+
+/// A label the list cuts short (its column is narrower than the text) shows whole on hover: the
+/// tooltip is the only other place dispatch 1's label is written.
+#[test]
+fn a_label_cut_short_shows_whole_on_hover() {
+    let app = app_with("run305-overlap.json");
+    let label = app
+        .shared
+        .session
+        .as_ref()
+        .unwrap()
+        .reports
+        .get(1)
+        .unwrap()
+        .label
+        .clone();
+    let mut h = harness(app);
+    h.run();
+    let whole = |h: &egui_kittest::Harness<'_, GuiApp>| h.query_all_by_label(&label).count();
+    let before = whole(&h);
+    // Dispatch 1's row: at its label, and anywhere else on the row (a label past the list's
+    // edge, scrolled out of view, is read there).
+    let program = h.get_by_label("0x400003e1ac00").rect();
+    let list = h.get_by_label("label").rect();
+    for x in [list.left() + 20.0, program.center().x] {
+        h.hover_at(egui::pos2(x, program.center().y));
+        h.run_steps(60);
+        assert_eq!(
+            whole(&h),
+            before + 1,
+            "the tooltip at x {x} shows {label:?}"
+        );
+        h.hover_at(egui::pos2(900.0, 500.0));
+        h.run_steps(10);
+    }
+    // Away from it, the tooltip goes.
+    h.hover_at(egui::pos2(900.0, 500.0));
+    h.run_steps(10);
+    assert_eq!(whole(&h), before);
+}
+
+/// Every window speaks in actions and the app applies them in one place: each `AppAction` lands
+/// where it should (a window opened, the selection moved, a message shown or dismissed), and a
+/// menu item clicked reaches `apply` the same way.
+#[test]
+fn actions_from_windows_are_applied_in_one_place() {
+    use dispatchscope_views::keys::Command;
+    use gui::{AppAction, SaveKind};
+    let mut app = app_with("generations-revisits.json");
+    let n = app.shared.n_dispatches();
+    assert!(n > 2);
+    // A panel's action, and a key's command.
+    app.apply(AppAction::Panel(
+        dispatchscope_views::Action::SelectDispatch(2),
+    ));
+    assert_eq!(app.shared.sel.dispatch, 2);
+    app.apply(AppAction::Command(Command::Previous));
+    assert_eq!(app.shared.sel.dispatch, 1);
+    app.apply(dispatchscope_views::Action::ShowTab(Tab::Memory));
+    assert_eq!(app.shared.settings.tab, Tab::Memory);
+    // Go to by report index; one that is not there is the error panel's.
+    let last = app
+        .shared
+        .session
+        .as_ref()
+        .unwrap()
+        .rows
+        .index(n - 1)
+        .unwrap();
+    app.apply(AppAction::GoTo(last));
+    assert_eq!(app.shared.sel.dispatch, n - 1);
+    app.apply(AppAction::GoTo(u64::MAX));
+    assert!(
+        app.shared
+            .error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("no dispatch")
+    );
+    app.apply(AppAction::DismissError);
+    assert!(app.shared.error.is_none());
+    // Windows open where they live.
+    app.apply(AppAction::Command(Command::GoTo));
+    assert_eq!(app.dialogs.goto.as_deref(), Some(""));
+    app.apply(AppAction::OpenAttach);
+    assert!(app.live_windows.attach_form.is_some());
+    app.apply(AppAction::OpenBreakpoints);
+    assert!(app.live_windows.show_breakpoints);
+    app.apply(AppAction::OpenSave(SaveKind::Capture));
+    assert_eq!(
+        app.live_windows.save_form.as_ref().map(|(k, _)| *k),
+        Some(SaveKind::Capture)
+    );
+    app.apply(AppAction::SetListing(true));
+    assert!(app.listing.open);
+    app.apply(AppAction::OpenWhatIf);
+    assert!(app.compare.what_if.is_some());
+    app.apply(AppAction::Notice("hello".into()));
+    assert_eq!(app.shared.notice.as_deref(), Some("hello"));
+    app.apply(AppAction::DismissNotice);
+    assert!(app.shared.notice.is_none());
+    // Saving with no live session says why, as a notice.
+    app.apply(AppAction::Save(
+        SaveKind::Capture,
+        "/nonexistent/x.dscap".into(),
+    ));
+    assert!(
+        app.shared
+            .notice
+            .as_deref()
+            .unwrap()
+            .contains("no live session"),
+        "{:?}",
+        app.shared.notice
+    );
+    // A comparison with a file that is not there: B never loads, the error says why.
+    app.apply(AppAction::CompareWith("/nonexistent/b.json".into()));
+    let mut h = harness(app);
+    for _ in 0..200 {
+        h.run();
+        if !h.state().compare.is_open() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(!h.state().compare.is_open());
+    assert!(h.state().shared.error.is_some());
+    // A menu item: Session ▸ What if… is an action the app applies after the frame.
+    {
+        let app = h.state_mut();
+        app.compare.what_if = None;
+        app.dialogs.goto = None;
+        app.live_windows = gui::live_ui::LiveWindows::default();
+        app.apply(AppAction::DismissError);
+    }
+    h.run();
+    h.get_by_label("Session").click();
+    h.run();
+    h.get_by_label("What if…").click();
+    h.run();
+    assert!(h.state().compare.what_if.is_some());
+    h.get_by_label("Cancel").click();
+    h.run();
+    assert!(h.state().compare.what_if.is_none());
 }

@@ -45,7 +45,12 @@ fn settle(h: &mut Harness<'static, GuiApp>) {
     for _ in 0..1000 {
         // A spinner repaints while the thread works: step, do not wait for the frame to settle.
         h.step();
-        if h.state().compare.as_ref().is_some_and(|c| !c.pending()) {
+        if h.state()
+            .compare
+            .current
+            .as_ref()
+            .is_some_and(|c| !c.pending())
+        {
             h.run();
             return;
         }
@@ -79,7 +84,7 @@ fn o7_at_16_against_256_marks_exactly_the_dispatches_whose_o7_refusal_appears() 
         .collect();
     assert!(!want.is_empty(), "the sample refuses under O7 at 256");
     let mut h = compared(&a, &b);
-    let c = h.state().compare.as_ref().unwrap();
+    let c = h.state().compare.current.as_ref().unwrap();
     assert_eq!(differing(&c.a_marks), want);
     assert_eq!(differing(&c.b_marks), want);
     let d = c.session_diff().unwrap();
@@ -91,22 +96,22 @@ fn o7_at_16_against_256_marks_exactly_the_dispatches_whose_o7_refusal_appears() 
     h.get_by_label_contains("refusal added: O7");
     h.get_by_label_contains("Refusals (");
     // B's side highlights the refusal card on the Refusals tab; A has none to highlight.
-    h.state_mut().settings.tab = Tab::Refusals;
+    h.state_mut().shared.settings.tab = Tab::Refusals;
     h.run();
     h.get_by_label_contains("only in B: A did not refuse this");
     // A click on the sentence shows the tab it concerns.
-    h.state_mut().settings.tab = Tab::After;
+    h.state_mut().shared.settings.tab = Tab::After;
     h.run();
     h.get_by_label_contains("refusal added: O7").click();
     h.run();
-    assert_eq!(h.state().settings.tab, Tab::Refusals);
+    assert_eq!(h.state().shared.settings.tab, Tab::Refusals);
 }
 
 #[test]
 fn a_session_compared_with_itself_marks_nothing() {
     let s = shipped("run305-overlap.json");
     let h = compared(&s, &s);
-    let c = h.state().compare.as_ref().unwrap();
+    let c = h.state().compare.current.as_ref().unwrap();
     assert!(c.session_diff().unwrap().is_empty());
     assert!(differing(&c.a_marks).is_empty() && differing(&c.b_marks).is_empty());
     assert_eq!(c.a_marks.len(), s.dispatches().count());
@@ -140,7 +145,7 @@ fn generated() -> (Sample, Sample) {
 fn f7_jumps_to_the_next_differing_dispatch_and_b_follows_its_match() {
     let (a, b) = generated();
     let mut h = compared(&a, &b);
-    let want = differing(&h.state().compare.as_ref().unwrap().a_marks);
+    let want = differing(&h.state().compare.current.as_ref().unwrap().a_marks);
     assert!(
         want.len() >= 2 && want.len() < a.dispatches().count(),
         "some dispatches differ, not all: {want:?}"
@@ -152,9 +157,9 @@ fn f7_jumps_to_the_next_differing_dispatch_and_b_follows_its_match() {
     for _ in 0..want.len() {
         h.key_press(egui::Key::F7);
         h.run();
-        let cur = h.state().sel.dispatch;
+        let cur = h.state().shared.sel.dispatch;
         visited.push(cur);
-        let c = h.state().compare.as_ref().unwrap();
+        let c = h.state().compare.current.as_ref().unwrap();
         assert_eq!(Some(c.b_sel.dispatch), c.b_of(cur), "B selects the match");
     }
     let expect: Vec<usize> = want.iter().copied().filter(|&p| p > 0).collect();
@@ -162,7 +167,7 @@ fn f7_jumps_to_the_next_differing_dispatch_and_b_follows_its_match() {
     // Shift+F7 walks back.
     h.key_press_modifiers(egui::Modifiers::SHIFT, egui::Key::F7);
     h.run();
-    assert_eq!(h.state().sel.dispatch, expect[expect.len() - 2]);
+    assert_eq!(h.state().shared.sel.dispatch, expect[expect.len() - 2]);
     // "only differing" lists the differing dispatches alone.
     h.get_all_by_label_contains(&format!("only differing ({})", want.len()))
         .next()
@@ -180,12 +185,22 @@ fn f7_jumps_to_the_next_differing_dispatch_and_b_follows_its_match() {
 fn selecting_in_b_selects_its_match_in_a() {
     let (a, b) = generated();
     let mut h = compared(&a, &b);
-    let target = differing(&h.state().compare.as_ref().unwrap().b_marks)[2];
-    let want = h.state().compare.as_ref().unwrap().a_of(target).unwrap();
+    let target = differing(&h.state().compare.current.as_ref().unwrap().b_marks)[2];
+    let want = h
+        .state()
+        .compare
+        .current
+        .as_ref()
+        .unwrap()
+        .a_of(target)
+        .unwrap();
     h.state_mut().select_in_b(target);
     h.run();
-    assert_eq!(h.state().sel.dispatch, want);
-    assert_eq!(h.state().compare.as_ref().unwrap().b_sel.dispatch, target);
+    assert_eq!(h.state().shared.sel.dispatch, want);
+    assert_eq!(
+        h.state().compare.current.as_ref().unwrap().b_sel.dispatch,
+        target
+    );
     // B's panel heading names the dispatch shown.
     h.get_by_label_contains(&format!("B · dispatch {target}"));
 }
@@ -198,32 +213,34 @@ fn a_bad_limit_in_the_what_if_dialog_is_its_error() {
     let mut h = harness(app);
     h.run();
     assert_eq!(
-        h.state().what_if_form.as_ref().unwrap().alignment,
+        h.state().compare.what_if.as_ref().unwrap().alignment,
         "0x10",
         "prefilled from the session"
     );
-    h.state_mut().what_if_form.as_mut().unwrap().alignment = "24".into();
+    h.state_mut().compare.what_if.as_mut().unwrap().alignment = "24".into();
     h.run();
     h.get_by_label("Run").click();
     h.run();
     let form = h
         .state()
-        .what_if_form
+        .compare
+        .what_if
         .as_ref()
         .expect("the dialog stays open");
     let e = form.error.as_deref().unwrap();
     assert!(e.contains("power of two"), "{e}");
     h.get_by_label_contains("Vulkan requires a power of two");
-    assert!(h.state().compare.is_none());
+    assert!(h.state().compare.current.is_none());
     // Not a number, and a probe bound past 32 bits: named, too.
-    h.state_mut().what_if_form.as_mut().unwrap().alignment = "0x10".into();
-    h.state_mut().what_if_form.as_mut().unwrap().probe_bound = "lots".into();
+    h.state_mut().compare.what_if.as_mut().unwrap().alignment = "0x10".into();
+    h.state_mut().compare.what_if.as_mut().unwrap().probe_bound = "lots".into();
     h.run();
     h.get_by_label("Run").click();
     h.run();
     let e = h
         .state()
-        .what_if_form
+        .compare
+        .what_if
         .as_ref()
         .unwrap()
         .error
@@ -233,13 +250,14 @@ fn a_bad_limit_in_the_what_if_dialog_is_its_error() {
         e.contains("probe bound") && e.contains("not a number"),
         "{e}"
     );
-    h.state_mut().what_if_form.as_mut().unwrap().probe_bound = "0x100000000".into();
+    h.state_mut().compare.what_if.as_mut().unwrap().probe_bound = "0x100000000".into();
     h.run();
     h.get_by_label("Run").click();
     h.run();
     let e = h
         .state()
-        .what_if_form
+        .compare
+        .what_if
         .as_ref()
         .unwrap()
         .error
@@ -253,12 +271,12 @@ fn a_what_if_at_256_re_plans_and_marks_the_o7_dispatch() {
     let mut app = GuiApp::new(Settings::default());
     app.open_embedded("o7-alignment.json");
     app.open_what_if();
-    app.what_if_form.as_mut().unwrap().alignment = "256".into();
+    app.compare.what_if.as_mut().unwrap().alignment = "256".into();
     let mut h = harness(app);
     h.run();
     h.get_by_label("Run").click();
     settle(&mut h);
-    let c = h.state().compare.as_ref().unwrap();
+    let c = h.state().compare.current.as_ref().unwrap();
     assert!(c.what_if);
     assert_eq!(differing(&c.a_marks), vec![0]);
     let d = c.session_diff().unwrap();
@@ -277,12 +295,12 @@ fn a_what_if_over_the_probe_bound_replays_and_says_why() {
     let mut app = GuiApp::new(Settings::default());
     app.set_session(session("generated", &a));
     app.open_what_if();
-    app.what_if_form.as_mut().unwrap().probe_bound = "2".into();
+    app.compare.what_if.as_mut().unwrap().probe_bound = "2".into();
     let mut h = harness(app);
     h.run();
     h.get_by_label("Run").click();
     settle(&mut h);
-    let c = h.state().compare.as_ref().unwrap();
+    let c = h.state().compare.current.as_ref().unwrap();
     let d = c.session_diff().unwrap();
     assert!(
         d.notes
@@ -304,11 +322,11 @@ fn compare_with_a_path_loads_b_on_a_thread() {
     std::fs::write(&pb, b.to_json()).unwrap();
     let mut app = GuiApp::new(Settings::default());
     app.open_path_blocking(pa);
-    assert!(app.error.is_none());
+    assert!(app.shared.error.is_none());
     app.compare_with_path(|| {}, pb.clone());
     let mut h = harness(app);
     settle(&mut h);
-    let c = h.state().compare.as_ref().unwrap();
+    let c = h.state().compare.current.as_ref().unwrap();
     assert!(c.b.is_some());
     assert_eq!(c.b_name, pb.display().to_string());
     let ra = a.run().unwrap();
@@ -318,7 +336,7 @@ fn compare_with_a_path_loads_b_on_a_thread() {
     // Close it from the menu's command: the lists lose their marks.
     h.state_mut().close_compare();
     h.run();
-    assert!(h.state().compare.is_none());
+    assert!(h.state().compare.current.is_none());
     assert!(h.query_by_label_contains("only differing").is_none());
     let _ = std::fs::remove_dir_all(&dir);
 }

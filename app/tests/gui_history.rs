@@ -42,9 +42,9 @@ fn an_address_cell_opens_its_write_history_and_a_write_selects_its_dispatch() {
 
     let mut app = GuiApp::new(Settings::default());
     app.open_embedded(name);
-    assert!(app.error.is_none());
+    assert!(app.shared.error.is_none());
     app.apply(Action::SelectDispatch(pos));
-    app.settings.tab = Tab::After;
+    app.shared.settings.tab = Tab::After;
     let mut h = harness(app);
     h.run();
     let cell = style::hex(address);
@@ -78,5 +78,5 @@ fn an_address_cell_opens_its_write_history_and_a_write_selects_its_dispatch() {
     h.run();
     h.get_by_label(&wb.kind.who()).click();
     h.run();
-    assert_eq!(h.state().sel.dispatch, d);
+    assert_eq!(h.state().shared.sel.dispatch, d);
 }

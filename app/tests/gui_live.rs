@@ -25,8 +25,8 @@ fn until(h: &mut Harness<'static, GuiApp>, what: &str, done: impl Fn(&GuiApp) ->
         assert!(
             Instant::now() < deadline,
             "timed out waiting for {what}: {:?}, notice {:?}, last dispatch {:?}",
-            h.state().live.as_ref().map(|l| &l.state),
-            h.state().notice,
+            h.state().shared.live.as_ref().map(|l| &l.state),
+            h.state().shared.notice,
             indices(h.state()).last()
         );
         h.step();
@@ -35,14 +35,16 @@ fn until(h: &mut Harness<'static, GuiApp>, what: &str, done: impl Fn(&GuiApp) ->
 }
 
 fn indices(app: &GuiApp) -> Vec<u64> {
-    app.session
+    app.shared
+        .session
         .as_ref()
         .map(|s| s.rows.iter().map(|r| r.index).collect())
         .unwrap_or_default()
 }
 
 fn paused(app: &GuiApp) -> bool {
-    app.live
+    app.shared
+        .live
         .as_ref()
         .is_some_and(|l| matches!(l.state, LiveState::Paused { .. }))
 }
@@ -54,15 +56,19 @@ fn attach_pause_step_and_detach_leaves_the_target_running() {
     let mut h = harness(GuiApp::new(Settings::default()));
     h.run();
     // Live ▸ Attach… with the address typed, as a person would.
-    h.state_mut().attach_form = Some(gui::AttachForm {
+    h.state_mut().live_windows.attach_form = Some(gui::AttachForm {
         addr: addr.clone(),
         token: String::new(),
     });
     h.run_steps(3);
     h.get_by_label("Attach").click();
     h.step();
-    assert!(h.state().error.is_none(), "{:?}", h.state().error);
-    assert!(h.state().live.as_ref().unwrap().is_attached());
+    assert!(
+        h.state().shared.error.is_none(),
+        "{:?}",
+        h.state().shared.error
+    );
+    assert!(h.state().shared.live.as_ref().unwrap().is_attached());
     until(&mut h, "dispatches to stream in", |a| indices(a).len() >= 3);
     h.get_by_label_contains("attached · running");
 
@@ -92,7 +98,7 @@ fn attach_pause_step_and_detach_leaves_the_target_running() {
         "each step shows the next dispatch (received before the pause: {before:?})"
     );
     // The selection follows the step, and the table and status bar show it.
-    let sel = h.state().sel.dispatch;
+    let sel = h.state().shared.sel.dispatch;
     assert_eq!(sel, after.len() - 1);
     h.get_by_label(&format!("dispatch {}", last + 2));
 
@@ -110,9 +116,13 @@ fn attach_pause_step_and_detach_leaves_the_target_running() {
     let saved = h.state_mut().save_live(SaveKind::Capture, &cap);
     assert!(saved.is_ok(), "{saved:?}");
     h.state_mut().open_path_blocking(cap);
-    assert!(h.state().error.is_none(), "{:?}", h.state().error);
     assert!(
-        h.state().live.is_none(),
+        h.state().shared.error.is_none(),
+        "{:?}",
+        h.state().shared.error
+    );
+    assert!(
+        h.state().shared.live.is_none(),
         "opening a file ends the live session"
     );
 
@@ -144,7 +154,8 @@ fn detach_keeps_what_was_received_and_f5_toggles() {
     until(&mut h, "F5 pauses", paused);
     h.key_press_modifiers(Modifiers::NONE, Key::F5);
     until(&mut h, "F5 continues", |a| {
-        a.live
+        a.shared
+            .live
             .as_ref()
             .is_some_and(|l| l.state == LiveState::Running)
     });
@@ -152,7 +163,7 @@ fn detach_keeps_what_was_received_and_f5_toggles() {
     h.run_steps(2);
     let n = indices(h.state()).len();
     assert!(n > 0);
-    assert!(!h.state().live.as_ref().unwrap().is_attached());
+    assert!(!h.state().shared.live.as_ref().unwrap().is_attached());
     h.get_by_label("disconnected");
     std::thread::sleep(Duration::from_millis(100));
     h.run_steps(2);
@@ -176,29 +187,29 @@ fn a_breakpoint_on_the_nth_dispatch_stops_there() {
     h.state_mut().pause_continue();
     until(&mut h, "the pause", paused);
     let Some(LiveState::Paused { next_dispatch, .. }) =
-        h.state().live.as_ref().map(|l| l.state.clone())
+        h.state().shared.live.as_ref().map(|l| l.state.clone())
     else {
         panic!("not paused")
     };
     let target = next_dispatch + 50;
-    h.state_mut().show_breakpoints = true;
+    h.state_mut().live_windows.show_breakpoints = true;
     h.run_steps(3);
     h.get_by_label("Before dispatch number").click();
-    h.state_mut().breakpoint_form.nth = target.to_string();
+    h.state_mut().live_windows.breakpoint_form.nth = target.to_string();
     h.run_steps(1);
     h.get_by_label("Set breakpoints").click();
     h.run_steps(1);
-    assert!(h.state().breakpoint_form.nth_on);
+    assert!(h.state().live_windows.breakpoint_form.nth_on);
     // F5 continues (the breakpoints window may cover the toolbar).
     h.key_press_modifiers(Modifiers::NONE, Key::F5);
     h.run_steps(2);
     until(&mut h, "the breakpoint", |a| {
-        a.live.as_ref().is_some_and(|l| {
+        a.shared.live.as_ref().is_some_and(|l| {
             matches!(l.state, LiveState::Paused { next_dispatch, .. } if next_dispatch == target)
         })
     });
     until(&mut h, "the breakpoint", paused);
-    match &h.state().live.as_ref().unwrap().state {
+    match &h.state().shared.live.as_ref().unwrap().state {
         LiveState::Paused { next_dispatch, why } => {
             assert_eq!(*next_dispatch, target, "{why}");
         }
@@ -216,7 +227,8 @@ fn the_target_dying_keeps_what_was_received() {
     until(&mut h, "dispatches", |a| indices(a).len() >= 2);
     drop(demo);
     until(&mut h, "the disconnect", |a| {
-        a.live
+        a.shared
+            .live
             .as_ref()
             .is_some_and(|l| matches!(l.state, LiveState::Disconnected { .. }))
     });
@@ -233,9 +245,13 @@ fn with_no_arguments_the_window_attaches_to_the_demo() {
     h.run();
     let ctx = h.ctx.clone();
     h.state_mut().open_default(&ctx);
-    assert!(h.state().notice.is_none(), "{:?}", h.state().notice);
+    assert!(
+        h.state().shared.notice.is_none(),
+        "{:?}",
+        h.state().shared.notice
+    );
     assert!(h.state().demo.is_some());
-    assert!(h.state().live.as_ref().unwrap().is_attached());
+    assert!(h.state().shared.live.as_ref().unwrap().is_attached());
     until(&mut h, "dispatches", |a| !indices(a).is_empty());
     // The built-in samples stay one menu away.
     h.get_by_label("File").click();
@@ -252,12 +268,12 @@ fn a_live_session_is_recorded_whole_and_reads_back_from_its_file() {
     assert!(h.state_mut().attach(&ctx, &demo.addr.to_string(), None));
     until(&mut h, "dispatches", |a| indices(a).len() >= 20);
     h.get_by_label_contains("recorded");
-    let live = h.state().live.as_ref().unwrap();
+    let live = h.state().shared.live.as_ref().unwrap();
     assert!(live.stored() >= 20, "{} recorded", live.stored());
     let back = live.stored_report(0).unwrap();
     // The session's row of the recording's first dispatch, and its report (read back from the
     // file through the session when it has left the window of the latest).
-    let s = h.state_mut().session.as_mut().unwrap();
+    let s = h.state_mut().shared.session.as_mut().unwrap();
     let pos = s.rows.position_of(back.index).expect("its row");
     s.prepare(pos).unwrap();
     let shown = s.reports.get(pos).unwrap().clone();
@@ -265,7 +281,7 @@ fn a_live_session_is_recorded_whole_and_reads_back_from_its_file() {
         back, shown,
         "the store's file gives back what the window showed"
     );
-    let live = h.state_mut().live.as_mut().unwrap();
+    let live = h.state_mut().shared.live.as_mut().unwrap();
     live.detach();
     assert!(
         live.stored_report(live.stored() - 1).is_ok(),
@@ -325,15 +341,19 @@ fn a_live_session_past_the_old_cap_lists_and_shows_its_first_dispatch() {
 
     // In the window: select the first dispatch (Home), as a person would.
     let mut app = GuiApp::new(Settings::default());
-    app.live = Some(link);
+    app.shared.live = Some(link);
     app.set_session(session);
     let mut h = harness(app);
     h.run();
     h.key_press_modifiers(Modifiers::NONE, Key::Home);
     h.run_steps(2);
-    assert_eq!(h.state().sel.dispatch, 0);
-    assert!(h.state().error.is_none(), "{:?}", h.state().error);
-    let s = h.state().session.as_ref().unwrap();
+    assert_eq!(h.state().shared.sel.dispatch, 0);
+    assert!(
+        h.state().shared.error.is_none(),
+        "{:?}",
+        h.state().shared.error
+    );
+    let s = h.state().shared.session.as_ref().unwrap();
     let shown = s
         .reports
         .get(0)
@@ -344,7 +364,7 @@ fn a_live_session_past_the_old_cap_lists_and_shows_its_first_dispatch() {
     for pos in (0..20_000).step_by(500) {
         h.state_mut()
             .apply(dispatchscope_views::Action::SelectDispatch(pos));
-        let s = h.state().session.as_ref().unwrap();
+        let s = h.state().shared.session.as_ref().unwrap();
         assert_eq!(
             s.reports.get(pos).map(|r| r.index),
             Some(first + pos as u64)
@@ -367,13 +387,13 @@ fn live_dispatches_on_disk_and_the_reopened_recording_show_memory_and_table_from
     until(&mut h, "dispatches past the window", |a| {
         indices(a).len() > LIVE_WINDOW + 64
     });
-    h.state_mut().live.as_mut().unwrap().detach();
+    h.state_mut().shared.live.as_mut().unwrap().detach();
     drop(demo);
-    let n = h.state().session.as_ref().unwrap().rows.len();
+    let n = h.state().shared.session.as_ref().unwrap().rows.len();
     let picks: Vec<usize> = vec![0, 1, 7, 63, 64, 200, n - 2, n - 1];
     let mut shown = Vec::new();
     for &pos in &picks {
-        let s = h.state_mut().session.as_mut().unwrap();
+        let s = h.state_mut().shared.session.as_mut().unwrap();
         s.prepare(pos).unwrap();
         let memory = s.memory(pos).cloned();
         let table = s.table(pos).map(|t| t.table.slots().to_vec());
@@ -395,7 +415,7 @@ fn live_dispatches_on_disk_and_the_reopened_recording_show_memory_and_table_from
     // The window draws it: dispatch 0 is on disk only.
     h.state_mut()
         .apply(dispatchscope_views::Action::SelectDispatch(0));
-    h.state_mut().settings.tab = dispatchscope_views::Tab::Memory;
+    h.state_mut().shared.settings.tab = dispatchscope_views::Tab::Memory;
     h.run_steps(2);
     h.get_by_label("Reservations, as this dispatch left them");
     assert!(h.query_by_label_contains("report carries").is_none());
@@ -404,6 +424,7 @@ fn live_dispatches_on_disk_and_the_reopened_recording_show_memory_and_table_from
     // its index and its checkpoints, not replayed.
     let path = h
         .state()
+        .shared
         .live
         .as_ref()
         .unwrap()
@@ -449,7 +470,7 @@ fn the_memory_tab_reads_the_paused_targets_bytes_at_the_selected_access() {
     .unwrap();
     let mut h = harness(GuiApp::new(Settings::default()));
     h.run();
-    h.state_mut().attach_form = Some(gui::AttachForm {
+    h.state_mut().live_windows.attach_form = Some(gui::AttachForm {
         addr: demo.addr.to_string(),
         token: String::new(),
     });
@@ -462,7 +483,12 @@ fn the_memory_tab_reads_the_paused_targets_bytes_at_the_selected_access() {
     // The first access of the selected dispatch that reached guest memory by address; step until
     // a dispatch has one.
     let device_access = |a: &GuiApp| {
-        let r = a.session.as_ref()?.reports.get(a.sel.dispatch)?;
+        let r = a
+            .shared
+            .session
+            .as_ref()?
+            .reports
+            .get(a.shared.sel.dispatch)?;
         r.accesses.iter().find_map(|x| match x.route {
             Route::Device { address } => Some((x.index, address)),
             _ => None,
@@ -473,7 +499,7 @@ fn the_memory_tab_reads_the_paused_targets_bytes_at_the_selected_access() {
             break;
         }
         let last = indices(h.state()).last().copied();
-        h.state().live.as_ref().unwrap().step(1).unwrap();
+        h.state().shared.live.as_ref().unwrap().step(1).unwrap();
         until(&mut h, "a step", |a| {
             paused(a) && indices(a).last().copied() > last
         });
@@ -483,10 +509,22 @@ fn the_memory_tab_reads_the_paused_targets_bytes_at_the_selected_access() {
     h.state_mut().apply(Action::ShowTab(Tab::Memory));
     h.state_mut().apply(Action::SelectAccess(Some(access)));
     until(&mut h, "the target's bytes", |a| {
-        a.live.as_ref().and_then(|l| l.memory.as_ref()).is_some()
+        a.shared
+            .live
+            .as_ref()
+            .and_then(|l| l.memory.as_ref())
+            .is_some()
     });
     h.run_steps(2);
-    let got = h.state().live.as_ref().unwrap().memory.clone().unwrap();
+    let got = h
+        .state()
+        .shared
+        .live
+        .as_ref()
+        .unwrap()
+        .memory
+        .clone()
+        .unwrap();
     assert_eq!(got.address, address & !0xf);
     let bytes = got.bytes.expect("the paused target read its memory");
     assert_eq!(bytes.len(), 256);

@@ -173,7 +173,7 @@ fn run_until(h: &mut Harness<'static, GuiApp>, what: &str, done: impl Fn(&GuiApp
 }
 
 fn n_rows(app: &GuiApp) -> usize {
-    app.session.as_ref().map_or(0, |s| s.rows.len())
+    app.shared.session.as_ref().map_or(0, |s| s.rows.len())
 }
 
 /// While following, the newest dispatch is selected and its row is in view as rows arrive;
@@ -185,7 +185,7 @@ fn the_list_follows_the_newest_dispatch_until_an_older_one_is_selected() {
     let feed = feed();
     let first = feed.first_index();
     let mut app = GuiApp::new(Settings::default());
-    app.live = Some(link);
+    app.shared.live = Some(link);
     app.set_session(session);
     let mut h = wide_harness(app);
     h.run();
@@ -200,8 +200,12 @@ fn the_list_follows_the_newest_dispatch_until_an_older_one_is_selected() {
     let want = send_n(3_000) as usize;
     run_until(&mut h, "3,000 rows", |a| n_rows(a) == want);
     h.run_steps(3);
-    assert!(h.state().follow);
-    assert_eq!(h.state().sel.dispatch, want - 1, "the newest is selected");
+    assert!(h.state().shared.follow);
+    assert_eq!(
+        h.state().shared.sel.dispatch,
+        want - 1,
+        "the newest is selected"
+    );
     let newest = (first + want as u64 - 1).to_string();
     let shown: Vec<u64> = (0..want as u64)
         .filter(|i| {
@@ -220,11 +224,11 @@ fn the_list_follows_the_newest_dispatch_until_an_older_one_is_selected() {
     // Select an older one: following stops, and stays stopped as rows arrive.
     h.state_mut()
         .apply(dispatchscope_views::Action::SelectDispatch(100));
-    assert!(!h.state().follow);
+    assert!(!h.state().shared.follow);
     let want = send_n(2_000) as usize;
     run_until(&mut h, "5,000 rows", |a| n_rows(a) == want);
     h.run_steps(3);
-    assert_eq!(h.state().sel.dispatch, 100, "the selection stays");
+    assert_eq!(h.state().shared.sel.dispatch, 100, "the selection stays");
     let older = (first + 100).to_string();
     assert!(
         h.query_by_label(&older).is_some(),
@@ -233,11 +237,11 @@ fn the_list_follows_the_newest_dispatch_until_an_older_one_is_selected() {
     // End follows again.
     h.key_press_modifiers(Modifiers::NONE, Key::End);
     h.run_steps(2);
-    assert!(h.state().follow);
+    assert!(h.state().shared.follow);
     let want = send_n(500) as usize;
     run_until(&mut h, "5,500 rows", |a| n_rows(a) == want);
     h.run_steps(3);
-    assert_eq!(h.state().sel.dispatch, want - 1);
+    assert_eq!(h.state().shared.sel.dispatch, want - 1);
     let newest = (first + want as u64 - 1).to_string();
     assert!(h.query_by_label(&newest).is_some(), "{newest} in view");
     // The status bar counts what this window received, and no drop.
@@ -362,7 +366,7 @@ fn the_live_timeline_shows_recent_frames_a_bar_each() {
     });
     let (link, _tx) = LiveLink::fed("t:0", "t", Arc::new(|| {})).unwrap();
     let mut app = GuiApp::new(Settings::default());
-    app.live = Some(link);
+    app.shared.live = Some(link);
     app.set_session(session);
     let mut h = wide_harness(app);
     h.run_steps(3);
@@ -421,17 +425,40 @@ fn a_disk_budget_releases_the_oldest_dispatches_and_the_window_says_how_many() {
             "position {pos}"
         );
     }
-    let saved = tempfile::tempdir().unwrap();
-    let refused = link
-        .save_capture(&saved.path().join("whole.dscap"))
-        .unwrap_err();
+    // The window's rows of released dispatches are gone; the rest keep their positions.
+    assert_eq!(session.rows.first(), released.dispatches);
+    assert_eq!(session.rows.len(), N as usize);
+    assert!(session.rows.get(released.dispatches - 1).is_none());
+    // Saving the session saves what is still on disk, and says what was released.
+    let saved_dir = tempfile::tempdir().unwrap();
+    let whole = saved_dir.path().join("whole.dscap");
+    let saved = link.save_capture(&whole).unwrap();
+    assert_eq!(saved.released, link.released().dispatches);
+    assert_eq!(saved.dispatches + saved.released, N as usize);
     assert!(
-        matches!(refused, gui::LiveError::Released { .. }),
-        "{refused}"
+        saved.words(&whole).contains("released"),
+        "{}",
+        saved.words(&whole)
+    );
+    let file = dispatchscope_formats::session::CaptureFile::open(&whole).unwrap();
+    assert!(
+        file.meta().description.contains("released its first"),
+        "{}",
+        file.meta().description
+    );
+    let mut opened = GuiApp::new(Settings::default());
+    opened.open_path_blocking(whole.clone());
+    assert!(opened.shared.error.is_none(), "{:?}", opened.shared.error);
+    let s = opened.shared.session.as_mut().unwrap();
+    assert_eq!(s.reports.len(), saved.dispatches);
+    s.prepare(0).unwrap();
+    assert_eq!(
+        s.reports.get(0).map(|r| r.index),
+        Some(first + saved.released as u64)
     );
     // The status bar says it.
     let mut app = GuiApp::new(Settings::default());
-    app.live = Some(link);
+    app.shared.live = Some(link);
     app.set_session(session);
     let mut h = wide_harness(app);
     h.run_steps(3);
@@ -443,6 +470,7 @@ fn a_disk_budget_releases_the_oldest_dispatches_and_the_window_says_how_many() {
     // Closing the link removes every file the recording made.
     let files: Vec<_> = h
         .state()
+        .shared
         .live
         .as_ref()
         .unwrap()
@@ -462,6 +490,38 @@ fn a_disk_budget_releases_the_oldest_dispatches_and_the_window_says_how_many() {
             && note.contains("goes on in"),
         "{note}"
     );
+    // Any of its files, or a folder of them, opens the whole session as one.
+    let copies = tempfile::tempdir().unwrap();
+    for f in &kept {
+        std::fs::copy(f, copies.path().join(f.file_name().unwrap())).unwrap();
+    }
+    let copied = |f: &std::path::Path| copies.path().join(f.file_name().unwrap());
+    for open in [
+        copied(kept[kept.len() - 1]),
+        copied(kept[0]),
+        copies.path().to_path_buf(),
+    ] {
+        let mut one = GuiApp::new(Settings::default());
+        one.open_path_blocking(open.clone());
+        assert!(
+            one.shared.error.is_none(),
+            "{}: {:?}",
+            open.display(),
+            one.shared.error
+        );
+        let s = one.shared.session.as_mut().unwrap();
+        let warning = s.warning.clone().unwrap_or_default();
+        assert!(
+            warning.contains(&format!("{} files", kept.len()))
+                && warning.contains("opened as one session")
+                && warning.contains("no longer on disk"),
+            "{warning}"
+        );
+        let n = s.reports.len();
+        assert_eq!(n + released.dispatches, N as usize, "{}", open.display());
+        s.prepare(n - 1).unwrap();
+        assert_eq!(s.reports.get(n - 1).map(|r| r.index), Some(first + N - 1));
+    }
     drop(tx);
     drop(h);
     for f in files {

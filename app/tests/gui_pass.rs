@@ -51,7 +51,7 @@ fn the_pass_tab_shows_the_sites_and_what_was_not_logged() {
     h.get_by_label(&title).click();
     h.run();
     h.run();
-    assert_eq!(h.state().settings.tab, Tab::Pass);
+    assert_eq!(h.state().shared.settings.tab, Tab::Pass);
     // The sites table, most escapes first: the node reads', then the instance read's pc (the
     // table is virtualised, so rows below its fold are not drawn).
     use dispatchscope_views::instrumented::fixture::{ESCAPING_SITE, NODE_SITE};
@@ -85,13 +85,13 @@ fn ctrl_i_opens_the_tab_and_a_plain_dispatch_has_none() {
     h.key_press_modifiers(Modifiers::COMMAND, Key::I);
     h.run();
     h.run();
-    assert_eq!(h.state().settings.tab, Tab::Pass);
+    assert_eq!(h.state().shared.settings.tab, Tab::Pass);
     h.get_by_label("Sites");
     // The second dispatch has no section: no Pass tab, and the tab says why.
     h.get_by_label("Next").click();
     h.run();
     h.run();
-    assert_eq!(h.state().sel.dispatch, 1);
+    assert_eq!(h.state().shared.sel.dispatch, 1);
     assert!(h.query_by_label_contains("Pass (").is_none());
     h.get_by_label_contains("no instrumented section");
 }

@@ -155,7 +155,7 @@ fn every_access_of_ray_traversal_names_its_kind_of_instruction() {
 fn ray_app() -> GuiApp {
     let mut app = GuiApp::new(Settings::default());
     app.open_embedded("ray-traversal.json");
-    assert!(app.error.is_none(), "{:?}", app.error);
+    assert!(app.shared.error.is_none(), "{:?}", app.shared.error);
     app.listing.open = true;
     app
 }
@@ -163,10 +163,17 @@ fn ray_app() -> GuiApp {
 #[test]
 fn selecting_an_escape_shows_its_instruction_highlighted() {
     let mut app = ray_app();
-    let r = app.session.as_ref().unwrap().reports.in_memory_reports()[0].clone();
+    let r = app
+        .shared
+        .session
+        .as_ref()
+        .unwrap()
+        .reports
+        .in_memory_reports()[0]
+        .clone();
     let e = r.escapes[0].clone();
-    app.settings.tab = Tab::Accesses;
-    app.sel.access = Some(e.access);
+    app.shared.settings.tab = Tab::Accesses;
+    app.shared.sel.access = Some(e.access);
     let mut h = harness(app);
     h.run();
     let want = format!("at {:#x}: {}", e.pc, {
@@ -181,7 +188,7 @@ fn selecting_an_escape_shows_its_instruction_highlighted() {
     assert!(want.contains("image_bvh_intersect_ray"), "{want}");
     // Another access moves the listing to its line.
     let other = r.accesses.iter().find(|a| a.pc != e.pc).unwrap().clone();
-    h.state_mut().sel.access = Some(other.index);
+    h.state_mut().shared.sel.access = Some(other.index);
     h.run();
     assert_eq!(
         h.state().listing.panel.highlighted().map(|(pc, _)| pc),
@@ -192,11 +199,18 @@ fn selecting_an_escape_shows_its_instruction_highlighted() {
 #[test]
 fn a_click_on_an_escape_marker_selects_the_escape() {
     let mut app = ray_app();
-    let r = app.session.as_ref().unwrap().reports.in_memory_reports()[0].clone();
+    let r = app
+        .shared
+        .session
+        .as_ref()
+        .unwrap()
+        .reports
+        .in_memory_reports()[0]
+        .clone();
     let e = r.escapes[0].clone();
     let first = r.accesses.iter().find(|a| a.pc != e.pc).unwrap().clone();
-    app.sel.access = Some(first.index);
-    app.settings.tab = Tab::Bindings;
+    app.shared.sel.access = Some(first.index);
+    app.shared.settings.tab = Tab::Bindings;
     let mut h = harness(app);
     h.run();
     // The markers in listing order (by pc): the one on the escape's line.
@@ -215,8 +229,8 @@ fn a_click_on_an_escape_marker_selects_the_escape() {
     assert_eq!(markers.len(), pcs.len());
     markers[nth].click();
     h.run();
-    assert_eq!(h.state().sel.access, Some(e.access));
-    assert_eq!(h.state().settings.tab, Tab::Accesses);
+    assert_eq!(h.state().shared.sel.access, Some(e.access));
+    assert_eq!(h.state().shared.settings.tab, Tab::Accesses);
     assert_eq!(
         h.state().listing.panel.highlighted().map(|(pc, _)| pc),
         Some(e.pc)

@@ -150,20 +150,20 @@ fn a_pass_of_ten_million_accesses_records_explains_and_opens() {
     // The app: through the index (the capture keeps checkpoints), every tab drawn.
     let mut app = GuiApp::new(Settings::default());
     app.open_path_blocking(cap.clone());
-    assert!(app.error.is_none(), "{:?}", app.error);
+    assert!(app.shared.error.is_none(), "{:?}", app.shared.error);
     {
-        let s = app.session.as_ref().unwrap();
+        let s = app.shared.session.as_ref().unwrap();
         assert!(s.reports.on_disk(), "read through the index, not replayed");
         assert_eq!(s.reports.len(), 1 + FRAMES);
     }
     app.apply(dispatchscope_views::Action::SelectDispatch(1));
-    let s = app.session.as_ref().unwrap();
+    let s = app.shared.session.as_ref().unwrap();
     let report = s.reports.get(1).unwrap();
     assert!(report.instrumented.is_some(), "the section was read back");
     let mut h = harness(app);
     h.run();
     for t in Tab::ALL {
-        h.state_mut().settings.tab = t;
+        h.state_mut().shared.settings.tab = t;
         h.run();
     }
 }

@@ -299,6 +299,22 @@ impl ColumnWidths {
     }
 }
 
+/// Whether the label `text`, drawn as `r` in `ui`, is cut: elided to the column's width, or
+/// running past what the list shows of it (the column's clip, the list's sideways scroll).
+pub fn label_cut(ui: &egui::Ui, r: &egui::Response, text: &str) -> bool {
+    if text.is_empty() {
+        return false;
+    }
+    let font = egui::TextStyle::Body.resolve(ui.style());
+    let whole = ui.fonts_mut(|f| {
+        f.layout_no_wrap(text.to_owned(), font, egui::Color32::WHITE)
+            .size()
+            .x
+    });
+    let shown = r.rect.intersect(ui.clip_rect()).width().max(0.0);
+    whole > shown + 0.5
+}
+
 /// The id of the search box, for focusing it (Ctrl+F).
 pub fn search_id() -> Id {
     Id::unique("dispatches-search")
@@ -530,11 +546,24 @@ impl DispatchesPanel {
                                     });
                                 });
                             }
+                            let label = rows.label(pos);
+                            let mut cut = false;
                             row.col(|ui| {
-                                ui.add(egui::Label::new(rows.label(pos)).truncate());
+                                let r = ui.add(egui::Label::new(label).truncate());
+                                cut = label_cut(ui, &r, label);
                             });
-                            if row.response().clicked() {
+                            let response = row.response();
+                            if response.clicked() {
                                 actions.push(Action::SelectDispatch(pos));
+                            }
+                            if cut {
+                                // The whole label, over the row (a label cut short, or past
+                                // the list's edge, is still read in full). A tooltip of its
+                                // own: the row's accessible name stays its cells'.
+                                response.on_hover_ui(|ui| {
+                                    ui.set_max_width(ui.spacing().tooltip_width);
+                                    ui.label(label);
+                                });
                             }
                         });
                     });

@@ -23,15 +23,15 @@ use dispatchscope_core::input::DeviceLimits;
 use dispatchscope_core::report::DispatchReport;
 use dispatchscope_formats::what_if::{self as session_what_if, RePlanError};
 use dispatchscope_views::compare::{self, DIFFERS, plural};
-use dispatchscope_views::keys::Command;
 use dispatchscope_views::{
-    Action, DiffMarks, DifferencesPanel, DispatchesPanel, GuestBytes, RowMark, Selection, Side,
-    Tab, style,
+    Action, DiffMarks, DifferencesPanel, DispatchesPanel, Filter, GuestBytes, RowMark, Selection,
+    Side, Tab, style,
 };
 use egui::RichText;
 
+use super::panels::{PanelInput, Panels};
 use super::session::{HistorySource, LoadError, Origin, Progress, Session, Source, load_file};
-use super::{GuiApp, Panels};
+use super::shared::{AppAction, Shared, WhatIfAsk};
 use crate::load::{WhatIfLimits, parse_number};
 
 /// What the comparison's thread sends: B once it is loaded, then the diff.
@@ -61,9 +61,12 @@ pub struct Comparison {
     b_to_a: Vec<Option<usize>>,
     /// B's selection (its dispatch follows A's match; the slot, access and table slot are A's).
     pub b_sel: Selection,
+    a_list: DispatchesPanel,
     b_list: DispatchesPanel,
+    /// A's panels, side by side with B's.
+    a_panels: Panels,
     /// B's panels: the same panels as A's, with their own state.
-    panels: Panels,
+    b_panels: Panels,
 }
 
 impl Comparison {
@@ -72,9 +75,11 @@ impl Comparison {
         what_if: bool,
         rx: mpsc::Receiver<Msg>,
         progress: Arc<Progress>,
+        filter: Filter,
     ) -> Self {
         let mut b_list = DispatchesPanel::default();
         b_list.id_salt = "dispatches-table-b";
+        let a_list = DispatchesPanel::new(filter);
         Self {
             b_name,
             what_if,
@@ -87,8 +92,10 @@ impl Comparison {
             a_to_b: Vec::new(),
             b_to_a: Vec::new(),
             b_sel: Selection::default(),
+            a_list,
             b_list,
-            panels: Panels::default(),
+            a_panels: Panels::default(),
+            b_panels: Panels::default(),
         }
     }
 
@@ -146,6 +153,7 @@ impl Comparison {
         }
         self.a_marks = Arc::from(a);
         self.b_marks = Arc::from(b);
+        self.a_list.row_marks = Some((Side::A, Arc::clone(&self.a_marks)));
         self.b_list.row_marks = Some((Side::B, Arc::clone(&self.b_marks)));
     }
 
@@ -361,35 +369,61 @@ fn what_if_name(w: &WhatIfLimits) -> String {
     format!("what if: {}", parts.join(", "))
 }
 
-impl GuiApp {
-    /// A's origin, or the reason a comparison cannot start.
-    fn compare_origin(&self) -> Result<Origin, String> {
-        let s = self
-            .session
-            .as_ref()
-            .ok_or_else(|| "open a session first: it is A, the session compared from".to_owned())?;
-        s.origin().ok_or_else(|| {
-            "a live session keeps no whole session to compare: save it and open the capture".into()
-        })
+/// The comparison window: the comparison open (if any) and the What if… dialog; the lists and
+/// panels of both sides while one is open.
+#[derive(Default)]
+pub struct CompareWindow {
+    /// A comparison with another session (File ▸ Compare with…, Session ▸ What if…), when open.
+    pub current: Option<Comparison>,
+    /// The What if… dialog, when open.
+    pub what_if: Option<WhatIfForm>,
+}
+
+/// The error panel's words for a comparison that cannot start.
+fn refused(message: String) -> LoadError {
+    LoadError {
+        source: "the comparison".into(),
+        message,
+        at: None,
+        offset_bytes: None,
+    }
+}
+
+/// A's origin, or the reason a comparison cannot start.
+fn compare_origin(shared: &Shared) -> Result<Origin, String> {
+    let s = shared
+        .session
+        .as_ref()
+        .ok_or_else(|| "open a session first: it is A, the session compared from".to_owned())?;
+    s.origin().ok_or_else(|| {
+        "a live session keeps no whole session to compare: save it and open the capture".into()
+    })
+}
+
+impl CompareWindow {
+    /// Whether a comparison is open.
+    pub fn is_open(&self) -> bool {
+        self.current.is_some()
     }
 
-    fn compare_refused(&mut self, message: String) {
-        self.error = Some(LoadError {
-            source: "the comparison".into(),
-            message,
-            at: None,
-            offset_bytes: None,
-        });
+    /// A's rows' marks, once the diff is made (what F7 moves along).
+    pub fn differences(&self) -> Option<Arc<[RowMark]>> {
+        self.current
+            .as_ref()
+            .filter(|c| c.diff.is_some())
+            .map(|c| Arc::clone(&c.a_marks))
     }
 
     /// Starts comparing the open session with the sample or capture at `path`: B is loaded and
-    /// the diff made on a thread of their own.
-    pub fn compare_with_path(&mut self, wake: impl Fn() + Send + 'static, path: PathBuf) {
-        let a = match self.compare_origin() {
-            Ok(a) => a,
-            Err(e) => return self.compare_refused(e),
-        };
-        let a_len = self.n_dispatches();
+    /// the diff made on a thread of their own. The error to show when it cannot start.
+    pub fn start_with_path(
+        &mut self,
+        shared: &Shared,
+        wake: impl Fn() + Send + 'static,
+        path: PathBuf,
+    ) -> Result<(), LoadError> {
+        let a = compare_origin(shared).map_err(refused)?;
+        let a_len = shared.n_dispatches();
         let progress = Arc::new(Progress::default());
         let (tx, rx) = mpsc::channel();
         let prog = Arc::clone(&progress);
@@ -418,107 +452,114 @@ impl GuiApp {
             let _ = tx.send(Msg::Diff(diff));
             wake();
         });
-        self.compare = Some(Comparison::new(name, false, rx, progress));
+        let filter = shared.settings.filter.clone();
+        self.current = Some(Comparison::new(name, false, rx, progress, filter));
+        Ok(())
     }
 
     /// Compares the open session with `b`, already made (tests; a session built in memory).
-    pub fn compare_with_session(&mut self, b: Session, b_name: &str) {
-        let a = match self.compare_origin() {
-            Ok(a) => a,
-            Err(e) => return self.compare_refused(e),
-        };
+    pub fn start_with_session(
+        &mut self,
+        shared: &Shared,
+        b: Session,
+        b_name: &str,
+    ) -> Result<(), LoadError> {
+        let a = compare_origin(shared).map_err(refused)?;
         let Some(ob) = b.origin() else {
-            return self.compare_refused(
+            return Err(refused(
                 "a live session keeps no whole session to compare: save it and open the capture"
                     .into(),
-            );
+            ));
         };
         let progress = Arc::new(Progress::default());
         progress
             .total
-            .store(self.n_dispatches() + b.reports.len(), Ordering::Relaxed);
+            .store(shared.n_dispatches() + b.reports.len(), Ordering::Relaxed);
         let (tx, rx) = mpsc::channel();
         let prog = Arc::clone(&progress);
         std::thread::spawn(move || {
             let _ = tx.send(Msg::Diff(diff_of(a, ob, &prog)));
         });
-        let mut c = Comparison::new(b_name.to_owned(), false, rx, progress);
+        let filter = shared.settings.filter.clone();
+        let mut c = Comparison::new(b_name.to_owned(), false, rx, progress, filter);
         c.b = Some(b);
-        self.compare = Some(c);
-        self.sync_b();
+        self.current = Some(c);
+        Ok(())
     }
 
     /// Opens the What if… dialog, filled from the selected dispatch's limits.
-    pub fn open_what_if(&mut self) {
-        let base = self
+    pub fn open_what_if(&mut self, shared: &Shared) -> Result<(), LoadError> {
+        let base = shared
             .session
             .as_ref()
-            .and_then(|s| s.reports.get(self.sel.dispatch))
+            .and_then(|s| s.reports.get(shared.sel.dispatch))
             .map(|r| r.device.clone());
         match base {
-            Some(b) => self.what_if_form = Some(WhatIfForm::of(b)),
-            None => self.compare_refused(
+            Some(b) => {
+                self.what_if = Some(WhatIfForm::of(b));
+                Ok(())
+            }
+            None => Err(refused(
                 "open a session with a dispatch first: the what-if changes its limits".into(),
-            ),
+            )),
         }
     }
 
-    /// Runs the what-if the dialog's fields ask for; a bad field stays in the dialog as its error.
-    pub fn run_what_if(&mut self, wake: impl Fn() + Send + 'static) {
-        let Some(form) = &mut self.what_if_form else {
-            return;
-        };
-        let asked = match form.limits() {
-            Ok(x) => x,
-            Err(e) => {
-                form.error = Some(e);
-                return;
-            }
-        };
-        let base = form.base.clone();
-        let origin = match self.compare_origin() {
+    /// Runs the what-if `ask`; a session that cannot be compared stays in the dialog as its
+    /// error.
+    pub fn run_what_if(
+        &mut self,
+        shared: &Shared,
+        ask: WhatIfAsk,
+        wake: impl Fn() + Send + 'static,
+    ) {
+        let origin = match compare_origin(shared) {
             Ok(o) => o,
             Err(e) => {
-                if let Some(f) = &mut self.what_if_form {
+                if let Some(f) = &mut self.what_if {
                     f.error = Some(e);
                 }
                 return;
             }
         };
-        self.what_if_form = None;
-        let Some(s) = &self.session else { return };
-        let name = what_if_name(&asked.0);
+        self.what_if = None;
+        let Some(s) = &shared.session else { return };
+        let name = what_if_name(&ask.changed);
         let (source, title) = (s.source.clone(), format!("{} ({name})", s.title));
         let progress = Arc::new(Progress::default());
         progress.total.store(s.reports.len(), Ordering::Relaxed);
         let (tx, rx) = mpsc::channel();
         let prog = Arc::clone(&progress);
         std::thread::spawn(move || {
-            let (b, diff) = what_if_session(origin, source, title, asked, &base, &prog);
+            let asked = (ask.changed, ask.limits);
+            let (b, diff) = what_if_session(origin, source, title, asked, &ask.base, &prog);
             let _ = tx.send(Msg::Loaded(Box::new(b)));
             let _ = tx.send(Msg::Diff(diff));
             wake();
         });
-        self.compare = Some(Comparison::new(name, true, rx, progress));
+        let filter = shared.settings.filter.clone();
+        self.current = Some(Comparison::new(name, true, rx, progress, filter));
     }
 
-    /// Ends the comparison (the menu's Close comparison).
-    pub fn close_compare(&mut self) {
-        self.compare = None;
-        self.dispatches.row_marks = None;
-        self.panels.set_diff(None);
+    /// Ends the comparison.
+    pub fn close(&mut self) {
+        self.current = None;
     }
 
-    /// Takes what the comparison's thread sent.
-    pub(super) fn poll_compare(&mut self, ctx: &egui::Context) {
-        let Some(c) = &mut self.compare else { return };
+    /// Takes what the comparison's thread sent; B, once loaded, follows `sel`. Returns the
+    /// errors to show.
+    pub fn poll(&mut self, ctx: &egui::Context, sel: &Selection) -> Vec<AppAction> {
+        let mut actions = Vec::new();
+        let Some(c) = &mut self.current else {
+            return actions;
+        };
         if let Some(b) = &mut c.b
             && b.scanning()
         {
             b.poll_rows();
             ctx.request_repaint_after(std::time::Duration::from_millis(50));
         }
-        let Some(rx) = &c.rx else { return };
+        let Some(rx) = &c.rx else { return actions };
         let mut loaded = false;
         loop {
             match rx.try_recv() {
@@ -527,7 +568,7 @@ impl GuiApp {
                         c.b = Some(b);
                         loaded = true;
                     }
-                    Err(e) => self.error = Some(e),
+                    Err(e) => actions.push(AppAction::Error(e)),
                 },
                 Ok(Msg::Diff(d)) => {
                     if let Ok(d) = &d {
@@ -535,7 +576,6 @@ impl GuiApp {
                     }
                     c.diff = Some(d);
                     c.rx = None;
-                    self.dispatches.row_marks = Some((Side::A, Arc::clone(&c.a_marks)));
                     loaded = true;
                     break;
                 }
@@ -550,132 +590,91 @@ impl GuiApp {
                 }
             }
         }
-        if self
-            .compare
-            .as_ref()
-            .is_some_and(|c| c.b.is_none() && c.rx.is_none())
-        {
+        if c.b.is_none() && c.rx.is_none() {
             // B never loaded: nothing to show side by side.
-            self.close_compare();
-            return;
+            self.close();
+            return actions;
         }
         if loaded {
-            self.sync_b();
+            actions.extend(self.sync(sel).map(AppAction::Error));
         }
+        actions
     }
 
-    /// Makes B's selection follow A's: its match, and A's slot, access and table slot; reads
-    /// what B's panels need.
-    pub(super) fn sync_b(&mut self) {
-        let Some(c) = &mut self.compare else { return };
-        if let Some(p) = c.b_of(self.sel.dispatch) {
+    /// Makes B's selection follow A's `sel`: its match, and A's slot, access and table slot;
+    /// reads what B's panels need. The error to show, when B's record cannot be read.
+    pub fn sync(&mut self, sel: &Selection) -> Option<LoadError> {
+        let c = self.current.as_mut()?;
+        if let Some(p) = c.b_of(sel.dispatch) {
             c.b_sel.dispatch = p;
         } else if c.session_diff().is_none() {
-            c.b_sel.dispatch = self.sel.dispatch;
+            c.b_sel.dispatch = sel.dispatch;
         }
-        c.b_sel.slot = self.sel.slot;
-        c.b_sel.access = self.sel.access;
-        c.b_sel.table_slot = self.sel.table_slot;
-        if let Some(b) = &mut c.b {
-            let n = b.reports.len();
-            if n > 0 {
-                c.b_sel.dispatch = c.b_sel.dispatch.min(n - 1);
-            }
-            if let Err(e) = b.prepare(c.b_sel.dispatch) {
-                let name = b.source.display();
-                self.error = Some(super::session::capture_error(&name, e));
-            }
+        c.b_sel.slot = sel.slot;
+        c.b_sel.access = sel.access;
+        c.b_sel.table_slot = sel.table_slot;
+        let b = c.b.as_mut()?;
+        let n = b.reports.len();
+        if n > 0 {
+            c.b_sel.dispatch = c.b_sel.dispatch.min(n - 1);
         }
+        b.prepare(c.b_sel.dispatch)
+            .err()
+            .map(|e| super::session::capture_error(&b.source.display(), e))
     }
 
-    /// Applies an action from B's list or panels: a dispatch selects its match in A (or B's
-    /// alone, where it has none); the rest are A's actions.
-    fn apply_b(&mut self, action: Action) {
-        match action {
-            Action::SelectDispatch(p) => self.select_in_b(p),
-            Action::ToggleBookmark(_) => {}
-            other => self.apply(other),
+    /// Selects B's dispatch at `pos` (a click in B's list): the action that selects its match in
+    /// A, if it has one; else B's alone is read (and the error, if it cannot be).
+    pub fn select_in_b(&mut self, pos: usize) -> Option<AppAction> {
+        let c = self.current.as_mut()?;
+        c.b_sel.dispatch = pos;
+        if let Some(a) = c.a_of(pos) {
+            return Some(AppAction::Panel(Action::SelectDispatch(a)));
         }
-    }
-
-    /// Selects B's dispatch at `pos` (a click in B's list) and its match in A, if it has one.
-    pub fn select_in_b(&mut self, pos: usize) {
-        let a = self.compare.as_ref().and_then(|c| c.a_of(pos));
-        if let Some(c) = &mut self.compare {
-            c.b_sel.dispatch = pos;
-        }
-        match a {
-            Some(a) => self.apply(Action::SelectDispatch(a)),
-            None => self.sync_b_alone(),
-        }
-    }
-
-    /// Reads B's selected dispatch without moving A (a dispatch only B has).
-    fn sync_b_alone(&mut self) {
-        let Some(c) = &mut self.compare else { return };
-        if let Some(b) = &mut c.b
-            && let Err(e) = b.prepare(c.b_sel.dispatch)
-        {
-            let name = b.source.display();
-            self.error = Some(super::session::capture_error(&name, e));
-        }
-    }
-
-    /// The position the difference keys move to, in A's list, if any.
-    pub(super) fn difference_target(&self, cmd: Command) -> Option<usize> {
-        let c = self.compare.as_ref()?;
-        let cur = self.sel.dispatch;
-        let m = &c.a_marks;
-        match cmd {
-            Command::NextDifference => (cur + 1..m.len()).find(|&p| m[p].differs()),
-            Command::PreviousDifference => (0..cur.min(m.len())).rev().find(|&p| m[p].differs()),
-            _ => None,
-        }
+        let b = c.b.as_mut()?;
+        b.prepare(c.b_sel.dispatch)
+            .err()
+            .map(|e| AppAction::Error(super::session::capture_error(&b.source.display(), e)))
     }
 
     /// The left panel in a comparison: A's list above B's.
-    pub(super) fn compare_lists_ui(&mut self, ui: &mut egui::Ui, actions: &mut Vec<Action>) {
-        let bookmarks = self.bookmarks();
-        let Some(s) = &self.session else { return };
+    pub fn lists_ui(&mut self, ui: &mut egui::Ui, shared: &Shared) -> Vec<AppAction> {
+        let mut actions = Vec::new();
+        let (Some(s), Some(c)) = (&shared.session, &mut self.current) else {
+            return actions;
+        };
+        let bookmarks = shared.bookmarks();
         let half = (ui.available_height() / 2.0 - 24.0).max(120.0);
         ui.label(RichText::new(format!("A: {}", s.source.display())).strong())
             .on_hover_text("The session compared from");
         ui.allocate_ui(egui::vec2(ui.available_width(), half), |ui| {
             ui.push_id("list-a", |ui| {
-                actions.extend(
-                    self.dispatches
-                        .ui(ui, &s.rows, &bookmarks, self.sel.dispatch),
-                );
+                let a = c.a_list.ui(ui, &s.rows, &bookmarks, shared.sel.dispatch);
+                actions.extend(a.into_iter().map(AppAction::Panel));
             });
         });
         ui.separator();
-        let mut b_actions = Vec::new();
-        if let Some(c) = &mut self.compare {
-            ui.label(RichText::new(format!("B: {}", c.b_name)).strong())
-                .on_hover_text("The session compared to");
-            match &c.b {
-                Some(b) => {
-                    ui.push_id("list-b", |ui| {
-                        b_actions = c.b_list.ui(ui, &b.rows, &[], c.b_sel.dispatch);
-                    });
-                }
-                None => {
-                    ui.horizontal(|ui| {
-                        ui.spinner();
-                        ui.label("loading B…");
-                    });
-                }
+        ui.label(RichText::new(format!("B: {}", c.b_name)).strong())
+            .on_hover_text("The session compared to");
+        match &c.b {
+            Some(b) => {
+                ui.push_id("list-b", |ui| {
+                    let b_actions = c.b_list.ui(ui, &b.rows, &[], c.b_sel.dispatch);
+                    actions.extend(b_actions.into_iter().filter_map(of_b));
+                });
+            }
+            None => {
+                ui.horizontal(|ui| {
+                    ui.spinner();
+                    ui.label("loading B…");
+                });
             }
         }
-        for a in b_actions {
-            self.apply_b(a);
-        }
+        actions
     }
 
     /// The comparison's header: what is compared, how, its notes, and its progress.
-    fn compare_header_ui(&mut self, ui: &mut egui::Ui) {
-        let Some(c) = &self.compare else { return };
-        let mut close = false;
+    fn header_ui(c: &Comparison, ui: &mut egui::Ui, actions: &mut Vec<AppAction>) {
         ui.horizontal_wrapped(|ui| {
             ui.label(
                 RichText::new(if c.what_if { "What if" } else { "Comparing" })
@@ -683,12 +682,10 @@ impl GuiApp {
                     .color(DIFFERS),
             );
             ui.label(RichText::new(format!("B: {}", c.b_name)).strong());
-            close = ui.button("Close comparison").clicked();
+            if ui.button("Close comparison").clicked() {
+                actions.push(AppAction::CloseComparison);
+            }
         });
-        if close {
-            self.close_compare();
-            return;
-        }
         match &c.diff {
             None => {
                 let (done, total, frac) = c.progress.fraction();
@@ -727,13 +724,13 @@ impl GuiApp {
 
     /// The central area in a comparison: the header, the Differences panel, the tabs, and the
     /// selected pair's panels side by side.
-    pub(super) fn compare_central_ui(&mut self, ui: &mut egui::Ui) -> Vec<Action> {
+    pub fn central_ui(&mut self, ui: &mut egui::Ui, shared: &Shared) -> Vec<AppAction> {
         let mut actions = Vec::new();
-        self.compare_header_ui(ui);
-        let Some(c) = &self.compare else {
+        let Some(c) = &mut self.current else {
             return actions;
         };
-        let a_pos = self.sel.dispatch;
+        Self::header_ui(c, ui, &mut actions);
+        let a_pos = shared.sel.dispatch;
         let b_pos = c.b_of(a_pos).or(match c.b_marks.get(c.b_sel.dispatch) {
             Some(RowMark::Unmatched) => Some(c.b_sel.dispatch),
             _ => None,
@@ -777,54 +774,35 @@ impl GuiApp {
                             "B's selected dispatch is only in B: A has no counterpart (added).",
                         );
                     } else if has_diff {
-                        actions.extend(differences.ui(ui, pair.as_ref()));
+                        let d = differences.ui(ui, pair.as_ref());
+                        actions.extend(d.into_iter().map(AppAction::Panel));
                     }
                 });
         });
-        // The tabs.
-        ui.horizontal_wrapped(|ui| {
-            for t in Tab::ALL {
-                if t == Tab::Pass {
-                    continue;
+        let Some(s) = &shared.session else {
+            return actions;
+        };
+        let a_report = s.reports.get(a_pos);
+        // The tabs: those compared (the Pass tab is not: a comparison opened on it shows
+        // Bindings, A's and B's), Δ on those that show something that differs.
+        let tab = c.a_panels.shown_tab(shared.settings.tab, true);
+        if let Some(r) = a_report {
+            let title = |t: Tab, text: String| match (&a_marks, &b_marks) {
+                (Some(m), _) | (_, Some(m)) if tab_differs(t, m) => {
+                    RichText::new(format!("{} {text}", compare::GLYPH)).color(DIFFERS)
                 }
-                let title = match (&a_marks, &b_marks) {
-                    (Some(m), _) | (_, Some(m)) if tab_differs(t, m) => {
-                        format!("{} {}", compare::GLYPH, t.title())
-                    }
-                    _ => t.title().to_owned(),
-                };
-                let text = if title.starts_with(compare::GLYPH) {
-                    RichText::new(title).color(DIFFERS)
-                } else {
-                    RichText::new(title)
-                };
-                if ui.selectable_label(self.settings.tab == t, text).clicked() {
-                    actions.push(Action::ShowTab(t));
-                }
+                _ => RichText::new(text),
+            };
+            if let Some(t) = c.a_panels.tabs_ui(ui, tab, r, true, title) {
+                actions.push(AppAction::Panel(Action::ShowTab(t)));
             }
-        });
+        }
         ui.separator();
-        // The Pass tab is not compared (its tab is hidden above): a comparison opened on it
-        // shows Bindings, A's and B's.
-        let tab = if self.settings.tab == Tab::Pass {
-            Tab::Bindings
-        } else {
-            self.settings.tab
-        };
-        self.panels.set_diff(a_marks);
-        let mut b_actions = Vec::new();
-        let sel = self.sel.clone();
-        let Some(s) = &self.session else {
-            return actions;
-        };
-        let Some(c) = &mut self.compare else {
-            return actions;
-        };
-        c.panels.set_diff(b_marks);
+        c.a_panels.set_diff(a_marks);
+        c.b_panels.set_diff(b_marks);
+        let sel = &shared.sel;
         let b_sel = c.b_sel.clone();
-        let a_panels = &mut self.panels;
-        let b_panels = &mut c.panels;
-        let b_session = c.b.as_ref();
+        let (a_panels, b_panels, b_session) = (&mut c.a_panels, &mut c.b_panels, c.b.as_ref());
         ui.columns(2, |cols| {
             // A side's content never draws over the other's (a wide table scrolls or is cut at
             // its column's edge).
@@ -833,18 +811,18 @@ impl GuiApp {
                 col.set_clip_rect(clip);
             }
             cols[0].push_id("side-a", |ui| {
-                side_heading(
-                    ui,
-                    Side::A,
-                    s.reports.get(sel.dispatch).map(|r| r.index),
-                    Some(sel.dispatch),
-                );
-                match s.reports.get(sel.dispatch) {
-                    Some(r) => actions.extend(
-                        a_panels
-                            .tab_ui(ui, tab, r, s, &sel, GuestBytes::Unavailable)
-                            .unwrap_or_default(),
-                    ),
+                side_heading(ui, Side::A, a_report.map(|r| r.index), Some(sel.dispatch));
+                match a_report {
+                    Some(report) => {
+                        let input = PanelInput {
+                            report,
+                            session: s,
+                            sel,
+                            bytes: GuestBytes::Unavailable,
+                        };
+                        let a = a_panels.tab_ui(ui, tab, &input, true);
+                        actions.extend(a.into_iter().map(AppAction::Panel));
+                    }
                     None => style::nothing(ui, "This dispatch's record could not be read."),
                 }
             });
@@ -856,10 +834,15 @@ impl GuiApp {
                 let shown = b_pos.and_then(|p| b.reports.get(p).map(|r| (p, r)));
                 side_heading(ui, Side::B, shown.map(|(_, r)| r.index), b_pos);
                 match shown {
-                    Some((_, r)) => {
-                        b_actions = b_panels
-                            .tab_ui(ui, tab, r, b, &b_sel, GuestBytes::Unavailable)
-                            .unwrap_or_default();
+                    Some((_, report)) => {
+                        let input = PanelInput {
+                            report,
+                            session: b,
+                            sel: &b_sel,
+                            bytes: GuestBytes::Unavailable,
+                        };
+                        let b_actions = b_panels.tab_ui(ui, tab, &input, true);
+                        actions.extend(b_actions.into_iter().filter_map(of_b));
                     }
                     None => style::nothing(
                         ui,
@@ -868,16 +851,15 @@ impl GuiApp {
                 }
             });
         });
-        for a in b_actions {
-            self.apply_b(a);
-        }
         actions
     }
 
-    /// The What if… dialog.
-    pub(super) fn what_if_window(&mut self, ctx: &egui::Context) {
-        let Some(form) = &mut self.what_if_form else {
-            return;
+    /// The What if… dialog, when open: Run asks for the what-if its fields say, a bad field
+    /// stays in the dialog as its error.
+    pub fn what_if_ui(&mut self, ctx: &egui::Context, _shared: &Shared) -> Vec<AppAction> {
+        let mut actions = Vec::new();
+        let Some(form) = &mut self.what_if else {
+            return actions;
         };
         let mut run = false;
         let mut cancel = false;
@@ -939,12 +921,28 @@ impl GuiApp {
                 });
             });
         if cancel {
-            self.what_if_form = None;
+            self.what_if = None;
+        } else if run {
+            match form.limits() {
+                Ok((changed, limits)) => actions.push(AppAction::RunWhatIf(Box::new(WhatIfAsk {
+                    changed,
+                    limits,
+                    base: form.base.clone(),
+                }))),
+                Err(e) => form.error = Some(e),
+            }
         }
-        if run {
-            let ctx = ctx.clone();
-            self.run_what_if(move || ctx.request_repaint());
-        }
+        actions
+    }
+}
+
+/// An action from B's list or panels as the app's: a dispatch selects B's and its match in A
+/// (or B's alone, where it has none); a bookmark is A's alone; the rest are A's actions.
+fn of_b(action: Action) -> Option<AppAction> {
+    match action {
+        Action::SelectDispatch(p) => Some(AppAction::SelectInB(p)),
+        Action::ToggleBookmark(_) => None,
+        other => Some(AppAction::Panel(other)),
     }
 }
 

@@ -11,7 +11,7 @@ use dispatchscope_core::instrument::LaneSelection;
 use dispatchscope_views::{Action, PassPanel};
 use std::path::PathBuf;
 
-use super::LiveLink;
+use super::live::LiveLink;
 
 /// The Pass tab's state, kept across dispatches (so a cell selected on one frame's pass is the
 /// request for the next).

@@ -135,6 +135,9 @@ pub enum LiveError {
         /// The target's number of the dispatch.
         index: u64,
     },
+    /// The recording's files could not be joined into one capture.
+    #[error(transparent)]
+    Join(#[from] dispatchscope_live::segments::SegmentsError),
     /// The in-process demo's tap could not listen.
     #[error("the demo's tap: {0}")]
     DemoTap(dispatchscope_live::TapError),
@@ -177,6 +180,45 @@ impl LiveFailure {
     pub fn kind_words(&self) -> &'static str {
         self.kind.map_or("not read", |k| k.words())
     }
+}
+
+/// What [`LiveLink::save_capture`] saved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Saved {
+    /// Dispatches in the file.
+    pub dispatches: usize,
+    /// The session's first dispatches the disk budget had released, not in the file.
+    pub released: usize,
+}
+
+impl Saved {
+    /// What the window tells the person, for the file at `dest`.
+    pub fn words(&self, dest: &Path) -> String {
+        let mut s = format!(
+            "saved {} dispatches as a capture: {}",
+            self.dispatches,
+            dest.display()
+        );
+        if self.released > 0 {
+            s.push_str(&format!(
+                " (what was still on disk: the disk budget had released the session's first {} dispatches, and the capture says so)",
+                self.released
+            ));
+        }
+        s
+    }
+}
+
+/// The note a saved capture carries of what the disk budget released before it was saved.
+pub fn released_note(released: dispatchscope_live::Released, budget: u64) -> String {
+    format!(
+        "Saved from a live session after its disk budget ({}) released its first {} dispatches ({} files, {}): this capture holds the dispatches still on disk, from position {} on; the session's memory snapshot went with its first file, so its recorded reports and checkpoints are what it shows.",
+        dispatchscope_live::store::human_bytes(budget),
+        released.dispatches,
+        released.files,
+        dispatchscope_live::store::human_bytes(released.bytes),
+        released.dispatches
+    )
 }
 
 /// A live session's connection; see the module docs.
@@ -753,13 +795,34 @@ impl LiveLink {
         whole.ok_or(LiveError::NothingRecorded)
     }
 
-    /// Writes everything recorded since attaching as a capture at `dest`, with the target's
-    /// reports; returns how many dispatches it holds.
-    pub fn save_capture(&mut self, dest: &Path) -> Result<usize, LiveError> {
-        let (sample, reports) = self.recorded()?;
-        let all: Option<Vec<_>> = reports.into_iter().collect();
-        session::write_capture(&sample, all.as_deref(), dest)?;
-        Ok(all.map_or(0, |a| a.len()))
+    /// Writes everything recorded since attaching that is still on disk as a capture at `dest`,
+    /// with the target's reports. When the disk budget released the oldest files, what is left
+    /// is joined file by file (`dispatchscope_live::segments::join`, the records as they are:
+    /// their checkpoints of engine state too), with a note of what was released in the capture's
+    /// description; the answer says it too.
+    pub fn save_capture(&mut self, dest: &Path) -> Result<Saved, LiveError> {
+        let released = self.with_store(|s| s.released()).unwrap_or_default();
+        if released.dispatches == 0 {
+            let (sample, reports) = self.recorded()?;
+            let all: Option<Vec<_>> = reports.into_iter().collect();
+            session::write_capture(&sample, all.as_deref(), dest)?;
+            return Ok(Saved {
+                dispatches: all.map_or(0, |a| a.len()),
+                released: 0,
+            });
+        }
+        if let Some(e) = &self.record_error {
+            return Err(LiveError::RecordingStopped { why: e.clone() });
+        }
+        let files = self
+            .with_store(|s| s.flush().map(|()| s.files()))
+            .ok_or(LiveError::RecordingClosed)??;
+        let note = released_note(released, self.disk_budget);
+        let joined = dispatchscope_live::segments::join(&files, dest, Some(&note))?;
+        Ok(Saved {
+            dispatches: joined.dispatches,
+            released: released.dispatches,
+        })
     }
 
     /// Writes the recording as a sample that ends with dispatch `index` (the target's number);

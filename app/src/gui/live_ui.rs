@@ -1,28 +1,19 @@
-//! The live session in the window: the Live menu, the toolbar's live controls, the live part of
-//! the status bar, and the windows to attach, set breakpoints and save; and what they do to a
-//! [`GuiApp`] (attach, detach, pause, step, breakpoints, save, and each frame's drain of the
-//! link into the session).
+//! The live session in the window: [`LiveWindows`] (the Live menu, the toolbar's live controls,
+//! and the windows to attach, set breakpoints and save) and the live part of the status bar.
 //!
 //! The connection itself, the shadow recording and the demo target are [`super::live`]'s; this
-//! module draws them and turns clicks into calls on a [`LiveLink`]. It never reads a socket.
+//! module draws them from [`Shared`] and turns clicks into [`AppAction`]s, which the app carries
+//! out on the [`LiveLink`]. It never reads a socket and never calls the link.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use dispatchscope_live::store::human_bytes;
+use dispatchscope_views::keys::Command;
 use dispatchscope_views::style;
 use egui::RichText;
 
-use super::{
-    DemoTarget, GuiApp, LiveError, LiveLink, LiveState, LoadError, Session, Source, default_sample,
-};
-
-/// Dispatches a frame the demo the window starts makes by default: a game's
-/// ([`dispatchscope_demo::GAME_DISPATCHES_PER_FRAME`], what `dispatchscope demo` makes), at 60
-/// frames a second (`--demo-dispatches-per-frame N` sets another). The window's thread keeps up
-/// because it only appends what the live link's intake thread stored and made rows of
-/// ([`super::live`]); BENCHMARKS.md has what the window received at this rate.
-pub const WINDOW_DEMO_DISPATCHES_PER_FRAME: u32 = dispatchscope_demo::GAME_DISPATCHES_PER_FRAME;
+use super::live::{LiveLink, LiveState};
+use super::shared::{AppAction, LiveCommand, SaveKind, Shared};
 
 /// The Live ▸ Attach window's fields.
 #[derive(Clone, Debug)]
@@ -116,313 +107,33 @@ enum Place {
     Toolbar,
 }
 
-/// What a save window writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SaveKind {
-    /// The live recording as a capture.
-    Capture,
-    /// The live recording as a sample ending with the selected dispatch.
-    Sample,
+/// The live session's windows (Live ▸ Attach, Breakpoints, the save windows), and the Live menu
+/// and toolbar controls that open them: each click is an [`AppAction`].
+#[derive(Debug, Default)]
+pub struct LiveWindows {
+    /// The Live ▸ Attach window, when open.
+    pub attach_form: Option<AttachForm>,
+    /// The breakpoints window's fields.
+    pub breakpoint_form: BreakpointForm,
+    /// Whether the breakpoints window is open.
+    pub show_breakpoints: bool,
+    /// A save window, when open: what and where.
+    pub save_form: Option<(SaveKind, String)>,
 }
 
-impl GuiApp {
-    /// Attaches to the live target at `addr`; the open session becomes a live one. On failure
-    /// the error panel says why and the session open stays.
-    pub fn attach(&mut self, ctx: &egui::Context, addr: &str, token: Option<String>) -> bool {
-        let repaint = ctx.clone();
-        let budget = self.disk_budget;
-        match LiveLink::attach(
-            addr,
-            token,
-            budget,
-            Arc::new(move || repaint.request_repaint()),
-        ) {
-            Ok(link) => {
-                if let Some(mut old) = self.live.take() {
-                    old.detach();
-                }
-                let title = format!("attached live to {} at {addr}", link.target_name);
-                self.set_session(Session::live(addr, title, link.store()));
-                self.live = Some(link);
-                self.error = None;
-                true
-            }
-            Err(message) => {
-                self.error = Some(LoadError {
-                    source: format!("live target {addr}"),
-                    message: format!("could not attach: {message}"),
-                    at: None,
-                    offset_bytes: None,
-                });
-                false
-            }
-        }
-    }
-
-    /// Detaches from the live target, leaving it running; the dispatches received stay.
-    pub fn detach(&mut self) {
-        if let Some(l) = &mut self.live {
-            l.detach();
-        }
-    }
-
-    /// Starts the demo target on a thread of this process and attaches to it.
-    pub fn start_demo(&mut self, ctx: &egui::Context) -> Result<(), LiveError> {
-        let demo = DemoTarget::start_with(Some(60.0), self.demo_dispatches_per_frame)?;
-        let addr = demo.addr.to_string();
-        self.demo = Some(demo);
-        if self.attach(ctx, &addr, None) {
-            Ok(())
-        } else {
-            Err(LiveError::DemoAttach {
-                why: self
-                    .error
-                    .take()
-                    .map_or_else(|| "could not attach".into(), |e| e.message),
-            })
-        }
-    }
-
-    /// What the app opens with no arguments: the demo target, attached live; if it cannot start,
-    /// the built-in default sample with a notice saying why.
-    pub fn open_default(&mut self, ctx: &egui::Context) {
-        if let Err(why) = self.start_demo(ctx) {
-            self.demo = None;
-            if let Some(name) = default_sample() {
-                self.open_embedded(name);
-            }
-            self.notice = Some(format!(
-                "The demo target did not start ({why}); showing a built-in sample instead."
-            ));
-        }
-    }
-
-    /// Whether a live connection is up.
-    pub(super) fn live_attached(&self) -> bool {
-        self.live.as_ref().is_some_and(LiveLink::is_attached)
-    }
-
-    /// Whether the live target is attached and paused.
-    pub(super) fn live_paused(&self) -> bool {
-        self.live
-            .as_ref()
-            .is_some_and(|l| l.is_attached() && l.is_paused())
-    }
-
-    /// Runs `f` on the live link, if any; its error becomes the notice.
-    pub(super) fn live_do(&mut self, f: impl FnOnce(&LiveLink) -> Result<(), LiveError>) {
-        if let Some(l) = &self.live
-            && let Err(e) = f(l)
-        {
-            self.notice = Some(format!("live: {e}"));
-        }
-    }
-
-    /// F5: pauses a running target, lets a paused one continue.
-    pub fn pause_continue(&mut self) {
-        if self.live_paused() {
-            self.live_do(LiveLink::resume);
-        } else if self.live_attached() {
-            self.live_do(LiveLink::pause);
-        }
-    }
-
-    /// Sends the breakpoints window's breakpoints to the target.
-    pub fn apply_breakpoints(&mut self) {
-        match self.breakpoint_form.breakpoints() {
-            Ok(b) => self.live_do(|l| l.set_breakpoints(&b)),
-            Err(e) => self.notice = Some(format!("breakpoints: {e}")),
-        }
-    }
-
-    /// Saves the live recording (see [`super::live`]) as `kind` to `dest`.
-    pub fn save_live(
-        &mut self,
-        kind: SaveKind,
-        dest: &std::path::Path,
-    ) -> Result<String, LiveError> {
-        let index = self
-            .session
-            .as_ref()
-            .and_then(|s| s.reports.get(self.sel.dispatch))
-            .map(|r| r.index);
-        let l = self.live.as_mut().ok_or(LiveError::NoSession)?;
-        match kind {
-            SaveKind::Capture => l
-                .save_capture(dest)
-                .map(|n| format!("saved {n} dispatches as a capture: {}", dest.display())),
-            SaveKind::Sample => {
-                let index = index.ok_or(LiveError::NoDispatchSelected)?;
-                l.save_sample(index, dest).map(|n| {
-                    format!(
-                        "saved a sample of {n} dispatches, ending with dispatch {index}: {}",
-                        dest.display()
-                    )
-                })
-            }
-        }
-    }
-
-    /// Takes what the live link's intake made ready into the session; the selection follows the
-    /// newest dispatch while following ([`GuiApp::follow`]), and on every pause.
-    pub(super) fn poll_live(&mut self) {
-        let (Some(l), Some(s)) = (&mut self.live, &mut self.session) else {
-            return;
+impl LiveWindows {
+    /// Opens the save window for `kind`, with its default file name.
+    pub fn open_save(&mut self, kind: SaveKind) {
+        let name = match kind {
+            SaveKind::Capture => "live-session.dscap",
+            SaveKind::Sample => "live-dispatch.json",
         };
-        if !matches!(s.source, Source::Live(_)) {
-            return;
-        }
-        let d = l.drain(s);
-        if d.paused {
-            self.follow = true;
-        }
-        s.refresh_live_states(self.sel.dispatch);
-        if (d.dispatches > 0 && self.follow) || d.paused {
-            let last = s.reports.len().saturating_sub(1);
-            if last != self.sel.dispatch {
-                self.sel.dispatch = last;
-                self.sel.access = None;
-            }
-        }
-        // The window keeps its latest dispatches as they came: the selected one is decoded when
-        // it has arrived, once (a failure shows in the error panel).
-        if d.dispatches > 0
-            && self.sel.dispatch < s.reports.len()
-            && s.reports.get(self.sel.dispatch).is_none()
-            && let Err(e) = s.prepare(self.sel.dispatch)
-        {
-            self.error = Some(super::session::capture_error(&s.source.display(), e));
-        }
-    }
-
-    /// The Live menu.
-    pub(super) fn live_menu_ui(&mut self, ui: &mut egui::Ui) {
-        let ctx = ui.ctx().clone();
-        if ui.button("Attach…").clicked() {
-            self.attach_form = Some(AttachForm::default());
-        }
-        self.live_control_ui(ui, LiveControl::Detach, Place::Menu);
-        if ui
-            .add_enabled(
-                self.demo.is_none(),
-                egui::Button::new("Start the demo target and attach"),
-            )
-            .clicked()
-            && let Err(e) = self.start_demo(&ctx)
-        {
-            self.demo = None;
-            self.notice = Some(format!("The demo target did not start: {e}"));
-        }
-        ui.separator();
-        for c in [
-            LiveControl::PauseContinue,
-            LiveControl::Step,
-            LiveControl::Breakpoints,
-            LiveControl::Follow,
-        ] {
-            self.live_control_ui(ui, c, Place::Menu);
-        }
-        ui.separator();
-        let has = self.live.is_some();
-        if ui
-            .add_enabled(has, egui::Button::new("Save session as capture…"))
-            .on_hover_text(
-                "Everything received since attaching, with the memory snapshot taken at attach",
-            )
-            .clicked()
-        {
-            self.save_form = Some((SaveKind::Capture, "live-session.dscap".into()));
-        }
-        if ui
-            .add_enabled(
-                has,
-                egui::Button::new("Save as sample (up to the selected dispatch)…"),
-            )
-            .clicked()
-        {
-            self.save_form = Some((SaveKind::Sample, "live-dispatch.json".into()));
-        }
-    }
-
-    /// The toolbar's live controls, drawn while a session is live.
-    pub(super) fn live_controls_ui(&mut self, ui: &mut egui::Ui) {
-        for c in [
-            LiveControl::PauseContinue,
-            LiveControl::Step,
-            LiveControl::Breakpoints,
-            LiveControl::Detach,
-        ] {
-            self.live_control_ui(ui, c, Place::Toolbar);
-        }
-        let follow = ui
-            .selectable_label(self.follow, "Follow")
-            .on_hover_text("Keep the newest dispatch selected and in view as dispatches arrive (End); selecting an older one stops following");
-        if follow.clicked() {
-            if self.follow {
-                self.follow = false;
-            } else {
-                self.command(&ui.ctx().clone(), dispatchscope_views::keys::Command::Last);
-            }
-        }
-    }
-
-    /// Draws `control` as a button at `place`, and carries it out when clicked.
-    fn live_control_ui(&mut self, ui: &mut egui::Ui, control: LiveControl, place: Place) {
-        let attached = self.live_attached();
-        let paused = self.live_paused();
-        let (enabled, label, tip) = match (control, place) {
-            (LiveControl::PauseContinue, Place::Menu) => (
-                attached,
-                if paused {
-                    "Continue (F5)"
-                } else {
-                    "Pause (F5)"
-                },
-                None,
-            ),
-            (LiveControl::PauseContinue, Place::Toolbar) => (
-                attached,
-                if paused { "Continue" } else { "Pause" },
-                Some("F5"),
-            ),
-            (LiveControl::Step, Place::Menu) => (paused, "Step (F10)", None),
-            (LiveControl::Step, Place::Toolbar) => (
-                paused,
-                "Step",
-                Some("Run the target's next dispatch, then pause (F10)"),
-            ),
-            (LiveControl::Breakpoints, _) => (attached, "Breakpoints…", None),
-            (LiveControl::Detach, Place::Menu) => {
-                (attached, "Detach", Some("The target keeps running"))
-            }
-            (LiveControl::Detach, Place::Toolbar) => {
-                (attached, "Detach", Some("Detach; the target keeps running"))
-            }
-            (LiveControl::Follow, _) => (
-                true,
-                "Follow the newest dispatch (End)",
-                Some("Selecting an older dispatch stops following"),
-            ),
-        };
-        let mut button = ui.add_enabled(enabled, egui::Button::new(label));
-        if let Some(tip) = tip {
-            button = button.on_hover_text(tip);
-        }
-        if button.clicked() {
-            match control {
-                LiveControl::PauseContinue => self.pause_continue(),
-                LiveControl::Step => self.live_do(|l| l.step(1)),
-                LiveControl::Breakpoints => self.show_breakpoints = true,
-                LiveControl::Detach => self.detach(),
-                LiveControl::Follow => {
-                    self.command(&ui.ctx().clone(), dispatchscope_views::keys::Command::Last);
-                }
-            }
-        }
+        self.save_form = Some((kind, name.into()));
     }
 
     /// The windows to attach, set breakpoints and save, when open.
-    pub(super) fn live_windows(&mut self, ctx: &egui::Context) {
+    pub fn ui(&mut self, ctx: &egui::Context, shared: &Shared) -> Vec<AppAction> {
+        let mut actions = Vec::new();
         if let Some(form) = &mut self.attach_form {
             let mut go = false;
             let mut close = false;
@@ -446,11 +157,12 @@ impl GuiApp {
                     });
                 });
             if go {
-                let form = form.clone();
+                // The window closes once attached (the app closes it); a failure leaves it open.
                 let token = Some(form.token.trim().to_owned()).filter(|t| !t.is_empty());
-                if self.attach(ctx, form.addr.trim(), token) {
-                    close = true;
-                }
+                actions.push(AppAction::Attach {
+                    addr: form.addr.trim().to_owned(),
+                    token,
+                });
             }
             if close {
                 self.attach_form = None;
@@ -470,32 +182,50 @@ impl GuiApp {
                     ui.checkbox(&mut f.escape, "After the next dispatch with an escape");
                     ui.horizontal(|ui| {
                         ui.checkbox(&mut f.probes_on, "After a lookup of more probes than");
-                        ui.add(egui::TextEdit::singleline(&mut f.probes).desired_width(60.0));
+                        // Named on its own: the checkbox keeps its words.
+                        ui.add(egui::TextEdit::singleline(&mut f.probes).desired_width(60.0))
+                            .on_hover_text("the probe count");
                     });
                     ui.horizontal(|ui| {
                         ui.checkbox(&mut f.program_on, "Before a dispatch of program");
-                        ui.add(egui::TextEdit::singleline(&mut f.program).desired_width(140.0));
+                        // Named on its own: the checkbox keeps its words.
+                        ui.add(egui::TextEdit::singleline(&mut f.program).desired_width(140.0))
+                            .on_hover_text("the program address");
                     });
                     ui.horizontal(|ui| {
                         ui.checkbox(&mut f.nth_on, "Before dispatch number");
-                        ui.add(egui::TextEdit::singleline(&mut f.nth).desired_width(100.0));
+                        // Named on its own: the checkbox keeps its words.
+                        ui.add(egui::TextEdit::singleline(&mut f.nth).desired_width(100.0))
+                            .on_hover_text("the dispatch index");
                     });
                     apply = ui.button("Set breakpoints").clicked();
                 });
             self.show_breakpoints = open;
             if apply {
-                self.apply_breakpoints();
+                actions.push(match self.breakpoint_form.breakpoints() {
+                    Ok(b) => AppAction::SetBreakpoints(b),
+                    Err(e) => AppAction::Notice(format!("breakpoints: {e}")),
+                });
             }
         }
         if let Some((kind, path)) = &mut self.save_form {
             let kind = *kind;
-            let mut save = None;
             let mut close = false;
             let title = match kind {
                 SaveKind::Capture => "Save the live session as a capture",
                 SaveKind::Sample => "Save as a sample, up to the selected dispatch",
             };
+            let released = shared.live.as_ref().map_or(0, |l| l.released().dispatches);
             egui::Window::new(title).collapsible(false).show(ctx, |ui| {
+                if released > 0 {
+                    ui.label(
+                        RichText::new(format!(
+                            "The disk budget released the session's first {} dispatches: what is saved starts after them, and says so.",
+                            thousands(released as f64)
+                        ))
+                        .color(style::MUTED),
+                    );
+                }
                 ui.horizontal(|ui| {
                     let l = ui.label("Path");
                     ui.add(egui::TextEdit::singleline(path).desired_width(400.0))
@@ -503,27 +233,160 @@ impl GuiApp {
                 });
                 ui.horizontal(|ui| {
                     if ui.button("Save").clicked() {
-                        save = Some(PathBuf::from(path.trim()));
+                        actions.push(AppAction::Save(kind, PathBuf::from(path.trim())));
+                        close = true;
                     }
-                    close = ui.button("Cancel").clicked();
+                    close |= ui.button("Cancel").clicked();
                 });
             });
-            if let Some(p) = save {
-                self.notice = Some(match self.save_live(kind, &p) {
-                    Ok(m) => m,
-                    Err(e) => format!("could not save {}: {e}", p.display()),
-                });
-                close = true;
-            }
             if close {
                 self.save_form = None;
             }
         }
+        actions
+    }
+}
+
+/// The Live menu.
+pub fn menu_ui(ui: &mut egui::Ui, shared: &Shared) -> Vec<AppAction> {
+    let mut actions = Vec::new();
+    if ui.button("Attach…").clicked() {
+        actions.push(AppAction::OpenAttach);
+    }
+    control_ui(ui, shared, LiveControl::Detach, Place::Menu, &mut actions);
+    if ui
+        .add_enabled(
+            !shared.demo_running,
+            egui::Button::new("Start the demo target and attach"),
+        )
+        .clicked()
+    {
+        actions.push(AppAction::Live(LiveCommand::StartDemo));
+    }
+    ui.separator();
+    for c in [
+        LiveControl::PauseContinue,
+        LiveControl::Step,
+        LiveControl::Breakpoints,
+        LiveControl::Follow,
+    ] {
+        control_ui(ui, shared, c, Place::Menu, &mut actions);
+    }
+    ui.separator();
+    let has = shared.live.is_some();
+    let released = shared.live.as_ref().map_or(0, |l| l.released().dispatches);
+    let tip = if released > 0 {
+        format!(
+            "What is still on disk: the disk budget released the first {} dispatches, and the capture says so",
+            thousands(released as f64)
+        )
+    } else {
+        "Everything received since attaching, with the memory snapshot taken at attach".into()
+    };
+    if ui
+        .add_enabled(has, egui::Button::new("Save session as capture…"))
+        .on_hover_text(tip)
+        .clicked()
+    {
+        actions.push(AppAction::OpenSave(SaveKind::Capture));
+    }
+    if ui
+        .add_enabled(
+            has,
+            egui::Button::new("Save as sample (up to the selected dispatch)…"),
+        )
+        .clicked()
+    {
+        actions.push(AppAction::OpenSave(SaveKind::Sample));
+    }
+    actions
+}
+
+/// The toolbar's live controls, drawn while a session is live.
+pub fn toolbar_ui(ui: &mut egui::Ui, shared: &Shared) -> Vec<AppAction> {
+    let mut actions = Vec::new();
+    for c in [
+        LiveControl::PauseContinue,
+        LiveControl::Step,
+        LiveControl::Breakpoints,
+        LiveControl::Detach,
+    ] {
+        control_ui(ui, shared, c, Place::Toolbar, &mut actions);
+    }
+    let follow = ui
+        .selectable_label(shared.follow, "Follow")
+        .on_hover_text("Keep the newest dispatch selected and in view as dispatches arrive (End); selecting an older one stops following");
+    if follow.clicked() {
+        actions.push(if shared.follow {
+            AppAction::SetFollow(false)
+        } else {
+            AppAction::Command(Command::Last)
+        });
+    }
+    actions
+}
+
+/// Draws `control` as a button at `place`; a click pushes its action.
+fn control_ui(
+    ui: &mut egui::Ui,
+    shared: &Shared,
+    control: LiveControl,
+    place: Place,
+    actions: &mut Vec<AppAction>,
+) {
+    let attached = shared.live_attached();
+    let paused = shared.live_paused();
+    let (enabled, label, tip) = match (control, place) {
+        (LiveControl::PauseContinue, Place::Menu) => (
+            attached,
+            if paused {
+                "Continue (F5)"
+            } else {
+                "Pause (F5)"
+            },
+            None,
+        ),
+        (LiveControl::PauseContinue, Place::Toolbar) => (
+            attached,
+            if paused { "Continue" } else { "Pause" },
+            Some("F5"),
+        ),
+        (LiveControl::Step, Place::Menu) => (paused, "Step (F10)", None),
+        (LiveControl::Step, Place::Toolbar) => (
+            paused,
+            "Step",
+            Some("Run the target's next dispatch, then pause (F10)"),
+        ),
+        (LiveControl::Breakpoints, _) => (attached, "Breakpoints…", None),
+        (LiveControl::Detach, Place::Menu) => {
+            (attached, "Detach", Some("The target keeps running"))
+        }
+        (LiveControl::Detach, Place::Toolbar) => {
+            (attached, "Detach", Some("Detach; the target keeps running"))
+        }
+        (LiveControl::Follow, _) => (
+            true,
+            "Follow the newest dispatch (End)",
+            Some("Selecting an older dispatch stops following"),
+        ),
+    };
+    let mut button = ui.add_enabled(enabled, egui::Button::new(label));
+    if let Some(tip) = tip {
+        button = button.on_hover_text(tip);
+    }
+    if button.clicked() {
+        actions.push(match control {
+            LiveControl::PauseContinue => AppAction::Live(LiveCommand::PauseContinue),
+            LiveControl::Step => AppAction::Live(LiveCommand::Step),
+            LiveControl::Breakpoints => AppAction::OpenBreakpoints,
+            LiveControl::Detach => AppAction::Live(LiveCommand::Detach),
+            LiveControl::Follow => AppAction::Command(Command::Last),
+        });
     }
 }
 
 /// The live part of the status bar: attached, paused or running, rates and drops.
-pub(super) fn live_status_ui(ui: &mut egui::Ui, l: &LiveLink) {
+pub fn live_status_ui(ui: &mut egui::Ui, l: &LiveLink) {
     match &l.state {
         LiveState::Disconnected { reason } => {
             ui.label(RichText::new("disconnected").strong().color(style::REFUSED))

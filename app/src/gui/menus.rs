@@ -1,10 +1,12 @@
-//! The menu bar (File, Live, Go, View, Help) and the toolbar under it: every item either carries
-//! out a [`Command`] (the same one its key does) or opens a window; none draws a panel.
+//! The menu bar (File, Live, Session, Go, View, Help) and the toolbar under it, [`MenuBar`]: every
+//! item is an [`AppAction`], a [`Command`] (the same one its key does) or the opening of a window;
+//! none draws a panel, and none changes anything itself.
 
-use dispatchscope_views::Tab;
 use dispatchscope_views::keys::Command;
+use dispatchscope_views::{Action, Tab};
 
-use super::{GuiApp, embedded_samples};
+use super::live_ui;
+use super::shared::{AppAction, Shared};
 
 /// The toolbar's stepping buttons: label, command, tip; a separator after each group.
 const STEP_BUTTONS: [&[(&str, Command, &str)]; 2] = [
@@ -46,108 +48,112 @@ const DIFFERENCE_BUTTONS: [(&str, Command, &str); 2] = [
     ),
 ];
 
-impl GuiApp {
-    /// One button a command of `buttons` (label, command, tip), enabled where the command has a
-    /// target, then a separator.
-    fn command_buttons_ui(
-        &mut self,
-        ui: &mut egui::Ui,
-        ctx: &egui::Context,
-        buttons: &[(&str, Command, &str)],
-    ) {
-        for &(label, cmd, tip) in buttons {
-            let enabled = self.target(cmd).is_some();
-            if ui
-                .add_enabled(enabled, egui::Button::new(label))
-                .on_hover_text(tip)
-                .clicked()
-            {
-                self.command(ctx, cmd);
-            }
-        }
-        ui.separator();
-    }
+/// The menu bar and the toolbar. They keep no state of their own: what they show is
+/// [`Shared`]'s.
+#[derive(Debug, Default)]
+pub struct MenuBar;
 
-    /// The menu bar.
-    pub(super) fn menu_ui(&mut self, ui: &mut egui::Ui) {
-        let ctx = ui.ctx().clone();
+/// One button a command of `buttons` (label, command, tip), enabled where the command has a
+/// target, then a separator.
+fn command_buttons_ui(
+    ui: &mut egui::Ui,
+    shared: &Shared,
+    buttons: &[(&str, Command, &str)],
+    actions: &mut Vec<AppAction>,
+) {
+    for &(label, cmd, tip) in buttons {
+        let enabled = shared.target(cmd).is_some();
+        if ui
+            .add_enabled(enabled, egui::Button::new(label))
+            .on_hover_text(tip)
+            .clicked()
+        {
+            actions.push(AppAction::Command(cmd));
+        }
+    }
+    ui.separator();
+}
+
+impl MenuBar {
+    /// The menu bar; `listing_open` is whether the program listing is shown.
+    pub fn ui(&mut self, ui: &mut egui::Ui, shared: &Shared, listing_open: bool) -> Vec<AppAction> {
+        let mut actions = Vec::new();
+        let a = &mut actions;
         egui::MenuBar::new().ui(ui, |ui| {
             ui.menu_button("File", |ui| {
                 if ui.button("Open…").on_hover_text("Ctrl+O").clicked() {
-                    self.command(&ctx, Command::Open);
+                    a.push(AppAction::Command(Command::Open));
                 }
-                if ui.button("Open path…").on_hover_text("Type the path of a sample").clicked() {
-                    self.dialog.ask_for_path("");
+                if ui.button("Open path…").on_hover_text("Type the path of a sample, a capture, or a live session's folder").clicked() {
+                    a.push(AppAction::AskPath { compare: false });
                 }
                 ui.menu_button("Open recent", |ui| {
-                    if self.settings.recent.is_empty() {
+                    let recent = &shared.settings.recent;
+                    if recent.is_empty() {
                         ui.label("No recent files");
                     }
-                    let mut open = None;
-                    for p in &self.settings.recent {
+                    for p in recent {
                         if ui.button(p.display().to_string()).clicked() {
-                            open = Some(p.clone());
+                            a.push(AppAction::OpenPath(p.clone()));
                         }
                     }
-                    if let Some(p) = open {
-                        self.open_path(&ctx, p);
-                    }
-                    if !self.settings.recent.is_empty() && ui.button("Clear the list").clicked() {
-                        self.settings.recent.clear();
+                    if !recent.is_empty() && ui.button("Clear the list").clicked() {
+                        a.push(AppAction::ClearRecent);
                     }
                 });
                 ui.menu_button("Built-in samples", |ui| {
-                    if embedded_samples().is_empty() {
+                    let samples = super::embedded_samples();
+                    if samples.is_empty() {
                         ui.label("This build has no built-in samples");
                     }
-                    for (name, _) in embedded_samples() {
+                    for (name, _) in samples {
                         if ui.button(*name).clicked() {
-                            self.open_embedded(name);
+                            a.push(AppAction::OpenEmbedded(name));
                         }
                     }
                 });
                 ui.separator();
-                let can_compare = self.session.is_some() && self.live.is_none();
+                let can_compare = shared.session.is_some() && shared.live.is_none();
                 if ui
                     .add_enabled(can_compare, egui::Button::new("Compare with…"))
                     .on_hover_text("Compare the open session (A) with another sample or capture (B), dispatch by dispatch")
                     .clicked()
                 {
-                    self.start_compare_dialog(&ctx);
+                    a.push(AppAction::FileDialog { compare: true });
                 }
                 if ui
                     .add_enabled(can_compare, egui::Button::new("Compare with path…"))
                     .on_hover_text("Type the path of the session to compare with")
                     .clicked()
                 {
-                    self.dialog.ask_for_compare_path("");
+                    a.push(AppAction::AskPath { compare: true });
                 }
                 if ui
-                    .add_enabled(self.compare.is_some(), egui::Button::new("Close comparison"))
+                    .add_enabled(shared.comparing, egui::Button::new("Close comparison"))
                     .clicked()
                 {
-                    self.close_compare();
+                    a.push(AppAction::CloseComparison);
                 }
                 ui.separator();
                 if ui.button("Quit").clicked() {
-                    ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+                    a.push(AppAction::Quit);
                 }
             });
-            ui.menu_button("Live", |ui| self.live_menu_ui(ui));
+            ui.menu_button("Live", |ui| a.extend(live_ui::menu_ui(ui, shared)));
             ui.menu_button("Session", |ui| {
-                let can = self.session.is_some() && self.live.is_none();
+                let can = shared.session.is_some() && shared.live.is_none();
                 if ui
                     .add_enabled(can, egui::Button::new("What if…"))
                     .on_hover_text("Re-plan the session under other limits and compare it with itself")
                     .clicked()
                 {
-                    self.open_what_if();
+                    a.push(AppAction::OpenWhatIf);
                 }
                 if ui
-                    .add_enabled(self.compare.is_some(), egui::Button::new("Close comparison"))
+                    .add_enabled(shared.comparing, egui::Button::new("Close comparison"))
                     .clicked()
                 {
-                    self.close_compare();
+                    a.push(AppAction::CloseComparison);
                 }
             });
             ui.menu_button("Go", |ui| {
@@ -166,22 +172,28 @@ impl GuiApp {
                     ("Bookmark (Ctrl+B)", Command::Bookmark),
                 ] {
                     if ui.button(label).clicked() {
-                        self.command(&ctx, cmd);
+                        a.push(AppAction::Command(cmd));
                     }
                 }
             });
             ui.menu_button("View", |ui| {
                 for t in Tab::ALL {
-                    if ui.selectable_label(self.settings.tab == t, t.title()).clicked() {
-                        self.settings.tab = t;
+                    if ui.selectable_label(shared.settings.tab == t, t.title()).clicked() {
+                        a.push(AppAction::Panel(Action::ShowTab(t)));
                     }
                 }
                 ui.separator();
-                ui.checkbox(&mut self.listing.open, "Program listing (Ctrl+L)")
+                let mut listing = listing_open;
+                if ui
+                    .checkbox(&mut listing, "Program listing (Ctrl+L)")
                     .on_hover_text(
                         "The guest program's RDNA2 code around the selected access, beside the panels (when the session carries the code)",
-                    );
-                let mut on = self.profiler.is_some();
+                    )
+                    .changed()
+                {
+                    a.push(AppAction::SetListing(listing));
+                }
+                let mut on = shared.profiler_on;
                 if ui
                     .checkbox(&mut on, "Profiler (puffin_http)")
                     .on_hover_text(format!(
@@ -191,40 +203,41 @@ impl GuiApp {
                     ))
                     .changed()
                 {
-                    self.set_profiler(on);
+                    a.push(AppAction::SetProfiler(on));
                 }
             });
             ui.menu_button("Help", |ui| {
                 if ui.button("Keys (F1)").clicked() {
-                    self.show_keys = true;
+                    a.push(AppAction::Command(Command::Help));
                 }
             });
         });
+        actions
     }
 
     /// The toolbar: live controls when live, stepping, go to, bookmark, a load's progress.
-    pub(super) fn toolbar_ui(&mut self, ui: &mut egui::Ui) {
-        let ctx = ui.ctx().clone();
-        let has = self.session.is_some();
+    pub fn toolbar_ui(&mut self, ui: &mut egui::Ui, shared: &Shared) -> Vec<AppAction> {
+        let mut actions = Vec::new();
+        let has = shared.session.is_some();
         ui.horizontal(|ui| {
-            if self.live.is_some() {
-                self.live_controls_ui(ui);
+            if shared.live.is_some() {
+                actions.extend(live_ui::toolbar_ui(ui, shared));
                 ui.separator();
             }
             for group in STEP_BUTTONS {
-                self.command_buttons_ui(ui, &ctx, group);
+                command_buttons_ui(ui, shared, group, &mut actions);
             }
-            if self.compare.is_some() {
-                self.command_buttons_ui(ui, &ctx, &DIFFERENCE_BUTTONS);
+            if shared.comparing {
+                command_buttons_ui(ui, shared, &DIFFERENCE_BUTTONS, &mut actions);
             }
             if ui
                 .add_enabled(has, egui::Button::new("Go to…"))
                 .on_hover_text("Go to dispatch N (Ctrl+G)")
                 .clicked()
             {
-                self.command(&ctx, Command::GoTo);
+                actions.push(AppAction::Command(Command::GoTo));
             }
-            let marked = self.bookmarks().contains(&self.sel.dispatch);
+            let marked = shared.bookmarks().contains(&shared.sel.dispatch);
             if ui
                 .add_enabled(
                     has,
@@ -237,10 +250,10 @@ impl GuiApp {
                 .on_hover_text("Ctrl+B; Ctrl+1…9 jump to bookmarks")
                 .clicked()
             {
-                self.command(&ctx, Command::Bookmark);
+                actions.push(AppAction::Command(Command::Bookmark));
             }
-            if let Some(l) = &self.loader {
-                let (done, total, frac) = l.progress.fraction();
+            if let Some(progress) = &shared.loading {
+                let (done, total, frac) = progress.fraction();
                 ui.separator();
                 ui.spinner();
                 ui.add(
@@ -254,5 +267,6 @@ impl GuiApp {
                 );
             }
         });
+        actions
     }
 }

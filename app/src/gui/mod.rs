@@ -2,45 +2,52 @@
 //! a recent file, or the samples built into the binary), keeps a [`Session`] of reports, and lays
 //! out the panels of `dispatchscope_views` around the current dispatch.
 //!
-//! The app applies the panels' actions after each frame; it never changes a report. Only this
-//! module touches files, threads, the file dialog and the profiler server.
-//! This file is the frame: the app's state, loading, the panels, the status bar and what each
-//! key's command does; the menu bar and toolbar are `menus`', the windows `dialogs`', and the
-//! live session's UI `live_ui`'s (over the connection in [`live`]).
+//! The window is a set of windows that each own their state and speak in actions: the main view
+//! (`main_view`: the dispatch list, the timeline, the tabs, the status bar), the menu bar and
+//! toolbar (`menus`), the app's dialogs (`dialogs`), the live session's windows (`live_ui`), a
+//! comparison (`compare_ui`), the Write history (`history_ui`) and the program listing
+//! (`listing_ui`). Each draws from [`Shared`] (the session, the selection, the settings, the live
+//! link) and returns [`AppAction`]s; [`GuiApp`] is routing: it lays the windows out, and applies
+//! every action in one place, [`GuiApp::apply`], after the frame. It never changes a report.
+//! Only this module touches files, threads, the file dialog and the profiler server, through its
+//! children.
 //!
 //! Outside itself the module uses only `crate::load`.
 
 pub mod compare_ui;
-mod dialogs;
+pub mod dialogs;
 pub mod history_ui;
 mod instrumented_ui;
 mod intake;
 pub mod listing_ui;
 pub mod live;
-mod live_ui;
-mod menus;
+pub mod live_ui;
+pub mod main_view;
+pub mod menus;
 pub mod panels;
 pub mod session;
+pub mod shared;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use dispatchscope_views::keys::{self, Command};
-use dispatchscope_views::{
-    Action, ChunkTablePanel, DispatchesPanel, Filter, GuestBytes, Selection, Tab, TimelinePanel,
-    style,
-};
-use egui::RichText;
-use serde::{Deserialize, Serialize};
+use dispatchscope_views::{Action, Selection, Tab, style};
 
-use self::dialogs::OpenDialog;
+use self::compare_ui::CompareWindow;
+use self::dialogs::Dialogs;
+use self::history_ui::HistoryWindow;
 pub use self::live::{
     DemoTarget, LiveError, LiveFailure, LiveLink, LiveState, parse_size, recording_budget,
 };
-pub use self::live_ui::{AttachForm, BreakpointForm, SaveKind, thousands};
-pub use self::panels::Panels;
+use self::live_ui::LiveWindows;
+pub use self::live_ui::{AttachForm, BreakpointForm, thousands};
+use self::main_view::MainView;
+use self::menus::MenuBar;
+pub use self::panels::{Panel, PanelInput, Panels};
 pub use self::session::{LoadError, Loader, Progress, ReadAgainError, Session, Source};
+pub use self::shared::{AppAction, LiveCommand, MAX_RECENT, SaveKind, Settings, Shared, WhatIfAsk};
 
 /// The shipped samples built into the binary: `(file name, JSON text)`.
 pub fn embedded_samples() -> &'static [(&'static str, &'static str)] {
@@ -56,84 +63,48 @@ pub fn default_sample() -> Option<&'static str> {
         .map(|(n, _)| *n)
 }
 
-/// How many recent files are remembered.
-const MAX_RECENT: usize = 10;
+/// Dispatches a frame the demo the window starts makes by default: a game's
+/// ([`dispatchscope_demo::GAME_DISPATCHES_PER_FRAME`], what `dispatchscope demo` makes), at 60
+/// frames a second (`--demo-dispatches-per-frame N` sets another). The window's thread keeps up
+/// because it only appends what the live link's intake thread stored and made rows of
+/// ([`live`]); BENCHMARKS.md has what the window received at this rate.
+pub const WINDOW_DEMO_DISPATCHES_PER_FRAME: u32 = dispatchscope_demo::GAME_DISPATCHES_PER_FRAME;
 
-/// What persists between runs (eframe storage).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Settings {
-    /// Recently opened files, newest first.
-    pub recent: Vec<PathBuf>,
-    /// The tab shown.
-    pub tab: Tab,
-    /// The dispatch table's filter.
-    pub filter: Filter,
-    /// Bookmarks (dispatch positions) per source key.
-    pub bookmarks: std::collections::BTreeMap<String, Vec<usize>>,
-    /// The chunk-table grid's cell size.
-    pub cell: Option<f32>,
-}
-
-/// The whole app's state.
+/// The whole app: the state every window reads ([`Shared`]), each window's own, and the
+/// machinery (the loader, the demo target, the profiler). It routes: windows draw and return
+/// [`AppAction`]s, [`GuiApp::apply`] carries them out.
 pub struct GuiApp {
-    /// The live connection, if this session is live. (Declared before `demo` so it detaches
-    /// before the demo stops.)
-    pub live: Option<LiveLink>,
+    /// What every window reads. (Declared before `demo` so that the live link detaches before
+    /// the demo stops.)
+    pub shared: Shared,
     /// The demo target this process runs, if it started one.
     pub demo: Option<DemoTarget>,
-    /// The Live ▸ Attach window, when open.
-    pub attach_form: Option<AttachForm>,
-    /// The breakpoints window's fields.
-    pub breakpoint_form: BreakpointForm,
-    /// Whether the breakpoints window is open.
-    pub show_breakpoints: bool,
-    /// A save window, when open: what and where.
-    pub save_form: Option<(SaveKind, String)>,
-    /// Something to tell the person that is not an error (a fallback, a saved file).
-    pub notice: Option<String>,
-    /// Persisted settings.
-    pub settings: Settings,
-    /// The open session.
-    pub session: Option<Session>,
-    /// The selection across panels.
-    pub sel: Selection,
-    /// The last open error, shown until dismissed.
-    pub error: Option<LoadError>,
-    loader: Option<Loader>,
-    dialog: OpenDialog,
-    goto: Option<String>,
-    /// Whether the F1 key list is open.
-    pub show_keys: bool,
-    profiler: Option<puffin_http::Server>,
-    profiler_error: Option<String>,
-    dispatches: DispatchesPanel,
-    /// The report panels; B's, in a comparison, are the comparison's.
-    panels: Panels,
-    pass: instrumented_ui::PassTab,
+    /// The dispatch list, the timeline, the tabs, the status bar.
+    pub main: MainView,
+    /// The menu bar and the toolbar.
+    pub menus: MenuBar,
+    /// File ▸ Open, Go to, the keys, the profiler's error.
+    pub dialogs: Dialogs,
+    /// Live ▸ Attach, Breakpoints, the save windows.
+    pub live_windows: LiveWindows,
+    /// A comparison, and the What if… dialog.
+    pub compare: CompareWindow,
+    /// The Write history window, when open.
+    pub history: Option<HistoryWindow>,
     /// The Program side panel (the listing around the selected access's pc).
     pub listing: listing_ui::ListingUi,
-    timeline: TimelinePanel,
-    /// The Write history window, when open.
-    pub history: Option<history_ui::HistoryWindow>,
+    loader: Option<Loader>,
+    profiler: Option<puffin_http::Server>,
     /// The context that threads wake when they finish (set on the first frame or the first open).
     wake: Option<egui::Context>,
-    /// A comparison with another session (File ▸ Compare with…, Session ▸ What if…), when open.
-    pub compare: Option<compare_ui::Comparison>,
     /// A file to compare the session being opened with, once it is open (`--compare B`).
     pub pending_compare: Option<PathBuf>,
     /// Dispatches a frame the demo target this window starts makes
-    /// (`--demo-dispatches-per-frame`; `live_ui::WINDOW_DEMO_DISPATCHES_PER_FRAME` by default).
+    /// (`--demo-dispatches-per-frame`; [`WINDOW_DEMO_DISPATCHES_PER_FRAME`] by default).
     pub demo_dispatches_per_frame: u32,
     /// `--disk-budget`: the most disk a live session's recording may take (`None`: a working
     /// day's, [`live::recording_budget`]).
     pub disk_budget: Option<u64>,
-    /// The What if… dialog, when open.
-    pub what_if_form: Option<compare_ui::WhatIfForm>,
-    /// Whether a live session's selection follows the newest dispatch as dispatches arrive (the
-    /// dispatch list and the timeline keep it in view); selecting an older one stops it, End (or
-    /// the toolbar's Follow) starts it again.
-    pub follow: bool,
     /// The latest frames' times, logged when the window closes.
     pub frame_times: FrameTimes,
 }
@@ -194,52 +165,44 @@ impl FrameTimes {
 impl GuiApp {
     /// An app with `settings` and nothing open.
     pub fn new(settings: Settings) -> Self {
-        let mut table = ChunkTablePanel::default();
-        if let Some(c) = settings.cell {
-            table.cell = c;
-        }
         Self {
-            live: None,
-            demo: None,
-            attach_form: None,
-            breakpoint_form: BreakpointForm::default(),
-            show_breakpoints: false,
-            save_form: None,
-            notice: None,
-            dispatches: DispatchesPanel::new(settings.filter.clone()),
-            settings,
-            session: None,
-            sel: Selection::default(),
-            error: None,
-            loader: None,
-            dialog: OpenDialog::default(),
-            goto: None,
-            show_keys: false,
-            profiler: None,
-            profiler_error: None,
-            panels: Panels {
-                table,
-                ..Panels::default()
+            main: MainView::new(&settings),
+            shared: Shared {
+                settings,
+                follow: true,
+                ..Shared::default()
             },
-            pass: instrumented_ui::PassTab::default(),
-            listing: listing_ui::ListingUi::default(),
-            timeline: TimelinePanel::default(),
+            demo: None,
+            menus: MenuBar,
+            dialogs: Dialogs::default(),
+            live_windows: LiveWindows::default(),
+            compare: CompareWindow::default(),
             history: None,
+            listing: listing_ui::ListingUi::default(),
+            loader: None,
+            profiler: None,
             wake: None,
-            compare: None,
             pending_compare: None,
-            demo_dispatches_per_frame: live_ui::WINDOW_DEMO_DISPATCHES_PER_FRAME,
+            demo_dispatches_per_frame: WINDOW_DEMO_DISPATCHES_PER_FRAME,
             disk_budget: None,
-            what_if_form: None,
-            follow: true,
             frame_times: FrameTimes::default(),
+        }
+    }
+
+    /// A repaint of the window, for a thread to call when it is done.
+    fn waker(&self) -> impl Fn() + Send + 'static {
+        let wake = self.wake.clone();
+        move || {
+            if let Some(c) = &wake {
+                c.request_repaint();
+            }
         }
     }
 
     /// Opens the embedded sample `name` now (they are small).
     pub fn open_embedded(&mut self, name: &str) {
         let Some((n, text)) = embedded_samples().iter().find(|(n, _)| *n == name) else {
-            self.error = Some(LoadError {
+            self.shared.error = Some(LoadError {
                 source: name.to_owned(),
                 message: "no such built-in sample".into(),
                 at: None,
@@ -264,24 +227,27 @@ impl GuiApp {
     /// Starts opening the file at `path` on a background thread.
     pub fn open_path(&mut self, ctx: &egui::Context, path: PathBuf) {
         let wake = ctx.clone();
-        self.loader = Some(Loader::spawn(path, move || wake.request_repaint()));
+        let loader = Loader::spawn(path, move || wake.request_repaint());
+        self.shared.loading = Some(Arc::clone(&loader.progress));
+        self.loader = Some(loader);
         self.wake = Some(ctx.clone());
     }
 
     /// Shows `session` (a loaded session, or reports made by a test).
     pub fn set_session(&mut self, session: Session) {
-        self.sel = Selection::default();
-        self.follow = true;
-        self.session = Some(session);
+        self.shared.sel = Selection::default();
+        self.shared.follow = true;
+        self.shared.session = Some(session);
         self.prepare_selected();
     }
 
     /// Reads what the selected dispatch's panels need (a capture's report and checkpoints, through
     /// its index); a record that cannot be read is shown in the error panel, the session stays.
     fn prepare_selected(&mut self) {
-        let Some(s) = &mut self.session else { return };
-        if let Err(e) = s.prepare(self.sel.dispatch) {
-            self.error = Some(session::capture_error(&s.source.display(), e));
+        let sh = &mut self.shared;
+        let Some(s) = &mut sh.session else { return };
+        if let Err(e) = s.prepare(sh.sel.dispatch) {
+            sh.error = Some(session::capture_error(&s.source.display(), e));
         }
     }
 
@@ -290,67 +256,116 @@ impl GuiApp {
             Ok(s) => {
                 if let Source::File(p) = &s.source {
                     let p = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
-                    self.settings.recent.retain(|r| *r != p);
-                    self.settings.recent.insert(0, p);
-                    self.settings.recent.truncate(MAX_RECENT);
+                    let recent = &mut self.shared.settings.recent;
+                    recent.retain(|r| *r != p);
+                    recent.insert(0, p);
+                    recent.truncate(MAX_RECENT);
                 }
-                self.error = None;
-                if let Some(mut l) = self.live.take() {
+                self.shared.error = None;
+                if let Some(mut l) = self.shared.live.take() {
                     l.detach();
                 }
                 // A comparison is of the session it started from.
                 self.close_compare();
                 self.set_session(s);
                 if let Some(b) = self.pending_compare.take() {
-                    let wake = self.wake.clone();
-                    self.compare_with_path(
-                        move || {
-                            if let Some(c) = &wake {
-                                c.request_repaint();
-                            }
-                        },
-                        b,
-                    );
+                    let wake = self.waker();
+                    self.compare_with_path(wake, b);
                 }
             }
             // The session already open stays as it is.
-            Err(e) => self.error = Some(e),
+            Err(e) => self.shared.error = Some(e),
         }
     }
 
     /// The bookmarks of the open session.
     pub fn bookmarks(&self) -> Vec<usize> {
-        self.session
-            .as_ref()
-            .and_then(|s| self.settings.bookmarks.get(&s.source.key()))
-            .cloned()
-            .unwrap_or_default()
+        self.shared.bookmarks()
     }
 
-    fn n_dispatches(&self) -> usize {
-        self.session.as_ref().map_or(0, |s| s.reports.len())
+    /// Applies one action, from a window, a panel or a key: the one place the app's state
+    /// changes after a frame.
+    pub fn apply(&mut self, action: impl Into<AppAction>) {
+        let ctx = self.wake.clone().unwrap_or_default();
+        match action.into() {
+            AppAction::Panel(a) => self.apply_panel(a),
+            AppAction::Command(c) => self.command(&ctx, c),
+            AppAction::OpenPath(p) => self.open_path(&ctx, p),
+            AppAction::OpenEmbedded(n) => self.open_embedded(n),
+            AppAction::FileDialog { compare } => self.dialogs.start_file_dialog(&ctx, compare),
+            AppAction::AskPath { compare } => self.dialogs.ask_for_path("", compare),
+            AppAction::ClearRecent => self.shared.settings.recent.clear(),
+            AppAction::CompareWith(p) => {
+                let wake = self.waker();
+                self.compare_with_path(wake, p);
+            }
+            AppAction::CloseComparison => self.close_compare(),
+            AppAction::OpenWhatIf => self.open_what_if(),
+            AppAction::RunWhatIf(ask) => {
+                let wake = self.waker();
+                self.compare.run_what_if(&self.shared, *ask, wake);
+                self.sync_b();
+            }
+            AppAction::SelectInB(p) => self.select_in_b(p),
+            AppAction::SetProfiler(on) => self.set_profiler(on),
+            AppAction::SetListing(on) => self.listing.open = on,
+            AppAction::OpenAttach => self.live_windows.attach_form = Some(AttachForm::default()),
+            AppAction::Attach { addr, token } => {
+                if self.attach(&ctx, &addr, token) {
+                    self.live_windows.attach_form = None;
+                }
+            }
+            AppAction::Live(LiveCommand::PauseContinue) => self.pause_continue(),
+            AppAction::Live(LiveCommand::Step) => self.live_do(|l| l.step(1)),
+            AppAction::Live(LiveCommand::Detach) => self.detach(),
+            AppAction::Live(LiveCommand::StartDemo) => {
+                if let Err(e) = self.start_demo(&ctx) {
+                    self.demo = None;
+                    self.shared.notice = Some(format!("The demo target did not start: {e}"));
+                }
+            }
+            AppAction::OpenBreakpoints => self.live_windows.show_breakpoints = true,
+            AppAction::SetBreakpoints(b) => self.live_do(|l| l.set_breakpoints(&b)),
+            AppAction::OpenSave(kind) => self.live_windows.open_save(kind),
+            AppAction::Save(kind, path) => {
+                self.shared.notice = Some(match self.save_live(kind, &path) {
+                    Ok(m) => m,
+                    Err(e) => format!("could not save {}: {e}", path.display()),
+                });
+            }
+            AppAction::SetFollow(on) => self.shared.follow = on,
+            AppAction::GoTo(n) => self.go_to(n),
+            AppAction::Notice(n) => self.shared.notice = Some(n),
+            AppAction::Error(e) => self.shared.error = Some(e),
+            AppAction::DismissError => self.shared.error = None,
+            AppAction::DismissNotice => self.shared.notice = None,
+            AppAction::Quit => ctx.send_viewport_cmd(egui::ViewportCommand::Close),
+        }
     }
 
-    /// Applies one action from a panel or a key.
-    pub fn apply(&mut self, action: Action) {
+    /// Applies a panel's action.
+    fn apply_panel(&mut self, action: Action) {
+        let n = self.shared.n_dispatches();
         match action {
             Action::SelectDispatch(pos) => {
-                if pos < self.n_dispatches() {
+                let sh = &mut self.shared;
+                if pos < n {
                     // Selecting the newest follows on; selecting an older one stops following.
-                    self.follow = pos + 1 == self.n_dispatches();
+                    sh.follow = pos + 1 == n;
                 }
-                if pos < self.n_dispatches() && pos != self.sel.dispatch {
-                    self.sel.dispatch = pos;
-                    self.sel.access = None;
+                if pos < n && pos != sh.sel.dispatch {
+                    sh.sel.dispatch = pos;
+                    sh.sel.access = None;
                     self.prepare_selected();
                 }
                 self.sync_b();
             }
             Action::ToggleBookmark(pos) => {
-                let Some(key) = self.session.as_ref().map(|s| s.source.key()) else {
+                let sh = &mut self.shared;
+                let Some(key) = sh.session.as_ref().map(|s| s.source.key()) else {
                     return;
                 };
-                let b = self.settings.bookmarks.entry(key).or_default();
+                let b = sh.settings.bookmarks.entry(key).or_default();
                 if let Some(i) = b.iter().position(|p| *p == pos) {
                     b.remove(i);
                 } else {
@@ -359,88 +374,89 @@ impl GuiApp {
                 }
             }
             Action::SelectSlot(s) => {
-                self.sel.slot = s;
+                self.shared.sel.slot = s;
                 self.sync_b();
             }
             Action::SelectAccess(a) => {
-                self.sel.access = a;
+                self.shared.sel.access = a;
                 self.sync_b();
             }
             Action::SelectTableSlot(s) => {
-                self.sel.table_slot = s;
+                self.shared.sel.table_slot = s;
                 self.sync_b();
             }
-            Action::ShowTab(t) => self.settings.tab = t,
+            Action::ShowTab(t) => self.shared.settings.tab = t,
             Action::ShowHistory(address) => self.open_history(address),
-            Action::ShowInListing(pc) => self.listing.show_pc(pc, &self.sel),
+            Action::ShowInListing(pc) => self.listing.show_pc(pc, &self.shared.sel),
             Action::SelectSiteAt(pc) => {
-                if let Some(ir) = self
+                let sh = &self.shared;
+                if let Some(ir) = sh
                     .session
                     .as_ref()
-                    .and_then(|s| s.reports.get(self.sel.dispatch))
+                    .and_then(|s| s.reports.get(sh.sel.dispatch))
                     .and_then(|r| r.instrumented.as_ref())
                 {
-                    self.pass.panel.select_pc(ir, pc);
+                    self.main.panels.pass.panel.select_pc(ir, pc);
                 }
             }
             Action::ReadGuest { address, len } => {
-                if let Some(l) = &mut self.live
+                if let Some(l) = &mut self.shared.live
                     && let Err(e) = l.read_memory(address, len)
                 {
-                    self.notice = Some(format!("live: {e}"));
+                    self.shared.notice = Some(format!("live: {e}"));
                 }
             }
         }
     }
 
-    /// The position `cmd` moves to, if it moves.
-    fn target(&self, cmd: Command) -> Option<usize> {
-        let s = self.session.as_ref()?;
-        let n = s.reports.len();
-        let cur = self.sel.dispatch;
-        // Rows a capture's background scan has not sent yet are not searched.
-        let find_fwd = |f: &dyn Fn(usize) -> bool| (cur + 1..s.rows.len()).find(|&p| f(p));
-        let find_back =
-            |f: &dyn Fn(usize) -> bool| (0..cur.min(s.rows.len())).rev().find(|&p| f(p));
-        let refused = |p: usize| s.rows.counts(p).is_some_and(|c| c.refusals > 0);
-        let escaped = |p: usize| s.rows.counts(p).is_some_and(|c| c.escapes > 0);
-        match cmd {
-            Command::Next => (cur + 1 < n).then_some(cur + 1),
-            Command::Previous => cur.checked_sub(1),
-            Command::First => (n > 0).then_some(0),
-            Command::Last => n.checked_sub(1),
-            Command::NextRefusal => find_fwd(&refused),
-            Command::PreviousRefusal => find_back(&refused),
-            Command::NextEscape => find_fwd(&escaped),
-            Command::PreviousEscape => find_back(&escaped),
-            Command::NextDifference | Command::PreviousDifference => self.difference_target(cmd),
-            Command::JumpToBookmark(k) => self
-                .bookmarks()
-                .get(usize::from(k).saturating_sub(1))
-                .copied(),
-            _ => None,
+    /// Go to dispatch `n` (its report index): selected, or the error panel says why not.
+    fn go_to(&mut self, n: u64) {
+        let Some(s) = &self.shared.session else {
+            return;
+        };
+        match s.rows.position_of(n) {
+            Some(p) => self.apply(Action::SelectDispatch(p)),
+            None => {
+                let message = if s.scanning() {
+                    format!(
+                        "dispatch {n} is not among the {} listed yet (the list is still being read)",
+                        s.rows.len()
+                    )
+                } else {
+                    format!(
+                        "there is no dispatch {n} in this session (it has {})",
+                        s.reports.len()
+                    )
+                };
+                self.shared.error = Some(LoadError {
+                    source: s.source.display(),
+                    message,
+                    at: None,
+                    offset_bytes: None,
+                });
+            }
         }
     }
 
     /// Carries out a command (a key, a menu item or a toolbar button).
     pub fn command(&mut self, ctx: &egui::Context, cmd: Command) {
         match cmd {
-            Command::GoTo => self.goto = Some(String::new()),
-            Command::Open => self.start_open_dialog(ctx),
-            Command::Find => self.dispatches.focus_search(),
+            Command::GoTo => self.dialogs.goto = Some(String::new()),
+            Command::Open => self.dialogs.start_file_dialog(ctx, false),
+            Command::Find => self.main.dispatches.focus_search(),
             Command::Bookmark => {
-                if self.session.is_some() {
-                    self.apply(Action::ToggleBookmark(self.sel.dispatch));
+                if self.shared.session.is_some() {
+                    self.apply(Action::ToggleBookmark(self.shared.sel.dispatch));
                 }
             }
-            Command::Help => self.show_keys = !self.show_keys,
+            Command::Help => self.dialogs.show_keys = !self.dialogs.show_keys,
             Command::ShowPass => self.apply(Action::ShowTab(Tab::Pass)),
             Command::ShowListing => self.listing.toggle(),
             Command::PauseContinue => self.pause_continue(),
             // F10 steps the live target when attached and paused; otherwise it keeps its meaning.
-            Command::Next if self.live_paused() => self.live_do(|l| l.step(1)),
+            Command::Next if self.shared.live_paused() => self.live_do(|l| l.step(1)),
             _ => {
-                if let Some(p) = self.target(cmd) {
+                if let Some(p) = self.shared.target(cmd) {
                     self.apply(Action::SelectDispatch(p));
                 }
             }
@@ -455,10 +471,10 @@ impl GuiApp {
                 Ok(s) => {
                     puffin::set_scopes_on(true);
                     self.profiler = Some(s);
-                    self.profiler_error = None;
+                    self.dialogs.profiler_error = None;
                 }
                 Err(e) => {
-                    self.profiler_error =
+                    self.dialogs.profiler_error =
                         Some(format!("could not serve the profiler on {addr}: {e}"))
                 }
             }
@@ -466,115 +482,240 @@ impl GuiApp {
             puffin::set_scopes_on(false);
             self.profiler = None;
         }
+        self.shared.profiler_on = self.profiler.is_some();
     }
 
-    /// Draws one frame: the whole window (timed, [`FrameTimes`]).
-    pub fn ui(&mut self, ui: &mut egui::Ui) {
-        let started = std::time::Instant::now();
-        self.frame(ui);
-        let interval_ms = ui.ctx().input(|i| i.unstable_dt) * 1e3;
-        self.frame_times
-            .push(started.elapsed().as_secs_f32() * 1e3, interval_ms);
+    // --- a comparison -----------------------------------------------------------------------
+
+    /// Starts comparing the open session with the sample or capture at `path`: B is loaded and
+    /// the diff made on a thread of their own.
+    pub fn compare_with_path(&mut self, wake: impl Fn() + Send + 'static, path: PathBuf) {
+        if let Err(e) = self.compare.start_with_path(&self.shared, wake, path) {
+            self.shared.error = Some(e);
+        }
+        self.sync_shared();
     }
 
-    fn frame(&mut self, ui: &mut egui::Ui) {
-        if self.profiler.is_some() {
-            puffin::GlobalProfiler::lock().new_frame();
+    /// Compares the open session with `b`, already made (tests; a session built in memory).
+    pub fn compare_with_session(&mut self, b: Session, b_name: &str) {
+        if let Err(e) = self.compare.start_with_session(&self.shared, b, b_name) {
+            self.shared.error = Some(e);
         }
-        puffin::profile_function!();
-        let ctx = ui.ctx().clone();
-        if self.wake.is_none() {
-            self.wake = Some(ctx.clone());
-        }
-        self.poll(&ctx);
-        for cmd in keys::consume(&ctx) {
-            self.command(&ctx, cmd);
-        }
-        self.dropped_files(&ctx);
+        self.sync_b();
+        self.sync_shared();
+    }
 
-        let mut actions = Vec::new();
-        egui::Panel::top("menu").show(ui, |ui| self.menu_ui(ui));
-        egui::Panel::top("toolbar").show(ui, |ui| self.toolbar_ui(ui));
-        egui::Panel::bottom("status").show(ui, |ui| self.status_ui(ui));
-        if let Some(s) = &self.session
-            && !s.rows.is_empty()
-        {
-            egui::Panel::bottom("timeline")
-                .resizable(true)
-                .default_size(110.0)
-                .min_size(60.0)
-                .show(ui, |ui| {
-                    let h = ui.available_height().max(50.0);
-                    self.timeline.live = self.live.is_some();
-                    self.timeline.follow = self.follow && self.live.is_some();
-                    actions.extend(self.timeline.ui(ui, &s.rows, self.sel.dispatch, h));
-                });
+    /// Opens the What if… dialog, filled from the selected dispatch's limits.
+    pub fn open_what_if(&mut self) {
+        if let Err(e) = self.compare.open_what_if(&self.shared) {
+            self.shared.error = Some(e);
         }
-        if self.session.is_some() && self.compare.is_some() {
-            // Both sides' panels need the width: the lists take at most a third of it (their
-            // tables scroll sideways).
-            let most = (ui.available_width() / 3.0).max(240.0);
-            egui::Panel::left("dispatches-compared")
-                .resizable(true)
-                .default_size(400.0_f32.min(most))
-                .min_size(200.0)
-                .max_size(most)
-                .show(ui, |ui| self.compare_lists_ui(ui, &mut actions));
-        } else if self.session.is_some() {
-            let bookmarks = self.bookmarks();
-            egui::Panel::left("dispatches")
-                .resizable(true)
-                .default_size(620.0)
-                .min_size(200.0)
-                .show(ui, |ui| {
-                    if let Some(s) = &self.session {
-                        ui.heading("Dispatches");
-                        self.dispatches.follow = self.follow && self.live.is_some();
-                        actions.extend(self.dispatches.ui(
-                            ui,
-                            &s.rows,
-                            &bookmarks,
-                            self.sel.dispatch,
-                        ));
-                    }
-                });
+    }
+
+    /// Ends the comparison (the menu's Close comparison).
+    pub fn close_compare(&mut self) {
+        self.compare.close();
+        self.sync_shared();
+    }
+
+    /// Makes B's selection follow A's.
+    fn sync_b(&mut self) {
+        if let Some(e) = self.compare.sync(&self.shared.sel) {
+            self.shared.error = Some(e);
         }
-        if self.listing.open
-            && let Some(s) = &self.session
-            && !s.programs.is_empty()
-            && let Some(r) = s.reports.get(self.sel.dispatch)
-        {
-            egui::Panel::right("listing")
-                .resizable(true)
-                .default_size(430.0)
-                .min_size(200.0)
-                .show(ui, |ui| {
-                    actions.extend(self.listing.ui(ui, &s.programs, r, &self.sel));
-                });
-        }
-        egui::CentralPanel::default().show(ui, |ui| {
-            self.banners_ui(ui);
-            self.error_ui(ui);
-            if self.compare.is_some() {
-                actions.extend(self.compare_central_ui(ui));
-            } else {
-                actions.extend(self.central_ui(ui));
-            }
-        });
-        self.windows(&ctx);
-        self.what_if_window(&ctx);
-        self.history_window(&ctx);
-        for a in actions {
+    }
+
+    /// Selects B's dispatch at `pos` (a click in B's list) and its match in A, if it has one.
+    pub fn select_in_b(&mut self, pos: usize) {
+        if let Some(a) = self.compare.select_in_b(pos) {
             self.apply(a);
         }
-        self.settings.filter = self.dispatches.filter.clone();
-        self.settings.cell = Some(self.panels.table.cell);
+    }
+
+    // --- the Write history ------------------------------------------------------------------
+
+    /// Opens the Write history window on the bytes at `address`, starting their history.
+    pub fn open_history(&mut self, address: u64) {
+        self.history = Some(HistoryWindow::open(self.shared.session.as_ref(), address));
+    }
+
+    // --- a live session ---------------------------------------------------------------------
+
+    /// Attaches to the live target at `addr`; the open session becomes a live one. On failure
+    /// the error panel says why and the session open stays.
+    pub fn attach(&mut self, ctx: &egui::Context, addr: &str, token: Option<String>) -> bool {
+        let repaint = ctx.clone();
+        match LiveLink::attach(
+            addr,
+            token,
+            self.disk_budget,
+            Arc::new(move || repaint.request_repaint()),
+        ) {
+            Ok(link) => {
+                if let Some(mut old) = self.shared.live.take() {
+                    old.detach();
+                }
+                let title = format!("attached live to {} at {addr}", link.target_name);
+                self.close_compare();
+                self.set_session(Session::live(addr, title, link.store()));
+                self.shared.live = Some(link);
+                self.shared.error = None;
+                true
+            }
+            Err(message) => {
+                self.shared.error = Some(LoadError {
+                    source: format!("live target {addr}"),
+                    message: format!("could not attach: {message}"),
+                    at: None,
+                    offset_bytes: None,
+                });
+                false
+            }
+        }
+    }
+
+    /// Detaches from the live target, leaving it running; the dispatches received stay.
+    pub fn detach(&mut self) {
+        if let Some(l) = &mut self.shared.live {
+            l.detach();
+        }
+    }
+
+    /// Starts the demo target on a thread of this process and attaches to it.
+    pub fn start_demo(&mut self, ctx: &egui::Context) -> Result<(), LiveError> {
+        let demo = DemoTarget::start_with(Some(60.0), self.demo_dispatches_per_frame)?;
+        let addr = demo.addr.to_string();
+        self.demo = Some(demo);
+        self.shared.demo_running = true;
+        if self.attach(ctx, &addr, None) {
+            Ok(())
+        } else {
+            Err(LiveError::DemoAttach {
+                why: self
+                    .shared
+                    .error
+                    .take()
+                    .map_or_else(|| "could not attach".into(), |e| e.message),
+            })
+        }
+    }
+
+    /// What the app opens with no arguments: the demo target, attached live; if it cannot start,
+    /// the built-in default sample with a notice saying why.
+    pub fn open_default(&mut self, ctx: &egui::Context) {
+        if let Err(why) = self.start_demo(ctx) {
+            self.demo = None;
+            self.shared.demo_running = false;
+            if let Some(name) = default_sample() {
+                self.open_embedded(name);
+            }
+            self.shared.notice = Some(format!(
+                "The demo target did not start ({why}); showing a built-in sample instead."
+            ));
+        }
+    }
+
+    /// Runs `f` on the live link, if any; its error becomes the notice.
+    fn live_do(&mut self, f: impl FnOnce(&LiveLink) -> Result<(), LiveError>) {
+        if let Some(l) = &self.shared.live
+            && let Err(e) = f(l)
+        {
+            self.shared.notice = Some(format!("live: {e}"));
+        }
+    }
+
+    /// F5: pauses a running target, lets a paused one continue.
+    pub fn pause_continue(&mut self) {
+        if self.shared.live_paused() {
+            self.live_do(LiveLink::resume);
+        } else if self.shared.live_attached() {
+            self.live_do(LiveLink::pause);
+        }
+    }
+
+    /// Saves the live recording (see [`live`]) as `kind` to `dest`: the words to tell the person.
+    pub fn save_live(
+        &mut self,
+        kind: SaveKind,
+        dest: &std::path::Path,
+    ) -> Result<String, LiveError> {
+        let sh = &mut self.shared;
+        let index = sh
+            .session
+            .as_ref()
+            .and_then(|s| s.reports.get(sh.sel.dispatch))
+            .map(|r| r.index);
+        let l = sh.live.as_mut().ok_or(LiveError::NoSession)?;
+        match kind {
+            SaveKind::Capture => l.save_capture(dest).map(|saved| saved.words(dest)),
+            SaveKind::Sample => {
+                let index = index.ok_or(LiveError::NoDispatchSelected)?;
+                l.save_sample(index, dest).map(|n| {
+                    format!(
+                        "saved a sample of {n} dispatches, ending with dispatch {index}: {}",
+                        dest.display()
+                    )
+                })
+            }
+        }
+    }
+
+    /// Takes what the live link's intake made ready into the session; the selection follows the
+    /// newest dispatch while following ([`Shared::follow`]), and on every pause.
+    fn poll_live(&mut self) {
+        let sh = &mut self.shared;
+        let (Some(l), Some(s)) = (&mut sh.live, &mut sh.session) else {
+            return;
+        };
+        if !matches!(s.source, Source::Live(_)) {
+            return;
+        }
+        let d = l.drain(s);
+        if d.paused {
+            sh.follow = true;
+        }
+        s.refresh_live_states(sh.sel.dispatch);
+        if (d.dispatches > 0 && sh.follow) || d.paused {
+            let last = s.reports.len().saturating_sub(1);
+            if last != sh.sel.dispatch {
+                sh.sel.dispatch = last;
+                sh.sel.access = None;
+            }
+        }
+        // The window keeps its latest dispatches as they came: the selected one is decoded when
+        // it has arrived, once (a failure shows in the error panel).
+        if d.dispatches > 0
+            && sh.sel.dispatch < s.reports.len()
+            && s.reports.get(sh.sel.dispatch).is_none()
+            && let Err(e) = s.prepare(sh.sel.dispatch)
+        {
+            sh.error = Some(session::capture_error(&s.source.display(), e));
+        }
+        // The Pass tab's selected lanes go to the target.
+        if sh.settings.tab == Tab::Pass
+            && let Some(line) = self.main.panels.pass.sync_live(l)
+        {
+            sh.notice = Some(line);
+        }
+    }
+
+    // --- the frame --------------------------------------------------------------------------
+
+    /// Brings what [`Shared`] mirrors of the windows and the machinery up to date.
+    fn sync_shared(&mut self) {
+        self.shared.comparing = self.compare.is_open();
+        self.shared.differences = self.compare.differences();
+        self.shared.profiler_on = self.profiler.is_some();
+        self.shared.demo_running = self.demo.is_some();
+        self.shared.loading = self.loader.as_ref().map(|l| Arc::clone(&l.progress));
     }
 
     fn poll(&mut self, ctx: &egui::Context) {
         self.poll_live();
-        self.poll_compare(ctx);
-        if let Some(s) = &mut self.session
+        for a in self.compare.poll(ctx, &self.shared.sel) {
+            self.apply(a);
+        }
+        if let Some(s) = &mut self.shared.session
             && s.scanning()
         {
             s.poll_rows();
@@ -589,7 +730,7 @@ impl GuiApp {
                 None => ctx.request_repaint_after(std::time::Duration::from_millis(50)),
             }
         }
-        self.poll_open_dialog(ctx);
+        self.sync_shared();
     }
 
     fn dropped_files(&mut self, ctx: &egui::Context) {
@@ -622,198 +763,105 @@ impl GuiApp {
         }
     }
 
-    fn status_ui(&self, ui: &mut egui::Ui) {
-        ui.horizontal(|ui| {
-            if let Some(l) = &self.live {
-                live_ui::live_status_ui(ui, l);
-                ui.separator();
-            }
-            let Some(s) = &self.session else {
-                ui.label("No session open: File ▸ Open (Ctrl+O), or drop a sample on the window.");
-                return;
-            };
-            let Some(r) = s.reports.get(self.sel.dispatch) else {
-                ui.label(format!("{}: no dispatches", s.source.display()));
-                return;
-            };
-            ui.label(RichText::new(format!("dispatch {}", r.index)).strong())
-                .on_hover_text(format!(
-                    "{} of {} in this session",
-                    self.sel.dispatch + 1,
-                    s.reports.len()
-                ));
-            ui.label(format!(
-                "({} of {})",
-                self.sel.dispatch + 1,
-                s.reports.len()
-            ));
-            ui.label(style::mode_text(r.mode).strong());
-            ui.label(style::mono(format!("program {}", style::hex(r.program))));
-            if let Some(slot) = self.sel.slot {
-                ui.label(format!("selected slot {slot}"));
-            }
-            if let Some(a) = self.sel.access {
-                ui.label(format!("selected access {a}"));
-            }
-            ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                ui.label(RichText::new(s.source.display()).color(style::MUTED));
-            });
-        });
+    /// Draws one frame: the whole window (timed, [`FrameTimes`]).
+    pub fn ui(&mut self, ui: &mut egui::Ui) {
+        let started = std::time::Instant::now();
+        self.frame(ui);
+        let interval_ms = ui.ctx().input(|i| i.unstable_dt) * 1e3;
+        self.frame_times
+            .push(started.elapsed().as_secs_f32() * 1e3, interval_ms);
     }
 
-    fn error_ui(&mut self, ui: &mut egui::Ui) {
-        let Some(e) = &self.error else { return };
-        let mut dismiss = false;
-        egui::Frame::group(ui.style())
-            .stroke(egui::Stroke::new(1.5, style::REFUSED))
-            .show(ui, |ui| {
-                ui.set_width(ui.available_width());
-                ui.horizontal(|ui| {
-                    ui.label(
-                        RichText::new(format!("Could not open {}", e.source))
-                            .strong()
-                            .color(style::REFUSED),
-                    );
-                    if ui.button("Dismiss").clicked() {
-                        dismiss = true;
-                    }
-                });
-                ui.label(&e.message);
-                if let Some(o) = e.offset_bytes {
-                    ui.label(style::mono(format!("at byte {o:#x} ({o}) of the file")));
-                }
-                if let Some((line, column, text)) = &e.at {
-                    let caret = format!("{}^", " ".repeat(column.saturating_sub(1).min(200)));
-                    ui.label(style::mono(format!("{line:>5} | {text}\n      | {caret}")));
-                }
-                if self.session.is_some() {
-                    ui.label(RichText::new("The session already open is unchanged.").italics());
-                }
-            });
-        if dismiss {
-            self.error = None;
+    /// Lays the windows out, each drawing from [`Shared`]; then applies what they asked for.
+    fn frame(&mut self, ui: &mut egui::Ui) {
+        if self.profiler.is_some() {
+            puffin::GlobalProfiler::lock().new_frame();
         }
-    }
-
-    fn central_ui(&mut self, ui: &mut egui::Ui) -> Vec<Action> {
         puffin::profile_function!();
-        let Some(s) = &self.session else {
-            ui.heading("dispatchscope");
-            ui.label("Open a sample with File ▸ Open (Ctrl+O), a built-in sample from File ▸ Built-in samples, or drop a file on this window.");
-            return Vec::new();
-        };
-        let Some(r) = s.reports.get(self.sel.dispatch) else {
-            style::nothing(
-                ui,
-                if s.reports.is_empty() {
-                    "This session has no dispatches."
-                } else {
-                    "This dispatch's record could not be read (see the error above)."
-                },
-            );
-            return Vec::new();
-        };
-        ui.horizontal_wrapped(|ui| {
-            ui.heading(format!("Dispatch {}", r.index));
-            ui.label(style::mode_text(r.mode).heading());
-            ui.label(style::mono(style::hex(r.program)));
-            if !r.label.is_empty() {
-                ui.label(&r.label);
-            }
-        });
-        ui.label(RichText::new(&s.title).small().color(style::MUTED));
-        let mut actions = Vec::new();
-        ui.horizontal(|ui| {
-            for t in Tab::ALL {
-                if t == Tab::Pass && !instrumented_ui::PassTab::shows(r) {
-                    continue;
-                }
-                let n = match t {
-                    Tab::Refusals => r.counts.refusals,
-                    Tab::Accesses => r.counts.escapes,
-                    Tab::Pass => instrumented_ui::PassTab::title_count(r),
-                    _ => 0,
-                };
-                let title = if n > 0 {
-                    format!("{} ({n})", t.title())
-                } else {
-                    t.title().to_owned()
-                };
-                if ui.selectable_label(self.settings.tab == t, title).clicked() {
-                    actions.push(Action::ShowTab(t));
-                }
-            }
-        });
-        ui.separator();
-        if let Some(note) = s.state_note_at(self.sel.dispatch)
-            && matches!(self.settings.tab, Tab::Memory | Tab::ChunkTable)
-        {
-            ui.label(RichText::new(note).color(style::MUTED));
+        let ctx = ui.ctx().clone();
+        if self.wake.is_none() {
+            self.wake = Some(ctx.clone());
         }
-        let sel = &self.sel;
-        let bytes = match &self.live {
-            Some(l) if l.is_attached() => GuestBytes::Live(l.memory.as_ref()),
-            _ => GuestBytes::Unavailable,
-        };
-        let more = match self.panels.tab_ui(ui, self.settings.tab, r, s, sel, bytes) {
-            Some(more) => more,
-            None => {
-                let more = self.pass.ui(ui, r);
-                if let Some(l) = &self.live
-                    && let Some(line) = self.pass.sync_live(l)
-                {
-                    self.notice = Some(line);
-                }
-                more
-            }
-        };
-        actions.extend(more);
-        actions
-    }
+        self.poll(&ctx);
+        for cmd in keys::consume(&ctx) {
+            self.command(&ctx, cmd);
+        }
+        self.dropped_files(&ctx);
+        self.sync_shared();
 
-    fn banners_ui(&mut self, ui: &mut egui::Ui) {
-        let mut dismiss = false;
-        if let Some(n) = &self.notice {
-            ui.horizontal(|ui| {
-                ui.label(RichText::new(n).color(style::SELECTED));
-                dismiss = ui.small_button("Dismiss").clicked();
-            });
-        }
-        if dismiss {
-            self.notice = None;
-        }
-        if let Some(s) = &self.session
-            && s.scanning()
+        let sh = &self.shared;
+        let mut actions: Vec<AppAction> = Vec::new();
+        let listing_open = self.listing.open;
+        egui::Panel::top("menu").show(ui, |ui| {
+            actions.extend(self.menus.ui(ui, sh, listing_open));
+        });
+        egui::Panel::top("toolbar").show(ui, |ui| {
+            actions.extend(self.menus.toolbar_ui(ui, sh));
+        });
+        egui::Panel::bottom("status").show(ui, |ui| self.main.status_ui(ui, sh));
+        if let Some(s) = &sh.session
+            && !s.rows.is_empty()
         {
-            ui.label(
-                RichText::new(format!(
-                    "reading the dispatch list: {} of {}",
-                    s.rows.len(),
-                    s.reports.len()
-                ))
-                .color(style::MUTED),
-            );
+            egui::Panel::bottom("timeline")
+                .resizable(true)
+                .default_size(150.0)
+                .min_size(90.0)
+                .show(ui, |ui| actions.extend(self.main.timeline_ui(ui, sh)));
         }
-        if let Some(w) = self.session.as_ref().and_then(|s| s.warning.as_ref()) {
-            egui::Frame::group(ui.style())
-                .stroke(egui::Stroke::new(1.0, style::SELECTED))
+        if sh.session.is_some() && self.compare.is_open() {
+            // Both sides' panels need the width: the lists take at most a third of it (their
+            // tables scroll sideways).
+            let most = (ui.available_width() / 3.0).max(240.0);
+            egui::Panel::left("dispatches-compared")
+                .resizable(true)
+                .default_size(400.0_f32.min(most))
+                .min_size(200.0)
+                .max_size(most)
+                .show(ui, |ui| actions.extend(self.compare.lists_ui(ui, sh)));
+        } else if sh.session.is_some() {
+            egui::Panel::left("dispatches")
+                .resizable(true)
+                .default_size(620.0)
+                .min_size(200.0)
+                .show(ui, |ui| actions.extend(self.main.list_ui(ui, sh)));
+        }
+        if self.listing.open
+            && let Some(s) = &sh.session
+            && !s.programs.is_empty()
+            && let Some(r) = s.reports.get(sh.sel.dispatch)
+        {
+            egui::Panel::right("listing")
+                .resizable(true)
+                .default_size(430.0)
+                .min_size(200.0)
                 .show(ui, |ui| {
-                    ui.set_width(ui.available_width());
-                    ui.label(RichText::new("Warning").strong().color(style::SELECTED));
-                    ui.label(w);
+                    let a = self.listing.ui(ui, &s.programs, r, &sh.sel);
+                    actions.extend(shared::panel_actions(a));
                 });
         }
-        if let Some(l) = &self.live
-            && let LiveState::Disconnected { reason } = &l.state
-        {
-            ui.label(
-                RichText::new(format!(
-                    "disconnected ({reason}); the {} received are kept",
-                    style::count(self.n_dispatches(), "dispatch", "dispatches")
-                ))
-                .color(style::MUTED),
-            );
+        egui::CentralPanel::default().show(ui, |ui| {
+            actions.extend(self.main.banners_ui(ui, sh));
+            actions.extend(self.main.error_ui(ui, sh));
+            if self.compare.is_open() {
+                actions.extend(self.compare.central_ui(ui, sh));
+            } else {
+                actions.extend(self.main.central_ui(ui, sh));
+            }
+        });
+        actions.extend(self.live_windows.ui(&ctx, sh));
+        actions.extend(self.dialogs.ui(&ctx, sh));
+        actions.extend(self.compare.what_if_ui(&ctx, sh));
+        if let Some(h) = &mut self.history {
+            actions.extend(h.ui(&ctx, sh));
+            if !h.is_open() {
+                self.history = None;
+            }
         }
+        for a in actions {
+            self.apply(a);
+        }
+        self.shared.settings.filter = self.main.dispatches.filter.clone();
+        self.shared.settings.cell = Some(self.main.panels.table.cell);
     }
 }
 
@@ -832,12 +880,12 @@ impl eframe::App for EframeApp {
     /// finished; then the demo target stops.
     fn on_exit(&mut self) {
         eprintln!("{}", self.app.frame_times.line());
-        self.app.live = None;
+        self.app.shared.live = None;
         self.app.demo = None;
     }
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
-        eframe::set_value(storage, eframe::APP_KEY, &self.app.settings);
+        eframe::set_value(storage, eframe::APP_KEY, &self.app.shared.settings);
     }
 }
 
@@ -923,8 +971,8 @@ pub fn run_gui(start: Start) -> anyhow::Result<()> {
             match paths.next() {
                 Some(first) => {
                     for rest in paths {
-                        app.settings.recent.retain(|r| *r != rest);
-                        app.settings.recent.insert(0, rest);
+                        app.shared.settings.recent.retain(|r| *r != rest);
+                        app.shared.settings.recent.insert(0, rest);
                     }
                     app.pending_compare = compare;
                     app.open_path(&cc.egui_ctx, first);

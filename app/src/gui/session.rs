@@ -564,6 +564,9 @@ pub struct Session {
     rows_scan: Option<RowScan>,
     /// What a write history is made from ([`Session::history`]); none for a live session.
     history_source: Option<HistorySource>,
+    /// The file a live session's files were joined into, kept while the session (and the
+    /// threads that read it again) read it.
+    joined: Option<Arc<JoinedFile>>,
 }
 
 /// What a session's write histories, comparisons and what-ifs are made from, on a thread of
@@ -645,7 +648,10 @@ impl Session {
         let torn = torn_note(&file);
         let states = file.states();
         let size = file.len_bytes();
-        if !states.has_memory() && size <= REPLAY_UP_FRONT_BYTES {
+        // A later file of a live session (or files joined from one) has no snapshot to replay
+        // from: its recorded reports are what it shows.
+        let late = dispatchscope_live::segments::starts_late(&file.meta().description);
+        if !states.has_memory() && size <= REPLAY_UP_FRONT_BYTES && !late {
             let (sample, recorded) = file.to_sample().map_err(|e| capture_error(&name, e))?;
             let mut session =
                 Self::replay_keeping(source, &sample, &recorded, progress).map_err(|e| {
@@ -692,6 +698,7 @@ impl Session {
             state_note,
             rows_scan: None,
             history_source: Some(HistorySource::Capture(Arc::clone(&reopen))),
+            joined: None,
         };
         if n > 0 {
             session.prepare(0).map_err(|e| capture_error(&name, e))?;
@@ -735,6 +742,21 @@ impl Session {
         self.rows.append(&batch.rows);
         if let Some(l) = &mut self.reports.live {
             l.push(n_new, batch.recent, batch.store_first);
+        }
+        self.release_rows();
+    }
+
+    /// Drops the rows of the dispatches a live recording's disk budget released (and of any
+    /// before its first), so that the rows' memory is bounded by what is on disk: a selection
+    /// or a search cannot reach them any more, and the store cannot read them back.
+    pub fn release_rows(&mut self) -> usize {
+        let Some(l) = &self.reports.live else {
+            return 0;
+        };
+        let released = l.figures.released().dispatches;
+        match l.store_first {
+            Some(first) if released > 0 => self.rows.release_front(first + released),
+            _ => 0,
         }
     }
 
@@ -822,6 +844,7 @@ impl Session {
             programs: Vec::new(),
             rows_scan: None,
             history_source: None,
+            joined: None,
         }
     }
 
@@ -1265,9 +1288,85 @@ impl Loader {
     }
 }
 
+/// A live session's files joined into one capture in the temporary folder, removed when the
+/// session that reads it is dropped.
+#[derive(Debug)]
+pub struct JoinedFile {
+    path: PathBuf,
+}
+
+impl JoinedFile {
+    /// A new name in the temporary folder.
+    fn new() -> Self {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let name = format!("dispatchscope-joined-{}-{n}.dscap", std::process::id());
+        Self {
+            path: std::env::temp_dir().join(name),
+        }
+    }
+}
+
+impl Drop for JoinedFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// Opens the file at `path` on this thread: a sample is read and replayed; a capture is opened
-/// through its index, never read whole.
+/// through its index, never read whole. A live session's folder, or any file of a live session
+/// written as several (`name.dscap`, `name.0001.dscap`, …), opens the whole session as one: its
+/// files still on disk joined into one capture ([`dispatchscope_live::segments::join`]), with a
+/// warning that says which files, and which the disk budget deleted.
 pub fn load_file(path: &Path, source: Source, progress: &Progress) -> Result<Session, LoadError> {
+    let err = |message: String| LoadError {
+        source: source.display(),
+        message,
+        at: None,
+        offset_bytes: None,
+    };
+    let is_capture = path.extension().is_some_and(|x| x == "dscap");
+    if !path.is_dir() && !is_capture {
+        return load_one_file(path, source, progress);
+    }
+    let (files, earliest) =
+        dispatchscope_live::segments::session_files(path).map_err(|e| err(e.to_string()))?;
+    if files.len() < 2 {
+        let one = files.first().map_or(path, PathBuf::as_path);
+        return load_one_file(one, source, progress);
+    }
+    let joined = JoinedFile::new();
+    let name = |p: &Path| {
+        p.file_name()
+            .map_or_else(String::new, |f| f.to_string_lossy().into_owned())
+    };
+    let mut note = format!(
+        "a live session's {} files, {} to {}, opened as one session",
+        files.len(),
+        files.first().map_or_else(String::new, |f| name(f)),
+        files.last().map_or_else(String::new, |f| name(f)),
+    );
+    if earliest > 0 {
+        note.push_str(&format!(
+            "; its first {earliest} {} no longer on disk (the recording's disk budget deleted {}), so it starts where the files left begin",
+            if earliest == 1 { "file is" } else { "files are" },
+            if earliest == 1 { "it" } else { "them" },
+        ));
+    }
+    let description = format!("Opened as one session: {note}.");
+    dispatchscope_live::segments::join(&files, &joined.path, Some(&description))
+        .map_err(|e| err(format!("joining the session's files: {e}")))?;
+    let mut session = load_one_file(&joined.path, source, progress)?;
+    session.warning = Some(match session.warning.take() {
+        Some(w) => format!("{note}; {w}"),
+        None => note,
+    });
+    session.joined = Some(Arc::new(joined));
+    Ok(session)
+}
+
+/// [`load_file`] of one file.
+fn load_one_file(path: &Path, source: Source, progress: &Progress) -> Result<Session, LoadError> {
     use std::io::Read as _;
     let read_error = |e: std::io::Error| LoadError {
         source: source.display(),

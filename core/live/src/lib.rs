@@ -21,6 +21,7 @@ pub mod client;
 pub mod headless;
 pub mod protocol;
 pub mod record;
+pub mod segments;
 mod server;
 mod shared;
 pub mod snapshot;

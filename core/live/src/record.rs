@@ -66,6 +66,12 @@ pub enum RecordError {
     },
 }
 
+/// How a later file of a live session begins its description ([`CaptureRecorder::roll`] writes
+/// it): such a file, and a capture joined from files that begin with one
+/// (`crate::segments::join`), lacks the session's memory snapshot, so its recorded reports are
+/// what it shows (it is not replayed).
+pub const LATER_FILE: &str = "A later file of a live session";
+
 /// What a recording holds so far.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecordSummary {
@@ -272,8 +278,8 @@ impl CaptureRecorder {
         meta.programs.clone_from(&self.programs);
         let next_dispatch = self.next_dispatch.unwrap_or(0);
         meta.description = format!(
-            "A later file of a live session, from dispatch {next_dispatch} on: the session's first file holds its snapshot of guest memory, so this one replays only as far as its dispatches' recorded reports go. Its first dispatch's records give guest memory's page states and the chunk table as the dispatch before it left them. {}",
-            meta.description
+            "{}, from dispatch {next_dispatch} on: the session's first file holds its snapshot of guest memory, so this one replays only as far as its dispatches' recorded reports go. Its first dispatch's records give guest memory's page states and the chunk table as the dispatch before it left them. {}",
+            LATER_FILE, meta.description
         );
         let header = json("META", &meta)?;
         let mut w = CaptureWriter::create(next, &header).map_err(self.err())?;

@@ -27,7 +27,8 @@ fn words(search: &str) -> Vec<String> {
 /// The rows a filter lets through: every row, or a list of positions in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum List {
-    All(usize),
+    /// Every row held: positions `first..len`.
+    All(usize, usize),
     Some(Vec<u32>),
 }
 
@@ -41,7 +42,7 @@ impl Shown<'_> {
     /// How many pass.
     pub fn len(&self) -> usize {
         match self.list {
-            List::All(n) => *n,
+            List::All(first, n) => n - first,
             List::Some(v) => v.len(),
         }
     }
@@ -54,7 +55,7 @@ impl Shown<'_> {
     /// The position in the session of the `i`th that passes.
     pub fn get(&self, i: usize) -> Option<usize> {
         match self.list {
-            List::All(n) => (i < *n).then_some(i),
+            List::All(first, n) => (first + i < *n).then_some(first + i),
             List::Some(v) => v.get(i).map(|&p| p as usize),
         }
     }
@@ -62,7 +63,7 @@ impl Shown<'_> {
     /// Where position `pos` is among those that pass, if it passes.
     pub fn position_of(&self, pos: usize) -> Option<usize> {
         match self.list {
-            List::All(n) => (pos < *n).then_some(pos),
+            List::All(first, n) => (*first..*n).contains(&pos).then(|| pos - first),
             List::Some(v) => v.binary_search(&u32::try_from(pos).ok()?).ok(),
         }
     }
@@ -79,6 +80,8 @@ struct Answer {
     filter: Filter,
     bookmarks: Vec<usize>,
     rows_id: u64,
+    /// The first row held when it answered (a release makes the question new).
+    rows_first: usize,
     rows: usize,
     list: List,
 }
@@ -154,15 +157,14 @@ impl Finder {
             Vec::new()
         };
         let same_question = |a: &Answer| a.filter == *filter && a.bookmarks == bookmarks;
-        let last = self
-            .last
-            .take()
-            .filter(|a| a.rows_id == rows.id() && a.rows <= rows.len());
+        let last = self.last.take().filter(|a| {
+            a.rows_id == rows.id() && a.rows <= rows.len() && a.rows_first == rows.first()
+        });
         self.last_rows_checked = 0;
         let list = match last {
             Some(a) if same_question(&a) && a.rows == rows.len() => a.list,
             Some(a) if same_question(&a) => match a.list {
-                List::All(_) => List::All(rows.len()),
+                List::All(first, _) => List::All(first, rows.len()),
                 List::Some(mut v) => {
                     let added = self.check(
                         rows,
@@ -181,8 +183,9 @@ impl Finder {
             {
                 self.last_was_narrowed = true;
                 match a.list {
-                    List::All(n) => {
-                        List::Some(self.check(rows, filter, &bookmarks, Candidates::Range(0..n)))
+                    List::All(first, n) => {
+                        let all = Candidates::Range(first..n);
+                        List::Some(self.check(rows, filter, &bookmarks, all))
                     }
                     List::Some(v) => {
                         List::Some(self.check(rows, filter, &bookmarks, Candidates::List(v)))
@@ -196,10 +199,10 @@ impl Finder {
                         rows,
                         filter,
                         &bookmarks,
-                        Candidates::Range(0..rows.len()),
+                        Candidates::Range(rows.first()..rows.len()),
                     ))
                 } else {
-                    List::All(rows.len())
+                    List::All(rows.first(), rows.len())
                 }
             }
         };
@@ -207,6 +210,7 @@ impl Finder {
             filter: filter.clone(),
             bookmarks,
             rows_id: rows.id(),
+            rows_first: rows.first(),
             rows: rows.len(),
             list,
         });
@@ -325,7 +329,8 @@ impl Pass<'_> {
         let out = candidates
             .filter(|&pos| {
                 checked += 1;
-                let Some(answer) = sig_of.get(pos).and_then(|&s| self.sigs.get(s as usize)) else {
+                let held = pos.checked_sub(rows.first()).and_then(|i| sig_of.get(i));
+                let Some(answer) = held.and_then(|&s| self.sigs.get(s as usize)) else {
                     return false;
                 };
                 if matches!(answer, SigAnswer::No)

@@ -9,6 +9,11 @@
 //! more each dispatch; a frame every few hundred), so they are kept as runs, a few bytes per break
 //! in the rule. That is 8 bytes a dispatch plus the runs, the side list and the signatures
 //! ([`Rows::heap_bytes`] says how many). Nothing here draws.
+//!
+//! A live session's rows of dispatches its recording released (deleted under the disk budget)
+//! are dropped, [`Rows::release_front`]: positions stay what they were (the session's), but the
+//! rows before [`Rows::first`] are gone, so that the rows' memory is bounded by what is still on
+//! disk however long the session runs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -86,9 +91,11 @@ impl PackedCounts {
 pub struct Rows {
     /// Tells one session's rows from another's (a copy keeps it: it holds the same rows).
     id: u64,
-    /// Per row: its signature's number into `sigs`.
+    /// The position of the first row held: the rows before it were released.
+    base: usize,
+    /// Per row held (from `base`): its signature's number into `sigs`.
     sig: Vec<u32>,
-    /// Per row: sets, refusals, escapes and marks, a byte each.
+    /// Per row held: sets, refusals, escapes and marks, a byte each.
     counts: Vec<PackedCounts>,
     /// The counts of every row with a count of 255 or more, by position (ascending).
     wide: Vec<(u64, RowCounts)>,
@@ -108,6 +115,7 @@ impl Default for Rows {
     fn default() -> Self {
         Self {
             id: ROWS_ID.fetch_add(1, Ordering::Relaxed),
+            base: 0,
             sig: Vec::new(),
             counts: Vec::new(),
             wide: Vec::new(),
@@ -126,6 +134,7 @@ impl Clone for Rows {
     fn clone(&self) -> Self {
         Self {
             id: self.id,
+            base: self.base,
             sig: self.sig.clone(),
             counts: self.counts.clone(),
             wide: self.wide.clone(),
@@ -143,7 +152,7 @@ impl Clone for Rows {
 impl PartialEq for Rows {
     /// Rows are equal when they list the same dispatches (however they were interned).
     fn eq(&self, other: &Self) -> bool {
-        self.len() == other.len() && self.iter().eq(other.iter())
+        self.len() == other.len() && self.base == other.base && self.iter().eq(other.iter())
     }
 }
 
@@ -173,14 +182,55 @@ impl Rows {
         self.id
     }
 
-    /// Rows held.
+    /// Rows in the session: the position after the last (released rows included).
     pub fn len(&self) -> usize {
+        self.base + self.sig.len()
+    }
+
+    /// Whether the session has none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The position of the first row held (0 unless rows were released).
+    pub fn first(&self) -> usize {
+        self.base
+    }
+
+    /// Rows held: [`Self::len`] less those released.
+    pub fn held(&self) -> usize {
         self.sig.len()
     }
 
-    /// Whether none is held.
-    pub fn is_empty(&self) -> bool {
-        self.sig.is_empty()
+    /// Drops the rows before position `pos` (a live recording's disk budget released their
+    /// dispatches): positions do not move, but those rows answer `None` from now on, and their
+    /// memory is given back. Returns how many were dropped.
+    pub fn release_front(&mut self, pos: usize) -> usize {
+        let pos = pos.min(self.len());
+        let Some(k) = pos.checked_sub(self.base).filter(|&k| k > 0) else {
+            return 0;
+        };
+        self.sig.drain(..k);
+        self.counts.drain(..k);
+        self.base = pos;
+        // Grown by doubling while the session ran: keep what the held rows and their growth need.
+        if self.sig.capacity() > 2 * self.sig.len() + 1024 {
+            self.sig.shrink_to(self.sig.len() * 3 / 2);
+            self.counts.shrink_to(self.counts.len() * 3 / 2);
+        }
+        let first = pos as u64;
+        self.wide.retain(|(p, _)| *p >= first);
+        for runs in [&mut self.index_runs, &mut self.frame_runs] {
+            // The run that holds `pos` stays (it says what `pos` is); those before it go.
+            let holding = runs.partition_point(|(p, _)| *p <= first).saturating_sub(1);
+            runs.drain(..holding);
+        }
+        k
+    }
+
+    /// Where the row at `pos` is held, if it is.
+    fn at(&self, pos: usize) -> Option<usize> {
+        pos.checked_sub(self.base).filter(|&i| i < self.sig.len())
     }
 
     /// Appends the row of `report`, which follows the last row: its frame counts on by the
@@ -308,24 +358,20 @@ impl Rows {
 
     /// The report index of the row at `pos`.
     pub fn index(&self, pos: usize) -> Option<u64> {
-        if pos >= self.len() {
-            return None;
-        }
+        self.at(pos)?;
         let (first, index) = run_at(&self.index_runs, pos as u64)?;
         Some(index.wrapping_add(pos as u64 - first))
     }
 
     /// The frame of the row at `pos`.
     pub fn frame(&self, pos: usize) -> Option<u64> {
-        if pos >= self.len() {
-            return None;
-        }
+        self.at(pos)?;
         run_at(&self.frame_runs, pos as u64).map(|(_, f)| f)
     }
 
     /// The counts of the row at `pos`.
     pub fn counts(&self, pos: usize) -> Option<RowCounts> {
-        let p = self.counts.get(pos)?;
+        let p = self.counts.get(self.at(pos)?)?;
         p.unpack().or_else(|| self.wide_counts(pos))
     }
 
@@ -340,7 +386,7 @@ impl Rows {
 
     /// Whether the row at `pos` escaped (false when there is none).
     pub(crate) fn has_escapes(&self, pos: usize) -> bool {
-        match self.counts.get(pos) {
+        match self.at(pos).and_then(|i| self.counts.get(i)) {
             None => false,
             Some(p) => p
                 .has_escapes()
@@ -350,7 +396,9 @@ impl Rows {
 
     /// The signature of the row at `pos`.
     pub fn signature(&self, pos: usize) -> Option<Signature> {
-        self.sigs.get(*self.sig.get(pos)? as usize).copied()
+        self.sigs
+            .get(*self.sig.get(self.at(pos)?)? as usize)
+            .copied()
     }
 
     /// The label of the row at `pos`.
@@ -385,14 +433,16 @@ impl Rows {
                 let off = index.checked_sub(at)?;
                 (off < end - first).then(|| (first + off) as usize)
             })
+            .filter(|&p| p >= self.base)
     }
 
-    /// Every row, whole, in order.
+    /// Every row held, whole, in order.
     pub fn iter(&self) -> impl Iterator<Item = DispatchRow> + '_ {
-        (0..self.len()).filter_map(|p| self.get(p))
+        (self.base..self.len()).filter_map(|p| self.get(p))
     }
 
-    /// Per row, its signature's number (for [`super::find::Finder`]).
+    /// Per row held, its signature's number (for [`super::find::Finder`]): the row at position
+    /// `p` is at `p - first()`.
     pub(crate) fn sig_column(&self) -> &[u32] {
         &self.sig
     }
@@ -553,6 +603,53 @@ mod tests {
             "only the rows that need it are kept whole"
         );
         assert_eq!(rows.clone(), rows);
+    }
+
+    /// A live session's released dispatches: their rows go, the rest keep their positions, and
+    /// the rows' memory follows what is held, not what the session ever had.
+    #[test]
+    fn released_rows_are_dropped_and_positions_stay() {
+        let mut rows = Rows::new();
+        let all: Vec<DispatchRow> = (0..10_000u64)
+            .map(|i| DispatchRow {
+                counts: RowCounts {
+                    escapes: if i % 1000 == 3 { 300 } else { (i % 2) as u32 },
+                    ..RowCounts::default()
+                },
+                ..row(i, i / 100, "x")
+            })
+            .collect();
+        rows.extend(&all);
+        assert_eq!(rows.release_front(6_000), 6_000);
+        assert_eq!(
+            (rows.first(), rows.len(), rows.held()),
+            (6_000, 10_000, 4_000)
+        );
+        assert_eq!(rows.get(5_999), None);
+        assert_eq!(rows.counts(0), None);
+        assert!(!rows.has_escapes(5_999));
+        for p in [6_000, 6_003, 7_777, 9_999] {
+            assert_eq!(rows.get(p).as_ref(), Some(&all[p]), "position {p}");
+        }
+        assert_eq!(rows.position_of(42), None, "released");
+        assert_eq!(rows.position_of(8_000), Some(8_000));
+        assert_eq!(rows.iter().count(), 4_000);
+        // Releasing again, or less, does nothing more; more rows go on at their positions.
+        assert_eq!(rows.release_front(100), 0);
+        rows.push(&row(10_000, 100, "y"));
+        assert_eq!(rows.get(10_000).map(|r| r.index), Some(10_000));
+        // A game that runs on with its oldest released: the memory stays bounded.
+        let mut live = Rows::new();
+        let mut peak = 0;
+        for i in 0..400_000u64 {
+            live.push(&row(i, i / 200, "pass"));
+            if i % 50_000 == 49_999 {
+                live.release_front(live.len().saturating_sub(100_000));
+                peak = peak.max(live.heap_bytes());
+            }
+        }
+        assert_eq!(live.held(), 100_000);
+        assert!(peak < 100_000 * 17, "{peak} bytes for 100,000 rows held");
     }
 
     #[test]
