@@ -17,6 +17,33 @@ use dispatchscope_formats::sample::{Sample, SampleError};
 use dispatchscope_formats::session::{self, CaptureFile, Opened};
 use dispatchscope_vk::{ContextOptions, VulkanBackend};
 
+/// What is wrong with a form the window shows (the what-if limits, the live breakpoints).
+#[derive(Debug, thiserror::Error)]
+pub enum FormError {
+    /// A field that does not parse.
+    #[error("{field}: {error}")]
+    Field {
+        /// The field's name.
+        field: &'static str,
+        /// Why.
+        error: ArgError,
+    },
+    /// A number too large for its field.
+    #[error("{field} {value} is too large")]
+    TooLarge {
+        /// The field's name.
+        field: &'static str,
+        /// The number.
+        value: u64,
+    },
+    /// Every field holds the session's own value: nothing to ask.
+    #[error("every field holds the session's own limit: change one to ask what if")]
+    NothingChanged,
+    /// The limits together are not a device's.
+    #[error("{0}")]
+    Limits(BadInput),
+}
+
 /// An error that is the user's input, not ours: exit status 2.
 #[derive(Debug)]
 pub struct BadInput(pub String);

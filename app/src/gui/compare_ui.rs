@@ -222,9 +222,11 @@ impl WhatIfForm {
 
     /// The limits the fields ask for (a field equal to the session's limit changes nothing), and
     /// the whole, checked as `diff FILE --LIMIT` checks them.
-    pub fn limits(&self) -> Result<(WhatIfLimits, DeviceLimits), String> {
-        let field = |name: &str, text: &str, base: u64| -> Result<Option<u64>, String> {
-            let v = parse_number(text.trim()).map_err(|e| format!("{name}: {e}"))?;
+    pub fn limits(&self) -> Result<(WhatIfLimits, DeviceLimits), crate::load::FormError> {
+        use crate::load::FormError;
+        let field = |name: &'static str, text: &str, base: u64| -> Result<Option<u64>, FormError> {
+            let v = parse_number(text.trim())
+                .map_err(|error| FormError::Field { field: name, error })?;
             Ok((v != base).then_some(v))
         };
         let b = &self.base;
@@ -243,11 +245,9 @@ impl WhatIfForm {
             host_page_bytes: field("host page bytes", &self.host_page, b.host_page_bytes)?,
         };
         if !w.any() {
-            return Err(
-                "every field holds the session's own limit: change one to ask what if".into(),
-            );
+            return Err(FormError::NothingChanged);
         }
-        let limits = w.apply(b).map_err(|e| e.0)?;
+        let limits = w.apply(b).map_err(FormError::Limits)?;
         Ok((w, limits))
     }
 }
@@ -929,7 +929,7 @@ impl CompareWindow {
                     limits,
                     base: form.base.clone(),
                 }))),
-                Err(e) => form.error = Some(e),
+                Err(e) => form.error = Some(e.to_string()),
             }
         }
         actions

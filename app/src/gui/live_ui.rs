@@ -58,17 +58,28 @@ pub struct BreakpointForm {
 
 impl BreakpointForm {
     /// The breakpoints the form says, or what is wrong with it.
-    pub fn breakpoints(&self) -> Result<dispatchscope_live::Breakpoints, String> {
-        let num = |on: bool, text: &str, what: &str| -> Result<Option<u64>, String> {
+    pub fn breakpoints(&self) -> Result<dispatchscope_live::Breakpoints, crate::load::FormError> {
+        use crate::load::{ArgError, FormError};
+        let num = |on: bool, text: &str, what: &'static str| -> Result<Option<u64>, FormError> {
             if !on {
                 return Ok(None);
             }
             dispatchscope_core::addr::parse_u64(text.trim())
                 .map(Some)
-                .ok_or_else(|| format!("{what} {text:?} is not a number"))
+                .ok_or_else(|| FormError::Field {
+                    field: what,
+                    error: ArgError::NotANumber {
+                        text: text.to_owned(),
+                    },
+                })
         };
         let probes = num(self.probes_on, &self.probes, "probes")?
-            .map(|p| u32::try_from(p).map_err(|_| format!("probes {p} is too large")))
+            .map(|p| {
+                u32::try_from(p).map_err(|_| FormError::TooLarge {
+                    field: "probes",
+                    value: p,
+                })
+            })
             .transpose()?;
         Ok(dispatchscope_live::Breakpoints {
             every_dispatch: self.every_dispatch,
