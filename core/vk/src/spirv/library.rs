@@ -1091,7 +1091,7 @@ pub(super) fn declare_lane_cache(a: &mut Asm, init: bool) -> (Word, Word) {
 /// [`HitTest`](super::helper::HitTest), so it is the lookup's own answer, probes included; the
 /// module docs say why), else the lookup, remembered with its slot's key (after a miss, the chunk
 /// with every part excluded, which no later lookup takes again).
-fn cached_lookup(
+pub(super) fn cached_lookup(
     a: &mut Asm,
     lookup: Word,
     cache: (Word, Word),
