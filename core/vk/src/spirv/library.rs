@@ -1804,6 +1804,45 @@ mod tests {
         }
     }
 
+    /// The emulator-shaped host's device program (`examples/emulator-host/shaders/device.spvasm`,
+    /// hand-written SPIR-V that calls `dispatchscope_lookup` itself and declares the lane's cache)
+    /// assembles and links against every library with a lookup: the interface it was written to
+    /// is this one (the `Hit` type, the lookup's parameters, the cache's first values).
+    #[test]
+    fn the_emulator_hosts_device_program_links_against_every_library_with_a_lookup() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/emulator-host/shaders/device.spvasm"
+        );
+        let out = Command::new("spirv-as")
+            .args(["--target-env", "vulkan1.2", path, "-o", "-"])
+            .output();
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => {
+                assert!(
+                    std::env::var("DISPATCHSCOPE_REQUIRE_VULKAN").map_or(true, |v| v != "1"),
+                    "DISPATCHSCOPE_REQUIRE_VULKAN=1, but spirv-as does not run: {e}"
+                );
+                eprintln!("skipped: spirv-as does not run: {e}");
+                return;
+            }
+        };
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let program: Vec<u32> = out
+            .stdout
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        for v in Variant::ALL.into_iter().filter(|v| v.has_lookup()) {
+            link(&program, &helper_library(v).unwrap()).unwrap_or_else(|e| panic!("{v:?}: {e}"));
+        }
+    }
+
     #[test]
     fn emit_into_declares_the_workgroup_counters_only_when_instrumented() {
         for v in Variant::ALL {
