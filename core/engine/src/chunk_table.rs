@@ -1696,6 +1696,10 @@ mod tests {
                     slots: SlotMem::empty(MIN_CAPACITY).unwrap(),
                     len: 0,
                     rebuilds: 0,
+                    stats: Stats::default(),
+                    changed: Changed::All,
+                    version: 0,
+                    changed_since: 0,
                 };
                 for k in [
                     0,

@@ -484,14 +484,14 @@ impl Mappings {
     fn add_piece(&mut self, mut p: Piece) {
         self.note_change(PieceChange::Added(p));
         let import = self.import_at(p.guest.start).map(|i| i.guest.start);
-        let joins = |q: &Piece, at: u64, this: &Self| {
+        let joins = |q: &Piece, p: &Piece, at: u64, this: &Self| {
             q.reservation == p.reservation
                 && q.device_at(at) == p.device_at(at)
                 && this.import_at(q.guest.start).map(|i| i.guest.start) == import
         };
         if let Some((&start, &left)) = self.pieces.range(..p.guest.start).next_back()
             && left.guest.end == p.guest.start
-            && joins(&left, p.guest.start, self)
+            && joins(&left, &p, p.guest.start, self)
         {
             self.pieces.remove(&start);
             p = Piece {
@@ -500,7 +500,7 @@ impl Mappings {
             };
         }
         if let Some(&right) = self.pieces.get(&p.guest.end)
-            && joins(&right, p.guest.end, self)
+            && joins(&right, &p, p.guest.end, self)
         {
             self.pieces.remove(&right.guest.start);
             p.guest = ByteRange::new(p.guest.start, right.guest.end);
