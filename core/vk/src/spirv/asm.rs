@@ -56,7 +56,7 @@ pub(super) struct Asm {
     pub(super) push_var: Word,
     /// The instrumented helper's workgroup counters (`library::declare_workgroup`), once declared.
     pub(super) workgroup_var: Option<Word>,
-    /// The lane's last lookup (`library::declare_lane_cache`): its chunk and its answer, once
+    /// The lane's last lookup (`library::declare_lane_cache`): its slot's key and its answer, once
     /// declared.
     pub(super) lane_cache: Option<(Word, Word)>,
     /// The lane's own access counters (`library::declare_lane_counts`), once declared.

@@ -332,7 +332,11 @@ fn a_caller_module_with_the_emitted_helper_looks_up_as_the_cpu_does() {
                 device_addr,
             } => {
                 assert_eq!((dev, slot), (device_addr, s as u32), "{what}");
-                assert_eq!(table.device_from_guest(addr), Some(dev + (addr % CHUNK)), "{what}");
+                assert_eq!(
+                    table.device_from_guest(addr),
+                    Some(dev + (addr % CHUNK)),
+                    "{what}"
+                );
                 assert_eq!(table.slot_of(addr), Some(s), "{what}");
                 hits += 1;
                 cut += usize::from(excluded != 0);
@@ -432,7 +436,9 @@ fn the_lane_cache_answers_as_the_lookup_does_part_by_part() {
     let first = 0x40_0000u64;
     let n_chunks = 16u64;
     let mut table = ChunkTable::build(CHUNK, 8, &fillers(64)).unwrap();
-    map_by_parts(&mut table, first, n_chunks, |r| 0x7000_0000_0000 + r as u64 * CHUNK);
+    map_by_parts(&mut table, first, n_chunks, |r| {
+        0x7000_0000_0000 + r as u64 * CHUNK
+    });
     // Each lane walks a few chunks, several parts of each: a lane's rows in one chunk.
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut input = Vec::new();
@@ -659,7 +665,10 @@ fn loads_and_stores_by_parts_go_where_the_cpu_says_and_mark_with_the_summary() {
     let device = |g: u64| table.device_from_guest(g);
     let before: Vec<u8> = memory.bytes().to_vec();
     let word_at = |bytes: &[u8], dev: u64| {
-        assert!(dev >= mem_at && dev + 4 <= mem_end, "{dev:#x} outside the imports");
+        assert!(
+            dev >= mem_at && dev + 4 <= mem_end,
+            "{dev:#x} outside the imports"
+        );
         le32(bytes, (dev - mem_at) as usize)
     };
     for store in [false, true] {
@@ -710,7 +719,9 @@ fn loads_and_stores_by_parts_go_where_the_cpu_says_and_mark_with_the_summary() {
             }
             let last = addr + u64::from(size) - 1;
             let s0 = table.slot_of(addr);
-            let s1 = (last / PART != addr / PART).then(|| table.slot_of(last)).flatten();
+            let s1 = (last / PART != addr / PART)
+                .then(|| table.slot_of(last))
+                .flatten();
             for s in [s0, s1].into_iter().flatten() {
                 want_marks[s] += 1;
             }

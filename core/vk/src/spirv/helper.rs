@@ -12,7 +12,9 @@ use rspirv::spirv::{Op, StorageClass, Word};
 
 use super::asm::Asm;
 use super::{R, push, record};
-use dispatchscope_core::chunk_table::{EMPTY_KEY, KEY_CHUNK_BITS, KEY_CHUNK_MASK, PARTS, SLOT_BYTES};
+use dispatchscope_core::chunk_table::{
+    EMPTY_KEY, KEY_CHUNK_BITS, KEY_CHUNK_MASK, PARTS, SLOT_BYTES,
+};
 
 /// The parts of a chunk as the `excluded` of a miss: every one, so that an answer kept by the
 /// lane's cache for a miss is never taken again for another part.
@@ -185,7 +187,11 @@ pub(super) fn emit_lookup(a: &mut Asm) -> R<Word> {
     let slot = a.get(t.u32, v_slot)?;
     let probes = a.get(t.u32, v_n)?;
     let excluded = a.get(t.u32, v_excluded)?;
-    let hit = a.inst(Op::CompositeConstruct, t.hit, &[dev, slot, probes, excluded])?;
+    let hit = a.inst(
+        Op::CompositeConstruct,
+        t.hit,
+        &[dev, slot, probes, excluded],
+    )?;
     a.b.ret_value(hit).map_err(|e| a.err(e))?;
     a.end_function()?;
     Ok(f)
