@@ -1211,7 +1211,7 @@ fn emit_access(
             let cb = a.shl(t.u64, one64, shift)?;
             let cmask = a.sub(t.u64, cb, one64)?;
             let q0 = a.shr(t.u64, addr, part_shift)?;
-            let c0 = a.shr(t.u64, addr, shift)?;
+            let c0 = a.shr(t.u64, q0, part_bits)?;
             let last_part = a.c32(PARTS - 1);
             let p0 = a.narrow(q0)?;
             let p0 = a.and(t.u32, p0, last_part)?;
@@ -1238,7 +1238,8 @@ fn emit_access(
             // device address plus the word's offset in its chunk).
             let by_word = |a: &mut Asm| -> R<()> {
                 a.if_(split, |a| {
-                    let c1 = a.shr(t.u64, last, shift)?;
+                    // The last byte's chunk from its part number: only `q1` stays live.
+                    let c1 = a.shr(t.u64, q1, part_bits)?;
                     let p1 = a.narrow(q1)?;
                     let p1 = a.and(t.u32, p1, last_part)?;
                     let h1 = a.call(t.hit, lookup, &[c1, p1])?;
@@ -1249,7 +1250,7 @@ fn emit_access(
                 let hit1 = a.ne(s1, none)?;
                 let pb = a.shl(t.u64, one64, part_shift)?;
                 let pmask = a.sub(t.u64, pb, one64)?;
-                let in_part = a.and(t.u64, addr, pmask)?;
+                let in_part = a.and(t.u64, off0, pmask)?;
                 let left = a.sub(t.u64, pb, in_part)?;
                 let across = Across {
                     n_words,
@@ -1257,7 +1258,7 @@ fn emit_access(
                     words: vals.len(),
                     left,
                     base0,
-                    addr,
+                    off0,
                     base1: d1,
                     offset_mask: cmask,
                     ok0: hit0,
@@ -1404,10 +1405,11 @@ fn one_base_or_across(
 
 /// An access word by word over two lookups (the first byte's part of a chunk, or page, and the
 /// last byte's): word `i` goes through the first while `4 i` is below `left` (the bytes left in
-/// the first byte's part or page), at `base0 + 4 i`, else through the second at `base1 + ((addr +
-/// 4 i) & offset_mask)` (the second lookup's device address of its chunk's or page's first byte,
-/// plus the word's offset in its own chunk or page: the words after the first part need not lie
-/// in the last byte's chunk when parts are small); a word whose lookup missed (`ok0`, `ok1` false)
+/// the first byte's part or page), at `base0 + 4 i`, else through the second at `base1 + ((off0 +
+/// 4 i) & offset_mask)` (`off0` the first byte's offset in its chunk or page: the second lookup's
+/// device address of its chunk's or page's first byte, plus the word's offset in its own chunk or
+/// page; the words after the first part need not lie in the last byte's chunk when parts are
+/// small); a word whose lookup missed (`ok0`, `ok1` false)
 /// sets its four bits of the escaped-bytes mask instead. A word never straddles two parts: words
 /// are 4-byte aligned and a part is at least 4 bytes (a chunk of 64 bytes or more).
 struct Across {
@@ -1416,7 +1418,7 @@ struct Across {
     words: usize,
     left: Word,
     base0: Word,
-    addr: Word,
+    off0: Word,
     base1: Word,
     offset_mask: Word,
     ok0: Word,
@@ -1438,8 +1440,8 @@ fn words_across(a: &mut Asm, x: &Across, word: &dyn Fn(&mut Asm, usize, Word) ->
                 there,
                 |a| {
                     let in0 = a.add(t.u64, x.base0, bi)?;
-                    let guest = a.add(t.u64, x.addr, bi)?;
-                    let offset = a.and(t.u64, guest, x.offset_mask)?;
+                    let past = a.add(t.u64, x.off0, bi)?;
+                    let offset = a.and(t.u64, past, x.offset_mask)?;
                     let in1 = a.add(t.u64, x.base1, offset)?;
                     let at = a.select(t.u64, first, in0, in1)?;
                     word(a, i, at)
@@ -1522,7 +1524,7 @@ fn emit_flat_access(
             words: x.words,
             left,
             base0,
-            addr: x.addr,
+            off0,
             base1: e1,
             offset_mask: page_mask,
             ok0: mapped0,
