@@ -4,8 +4,8 @@
 //!
 //! It is bit for bit the engine's probe of the chunk table (T2, `ChunkTable::trace_part`), reading
 //! the table's address and shape from the push block (T3); a miss gives slot `NO_SLOT` (T4). A
-//! chunk may be mapped by parts (a sixteenth of it each, `chunk_table::PARTS`): a slot hits when its
-//! key's chunk bits are the chunk and its key does not exclude the part asked for
+//! chunk may be mapped by parts (a sixteenth of it each, `chunk_table::PARTS`): a slot hits when
+//! its key's chunk bits are the chunk and its key does not exclude the part asked for
 //! (`TableSlot::hits`). Nothing here calls Vulkan.
 
 use rspirv::spirv::{Op, StorageClass, Word};

@@ -16,8 +16,9 @@
 //! Each access takes one of two paths ([`Shape::fast_path`]): an access inside one part of a chunk
 //! (a sixteenth of it, `chunk_table::PARTS`: the table may map a chunk by parts) that hits reads
 //! every word from one base, as the raw variant does; only an access that crosses its part's end or
-//! misses picks each word's lookup (T5: the first byte's part, or the last byte's). [`Shape`] turns each of issue 30's changes on or
-//! off so that the bench measures each alone; [`inline`] runs `spirv-opt` over a finished module.
+//! misses picks each word's lookup (T5: the first byte's part, or the last byte's). [`Shape`]
+//! turns each of issue 30's changes on or off so that the bench measures each alone; [`inline`]
+//! runs `spirv-opt` over a finished module.
 //!
 //! Two ways in: [`helper_library`] builds the library module (Linkage capability,
 //! `LinkageAttributes … Export`) that a translator in any language links its module against with
@@ -100,16 +101,18 @@
 //! `dispatchscope_last_hit` (the `Hit`, first a miss). An access whose first byte's part that key
 //! would hit (`key & mask == want`, the lookup's own test: the same chunk, and a part the cached
 //! slot reaches) takes the answer again without a probe. It is the answer the lookup would give,
-//! its probe count included: the table does not change while a dispatch runs (T6); a part is
-//! reached by at most one slot of its chunk (the table refuses two that overlap), and the slots
-//! from the chunk's home to the cached one neither hit nor are empty for any part, so a lookup of
-//! any part that slot reaches stops there, after as many probes. A miss is never taken again for
-//! another part (another slot may reach it). Every count stays the CPU reference's. On the H200 it
-//! made the helper 1.26× faster at 4K (BENCHMARKS.md, 2026-12-02); the parts' test costs it no
-//! register (the excluded parts ride in the key's top 16 bits, which a chunk number never uses). As with the workgroup counters, the program declares both, with their first
-//! values, exports them by those names and lists them in its entry point's interface; every
-//! library imports them (the raw variant leaves them unused); [`emit_into`] declares them in a
-//! Rust caller's module ([`EmittedHelpers::lane_cache`]).
+//! its probe count included: the table does not change while a dispatch runs (T6); the slots
+//! from the chunk's home to the cached one are not empty (the first lookup read past them), and a
+//! part is reached by at most one slot of its chunk (the table refuses two that overlap), so none
+//! of them hits a part the cached slot reaches: a lookup of any such part stops at the cached
+//! slot, after as many probes. A miss is never taken again for another part (another slot may
+//! reach it). Every count stays the CPU reference's. On the H200 it made the helper 1.26× faster
+//! at 4K (BENCHMARKS.md, 2026-12-02). Keyed so, the parts cost the cache no register: the excluded
+//! parts ride in the key's top 16 bits, which a mapped chunk's number never uses, and the `Hit`'s
+//! own `excluded` is never read back from the cache. As with the workgroup counters, the program
+//! declares both, with their first values, exports them by those names and lists them in its
+//! entry point's interface; every library imports them (the raw variant leaves them unused);
+//! [`emit_into`] declares them in a Rust caller's module ([`EmittedHelpers::lane_cache`]).
 //!
 //! The lane's own counters: the program also declares `dispatchscope_lane_counts`
 //! ([`symbol::LANE_COUNTS`], a `Private` `u32[LANE_COUNT_WORDS]`, zero first) and exports it as it

@@ -1,8 +1,8 @@
 //! Memory access over [`Asm`]: loads and stores through pointers, device addresses as
 //! PhysicalStorageBuffer pointers (the table, the replay's buffers, guest memory), single bytes
 //! through their aligned 32-bit words (no 8-bit storage feature is needed), the device-scope atomic
-//! counter of the escape log and the marks (T4, C1) with the marks' summary ([`Asm::mark`]), and the
-//! words of the push block (T3).
+//! counter of the escape log and the marks (T4, C1) with the marks' summary ([`Asm::mark`]), and
+//! the words of the push block (T3).
 
 use rspirv::dr::Operand;
 use rspirv::spirv::{self, MemoryAccess, Op, Word};
@@ -64,8 +64,8 @@ impl Asm {
 
     /// C1: marks table slot `slot` (a u32 id) in the mark buffer at device address `marks`: one
     /// is added to its mark word (device-scope atomic), and its block's summary word, after the
-    /// table's `capacity` mark words (`capacity` from push word 19, the table's `log2`), is set to 1
-    /// by a plain store: every lane that sets it stores the same value, and the host reads the
+    /// table's `capacity` mark words (`capacity` from push word 19, the table's `log2`), is set to
+    /// 1 by a plain store: every lane that sets it stores the same value, and the host reads the
     /// summary only after the dispatch (`chunk_table::mark_buffer_words`). A mark without its
     /// summary word would be lost: the backend reads only the blocks the summary names.
     pub(super) fn mark(&mut self, marks: Word, slot: Word) -> R<()> {

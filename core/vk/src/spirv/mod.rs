@@ -23,9 +23,10 @@
 //! stream order, byte by byte, with 32-bit words and shifts (no 8-bit storage feature is needed):
 //! bound accesses through descriptor arrays (binding 0: holders bound at each slot's member offset,
 //! binding 1: write masks at the same offsets, O6–O9), device accesses through two lookups (T5: the
-//! first byte's part of a chunk and the last byte's, `chunk_table::PARTS`) and raw device addresses, LDS and scratch through storage-buffer regions the host assigns (one per
-//! workgroup, one per lane: lavapipe's 32 KiB of workgroup memory is less than the 64 KiB of LDS a
-//! workgroup has, and regions survive when a job is split over several dispatches). A miss reads
+//! first byte's part of a chunk and the last byte's, `chunk_table::PARTS`) and raw device
+//! addresses, LDS and scratch through storage-buffer regions the host assigns (one per workgroup,
+//! one per lane: lavapipe's 32 KiB of workgroup memory is less than the 64 KiB of LDS a workgroup
+//! has, and regions survive when a job is split over several dispatches). A miss reads
 //! zero, drops the store and appends (access, first escaped address) to an escape log with an
 //! atomic counter (T4); each store adds one to the mark word of each chunk slot it hit and sets the
 //! summary word of the slot's block (C1, `chunk_table::mark_buffer_words`).
