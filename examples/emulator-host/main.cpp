@@ -3,7 +3,7 @@
 // through dispatchscope's host path (ds_engine_prepare, this program's command buffer and fence,
 // ds_engine_complete), with a debugger free to attach at any time (--listen).
 //
-//   emulator-host [--frames N] [--listen ADDR] [--token T] [--guest-mib N] [--instrumented]
+//   emulator-host [--frames N] [--listen ADDR] [--token T] [--guest-mib N] [--toggles N] [--instrumented]
 //                 [--header] [--validation] [--print-reports] [--import-holders]
 //
 // --header links the device-addressed pass with the helper's header form: its push block carries
@@ -667,14 +667,22 @@ int32_t cb_commit(void *, uint64_t host, uint64_t bytes) {
     e.commits++;
     if (!e.in_heap_host(host)) return 0;  // the other regions are committed from the start
     uint64_t h0 = reinterpret_cast<uint64_t>(e.heap.host);
-    for (uint64_t a = host & ~(PAGE - 1); a < host + bytes; a += PAGE) {
-        PageState &p = e.pages[(a - h0) / PAGE];
-        if (p.committed) continue;
-        if (mprotect(reinterpret_cast<void *>(a), PAGE, PROT_READ | PROT_WRITE) != 0) return -1;
-        // Touch it: the page is really there before the driver sees it.
-        *reinterpret_cast<volatile uint8_t *>(a) = 0;
-        p.committed = true;
-        e.pages_committed++;
+    // Each stretch of uncommitted pages made read-write with one mprotect; the kernel gives a page
+    // its memory on first touch (MAP_NORESERVE), so 16 GiB committed costs what it touches.
+    uint64_t a = host & ~(PAGE - 1);
+    while (a < host + bytes) {
+        if (e.pages[(a - h0) / PAGE].committed) {
+            a += PAGE;
+            continue;
+        }
+        uint64_t end = a;
+        while (end < host + bytes && !e.pages[(end - h0) / PAGE].committed) {
+            e.pages[(end - h0) / PAGE].committed = true;
+            e.pages_committed++;
+            end += PAGE;
+        }
+        if (mprotect(reinterpret_cast<void *>(a), end - a, PROT_READ | PROT_WRITE) != 0) return -1;
+        a = end;
     }
     return 0;
 }
@@ -805,12 +813,22 @@ std::string left_out_names(const char *json) {
 
 }  // namespace
 
+// The toggles' pages: xorshift64*, the same every run.
+uint64_t rng() {
+    static uint64_t s = 0x9E3779B97F4A7C15ull;
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 0x2545F4914F6CDD1Dull;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);
     std::string listen;
     const char *token = nullptr;
     long frames = 0;
     uint64_t guest_mib = 8;
+    uint32_t toggles = 1000;
     bool instrumented = false, header = false, validation = false, print_reports = false, import_holders = false;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
@@ -818,16 +836,17 @@ int main(int argc, char **argv) {
         else if (a == "--token" && i + 1 < argc) token = argv[++i];
         else if (a == "--frames" && i + 1 < argc) frames = std::strtol(argv[++i], nullptr, 10);
         else if (a == "--guest-mib" && i + 1 < argc) guest_mib = std::strtoull(argv[++i], nullptr, 10);
+        else if (a == "--toggles" && i + 1 < argc) toggles = static_cast<uint32_t>(std::strtoul(argv[++i], nullptr, 10));
         else if (a == "--instrumented") instrumented = true;
         else if (a == "--header") header = true;
         else if (a == "--validation") validation = true;
         else if (a == "--print-reports") print_reports = true;
         else if (a == "--import-holders") import_holders = true;
         else
-            die("usage: emulator-host [--frames N] [--listen ADDR] [--token T] [--guest-mib N] "
+            die("usage: emulator-host [--frames N] [--listen ADDR] [--token T] [--guest-mib N] [--toggles N] "
                 "[--instrumented] [--header] [--validation] [--print-reports] [--import-holders]");
     }
-    if (guest_mib < 2 || guest_mib > 4096) die("--guest-mib: 2 to 4096");
+    if (guest_mib < 2 || guest_mib > 16384) die("--guest-mib: 2 to 16384");
 
     Emulator &emu = g_emu;
     struct sigaction sa;
@@ -1064,6 +1083,27 @@ int main(int argc, char **argv) {
         for (Texture &t : emu.textures) t.dropped_by = -1;
         const uint32_t f = static_cast<uint32_t>(frame);
         const bool ro_locked = frame % 2 == 1;
+
+        // --- the write-watch over the whole heap: --toggles pages guarded as the frame starts and
+        // released as it ends (the engine releases those its device-addressed pass maps first, M2)
+        std::vector<uint64_t> toggled;
+        {
+            const uint64_t first = 0x100000 / PAGE, n = emu.heap.bytes / PAGE;
+            auto busy = [&](uint64_t page) {
+                for (uint32_t k = 0; k < INSTANCES; k++)
+                    if (page >= bottoms[k] / PAGE && page <= bottoms[k] / PAGE + 1) return true;
+                return false;
+            };
+            for (uint32_t i = 0; n > first && i < toggles; i++) {
+                uint64_t page = first + rng() % (n - first);
+                PageState &p = emu.pages[page];
+                if (!p.committed || p.guarded || busy(page)) continue;
+                if (mprotect(emu.heap.host + page * PAGE, PAGE, PROT_READ) != 0) die("mprotect (toggle)");
+                p.guarded = true;
+                apply(engine, event(DS_EVENT_GUARD, H + page * PAGE, H + (page + 1) * PAGE), "guard (toggle)");
+                toggled.push_back(page);
+            }
+        }
 
         // --- between frames: the guest protects, the CPU writes, a copy is deferred (C3) ---------
         if (ro_locked) {
@@ -1449,6 +1489,13 @@ int main(int argc, char **argv) {
         std::string dropped;
         for (Texture &t : emu.textures)
             if (t.dropped_by >= 0) dropped += std::string(dropped.empty() ? "" : ",") + t.name + ":" + cause_name(t.dropped_by);
+        for (uint64_t page : toggled) {
+            PageState &p = emu.pages[page];
+            if (!p.guarded) continue;  // released by the engine before a pass (M2)
+            if (mprotect(emu.heap.host + page * PAGE, PAGE, PROT_READ | PROT_WRITE) != 0) die("mprotect (release)");
+            p.guarded = false;
+            apply(engine, event(DS_EVENT_UNGUARD, H + page * PAGE, H + (page + 1) * PAGE), "unguard (toggle)");
+        }
         rebuild_textures(engine, next_target);
         guard_textures(engine);
         apply(engine, event(DS_EVENT_RETIRE, 0, 0), "retire");
@@ -1499,9 +1546,9 @@ int main(int argc, char **argv) {
         while (std::getline(status, line))
             if (line.rfind("VmHWM:", 0) == 0) hwm_kib = std::strtol(line.c_str() + 6, nullptr, 10);
     }
-    std::printf("summary: frames=%zu frame_ms_median=%.3f engine_us_per_dispatch_median=%.2f peak_rss_mib=%.1f guest_mib=%llu\n",
+    std::printf("summary: frames=%zu frame_ms_median=%.3f engine_us_per_dispatch_median=%.2f peak_rss_mib=%.1f guest_mib=%llu toggles=%u\n",
                 frame_ms.size(), median(frame_ms), median(dispatch_us), hwm_kib / 1024.0,
-                static_cast<unsigned long long>(guest_mib));
+                static_cast<unsigned long long>(guest_mib), toggles);
     std::printf("validation messages: %u\n", messages);
     std::printf("%ld failures\n", failures_total);
     return failures_total || messages ? 1 : 0;

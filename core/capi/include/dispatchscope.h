@@ -440,9 +440,13 @@ typedef struct ds_prepared {
   // T3: the chunk table's device address (device-addressed dispatches; else 0).
   uint64_t table_address;
   // C1: the mark words' device address, or 0 where the emulator keeps its own and hands them
-  // to [`ds_engine_complete`].
+  // to [`ds_engine_complete`]. The buffer there holds `mark_words` words, one a table slot,
+  // then one summary word for every 256 slots (`mark_words / 256`, rounded up), which the
+  // helper sets beside each mark: after the fence the engine reads the summary and only the
+  // blocks it names. An emulator that keeps its own buffer and points the helper at it must
+  // size it so, zeroed; it hands back the mark words alone.
   uint64_t marks_address;
-  // Mark words: one a table slot.
+  // Mark words: one a table slot (the summary words follow them).
   uint64_t mark_words;
   // T1: bytes a chunk.
   uint64_t chunk_bytes;

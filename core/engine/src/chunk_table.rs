@@ -72,8 +72,15 @@ pub fn parts_covered(chunk: u64, chunk_shift: u32, start: u64, end: u64) -> u16 
     if s >= e {
         return 0;
     }
-    let (a, b) = ((s - first) >> part_shift, (e - first).div_ceil(1 << part_shift));
-    let bits = if b - a >= 16 { u64::from(WHOLE) } else { ((1u64 << (b - a)) - 1) << a };
+    let (a, b) = (
+        (s - first) >> part_shift,
+        (e - first).div_ceil(1 << part_shift),
+    );
+    let bits = if b - a >= 16 {
+        u64::from(WHOLE)
+    } else {
+        ((1u64 << (b - a)) - 1) << a
+    };
     bits as u16
 }
 
@@ -181,7 +188,8 @@ impl TableSlot {
     /// reaches the part. What the device helper compares, bit for bit.
     #[inline]
     pub fn hits(&self, chunk: u64, part: u32) -> bool {
-        self.guest_chunk & KEY_CHUNK_MASK == chunk && (self.guest_chunk >> (KEY_CHUNK_BITS + part)) & 1 == 0
+        self.guest_chunk & KEY_CHUNK_MASK == chunk
+            && (self.guest_chunk >> (KEY_CHUNK_BITS + part)) & 1 == 0
     }
 }
 
@@ -244,7 +252,9 @@ pub enum TableError {
         chunk_bytes: u64,
     },
     /// T1: a chunk under 16 bytes cannot be cut in [`PARTS`].
-    #[error("chunk size {chunk_bytes:#x} bytes is under 16 bytes, the least a chunk of 16 parts can be (T1)")]
+    #[error(
+        "chunk size {chunk_bytes:#x} bytes is under 16 bytes, the least a chunk of 16 parts can be (T1)"
+    )]
     ChunkBytesTooSmall {
         /// The size asked for.
         chunk_bytes: u64,
@@ -255,6 +265,19 @@ pub enum TableError {
     ChunkOutOfRange {
         /// The chunk.
         guest_chunk: u64,
+    },
+    /// T2: one chunk needs more slots (one an import its parts lie in) than the probe bound: they
+    /// share a home slot, so no capacity places them all. T1 then takes a finer chunk.
+    #[error(
+        "guest chunk {guest_chunk:#x} lies in {slots} imports, one slot each, over probe bound {probe_bound} (T2); a finer chunk (T1) lies in fewer"
+    )]
+    SlotsOverBound {
+        /// The chunk.
+        guest_chunk: u64,
+        /// The slots it needs.
+        slots: u32,
+        /// The bound.
+        probe_bound: u32,
     },
     /// T2: a probe bound of 0 would make every key unreachable.
     #[error("probe bound 0: every key needs at least its home slot (T2)")]
@@ -690,11 +713,14 @@ fn try_place(
     let mut len = 0usize;
     'entries: for (key, device_addr) in entries {
         if key == EMPTY_KEY {
-            return Err(PlaceError::Bad(TableError::ReservedKey { guest_chunk: key }));
+            return Err(PlaceError::Bad(TableError::ReservedKey {
+                guest_chunk: key,
+            }));
         }
         let chunk = key & KEY_CHUNK_MASK;
         let reach = !((key >> KEY_CHUNK_BITS) as u16);
         let mut slot = home_slot(chunk, multiplier, capacity_log2);
+        let mut same = 0u32;
         for _ in 0..bound {
             let Some(s) = slots.get_mut(slot) else { break };
             if s.guest_chunk == EMPTY_KEY {
@@ -718,8 +744,17 @@ fn try_place(
                         second_device_addr: device_addr,
                     }));
                 }
+                same += 1;
             }
             slot = (slot + 1) & mask;
+        }
+        // The slots of one chunk share its home: when they alone fill the bound, no capacity helps.
+        if same + 1 > probe_bound {
+            return Err(PlaceError::Bad(TableError::SlotsOverBound {
+                guest_chunk: chunk,
+                slots: same + 1,
+                probe_bound,
+            }));
         }
         return Err(PlaceError::NoRoom(chunk));
     }
@@ -978,9 +1013,10 @@ impl ChunkTable {
     /// keeps the parts it still reaches, or is removed when none is left. Returns whether a slot
     /// changed.
     pub fn remove_parts(&mut self, chunk: u64, device_addr: u64, parts: u16) -> bool {
-        let Some((slot, s)) =
-            self.find_slot(|s| s.chunk() == chunk && s.device_addr == device_addr, chunk)
-        else {
+        let Some((slot, s)) = self.find_slot(
+            |s| s.chunk() == chunk && s.device_addr == device_addr,
+            chunk,
+        ) else {
             return false;
         };
         let reach = s.reach() & !parts;
@@ -1240,7 +1276,8 @@ impl ChunkTable {
     /// of it, or `None` when that part is not mapped.
     #[inline]
     pub fn lookup_part(&self, guest_chunk: u64, part: u32) -> Option<u64> {
-        self.find(guest_chunk, part).map(|(_, device_addr)| device_addr)
+        self.find(guest_chunk, part)
+            .map(|(_, device_addr)| device_addr)
     }
 
     /// The slot of a mapped chunk, the index C1's marks use, or `None` when the chunk is not mapped
@@ -1765,7 +1802,15 @@ mod tests {
             "chunk size 0x20000 bytes is over the T1 limit of 0x10000"
         );
         assert!(ChunkTable::build(0, 4, &[]).is_err());
-        assert_eq!(ChunkTable::build(1, 4, &[(5, 6)]).unwrap().chunk_shift(), 0);
+        assert_eq!(
+            ChunkTable::build(8, 4, &[]).unwrap_err(),
+            TableError::ChunkBytesTooSmall { chunk_bytes: 8 },
+            "a chunk is cut in 16 parts"
+        );
+        assert_eq!(
+            ChunkTable::build(16, 4, &[(5, 6)]).unwrap().chunk_shift(),
+            4
+        );
     }
 
     #[test]
@@ -2089,7 +2134,7 @@ mod choice_tests {
                 .collect();
             for m in MULTIPLIERS {
                 let entries: Vec<(u64, u64)> = keys.iter().map(|&k| (k, k)).collect();
-                let t = ChunkTable::build_with_multiplier(1, 64, &entries, m).unwrap();
+                let t = ChunkTable::build_with_multiplier(16, 64, &entries, m).unwrap();
                 let placed: u64 = t
                     .slots()
                     .iter()

@@ -290,7 +290,8 @@ pub fn run_job(
                     Op::Load => res.values = values_of(&bytes, pa.format),
                     Op::Store => {
                         // C1: each store marks its chunks' slots.
-                        let second = if c1 == c0 { None } else { s1 };
+                        // (Two parts of one chunk reached through one slot mark it once.)
+                        let second = if c1 == c0 || s1 == s0 { None } else { s1 };
                         marked.extend([s0, second].into_iter().flatten());
                         res.values = a.values.clone();
                     }

@@ -32,7 +32,8 @@ impl Piece {
     /// The device address guest `addr` has in this piece's import (a wrapping add, as the device
     /// does; meaningful for addresses in the import).
     pub fn device_at(&self, addr: u64) -> u64 {
-        self.device_base.wrapping_add(addr.wrapping_sub(self.guest.start))
+        self.device_base
+            .wrapping_add(addr.wrapping_sub(self.guest.start))
     }
 }
 
@@ -380,6 +381,15 @@ impl Mappings {
         before: u64,
         by_revisit: bool,
     ) -> Result<bool, BackendError> {
+        // Pages an import already holds were checked when the driver was handed them, and the
+        // driver is not handed them again: M3's check against the kernel is for what it is handed.
+        if self
+            .import_at(guest.start)
+            .is_some_and(|i| i.guest.end >= guest.end)
+        {
+            self.import_piece(backend, memory, guest, reservation, before, by_revisit)?;
+            return Ok(true);
+        }
         let parts = real_parts(memory, guest, |why, host, g| {
             format!(
                 "{why}; host {host} (guest {g}) was not handed to the driver, the rest of {guest} was ({})",
@@ -424,16 +434,20 @@ impl Mappings {
         before: u64,
         by_revisit: bool,
     ) -> Result<(), BackendError> {
-        let block = *self.import_block.get_or_insert_with(|| {
-            let most = backend.max_import_bytes().max(memory.page_bytes());
-            1u64 << (63 - most.leading_zeros())
-        });
+        let block = self.block(backend, memory);
         let mut at = guest.start;
         while at < guest.end {
             let (end, device_base) = match self.import_at(at) {
-                Some(i) => (i.guest.end.min(guest.end), i.device_base + (at - i.guest.start)),
+                Some(i) => (
+                    i.guest.end.min(guest.end),
+                    i.device_base + (at - i.guest.start),
+                ),
                 None => {
-                    let next = self.imports.range(at..).next().map_or(u64::MAX, |(s, _)| *s);
+                    let next = self
+                        .imports
+                        .range(at..)
+                        .next()
+                        .map_or(u64::MAX, |(s, _)| *s);
                     let block_end = (at | (block - 1)).saturating_add(1);
                     let r = ByteRange::new(at, guest.end.min(next).min(block_end));
                     let device_base = backend.import(r, memory)?;
@@ -462,6 +476,14 @@ impl Mappings {
             self.dropped.retain(|d| !d.guest.overlaps(&guest));
         }
         Ok(())
+    }
+
+    /// The most bytes an import holds, a power of two: the backend's limit rounded down.
+    fn block(&mut self, backend: &dyn Backend, memory: &GuestMemory) -> u64 {
+        *self.import_block.get_or_insert_with(|| {
+            let most = backend.max_import_bytes().max(memory.page_bytes());
+            1u64 << (63 - most.leading_zeros())
+        })
     }
 
     /// The import holding guest `addr`, if one does.
@@ -563,6 +585,14 @@ impl Mappings {
                 ..p
             });
         }
+    }
+
+    /// The parts of mapped pieces that lie in `range`, by address.
+    pub fn overlapping(&self, range: ByteRange) -> Vec<ByteRange> {
+        self.pieces_over(range)
+            .iter()
+            .filter_map(|p| p.guest.intersection(&range))
+            .collect()
     }
 
     /// The mapped pieces overlapping `range`, by address.
@@ -818,6 +848,28 @@ impl Mappings {
                 }
             }
         }
+        // A full mapping makes what a first mapping would: the imports are the wanted stretches cut
+        // at the blocks (an import cut since by pages that stopped qualifying, or no longer
+        // wanted, is let go and its stretches imported again).
+        let block = self.block(&*backend, memory);
+        let mut desired = std::collections::BTreeSet::new();
+        for (r, _) in wanted.values() {
+            let mut at = r.start;
+            while at < r.end {
+                let end = r.end.min((at | (block - 1)).saturating_add(1));
+                desired.insert((at, end));
+                at = end;
+            }
+        }
+        let stale: Vec<ByteRange> = self
+            .imports
+            .values()
+            .filter(|i| !desired.contains(&(i.guest.start, i.guest.end)))
+            .map(|i| i.guest)
+            .collect();
+        for g in stale {
+            self.release_imports_over(backend, &[g])?;
+        }
         let existing: Vec<Piece> = self.pieces.values().copied().collect();
         for p in existing {
             if wanted.get(&p.guest.start).map(|w| w.0) != Some(p.guest) {
@@ -825,20 +877,6 @@ impl Mappings {
             } else {
                 wanted.remove(&p.guest.start);
             }
-        }
-        // An import no readable run overlaps any more is let go; the others stay for the pieces
-        // that reach into them, now or after a revisit.
-        let idle: Vec<Import> = self
-            .imports
-            .values()
-            .filter(|i| {
-                let over = runs.partition_point(|r| r.range.end <= i.guest.start);
-                runs.get(over).is_none_or(|r| r.range.start >= i.guest.end)
-            })
-            .copied()
-            .collect();
-        for i in idle {
-            self.release_imports_over(backend, &[i.guest])?;
         }
         self.left_out = left_out;
         for (_, (r, reservation)) in wanted {

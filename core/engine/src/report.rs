@@ -249,7 +249,10 @@ pub enum LookupOutcome {
 }
 
 /// Whether a `u32` is 0: serde's test for a field left out when 0.
-#[allow(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if passes a reference")]
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if passes a reference"
+)]
 pub fn is_zero_u32(v: &u32) -> bool {
     *v == 0
 }

@@ -16,7 +16,9 @@ use crate::replay::Replay;
 use crate::table::DeviceTable;
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::backend::{Backend, BackendError};
-use dispatchscope_core::chunk_table::{ChunkTable, MARK_BLOCK_SLOTS, SLOT_BYTES, mark_buffer_words};
+use dispatchscope_core::chunk_table::{
+    ChunkTable, MARK_BLOCK_SLOTS, SLOT_BYTES, mark_buffer_words,
+};
 use dispatchscope_core::exec::{Job, Outcome, Planned};
 use dispatchscope_core::input::DeviceLimits;
 use dispatchscope_core::memory::GuestMemory;
@@ -151,7 +153,10 @@ impl Backend for VulkanBackend {
     /// re-imports what is left of the imports it touched, so an import is kept to a size whose
     /// re-import (the driver pins its pages) costs what a frame can spare.
     fn max_import_bytes(&self) -> u64 {
-        self.ctx.info.max_memory_allocation_size.min(IMPORT_BLOCK_BYTES)
+        self.ctx
+            .info
+            .max_memory_allocation_size
+            .min(IMPORT_BLOCK_BYTES)
     }
 
     fn limits(&self) -> Option<DeviceLimits> {
@@ -253,19 +258,28 @@ impl Backend for VulkanBackend {
         let mut marks = Vec::new();
         let words: &mut [u32] = bytemuck::cast_slice_mut(m.bytes_mut());
         let (marks_words, summary) = words.split_at_mut(slots.min(words.len()));
-        for (b, flag) in summary.iter_mut().enumerate() {
-            if *flag == 0 {
+        // Sixty-four summary words at a time: a table of a million slots has 4,096 of them, and a
+        // dispatch marks few blocks.
+        const SPAN: usize = 64;
+        for (g, group) in summary.chunks_mut(SPAN).enumerate() {
+            if group.iter().fold(0, |a, &w| a | w) == 0 {
                 continue;
             }
-            *flag = 0;
-            let first = b * MARK_BLOCK_SLOTS;
-            let block = marks_words
-                .get_mut(first..(first + MARK_BLOCK_SLOTS).min(slots))
-                .unwrap_or_default();
-            for (i, w) in block.iter_mut().enumerate() {
-                if *w != 0 {
-                    marks.push((first + i, *w));
-                    *w = 0;
+            for (k, flag) in group.iter_mut().enumerate() {
+                if *flag == 0 {
+                    continue;
+                }
+                let b = g * SPAN + k;
+                *flag = 0;
+                let first = b * MARK_BLOCK_SLOTS;
+                let block = marks_words
+                    .get_mut(first..(first + MARK_BLOCK_SLOTS).min(slots))
+                    .unwrap_or_default();
+                for (i, w) in block.iter_mut().enumerate() {
+                    if *w != 0 {
+                        marks.push((first + i, *w));
+                        *w = 0;
+                    }
                 }
             }
         }

@@ -105,17 +105,19 @@ impl Imports {
             host,
             why,
         };
+        // In host mode the emulator's own pages are imported where they lie, and the check there
+        // names their real host address; a mirror has none until it is made.
+        if memory.host().is_some() {
+            return self.import_in_place(piece, memory, calls);
+        }
         if bytes > info.max_memory_allocation_size {
             return Err(refused(
                 0,
                 format!(
-                    "{bytes:#x} bytes is over maxMemoryAllocationSize {:#x}",
+                    "{bytes:#x} bytes is over maxMemoryAllocationSize {:#x} (a mirror, not yet made)",
                     info.max_memory_allocation_size
                 ),
             ));
-        }
-        if memory.host().is_some() {
-            return self.import_in_place(piece, memory, calls);
         }
         let started = Instant::now();
         let mut mirror = HostAlloc::zeroed(bytes, align)?;

@@ -243,7 +243,9 @@ impl DeviceTable {
                     let mut regions = Vec::new();
                     let mut data = Vec::with_capacity(sorted.len() * SLOT_BYTES);
                     for i in sorted {
-                        let Some(s) = table.slots().get(i) else { continue };
+                        let Some(s) = table.slots().get(i) else {
+                            continue;
+                        };
                         regions.push((i * SLOT_BYTES, data.len()));
                         data.extend_from_slice(&s.guest_chunk.to_le_bytes());
                         data.extend_from_slice(&s.device_addr.to_le_bytes());
@@ -324,7 +326,10 @@ impl DeviceTable {
                     let reach = s.reach();
                     let first = u64::from(reach.trailing_zeros());
                     let last = u64::from(PARTS - reach.leading_zeros());
-                    (s.device_addr.wrapping_add(first * part), (last - first) * part)
+                    (
+                        s.device_addr.wrapping_add(first * part),
+                        (last - first) * part,
+                    )
                 })
                 .collect(),
             _ => Vec::new(),

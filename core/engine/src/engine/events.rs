@@ -64,6 +64,11 @@ impl<B: Backend> Engine<B> {
             )?;
         }
         self.page_events.record(event, when);
+        if let Event::Guard { range } = event
+            && self.memory.host().is_some()
+        {
+            self.guards_raised.push(*range);
+        }
         if self.mappings.mapped_generation().is_some() {
             for range in &change.revisit {
                 for (r, reason) in

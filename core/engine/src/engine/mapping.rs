@@ -6,7 +6,7 @@
 use super::{Engine, EngineError};
 use crate::backend::Backend;
 use crate::chunk_table::{
-    ChunkTable, MAX_CHUNK_BYTES, PARTS, SLOT_BYTES, chunk_bytes_for, parts_covered,
+    ChunkTable, MAX_CHUNK_BYTES, PARTS, SLOT_BYTES, TableError, chunk_bytes_for, parts_covered,
 };
 use crate::import::{Mappings, Piece, PieceChange};
 use crate::input::DeviceLimits;
@@ -37,15 +37,22 @@ pub(super) struct MappingState {
     runs: Vec<ReadableRun>,
     pub(super) pieces: Vec<PieceReport>,
     pub(super) left_out: Vec<LeftOutReport>,
-    /// T1: the chunk the pieces allow.
+    /// T1: the chunk the imports allow.
     chunk_bytes: u64,
+    /// What sets it: the import whose ends are the least aligned, in words.
+    chunk_cause: String,
 }
 
 impl MappingState {
-    fn derive(key: (u64, u64), memory: &GuestMemory, mappings: &Mappings) -> Self {
+    fn derive(key: (u64, u64), memory: &GuestMemory, mappings: &Mappings, last: &mut Self) -> Self {
+        // The readable runs move with the generation alone (M4), not with the mappings.
+        let runs = match last.key {
+            Some((generation, _)) if generation == key.0 => std::mem::take(&mut last.runs),
+            _ => memory.readable_runs(),
+        };
         Self {
             key: Some(key),
-            runs: memory.readable_runs(),
+            runs,
             pieces: mappings.piece_reports(),
             left_out: mappings.left_out().cloned().collect(),
             // T1 over the imports: a chunk lies in one import; the pieces inside one (pages cut out
@@ -53,8 +60,40 @@ impl MappingState {
             // sixteenth of the chunk, so a chunk is at most 16 pages.
             chunk_bytes: chunk_bytes_for(mappings.imports().map(|i| (i.guest.start, i.guest.end)))
                 .min(memory.page_bytes() * u64::from(PARTS)),
+            chunk_cause: chunk_cause(memory, mappings),
         }
     }
+}
+
+/// T1 in words: which import's ends set the chunk, and what lies beside them.
+fn chunk_cause(memory: &GuestMemory, mappings: &Mappings) -> String {
+    let finest = mappings
+        .imports()
+        .min_by_key(|i| (i.guest.start | i.guest.end).trailing_zeros());
+    let Some(i) = finest else {
+        return "nothing is imported".to_owned();
+    };
+    let align = 1u64 << (i.guest.start | i.guest.end).trailing_zeros().min(63);
+    if align >= MAX_CHUNK_BYTES.min(memory.page_bytes() * u64::from(PARTS)) {
+        return "every import's ends are aligned to the largest chunk".to_owned();
+    }
+    let at = if i.guest.end & (align - 1) == 0
+        && i.guest.end.trailing_zeros() < i.guest.start.trailing_zeros()
+    {
+        i.guest.end
+    } else {
+        i.guest.start
+    };
+    let beside = mappings
+        .left_out()
+        .find(|l| l.guest.contains(at) || l.guest.end == at)
+        .map_or(String::new(), |l| {
+            format!(", beside {} left out ({})", l.guest, l.reason.phrase())
+        });
+    format!(
+        "the import of {} (what M3 handed the driver in one piece) ends on a {align:#x}-byte boundary at {at:#x}{beside}, and a chunk lies in one import",
+        i.guest
+    )
 }
 
 /// What the table report says about the table's shape, computed when the table changes.
@@ -63,6 +102,37 @@ pub(super) struct TableStats {
     mean_probes_hit: f64,
     mean_probes_miss: f64,
     probe_histogram: Vec<u64>,
+}
+
+/// T2 by parts: the piece changes, slot by slot; the slots inserted and removed.
+fn apply_changes(t: &mut ChunkTable, changes: &[PieceChange]) -> Result<(u64, u64), TableError> {
+    let (mut inserted, mut removed) = (0, 0);
+    let shift = t.chunk_shift();
+    for c in changes {
+        let (PieceChange::Added(p) | PieceChange::Removed(p)) = c;
+        let chunks = p.guest.start >> shift..(p.guest.end - 1 >> shift) + 1;
+        if let PieceChange::Added(_) = c {
+            crate::chunk_table::check_entries(
+                (t.len() as u64).saturating_add(chunks.end - chunks.start),
+            )?;
+        }
+        for chunk in chunks {
+            let parts = parts_covered(chunk, shift, p.guest.start, p.guest.end);
+            let device = p.device_at(chunk << shift);
+            match c {
+                PieceChange::Removed(_) => {
+                    if t.remove_parts(chunk, device, parts) {
+                        removed += 1;
+                    }
+                }
+                PieceChange::Added(_) => {
+                    t.insert_parts(chunk, device, parts)?;
+                    inserted += 1;
+                }
+            }
+        }
+    }
+    Ok((inserted, removed))
 }
 
 impl<B: Backend> Engine<B> {
@@ -104,10 +174,17 @@ impl<B: Backend> Engine<B> {
     pub(super) fn mapping_state(&mut self) -> &MappingState {
         let key = (self.memory.generation(), self.mappings.version());
         if self.mapping_state.key != Some(key) {
-            self.mapping_state = MappingState::derive(key, &self.memory, &self.mappings);
+            let mut last = std::mem::take(&mut self.mapping_state);
+            self.mapping_state = MappingState::derive(key, &self.memory, &self.mappings, &mut last);
         }
         debug_assert!(
-            self.mapping_state == MappingState::derive(key, &self.memory, &self.mappings),
+            self.mapping_state
+                == MappingState::derive(
+                    key,
+                    &self.memory,
+                    &self.mappings,
+                    &mut MappingState::default()
+                ),
             "the mapping state moved without the generation or the mappings' version"
         );
         &self.mapping_state
@@ -127,50 +204,37 @@ impl<B: Backend> Engine<B> {
         let changes_fit = changes.iter().all(|c| match c {
             PieceChange::Added(p) | PieceChange::Removed(p) => fits(p),
         });
-        let t: &ChunkTable = match &mut self.table {
-            Some(t)
-                if t.chunk_bytes() == chunk_bytes
-                    && t.probe_bound() == limits.probe_bound
-                    && changes_fit =>
-            {
-                let shift = t.chunk_shift();
-                for c in &changes {
-                    let (PieceChange::Added(p) | PieceChange::Removed(p)) = c;
-                    let chunks = p.guest.start >> shift..(p.guest.end - 1 >> shift) + 1;
-                    if let PieceChange::Added(_) = c {
-                        crate::chunk_table::check_entries(
-                            (t.len() as u64).saturating_add(chunks.end - chunks.start),
-                        )?;
-                    }
-                    for chunk in chunks {
-                        let parts = parts_covered(chunk, shift, p.guest.start, p.guest.end);
-                        let device = p.device_at(chunk << shift);
-                        match c {
-                            PieceChange::Removed(_) => {
-                                if t.remove_parts(chunk, device, parts) {
-                                    removed += 1;
-                                }
-                            }
-                            PieceChange::Added(_) => {
-                                t.insert_parts(chunk, device, parts)?;
-                                inserted += 1;
-                            }
-                        }
-                    }
-                }
+        // The changes, slot by slot, where the table has the chunk and bound they need. A batch can
+        // pass through states a table cannot hold (a chunk briefly in two imports, more slots than
+        // the bound) though its end state fits: then the table is built from the end state.
+        let mut applied = None;
+        if let Some(t) = self.table.as_mut()
+            && t.chunk_bytes() == chunk_bytes
+            && t.probe_bound() == limits.probe_bound
+            && changes_fit
+        {
+            applied = Some(apply_changes(t, &changes));
+        }
+        let t: &ChunkTable = match (applied, &mut self.table) {
+            (Some(Ok((i, r))), Some(t)) => {
+                (inserted, removed) = (i, r);
                 t
             }
-            existing => {
-                rebuilt = Some(match existing {
-                    None => "first device-addressed dispatch".to_owned(),
-                    Some(t) if t.chunk_bytes() != chunk_bytes => format!(
-                        "T1: the chunk changed from {:#x} to {chunk_bytes:#x} bytes to follow the mappings' alignment",
-                        t.chunk_bytes()
+            (applied, existing) => {
+                rebuilt = Some(match (applied, &*existing) {
+                    (Some(Err(e)), _) => format!(
+                        "T2: the changes since the last dispatch could not be made slot by slot ({e}); the table was built from the mappings they end in"
                     ),
-                    Some(t) if t.probe_bound() != limits.probe_bound => {
+                    (_, None) => "first device-addressed dispatch".to_owned(),
+                    (_, Some(t)) if t.chunk_bytes() != chunk_bytes => format!(
+                        "T1: the chunk changed from {:#x} to {chunk_bytes:#x} bytes: {}",
+                        t.chunk_bytes(),
+                        self.mapping_state.chunk_cause
+                    ),
+                    (_, Some(t)) if t.probe_bound() != limits.probe_bound => {
                         "the probe bound changed".to_owned()
                     }
-                    Some(_) => "T1: a piece mapped and dropped since the last dispatch was finer than the chunk".to_owned(),
+                    (_, Some(_)) => "T1: a piece mapped and dropped since the last dispatch was finer than a part of the chunk".to_owned(),
                 });
                 let shift = chunk_bytes.trailing_zeros();
                 let chunks_of = |p: &Piece| p.guest.start >> shift..(p.guest.end - 1 >> shift) + 1;
@@ -181,14 +245,17 @@ impl<B: Backend> Engine<B> {
                     .fold(0u64, u64::saturating_add);
                 crate::chunk_table::check_entries(n_chunks)?;
                 // A chunk cut in pieces of one import is one slot reaching their parts (the build
-                // joins them); pieces of two imports are two slots.
+                // joins them).
                 let entries: Vec<(u64, u64)> = self
                     .mappings
                     .pieces()
                     .flat_map(|p| {
                         chunks_of(p).map(move |c| {
                             let parts = parts_covered(c, shift, p.guest.start, p.guest.end);
-                            (crate::chunk_table::key_of(c, parts), p.device_at(c << shift))
+                            (
+                                crate::chunk_table::key_of(c, parts),
+                                p.device_at(c << shift),
+                            )
                         })
                     })
                     .collect();
@@ -218,10 +285,11 @@ impl<B: Backend> Engine<B> {
         self.sync.removed = removed;
         let report = TableReport {
             chunk_bytes: t.chunk_bytes(),
-            // T1's chunk is the finest alignment of the pieces' ends, capped at 64 KiB.
+            // T1's chunk is the finest alignment of the imports' ends, capped at 64 KiB.
             chunk_reason: match t.chunk_bytes() {
                 a if a < MAX_CHUNK_BYTES => format!(
-                    "T1: the finest mapping is aligned to {a:#x} bytes, so a chunk is {a:#x} bytes and lies in one mapping"
+                    "T1: the finest mapping is aligned to {a:#x} bytes, so a chunk is {a:#x} bytes and lies in one mapping: {}",
+                    self.mapping_state.chunk_cause
                 ),
                 _ => format!(
                     "T1: every mapping is aligned to at least 64 KiB, so a chunk is the largest allowed, {:#x} bytes",

@@ -274,7 +274,9 @@ pub struct Engine<B: Backend = CpuBackend> {
     /// The dispatch [`Engine::prepare`] handed out and [`Engine::complete`] has not taken.
     prepared: Option<u64>,
     /// Host mode: the memory's state count when mapped pages were last checked for guards.
-    guards_checked: Option<u64>,
+    /// Host mode: the ranges the write-watch guarded since the last device-addressed dispatch,
+    /// whose mapped pages M2 unguards again before the device may store through them.
+    guards_raised: Vec<crate::addr::ByteRange>,
     /// What the prepared dispatch can reach, for M5 ([`Reach`]).
     reach: Reach,
     /// Host mode: what the emulator's memory did to the dispatch under way (prepare to complete).
@@ -347,7 +349,7 @@ impl<B: Backend> Engine<B> {
             mapping_state: MappingState::default(),
             page_events: events::PageEvents::default(),
             prepared: None,
-            guards_checked: None,
+            guards_raised: Vec::new(),
             reach: Reach::default(),
             host_path: HostPathReport::default(),
             checked: false,

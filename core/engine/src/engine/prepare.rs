@@ -637,11 +637,15 @@ impl<B: Backend> Engine<B> {
         if self.memory.host().is_none() {
             return Ok(());
         }
-        let key = self.memory.state_changes();
-        if self.guards_checked == Some(key) {
-            return Ok(());
-        }
-        let pieces: Vec<ByteRange> = self.mappings.pieces().map(|p| p.guest).collect();
+        // Only where a guard was raised since the last dispatch (a mapping or a revisit maps no
+        // guarded page: M2 releases them first, M3 leaves them out), over what is mapped there.
+        let raised = std::mem::take(&mut self.guards_raised);
+        let mut pieces: Vec<ByteRange> = raised
+            .iter()
+            .flat_map(|r| self.mappings.overlapping(*r))
+            .collect();
+        pieces.sort_by_key(|p| p.start);
+        pieces.dedup();
         for p in pieces {
             match self.memory.release_guards_over(p) {
                 Ok(_) => {}
@@ -664,7 +668,7 @@ impl<B: Backend> Engine<B> {
                 Err(e) => return Err(e.into()),
             }
         }
-        self.guards_checked = Some(self.memory.state_changes());
+
         Ok(())
     }
 }
