@@ -40,8 +40,9 @@
 //! - `uvec4 dispatchscope_load(u32 token, u32 site, u64 guest_addr, u32 size_bytes)`: a guest load
 //!   of 4, 8, 12 or 16 bytes at a 4-byte-aligned address; words that miss read zero (T4).
 //! - `void dispatchscope_store(u32 token, u32 site, u64 guest_addr, u32 size_bytes, uvec4 values)`:
-//!   a guest store; words that miss are dropped (T4); each chunk slot it hits is marked, with the
-//!   summary word of the slot's block of `MARK_BLOCK_SLOTS` (C1).
+//!   a guest store; words that miss are dropped (T4); each chunk slot it hits is marked once (two
+//!   parts of one chunk through one slot mark it once), with the summary word of the slot's block
+//!   of `MARK_BLOCK_SLOTS` (C1).
 //! - `void dispatchscope_note(u32 token, u32 site, u32 flags, u64 addr, uvec4 values)`: an access
 //!   the program made itself (LDS, scratch, a bound holder), for the counters and the capture;
 //!   `flags` are the capture flags of `dispatchscope_core::instrument` (`route << 12 | store << 8 |
@@ -1276,9 +1277,12 @@ fn emit_access(
             let hit1 = a.ne(s1, none)?;
             let hit1 = a.land(split, hit1)?;
             if store {
-                // C1: each slot the store hit, and its block's summary word.
+                // C1: each slot the store hit, and its block's summary word; two parts of one
+                // chunk reached through one slot mark it once, as the CPU reference does.
                 let marks = a.push_u64(push::MARKS)?;
-                for (hit, slot) in [(hit0, s0), (hit1, s1)] {
+                let other = a.ne(s1, s0)?;
+                let mark1 = a.land(hit1, other)?;
+                for (hit, slot) in [(hit0, s0), (mark1, s1)] {
                     a.if_(hit, |a| a.mark(marks, slot))?;
                 }
             }

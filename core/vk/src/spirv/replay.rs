@@ -413,7 +413,8 @@ fn value_word(a: &mut Asm, vals: Word, i: Word) -> R<(Word, Word, Word)> {
 }
 
 /// C1: a device store adds one to the mark word of each slot it hit and sets its block's summary
-/// word ([`Asm::mark`]): the first byte's, and the last byte's when the access spans two parts.
+/// word ([`Asm::mark`]): the first byte's, and the last byte's when the access spans two parts
+/// reached through two slots (two parts of one chunk through one slot mark it once).
 fn emit_marks(
     a: &mut Asm,
     marks: Word,
@@ -430,6 +431,8 @@ fn emit_marks(
         a.if_(hit0, |a| mark(a, s0))?;
         let hit1 = a.ne(s1, none)?;
         let both = a.land(split, hit1)?;
+        let other = a.ne(s1, s0)?;
+        let both = a.land(both, other)?;
         a.if_(both, |a| mark(a, s1))
     })
 }
