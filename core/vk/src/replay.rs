@@ -22,7 +22,9 @@ use crate::push::PushBlock;
 use crate::spirv::{push, record};
 use crate::table::{EMPTY_TABLE_SLOTS, TablePush};
 use crate::{VkError, check};
-use dispatchscope_core::chunk_table::{ChunkTable, SLOT_BYTES};
+use dispatchscope_core::chunk_table::{
+    ChunkTable, MARK_BLOCK_SLOTS, SLOT_BYTES, mark_buffer_words,
+};
 use dispatchscope_core::exec::{AccessOutcome, Job, Outcome, Planned};
 use dispatchscope_core::input::{Format, Op, words_for};
 use dispatchscope_core::memory::GuestMemory;
@@ -48,7 +50,8 @@ fn align_up(x: u64, a: u64) -> u64 {
 }
 
 impl AuxLayout {
-    /// The regions `job`, encoded as `enc`, needs, with a mark word for each of `capacity` slots.
+    /// The regions `job`, encoded as `enc`, needs, with a mark word for each of `capacity` slots
+    /// and their summary (C1, `mark_buffer_words`).
     fn of(job: &Job<'_>, enc: &Encoded, capacity: usize) -> Self {
         let n = job.accesses.len() as u64;
         let mut l = AuxLayout::default();
@@ -62,7 +65,7 @@ impl AuxLayout {
         l.values = take(enc.values.len() as u64 * 4);
         l.out = take(n * (record::OUT_WORDS as u64) * 4);
         l.log = take(record::LOG_HEADER_BYTES + n * record::LOG_ENTRY_BYTES);
-        l.marks = take(capacity as u64 * 4);
+        l.marks = take(mark_buffer_words(capacity) as u64 * 4);
         l.lds_stride = align_up(u64::from(job.lds_bytes).max(16), 16);
         l.scratch_stride = align_up(u64::from(job.scratch_bytes_per_lane).max(16), 16);
         l.lds = take(enc.lds_regions as u64 * l.lds_stride);
@@ -455,13 +458,21 @@ impl Replay {
             };
             accesses.push(res);
         }
+        // C1 as the backend reads it: only the blocks the summary names (a mark the shader left
+        // without its summary word is lost here, as it would be there).
         let marks = match table {
-            Some(t) => (0..t.capacity())
-                .filter_map(|s| {
-                    let n = word(l.marks + s as u64 * 4);
-                    (n > 0).then_some((s, n))
-                })
-                .collect(),
+            Some(t) => {
+                let slots = t.capacity();
+                let summary = l.marks + slots as u64 * 4;
+                (0..slots.div_ceil(MARK_BLOCK_SLOTS))
+                    .filter(|b| word(summary + *b as u64 * 4) != 0)
+                    .flat_map(|b| b * MARK_BLOCK_SLOTS..((b + 1) * MARK_BLOCK_SLOTS).min(slots))
+                    .filter_map(|s| {
+                        let n = word(l.marks + s as u64 * 4);
+                        (n > 0).then_some((s, n))
+                    })
+                    .collect()
+            }
             None => Vec::new(),
         };
         let mut out_holders = Vec::with_capacity(holders.len());

@@ -436,6 +436,90 @@ fn accesses_across_chunk_edges_agree() {
     );
 }
 
+/// 4 KiB host pages and pages made read-only after a first dispatch imported the reservation whole:
+/// the imports outlive the pieces, so the table keeps 64 KiB chunks and maps the chunks with pages
+/// cut out by parts (a sixteenth of a chunk, a page, each). Accesses of 1 to 16 bytes
+/// across every page edge (a part edge inside a chunk, or a chunk edge), into the pages left out
+/// and beyond the reservation, loads and stores: the replay's lookups by (chunk, part), its bytes
+/// through the first byte's part or the last's, its marks and their summary (C1), as the CPU's.
+#[test]
+fn a_chunk_mapped_by_parts_agrees() {
+    let Some(ctx) = context() else { return };
+    let mut rng = Rng::new(41);
+    let end = BASE + 0x2_0000;
+    let mut accesses = Vec::new();
+    let mut edge = BASE + 0x1000;
+    while edge <= end {
+        for size in [1u32, 4, 8, 16] {
+            for back in [1u64, 3, 4, 12] {
+                let Some(address) = edge.checked_sub(back.min(u64::from(size))) else {
+                    continue;
+                };
+                for op in [Op::Load, Op::Store] {
+                    let mut a = access(AccessKind::Global, op, size);
+                    a.address = Some(address);
+                    if op == Op::Store {
+                        a.values = (0..size.div_ceil(4))
+                            .map(|_| rng.next_u64() as u32)
+                            .collect();
+                    }
+                    accesses.push(a);
+                }
+            }
+        }
+        edge += 0x1000;
+    }
+    let protect = |start: u64, end: u64| {
+        Step::Event(Event::Protect {
+            range: ByteRange::new(start, end),
+            readable: true,
+            writable: false,
+        })
+    };
+    let s = sample(
+        0x1000,
+        vec![Contents {
+            address: BASE,
+            bytes: random_bytes(&mut rng, 0x2_0000),
+        }],
+        vec![
+            reserve(BASE, end),
+            dispatch(Vec::new(), accesses.clone(), true),
+            protect(BASE + 0x3000, BASE + 0x4000),
+            protect(BASE + 0x9000, BASE + 0xb000),
+            protect(BASE + 0x1_f000, BASE + 0x2_0000),
+            dispatch(Vec::new(), accesses, true),
+        ],
+    );
+    let reports = assert_agree(&s, &ctx, "chunks by parts");
+    let r = &reports[1];
+    assert_eq!(r.table.as_ref().map(|t| t.chunk_bytes), Some(0x1_0000));
+    let hit_key = |l: &dispatchscope_core::report::LookupTrace| match l.outcome {
+        dispatchscope_core::report::LookupOutcome::Hit { .. } => {
+            l.probes.last().and_then(|p| p.key)
+        }
+        _ => None,
+    };
+    // Lookups that hit a slot reaching only some parts of its chunk.
+    assert!(
+        r.accesses
+            .iter()
+            .flat_map(|a| &a.lookups)
+            .any(|l| hit_key(l).is_some_and(|k| k >> 48 != 0))
+    );
+    // Two lookups in one chunk (two parts of it), one of them a miss: an escape beside a hit.
+    assert!(r.accesses.iter().any(|a| {
+        matches!(&a.lookups[..], [l0, l1] if l0.guest_chunk == l1.guest_chunk
+            && hit_key(l0).is_some() != hit_key(l1).is_some())
+            && a.escaped
+    }));
+    assert!(
+        r.accesses
+            .iter()
+            .any(|a| a.lookups.len() == 2 && !a.escaped)
+    );
+}
+
 /// M4: a second dispatch over an unchanged generation makes no import, release or table upload.
 #[test]
 fn an_unchanged_generation_makes_no_vulkan_calls() {

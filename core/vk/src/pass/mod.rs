@@ -30,7 +30,7 @@ use crate::table::TablePush;
 use crate::{VkError, VulkanBackend, check};
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::backend::Backend;
-use dispatchscope_core::chunk_table::{ChunkTable, EMPTY_KEY, chunk_bytes_for};
+use dispatchscope_core::chunk_table::{ChunkTable, EMPTY_KEY, chunk_bytes_for, mark_buffer_words};
 use dispatchscope_core::engine::{DeviceInstrumentation, DeviceRun, HolderRun, RanOn};
 use dispatchscope_core::input::{
     Access, AccessKind, Backing, DeviceLimits, DispatchInput, Event, Op, Reason, Slot,
@@ -777,9 +777,10 @@ impl DevicePass {
                 .read_bytes(slot0.start, dst)
                 .map_err(|e| VkError::HostRead(Box::new(e)))?;
         }
+        // C1: a mark word a slot, then the summary the helper sets beside each mark.
         let marks = output_buffer(
             ctx,
-            4 * table.capacity() as u64,
+            4 * mark_buffer_words(table.capacity()) as u64,
             "the mark words",
             &mut calls,
         )?;

@@ -56,7 +56,7 @@ pub(super) struct Asm {
     pub(super) push_var: Word,
     /// The instrumented helper's workgroup counters (`library::declare_workgroup`), once declared.
     pub(super) workgroup_var: Option<Word>,
-    /// The lane's last lookup (`library::declare_lane_cache`): its chunk and its answer, once
+    /// The lane's last lookup (`library::declare_lane_cache`): its slot's key and its answer, once
     /// declared.
     pub(super) lane_cache: Option<(Word, Word)>,
     /// The lane's own access counters (`library::declare_lane_counts`), once declared.
@@ -110,11 +110,12 @@ impl Asm {
         let p_fn_u32 = b.type_pointer(None, StorageClass::Function, u32_);
         let p_fn_u64 = b.type_pointer(None, StorageClass::Function, u64_);
         let p_push_u32 = b.type_pointer(None, StorageClass::PushConstant, u32_);
-        let hit = b.type_struct([u64_, u32_, u32_]);
+        let hit = b.type_struct([u64_, u32_, u32_, u32_]);
         b.name(hit, "Hit");
         b.member_name(hit, 0, "device_addr");
         b.member_name(hit, 1, "slot");
         b.member_name(hit, 2, "probes");
+        b.member_name(hit, 3, "excluded");
         let mut a = Self {
             module,
             b,
@@ -505,7 +506,8 @@ impl Asm {
             .execution_mode(f, ExecutionMode::LocalSize, [local_size, 1, 1]);
     }
 
-    /// `hit.device_addr` (index 0), `hit.slot` (index 1) or `hit.probes` (index 2).
+    /// `hit.device_addr` (index 0), `hit.slot` (index 1), `hit.probes` (index 2) or
+    /// `hit.excluded` (index 3).
     pub(super) fn extract(&mut self, hit: Word, index: u32) -> R<Word> {
         let id = self.b.id();
         let inst = Instruction::new(

@@ -8,6 +8,7 @@ use rspirv::spirv::{self, Decoration, Op, StorageClass};
 use super::asm::Asm;
 use super::helper::emit_lookup;
 use super::{R, push, record};
+use dispatchscope_core::chunk_table::PARTS;
 
 /// Workgroup size of the benchmark kernels.
 pub const BENCH_LOCAL_SIZE: u32 = 64;
@@ -81,14 +82,25 @@ pub fn bench_module() -> R<Vec<u32>> {
             let v = match kernel {
                 BenchKernel::Raw => a.ld32(addr)?,
                 BenchKernel::Helper => {
-                    // T5 as the replay does it: the first and the last byte's chunk.
+                    // T5 as the replay does it: the first and the last byte's (chunk, part).
+                    let part_bits = a.c32(PARTS.trailing_zeros());
+                    let part_shift = a.sub(t.u32, shift, part_bits)?;
+                    let last_part = a.c32(PARTS - 1);
                     let c0 = a.shr(t.u64, addr, shift)?;
+                    let q0 = a.shr(t.u64, addr, part_shift)?;
+                    let p0 = a.narrow(q0)?;
+                    let p0 = a.and(t.u32, p0, last_part)?;
                     let three = a.c64(3);
                     let last = a.add(t.u64, addr, three)?;
-                    let c1 = a.shr(t.u64, last, shift)?;
-                    let h0 = a.call(t.hit, lookup, &[c0])?;
-                    let split = a.ne(c1, c0)?;
-                    a.if_(split, |a| a.call(t.hit, lookup, &[c1]).map(|_| ()))?;
+                    let q1 = a.shr(t.u64, last, part_shift)?;
+                    let h0 = a.call(t.hit, lookup, &[c0, p0])?;
+                    let split = a.ne(q1, q0)?;
+                    a.if_(split, |a| {
+                        let c1 = a.shr(t.u64, last, shift)?;
+                        let p1 = a.narrow(q1)?;
+                        let p1 = a.and(t.u32, p1, last_part)?;
+                        a.call(t.hit, lookup, &[c1, p1]).map(|_| ())
+                    })?;
                     let d0 = a.extract(h0, 0)?;
                     let s0 = a.extract(h0, 1)?;
                     let none = a.c32(record::NO_SLOT);

@@ -1,6 +1,9 @@
 //! [`super::library::emit_into`] from a caller's side: a small compute module written with rspirv's
 //! own builder (not this crate's `Asm`), the helper emitted into it, validated by spirv-val, and
-//! run on the device (lavapipe here, validation layer on) against the CPU's lookup, chunk by chunk.
+//! run on the device (lavapipe here, validation layer on) against the CPU's lookup, part by part of
+//! chunks mapped whole, by two or three imports, and with pages cut out. Then the lane's lookup
+//! cache against the lookup, answer by answer, and the helper's loads and stores against
+//! `ChunkTable::device_from_guest`, with their marks and the marks' summary (C1).
 
 #![allow(
     clippy::unwrap_used,
@@ -18,20 +21,95 @@ use rspirv::spirv::{
     FunctionControl, MemoryAccess, MemoryModel, StorageClass,
 };
 
-use super::library::{EmittedHelpers, Variant, emit_into};
+use super::asm::Asm;
+use super::helper::{EVERY_PART, emit_lookup};
+use super::library::{
+    self, EmittedHelpers, Variant, cached_lookup, declare_lane_cache, emit_helpers, emit_into,
+};
 use super::record::NO_SLOT;
 use crate::commands::Commands;
 use crate::pipeline::Pipeline;
 use crate::push::PushBlock;
 use crate::table::TablePush;
 use crate::{Context, ContextOptions, VkError};
-use dispatchscope_core::chunk_table::ChunkTable;
+use dispatchscope_core::chunk_table::{
+    ChunkTable, MARK_BLOCK_SLOTS, PARTS, TableSlot, mark_buffer_words,
+};
 use dispatchscope_core::report::LookupOutcome;
 
 const LANES: u32 = 256;
 
-/// The caller's module: lane `i` looks up chunk `first + i` (push words 0–1) and writes
-/// `{device_addr, slot, probes}` to 16 bytes at `out + 16 i` (push words 2–3).
+/// Bytes of the tests' chunks (T1's largest): parts of 4 KiB.
+const CHUNK: u64 = 0x1_0000;
+/// Bytes of a part.
+const PART: u64 = CHUNK / PARTS as u64;
+
+/// Maps chunks `first..first + n` of `table` by the layout `k % 8` gives chunk `first + k`, each
+/// import's device address from `import(r)` for the `r`-th import made: whole; two imports
+/// (parts 0–5, 6–15); whole with pages cut out (parts 0, 5, 10); three imports (even parts, odd
+/// parts to 11, parts 13 and 15); not mapped; two imports with a hole (parts 0–7, 12–15); mapped
+/// and then cut out entirely (no slot left); one part (15).
+fn map_by_parts(table: &mut ChunkTable, first: u64, n: u64, mut import: impl FnMut(usize) -> u64) {
+    let mut r = 0;
+    let mut next = || {
+        r += 1;
+        import(r - 1)
+    };
+    for k in 0..n {
+        let c = first + k;
+        match k % 8 {
+            0 => {
+                table.insert(c, next()).unwrap();
+            }
+            1 => {
+                table.insert_parts(c, next(), 0x003f).unwrap();
+                table.insert_parts(c, next(), 0xffc0).unwrap();
+            }
+            2 => {
+                let at = next();
+                table.insert(c, at).unwrap();
+                assert!(table.remove_parts(c, at, 0x0421));
+            }
+            3 => {
+                table.insert_parts(c, next(), 0x5555).unwrap();
+                table.insert_parts(c, next(), 0x0aaa).unwrap();
+                table.insert_parts(c, next(), 0xa000).unwrap();
+            }
+            4 => {}
+            5 => {
+                table.insert_parts(c, next(), 0x00ff).unwrap();
+                table.insert_parts(c, next(), 0xf000).unwrap();
+            }
+            6 => {
+                let at = next();
+                table.insert_parts(c, at, 0xffff).unwrap();
+                assert!(table.remove_parts(c, at, 0xffff));
+            }
+            _ => {
+                table.insert_parts(c, next(), 0x8000).unwrap();
+            }
+        }
+    }
+}
+
+/// `fillers` chunks far from the tests' own, to make probes longer and the table larger.
+fn fillers(n: u64) -> Vec<(u64, u64)> {
+    (0..n)
+        .map(|i| (0x9_0000_0000 + i * 977, 0x5000_0000_0000 + i * CHUNK))
+        .collect()
+}
+
+/// The slot's excluded parts as the helper returns them (`EVERY_PART` on a miss).
+fn excluded_of(table: &ChunkTable, slot: u32) -> u32 {
+    if slot == NO_SLOT {
+        return EVERY_PART;
+    }
+    u32::from(table.slots()[slot as usize].excluded())
+}
+
+/// The caller's module: lane `i` looks up part `i % 16` of chunk `first + i / 16` (push words
+/// 0–1) and writes `{device_addr, slot, probes, excluded}` to 24 bytes at `out + 24 i` (push words
+/// 2–3).
 fn caller_module() -> (Vec<u32>, EmittedHelpers) {
     let mut b = Builder::new();
     b.set_version(1, 5);
@@ -55,16 +133,19 @@ fn caller_module() -> (Vec<u32>, EmittedHelpers) {
     let void = b.type_void();
     let fty = b.type_function(void, []);
     let c = |b: &mut Builder, v: u32| b.constant_bit32(u32_, v);
-    let (c0, c1, c2, c3, c32) = (
+    let (c0, c1, c2, c3, c4, c15, c32) = (
         c(&mut b, 0),
         c(&mut b, 1),
         c(&mut b, 2),
         c(&mut b, 3),
+        c(&mut b, 4),
+        c(&mut b, 15),
         c(&mut b, 32),
     );
     let c8 = b.constant_bit64(u64_, 8);
     let c12 = b.constant_bit64(u64_, 12);
     let c16 = b.constant_bit64(u64_, 16);
+    let c24 = b.constant_bit64(u64_, 24);
     let main = b
         .begin_function(void, None, FunctionControl::NONE, fty)
         .unwrap();
@@ -92,21 +173,27 @@ fn caller_module() -> (Vec<u32>, EmittedHelpers) {
     let first = join(&mut b, w0, w1);
     let out = join(&mut b, w2, w3);
     let x64 = b.u_convert(u64_, None, x).unwrap();
-    let chunk = b.i_add(u64_, None, first, x64).unwrap();
+    let k = b.shift_right_logical(u32_, None, x, c4).unwrap();
+    let k64 = b.u_convert(u64_, None, k).unwrap();
+    let part = b.bitwise_and(u32_, None, x, c15).unwrap();
+    let chunk = b.i_add(u64_, None, first, k64).unwrap();
     let hit = b
-        .function_call(h.hit_type, None, h.lookup.unwrap(), [chunk])
+        .function_call(h.hit_type, None, h.lookup.unwrap(), [chunk, part])
         .unwrap();
     let dev = b.composite_extract(u64_, None, hit, [0]).unwrap();
     let slot = b.composite_extract(u32_, None, hit, [1]).unwrap();
     let probes = b.composite_extract(u32_, None, hit, [2]).unwrap();
-    let off = b.i_mul(u64_, None, x64, c16).unwrap();
+    let excluded = b.composite_extract(u32_, None, hit, [3]).unwrap();
+    let off = b.i_mul(u64_, None, x64, c24).unwrap();
     let at = b.i_add(u64_, None, out, off).unwrap();
     let at8 = b.i_add(u64_, None, at, c8).unwrap();
     let at12 = b.i_add(u64_, None, at, c12).unwrap();
+    let at16 = b.i_add(u64_, None, at, c16).unwrap();
     for (addr, value, ty, align) in [
         (at, dev, p_u64, 8),
         (at8, slot, p_u32, 4),
         (at12, probes, p_u32, 4),
+        (at16, excluded, p_u32, 4),
     ] {
         let p = b.convert_u_to_ptr(ty, None, addr).unwrap();
         b.store(
@@ -149,39 +236,14 @@ fn context() -> Option<Arc<Context>> {
     )
 }
 
-#[test]
-fn a_caller_module_with_the_emitted_helper_looks_up_as_the_cpu_does() {
-    let (words, h) = caller_module();
-    assert!(h.lookup.is_some());
-    let Some(ctx) = context() else { return };
-    // Every other chunk of a run is mapped, some keys far away: hits, misses and longer probes.
-    let first = 0x40_0000u64;
-    let mut entries: Vec<(u64, u64)> = (0..u64::from(LANES))
-        .filter(|i| i % 2 == 0)
-        .map(|i| (first + i, 0x7000_0000_0000 + i * 0x1_0000))
-        .collect();
-    entries.extend((0..64u64).map(|i| (0x9_0000_0000 + i * 977, 0x5000_0000_0000 + i)));
-    let table = ChunkTable::build(0x1_0000, 8, &entries).unwrap();
-    let mut calls = 0;
-    let bytes = table.to_le_bytes();
-    let mut tbuf = ctx
-        .host_buffer(bytes.len() as u64, "the table", &mut calls)
-        .unwrap();
-    tbuf.bytes_mut()[..bytes.len()].copy_from_slice(&bytes);
-    let mut out = ctx
-        .host_buffer(16 * u64::from(LANES), "the results", &mut calls)
-        .unwrap();
-    out.bytes_mut().fill(0xee);
-    let pipeline = Pipeline::new(&ctx.device, &words, c"main", 1).unwrap();
-    let commands = Commands::new(&ctx).unwrap();
-    let mut push = PushBlock::default();
-    TablePush::of(&table, tbuf.address).write(&mut push);
-    push.set64(0, first);
-    push.set64(2, out.address);
+/// Runs `words`' `main` once over `groups` workgroups with `push`, and waits for it.
+fn dispatch(ctx: &Arc<Context>, words: &[u32], push: &PushBlock, groups: u32) {
+    let pipeline = Pipeline::new(&ctx.device, words, c"main", 1).unwrap();
+    let commands = Commands::new(ctx).unwrap();
     let d = &ctx.device;
     let cmd = commands.cmd;
-    // SAFETY: the command buffer is not pending; the pipeline and buffers are live until the
-    // submit below is waited for; the push block is 128 bytes.
+    // SAFETY: the command buffer is not pending; the pipeline and the caller's buffers are live
+    // until the submit below is waited for; the push block is 128 bytes.
     unsafe {
         crate::begin_one_time(d, cmd).unwrap();
         d.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipeline.raw);
@@ -192,7 +254,7 @@ fn a_caller_module_with_the_emitted_helper_looks_up_as_the_cpu_does() {
             0,
             &push.bytes(),
         );
-        d.cmd_dispatch(cmd, LANES / 64, 1, 1);
+        d.cmd_dispatch(cmd, groups, 1, 1);
         commands
             .finish_for_host(
                 vk::PipelineStageFlags::COMPUTE_SHADER,
@@ -200,39 +262,502 @@ fn a_caller_module_with_the_emitted_helper_looks_up_as_the_cpu_does() {
             )
             .unwrap();
     }
-    let (mut hits, mut longer) = (0, 0);
-    for i in 0..LANES as usize {
-        let r = &out.bytes()[16 * i..16 * i + 16];
-        let dev = u64::from_le_bytes(r[..8].try_into().unwrap());
-        let slot = u32::from_le_bytes(r[8..12].try_into().unwrap());
-        let probes = u32::from_le_bytes(r[12..16].try_into().unwrap());
-        let chunk = first + i as u64;
-        let t = table.trace(chunk);
-        assert_eq!(probes as usize, t.probes.len(), "chunk {chunk:#x}: probes");
-        match t.outcome {
-            LookupOutcome::Hit {
-                slot: s,
-                device_addr,
-            } => {
-                assert_eq!((dev, slot), (device_addr, s as u32), "chunk {chunk:#x}");
-                hits += 1;
-            }
-            _ => assert_eq!((dev, slot), (0, NO_SLOT), "chunk {chunk:#x}: a miss"),
-        }
-        longer += usize::from(probes > 1);
-    }
-    assert_eq!(hits, LANES / 2);
-    assert!(longer > 0, "no lookup read more than one slot");
     pipeline.destroy(d);
-    drop(commands);
-    ctx.destroy_buffer(tbuf, &mut calls);
-    ctx.destroy_buffer(out, &mut calls);
+}
+
+/// `table`'s bytes in a host buffer the device reads.
+fn upload(ctx: &Arc<Context>, table: &ChunkTable, calls: &mut u64) -> crate::buffer::Buf {
+    let bytes = table.to_le_bytes();
+    let mut tbuf = ctx
+        .host_buffer(bytes.len() as u64, "the table", calls)
+        .unwrap();
+    tbuf.bytes_mut()[..bytes.len()].copy_from_slice(&bytes);
+    tbuf
+}
+
+fn assert_quiet(ctx: &Context) {
     assert_eq!(
         ctx.validation_messages(),
         0,
         "{}",
         ctx.validation_text().join("\n")
     );
+}
+
+/// A u64 and a u32 of a little-endian byte slice.
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+#[test]
+fn a_caller_module_with_the_emitted_helper_looks_up_as_the_cpu_does() {
+    let (words, h) = caller_module();
+    assert!(h.lookup.is_some());
+    let Some(ctx) = context() else { return };
+    // 16 chunks, each layout twice (whole, two or three imports, pages cut out, not mapped ...),
+    // among far-away keys: hits, misses and longer probes, part by part.
+    let first = 0x40_0000u64;
+    let mut table = ChunkTable::build(CHUNK, 8, &fillers(64)).unwrap();
+    map_by_parts(&mut table, first, u64::from(LANES) / 16, |r| {
+        0x7000_0000_0000 + r as u64 * CHUNK
+    });
+    let mut calls = 0;
+    let tbuf = upload(&ctx, &table, &mut calls);
+    let mut out = ctx
+        .host_buffer(24 * u64::from(LANES), "the results", &mut calls)
+        .unwrap();
+    out.bytes_mut().fill(0xee);
+    let mut push = PushBlock::default();
+    TablePush::of(&table, tbuf.address).write(&mut push);
+    push.set64(0, first);
+    push.set64(2, out.address);
+    dispatch(&ctx, &words, &push, LANES / 64);
+    let (mut hits, mut longer, mut cut) = (0, 0, 0);
+    for i in 0..LANES as usize {
+        let r = &out.bytes()[24 * i..24 * i + 24];
+        let (dev, slot, probes, excluded) = (le64(r, 0), le32(r, 8), le32(r, 12), le32(r, 16));
+        let (chunk, part) = (first + i as u64 / 16, i as u32 % 16);
+        let t = table.trace_part(chunk, part);
+        let what = format!("chunk {chunk:#x} part {part}");
+        assert_eq!(probes as usize, t.probes.len(), "{what}: probes");
+        assert_eq!(excluded, excluded_of(&table, slot), "{what}: excluded");
+        // Any byte of the part: the CPU's address and slot.
+        let addr = chunk * CHUNK + u64::from(part) * PART + 0x123;
+        match t.outcome {
+            LookupOutcome::Hit {
+                slot: s,
+                device_addr,
+            } => {
+                assert_eq!((dev, slot), (device_addr, s as u32), "{what}");
+                assert_eq!(
+                    table.device_from_guest(addr),
+                    Some(dev + (addr % CHUNK)),
+                    "{what}"
+                );
+                assert_eq!(table.slot_of(addr), Some(s), "{what}");
+                hits += 1;
+                cut += usize::from(excluded != 0);
+            }
+            _ => {
+                assert_eq!((dev, slot), (0, NO_SLOT), "{what}: a miss");
+                assert_eq!(table.device_from_guest(addr), None, "{what}");
+            }
+        }
+        longer += usize::from(probes > 1);
+    }
+    // Per 8 chunks: 16 + 16 + 13 + 16 + 0 + 12 + 0 + 1 parts reached.
+    assert_eq!(hits, 2 * (16 + 16 + 13 + 16 + 12 + 1));
+    assert!(cut > 0 && longer > 0, "{cut} by parts, {longer} longer");
+    ctx.destroy_buffer(tbuf, &mut calls);
+    ctx.destroy_buffer(out, &mut calls);
+    assert_quiet(&ctx);
+}
+
+/// A small xorshift: the tests' accesses, the same on every run.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Lookups a lane makes one after another through its cache.
+const STEPS: u32 = 24;
+
+/// A module whose lane `g` makes [`STEPS`] lookups through the lane's cache
+/// ([`cached_lookup`]): step `j`'s chunk (u64) and part (u32) at `input + 16 (g STEPS + j)` (push
+/// words 0–1), its `{device_addr, slot, probes, excluded}` written to 24 bytes at `out + 24 (g
+/// STEPS + j)` (push words 2–3).
+fn cache_module() -> Vec<u32> {
+    let mut a = Asm::new("cache_test");
+    let lookup = emit_lookup(&mut a).unwrap();
+    let cache = declare_lane_cache(&mut a, true);
+    let t = a.t;
+    let v3 = a.b.type_vector(t.u32, 3);
+    let p_in = a.b.type_pointer(None, StorageClass::Input, v3);
+    let gid_var = a.b.variable(p_in, None, StorageClass::Input, None);
+    a.b.decorate(
+        gid_var,
+        Decoration::BuiltIn,
+        [Operand::BuiltIn(BuiltIn::GlobalInvocationId)],
+    );
+    a.interface.push(gid_var);
+    let (main, _) = a.begin_function(t.void, &[], "main").unwrap();
+    let v_j = a.var(t.p_fn_u32).unwrap();
+    let gid = a.get(v3, gid_var).unwrap();
+    let g = extract_u32(&mut a, gid);
+    let input = a.push_u64(0).unwrap();
+    let out = a.push_u64(2).unwrap();
+    let steps = a.c32(STEPS);
+    let g_steps = a.mul(t.u32, g, steps).unwrap();
+    a.for_(v_j, steps, |a, j| {
+        let i = a.add(t.u32, g_steps, j)?;
+        let rec = a.index(input, i, 16)?;
+        let chunk = a.ld64(rec)?;
+        let at = a.add64c(rec, 8)?;
+        let part = a.ld32(at)?;
+        let h = cached_lookup(a, lookup, cache, chunk, part)?;
+        let o = a.index(out, i, 24)?;
+        let dev = a.extract(h, 0)?;
+        let (lo, hi) = (a.narrow(dev)?, a.high(dev)?);
+        let words = [lo, hi, a.extract(h, 1)?, a.extract(h, 2)?, a.extract(h, 3)?];
+        for (k, w) in words.into_iter().enumerate() {
+            let at = a.add64c(o, 4 * k as u64)?;
+            a.st32(at, w)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    a.end_void_function().unwrap();
+    a.entry(main, "main", 64);
+    a.finish().unwrap()
+}
+
+/// Component 0 of a `uvec3`.
+fn extract_u32(a: &mut Asm, v: u32) -> u32 {
+    let t = a.t;
+    a.inst_literal(rspirv::spirv::Op::CompositeExtract, t.u32, v, 0)
+        .unwrap()
+}
+
+#[test]
+fn the_lane_cache_answers_as_the_lookup_does_part_by_part() {
+    let words = cache_module();
+    let Some(ctx) = context() else { return };
+    let first = 0x40_0000u64;
+    let n_chunks = 16u64;
+    let mut table = ChunkTable::build(CHUNK, 8, &fillers(64)).unwrap();
+    map_by_parts(&mut table, first, n_chunks, |r| {
+        0x7000_0000_0000 + r as u64 * CHUNK
+    });
+    // Each lane walks a few chunks, several parts of each: a lane's rows in one chunk.
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut input = Vec::new();
+    let mut asks = Vec::new();
+    for _ in 0..LANES {
+        let mut chunk = first + rng.below(n_chunks);
+        for _ in 0..STEPS {
+            if rng.below(4) == 0 {
+                chunk = first + rng.below(n_chunks);
+            }
+            let part = rng.below(16) as u32;
+            asks.push((chunk, part));
+            input.extend_from_slice(&chunk.to_le_bytes());
+            input.extend_from_slice(&part.to_le_bytes());
+            input.extend_from_slice(&[0; 4]);
+        }
+    }
+    let mut calls = 0;
+    let tbuf = upload(&ctx, &table, &mut calls);
+    let mut inbuf = ctx
+        .host_buffer(input.len() as u64, "the asks", &mut calls)
+        .unwrap();
+    inbuf.bytes_mut()[..input.len()].copy_from_slice(&input);
+    let mut out = ctx
+        .host_buffer(24 * asks.len() as u64, "the answers", &mut calls)
+        .unwrap();
+    out.bytes_mut().fill(0xee);
+    let mut push = PushBlock::default();
+    TablePush::of(&table, tbuf.address).write(&mut push);
+    push.set64(0, inbuf.address);
+    push.set64(2, out.address);
+    dispatch(&ctx, &words, &push, LANES / 64);
+    // The cache as the host sees it: how many answers it must have given again, and how many of
+    // those for another part than the one it was found for.
+    let (mut again, mut other_part) = (0, 0);
+    let mut last: Option<(u64, u32, TableSlot)> = None;
+    for (i, &(chunk, part)) in asks.iter().enumerate() {
+        let r = &out.bytes()[24 * i..24 * i + 24];
+        let (dev, slot, probes, excluded) = (le64(r, 0), le32(r, 8), le32(r, 12), le32(r, 16));
+        let t = table.trace_part(chunk, part);
+        let what = format!("ask {i}: chunk {chunk:#x} part {part}");
+        assert_eq!(probes as usize, t.probes.len(), "{what}: probes");
+        match t.outcome {
+            LookupOutcome::Hit {
+                slot: s,
+                device_addr,
+            } => assert_eq!((dev, slot), (device_addr, s as u32), "{what}"),
+            _ => assert_eq!((dev, slot), (0, NO_SLOT), "{what}: a miss"),
+        }
+        assert_eq!(excluded, excluded_of(&table, slot), "{what}: excluded");
+        if i % STEPS as usize == 0 {
+            last = None;
+        }
+        if let Some((c, p, s)) = last
+            && s.hits(chunk, part)
+        {
+            again += 1;
+            other_part += usize::from(p != part);
+            assert_eq!(c, chunk);
+        } else if slot != NO_SLOT {
+            last = Some((chunk, part, table.slots()[slot as usize]));
+        } else {
+            last = None;
+        }
+    }
+    assert!(
+        again > 100 && other_part > 50,
+        "{again} answers again, {other_part} for another part"
+    );
+    for b in [tbuf, inbuf, out] {
+        ctx.destroy_buffer(b, &mut calls);
+    }
+    assert_quiet(&ctx);
+}
+
+/// Accesses a lane makes through the helper's `load` or `store`.
+const ACCESSES: u32 = 4;
+
+/// A module with the helper variant's functions: lane `g` makes [`ACCESSES`] accesses, each's
+/// guest address (u64), size and `1` for a store at `input + 16 (g ACCESSES + j)` (push words
+/// 0–1); a load writes its four words at `out + 16 (g ACCESSES + j)` (push words 2–3), a store
+/// stores `0x5000_0000 + 16 (g ACCESSES + j) + word`.
+fn access_module() -> Vec<u32> {
+    let mut a = Asm::new("access_test");
+    let h = emit_helpers(&mut a, Variant::Helper).unwrap();
+    let t = a.t;
+    let v3 = a.b.type_vector(t.u32, 3);
+    let p_in = a.b.type_pointer(None, StorageClass::Input, v3);
+    let gid_var = a.b.variable(p_in, None, StorageClass::Input, None);
+    a.b.decorate(
+        gid_var,
+        Decoration::BuiltIn,
+        [Operand::BuiltIn(BuiltIn::GlobalInvocationId)],
+    );
+    a.interface.push(gid_var);
+    let (main, _) = a.begin_function(t.void, &[], "main").unwrap();
+    let v_j = a.var(t.p_fn_u32).unwrap();
+    let gid = a.get(v3, gid_var).unwrap();
+    let g = extract_u32(&mut a, gid);
+    let (z, lanes) = (a.c32(0), a.c32(64));
+    let token = a.call(t.u32, h.lane, &[z, g, lanes, g, z]).unwrap();
+    let input = a.push_u64(0).unwrap();
+    let out = a.push_u64(2).unwrap();
+    let n = a.c32(ACCESSES);
+    let g_n = a.mul(t.u32, g, n).unwrap();
+    a.for_(v_j, n, |a, j| {
+        let i = a.add(t.u32, g_n, j)?;
+        let rec = a.index(input, i, 16)?;
+        let addr = a.ld64(rec)?;
+        let at = a.add64c(rec, 8)?;
+        let size = a.ld32(at)?;
+        let at = a.add64c(rec, 12)?;
+        let op = a.ld32(at)?;
+        let z = a.c32(0);
+        let is_load = a.eq(op, z)?;
+        a.if_else(
+            is_load,
+            |a| {
+                let v = a.call(h.vec4, h.load, &[token, j, addr, size])?;
+                let o = a.index(out, i, 16)?;
+                for k in 0..4 {
+                    let w = library::extract(a, v, k)?;
+                    let at = a.add64c(o, 4 * u64::from(k))?;
+                    a.st32(at, w)?;
+                }
+                Ok(())
+            },
+            |a| {
+                let sixteen = a.c32(16);
+                let base = a.mul(t.u32, i, sixteen)?;
+                let first = a.c32(0x5000_0000);
+                let base = a.add(t.u32, base, first)?;
+                let mut vals = [0; 4];
+                for (k, v) in vals.iter_mut().enumerate() {
+                    let kk = a.c32(k as u32);
+                    *v = a.add(t.u32, base, kk)?;
+                }
+                let v = a.inst(rspirv::spirv::Op::CompositeConstruct, h.vec4, &vals)?;
+                a.call(t.void, h.store, &[token, j, addr, size, v])
+                    .map(|_| ())
+            },
+        )
+    })
+    .unwrap();
+    let lanes = a.c32(64);
+    a.call(t.void, h.flush, &[token, lanes]).unwrap();
+    a.end_void_function().unwrap();
+    a.entry(main, "main", 64);
+    a.finish().unwrap()
+}
+
+#[test]
+fn loads_and_stores_by_parts_go_where_the_cpu_says_and_mark_with_the_summary() {
+    let words = access_module();
+    let Some(ctx) = context() else { return };
+    let first = 0x40_0000u64;
+    let n_chunks = 8u64;
+    let mut calls = 0;
+    // Guest memory: an import region of one chunk for each import the layouts make.
+    let imports = 16;
+    let mut memory = ctx
+        .host_buffer(imports * CHUNK, "the imports", &mut calls)
+        .unwrap();
+    let pattern = |o: usize| (o as u32).wrapping_mul(0x9e37_79b9) | 1;
+    for (w, b) in memory.bytes_mut().chunks_exact_mut(4).enumerate() {
+        b.copy_from_slice(&pattern(4 * w).to_le_bytes());
+    }
+    let (mem_at, mem_end) = (memory.address, memory.address + imports * CHUNK);
+    // Enough far-away chunks that the marks' summary has several blocks.
+    let mut table = ChunkTable::build(CHUNK, 16, &fillers(300)).unwrap();
+    map_by_parts(&mut table, first, n_chunks, |r| {
+        assert!((r as u64) < imports);
+        mem_at + r as u64 * CHUNK
+    });
+    assert!(table.capacity() > 2 * MARK_BLOCK_SLOTS, "{table:?}");
+    // Eight places in every part, of every size, one across its end into the next part (or
+    // chunk), never overlapping, so that the stores land apart.
+    let mut places: Vec<(u64, u32)> = Vec::new();
+    for k in 0..n_chunks {
+        for p in 0..16 {
+            let at = (first + k) * CHUNK + p * PART;
+            places.extend(
+                [
+                    (32, 16),
+                    (256, 16),
+                    (512, 8),
+                    (1024, 4),
+                    (1536, 12),
+                    (2048, 8),
+                    (3000, 4),
+                    (PART - 12, 16),
+                ]
+                .map(|(o, size)| (at + o, size)),
+            );
+        }
+    }
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    for i in (1..places.len()).rev() {
+        places.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let n = (LANES * ACCESSES) as usize;
+    assert_eq!(places.len(), n);
+    let tbuf = upload(&ctx, &table, &mut calls);
+    let mut inbuf = ctx
+        .host_buffer(16 * n as u64, "the accesses", &mut calls)
+        .unwrap();
+    let mut out = ctx
+        .host_buffer(16 * n as u64, "the loaded words", &mut calls)
+        .unwrap();
+    let mut marks = ctx
+        .host_buffer(
+            4 * mark_buffer_words(table.capacity()) as u64,
+            "the marks",
+            &mut calls,
+        )
+        .unwrap();
+    marks.bytes_mut().fill(0);
+    out.bytes_mut().fill(0xee);
+    let mut push = PushBlock::default();
+    TablePush::of(&table, tbuf.address).write(&mut push);
+    push.set64(0, inbuf.address);
+    push.set64(2, out.address);
+    push.set64(library::push::MARKS, marks.address);
+    let device = |g: u64| table.device_from_guest(g);
+    let before: Vec<u8> = memory.bytes().to_vec();
+    let word_at = |bytes: &[u8], dev: u64| {
+        assert!(
+            dev >= mem_at && dev + 4 <= mem_end,
+            "{dev:#x} outside the imports"
+        );
+        le32(bytes, (dev - mem_at) as usize)
+    };
+    for store in [false, true] {
+        // Loads from random places (any lane may read any), then stores, each place once.
+        let mut input = Vec::with_capacity(16 * n);
+        let chosen: Vec<(u64, u32)> = (0..n)
+            .map(|i| {
+                if store {
+                    places[i]
+                } else {
+                    places[rng.below(places.len() as u64) as usize]
+                }
+            })
+            .collect();
+        for &(addr, size) in &chosen {
+            input.extend_from_slice(&addr.to_le_bytes());
+            input.extend_from_slice(&size.to_le_bytes());
+            input.extend_from_slice(&u32::from(store).to_le_bytes());
+        }
+        inbuf.bytes_mut()[..input.len()].copy_from_slice(&input);
+        dispatch(&ctx, &words, &push, LANES / 64);
+        if !store {
+            for (i, &(addr, size)) in chosen.iter().enumerate() {
+                for w in 0..4u64 {
+                    let got = le32(out.bytes(), 16 * i + 4 * w as usize);
+                    let g = addr + 4 * w;
+                    let want = if w < u64::from(size) / 4 {
+                        device(g).map_or(0, |d| word_at(&before, d))
+                    } else {
+                        0
+                    };
+                    assert_eq!(got, want, "load {i} at {addr:#x}, word {w}");
+                }
+            }
+            continue;
+        }
+        // Every word each store reaches (by its part's slot), and nothing else, changed; each
+        // slot it hit is marked once for each of its lookups that hit, with its block's summary.
+        let mut expected = before.clone();
+        let mut want_marks = vec![0u32; table.capacity()];
+        for (i, &(addr, size)) in chosen.iter().enumerate() {
+            for w in 0..u64::from(size) / 4 {
+                if let Some(d) = device(addr + 4 * w) {
+                    let v = 0x5000_0000 + 16 * i as u32 + w as u32;
+                    let o = (d - mem_at) as usize;
+                    expected[o..o + 4].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+            let last = addr + u64::from(size) - 1;
+            let s0 = table.slot_of(addr);
+            // Two parts of one chunk through one slot mark it once (the CPU reference's C1).
+            let s1 = (last / PART != addr / PART)
+                .then(|| table.slot_of(last))
+                .flatten()
+                .filter(|&s| Some(s) != s0);
+            for s in [s0, s1].into_iter().flatten() {
+                want_marks[s] += 1;
+            }
+        }
+        let changed = (0..before.len() / 4)
+            .filter(|&w| le32(memory.bytes(), 4 * w) != le32(&expected, 4 * w))
+            .count();
+        assert_eq!(changed, 0, "{changed} words differ from the CPU's stores");
+        let got: Vec<u32> = (0..mark_buffer_words(table.capacity()))
+            .map(|w| marks.word(w))
+            .collect();
+        let (got_marks, summary) = got.split_at(table.capacity());
+        assert_eq!(got_marks, &want_marks[..], "the marks");
+        for (b, &flag) in summary.iter().enumerate() {
+            let any = want_marks[b * MARK_BLOCK_SLOTS..]
+                .iter()
+                .take(MARK_BLOCK_SLOTS)
+                .any(|&m| m > 0);
+            assert_eq!(flag, u32::from(any), "summary word {b}");
+        }
+        let marked_blocks = summary.iter().filter(|&&f| f != 0).count();
+        assert!(marked_blocks >= 2, "{marked_blocks} blocks marked");
+        // Stores into chunks reached by parts marked a slot that excludes parts.
+        assert!(
+            want_marks
+                .iter()
+                .enumerate()
+                .any(|(s, &m)| m > 0 && table.slots()[s].excluded() != 0)
+        );
+    }
+    for b in [tbuf, inbuf, out, marks, memory] {
+        ctx.destroy_buffer(b, &mut calls);
+    }
+    assert_quiet(&ctx);
 }
 
 #[test]

@@ -13,10 +13,12 @@
 //! - [`Variant::Flat`]: the peer, shadPS4's flat page table of 16 KiB pages with a fault bitmap
 //!   (`emit_flat_access`), the anchor the helper is measured against.
 //!
-//! Each access takes one of two paths ([`Shape::fast_path`]): an access inside one chunk that
-//! hits reads every word from one base, as the raw variant does; only an access that crosses its
-//! chunk's end or misses picks each word's chunk. [`Shape`] turns each of issue 30's changes on or
-//! off so that the bench measures each alone; [`inline`] runs `spirv-opt` over a finished module.
+//! Each access takes one of two paths ([`Shape::fast_path`]): an access inside one part of a chunk
+//! (a sixteenth of it, `chunk_table::PARTS`: the table may map a chunk by parts) that hits reads
+//! every word from one base, as the raw variant does; only an access that crosses its part's end or
+//! misses picks each word's lookup (T5: the first byte's part, or the last byte's). [`Shape`]
+//! turns each of issue 30's changes on or off so that the bench measures each alone; [`inline`]
+//! runs `spirv-opt` over a finished module.
 //!
 //! Two ways in: [`helper_library`] builds the library module (Linkage capability,
 //! `LinkageAttributes … Export`) that a translator in any language links its module against with
@@ -38,7 +40,9 @@
 //! - `uvec4 dispatchscope_load(u32 token, u32 site, u64 guest_addr, u32 size_bytes)`: a guest load
 //!   of 4, 8, 12 or 16 bytes at a 4-byte-aligned address; words that miss read zero (T4).
 //! - `void dispatchscope_store(u32 token, u32 site, u64 guest_addr, u32 size_bytes, uvec4 values)`:
-//!   a guest store; words that miss are dropped (T4); each chunk slot it hits is marked (C1).
+//!   a guest store; words that miss are dropped (T4); each chunk slot it hits is marked once (two
+//!   parts of one chunk through one slot mark it once), with the summary word of the slot's block
+//!   of `MARK_BLOCK_SLOTS` (C1).
 //! - `void dispatchscope_note(u32 token, u32 site, u32 flags, u64 addr, uvec4 values)`: an access
 //!   the program made itself (LDS, scratch, a bound holder), for the counters and the capture;
 //!   `flags` are the capture flags of `dispatchscope_core::instrument` (`route << 12 | store << 8 |
@@ -49,7 +53,13 @@
 //!   adds the workgroup counters to the instrumentation buffer, one global atomic per non-zero
 //!   word, the words shared among the lanes; the other variants do nothing. A workgroup that
 //!   never calls it loses its counts (the escape log and the capture are written as they happen).
-//! - `Hit dispatchscope_lookup(u64 guest_chunk)`: T5 itself, `{device_addr, slot, probes}`.
+//! - `Hit dispatchscope_lookup(u64 guest_chunk, u32 part)`: T5 itself, `{u64 device_addr, u32
+//!   slot, u32 probes, u32 excluded}` for `part` (`(guest_addr >> (chunk_shift - 4)) & 15`, below
+//!   16) of `guest_chunk` (`guest_addr >> chunk_shift`): the device address of the chunk's first
+//!   byte in the import that holds the part (add `guest_addr & (chunk_bytes - 1)`), the slot that
+//!   reaches it and the parts that slot does not reach; on a miss address 0, slot `0xffffffff` and
+//!   `excluded` `0xffff` (T4). Two bytes of one part always share a lookup; two of one chunk may
+//!   not.
 //!
 //! # Workgroup memory
 //! The instrumented helper counts in the workgroup memory of the translated module:
@@ -68,9 +78,10 @@
 //! The push block (128 bytes, 32 words) is shared by name: the program exports its push-constant
 //! variable as `dispatchscope_push` (a `Block` struct of one `u32[32]` array, stride 4), the
 //! library imports it. The helper reads words 18 (`log2` chunk bytes), 19 (`log2` table capacity),
-//! 20 (probe bound), 22–23 (the raw variant's device-from-guest offset), 24–25 (the mark words'
-//! device address, one word per table slot, C1), 26–27 (the instrumentation buffer's device
-//! address), 28–29 (the hash multiplier) and 30–31 (the table, T3). Words 0–17 and 21 are the
+//! 20 (probe bound), 22–23 (the raw variant's device-from-guest offset), 24–25 (the mark buffer's
+//! device address, C1: one word per table slot, then one summary word per `MARK_BLOCK_SLOTS`
+//! slots, `chunk_table::mark_buffer_words`; a store sets both), 26–27 (the instrumentation
+//! buffer's device address), 28–29 (the hash multiplier) and 30–31 (the table, T3). Words 0–17 and 21 are the
 //! program's. The helper binds no descriptor: the table, marks and instrumentation are reached by
 //! device address, so a program keeps every binding for itself (the traversal's holders are
 //! set 0, binding 0, and their write masks binding 1, as the replay's, O6–O9).
@@ -84,16 +95,25 @@
 //! atomics on the buffer (rare, and each escape needs its log index at once).
 //!
 //! # The lane's lookup cache
-//! Each lane keeps its last lookup: the chunk it asked for and the answer, in two `Private`
-//! variables, `dispatchscope_last_chunk` (`u64`, first `u64::MAX`, never a chunk) and
-//! `dispatchscope_last_hit` (the `Hit`, first a miss). An access whose first chunk is the last
-//! one takes the answer again without a probe; the table does not change while a dispatch runs
-//! (T6), so it is the answer the lookup would give, its probe count included, and every count stays
-//! the CPU reference's. On the H200 it made the helper 1.26× faster at 4K (BENCHMARKS.md,
-//! 2026-12-02). As with the workgroup counters, the program declares both, with their first
-//! values, exports them by those names and lists them in its entry point's interface; every
-//! library imports them (the raw variant leaves them unused); [`emit_into`] declares them in a
-//! Rust caller's module ([`EmittedHelpers::lane_cache`]).
+//! Each lane keeps its last lookup, keyed by chunk (a lane's neighbouring rows lie in one chunk,
+//! often in different parts of it), in two `Private` variables: `dispatchscope_last_chunk`
+//! (`u64`: the key of the slot the last lookup found, chunk and excluded parts, or on a miss the
+//! chunk with every part excluded; first `u64::MAX`, which no lookup hits) and
+//! `dispatchscope_last_hit` (the `Hit`, first a miss). An access whose first byte's part that key
+//! would hit (`key & mask == want`, the lookup's own test: the same chunk, and a part the cached
+//! slot reaches) takes the answer again without a probe. It is the answer the lookup would give,
+//! its probe count included: the table does not change while a dispatch runs (T6); the slots
+//! from the chunk's home to the cached one are not empty (the first lookup read past them), and a
+//! part is reached by at most one slot of its chunk (the table refuses two that overlap), so none
+//! of them hits a part the cached slot reaches: a lookup of any such part stops at the cached
+//! slot, after as many probes. A miss is never taken again for another part (another slot may
+//! reach it). Every count stays the CPU reference's. On the H200 it made the helper 1.26× faster
+//! at 4K (BENCHMARKS.md, 2026-12-02). Keyed so, the parts cost the cache no register: the excluded
+//! parts ride in the key's top 16 bits, which a mapped chunk's number never uses, and the `Hit`'s
+//! own `excluded` is never read back from the cache. As with the workgroup counters, the program
+//! declares both, with their first values, exports them by those names and lists them in its
+//! entry point's interface; every library imports them (the raw variant leaves them unused);
+//! [`emit_into`] declares them in a Rust caller's module ([`EmittedHelpers::lane_cache`]).
 //!
 //! The lane's own counters: the program also declares `dispatchscope_lane_counts`
 //! ([`symbol::LANE_COUNTS`], a `Private` `u32[LANE_COUNT_WORDS]`, zero first) and exports it as it
@@ -117,9 +137,10 @@ use rspirv::dr::Operand;
 use rspirv::spirv::{LinkageType, Op, StorageClass, Word};
 
 use super::asm::Asm;
-use super::helper::emit_lookup;
+use super::helper::{EVERY_PART, emit_lookup, hit_test};
 use super::{R, record};
 use crate::VkError;
+use dispatchscope_core::chunk_table::{KEY_CHUNK_BITS, PARTS};
 use dispatchscope_core::instrument::{
     CANARY_SITE, CAPTURE_WORDS, ESCAPE_WORDS, HEAT_CELL_WORDS, HISTOGRAM_BUCKETS, SITE_WORDS,
     SITES_AT, WORKGROUP_SITES, WORKGROUP_WORDS, counter, header, route, site, wide_word, workgroup,
@@ -145,7 +166,8 @@ pub mod symbol {
     pub const FLUSH: &str = "dispatchscope_flush";
     /// The workgroup counters, a `Workgroup` variable the program exports and the library imports.
     pub const WORKGROUP: &str = "dispatchscope_workgroup";
-    /// The lane's last chunk looked up, a `Private` `u64` the program exports and the library
+    /// The key of the slot the lane's last lookup found (or its chunk with every part excluded,
+    /// after a miss), a `Private` `u64` the program exports (first `u64::MAX`) and the library
     /// imports.
     pub const LAST_CHUNK: &str = "dispatchscope_last_chunk";
     /// The lane's last lookup's answer, a `Private` `Hit` the program exports and the library
@@ -160,7 +182,8 @@ pub mod symbol {
 pub mod push {
     /// The raw variant's device-from-guest offset (2 words).
     pub const RAW_OFFSET: u32 = 22;
-    /// The mark words' device address (2 words), one word per table slot (C1).
+    /// The mark buffer's device address (2 words): one word per table slot, then the summary, one
+    /// word per `MARK_BLOCK_SLOTS` slots (C1, `chunk_table::mark_buffer_words`).
     pub const MARKS: u32 = 24;
     /// The instrumentation buffer's device address (2 words).
     pub const INSTRUMENT: u32 = 26;
@@ -266,7 +289,8 @@ pub(super) struct Helpers {
     pub(super) flush: Word,
     /// `uvec4`, the values' type.
     pub(super) vec4: Word,
-    /// T5's `Hit lookup(u64 guest_chunk)` (none in the raw variant, or when only declared).
+    /// T5's `Hit lookup(u64 guest_chunk, u32 part)` (none in the raw variant, or when only
+    /// declared).
     pub(super) lookup: Option<Word>,
 }
 
@@ -474,9 +498,10 @@ fn emit_helpers_of(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> {
 /// types their signatures use, and the push-constant variable they read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EmittedHelpers {
-    /// T5: `Hit lookup(u64 guest_chunk)`, the one helper (`None` in [`Variant::Raw`], which has
-    /// no table): `{u64 device_addr, u32 slot, u32 probes}`, address 0 and slot `0xffffffff` on a
-    /// miss (T4).
+    /// T5: `Hit lookup(u64 guest_chunk, u32 part)`, the one helper (`None` in [`Variant::Raw`],
+    /// which has no table): `{u64 device_addr, u32 slot, u32 probes, u32 excluded}` for part
+    /// `part` (0–15) of the chunk, address 0, slot `0xffffffff` and `excluded` `0xffff` on a miss
+    /// (T4); the module docs say more.
     pub lookup: Option<Word>,
     /// `u32 dispatchscope_lane(u32 workgroup, u32 local, u32 lanes, u32 x, u32 y)`: every lane,
     /// first, in workgroup-uniform control flow (the module docs say why).
@@ -496,8 +521,8 @@ pub struct EmittedHelpers {
     /// [`WORKGROUP_WORDS`] u32 that the caller's entry point must list in its interface.
     pub workgroup: Option<Word>,
     /// The lane's lookup cache (`Some` in the variants with a lookup): two `Private` variables,
-    /// the chunk the lane last asked for and the answer, that the caller's entry point must list
-    /// in its interface.
+    /// the key of the slot the lane last found and the answer, that the caller's entry point must
+    /// list in its interface.
     pub lane_cache: Option<[Word; 2]>,
     /// The lane's own access counters (`Some` in [`Variant::Instrumented`]): a `Private`
     /// variable that the caller's entry point must list in its interface.
@@ -1032,11 +1057,11 @@ fn flush_lane_counts(a: &mut Asm) -> R<()> {
     Ok(())
 }
 
-/// `dispatchscope_load` (`store == false`) or `dispatchscope_store`.
 /// Declares the lane's lookup cache once per module: two `Private` variables, listed in the
-/// interface, that hold the chunk the lane last asked for and the lookup's answer. With `init`
-/// they start as `u64::MAX` (never a chunk: a chunk number is an address shifted right by at
-/// least 12) and a miss; a library's imports have no initializer (the program's export holds it).
+/// interface, that hold the key of the slot the lane last found (or, after a miss, its chunk with
+/// every part excluded) and the lookup's answer. With `init` they start as `u64::MAX` (a key that
+/// excludes every part: no lookup hits it) and a miss; a library's imports have no initializer
+/// (the program's export holds it).
 pub(super) fn declare_lane_cache(a: &mut Asm, init: bool) -> (Word, Word) {
     if let Some(c) = a.lane_cache {
         return c;
@@ -1049,7 +1074,8 @@ pub(super) fn declare_lane_cache(a: &mut Asm, init: bool) -> (Word, Word) {
         let z64 = a.c64(0);
         let no_slot = a.c32(record::NO_SLOT);
         let z = a.c32(0);
-        let miss = a.b.constant_composite(t.hit, [z64, no_slot, z]);
+        let every_part = a.c32(EVERY_PART);
+        let miss = a.b.constant_composite(t.hit, [z64, no_slot, z, every_part]);
         (Some(none), Some(miss))
     } else {
         (None, None)
@@ -1064,23 +1090,39 @@ pub(super) fn declare_lane_cache(a: &mut Asm, init: bool) -> (Word, Word) {
     (chunk, hit)
 }
 
-/// T5 through the lane's cache: the last answer again when the lane asks for the same chunk (the
-/// table does not change during a dispatch, T6, so it is the lookup's own answer, probes
-/// included), else the lookup, remembered.
-fn cached_lookup(a: &mut Asm, lookup: Word, cache: (Word, Word), chunk: Word) -> R<Word> {
+/// T5 through the lane's cache: the last answer again when the key of the slot it found would
+/// hit `part` of `chunk` (the same chunk, a part that slot reaches: the lookup's own
+/// [`HitTest`](super::helper::HitTest), so it is the lookup's own answer, probes included; the
+/// module docs say why), else the lookup, remembered with its slot's key (after a miss, the chunk
+/// with every part excluded, which no later lookup takes again).
+pub(super) fn cached_lookup(
+    a: &mut Asm,
+    lookup: Word,
+    cache: (Word, Word),
+    chunk: Word,
+    part: Word,
+) -> R<Word> {
     let t = a.t;
-    let (last_chunk, last_hit) = cache;
-    let prev = a.get(t.u64, last_chunk)?;
-    let again = a.eq(prev, chunk)?;
+    let (last_key, last_hit) = cache;
+    let test = hit_test(a, chunk, part)?;
+    let prev = a.get(t.u64, last_key)?;
+    let masked = a.and(t.u64, prev, test.mask)?;
+    let again = a.eq(masked, test.want)?;
     let fresh = a.lnot(again)?;
     a.if_(fresh, |a| {
-        let h = a.call(t.hit, lookup, &[chunk])?;
+        let h = a.call(t.hit, lookup, &[chunk, part])?;
         a.set(last_hit, h)?;
-        a.set(last_chunk, chunk)
+        let excluded = a.extract(h, 3)?;
+        let excluded = a.widen(excluded)?;
+        let first_bit = a.c64(u64::from(KEY_CHUNK_BITS));
+        let excluded = a.shl(t.u64, excluded, first_bit)?;
+        let key = a.or(t.u64, chunk, excluded)?;
+        a.set(last_key, key)
     })?;
     a.get(t.hit, last_hit)
 }
 
+/// `dispatchscope_load` (`store == false`) or `dispatchscope_store`.
 fn emit_access(
     a: &mut Asm,
     s: &Sigs,
@@ -1164,20 +1206,28 @@ fn emit_access(
             words_from(a, dev)?;
         }
         (_, Some(lookup)) => {
+            // T5 by parts: the first byte's (chunk, part) and the last byte's; one lookup when
+            // both bytes lie in one part (`addr >> part_shift` equal), as the CPU reference does.
             let shift = a.push_word(super::push::CHUNK_SHIFT)?;
+            let part_bits = a.c32(PARTS.trailing_zeros());
+            let part_shift = a.sub(t.u32, shift, part_bits)?;
             let one64 = a.c64(1);
             let cb = a.shl(t.u64, one64, shift)?;
             let cmask = a.sub(t.u64, cb, one64)?;
-            let c0 = a.shr(t.u64, addr, shift)?;
+            let q0 = a.shr(t.u64, addr, part_shift)?;
+            let c0 = a.shr(t.u64, q0, part_bits)?;
+            let last_part = a.c32(PARTS - 1);
+            let p0 = a.narrow(q0)?;
+            let p0 = a.and(t.u32, p0, last_part)?;
             let size64 = a.widen(size)?;
             let end = a.add(t.u64, addr, size64)?;
             let last = a.sub(t.u64, end, one64)?;
-            let c1 = a.shr(t.u64, last, shift)?;
+            let q1 = a.shr(t.u64, last, part_shift)?;
             let h0 = match cache {
-                Some(c) => cached_lookup(a, lookup, c, c0)?,
-                None => a.call(t.hit, lookup, &[c0])?,
+                Some(c) => cached_lookup(a, lookup, c, c0, p0)?,
+                None => a.call(t.hit, lookup, &[c0, p0])?,
             };
-            let split = a.ne(c1, c0)?;
+            let split = a.ne(q1, q0)?;
             let p_fn_hit = a.b.type_pointer(None, StorageClass::Function, t.hit);
             let v_h1 = a.var(p_fn_hit)?;
             a.set(v_h1, h0)?;
@@ -1186,25 +1236,35 @@ fn emit_access(
             let hit0 = a.ne(s0, none)?;
             let off0 = a.and(t.u64, addr, cmask)?;
             let base0 = a.add(t.u64, d0, off0)?;
-            // The words of an access that crosses its chunk's end, or misses: each word's chunk
-            // picked (word i lies in the first chunk while 4 i is below the bytes left in it;
-            // the words of each chunk are consecutive from its device address plus the offset).
+            // The words of an access that crosses its part's end, or misses: each word's lookup
+            // picked (word i lies in the first byte's part while 4 i is below the bytes left in
+            // that part; every other word goes through the last byte's lookup, at that slot's
+            // device address plus the word's offset in its chunk).
             let by_word = |a: &mut Asm| -> R<()> {
                 a.if_(split, |a| {
-                    let h1 = a.call(t.hit, lookup, &[c1])?;
+                    // The last byte's chunk from its part number: only `q1` stays live.
+                    let c1 = a.shr(t.u64, q1, part_bits)?;
+                    let p1 = a.narrow(q1)?;
+                    let p1 = a.and(t.u32, p1, last_part)?;
+                    let h1 = a.call(t.hit, lookup, &[c1, p1])?;
                     a.set(v_h1, h1)
                 })?;
                 let h1 = a.get(t.hit, v_h1)?;
                 let (d1, s1) = (a.extract(h1, 0)?, a.extract(h1, 1)?);
                 let hit1 = a.ne(s1, none)?;
-                let left = a.sub(t.u64, cb, off0)?;
+                let pb = a.shl(t.u64, one64, part_shift)?;
+                let pmask = a.sub(t.u64, pb, one64)?;
+                let in_part = a.and(t.u64, off0, pmask)?;
+                let left = a.sub(t.u64, pb, in_part)?;
                 let across = Across {
                     n_words,
                     v_mask,
                     words: vals.len(),
                     left,
                     base0,
+                    off0,
                     base1: d1,
+                    offset_mask: cmask,
                     ok0: hit0,
                     ok1: hit1,
                 };
@@ -1217,13 +1277,13 @@ fn emit_access(
             let hit1 = a.ne(s1, none)?;
             let hit1 = a.land(split, hit1)?;
             if store {
-                // C1: each chunk slot the store hit.
+                // C1: each slot the store hit, and its block's summary word; two parts of one
+                // chunk reached through one slot mark it once, as the CPU reference does.
                 let marks = a.push_u64(push::MARKS)?;
-                for (hit, slot) in [(hit0, s0), (hit1, s1)] {
-                    a.if_(hit, |a| {
-                        let at = a.index(marks, slot, 4)?;
-                        a.atomic_inc(at).map(|_| ())
-                    })?;
+                let other = a.ne(s1, s0)?;
+                let mark1 = a.land(hit1, other)?;
+                for (hit, slot) in [(hit0, s0), (mark1, s1)] {
+                    a.if_(hit, |a| a.mark(marks, slot))?;
                 }
             }
             if variant == Variant::Instrumented {
@@ -1330,10 +1390,10 @@ fn emit_access(
     Ok(f)
 }
 
-/// The two paths of an access ([`Shape::fast_path`]): one that lies in one chunk (or page, not
-/// `split`) whose first is there (`ok0`) reads every word from one base (`one_base`, as the raw
-/// variant reads); every other takes `across` ([`words_across`]). Without the fast path, every
-/// access takes `across`.
+/// The two paths of an access ([`Shape::fast_path`]): one that lies in one part of a chunk (or in
+/// one page, not `split`) whose lookup hits (`ok0`) reads every word from one base (`one_base`, as
+/// the raw variant reads); every other takes `across` ([`words_across`]). Without the fast path,
+/// every access takes `across`.
 fn one_base_or_across(
     a: &mut Asm,
     shape: Shape,
@@ -1350,23 +1410,30 @@ fn one_base_or_across(
     a.if_else(fast, one_base, across)
 }
 
-/// An access word by word across two chunks (or pages): word `i` lies in the first while `4 i` is
-/// below `left` (the bytes left in it), at `base0 + 4 i`, else in the second at `base1 + 4 i −
-/// left`; a word whose chunk is not there (`ok0`, `ok1` false) sets its four bits of the
-/// escaped-bytes mask instead.
+/// An access word by word over two lookups (the first byte's part of a chunk, or page, and the
+/// last byte's): word `i` goes through the first while `4 i` is below `left` (the bytes left in
+/// the first byte's part or page), at `base0 + 4 i`, else through the second at `base1 + ((off0 +
+/// 4 i) & offset_mask)` (`off0` the first byte's offset in its chunk or page: the second lookup's
+/// device address of its chunk's or page's first byte, plus the word's offset in its own chunk or
+/// page; the words after the first part need not lie in the last byte's chunk when parts are
+/// small); a word whose lookup missed (`ok0`, `ok1` false)
+/// sets its four bits of the escaped-bytes mask instead. A word never straddles two parts: words
+/// are 4-byte aligned and a part is at least 4 bytes (a chunk of 64 bytes or more).
 struct Across {
     n_words: Word,
     v_mask: Word,
     words: usize,
     left: Word,
     base0: Word,
+    off0: Word,
     base1: Word,
+    offset_mask: Word,
     ok0: Word,
     ok1: Word,
 }
 
-/// The words of an access that crosses its chunk's end, or misses ([`Across`]): the path every
-/// access took before [`Shape::fast_path`], and the helper's and the flat table's alike.
+/// The words of an access that crosses its part's (or page's) end, or misses ([`Across`]): the
+/// path every access took before [`Shape::fast_path`], and the helper's and the flat table's alike.
 fn words_across(a: &mut Asm, x: &Across, word: &dyn Fn(&mut Asm, usize, Word) -> R<()>) -> R<()> {
     let t = a.t;
     for i in 0..x.words {
@@ -1380,8 +1447,9 @@ fn words_across(a: &mut Asm, x: &Across, word: &dyn Fn(&mut Asm, usize, Word) ->
                 there,
                 |a| {
                     let in0 = a.add(t.u64, x.base0, bi)?;
-                    let past = a.sub(t.u64, bi, x.left)?;
-                    let in1 = a.add(t.u64, x.base1, past)?;
+                    let past = a.add(t.u64, x.off0, bi)?;
+                    let offset = a.and(t.u64, past, x.offset_mask)?;
+                    let in1 = a.add(t.u64, x.base1, offset)?;
                     let at = a.select(t.u64, first, in0, in1)?;
                     word(a, i, at)
                 },
@@ -1463,7 +1531,9 @@ fn emit_flat_access(
             words: x.words,
             left,
             base0,
+            off0,
             base1: e1,
+            offset_mask: page_mask,
             ok0: mapped0,
             ok1: mapped1,
         };
@@ -1740,6 +1810,45 @@ mod tests {
                         .any(|o| matches!(o, Operand::LinkageType(LinkageType::Import)))
             });
             assert!(imports_wg, "{v:?}");
+        }
+    }
+
+    /// The emulator-shaped host's device program (`examples/emulator-host/shaders/device.spvasm`,
+    /// hand-written SPIR-V that calls `dispatchscope_lookup` itself and declares the lane's cache)
+    /// assembles and links against every library with a lookup: the interface it was written to
+    /// is this one (the `Hit` type, the lookup's parameters, the cache's first values).
+    #[test]
+    fn the_emulator_hosts_device_program_links_against_every_library_with_a_lookup() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/emulator-host/shaders/device.spvasm"
+        );
+        let out = Command::new("spirv-as")
+            .args(["--target-env", "vulkan1.2", path, "-o", "-"])
+            .output();
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => {
+                assert!(
+                    std::env::var("DISPATCHSCOPE_REQUIRE_VULKAN").map_or(true, |v| v != "1"),
+                    "DISPATCHSCOPE_REQUIRE_VULKAN=1, but spirv-as does not run: {e}"
+                );
+                eprintln!("skipped: spirv-as does not run: {e}");
+                return;
+            }
+        };
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let program: Vec<u32> = out
+            .stdout
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        for v in Variant::ALL.into_iter().filter(|v| v.has_lookup()) {
+            link(&program, &helper_library(v).unwrap()).unwrap_or_else(|e| panic!("{v:?}: {e}"));
         }
     }
 

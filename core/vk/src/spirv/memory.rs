@@ -1,13 +1,20 @@
 //! Memory access over [`Asm`]: loads and stores through pointers, device addresses as
 //! PhysicalStorageBuffer pointers (the table, the replay's buffers, guest memory), single bytes
 //! through their aligned 32-bit words (no 8-bit storage feature is needed), the device-scope atomic
-//! counter of the escape log and the marks (T4, C1), and the words of the push block (T3).
+//! counter of the escape log and the marks (T4, C1) with the marks' summary ([`Asm::mark`]), and
+//! the words of the push block (T3).
 
 use rspirv::dr::Operand;
 use rspirv::spirv::{self, MemoryAccess, Op, Word};
 
 use super::R;
 use super::asm::Asm;
+use dispatchscope_core::chunk_table::MARK_BLOCK_SLOTS;
+
+const _: () = assert!(
+    MARK_BLOCK_SLOTS.is_power_of_two(),
+    "a slot's summary word is its number shifted right"
+);
 
 impl Asm {
     pub(super) fn load(&mut self, ty: Word, ptr: Word, align: Option<u32>) -> R<Word> {
@@ -53,6 +60,26 @@ impl Asm {
         self.b
             .atomic_i_add(self.t.u32, None, p, scope, sem, one)
             .map_err(|e| self.err(e))
+    }
+
+    /// C1: marks table slot `slot` (a u32 id) in the mark buffer at device address `marks`: one
+    /// is added to its mark word (device-scope atomic), and its block's summary word, after the
+    /// table's `capacity` mark words (`capacity` from push word 19, the table's `log2`), is set to
+    /// 1 by a plain store: every lane that sets it stores the same value, and the host reads the
+    /// summary only after the dispatch (`chunk_table::mark_buffer_words`). A mark without its
+    /// summary word would be lost: the backend reads only the blocks the summary names.
+    pub(super) fn mark(&mut self, marks: Word, slot: Word) -> R<()> {
+        let u32_ = self.t.u32;
+        let at = self.index(marks, slot, 4)?;
+        self.atomic_inc(at)?;
+        let log2 = self.push_word(super::push::CAPACITY_LOG2)?;
+        let one = self.c32(1);
+        let capacity = self.shl(u32_, one, log2)?;
+        let block_shift = self.c32(MARK_BLOCK_SLOTS.trailing_zeros());
+        let block = self.shr(u32_, slot, block_shift)?;
+        let summary = self.add(u32_, capacity, block)?;
+        let at = self.index(marks, summary, 4)?;
+        self.st32(at, one)
     }
 
     /// `*addr += v` atomically (device scope, relaxed); returns the old value.

@@ -22,12 +22,14 @@
 //! The host encodes each access as an 8-word record ([`record`]). A single invocation walks them in
 //! stream order, byte by byte, with 32-bit words and shifts (no 8-bit storage feature is needed):
 //! bound accesses through descriptor arrays (binding 0: holders bound at each slot's member offset,
-//! binding 1: write masks at the same offsets, O6–O9), device accesses through two lookups (T5) and
-//! raw device addresses, LDS and scratch through storage-buffer regions the host assigns (one per
-//! workgroup, one per lane: lavapipe's 32 KiB of workgroup memory is less than the 64 KiB of LDS a
-//! workgroup has, and regions survive when a job is split over several dispatches). A miss reads
+//! binding 1: write masks at the same offsets, O6–O9), device accesses through two lookups (T5: the
+//! first byte's part of a chunk and the last byte's, `chunk_table::PARTS`) and raw device
+//! addresses, LDS and scratch through storage-buffer regions the host assigns (one per workgroup,
+//! one per lane: lavapipe's 32 KiB of workgroup memory is less than the 64 KiB of LDS a workgroup
+//! has, and regions survive when a job is split over several dispatches). A miss reads
 //! zero, drops the store and appends (access, first escaped address) to an escape log with an
-//! atomic counter (T4); each store adds one to the mark word of each chunk slot it hit (C1).
+//! atomic counter (T4); each store adds one to the mark word of each chunk slot it hit and sets the
+//! summary word of the slot's block (C1, `chunk_table::mark_buffer_words`).
 
 mod asm;
 #[cfg(feature = "bench")]
@@ -62,7 +64,8 @@ pub mod push {
     pub const OUT: u32 = 4;
     /// Replay: device address of the escape log (2 words).
     pub const LOG: u32 = 6;
-    /// Replay: device address of the mark words, one per table slot (2 words).
+    /// Replay: device address of the mark buffer (2 words): one word per table slot, then one
+    /// summary word per `MARK_BLOCK_SLOTS` slots (`chunk_table::mark_buffer_words`).
     pub const MARKS: u32 = 8;
     /// Replay: device address of the first LDS region (2 words).
     pub const LDS: u32 = 10;

@@ -4,8 +4,11 @@
 //! Bound accesses go through the descriptor arrays (binding 0: holders bound at each slot's member
 //! offset, binding 1: write masks at the same offsets, O6–O9); device accesses through two lookups
 //! (T5) and raw device addresses; LDS and scratch through storage-buffer regions the host assigns
-//! (P1). A miss reads zero, drops the store and is logged (T4); each device store marks the chunk
-//! slots it hit (C1). R8G8B8A8_UNORM is decoded through a table and encoded exactly, as
+//! (P1). The two lookups are the first byte's part of a chunk and the last byte's (a chunk may be
+//! mapped by parts), one when they are the same part; each byte goes through the first if it lies
+//! in the first byte's part, else through the last's, as the CPU reference does. A miss reads zero,
+//! drops the store and is logged (T4); each device store marks the slots it hit and their blocks'
+//! summary words (C1). R8G8B8A8_UNORM is decoded through a table and encoded exactly, as
 //! [`Format`] does on the host. Nothing here calls Vulkan.
 
 use rspirv::dr::Operand;
@@ -14,6 +17,7 @@ use rspirv::spirv::{Capability, Decoration, Op, StorageClass, Word};
 use super::asm::Asm;
 use super::helper::emit_lookup;
 use super::{R, push, record};
+use dispatchscope_core::chunk_table::PARTS;
 use dispatchscope_core::input::Format;
 
 /// R8G8B8A8_UNORM decode of every byte, exactly as [`Format::decode`] computes it (`c / 255.0` in
@@ -126,6 +130,9 @@ pub fn replay_module(slots: u32) -> R<Vec<u32>> {
     let first = a.push_word(push::FIRST)?;
     let count = a.push_word(push::COUNT)?;
     let shift = a.push_word(push::CHUNK_SHIFT)?;
+    let part_bits = a.c32(PARTS.trailing_zeros());
+    let part_shift = a.sub(t.u32, shift, part_bits)?;
+    let last_part = a.c32(PARTS - 1);
     let end = a.add(t.u32, first, count)?;
     let one64 = a.c64(1);
     let chunk_bytes = a.shl(t.u64, one64, shift)?;
@@ -189,20 +196,26 @@ pub fn replay_module(slots: u32) -> R<Vec<u32>> {
                     a.set(p, v)
                 })
             })?;
-            // T5: two lookups, the first byte's chunk and the last byte's chunk.
+            // T5: two lookups, the first byte's (chunk, part) and the last byte's.
             let c0 = a.shr(t.u64, addr, shift)?;
+            let q0 = a.shr(t.u64, addr, part_shift)?;
+            let p0 = a.narrow(q0)?;
+            let p0 = a.and(t.u32, p0, last_part)?;
             let size64 = a.widen(size)?;
             let after = a.add(t.u64, addr, size64)?;
             let last = a.sub(t.u64, after, one64)?;
             let c1 = a.shr(t.u64, last, shift)?;
-            let split = a.ne(c1, c0)?;
+            let q1 = a.shr(t.u64, last, part_shift)?;
+            let p1 = a.narrow(q1)?;
+            let p1 = a.and(t.u32, p1, last_part)?;
+            let split = a.ne(q1, q0)?;
             let z64 = a.c64(0);
             a.set(v_s0, none)?;
             a.set(v_s1, none)?;
             a.set(v_d0, z64)?;
             a.set(v_d1, z64)?;
             a.if_(is_dev, |a| {
-                let h0 = a.call(t.hit, lookup, &[c0])?;
+                let h0 = a.call(t.hit, lookup, &[c0, p0])?;
                 let s0 = a.extract(h0, 1)?;
                 let d0 = a.extract(h0, 0)?;
                 a.set(v_s0, s0)?;
@@ -210,7 +223,7 @@ pub fn replay_module(slots: u32) -> R<Vec<u32>> {
                 a.if_else(
                     split,
                     |a| {
-                        let h1 = a.call(t.hit, lookup, &[c1])?;
+                        let h1 = a.call(t.hit, lookup, &[c1, p1])?;
                         let s1 = a.extract(h1, 1)?;
                         let d1 = a.extract(h1, 0)?;
                         a.set(v_s1, s1)?;
@@ -292,8 +305,8 @@ pub fn replay_module(slots: u32) -> R<Vec<u32>> {
                     |a| {
                         let i64_ = a.widen(i)?;
                         let at = a.add(t.u64, addr, i64_)?;
-                        let ch = a.shr(t.u64, at, shift)?;
-                        let in_first = a.eq(ch, c0)?;
+                        let q = a.shr(t.u64, at, part_shift)?;
+                        let in_first = a.eq(q, q0)?;
                         let s = a.select(t.u32, in_first, s0, s1)?;
                         let d = a.select(t.u64, in_first, d0, d1)?;
                         let hit = a.ne(s, none)?;
@@ -399,8 +412,9 @@ fn value_word(a: &mut Asm, vals: Word, i: Word) -> R<(Word, Word, Word)> {
     Ok((p, w, sh))
 }
 
-/// C1: a device store adds one to the mark word of each chunk slot it hit: the first byte's, and the
-/// last byte's when the access spans two chunks.
+/// C1: a device store adds one to the mark word of each slot it hit and sets its block's summary
+/// word ([`Asm::mark`]): the first byte's, and the last byte's when the access spans two parts
+/// reached through two slots (two parts of one chunk through one slot mark it once).
 fn emit_marks(
     a: &mut Asm,
     marks: Word,
@@ -410,16 +424,15 @@ fn emit_marks(
     split: Word,
 ) -> R<()> {
     let none = a.c32(record::NO_SLOT);
-    let mark = |a: &mut Asm, slot: Word| -> R<()> {
-        let m = a.index(marks, slot, 4)?;
-        a.atomic_inc(m).map(|_| ())
-    };
+    let mark = |a: &mut Asm, slot: Word| a.mark(marks, slot);
     let dev_store = a.land(is_dev, is_store)?;
     a.if_(dev_store, |a| {
         let hit0 = a.ne(s0, none)?;
         a.if_(hit0, |a| mark(a, s0))?;
         let hit1 = a.ne(s1, none)?;
         let both = a.land(split, hit1)?;
+        let other = a.ne(s1, s0)?;
+        let both = a.land(both, other)?;
         a.if_(both, |a| mark(a, s1))
     })
 }

@@ -9,9 +9,9 @@
 /// and the lane's own counters 2–5 %, so both stay off; the lane cache saves 29–65 %).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Shape {
-    /// An access that lies in one chunk (or page) and hits reads its words from one base, as
-    /// the raw variant does; only an access that crosses its chunk's end, or misses, takes the
-    /// word-by-word path that picks each word's chunk (T5's split).
+    /// An access that lies in one part of a chunk (or one page) and hits reads its words from one
+    /// base, as the raw variant does; only an access that crosses its part's end, or misses, takes
+    /// the word-by-word path that picks each word's lookup (T5's split).
     pub fast_path: bool,
     /// The lookup's first probe is read before its loop: a hit in the home slot (most hits,
     /// T2's probes a hit of about 1.1) takes no loop at all.
@@ -21,9 +21,10 @@ pub struct Shape {
     /// `Private` array at a constant index once the helper is inlined: registers), added to the
     /// workgroup counters once, when the lane flushes; without, each access is a workgroup atomic.
     pub private_counters: bool,
-    /// The lane keeps its last lookup's chunk and answer
+    /// The lane keeps its last lookup's slot key and answer
     /// ([`LAST_CHUNK`](super::library::symbol::LAST_CHUNK)) and takes the answer again for an
-    /// access in the same chunk; without, every access probes.
+    /// access in a part of the same chunk that the cached slot reaches; without, every access
+    /// probes.
     pub lane_cache: bool,
     /// Parts of the instrumented variant left out ([`Shape::LEAVE_OUT_COUNTS`] …), to find what
     /// costs: a bench's diagnosis only (its counts, captures and log are then incomplete).
