@@ -26,6 +26,8 @@ pub struct Piece {
     pub mapped_before_dispatch: u64,
     /// Mapped by an M5 revisit.
     pub by_revisit: bool,
+    /// The import it reaches into ([`Import::serial`]).
+    pub import: u64,
 }
 
 impl Piece {
@@ -47,6 +49,9 @@ pub struct Import {
     pub guest: ByteRange,
     /// The device address of its first byte.
     pub device_base: u64,
+    /// Which import of this engine it is, counted from 1: a new import at a released one's
+    /// device address (a driver reuses addresses) is still another import.
+    pub serial: u64,
 }
 
 /// A change the chunk table must follow: guest bytes that became reachable, or stopped being
@@ -88,6 +93,8 @@ pub struct Mappings {
     pieces: BTreeMap<u64, Piece>,
     /// What the driver holds, by guest start; every piece lies in one import.
     imports: BTreeMap<u64, Import>,
+    /// Imports made so far ([`Import::serial`]).
+    import_serials: u64,
     /// The largest bytes an import may hold, a power of two ([`Backend::max_import_bytes`]).
     import_block: Option<u64>,
     left_out: BTreeMap<u64, LeftOutReport>,
@@ -437,10 +444,11 @@ impl Mappings {
         let block = self.block(backend, memory);
         let mut at = guest.start;
         while at < guest.end {
-            let (end, device_base) = match self.import_at(at) {
+            let (end, device_base, serial) = match self.import_at(at) {
                 Some(i) => (
                     i.guest.end.min(guest.end),
                     i.device_base + (at - i.guest.start),
+                    i.serial,
                 ),
                 None => {
                     let next = self
@@ -451,15 +459,18 @@ impl Mappings {
                     let block_end = (at | (block - 1)).saturating_add(1);
                     let r = ByteRange::new(at, guest.end.min(next).min(block_end));
                     let device_base = backend.import(r, memory)?;
+                    self.import_serials += 1;
+                    let serial = self.import_serials;
                     self.imports.insert(
                         at,
                         Import {
                             guest: r,
                             device_base,
+                            serial,
                         },
                     );
                     self.imports_made += 1;
-                    (r.end, device_base)
+                    (r.end, device_base, serial)
                 }
             };
             self.add_piece(Piece {
@@ -468,6 +479,7 @@ impl Mappings {
                 reservation,
                 mapped_before_dispatch: before,
                 by_revisit,
+                import: serial,
             });
             at = end;
         }
@@ -509,6 +521,7 @@ impl Mappings {
         let joins = |q: &Piece, p: &Piece, at: u64, this: &Self| {
             q.reservation == p.reservation
                 && q.device_at(at) == p.device_at(at)
+                && q.import == p.import
                 && this.import_at(q.guest.start).map(|i| i.guest.start) == import
         };
         if let Some((&start, &left)) = self.pieces.range(..p.guest.start).next_back()
@@ -538,9 +551,16 @@ impl Mappings {
             self.changes.push(change);
             return;
         };
-        let undone = self.changes.iter().rposition(|c| {
-            matches!(c, PieceChange::Removed(r)
+        // Only the latest change over these bytes may be undone: one between them (the bytes mapped
+        // elsewhere and dropped again) must stay in its place.
+        let latest = self.changes.iter().rposition(|c| {
+            let (PieceChange::Added(r) | PieceChange::Removed(r)) = c;
+            r.guest.overlaps(&q.guest)
+        });
+        let undone = latest.filter(|&i| {
+            matches!(self.changes[i], PieceChange::Removed(r)
                 if r.guest.start <= q.guest.start && q.guest.end <= r.guest.end
+                    && r.import == q.import
                     && r.device_at(q.guest.start) == q.device_base)
         });
         let Some(i) = undone else {
