@@ -538,7 +538,10 @@ fn summary_ui(
                             ui.label(compare::mark_text("chunk (T1)", chunk_differs));
                             ui.label(mono(hex(t.chunk_bytes)));
                             ui.label("why");
-                            ui.label(&t.chunk_reason);
+                            // T1's reason can name the import that set the chunk: a line cut to
+                            // the panel, whole on hover, so that the grid stays the panel's width.
+                            ui.add(egui::Label::new(&t.chunk_reason).truncate())
+                                .on_hover_text(&t.chunk_reason);
                             ui.end_row();
                             ui.label(compare::mark_text("slots", probes_differ));
                             ui.label(mono(t.capacity.to_string()));
@@ -558,7 +561,9 @@ fn summary_ui(
                             ui.label(mono(format!("{:#x}", t.multiplier)));
                             ui.end_row();
                             ui.label("built before this dispatch");
-                            ui.label(t.rebuilt.as_deref().unwrap_or("no: kept"));
+                            let rebuilt = t.rebuilt.as_deref().unwrap_or("no: kept");
+                            ui.add(egui::Label::new(rebuilt).truncate())
+                                .on_hover_text(rebuilt);
                             ui.label("inserted / removed");
                             ui.label(mono(format!("{} / {}", t.inserted, t.removed)));
                             ui.end_row();
