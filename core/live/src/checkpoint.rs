@@ -340,10 +340,22 @@ pub(crate) struct StateCopy {
 /// attached to a game with a 16 MiB table copies a few slots a dispatch, not the table.
 #[derive(Debug)]
 pub(crate) enum TableCopy {
-    /// Every slot.
-    Whole(TableImage),
-    /// The slots changed since the table last queued: index and new value.
-    Changes(Vec<(usize, dispatchscope_core::chunk_table::TableSlot)>),
+    /// Every slot, of the table at `version` ([`dispatchscope_core::chunk_table::ChunkTable::version`]).
+    Whole {
+        /// The slots.
+        image: TableImage,
+        /// The table's version.
+        version: u64,
+    },
+    /// The slots that took the table from version `from` to `to`: index and new value.
+    Changes {
+        /// The version they change.
+        from: u64,
+        /// The version they make.
+        to: u64,
+        /// The slots.
+        slots: Vec<(usize, dispatchscope_core::chunk_table::TableSlot)>,
+    },
 }
 
 /// What a tap remembers, on the game thread, of the state it queued this session.
@@ -438,24 +450,30 @@ impl Tracker {
                 Some((from, to, Changed::Slots(slots)))
                     if self.table_version == Some(from) && to == t.version() =>
                 {
-                    Some(slots)
+                    Some((from, slots))
                 }
                 _ => None,
             };
             match changes {
-                // Its changes: a few slots, whatever the budget.
-                Some(slots) => {
+                // Its changes: a few slots, whatever the budget. The writer checks that it holds
+                // the version they change (a copy the queue dropped would break the chain).
+                Some((from, slots)) => {
                     self.table_version = Some(t.version());
-                    Copied::State(TableCopy::Changes(
-                        slots
+                    Copied::State(TableCopy::Changes {
+                        from,
+                        to: t.version(),
+                        slots: slots
                             .iter()
                             .filter_map(|&i| t.slots().get(i).map(|s| (i, *s)))
                             .collect(),
-                    ))
+                    })
                 }
                 None if afford => {
                     self.table_version = Some(t.version());
-                    Copied::State(TableCopy::Whole(TableImage::of(t)))
+                    Copied::State(TableCopy::Whole {
+                        image: TableImage::of(t),
+                        version: t.version(),
+                    })
                 }
                 None => {
                     self.table_version = None;
@@ -500,6 +518,8 @@ pub(crate) struct Writer {
     /// A table came as changes to one this writer does not hold: the game thread must copy the
     /// next one whole ([`Writer::take_want_whole_table`]).
     want_whole_table: bool,
+    /// The version of the table `tables` last took, if it holds one.
+    table_version: Option<u64>,
     last_memory: Option<MemoryState>,
     /// The state of a dispatch that could not be sent is owed: the next dispatch sent says it is
     /// unknown unless it carries its own.
@@ -539,16 +559,28 @@ impl Writer {
             }
         });
         let table = copy.table.and_then(|t| match t {
-            Copied::State(TableCopy::Changes(slots)) => match self.tables.next_changes(&slots) {
-                Ok(None) => None,
-                Ok(Some(bytes)) if bytes.len() <= max_part_bytes => Some(StatePart::Known(bytes)),
-                Ok(Some(bytes)) => {
+            Copied::State(TableCopy::Changes { from, to, slots }) => match (self.table_version
+                == Some(from))
+            .then(|| self.tables.next_changes(&slots))
+            {
+                Some(Ok(None)) => {
+                    self.table_version = Some(to);
+                    None
+                }
+                Some(Ok(Some(bytes))) if bytes.len() <= max_part_bytes => {
+                    self.table_version = Some(to);
+                    Some(StatePart::Known(bytes))
+                }
+                Some(Ok(Some(bytes))) => {
                     self.tables.reset();
+                    self.table_version = None;
                     Some(too_large("chunk table", bytes.len()))
                 }
-                // No table to change (the last was not sent): unknown until a whole one is, which
-                // the game thread is asked for.
-                Err(_) => {
+                // Not the table the changes change (none sent, or a copy between them dropped):
+                // unknown until a whole one is, which the game thread is asked for.
+                _ => {
+                    self.tables.reset();
+                    self.table_version = None;
                     self.want_whole_table = true;
                     Some(StatePart::Unknown(format!(
                     "the chunk table after dispatch {} came as changes to a table this session did not send",
@@ -556,10 +588,12 @@ impl Writer {
                 )))
                 }
             },
-            Copied::State(TableCopy::Whole(image)) => {
+            Copied::State(TableCopy::Whole { image, version }) => {
+                self.table_version = Some(version);
                 let bytes = self.tables.next_image(image)?;
                 if bytes.len() > max_part_bytes {
                     self.tables.reset();
+                    self.table_version = None;
                     Some(too_large("chunk table", bytes.len()))
                 } else {
                     Some(StatePart::Known(bytes))
@@ -567,6 +601,7 @@ impl Writer {
             }
             Copied::Unknown(why) => {
                 self.tables.reset();
+                self.table_version = None;
                 Some(StatePart::Unknown(why))
             }
         });
@@ -617,6 +652,7 @@ impl Writer {
         if c.table.is_none() {
             c.table = Some(why());
             self.tables.reset();
+            self.table_version = None;
         }
     }
 }
@@ -794,7 +830,10 @@ mod tests {
         let copy = |d, m: &MemoryState, t: &ChunkTable| StateCopy {
             dispatch: d,
             memory: Some(Copied::State(m.clone())),
-            table: Some(Copied::State(TableCopy::Whole(TableImage::of(t)))),
+            table: Some(Copied::State(TableCopy::Whole {
+                image: TableImage::of(t),
+                version: t.version(),
+            })),
         };
         let first = w.message(copy(0, &memory, &t), 1 << 20).unwrap();
         assert!(matches!(first.memory, Some(StatePart::Known(_))));
@@ -858,7 +897,7 @@ mod tests {
         let first = tracker.copy(1, &e, &r, 0).unwrap();
         assert!(matches!(
             first.table,
-            Some(Copied::State(TableCopy::Whole(_)))
+            Some(Copied::State(TableCopy::Whole { .. }))
         ));
         tracker.queued_parts((true, true), e.memory().state_changes());
         let m = w.message(first, 64 << 20).unwrap();
@@ -871,7 +910,7 @@ mod tests {
         .unwrap();
         let r = e.dispatch(&input).unwrap();
         let copy = tracker.copy(1, &e, &r, 1).unwrap();
-        let Some(Copied::State(TableCopy::Changes(slots))) = &copy.table else {
+        let Some(Copied::State(TableCopy::Changes { slots, .. })) = &copy.table else {
             panic!("{:?}", copy.table)
         };
         assert_eq!(
@@ -891,6 +930,26 @@ mod tests {
             "one slot's entry and a header: {} bytes",
             delta.len()
         );
+        // A copy the queue dropped breaks the chain: the next changes are not the writer's table's.
+        let toggle = |e: &mut Engine, p: HostProtection| {
+            e.apply(&Event::HostProtect {
+                range: ByteRange::new(base + 0x9000, base + 0xa000),
+                protection: p,
+            })
+            .unwrap();
+            e.dispatch(&input).unwrap()
+        };
+        let r = toggle(&mut e, HostProtection::Read);
+        let dropped = tracker.copy(1, &e, &r, 2).unwrap();
+        drop(dropped);
+        let r = toggle(&mut e, HostProtection::ReadWrite);
+        let next = tracker.copy(1, &e, &r, 3).unwrap();
+        let m = w.message(next, 64 << 20).unwrap();
+        assert!(
+            matches!(m.table, Some(StatePart::Unknown(_))),
+            "changes past a dropped copy are never applied to the older table: {m:?}"
+        );
+        assert!(w.take_want_whole_table());
         // A writer that never held the table cannot take changes: unknown, and a whole one asked for.
         let mut fresh = Writer::default();
         e.apply(&Event::HostProtect {
