@@ -1404,7 +1404,7 @@ fn t1_a_4_kib_aligned_piece_gives_4_kib_chunks() {
     let why = t.rebuilt.as_deref().unwrap();
     assert!(
         why.starts_with(
-            "T1: the chunk changed from 0x10000 to 0x1000 bytes: the import of 0x200000..0x203000"
+            "T1: the chunk changed from 0x10000 to 0x1000 bytes to follow the mappings' alignment: the import of 0x200000..0x203000"
         ) && why.contains("0x1000-byte boundary at 0x203000"),
         "the report names the import that made the chunk change: {why}"
     );

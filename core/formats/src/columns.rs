@@ -24,7 +24,7 @@
 //! u64 index · u32 workgroup · u32 wave · u32 lane · u64 pc · u8 kind · u8 op · u32 size_bytes ·
 //! u8 route · u32 route holder · u64 route offset or address · u8 rule · u8 flags (bit 0 escaped,
 //! bit 1 has a device address) · u64 device address · u32 lookups · u32 value words;
-//! then every lookup in row order: u64 guest_chunk · u64 home_slot · u8 outcome · u64 outcome slot
+//! then every lookup in row order: u64 guest_chunk · u64 home slot with the part in bits 48–55 · u8 outcome · u64 outcome slot
 //! · u64 outcome device address · u32 probes; then every probe in lookup order: u64 slot · u8 has
 //! a key · u64 key; then every value word in row order.
 //!
@@ -260,7 +260,7 @@ pub fn encode_access_reports(accesses: &[AccessReport], out: &mut Vec<u8>) {
     for l in accesses.iter().flat_map(|a| &a.lookups) {
         let mut w = RowOut::<LOOKUP_ROW_BYTES>::new();
         w.u64(l.guest_chunk);
-        w.u64(l.home_slot as u64);
+        w.u64(crate::packed::home_and_part(l));
         let (outcome, slot, device) = match l.outcome {
             LookupOutcome::Hit { slot, device_addr } => (0, slot as u64, device_addr),
             LookupOutcome::MissEmpty { slot } => (1, slot as u64, 0),
@@ -546,7 +546,7 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
     for (i, chunk) in lb.chunks_exact(LOOKUP_ROW_BYTES).enumerate() {
         let mut c = Row { b: chunk, at: 0 };
         let guest_chunk = c.u64();
-        let home_slot = usize_of(c.u64(), i, "home slot")?;
+        let (home_slot, part) = crate::packed::split_home(c.u64());
         let (outcome, slot, device_addr) = (c.u8(), c.u64(), c.u64());
         let outcome = match outcome {
             0 => LookupOutcome::Hit {
@@ -567,7 +567,7 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
         };
         n_probes.push(c.u32());
         lookups.push(LookupTrace {
-            part: 0,
+            part,
             guest_chunk,
             home_slot,
             probes: Vec::new(),

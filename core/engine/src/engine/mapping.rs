@@ -229,10 +229,15 @@ impl<B: Backend> Engine<B> {
                         "T2: the changes since the last dispatch could not be made slot by slot ({e}); the table was built from the mappings they end in"
                     ),
                     (_, None) => "first device-addressed dispatch".to_owned(),
+                    // A finer chunk names the import that made it so.
                     (_, Some(t)) if t.chunk_bytes() != chunk_bytes => format!(
-                        "T1: the chunk changed from {:#x} to {chunk_bytes:#x} bytes: {}",
+                        "T1: the chunk changed from {:#x} to {chunk_bytes:#x} bytes to follow the mappings' alignment{}",
                         t.chunk_bytes(),
-                        self.mapping_state.chunk_cause
+                        if chunk_bytes < t.chunk_bytes() {
+                            format!(": {}", self.mapping_state.chunk_cause)
+                        } else {
+                            String::new()
+                        }
                     ),
                     (_, Some(t)) if t.probe_bound() != limits.probe_bound => {
                         "the probe bound changed".to_owned()
@@ -291,9 +296,9 @@ impl<B: Backend> Engine<B> {
             chunk_bytes: t.chunk_bytes(),
             // T1's chunk is the finest alignment of the imports' ends, capped at 64 KiB.
             chunk_reason: match t.chunk_bytes() {
+                // (What set it is said where it changes: `TableReport::rebuilt`.)
                 a if a < MAX_CHUNK_BYTES => format!(
-                    "T1: the finest mapping is aligned to {a:#x} bytes, so a chunk is {a:#x} bytes and lies in one mapping: {}",
-                    self.mapping_state.chunk_cause
+                    "T1: the finest mapping is aligned to {a:#x} bytes, so a chunk is {a:#x} bytes and lies in one mapping"
                 ),
                 _ => format!(
                     "T1: every mapping is aligned to at least 64 KiB, so a chunk is the largest allowed, {:#x} bytes",
