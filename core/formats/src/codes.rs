@@ -68,3 +68,18 @@ pub(crate) fn route_of_parts(code: u8, holder: u32, at: u64) -> Option<Route> {
         _ => return None,
     })
 }
+
+/// A lookup's home slot and the part of its chunk it looked up (`LookupTrace::part`), as one row
+/// value: the part in bits 48–55 (a home slot is below 2^28), so that a row written before parts
+/// existed reads as part 0. Both row formats store it so.
+pub(crate) fn home_and_part(l: &dispatchscope_core::report::LookupTrace) -> u64 {
+    (l.home_slot as u64 & HOME_BITS) | (u64::from(l.part) << 48)
+}
+
+/// [`home_and_part`] read back: the home slot and the part.
+pub(crate) fn split_home(v: u64) -> (usize, u32) {
+    ((v & HOME_BITS) as usize, ((v >> 48) & 0xff) as u32)
+}
+
+/// The bits of [`home_and_part`] that hold the home slot.
+const HOME_BITS: u64 = (1 << 48) - 1;

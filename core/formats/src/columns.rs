@@ -260,7 +260,7 @@ pub fn encode_access_reports(accesses: &[AccessReport], out: &mut Vec<u8>) {
     for l in accesses.iter().flat_map(|a| &a.lookups) {
         let mut w = RowOut::<LOOKUP_ROW_BYTES>::new();
         w.u64(l.guest_chunk);
-        w.u64(crate::packed::home_and_part(l));
+        w.u64(crate::codes::home_and_part(l));
         let (outcome, slot, device) = match l.outcome {
             LookupOutcome::Hit { slot, device_addr } => (0, slot as u64, device_addr),
             LookupOutcome::MissEmpty { slot } => (1, slot as u64, 0),
@@ -546,7 +546,7 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
     for (i, chunk) in lb.chunks_exact(LOOKUP_ROW_BYTES).enumerate() {
         let mut c = Row { b: chunk, at: 0 };
         let guest_chunk = c.u64();
-        let (home_slot, part) = crate::packed::split_home(c.u64());
+        let (home_slot, part) = crate::codes::split_home(c.u64());
         let (outcome, slot, device_addr) = (c.u8(), c.u64(), c.u64());
         let outcome = match outcome {
             0 => LookupOutcome::Hit {

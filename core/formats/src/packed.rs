@@ -193,7 +193,7 @@ pub fn encode_access_reports(accesses: &[AccessReport], out: &mut Vec<u8>) {
     let (mut chunk, mut home, mut slot, mut device) = (0u64, 0u64, 0u64, 0u64);
     for l in accesses.iter().flat_map(|a| &a.lookups) {
         w.z(&mut chunk, l.guest_chunk);
-        w.z(&mut home, home_and_part(l));
+        w.z(&mut home, crate::codes::home_and_part(l));
         match l.outcome {
             LookupOutcome::Hit {
                 slot: s,
@@ -483,7 +483,8 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
     let (mut chunk, mut home, mut slot, mut device) = (0u64, 0u64, 0u64, 0u64);
     for row in 0..lookups.capacity() {
         let guest_chunk = i.z("lookup guest chunk", row, &mut chunk)?;
-        let (home_slot, part) = split_home(i.z("lookup home slot", row, &mut home)?);
+        let (home_slot, part) =
+            crate::codes::split_home(i.z("lookup home slot", row, &mut home)?);
         let outcome = match i.u8("lookup outcome")? {
             0 => LookupOutcome::Hit {
                 slot: i.usize("hit slot", row, &mut slot)?,
@@ -530,21 +531,6 @@ pub fn decode_access_reports(r: &mut Reader<'_>) -> Result<Vec<AccessReport>, Co
     i.done(r)?;
     Ok(out)
 }
-
-/// A lookup's home slot and the part of its chunk it looked up (`LookupTrace::part`), as one row
-/// value: the part in bits 48–55 (a home slot is below 2^28), so that a row written before parts
-/// existed reads as part 0. Both row formats store it so.
-pub(crate) fn home_and_part(l: &LookupTrace) -> u64 {
-    (l.home_slot as u64 & HOME_BITS) | (u64::from(l.part) << 48)
-}
-
-/// [`home_and_part`] read back: the home slot and the part.
-pub(crate) fn split_home(v: u64) -> (usize, u32) {
-    ((v & HOME_BITS) as usize, ((v >> 48) & 0xff) as u32)
-}
-
-/// The bits of [`home_and_part`] that hold the home slot.
-const HOME_BITS: u64 = (1 << 48) - 1;
 
 #[cfg(test)]
 mod tests {
