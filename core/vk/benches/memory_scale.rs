@@ -253,11 +253,6 @@ fn run(
         slots.push(frame_slots as f64);
         uploaded.push((e.backend().table_bytes_uploaded() - up0) as f64);
     }
-    let report = {
-        let (_, _) = dispatch(&mut e);
-        e.prepare(&input).unwrap()
-    };
-    let _ = report;
     let (pieces, chunk_bytes, n_chunks) = {
         let t = e.table().unwrap();
         (

@@ -27,7 +27,7 @@ use common::{Emulator, PAGE, Pages, context, engine, quiet};
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::engine::Engine;
 use dispatchscope_core::input::{
-    Access, AccessKind, Backing, DeviceLimits, DispatchInput, Event, HostProtection, Op, Reason,
+    Access, AccessKind, Backing, DeviceLimits, DispatchInput, Event, HostProtection, Op,
 };
 use dispatchscope_core::report::{DispatchReport, EscapeClass, LeftOutReason, Mode};
 use dispatchscope_vk::VulkanBackend;
@@ -41,23 +41,11 @@ fn reserve(pages: &Pages, backing: Backing) -> Event {
 }
 
 fn access(op: Op, off: u64, value: u32) -> Access {
-    let mut a = Access::new(AccessKind::Global, op, 4);
-    a.pc = 0x4000_0000_0100;
-    a.address = Some(GUEST + off);
-    if op == Op::Store {
-        a.values = vec![value];
-    }
-    a
+    common::access_at(op, GUEST + off, value)
 }
 
 fn device_dispatch(accesses: Vec<Access>) -> DispatchInput {
-    DispatchInput {
-        program: 0x4000_0000_1000,
-        label: "host mode".into(),
-        reasons: vec![Reason::D753],
-        accesses,
-        ..DispatchInput::default()
-    }
+    common::device_dispatch("host mode", accesses)
 }
 
 fn escapes_at(r: &DispatchReport) -> Vec<(u64, EscapeClass, Option<LeftOutReason>)> {

@@ -22,32 +22,18 @@ use common::{Emulator, PAGE, Pages, context, engine, quiet};
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::backend::Backend;
 use dispatchscope_core::chunk_table::{MAX_CHUNK_BYTES, SLOT_BYTES};
-use dispatchscope_core::input::{
-    Access, AccessKind, Backing, DispatchInput, Event, HostProtection, Op, Reason,
-};
+use dispatchscope_core::input::{Access, Backing, DispatchInput, Event, HostProtection, Op};
 use dispatchscope_core::report::{EscapeClass, Mode};
 
 const GUEST: u64 = 0x1_0000_0000;
 const BYTES: usize = 16 << 30;
 
 fn access(op: Op, off: u64, value: u32) -> Access {
-    let mut a = Access::new(AccessKind::Global, op, 4);
-    a.pc = 0x4000_0000_0100;
-    a.address = Some(GUEST + off);
-    if op == Op::Store {
-        a.values = vec![value];
-    }
-    a
+    common::access_at(op, GUEST + off, value)
 }
 
 fn device_dispatch(accesses: Vec<Access>) -> DispatchInput {
-    DispatchInput {
-        program: 0x4000_0000_1000,
-        label: "16 GiB".into(),
-        reasons: vec![Reason::D753],
-        accesses,
-        ..DispatchInput::default()
-    }
+    common::device_dispatch("16 GiB", accesses)
 }
 
 #[test]

@@ -24,9 +24,6 @@ pub(super) struct TableSync {
     builds: u64,
     address: u64,
     placement: Placement,
-    /// The table's statistics as of its last change: each is a walk over every slot, too dear to
-    /// repeat for every dispatch of a large table that did not change.
-    stats: Option<TableStats>,
     /// The slots the last sync changed, and the table versions it took the table from and to:
     /// what a debugger's copy of the table needs to follow it without copying it whole.
     pub(super) last_changes: Option<(u64, u64, crate::chunk_table::Changed)>,
@@ -97,14 +94,6 @@ fn chunk_cause(memory: &GuestMemory, mappings: &Mappings) -> String {
         "the import of {} (what M3 handed the driver in one piece) ends on a {align:#x}-byte boundary at {at:#x}{beside}, and a chunk lies in one import",
         i.guest
     )
-}
-
-/// What the table report says about the table's shape, computed when the table changes.
-#[derive(Debug)]
-pub(super) struct TableStats {
-    mean_probes_hit: f64,
-    mean_probes_miss: f64,
-    probe_histogram: Vec<u64>,
 }
 
 /// T2 by parts: the piece changes, slot by slot; the slots inserted and removed.
@@ -282,13 +271,7 @@ impl<B: Backend> Engine<B> {
                 .place_table(t, limits.device_local_table_budget_bytes)?;
             self.sync.address = address;
             self.sync.placement = placement;
-            self.sync.stats = None;
         }
-        let stats = self.sync.stats.get_or_insert_with(|| TableStats {
-            mean_probes_hit: t.mean_probes_hit(),
-            mean_probes_miss: t.mean_probes_miss(),
-            probe_histogram: t.probe_histogram_hits(),
-        });
         self.sync.rebuilt = rebuilt.clone();
         self.sync.inserted = inserted;
         self.sync.removed = removed;
@@ -310,9 +293,10 @@ impl<B: Backend> Engine<B> {
             load: t.load(),
             probe_bound: t.probe_bound(),
             multiplier: t.multiplier(),
-            mean_probes_hit: stats.mean_probes_hit,
-            mean_probes_miss: stats.mean_probes_miss,
-            probe_histogram: stats.probe_histogram.clone(),
+            // Kept by the table as it changes: no walk over its slots.
+            mean_probes_hit: t.mean_probes_hit(),
+            mean_probes_miss: t.mean_probes_miss(),
+            probe_histogram: t.probe_histogram_hits(),
             rebuilt,
             inserted,
             removed,

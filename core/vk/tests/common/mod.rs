@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use dispatchscope_core::addr::ByteRange;
 use dispatchscope_core::engine::Engine;
-use dispatchscope_core::input::{Backing, DeviceLimits, Event};
+use dispatchscope_core::input::{
+    Access, AccessKind, Backing, DeviceLimits, DispatchInput, Event, Op, Reason,
+};
 use dispatchscope_vk::host_pages::{HostCallError, HostCalls, ProcessHost};
 use dispatchscope_vk::{Context, ContextOptions, VkError, VulkanBackend};
 
@@ -270,5 +272,27 @@ pub fn reserve_at(guest: u64, pages: &Pages, backing: Backing) -> Event {
         committed: true,
         backing,
         host_base: Some(pages.addr()),
+    }
+}
+
+/// A 4-byte global access at guest `address` (a store of `value`), as the host-mode tests make them.
+pub fn access_at(op: Op, address: u64, value: u32) -> Access {
+    let mut a = Access::new(AccessKind::Global, op, 4);
+    a.pc = 0x4000_0000_0100;
+    a.address = Some(address);
+    if op == Op::Store {
+        a.values = vec![value];
+    }
+    a
+}
+
+/// A device-addressed dispatch (D753) of `accesses`.
+pub fn device_dispatch(label: &str, accesses: Vec<Access>) -> DispatchInput {
+    DispatchInput {
+        program: 0x4000_0000_1000,
+        label: label.into(),
+        reasons: vec![Reason::D753],
+        accesses,
+        ..DispatchInput::default()
     }
 }
