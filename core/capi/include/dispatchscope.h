@@ -34,7 +34,7 @@
 
 // The layout of every struct of this header: a caller compiled against another version is
 // refused by name (`DS_ABI_MISMATCH`) rather than misread.
-#define DS_ABI_VERSION 4
+#define DS_ABI_VERSION 5
 
 // `ds_event::flags`: the guest may read.
 #define DS_EVENT_READABLE (1 << 0)
@@ -48,6 +48,14 @@
 // `ds_event::flags`: host pages shared (reserve, set-backing).
 #define DS_EVENT_SHARED (1 << 3)
 
+// `ds_carry::from`: the bytes are read from guest memory on the device (`from_guest`), after
+// dispatch `after` (which may write them in place).
+#define DS_CARRY_FROM_GUEST 0
+
+// `ds_carry::from`: the bytes are read from dispatch `after`'s holder buffer of slot
+// `from_slot`, at `from_offset` (its stores reach guest memory only at its complete).
+#define DS_CARRY_FROM_HOLDER 1
+
 // The push word where an instrumented program reads its instrumentation buffer's device address
 // (2 words, low first): the emulator sets it besides the words `ds_prepared::push_mask` names.
 #define DS_PUSH_INSTRUMENT 26
@@ -60,6 +68,12 @@
 
 // `ds_slot::flags`: the lane id is added to the index (lane-indexed addressing).
 #define DS_SLOT_INDEX_FROM_LANE (1 << 2)
+
+// `ds_slot::flags` (host path): the emulator binds this holder over the guest's own pages
+// (imported): its stores land in place, nothing of it is written back at complete, and a later
+// dispatch of the same submission reads them on the device after a barrier
+// ([`crate::ds_engine_prepare`]).
+#define DS_SLOT_IN_PLACE (1 << 3)
 
 // `ds_slot::alias_of` when the slot is no D937 copy.
 #define DS_NO_ALIAS UINT32_MAX
@@ -435,8 +449,10 @@ typedef struct ds_prepared {
   uint32_t n_bindings;
   // Refusals by rule (0 unless refused).
   uint32_t n_refusals;
-  // Reserved, written 0.
-  uint32_t reserved;
+  // Copies the command buffer makes into this dispatch's holders before it, so that they
+  // hold what earlier dispatches in flight wrote: read them with
+  // [`ds_engine_prepared_carries`] (0 when nothing in flight writes what it reads).
+  uint32_t n_carries;
   // T3: the chunk table's device address (device-addressed dispatches; else 0).
   uint64_t table_address;
   // C1: the mark words' device address, or 0 where the emulator keeps its own and hands them
@@ -460,6 +476,56 @@ typedef struct ds_prepared {
   // Reserved, written 0.
   uint32_t reserved2;
 } ds_prepared;
+
+// One copy the emulator's command buffer makes into a dispatch's holder before the dispatch
+// (after the holder's upload, behind a barrier from the earlier dispatches' shader writes to
+// transfer reads, and followed by one from transfer writes to shader reads), so that the holder
+// holds what earlier dispatches in flight wrote. Carries are recorded in the order given.
+typedef struct ds_carry {
+  // The holder slot of this dispatch whose buffer the copy fills.
+  uint32_t slot;
+  // `DS_CARRY_FROM_GUEST` or `DS_CARRY_FROM_HOLDER`.
+  uint32_t from;
+  // Bytes into the holder's buffer (from its widened start, `ds_slot_plan::buffer_start`).
+  uint64_t offset;
+  // How many bytes.
+  uint64_t bytes;
+  // The earlier dispatch: the newest that may write the bytes in place (guest), or the one
+  // whose holder holds them (holder).
+  uint64_t after;
+  // Guest: the guest address of the first byte. Holder: bytes into that holder's buffer.
+  uint64_t from_offset;
+  // Holder: that dispatch's holder slot; guest: 0.
+  uint32_t from_slot;
+  // Reserved, written 0.
+  uint32_t reserved;
+} ds_carry;
+
+// One faulting address of the device's fault report (`VkDeviceFaultAddressInfoEXT`).
+typedef struct ds_fault_address {
+  // `VkDeviceFaultAddressTypeEXT`: 1 read, 2 write, 3 execute of an invalid address; 4–6 an
+  // instruction pointer.
+  uint32_t kind;
+  // Reserved: 0.
+  uint32_t reserved;
+  // The reported address.
+  uint64_t address;
+  // The driver's precision: the fault lies in the `precision`-aligned range around `address`.
+  uint64_t precision;
+} ds_fault_address;
+
+// The device's fault report (`vkGetDeviceFaultInfoEXT`), where the device has
+// `VK_EXT_device_fault`.
+typedef struct ds_device_fault {
+  // `sizeof(ds_device_fault)`.
+  uint32_t size;
+  // How many addresses at `addresses`.
+  uint32_t n_addresses;
+  // The driver's description (`VkDeviceFaultInfoEXT::description`), NUL-terminated, or null.
+  const char *description;
+  // The faulting addresses.
+  const struct ds_fault_address *addresses;
+} ds_device_fault;
 
 // One holder's buffer after the emulator's dispatch (O8): its data from its widened start and
 // its write mask (4 bytes a data word, non-zero where a store set it).
@@ -696,8 +762,30 @@ enum ds_status ds_engine_create_vulkan_host(const struct ds_vulkan_device *devic
 enum ds_status ds_engine_apply(ds_engine engine, const struct ds_event *event);
 
 // Every phase before the device (validate, O1–O11, A1/W2, C3, M1–M5, T1–T3/T6) for one
-// dispatch the emulator will run itself; fills `*out` with what its command buffer needs. One
-// dispatch is prepared at a time; a debugger's pause stops the calling thread here.
+// dispatch the emulator will run itself; fills `*out` with what its command buffer needs. A
+// debugger's pause stops the calling thread here.
+//
+// **Many dispatches in flight.** Up to 4,096 dispatches may be prepared and not completed: an
+// emulator prepares a frame's dispatches one after another, records each into its command
+// buffer in the order prepared, submits once, and after its fence completes them **in the order
+// prepared** ([`ds_engine_complete`] of any other is `DS_ORDER`). What the engine plans assumes
+// that order on the device:
+// - between two dispatches of one command buffer the emulator records a memory barrier (shader
+//   writes → shader reads and writes); a device-addressed dispatch's stores and an in-place
+//   holder's (`DS_SLOT_IN_PLACE`) land in guest memory on the device, so a later dispatch sees
+//   them through that barrier alone;
+// - a holder that is a copy (uploaded, then written back at complete) lands in guest memory only
+//   at its complete: a later dispatch whose holder reads those bytes is handed **carries**
+//   (`n_carries`, read by [`ds_engine_prepared_carries`]): device-side copies into its holder,
+//   recorded after its upload and before it, in order;
+// - a later dispatch that would read (or write) such bytes in place (device-addressed, or an
+//   in-place holder) cannot be served on the device: its prepare is `DS_WAIT` naming the
+//   dispatch to complete first, and nothing is prepared.
+//
+// Each device-addressed dispatch keeps the table copy and the mark words it was handed until its
+// complete: a later prepare that changes the table writes another copy.
+// An event from any thread that touches memory a dispatch in flight can reach is `DS_WAIT`
+// naming the newest such dispatch (M5); complete it after its fence and apply the event again.
 //
 // # Safety
 // `dispatch` as for [`crate::ds_engine_dispatch`]; `out` must be null (an error) or point at a
@@ -705,6 +793,48 @@ enum ds_status ds_engine_apply(ds_engine engine, const struct ds_event *event);
 enum ds_status ds_engine_prepare(ds_engine engine,
                                  const struct ds_dispatch *dispatch,
                                  struct ds_prepared *out);
+
+// The carries of dispatch `index` in flight (`ds_prepared::n_carries` of them) into `out`, which
+// holds `capacity`; `*n` is set to how many there are (more than `capacity` is `DS_BAD_INPUT`,
+// with nothing written, so a caller can size its array and ask again).
+//
+// # Safety
+// `out` must be null (when `capacity` is 0) or hold `capacity` elements; `n` must be valid for a
+// write.
+enum ds_status ds_engine_prepared_carries(ds_engine engine,
+                                          uint64_t index,
+                                          struct ds_carry *out,
+                                          uint32_t capacity,
+                                          uint32_t *n);
+
+// The emulator's fence reported the device lost (`VK_ERROR_DEVICE_LOST`; `status` in its own
+// words, e.g. "vkWaitForFences: VK_ERROR_DEVICE_LOST", may be null): the engine names every
+// dispatch in flight (its plan, its mappings and the table it read, and the escapes and refusals
+// its program had in earlier dispatches) and maps each address of `fault` (null where the device
+// has no `VK_EXT_device_fault`) to its guest reservation, piece and chunk, or names it as in no
+// import. The dispatches in flight are forgotten; every later prepare is `DS_DEVICE_LOST`. The
+// report is [`ds_engine_loss_report_json`]'s, an attached debugger's and the capture's.
+//
+// # Safety
+// `status` must be null or NUL-terminated; `fault` null or a `ds_device_fault` whose pointers are
+// valid for their counts.
+enum ds_status ds_engine_device_lost(ds_engine engine,
+                                     const char *status,
+                                     const struct ds_device_fault *fault);
+
+// The loss report as JSON (`dispatchscope.device-loss/1`), once [`ds_engine_device_lost`] was
+// called: `*json` points at it (valid until this thread's next call of this function), `*len`
+// is its length without the NUL. `DS_ORDER` before a loss.
+//
+// # Safety
+// `json` and `len` must be valid for writes (`len` may be null).
+enum ds_status ds_engine_loss_report_json(ds_engine engine, const char **json, size_t *len);
+
+// How many dispatches are in flight (prepared and not completed), into `*out`.
+//
+// # Safety
+// `out` must be valid for a write.
+enum ds_status ds_engine_in_flight(ds_engine engine, uint32_t *out);
 
 // Every phase after the device (C1, C2, O8/O9, L1) for the prepared dispatch, after the
 // emulator's fence: the marked chunks go to the emulator's `hand_off`, the masked write-back
@@ -724,7 +854,9 @@ enum ds_status ds_engine_complete(ds_engine engine, const struct ds_completion *
 // escape. It is on whenever a debugger is attached, whatever this says.
 enum ds_status ds_engine_set_checked(ds_engine engine, uint32_t on);
 
-// Forgets prepared dispatch `index`, which the emulator will not complete (its device failed).
+// Forgets dispatch `index` in flight, which the emulator will not complete (it gives up on it);
+// any dispatch in flight may be abandoned, in any order. After a lost device, call
+// [`ds_engine_device_lost`] instead.
 enum ds_status ds_engine_abandon(ds_engine engine, uint64_t index);
 
 // Reads `len` guest bytes at `address` into `out`, as the engine sees them (the emulator's pages

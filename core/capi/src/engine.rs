@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use dispatchscope_core::backend::BackendError;
 use dispatchscope_core::chunk_table::ChunkTable;
-use dispatchscope_core::engine::{EngineError, FailureKind, Prepared, RanOn};
+use dispatchscope_core::engine::{EngineError, FailureKind, PrepareOptions, Prepared, RanOn};
 use dispatchscope_core::exec::{Job, Outcome as RunOutcome};
 use dispatchscope_core::host::{HostError, HostMemory};
 use dispatchscope_core::input::{DeviceLimits, DispatchInput, Event};
@@ -75,6 +75,29 @@ impl Backend for AnyBackend {
     fn take_marks(&mut self, slots: usize) -> Result<Vec<(usize, u32)>, BackendError> {
         self.0.take_marks(slots)
     }
+    fn mark_words_for(
+        &mut self,
+        slots: usize,
+        dispatch: u64,
+    ) -> Result<Option<u64>, BackendError> {
+        self.0.mark_words_for(slots, dispatch)
+    }
+    fn take_marks_of(
+        &mut self,
+        slots: usize,
+        dispatch: u64,
+    ) -> Result<Vec<(usize, u32)>, BackendError> {
+        self.0.take_marks_of(slots, dispatch)
+    }
+    fn forget_marks(&mut self, dispatch: u64) {
+        self.0.forget_marks(dispatch)
+    }
+    fn table_busy(&mut self, busy: &[u64]) {
+        self.0.table_busy(busy)
+    }
+    fn max_import_bytes(&self) -> u64 {
+        self.0.max_import_bytes()
+    }
 }
 
 /// What one engine handle holds.
@@ -89,10 +112,13 @@ pub(crate) struct EngineState {
     /// thread its own reference ([`REPORT`]).
     last_json: Option<Arc<CString>>,
     capture: Option<Capture>,
-    /// The dispatch [`crate::ds_engine_prepare`] handed out, and its input, until
-    /// [`crate::ds_engine_complete`].
-    prepared: Option<Prepared>,
-    prepared_input: DispatchInput,
+    /// The dispatches [`crate::ds_engine_prepare`] handed out, each with its input, oldest first,
+    /// until [`crate::ds_engine_complete`] (in the same order).
+    in_flight: std::collections::VecDeque<(Prepared, DispatchInput)>,
+    /// Inputs of completed dispatches, kept for their allocations.
+    spare_inputs: Vec<DispatchInput>,
+    /// The holder slots the dispatch being prepared binds in place (`DS_SLOT_IN_PLACE`).
+    in_place: Vec<u32>,
     /// The lanes an instrumented pass captures: the attached debugger's latest request
     /// (`ToTarget::CaptureLanes`), taken before each prepare; none by default.
     lanes: LaneSelection,
@@ -208,8 +234,9 @@ pub(crate) fn create_engine(
         last: None,
         last_json: None,
         capture: None,
-        prepared: None,
-        prepared_input: DispatchInput::default(),
+        in_flight: std::collections::VecDeque::new(),
+        spare_inputs: Vec::new(),
+        in_place: Vec::new(),
         lanes: LaneSelection::none(),
         checked: false,
     });
@@ -363,23 +390,17 @@ impl EngineState {
         Ok(())
     }
 
-    /// Prepares the struct-form dispatch; a debugger's pause stops the thread first.
+    /// Prepares the struct-form dispatch; a debugger's pause stops the thread first. Many may be
+    /// in flight; each is kept with its input until its complete.
     ///
     /// # Safety
     /// `dispatch`'s pointers must be valid for their counts.
-    pub(crate) unsafe fn prepare(&mut self, dispatch: &ds_dispatch) -> Result<Prepared, Failure> {
-        if let Some(p) = &self.prepared {
-            return Err(Failure::new(
-                ds_status::DS_ORDER,
-                format!(
-                    "dispatch {} is prepared and not completed; complete or abandon it first",
-                    p.index
-                ),
-            ));
-        }
-        let mut input = std::mem::take(&mut self.prepared_input);
+    pub(crate) unsafe fn prepare(&mut self, dispatch: &ds_dispatch) -> Result<&Prepared, Failure> {
+        let mut input = self.spare_inputs.pop().unwrap_or_default();
         // SAFETY: the caller's promise.
-        let filled = unsafe { dispatch.fill(&mut input) };
+        let filled = unsafe { dispatch.fill(&mut input) }
+            // SAFETY: as above; `fill` checked the slots' element size.
+            .and_then(|()| unsafe { dispatch.in_place_slots(&mut self.in_place) });
         let result = filled.and_then(|()| {
             self.tap.before_prepare(&self.engine, &input);
             if let Some(lanes) = self.tap.take_lane_request() {
@@ -389,10 +410,39 @@ impl EngineState {
             // is the page the emulator changed without an event).
             self.engine
                 .set_checked(self.checked || self.tap.is_attached());
-            self.engine.prepare(&input).map_err(engine_error)
+            self.engine
+                .prepare_with(
+                    &input,
+                    PrepareOptions {
+                        in_place: &self.in_place,
+                    },
+                )
+                .map_err(engine_error)
         });
-        self.prepared_input = input;
-        result
+        match result {
+            Ok(p) => {
+                self.tap.after_prepare(&p);
+                self.in_flight.push_back((p, input));
+                Ok(&self.in_flight.back().expect("just pushed").0)
+            }
+            Err(e) => {
+                self.spare_inputs.push(input);
+                Err(e)
+            }
+        }
+    }
+
+    /// How many dispatches are in flight.
+    pub(crate) fn in_flight_count(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Dispatch `index` in flight, if it is.
+    pub(crate) fn in_flight(&self, index: u64) -> Option<&Prepared> {
+        self.in_flight
+            .iter()
+            .map(|(p, _)| p)
+            .find(|p| p.index == index)
     }
 
     /// The device the engine's limits describe: the emulator's, which runs its own dispatches.
@@ -410,43 +460,48 @@ impl EngineState {
         self.tap.add_program(address, code);
     }
 
-    /// Keeps what [`EngineState::prepare`] handed out until complete.
-    pub(crate) fn keep_prepared(&mut self, p: Prepared) {
-        self.prepared = Some(p);
-    }
-
-    /// Completes prepared dispatch `index` with what the device left; the report becomes the last
-    /// one, goes to an attached debugger and into the capture.
+    /// Completes dispatch `index`, the oldest in flight, with what the device left; the report
+    /// becomes the last one, goes to an attached debugger and into the capture.
     pub(crate) fn complete(&mut self, index: u64, ran: RanOn<'_>) -> Outcome {
-        let Some(p) = self.prepared.as_ref().filter(|p| p.index == index) else {
+        let Some((p, input)) = self.in_flight.front().filter(|(p, _)| p.index == index) else {
+            let oldest = self.in_flight.front().map(|(p, _)| p.index);
             return Err(Failure::new(
                 ds_status::DS_ORDER,
                 format!(
-                    "dispatch {index} is not the prepared one ({}): completed twice or out of order",
-                    self.prepared
-                        .as_ref()
-                        .map_or("none is".to_owned(), |p| format!("{} is", p.index))
+                    "dispatch {index} is not the oldest dispatch in flight ({}): completed twice, never prepared, or out of order; dispatches complete in the order they were prepared",
+                    oldest.map_or("none is in flight".to_owned(), |o| format!("dispatch {o}"))
                 ),
             ));
         };
         self.last = None;
         self.last_json = None;
-        let mut result = self.engine.complete(&self.prepared_input, p.clone(), ran);
+        let mut result = self.engine.complete(input, p.clone(), ran);
         if let Err(EngineError::Complete(_)) = &result {
-            // Bad input: the dispatch stays prepared, to be completed right or abandoned.
+            // Bad input: the dispatch stays in flight, to be completed right or abandoned.
             return result.map(drop).map_err(engine_error);
         }
-        self.prepared = None;
+        let Some((_, input)) = self.in_flight.pop_front() else {
+            return Err(Failure::new(ds_status::DS_ENGINE, "the dispatch left flight"));
+        };
         self.tap
-            .after_complete(&self.engine, &self.prepared_input, index, &mut result);
-        let report = result.map_err(engine_error)?;
+            .after_complete(&self.engine, &input, index, &mut result);
+        let report = match result {
+            Ok(r) => r,
+            Err(e) => {
+                self.spare_inputs.push(input);
+                return Err(engine_error(e));
+            }
+        };
         if let Some(c) = &mut self.capture {
             let record = DispatchRecord {
-                input: self.prepared_input.clone(),
+                input,
                 report: Some(report.clone()),
             };
             c.writer.dispatch(&record).map_err(capture_error)?;
+        } else {
+            self.spare_inputs.push(input);
         }
+        self.spare_inputs.truncate(64);
         let failed = host_path_failure(&report);
         self.last = Some(report);
         failed.map_or(Ok(()), Err)
@@ -457,11 +512,41 @@ impl EngineState {
         self.checked = on;
     }
 
-    /// Forgets prepared dispatch `index`.
+    /// Forgets dispatch `index` in flight.
     pub(crate) fn abandon(&mut self, index: u64) -> Outcome {
         self.engine.abandon(index).map_err(engine_error)?;
-        self.prepared = None;
+        if let Some(at) = self.in_flight.iter().position(|(p, _)| p.index == index)
+            && let Some((_, input)) = self.in_flight.remove(at)
+        {
+            self.tap.abandoned(index);
+            self.spare_inputs.push(input);
+        }
         Ok(())
+    }
+
+    /// The device was lost: every dispatch in flight is named in the loss report and forgotten;
+    /// the report goes to an attached debugger and into the capture.
+    pub(crate) fn device_lost(
+        &mut self,
+        status: &str,
+        fault: Option<&dispatchscope_core::engine::DeviceFault>,
+    ) -> Outcome {
+        let first = self.engine.loss().is_none();
+        let report = self.engine.device_lost(status, fault).clone();
+        self.spare_inputs
+            .extend(self.in_flight.drain(..).map(|(_, input)| input));
+        if first {
+            self.tap.device_lost(&report);
+            if let Some(c) = &mut self.capture {
+                c.writer.device_lost(&report).map_err(capture_error)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The loss report, once the device was lost.
+    pub(crate) fn loss(&self) -> Option<&dispatchscope_core::report::DeviceLossReport> {
+        self.engine.loss()
     }
 
     /// Guest bytes as the engine sees them.

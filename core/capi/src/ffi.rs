@@ -8,7 +8,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// The layout of every struct of this header: a caller compiled against another version is
 /// refused by name (`DS_ABI_MISMATCH`) rather than misread.
-pub const DS_ABI_VERSION: u32 = 4;
+pub const DS_ABI_VERSION: u32 = 5;
 
 /// The ABI version this library was built with (compare with `DS_ABI_VERSION`).
 #[unsafe(no_mangle)]

@@ -4,11 +4,13 @@
 //! [`ds_engine_complete`]. Nothing on this path allocates on the caller's behalf or speaks JSON;
 //! every struct that may grow starts with its `size`, and [`DS_ABI_VERSION`] names the layout.
 
-use std::ffi::c_void;
+use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 
 use dispatchscope_core::addr::ByteRange;
-use dispatchscope_core::engine::{DeviceInstrumentation, DeviceRun, HolderRun, RanOn};
+use dispatchscope_core::engine::{
+    CarryFrom, DeviceFault, DeviceInstrumentation, DeviceRun, HolderRun, RanOn,
+};
 use dispatchscope_core::host::{HostError, HostMemory, HostRun, RealMapping};
 use dispatchscope_core::input::{AccessKind, Backing, Event, HostProtection, Op};
 use dispatchscope_core::instrument::{self, Grid, InstrumentLayout, SiteInfo};
@@ -649,8 +651,10 @@ pub struct ds_prepared {
     pub n_bindings: u32,
     /// Refusals by rule (0 unless refused).
     pub n_refusals: u32,
-    /// Reserved, written 0.
-    pub reserved: u32,
+    /// Copies the command buffer makes into this dispatch's holders before it, so that they
+    /// hold what earlier dispatches in flight wrote: read them with
+    /// [`ds_engine_prepared_carries`] (0 when nothing in flight writes what it reads).
+    pub n_carries: u32,
     /// T3: the chunk table's device address (device-addressed dispatches; else 0).
     pub table_address: u64,
     /// C1: the mark words' device address, or 0 where the emulator keeps its own and hands them
@@ -676,8 +680,30 @@ pub struct ds_prepared {
 }
 
 /// Every phase before the device (validate, O1–O11, A1/W2, C3, M1–M5, T1–T3/T6) for one
-/// dispatch the emulator will run itself; fills `*out` with what its command buffer needs. One
-/// dispatch is prepared at a time; a debugger's pause stops the calling thread here.
+/// dispatch the emulator will run itself; fills `*out` with what its command buffer needs. A
+/// debugger's pause stops the calling thread here.
+///
+/// **Many dispatches in flight.** Up to 4,096 dispatches may be prepared and not completed: an
+/// emulator prepares a frame's dispatches one after another, records each into its command
+/// buffer in the order prepared, submits once, and after its fence completes them **in the order
+/// prepared** ([`ds_engine_complete`] of any other is `DS_ORDER`). What the engine plans assumes
+/// that order on the device:
+/// - between two dispatches of one command buffer the emulator records a memory barrier (shader
+///   writes → shader reads and writes); a device-addressed dispatch's stores and an in-place
+///   holder's (`DS_SLOT_IN_PLACE`) land in guest memory on the device, so a later dispatch sees
+///   them through that barrier alone;
+/// - a holder that is a copy (uploaded, then written back at complete) lands in guest memory only
+///   at its complete: a later dispatch whose holder reads those bytes is handed **carries**
+///   (`n_carries`, read by [`ds_engine_prepared_carries`]): device-side copies into its holder,
+///   recorded after its upload and before it, in order;
+/// - a later dispatch that would read (or write) such bytes in place (device-addressed, or an
+///   in-place holder) cannot be served on the device: its prepare is `DS_WAIT` naming the
+///   dispatch to complete first, and nothing is prepared.
+///
+/// Each device-addressed dispatch keeps the table copy and the mark words it was handed until its
+/// complete: a later prepare that changes the table writes another copy.
+/// An event from any thread that touches memory a dispatch in flight can reach is `DS_WAIT`
+/// naming the newest such dispatch (M5); complete it after its fence and apply the event again.
 ///
 /// # Safety
 /// `dispatch` as for [`crate::ds_engine_dispatch`]; `out` must be null (an error) or point at a
@@ -715,7 +741,7 @@ pub unsafe extern "C" fn ds_engine_prepare(
         // SAFETY: the caller promises the dispatch's pointers and counts.
         let p = unsafe { s.prepare(dispatch) }?;
         o.mode = ds_mode::from(p.mode) as u32;
-        o.reserved = 0;
+        o.n_carries = p.carries.len() as u32;
         o.reserved2 = 0;
         o.index = p.index;
         o.n_refusals = p.refusals.len() as u32;
@@ -746,7 +772,273 @@ pub unsafe extern "C" fn ds_engine_prepare(
         o.marks_address = d.map_or(0, |d| d.marks_address);
         o.mark_words = d.map_or(0, |d| d.mark_words);
         o.chunk_bytes = d.map_or(0, |d| d.chunk_bytes);
-        s.keep_prepared(p);
+        Ok(())
+    })
+}
+
+/// `ds_carry::from`: the bytes are read from guest memory on the device (`from_guest`), after
+/// dispatch `after` (which may write them in place).
+pub const DS_CARRY_FROM_GUEST: u32 = 0;
+/// `ds_carry::from`: the bytes are read from dispatch `after`'s holder buffer of slot
+/// `from_slot`, at `from_offset` (its stores reach guest memory only at its complete).
+pub const DS_CARRY_FROM_HOLDER: u32 = 1;
+
+/// One copy the emulator's command buffer makes into a dispatch's holder before the dispatch
+/// (after the holder's upload, behind a barrier from the earlier dispatches' shader writes to
+/// transfer reads, and followed by one from transfer writes to shader reads), so that the holder
+/// holds what earlier dispatches in flight wrote. Carries are recorded in the order given.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+#[allow(non_camel_case_types)]
+pub struct ds_carry {
+    /// The holder slot of this dispatch whose buffer the copy fills.
+    pub slot: u32,
+    /// `DS_CARRY_FROM_GUEST` or `DS_CARRY_FROM_HOLDER`.
+    pub from: u32,
+    /// Bytes into the holder's buffer (from its widened start, `ds_slot_plan::buffer_start`).
+    pub offset: u64,
+    /// How many bytes.
+    pub bytes: u64,
+    /// The earlier dispatch: the newest that may write the bytes in place (guest), or the one
+    /// whose holder holds them (holder).
+    pub after: u64,
+    /// Guest: the guest address of the first byte. Holder: bytes into that holder's buffer.
+    pub from_offset: u64,
+    /// Holder: that dispatch's holder slot; guest: 0.
+    pub from_slot: u32,
+    /// Reserved, written 0.
+    pub reserved: u32,
+}
+
+/// The carries of dispatch `index` in flight (`ds_prepared::n_carries` of them) into `out`, which
+/// holds `capacity`; `*n` is set to how many there are (more than `capacity` is `DS_BAD_INPUT`,
+/// with nothing written, so a caller can size its array and ask again).
+///
+/// # Safety
+/// `out` must be null (when `capacity` is 0) or hold `capacity` elements; `n` must be valid for a
+/// write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_prepared_carries(
+    engine: ds_engine,
+    index: u64,
+    out: *mut ds_carry,
+    capacity: u32,
+    n: *mut u32,
+) -> ds_status {
+    with_engine(engine, "ds_engine_prepared_carries", |s| {
+        if n.is_null() {
+            return Err(null("n"));
+        }
+        let Some(p) = s.in_flight(index) else {
+            return Err(Failure::new(
+                ds_status::DS_ORDER,
+                format!("dispatch {index} is not in flight (never prepared, or completed)"),
+            ));
+        };
+        let count = p.carries.len() as u32;
+        // SAFETY: `n` was checked non-null; the caller promises it is valid for a write.
+        unsafe { n.write(count) };
+        if count > capacity {
+            return Err(Failure::new(
+                ds_status::DS_BAD_INPUT,
+                format!("dispatch {index} has {count} carries; capacity is {capacity}"),
+            ));
+        }
+        if count > 0 && out.is_null() {
+            return Err(null("out"));
+        }
+        for (i, c) in p.carries.iter().enumerate() {
+            let (from, after, from_offset, from_slot) = match c.from {
+                CarryFrom::Guest { guest, after } => (DS_CARRY_FROM_GUEST, after, guest, 0),
+                CarryFrom::Holder {
+                    dispatch,
+                    slot,
+                    offset,
+                } => (DS_CARRY_FROM_HOLDER, dispatch, offset, slot),
+            };
+            // SAFETY: i < count <= capacity elements at `out`.
+            unsafe {
+                out.add(i).write(ds_carry {
+                    slot: c.slot,
+                    from,
+                    offset: c.offset,
+                    bytes: c.bytes,
+                    after,
+                    from_offset,
+                    from_slot,
+                    reserved: 0,
+                })
+            };
+        }
+        Ok(())
+    })
+}
+
+/// `ds_fault_address::kind`, as `VkDeviceFaultAddressTypeEXT` numbers them.
+const FAULT_KINDS: [&str; 7] = [
+    "none",
+    "read of an invalid address",
+    "write to an invalid address",
+    "execute of an invalid address",
+    "instruction pointer (unknown)",
+    "instruction pointer (invalid)",
+    "instruction pointer (fault)",
+];
+
+/// One faulting address of the device's fault report (`VkDeviceFaultAddressInfoEXT`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+#[allow(non_camel_case_types)]
+pub struct ds_fault_address {
+    /// `VkDeviceFaultAddressTypeEXT`: 1 read, 2 write, 3 execute of an invalid address; 4–6 an
+    /// instruction pointer.
+    pub kind: u32,
+    /// Reserved: 0.
+    pub reserved: u32,
+    /// The reported address.
+    pub address: u64,
+    /// The driver's precision: the fault lies in the `precision`-aligned range around `address`.
+    pub precision: u64,
+}
+
+/// The device's fault report (`vkGetDeviceFaultInfoEXT`), where the device has
+/// `VK_EXT_device_fault`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+#[allow(non_camel_case_types)]
+pub struct ds_device_fault {
+    /// `sizeof(ds_device_fault)`.
+    pub size: u32,
+    /// How many addresses at `addresses`.
+    pub n_addresses: u32,
+    /// The driver's description (`VkDeviceFaultInfoEXT::description`), NUL-terminated, or null.
+    pub description: *const c_char,
+    /// The faulting addresses.
+    pub addresses: *const ds_fault_address,
+}
+
+/// The emulator's fence reported the device lost (`VK_ERROR_DEVICE_LOST`; `status` in its own
+/// words, e.g. "vkWaitForFences: VK_ERROR_DEVICE_LOST", may be null): the engine names every
+/// dispatch in flight (its plan, its mappings and the table it read, and the escapes and refusals
+/// its program had in earlier dispatches) and maps each address of `fault` (null where the device
+/// has no `VK_EXT_device_fault`) to its guest reservation, piece and chunk, or names it as in no
+/// import. The dispatches in flight are forgotten; every later prepare is `DS_DEVICE_LOST`. The
+/// report is [`ds_engine_loss_report_json`]'s, an attached debugger's and the capture's.
+///
+/// # Safety
+/// `status` must be null or NUL-terminated; `fault` null or a `ds_device_fault` whose pointers are
+/// valid for their counts.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_device_lost(
+    engine: ds_engine,
+    status: *const c_char,
+    fault: *const ds_device_fault,
+) -> ds_status {
+    with_engine(engine, "ds_engine_device_lost", |s| {
+        let status = if status.is_null() {
+            "the device was lost".to_owned()
+        } else {
+            // SAFETY: non-null; the caller promises a NUL-terminated string.
+            unsafe { str_arg(status, "status") }?.to_owned()
+        };
+        let fault = if fault.is_null() {
+            None
+        } else {
+            // SAFETY: non-null; the size is read first.
+            let size = unsafe { (*fault).size };
+            check_size::<ds_device_fault>("ds_device_fault", "ds_device_fault", size)?;
+            // SAFETY: the size matches.
+            let f = unsafe { &*fault };
+            let description = if f.description.is_null() {
+                String::new()
+            } else {
+                // SAFETY: non-null; the caller promises a NUL-terminated string.
+                unsafe { str_arg(f.description, "fault.description") }?.to_owned()
+            };
+            // SAFETY: the caller promises `n_addresses` elements.
+            let addrs =
+                unsafe { slice_arg(f.addresses, f.n_addresses as usize, "fault.addresses") }?;
+            let mut addresses = Vec::with_capacity(addrs.len());
+            for (i, a) in addrs.iter().enumerate() {
+                check_reserved(&format!("fault.addresses[{i}].reserved"), a.reserved)?;
+                let kind = FAULT_KINDS
+                    .get(a.kind as usize)
+                    .map_or_else(|| format!("kind {}", a.kind), |k| (*k).to_owned());
+                let kind = if a.precision > 1 {
+                    format!("{kind}, within {:#x} bytes", a.precision)
+                } else {
+                    kind
+                };
+                addresses.push((a.address, kind));
+            }
+            Some(DeviceFault {
+                description,
+                addresses,
+            })
+        };
+        s.device_lost(&status, fault.as_ref())
+    })
+}
+
+/// The loss report as JSON (`dispatchscope.device-loss/1`), once [`ds_engine_device_lost`] was
+/// called: `*json` points at it (valid until this thread's next call of this function), `*len`
+/// is its length without the NUL. `DS_ORDER` before a loss.
+///
+/// # Safety
+/// `json` and `len` must be valid for writes (`len` may be null).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_loss_report_json(
+    engine: ds_engine,
+    json: *mut *const c_char,
+    len: *mut usize,
+) -> ds_status {
+    with_engine(engine, "ds_engine_loss_report_json", |s| {
+        if json.is_null() {
+            return Err(null("json"));
+        }
+        let Some(report) = s.loss() else {
+            return Err(Failure::new(
+                ds_status::DS_ORDER,
+                "the device was not lost (ds_engine_device_lost was not called)",
+            ));
+        };
+        let text = serde_json::to_string_pretty(report)
+            .map_err(|e| Failure::new(ds_status::DS_ENGINE, format!("the loss report: {e}")))?;
+        let c = std::sync::Arc::new(
+            std::ffi::CString::new(text)
+                .map_err(|_| Failure::new(ds_status::DS_ENGINE, "a NUL in the loss report"))?,
+        );
+        let (ptr, n) = (c.as_ptr(), c.as_bytes().len());
+        LOSS_JSON.with(|slot| *slot.borrow_mut() = Some(c));
+        // SAFETY: `json` was checked non-null; `len` is null or valid, as the caller promises.
+        unsafe {
+            json.write(ptr);
+            if !len.is_null() {
+                len.write(n);
+            }
+        }
+        Ok(())
+    })
+}
+
+thread_local! {
+    /// The loss report [`ds_engine_loss_report_json`] last handed this thread.
+    static LOSS_JSON: std::cell::RefCell<Option<std::sync::Arc<std::ffi::CString>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// How many dispatches are in flight (prepared and not completed), into `*out`.
+///
+/// # Safety
+/// `out` must be valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ds_engine_in_flight(engine: ds_engine, out: *mut u32) -> ds_status {
+    with_engine(engine, "ds_engine_in_flight", |s| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: checked non-null; the caller promises it is valid for a write.
+        unsafe { out.write(s.in_flight_count() as u32) };
         Ok(())
     })
 }
@@ -895,7 +1187,9 @@ pub extern "C" fn ds_engine_set_checked(engine: ds_engine, on: u32) -> ds_status
     })
 }
 
-/// Forgets prepared dispatch `index`, which the emulator will not complete (its device failed).
+/// Forgets dispatch `index` in flight, which the emulator will not complete (it gives up on it);
+/// any dispatch in flight may be abandoned, in any order. After a lost device, call
+/// [`ds_engine_device_lost`] instead.
 #[unsafe(no_mangle)]
 pub extern "C" fn ds_engine_abandon(engine: ds_engine, index: u64) -> ds_status {
     with_engine(engine, "ds_engine_abandon", |s| s.abandon(index))

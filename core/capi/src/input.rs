@@ -107,7 +107,13 @@ pub const DS_SLOT_WRITTEN: u32 = 1 << 0;
 pub const DS_SLOT_RESOLVED: u32 = 1 << 1;
 /// `ds_slot::flags`: the lane id is added to the index (lane-indexed addressing).
 pub const DS_SLOT_INDEX_FROM_LANE: u32 = 1 << 2;
-const KNOWN_SLOT_FLAGS: u32 = DS_SLOT_WRITTEN | DS_SLOT_RESOLVED | DS_SLOT_INDEX_FROM_LANE;
+/// `ds_slot::flags` (host path): the emulator binds this holder over the guest's own pages
+/// (imported): its stores land in place, nothing of it is written back at complete, and a later
+/// dispatch of the same submission reads them on the device after a barrier
+/// ([`crate::ds_engine_prepare`]).
+pub const DS_SLOT_IN_PLACE: u32 = 1 << 3;
+const KNOWN_SLOT_FLAGS: u32 =
+    DS_SLOT_WRITTEN | DS_SLOT_RESOLVED | DS_SLOT_INDEX_FROM_LANE | DS_SLOT_IN_PLACE;
 
 /// `ds_slot::alias_of` when the slot is no D937 copy.
 pub const DS_NO_ALIAS: u32 = u32::MAX;
@@ -285,6 +291,23 @@ impl ds_dispatch {
         check_size::<ds_dispatch>("ds_dispatch", "ds_dispatch", size)?;
         // SAFETY: the size matches; the caller promises the struct outlives `'a`.
         Ok(unsafe { &*dispatch })
+    }
+
+    /// The slots flagged [`DS_SLOT_IN_PLACE`], into `out`.
+    ///
+    /// # Safety
+    /// As [`ds_dispatch::fill`], which has checked the slots first.
+    pub(crate) unsafe fn in_place_slots(&self, out: &mut Vec<u32>) -> Result<(), Failure> {
+        out.clear();
+        // SAFETY: the caller's promise; `fill` checked the element size.
+        let slots = unsafe { slice_arg(self.slots, self.n_slots, "dispatch.slots") }?;
+        out.extend(
+            slots
+                .iter()
+                .filter(|s| s.flags & DS_SLOT_IN_PLACE != 0)
+                .map(|s| s.slot),
+        );
+        Ok(())
     }
 
     /// Fills `into` (kept between calls, so the hot path does not allocate once it has grown)

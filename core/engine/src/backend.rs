@@ -105,6 +105,42 @@ pub trait Backend {
         let _ = slots;
         Ok(Vec::new())
     }
+
+    /// [`Backend::mark_words`] for dispatch `dispatch`, one of many in flight: each has mark
+    /// words of its own until [`Backend::take_marks_of`] (or [`Backend::forget_marks`]). A backend
+    /// that keeps one buffer hands out that one.
+    fn mark_words_for(
+        &mut self,
+        slots: usize,
+        dispatch: u64,
+    ) -> Result<Option<u64>, BackendError> {
+        let _ = dispatch;
+        self.mark_words(slots)
+    }
+
+    /// [`Backend::take_marks`] of dispatch `dispatch`'s mark words, which go back to be handed
+    /// out again.
+    fn take_marks_of(
+        &mut self,
+        slots: usize,
+        dispatch: u64,
+    ) -> Result<Vec<(usize, u32)>, BackendError> {
+        let _ = dispatch;
+        self.take_marks(slots)
+    }
+
+    /// Dispatch `dispatch` will not complete (abandoned, or the device was lost): its mark words
+    /// are zeroed and handed out again (or dropped, where the device is gone).
+    fn forget_marks(&mut self, dispatch: u64) {
+        let _ = dispatch;
+    }
+
+    /// T6 with dispatches in flight: the table copies at these device addresses are read by
+    /// dispatches in flight, so the next [`Backend::place_table`] must write another copy (and
+    /// keep these until they are no longer named).
+    fn table_busy(&mut self, busy: &[u64]) {
+        let _ = busy;
+    }
 }
 
 /// The CPU reference: a simulated device address space over guest memory.

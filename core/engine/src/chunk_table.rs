@@ -404,6 +404,17 @@ pub struct ChunkTable {
     version: u64,
     /// [`ChunkTable::version`] when the changed slots were last cleared.
     changed_since: u64,
+    /// While on, what each change overwrote ([`ChunkTable::slot_as_of`]).
+    journal: Option<Vec<JournalEntry>>,
+}
+
+/// What a change of the table overwrote, with the version it made.
+#[derive(Clone, Debug)]
+enum JournalEntry {
+    /// One slot's value before version `.0`.
+    Slot(u64, usize, TableSlot),
+    /// Every slot before version `.0` (a grow), with the capacity's log2 then.
+    Whole(u64, Vec<TableSlot>),
 }
 
 /// The probe statistics of a table, kept as it changes.
@@ -440,16 +451,63 @@ impl Changed {
 }
 
 impl ChunkTable {
-    /// Notes a change of `slot` for the backend.
-    fn touched(&mut self, slot: usize) {
+    /// Notes a change of `slot`, which held `old`, for the backend (and the journal).
+    fn touched(&mut self, slot: usize, old: TableSlot) {
         self.version += 1;
         self.changed.note(slot);
+        if let Some(j) = &mut self.journal {
+            j.push(JournalEntry::Slot(self.version, slot, old));
+        }
     }
 
-    /// Notes that every slot changed (a build, a grow).
-    fn touched_all(&mut self) {
+    /// Notes that every slot changed (a grow), the slots before being `old`.
+    fn touched_all(&mut self, old: &[TableSlot]) {
         self.version += 1;
         self.changed = Changed::All;
+        if let Some(j) = &mut self.journal {
+            j.push(JournalEntry::Whole(self.version, old.to_vec()));
+        }
+    }
+
+    /// Keeps what every later change overwrites, so that a slot can be read as an earlier
+    /// version had it ([`ChunkTable::slot_as_of`]): on while a device-addressed dispatch in
+    /// flight reads the copy of an earlier version, whose marks (C1) name its slots.
+    pub fn keep_journal(&mut self) {
+        self.journal.get_or_insert_with(Vec::new);
+    }
+
+    /// Forgets what no version from `oldest` on needs; `None` stops the journal.
+    pub fn trim_journal(&mut self, oldest: Option<u64>) {
+        match oldest {
+            None => self.journal = None,
+            Some(v) => {
+                if let Some(j) = &mut self.journal {
+                    j.retain(|e| match e {
+                        JournalEntry::Slot(at, ..) | JournalEntry::Whole(at, _) => *at > v,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Slot `slot` as version `version` had it: the current slot when nothing changed it since,
+    /// else what the first change after `version` overwrote. `None` past the capacity then, or
+    /// when the journal does not reach back to `version`.
+    pub fn slot_as_of(&self, slot: usize, version: u64) -> Option<TableSlot> {
+        if version == self.version {
+            return self.slots.get(slot).copied();
+        }
+        let j = self.journal.as_ref()?;
+        for e in j {
+            match e {
+                JournalEntry::Slot(at, s, old) if *at > version && *s == slot => return Some(*old),
+                JournalEntry::Whole(at, old) if *at > version => return old.get(slot).copied(),
+                _ => {}
+            }
+        }
+        // No change after `version` touched it (and the journal covers `version` only if it was
+        // on then: a version before the journal's first entry with no entry is the current slot).
+        self.slots.get(slot).copied()
     }
 }
 
@@ -926,6 +984,7 @@ impl ChunkTable {
             changed: Changed::All,
             version: 1,
             changed_since: 0,
+            journal: None,
         };
         t.recount();
         Ok(t)
@@ -952,11 +1011,11 @@ impl ChunkTable {
             return Err(TableError::ChunkOutOfRange { guest_chunk });
         }
         // A chunk mapped whole has one slot: its address is replaced.
-        if let Some((slot, _)) = self.find_slot(|s| s.guest_chunk == guest_chunk, guest_chunk) {
+        if let Some((slot, old)) = self.find_slot(|s| s.guest_chunk == guest_chunk, guest_chunk) {
             if let Some(s) = self.slots.get_mut(slot) {
                 s.device_addr = device_addr;
             }
-            self.touched(slot);
+            self.touched(slot, old);
             return Ok(InsertOutcome::Updated { slot });
         }
         self.place(guest_chunk, device_addr)
@@ -1003,7 +1062,7 @@ impl ChunkTable {
             if let Some(at) = self.slots.get_mut(slot) {
                 at.guest_chunk = key_of(chunk, s.reach() | reach);
             }
-            self.touched(slot);
+            self.touched(slot, s);
             return Ok(InsertOutcome::Updated { slot });
         }
         self.place(key_of(chunk, reach), device_addr)
@@ -1029,7 +1088,7 @@ impl ChunkTable {
             if let Some(at) = self.slots.get_mut(slot) {
                 at.guest_chunk = key_of(chunk, reach);
             }
-            self.touched(slot);
+            self.touched(slot, s);
         }
         true
     }
@@ -1081,7 +1140,7 @@ impl ChunkTable {
             self.len += 1;
             self.count_hit(probes as usize, 1);
             self.count_filled(slot, true);
-            self.touched(slot);
+            self.touched(slot, TableSlot::EMPTY);
             return Ok(InsertOutcome::Placed { slot, probes });
         }
         self.grow_with(key, device_addr)
@@ -1112,12 +1171,12 @@ impl ChunkTable {
             self.fixed_multiplier.then_some(self.multiplier),
             &mut rebuilds,
         )?;
-        self.slots = placed.slots;
+        let old = std::mem::replace(&mut self.slots, placed.slots);
         self.capacity_log2 = placed.capacity_log2;
         self.multiplier = placed.multiplier;
         self.len = placed.len;
         self.rebuilds = rebuilds;
-        self.touched_all();
+        self.touched_all(&old);
         self.recount();
         Ok(InsertOutcome::Grew {
             from_capacity,
@@ -1161,17 +1220,19 @@ impl ChunkTable {
             if hole.wrapping_sub(home) & mask < next.wrapping_sub(home) & mask {
                 self.count_hit(self.probes_at(next, moved.chunk()), -1);
                 self.count_hit(self.probes_at(hole, moved.chunk()), 1);
+                let old = self.slots.get(hole).copied().unwrap_or(TableSlot::EMPTY);
                 if let Some(h) = self.slots.get_mut(hole) {
                     *h = moved;
                 }
-                self.touched(hole);
+                self.touched(hole, old);
                 hole = next;
             }
         }
+        let old = self.slots.get(hole).copied().unwrap_or(TableSlot::EMPTY);
         if let Some(h) = self.slots.get_mut(hole) {
             *h = TableSlot::EMPTY;
         }
-        self.touched(hole);
+        self.touched(hole, old);
         self.count_filled(hole, false);
         self.len -= 1;
     }
@@ -1450,6 +1511,7 @@ impl ChunkTable {
             changed: Changed::All,
             version: 1,
             changed_since: 0,
+            journal: None,
         };
         t.recount();
         Ok(t)
@@ -1737,6 +1799,7 @@ mod tests {
                     changed: Changed::All,
                     version: 0,
                     changed_since: 0,
+                    journal: None,
                 };
                 for k in [
                     0,

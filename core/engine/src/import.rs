@@ -111,6 +111,12 @@ pub struct Mappings {
     /// Host mode: runs left out because the emulator's commit or guard release failed, asked again
     /// at the next device-addressed dispatch ([`Mappings::retry_host_calls`]).
     retry_pending: bool,
+    /// While a device-addressed dispatch is in flight, the newest one: an import let go now is
+    /// held for it ([`Mappings::hold_releases`]).
+    hold_for: Option<u64>,
+    /// Imports let go while a device-addressed dispatch in flight could still reach them, each
+    /// with the newest such dispatch then: released once it has completed.
+    held: Vec<(u64, Import)>,
 }
 
 /// Host mode: the process's real mapping of `guest`'s host pages, split by M3's demand
@@ -312,6 +318,49 @@ impl Mappings {
     /// moves.
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// Holds every import let go from now on for device-addressed dispatch `newest` and the ones
+    /// before it, which are in flight and may reach it through the table copy they read; `None`
+    /// releases at once again.
+    pub fn hold_releases(&mut self, newest: Option<u64>) {
+        self.hold_for = newest;
+    }
+
+    /// Releases the held imports no dispatch in flight can reach: every one held for a dispatch
+    /// older than `oldest` (the oldest device-addressed dispatch still in flight; `None`: all).
+    pub fn release_held(
+        &mut self,
+        backend: &mut dyn Backend,
+        oldest: Option<u64>,
+    ) -> Result<(), BackendError> {
+        if oldest.is_none() {
+            self.hold_for = None;
+        }
+        while let Some(at) = self
+            .held
+            .iter()
+            .position(|(d, _)| oldest.is_none_or(|o| *d < o))
+        {
+            let (_, i) = self.held.swap_remove(at);
+            backend.release(i.device_base)?;
+        }
+        Ok(())
+    }
+
+    /// The imports held for dispatches in flight.
+    pub fn held(&self) -> impl Iterator<Item = &Import> {
+        self.held.iter().map(|(_, i)| i)
+    }
+
+    /// M5: the first bytes of `range` a device-addressed dispatch in flight can reach: a mapped
+    /// piece, or an import held for it.
+    pub fn first_reachable(&self, range: ByteRange) -> Option<ByteRange> {
+        self.first_overlap(range).or_else(|| {
+            self.held
+                .iter()
+                .find_map(|(_, i)| i.guest.intersection(&range))
+        })
     }
 
     /// Mapped pieces, by guest address.
@@ -650,7 +699,10 @@ impl Mappings {
                     self.drop_piece(p.guest.start);
                     gone.push(p);
                 }
-                backend.release(i.device_base)?;
+                match self.hold_for {
+                    Some(d) => self.held.push((d, i)),
+                    None => backend.release(i.device_base)?,
+                }
                 self.imports_dropped += 1;
                 self.version += 1;
             }

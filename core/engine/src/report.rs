@@ -289,10 +289,11 @@ pub struct ReadableRun {
 }
 
 /// How a dispatch ran.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mode {
     /// Every range known and bound (D953).
+    #[default]
     Bound,
     /// Run device-addressed (D964, A1).
     DeviceAddressed,
@@ -1400,4 +1401,149 @@ pub enum ControlStatus {
     Fired,
     /// The canary did not escape: this pass's instrumentation is not validated.
     NotFired,
+}
+
+/// The loss report's schema name.
+pub const LOSS_SCHEMA: &str = "dispatchscope.device-loss/1";
+
+/// What the engine knew when the emulator's fence reported the device lost
+/// (`Engine::device_lost`): every dispatch in flight with its plan, its mappings and table, and
+/// what its program did in earlier dispatches; and where the device's own fault report
+/// (`VK_EXT_device_fault`) points, in guest terms.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceLossReport {
+    /// [`LOSS_SCHEMA`].
+    pub schema: String,
+    /// What the emulator said (its fence's status, in its words).
+    pub status: String,
+    /// The index the next dispatch would have had.
+    pub next_dispatch: u64,
+    /// The dispatches in flight, oldest first: the ones the loss may have come from.
+    pub in_flight: Vec<LostDispatch>,
+    /// The device's fault report, where it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<FaultReport>,
+    /// Dispatches completed before the loss, and how many of those ran device-addressed.
+    pub completed: u64,
+    /// What the report makes of it, in sentences (the likeliest dispatch first).
+    pub findings: Vec<String>,
+}
+
+/// A dispatch in flight when the device was lost.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LostDispatch {
+    /// Its index.
+    pub index: u64,
+    /// Its program's guest address.
+    #[serde(with = "hex")]
+    pub program: u64,
+    /// Its label.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub label: String,
+    /// Bound, device-addressed or refused.
+    pub mode: Mode,
+    /// Why, in one sentence.
+    pub mode_reason: String,
+    /// Each slot's binding as planned.
+    pub slots: Vec<SlotBinding>,
+    /// The memory's generation it was mapped against (M4).
+    pub generation: u64,
+    /// The mappings' version then, with the pieces mapped and left out.
+    pub mappings_version: u64,
+    /// Pieces mapped.
+    pub pieces: u64,
+    /// Pieces left out.
+    pub left_out: u64,
+    /// The table it read (device-addressed), as its prepare placed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<TableReport>,
+    /// The table's version it read.
+    #[serde(default)]
+    pub table_version: u64,
+    /// What its program did in earlier dispatches.
+    pub history: ProgramHistory,
+}
+
+/// What one program did in the dispatches completed so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramHistory {
+    /// Dispatches of it completed.
+    pub runs: u64,
+    /// Of those, refused.
+    pub refused: u64,
+    /// Of those, device-addressed.
+    pub device_addressed: u64,
+    /// Escapes (T4) over all of them, by class.
+    pub escapes: Vec<(EscapeClass, u64)>,
+    /// The rules that refused it, with how often.
+    pub refusals: Vec<(Rule, u64)>,
+    /// The last escape's sentence, where it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_escape: Option<String>,
+    /// The last dispatch of it completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_dispatch: Option<u64>,
+}
+
+impl ProgramHistory {
+    /// Escapes of every class.
+    pub fn escapes_total(&self) -> u64 {
+        self.escapes.iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// The device's fault report (`VK_EXT_device_fault`), mapped to guest terms.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultReport {
+    /// The driver's description.
+    pub description: String,
+    /// Each faulting address it gave, and where it lands.
+    pub addresses: Vec<FaultAddress>,
+}
+
+/// One faulting device address and what the engine knows of it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FaultAddress {
+    /// The device address (as the driver reports it: a page's, or a range's start).
+    #[serde(with = "hex")]
+    pub address: u64,
+    /// What the driver says of it (read, write, execute, invalid pointer…).
+    pub kind: String,
+    /// Where it lands.
+    pub lands: FaultLands,
+}
+
+/// Where a faulting device address lands.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "in")]
+pub enum FaultLands {
+    /// In an import of guest memory: a mapped piece's, at guest `guest` of `reservation`, chunk
+    /// `chunk` of the table.
+    Guest {
+        /// The guest address.
+        #[serde(with = "hex")]
+        guest: u64,
+        /// The reservation holding it.
+        reservation: ByteRange,
+        /// The mapped piece holding it, if it is still mapped (else the import is held for the
+        /// dispatches in flight).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        piece: Option<ByteRange>,
+        /// Its chunk (T1), by number.
+        #[serde(with = "hex")]
+        chunk: u64,
+    },
+    /// In the chunk table the helper reads.
+    Table {
+        /// Bytes into the table.
+        #[serde(with = "hex")]
+        offset: u64,
+    },
+    /// In no import and no buffer of the engine: an address no lookup of the helper hands out
+    /// (an escape computed past the table, a stale or wild pointer, or the emulator's own buffer).
+    Unknown {
+        /// The nearest import below it, as guest bytes, with how far past its end the address lies.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nearest_below: Option<(ByteRange, u64)>,
+    },
 }

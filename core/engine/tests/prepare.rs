@@ -217,10 +217,22 @@ fn misuse_is_a_named_error() {
     let input = device_input();
     let p = e.prepare(&input).unwrap();
     let index = p.index;
-    assert!(matches!(
-        e.prepare(&input),
-        Err(EngineError::Prepared(i)) if i == index
-    ));
+    // A second dispatch in flight; it completes only after the first.
+    let second = e.prepare(&input).unwrap();
+    assert_eq!(second.index, index + 1);
+    assert_eq!(e.in_flight(), 2);
+    let err = e
+        .complete(&input, second, RanOn::Device(DeviceRun::default()))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EngineError::Complete(CompleteError::NotPrepared { given, prepared: Some(i) })
+                if given == index + 1 && i == index
+        ),
+        "{err}"
+    );
+    e.abandon(index + 1).unwrap();
     let wrong = vec![0u32; 3];
     let err = e
         .complete(
@@ -243,8 +255,6 @@ fn misuse_is_a_named_error() {
     );
     // The prepared dispatch is still the one waiting; abandon it and go on.
     assert_eq!(e.prepared(), Some(index));
-    let p2 = e.prepare(&bound(vec![Slot::new(0, BASE, 0x10, true)]));
-    assert!(p2.is_err());
     let mut store = Access::new(AccessKind::Global, Op::Store, 4);
     store.address = Some(BASE);
     store.values = vec![1];
@@ -255,7 +265,7 @@ fn misuse_is_a_named_error() {
     let mut input = device_input();
     input.accesses = vec![store];
     let r = e.dispatch(&input).unwrap();
-    assert_eq!(r.index, index + 1, "the abandoned index stays used");
+    assert_eq!(r.index, index + 2, "the abandoned indexes stay used");
 }
 
 /// A prepared dispatch completed twice is refused: the second has no prepared dispatch to match.
@@ -309,8 +319,7 @@ fn holder_data_is_checked() {
         )
         .unwrap_err();
     assert!(err.to_string().contains("spans 256 bytes"), "{err}");
-    let p = e.prepare(&input);
-    assert!(p.is_err(), "still prepared after a refused complete");
+    assert_eq!(e.prepared(), Some(0), "still in flight after a refused complete");
 }
 
 /// O8 over masks of every shape a device leaves (alternating words, random, blocks a page apart

@@ -85,6 +85,15 @@ impl SessionWriter {
         self.append(RecordKind::EVENTS, &payload, false)
     }
 
+    /// The device was lost (TODO(helper): a DEVICE_LOSS record).
+    pub fn device_lost(
+        &mut self,
+        report: &dispatchscope_core::report::DeviceLossReport,
+    ) -> Result<(), SessionError> {
+        let _ = report;
+        Ok(())
+    }
+
     /// Appends a dispatch with its report (a DISPATCH record).
     pub fn dispatch(&mut self, record: &DispatchRecord) -> Result<(), SessionError> {
         let payload = json(&self.path, "DISPATCH", self.writer.n_records(), record)?;

@@ -291,6 +291,21 @@ impl Tap {
             .fetch_add(spent.as_nanos() as u64, Ordering::Relaxed);
     }
 
+    /// A dispatch was prepared and is in flight (TODO(helper): tell an attached debugger).
+    pub fn after_prepare(&mut self, prepared: &dispatchscope_core::engine::Prepared) {
+        let _ = prepared;
+    }
+
+    /// A dispatch in flight was abandoned (TODO(helper): tell an attached debugger).
+    pub fn abandoned(&mut self, index: u64) {
+        let _ = index;
+    }
+
+    /// The device was lost (TODO(helper): send the report to an attached debugger).
+    pub fn device_lost(&mut self, report: &dispatchscope_core::report::DeviceLossReport) {
+        let _ = report;
+    }
+
     /// For a dispatch the emulator runs itself through [`Engine::prepare`] and
     /// [`Engine::complete`]: call it before prepare. A pause the debugger asked for (a step, a
     /// breakpoint known beforehand) stops the calling thread here, before anything of the

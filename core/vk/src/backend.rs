@@ -34,12 +34,23 @@ pub struct VulkanBackend {
     commands: Commands,
     /// Vulkan calls outside `execute` ([`Backend::calls`]).
     calls: u64,
-    /// C1 for a dispatch the emulator runs itself: host-visible mark words, one a table slot
-    /// ([`Backend::mark_words`]).
-    marks: Option<crate::buffer::Buf>,
-    /// The mark buffer was just made: zero it before the device first reads it.
-    marks_fresh: bool,
+    /// C1 for dispatches the emulator runs itself: host-visible mark words, one a table slot,
+    /// a buffer a dispatch in flight ([`Backend::mark_words_for`]), and spares to hand out again.
+    marks: Vec<MarkWords>,
 }
+
+/// One dispatch's mark words (C1), or a spare.
+struct MarkWords {
+    buf: crate::buffer::Buf,
+    /// The dispatch in flight that holds it.
+    owner: Option<u64>,
+}
+
+/// The dispatch [`Backend::mark_words`] (one at a time) names.
+const ONE_AT_A_TIME: u64 = u64::MAX;
+
+/// Spare mark buffers kept for the next dispatches (the rest are destroyed).
+const SPARE_MARKS: usize = 8;
 
 impl std::fmt::Debug for VulkanBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -66,8 +77,7 @@ impl VulkanBackend {
             replay: Replay::new(&ctx),
             commands,
             calls: 0,
-            marks: None,
-            marks_fresh: false,
+            marks: Vec::new(),
             ctx,
         })
     }
@@ -225,38 +235,72 @@ impl Backend for VulkanBackend {
     }
 
     fn mark_words(&mut self, slots: usize) -> Result<Option<u64>, BackendError> {
-        // A mark word a slot, then the summary (a word a block of MARK_BLOCK_SLOTS slots) that
-        // the helper sets beside each mark, at the end of the buffer's mark words.
-        let bytes = 4 * mark_buffer_words(slots.max(1)) as u64;
-        if self.marks.as_ref().is_none_or(|m| m.size != bytes) {
-            if let Some(old) = self.marks.take() {
-                self.commands.wait_in_flight(&mut self.calls)?;
-                self.ctx.destroy_buffer(old, &mut self.calls);
-            }
-            let buf = self
-                .ctx
-                .host_buffer(bytes, "the mark words (C1)", &mut self.calls)?;
-            self.marks = Some(buf);
-            self.marks_fresh = true;
-        }
-        let Some(m) = self.marks.as_mut() else {
-            return Ok(None);
-        };
-        // Zeroed when made; after that `take_marks` zeroes what the device set.
-        if std::mem::take(&mut self.marks_fresh) {
-            m.bytes_mut().fill(0);
-        }
-        Ok(Some(m.address))
+        self.mark_words_for(slots, ONE_AT_A_TIME)
     }
 
     fn take_marks(&mut self, slots: usize) -> Result<Vec<(usize, u32)>, BackendError> {
-        let Some(m) = self.marks.as_mut() else {
+        self.take_marks_of(slots, ONE_AT_A_TIME)
+    }
+
+    fn mark_words_for(
+        &mut self,
+        slots: usize,
+        dispatch: u64,
+    ) -> Result<Option<u64>, BackendError> {
+        // A mark word a slot, then the summary (a word a block of MARK_BLOCK_SLOTS slots) that
+        // the helper sets beside each mark, at the end of the buffer's mark words.
+        let bytes = 4 * mark_buffer_words(slots.max(1)) as u64;
+        // One already held by this dispatch (prepared again after a refused complete), else a
+        // spare of the size (zeroed: `take_marks_of` zeroes what the device set), else a new one.
+        if let Some(m) = self.marks.iter().find(|m| m.owner == Some(dispatch)) {
+            if m.buf.size == bytes {
+                return Ok(Some(m.buf.address));
+            }
+            self.forget_marks(dispatch);
+        }
+        if let Some(m) = self
+            .marks
+            .iter_mut()
+            .find(|m| m.owner.is_none() && m.buf.size == bytes)
+        {
+            m.owner = Some(dispatch);
+            return Ok(Some(m.buf.address));
+        }
+        // Spares of another size belong to a table no longer placed: nothing reads them.
+        let mut kept = Vec::with_capacity(self.marks.len() + 1);
+        for m in self.marks.drain(..) {
+            if m.owner.is_none() {
+                self.ctx.destroy_buffer(m.buf, &mut self.calls);
+            } else {
+                kept.push(m);
+            }
+        }
+        self.marks = kept;
+        let mut buf = self
+            .ctx
+            .host_buffer(bytes, "the mark words (C1)", &mut self.calls)?;
+        buf.bytes_mut().fill(0);
+        let address = buf.address;
+        self.marks.push(MarkWords {
+            buf,
+            owner: Some(dispatch),
+        });
+        Ok(Some(address))
+    }
+
+    fn take_marks_of(
+        &mut self,
+        slots: usize,
+        dispatch: u64,
+    ) -> Result<Vec<(usize, u32)>, BackendError> {
+        let Some(m) = self.marks.iter_mut().find(|m| m.owner == Some(dispatch)) else {
             return Ok(Vec::new());
         };
+        m.owner = None;
         // The summary names the blocks with a mark; only those are read and zeroed (C1 in
         // proportion to the chunks stored to, not to the table).
         let mut marks = Vec::new();
-        let words: &mut [u32] = bytemuck::cast_slice_mut(m.bytes_mut());
+        let words: &mut [u32] = bytemuck::cast_slice_mut(m.buf.bytes_mut());
         let (marks_words, summary) = words.split_at_mut(slots.min(words.len()));
         // Sixty-four summary words at a time: a table of a million slots has 4,096 of them, and a
         // dispatch marks few blocks.
@@ -283,7 +327,53 @@ impl Backend for VulkanBackend {
                 }
             }
         }
+        self.trim_spare_marks();
         Ok(marks)
+    }
+
+    fn forget_marks(&mut self, dispatch: u64) {
+        if let Some(m) = self.marks.iter_mut().find(|m| m.owner == Some(dispatch)) {
+            // The device may have set any word before it stopped: all of it is zeroed.
+            m.buf.bytes_mut().fill(0);
+            m.owner = None;
+        }
+        self.trim_spare_marks();
+    }
+
+    fn table_busy(&mut self, busy: &[u64]) {
+        self.table.set_busy(busy);
+    }
+}
+
+impl VulkanBackend {
+    /// Destroys spare mark buffers past [`SPARE_MARKS`] (none is read: its dispatch completed).
+    fn trim_spare_marks(&mut self) {
+        let spare = self.marks.iter().filter(|m| m.owner.is_none()).count();
+        if spare <= SPARE_MARKS {
+            return;
+        }
+        let mut extra = spare - SPARE_MARKS;
+        let mut kept = Vec::with_capacity(self.marks.len());
+        for m in self.marks.drain(..) {
+            if m.owner.is_none() && extra > 0 {
+                extra -= 1;
+                self.ctx.destroy_buffer(m.buf, &mut self.calls);
+            } else {
+                kept.push(m);
+            }
+        }
+        self.marks = kept;
+    }
+
+    /// Mark buffers alive (held by dispatches in flight, and spares).
+    pub fn mark_buffers(&self) -> usize {
+        self.marks.len()
+    }
+
+    /// Chunk-table copies on the device (the current one, and older ones dispatches in flight
+    /// read or kept to be written again).
+    pub fn table_copies(&self) -> usize {
+        self.table.copies()
     }
 }
 
@@ -301,8 +391,8 @@ impl VulkanBackend {
 impl Drop for VulkanBackend {
     fn drop(&mut self) {
         let _ = self.commands.wait_in_flight(&mut self.calls);
-        if let Some(m) = self.marks.take() {
-            self.ctx.destroy_buffer(m, &mut self.calls);
+        for m in std::mem::take(&mut self.marks) {
+            self.ctx.destroy_buffer(m.buf, &mut self.calls);
         }
         // The parts are destroyed with the fields (imports, table, replay buffers, then the
         // commands): nothing is pending on them (waited above).

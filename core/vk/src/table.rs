@@ -35,16 +35,31 @@ struct Placed {
     chunk_bytes: u64,
     /// The release epoch the table's entries were last checked against.
     checked_epoch: u64,
+    /// An older copy: the slots changed since its version (`None`: every slot), written when it
+    /// is made the current copy again.
+    behind: Option<Vec<usize>>,
 }
 
 /// The chunk table on the device, once placed. Destroys its buffer on drop; the owner waits for any
 /// dispatch reading it first.
 pub(crate) struct DeviceTable {
     ctx: Arc<Context>,
+    /// The current copy: the one the next dispatch reads.
     placed: Option<Placed>,
+    /// Older copies: read by dispatches in flight, or spares to be brought up to date and used
+    /// again.
+    older: Vec<Placed>,
+    /// The device addresses of the copies dispatches in flight read ([`DeviceTable::set_busy`]).
+    busy: Vec<u64>,
     /// Bytes of slots written to the device so far.
     pub(crate) uploaded_bytes: u64,
 }
+
+/// Spare copies kept past those dispatches in flight read.
+const SPARE_COPIES: usize = 2;
+
+/// Changed slots an older copy remembers before it is written whole instead.
+const BEHIND_SLOTS: usize = 1 << 16;
 
 /// What the lookup helper reads of the placed table from the push block (T2, T3).
 #[derive(Clone, Copy)]
@@ -135,7 +150,66 @@ impl DeviceTable {
         Self {
             ctx: Arc::clone(ctx),
             placed: None,
+            older: Vec::new(),
+            busy: Vec::new(),
             uploaded_bytes: 0,
+        }
+    }
+
+    /// The copies at these device addresses are read by dispatches in flight: the next
+    /// [`DeviceTable::place`] that changes a slot writes another copy, and none of them is
+    /// destroyed until it is no longer named.
+    pub(crate) fn set_busy(&mut self, busy: &[u64]) {
+        self.busy.clear();
+        self.busy.extend_from_slice(busy);
+        // Older copies nothing reads beyond the spares go now.
+        let mut spares = 0;
+        let mut kept = Vec::with_capacity(self.older.len());
+        for c in self.older.drain(..) {
+            if self.busy.contains(&c.buf.address) {
+                kept.push(c);
+            } else if spares < SPARE_COPIES {
+                spares += 1;
+                kept.push(c);
+            } else {
+                self.ctx.destroy_buffer(c.buf, &mut 0);
+            }
+        }
+        self.older = kept;
+    }
+
+    /// Copies alive.
+    pub(crate) fn copies(&self) -> usize {
+        self.older.len() + usize::from(self.placed.is_some())
+    }
+
+    /// T6 with dispatches in flight: when the current copy is read by one and `table` changed
+    /// since it, another copy becomes current (a spare of the same shape, brought up to date by
+    /// the slots changed since its version, else a new one written whole); the busy one is kept.
+    fn leave_busy_copy(&mut self, table: &ChunkTable, size: u64, placement: Placement) {
+        let Some(cur) = &self.placed else {
+            return;
+        };
+        let unchanged = cur.version == table.version();
+        if unchanged || !self.busy.contains(&cur.buf.address) {
+            return;
+        }
+        let Some(mut cur) = self.placed.take() else {
+            return;
+        };
+        // The busy copy is behind by nothing yet: the slots changed since it are added to it as
+        // they are written into the new current copy.
+        cur.behind = Some(Vec::new());
+        let spare = self.older.iter().position(|c| {
+            !self.busy.contains(&c.buf.address)
+                && c.buf.size == size
+                && c.placement == placement
+                && c.capacity == table.capacity()
+                && c.chunk_bytes == table.chunk_bytes()
+        });
+        self.older.push(cur);
+        if let Some(k) = spare {
+            self.placed = Some(self.older.swap_remove(k));
         }
     }
 
@@ -157,22 +231,36 @@ impl DeviceTable {
             Placement::HostVisible
         };
         let epoch = imports.epoch();
+        self.leave_busy_copy(table, size, placement);
         // The slots changed since the copy on the device, when that copy is still sound (no
         // import released since it was checked, same size, chunk and placement, and the version
-        // the table's change log starts from): only those are checked and written. Else every
-        // slot is.
-        let changed: Option<&[usize]> = match (&self.placed, table.changed()) {
+        // the table's change log starts from, or a copy that kept the slots it is behind by):
+        // only those are checked and written. Else every slot is.
+        let behind: Option<Vec<usize>> = match (&mut self.placed, table.changed()) {
             (Some(p), Changed::Slots(slots))
                 if p.checked_epoch == epoch
                     && p.capacity == table.capacity()
                     && p.chunk_bytes == chunk
-                    && p.placement == placement
-                    && p.version == table.changed_since() =>
+                    && p.placement == placement =>
             {
-                Some(slots)
+                match p.behind.take() {
+                    // A copy made current again: behind by what it kept, and this change.
+                    Some(mut b) if p.version <= table.changed_since() => {
+                        b.extend_from_slice(slots);
+                        Some(b)
+                    }
+                    Some(_) => None,
+                    None if p.version == table.changed_since() => Some(slots.clone()),
+                    None => None,
+                }
+            }
+            (Some(p), _) => {
+                p.behind = None;
+                None
             }
             _ => None,
         };
+        let changed: Option<&[usize]> = behind.as_deref();
         match changed {
             Some(slots) => {
                 for &i in slots {
@@ -196,6 +284,7 @@ impl DeviceTable {
                 placement,
                 chunk_bytes: chunk,
                 checked_epoch: epoch,
+                behind: None,
             });
         }
         let Some(t) = self.placed.as_mut() else {
@@ -261,6 +350,15 @@ impl DeviceTable {
             }
         }
         self.uploaded_bytes += bytes;
+        // Every older copy is now behind by these slots too (or by every slot).
+        for c in &mut self.older {
+            match (&mut c.behind, changed) {
+                (Some(b), Some(slots)) if b.len() + slots.len() <= BEHIND_SLOTS => {
+                    b.extend_from_slice(slots)
+                }
+                (b, _) => *b = None,
+            }
+        }
         Ok((address, placement))
     }
 
@@ -341,6 +439,9 @@ impl Drop for DeviceTable {
     fn drop(&mut self) {
         if let Some(t) = self.placed.take() {
             self.ctx.destroy_buffer(t.buf, &mut 0);
+        }
+        for c in self.older.drain(..) {
+            self.ctx.destroy_buffer(c.buf, &mut 0);
         }
     }
 }

@@ -164,7 +164,33 @@ int main(void) {
               plans[1].range_bytes == 0x20 && plans[0].buffer_end - plans[0].buffer_start == 0xe420 &&
               plans[1].mask_offset_bytes == 0xe400,
           NULL);
-    expect("prepare twice", ds_engine_prepare(engine, &d, &p), DS_ORDER);
+    /* A second dispatch in flight: its holder reads what the first one's holder writes, so it is
+       handed one carry from that holder (it lands in guest memory only at the first's complete). */
+    ds_slot_plan plans2[4];
+    ds_prepared p2;
+    memset(&p2, 0, sizeof p2);
+    p2.size = sizeof p2;
+    p2.bindings = plans2;
+    p2.bindings_capacity = 4;
+    expect("prepare a second dispatch in flight", ds_engine_prepare(engine, &d, &p2), DS_OK);
+    uint32_t in_flight = 0;
+    expect("in flight", ds_engine_in_flight(engine, &in_flight), DS_OK);
+    check("two in flight, the second next", in_flight == 2 && p2.index == p.index + 1, NULL);
+    ds_carry carries[2];
+    uint32_t n_carries = 0;
+    expect("carries into a too small array", ds_engine_prepared_carries(engine, p2.index, carries, 0, &n_carries),
+           DS_BAD_INPUT);
+    expect("carries", ds_engine_prepared_carries(engine, p2.index, carries, 2, &n_carries), DS_OK);
+    check("one carry: the first dispatch's holder, whole",
+          p2.n_carries == 1 && n_carries == 1 && carries[0].from == DS_CARRY_FROM_HOLDER &&
+              carries[0].after == p.index && carries[0].from_slot == 0 && carries[0].offset == 0 &&
+              carries[0].from_offset == 0 && carries[0].bytes == 0xe420,
+          NULL);
+    ds_completion early;
+    memset(&early, 0, sizeof early);
+    early.size = sizeof early;
+    early.index = p2.index;
+    expect("complete the second before the first", ds_engine_complete(engine, &early), DS_ORDER);
 
     /* The emulator's device stored one word through the member. */
     static uint8_t data[0xe420], masks[0xe420];
@@ -197,6 +223,9 @@ int main(void) {
     check("the write-back word is in the host's page, through the emulator",
           got == v && emu.writes == 1, NULL);
     expect("complete twice", ds_engine_complete(engine, &c), DS_ORDER);
+    expect("abandon the second", ds_engine_abandon(engine, p2.index), DS_OK);
+    expect("in flight", ds_engine_in_flight(engine, &in_flight), DS_OK);
+    check("none in flight", in_flight == 0, NULL);
     expect("null completion", ds_engine_complete(engine, NULL), DS_NULL_POINTER);
 
     /* O7: a member 0x24 into its holder, not a multiple of 0x10. */

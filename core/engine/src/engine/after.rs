@@ -17,20 +17,21 @@ use crate::report::{
 use crate::rules::Rule;
 
 /// C1: the chunks the dispatch's stores marked, in table-slot order, with their store counts.
-pub(super) fn marks(outcome: &Outcome, table: Option<&ChunkTable>) -> Vec<Mark> {
-    let Some(t) = table else {
-        return Vec::new();
-    };
+pub(super) fn marks(
+    outcome: &Outcome,
+    slot_seen: impl Fn(usize) -> Option<(crate::chunk_table::TableSlot, u32)>,
+) -> Vec<Mark> {
     outcome
         .marks
         .iter()
         .filter_map(|&(slot, stores)| {
-            // `device_outcome` refuses marks on empty slots; the CPU reference marks only hits.
-            let s = t.slots().get(slot).filter(|s| !s.is_empty())?;
-            let start = s.chunk() << t.chunk_shift();
+            // The slot as the dispatch's table copy had it. `device_outcome` refuses marks on
+            // empty slots; the CPU reference marks only hits.
+            let (s, shift) = slot_seen(slot).filter(|(s, _)| !s.is_empty())?;
+            let start = s.chunk() << shift;
             Some(Mark {
                 table_slot: slot,
-                guest: ByteRange::new(start, start.saturating_add(t.chunk_bytes())),
+                guest: ByteRange::new(start, start.saturating_add(1 << shift)),
                 stores,
             })
         })

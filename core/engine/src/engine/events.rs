@@ -129,9 +129,9 @@ impl<B: Backend> Engine<B> {
     /// guard). A commit, an unguard, a protection raised, a CPU write, a copy or a target takes
     /// nothing from the device and never waits.
     fn wait_for_prepared(&mut self, event: &Event) -> Result<(), EngineError> {
-        let Some(dispatch) = self.prepared else {
+        if self.flights.is_empty() {
             return Ok(());
-        };
+        }
         let range = match event {
             Event::Release { base } => match self.memory.reservation(*base) {
                 Ok(r) => r.range,
@@ -154,38 +154,44 @@ impl<B: Backend> Engine<B> {
             | Event::Guard { range } => *range,
             _ => return Ok(()),
         };
-        let reached = self
-            .reach
-            .holders
-            .iter()
-            .find_map(|h| h.intersection(&range))
-            .or_else(|| {
-                self.reach
-                    .mapped
-                    .then(|| self.mappings.first_overlap(range))
-                    .flatten()
-            });
-        let Some(reached) = reached else {
+        // Every dispatch in flight; the newest that reaches the bytes is the one to complete
+        // (completes go in order, so the older ones complete with it). A device-addressed one
+        // reaches every mapped piece and every import still held for it.
+        let mappings = &self.mappings;
+        let Some((f, reached)) = self
+            .flights
+            .reached_by(range, |r| mappings.first_reachable(r))
+        else {
             return Ok(());
         };
-        self.host_path.waited.push(crate::report::WaitedEvent {
-            event: event.name().to_owned(),
-            range,
-            reached,
-        });
+        let dispatch = f.index;
+        let mode = if f.mapped {
+            "device-addressed: it reaches every mapped piece"
+        } else {
+            "bound: it reaches its holders"
+        };
+        if let Some(f) = self.flights.get_mut(dispatch)
+            && f.host_path.waited.len() < WAITED_LISTED
+        {
+            f.host_path.waited.push(crate::report::WaitedEvent {
+                event: event.name().to_owned(),
+                range,
+                reached,
+            });
+        }
         Err(EngineError::Waits(Box::new(super::WaitsFor {
             dispatch,
-            mode: if self.reach.mapped {
-                "device-addressed: it reaches every mapped piece"
-            } else {
-                "bound: it reaches its holders"
-            },
+            mode,
             event: event.name(),
             range,
             reached,
         })))
     }
 }
+
+/// Events a dispatch in flight made wait that its report lists (an emulator that retries a
+/// refused event in a loop would otherwise grow the list without end).
+const WAITED_LISTED: usize = 256;
 
 /// What of a page's state an event set, for [`PageEvents`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -258,11 +258,15 @@ impl<B: Backend> Engine<B> {
                     })
                     .collect();
                 self.sync.builds += 1;
-                existing.insert(ChunkTable::build(
-                    chunk_bytes,
-                    limits.probe_bound,
-                    &entries,
-                )?)
+                let built = ChunkTable::build(chunk_bytes, limits.probe_bound, &entries)?;
+                // A dispatch in flight that read the old table names its slots by it (C1).
+                if let Some(old) = existing.take()
+                    && self.flights.reads_table(self.table_serial)
+                {
+                    self.retired_tables.push((self.table_serial, old));
+                }
+                self.table_serial += 1;
+                existing.insert(built)
             }
         };
         if rebuilt.is_some() || inserted > 0 || removed > 0 || self.sync.address == 0 {

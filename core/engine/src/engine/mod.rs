@@ -41,6 +41,8 @@ mod accesses;
 mod after;
 mod escape;
 mod events;
+mod in_flight;
+mod lost;
 mod mapping;
 mod mode;
 mod prepare;
@@ -53,6 +55,8 @@ pub use prepare::{
     CompleteError, DEVICE_WORDS_LISTED, DeviceAddressing, DeviceInstrumentation, DeviceRun,
     HolderRun, Prepared, Ran as RanOn, SlotPlan, push_word,
 };
+pub use in_flight::{Carry, CarryFrom, ChainWait, MAX_IN_FLIGHT, PrepareOptions};
+pub use lost::DeviceFault;
 pub use replan::{Planned, Replanner, accesses_not_run};
 pub use validate::validate;
 
@@ -77,9 +81,26 @@ pub enum EngineError {
     /// A device's holder bytes cannot be written back ([`Engine::write_back_from_device`]).
     #[error("device write-back: {0}")]
     DeviceWriteBack(#[from] DeviceWriteBackError),
-    /// A dispatch is prepared and not completed: complete (or abandon) it first.
+    /// A dispatch is prepared and not completed: the engine's own dispatch path runs only with
+    /// nothing in flight; complete (or abandon) it first.
     #[error("dispatch {0} is prepared and not completed; complete or abandon it first")]
     Prepared(u64),
+    /// [`MAX_IN_FLIGHT`] dispatches are prepared and not completed.
+    #[error(
+        "{MAX_IN_FLIGHT} dispatches are in flight (prepared and not completed), the most the engine keeps; complete the oldest, dispatch {oldest}, first"
+    )]
+    TooManyInFlight {
+        /// The oldest dispatch in flight.
+        oldest: u64,
+    },
+    /// A prepare waits for an earlier dispatch's complete ([`ChainWait`]); nothing was prepared.
+    #[error("{0}")]
+    ChainWaits(Box<ChainWait>),
+    /// The device was lost ([`Engine::device_lost`]): nothing more is prepared on it.
+    #[error(
+        "the device was lost with {0} dispatch(es) in flight (see the loss report); nothing more runs on it: make a new device and a new engine"
+    )]
+    Lost(usize),
     /// What [`Engine::complete`] was given does not fit the prepared dispatch.
     #[error("complete: {0}")]
     Complete(#[from] CompleteError),
@@ -200,7 +221,11 @@ impl EngineError {
             | EngineError::Complete(CompleteError::MarkWords { .. })
             | EngineError::Complete(CompleteError::MarkOnEmptySlot { .. })
             | EngineError::Complete(CompleteError::Instrumentation(_)) => FailureKind::BadInput,
-            EngineError::Prepared(_) | EngineError::Complete(CompleteError::NotPrepared { .. }) => {
+            EngineError::ChainWaits(_) => FailureKind::Waits,
+            EngineError::Lost(_) => FailureKind::DeviceLost,
+            EngineError::Prepared(_)
+            | EngineError::TooManyInFlight { .. }
+            | EngineError::Complete(CompleteError::NotPrepared { .. }) => {
                 FailureKind::Order
             }
             EngineError::Backend(b) => b.kind(),
@@ -271,28 +296,26 @@ pub struct Engine<B: Backend = CpuBackend> {
     mapping_state: MappingState,
     /// The last event that set each page's state, for escapes into pages left out (M3).
     page_events: events::PageEvents,
-    /// The dispatch [`Engine::prepare`] handed out and [`Engine::complete`] has not taken.
-    prepared: Option<u64>,
+    /// The dispatches [`Engine::prepare`] handed out and [`Engine::complete`] has not taken.
+    flights: in_flight::Flights,
+    /// Builds of the chunk table so far: which table a dispatch in flight read.
+    table_serial: u64,
+    /// Tables replaced by a build while a device-addressed dispatch in flight read them, by serial:
+    /// its marks name their slots.
+    retired_tables: Vec<(u64, ChunkTable)>,
+    /// What each program did in earlier dispatches, for a lost device's report.
+    programs: lost::Programs,
+    /// The device was lost: the report made then.
+    lost: Option<crate::report::DeviceLossReport>,
     /// Host mode: the memory's state count when mapped pages were last checked for guards.
     /// Host mode: the ranges the write-watch guarded since the last device-addressed dispatch,
     /// whose mapped pages M2 unguards again before the device may store through them.
     guards_raised: Vec<crate::addr::ByteRange>,
-    /// What the prepared dispatch can reach, for M5 ([`Reach`]).
-    reach: Reach,
     /// Host mode: what the emulator's memory did to the dispatch under way (prepare to complete).
     host_path: HostPathReport,
     /// Host mode: re-read the real mapping of every imported piece before each device-addressed
     /// dispatch (the checked mode).
     checked: bool,
-}
-
-/// What a prepared dispatch can reach until its complete (M5): its holders' buffers (uploaded,
-/// bound or imported, and written back at complete), and for a device-addressed dispatch every
-/// mapped piece.
-#[derive(Clone, Debug, Default)]
-struct Reach {
-    holders: Vec<ByteRange>,
-    mapped: bool,
 }
 
 impl Engine<CpuBackend> {
@@ -348,9 +371,12 @@ impl<B: Backend> Engine<B> {
             planner: Planner::new(),
             mapping_state: MappingState::default(),
             page_events: events::PageEvents::default(),
-            prepared: None,
+            flights: in_flight::Flights::default(),
+            table_serial: 0,
+            retired_tables: Vec::new(),
+            programs: lost::Programs::default(),
+            lost: None,
             guards_raised: Vec::new(),
-            reach: Reach::default(),
             host_path: HostPathReport::default(),
             checked: false,
         })
@@ -472,6 +498,9 @@ impl<B: Backend> Engine<B> {
     /// takes with its device in the middle.
     pub fn dispatch(&mut self, input: &DispatchInput) -> Result<DispatchReport, EngineError> {
         puffin::profile_function!();
+        if let Some(oldest) = self.flights.oldest() {
+            return Err(EngineError::Prepared(oldest));
+        }
         let prepared = self.prepare(input)?;
         let outcome = match prepared.mode {
             Mode::Refused => None,
@@ -483,7 +512,7 @@ impl<B: Backend> Engine<B> {
                 {
                     Ok(o) => Some(o),
                     Err(e) => {
-                        self.prepared = None;
+                        let _ = self.abandon(prepared.index);
                         return Err(e.into());
                     }
                 }

@@ -8,6 +8,7 @@
 //! `Engine::dispatch` is the same two calls with the engine's own backend run between them
 //! ([`Ran::Backend`]), so there is one path, not two.
 
+use super::in_flight::{Carry, Held, PrepareOptions};
 use super::route::{self, Routed};
 use super::validate::Checked;
 use super::{Engine, EngineError, after, counts_of, replan};
@@ -109,6 +110,10 @@ pub struct Prepared {
     pub bindings: Vec<SlotPlan>,
     /// The table and the push words, for a device-addressed dispatch.
     pub device: Option<DeviceAddressing>,
+    /// What the command buffer copies into this dispatch's holders before it, so that they hold
+    /// what earlier dispatches in flight wrote ([`Carry`]), in recording order; empty when nothing
+    /// in flight writes what it reads.
+    pub carries: Vec<Carry>,
     pub(super) checked: Checked,
     pub(super) limits: DeviceLimits,
     pub(super) events_before: Vec<EventReport>,
@@ -192,14 +197,16 @@ pub enum Ran<'a> {
 /// Why [`Engine::complete`] refused what it was given. Nothing changed.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 pub enum CompleteError {
-    /// No dispatch is prepared, or another one is (completed twice, or out of order).
+    /// The dispatch given is not the oldest in flight: completed twice, never prepared, or out of
+    /// order (dispatches complete in the order they were prepared).
     #[error(
-        "dispatch {given} is not the prepared one ({prepared:?}): completed twice or out of order"
+        "dispatch {given} is not the oldest dispatch in flight ({}): completed twice, never prepared, or out of order; dispatches complete in the order they were prepared",
+        match prepared { Some(p) => format!("dispatch {p}"), None => "none is in flight".to_owned() }
     )]
     NotPrepared {
         /// The dispatch given.
         given: u64,
-        /// The one prepared, if any.
+        /// The oldest in flight, if any.
         prepared: Option<u64>,
     },
     /// The dispatch was refused; it did not run and has nothing to complete but its report.
@@ -254,16 +261,65 @@ impl<B: Backend> Engine<B> {
     /// Every phase before the device: validate, plan (O1–O11), choose the mode (A1, W2), write the
     /// deferred copies (C3), map (M1–M5) and bring the table up (T1–T3, T6); returns what the
     /// emulator binds and pushes. A refused dispatch is prepared too (its refusals say why); it
-    /// must not run, and [`Engine::complete`] gives its report. One dispatch is prepared at a time.
+    /// must not run, and [`Engine::complete`] gives its report. Up to [`super::MAX_IN_FLIGHT`]
+    /// dispatches may be prepared and not completed; they complete in the order prepared. Every
+    /// holder is a copy ([`Engine::prepare_with`] names holders bound over the guest's pages).
     pub fn prepare(&mut self, input: &DispatchInput) -> Result<Prepared, EngineError> {
+        self.prepare_with(input, PrepareOptions::default())
+    }
+
+    /// [`Engine::prepare`], with how the emulator binds the dispatch's holders.
+    pub fn prepare_with(
+        &mut self,
+        input: &DispatchInput,
+        options: PrepareOptions<'_>,
+    ) -> Result<Prepared, EngineError> {
         puffin::profile_function!();
-        if let Some(p) = self.prepared {
-            return Err(EngineError::Prepared(p));
+        if let Some(lost) = &self.lost {
+            return Err(EngineError::Lost(lost.in_flight.len()));
+        }
+        if self.flights.len() >= super::MAX_IN_FLIGHT {
+            return Err(EngineError::TooManyInFlight {
+                oldest: self.flights.oldest().unwrap_or_default(),
+            });
         }
         let limits = self.limits.clone();
         let (checked, planned) = replan::plan_phases(&mut self.planner, input, &limits)?;
         let index = self.next_dispatch;
+        // Chains: what this dispatch needs from the dispatches in flight, before anything moves
+        // (a prepare that waits changes nothing).
+        let mut flight = self.flights.entry();
+        if planned.mode != Mode::Refused {
+            flight.holders.extend(planned.slots.iter().filter_map(|b| {
+                let range = b.holder_range()?;
+                Some(Held {
+                    slot: b.slot,
+                    range,
+                    written: b.written
+                        || planned
+                            .slots
+                            .iter()
+                            .any(|m| m.holder == Some(b.slot) && m.written),
+                    in_place: options.in_place.contains(&b.slot),
+                })
+            }));
+        }
+        let mappings = &self.mappings;
+        if let Err(wait) = self.flights.chains(
+            index,
+            planned.mode,
+            &flight.holders,
+            |r| mappings.overlapping(r),
+            &mut flight.carries,
+        ) {
+            self.flights.recycle(flight);
+            return Err(EngineError::ChainWaits(Box::new(wait)));
+        }
         self.host_path = HostPathReport::default();
+        // Imports the mappings let go stay while a device-addressed dispatch in flight may reach
+        // them.
+        self.mappings
+            .hold_releases(self.flights.newest_device_addressed());
         let (before, mappings, table) = match planned.mode {
             Mode::Refused => (
                 super::left_deferred(self.memory.deferred_copies().len()),
@@ -288,28 +344,39 @@ impl<B: Backend> Engine<B> {
                     }
                     self.host_path.checked = Some(check);
                 }
+                let busy: Vec<u64> = self.flights.busy_tables().collect();
+                self.backend.table_busy(&busy);
                 (before, Some(mappings), Some(self.sync_table(&limits)?))
             }
             Mode::Bound => (self.write_deferred_under(&planned.slots)?, None, None),
         };
         let device = match &table {
-            Some(t) => Some(self.device_addressing(t)?),
+            Some(t) => Some(self.device_addressing(t, index)?),
             None => None,
         };
         self.next_dispatch += 1;
-        self.prepared = Some(index);
-        self.reach = super::Reach {
-            holders: if planned.mode == Mode::Refused {
-                Vec::new()
-            } else {
-                planned
-                    .slots
-                    .iter()
-                    .filter_map(SlotBinding::holder_range)
-                    .collect()
-            },
-            mapped: planned.mode == Mode::DeviceAddressed,
-        };
+        flight.index = index;
+        flight.mode = planned.mode;
+        flight.program = input.program;
+        flight.label.clone_from(&input.label);
+        flight.mode_reason.clone_from(&planned.mode_reason);
+        flight.slots.clone_from(&planned.slots);
+        flight.mapped = planned.mode == Mode::DeviceAddressed;
+        flight.table.clone_from(&table);
+        flight.table_at = None;
+        if let (Some(_), Some(t)) = (&table, self.table.as_mut()) {
+            // Its marks name slots as this version has them: later changes keep what they
+            // overwrite until it completes.
+            t.keep_journal();
+            flight.table_at = Some((self.table_serial, t.version()));
+        }
+        flight.generation = self.memory.generation();
+        flight.mappings_version = self.mappings.version();
+        flight.pieces = mappings.as_ref().map_or(0, |m| m.pieces.len());
+        flight.left_out = mappings.as_ref().map_or(0, |m| m.left_out.len());
+        flight.host_path = std::mem::take(&mut self.host_path);
+        let carries = flight.carries.clone();
+        self.flights.push(flight);
         let bindings = if planned.mode == Mode::Refused {
             Vec::new()
         } else {
@@ -324,6 +391,7 @@ impl<B: Backend> Engine<B> {
             refusals: planned.refusals,
             bindings,
             device,
+            carries,
             checked,
             limits,
             events_before: std::mem::take(&mut self.pending),
@@ -347,13 +415,18 @@ impl<B: Backend> Engine<B> {
         ran: Ran<'_>,
     ) -> Result<DispatchReport, EngineError> {
         puffin::profile_function!();
-        if self.prepared != Some(prepared.index) {
+        if self.flights.oldest() != Some(prepared.index) {
             return Err(CompleteError::NotPrepared {
                 given: prepared.index,
-                prepared: self.prepared,
+                prepared: self.flights.oldest(),
             }
             .into());
         }
+        let table_at = self
+            .flights
+            .iter()
+            .next()
+            .and_then(|f| f.table_at);
         let (ran_on, instrumentation) = match &ran {
             Ran::Device(run) => (run.ran_on.map(str::to_owned), run.instrumentation),
             Ran::Backend(_) => (None, None),
@@ -369,15 +442,21 @@ impl<B: Backend> Engine<B> {
                 let (outcome, holders) = match ran {
                     Ran::Backend(outcome) => (outcome, Vec::new()),
                     Ran::Device(run) => {
-                        let outcome = self.device_outcome(&prepared, &routed, &run)?;
+                        let outcome = self.device_outcome(&prepared, &routed, &run, table_at)?;
                         (outcome, run.holders)
                     }
                 };
-                self.after(input, routed, outcome, &holders)
+                self.after(input, routed, outcome, &holders, table_at)
             }
         };
-        self.prepared = None;
-        self.reach = super::Reach::default();
+        if let Some(f) = self.flights.remove(prepared.index) {
+            // What happened to it in flight, before what its complete adds.
+            let during = std::mem::replace(&mut self.host_path, f.host_path.clone());
+            self.host_path.failures.extend(during.failures);
+            self.host_path.failures_not_listed += during.failures_not_listed;
+            self.flights.recycle(f);
+        }
+        self.after_flight()?;
         if prepared.mode == Mode::DeviceAddressed {
             self.in_flight = Some(prepared.index);
         }
@@ -413,6 +492,7 @@ impl<B: Backend> Engine<B> {
             host_path: std::mem::take(&mut self.host_path),
         };
         report.counts = counts_of(&report);
+        self.programs.note(&report);
         Ok(report)
     }
 
@@ -435,22 +515,66 @@ impl<B: Backend> Engine<B> {
     /// failed, or what it handed to complete was refused and it gives up): the next dispatch may
     /// be prepared. The index stays used.
     pub fn abandon(&mut self, index: u64) -> Result<(), EngineError> {
-        if self.prepared != Some(index) {
+        let Some(f) = self.flights.remove(index) else {
             return Err(CompleteError::NotPrepared {
                 given: index,
-                prepared: self.prepared,
+                prepared: self.flights.oldest(),
             }
             .into());
+        };
+        self.backend.forget_marks(index);
+        self.flights.recycle(f);
+        self.after_flight()
+    }
+
+    /// What a dispatch leaving flight lets go: the imports held for it, the table journal's
+    /// entries and the retired tables no dispatch in flight reads any more.
+    fn after_flight(&mut self) -> Result<(), EngineError> {
+        self.mappings
+            .release_held(&mut self.backend, self.flights.oldest_device_addressed())?;
+        let serial = self.table_serial;
+        let oldest = self.flights.oldest_table_version(serial);
+        if let Some(t) = self.table.as_mut() {
+            t.trim_journal(oldest);
         }
-        self.prepared = None;
-        self.reach = super::Reach::default();
-        self.host_path = HostPathReport::default();
+        let flights = &self.flights;
+        self.retired_tables.retain(|(s, _)| flights.reads_table(*s));
         Ok(())
     }
 
-    /// The prepared dispatch's index, if one waits for [`Engine::complete`].
+    /// Slot `slot` of the table as a dispatch that read build and version `at` saw it (the
+    /// current table where `at` is `None`), with that table's chunk shift.
+    pub(super) fn slot_seen(
+        &self,
+        at: Option<(u64, u64)>,
+        slot: usize,
+    ) -> Option<(crate::chunk_table::TableSlot, u32)> {
+        let (table, version) = match at {
+            Some((serial, version)) if serial != self.table_serial => (
+                self.retired_tables
+                    .iter()
+                    .find(|(s, _)| *s == serial)
+                    .map(|(_, t)| t)?,
+                version,
+            ),
+            Some((_, version)) => (self.table.as_ref()?, version),
+            None => {
+                let t = self.table.as_ref()?;
+                (t, t.version())
+            }
+        };
+        Some((table.slot_as_of(slot, version)?, table.chunk_shift()))
+    }
+
+    /// The oldest dispatch in flight (prepared and not completed), the one [`Engine::complete`]
+    /// takes next.
     pub fn prepared(&self) -> Option<u64> {
-        self.prepared
+        self.flights.oldest()
+    }
+
+    /// How many dispatches are in flight.
+    pub fn in_flight(&self) -> usize {
+        self.flights.len()
     }
 
     /// The phases after the device, over an outcome.
@@ -460,13 +584,14 @@ impl<B: Backend> Engine<B> {
         routed: Routed<'_>,
         mut outcome: Outcome,
         device_holders: &[HolderRun<'_>],
+        table_at: Option<(u64, u64)>,
     ) -> super::Ran {
         for f in std::mem::take(&mut outcome.failures) {
             self.host_failure(f.kind, f.error, f.lost, &f.bytes);
         }
         let lookups = super::accesses::trace_lookups(input, &routed.routes, self.table.as_ref());
         let escapes = self.escapes(input, &routed.routes, &outcome, &lookups);
-        let marks = after::marks(&outcome, self.table.as_ref());
+        let marks = after::marks(&outcome, |slot| self.slot_seen(table_at, slot));
         let mut change = MemoryChange::default();
         let mut hand_off = HandOff::default();
         self.hand_off(&marks, &mut change, &mut hand_off);
@@ -531,6 +656,7 @@ impl<B: Backend> Engine<B> {
         prepared: &Prepared,
         routed: &Routed<'_>,
         run: &DeviceRun<'_>,
+        table_at: Option<(u64, u64)>,
     ) -> Result<Outcome, EngineError> {
         let dispatch = prepared.index;
         let slots = self.table.as_ref().map_or(0, |t| t.capacity());
@@ -544,15 +670,14 @@ impl<B: Backend> Engine<B> {
                     }
                     .into());
                 }
-                let table = self.table.as_ref();
                 let mut marks = Vec::new();
                 for (i, &w) in words.iter().enumerate() {
                     if w == 0 {
                         continue;
                     }
-                    if table
-                        .and_then(|t| t.slots().get(i))
-                        .is_none_or(|s| s.is_empty())
+                    if self
+                        .slot_seen(table_at, i)
+                        .is_none_or(|(s, _)| s.is_empty())
                     {
                         return Err(CompleteError::MarkOnEmptySlot {
                             slot: i,
@@ -565,7 +690,7 @@ impl<B: Backend> Engine<B> {
                 }
                 marks
             }
-            (None, _) => self.backend.take_marks(slots)?,
+            (None, _) => self.backend.take_marks_of(slots, dispatch)?,
         };
         for h in &run.holders {
             if !routed.holder_slots.contains(&h.slot) {
@@ -604,8 +729,15 @@ impl<B: Backend> Engine<B> {
     }
 
     /// T3 and C1 for the emulator's module: the table's words and the mark words' address.
-    fn device_addressing(&mut self, t: &TableReport) -> Result<DeviceAddressing, EngineError> {
-        let marks_address = self.backend.mark_words(t.capacity as usize)?.unwrap_or(0);
+    fn device_addressing(
+        &mut self,
+        t: &TableReport,
+        dispatch: u64,
+    ) -> Result<DeviceAddressing, EngineError> {
+        let marks_address = self
+            .backend
+            .mark_words_for(t.capacity as usize, dispatch)?
+            .unwrap_or(0);
         let lo = |v: u64| v as u32;
         let hi = |v: u64| (v >> 32) as u32;
         let chunk_shift = t.chunk_bytes.trailing_zeros();

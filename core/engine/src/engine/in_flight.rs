@@ -1,0 +1,523 @@
+//! Many dispatches in flight: what the engine keeps of each dispatch an emulator prepared and has
+//! not completed (a frame's hundreds of dispatches recorded into command buffers, submitted
+//! together, two or three frames in flight), and what follows from it:
+//!
+//! - **M5 for every one of them.** An event that takes memory from the device (a release, a
+//!   decommit, a protection lowered, a guard raised, a backing changed) over bytes any dispatch in
+//!   flight can reach waits for the newest such dispatch ([`Flights::reached_by`]): completing it
+//!   completes every older one, since completes go in prepare order.
+//! - **Chains on the device.** A holder's write-back lands in guest memory only at its complete.
+//!   A later dispatch of the same submission that reads those bytes is told where its command
+//!   buffer finds them ([`Carry`]): from guest memory on the device where an earlier dispatch
+//!   wrote in place (a device-addressed one through its imports, or a holder bound over the
+//!   guest's own pages), from the earlier dispatch's holder buffer where it wrote a copy. Where
+//!   neither can be right (a dispatch that reads guest memory in place while an earlier one's
+//!   copy still holds bytes it writes back later), the prepare waits ([`ChainWait`]).
+//! - **What the device reads stays.** Each device-addressed dispatch keeps the table copy and the
+//!   mark words it was handed until its complete (`Backend::place_table`'s busy copies,
+//!   `Backend::mark_words` by dispatch), and imports the mappings let go are released only once
+//!   no device-addressed dispatch that could reach them is in flight (`Mappings::hold_releases`).
+
+use std::collections::{HashMap, VecDeque};
+
+use thiserror::Error;
+
+use crate::addr::ByteRange;
+use crate::report::{HostPathReport, Mode, SlotBinding, TableReport};
+
+/// The most dispatches prepared and not completed at once: sixteen frames of 256 dispatches.
+/// One more is [`super::EngineError::TooManyInFlight`].
+pub const MAX_IN_FLIGHT: usize = 4096;
+
+/// A copy the emulator records into its command buffer before the dispatch, after a barrier
+/// (shader writes → transfer reads) and followed by one (transfer writes → shader reads), so that
+/// the dispatch's holder sees what earlier dispatches of the submission wrote. Listed in the order
+/// they must be recorded, after the holder's own upload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Carry {
+    /// The holder slot of this dispatch whose buffer the copy fills.
+    pub slot: u32,
+    /// Where in the holder's buffer (bytes from its widened start, `SlotPlan::buffer`).
+    pub offset: u64,
+    /// How many bytes.
+    pub bytes: u64,
+    /// Where from.
+    pub from: CarryFrom,
+}
+
+/// Where a [`Carry`] reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum CarryFrom {
+    /// Guest memory on the device, at guest address `guest`: dispatch `after` (and maybe older
+    /// ones) may write these bytes in place, so the holder's upload, made when the command buffer
+    /// was recorded, is read again on the device after it.
+    Guest {
+        /// The guest address of the first byte.
+        guest: u64,
+        /// The newest dispatch in flight that may write there in place.
+        after: u64,
+    },
+    /// Dispatch `dispatch`'s holder buffer of slot `slot`, from byte `offset`: its stores reach
+    /// guest memory only at its complete.
+    Holder {
+        /// The earlier dispatch.
+        dispatch: u64,
+        /// Its holder slot.
+        slot: u32,
+        /// Bytes into its holder's buffer.
+        offset: u64,
+    },
+}
+
+/// A prepare that must wait for an earlier dispatch's complete: it reads (or writes) guest
+/// memory in place where that dispatch's holder still holds stores written back only at its
+/// complete. Nothing was prepared.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error(
+    "dispatch {dispatch} ({mode}) reaches {reached}, which dispatch {waits_for}'s holder of slot {slot} writes back only at its complete: the device would read the bytes before them, and dispatch {waits_for}'s write-back would land over dispatch {dispatch}'s stores; complete dispatch {waits_for} after its fence (or bind its holder over the guest's own pages, DS_SLOT_IN_PLACE), then prepare again; nothing was prepared"
+)]
+pub struct ChainWait {
+    /// The dispatch that was being prepared (the index it would have had).
+    pub dispatch: u64,
+    /// Its mode, in words.
+    pub mode: &'static str,
+    /// The dispatch it waits for.
+    pub waits_for: u64,
+    /// That dispatch's holder slot.
+    pub slot: u32,
+    /// The bytes both reach.
+    pub reached: ByteRange,
+}
+
+/// How a dispatch's holders reach guest memory, as the emulator binds them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PrepareOptions<'a> {
+    /// Holder slots bound over the guest's own pages (imported by the emulator): their stores
+    /// land in place, nothing of theirs is written back at complete, and a later dispatch reads
+    /// them on the device after a barrier. Every other holder is a copy, uploaded and written back.
+    pub in_place: &'a [u32],
+}
+
+/// One holder of a dispatch in flight.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Held {
+    pub slot: u32,
+    pub range: ByteRange,
+    pub written: bool,
+    pub in_place: bool,
+}
+
+/// What the engine keeps of a dispatch in flight.
+#[derive(Clone, Debug, Default)]
+pub(super) struct InFlight {
+    pub index: u64,
+    pub mode: Mode,
+    pub program: u64,
+    pub label: String,
+    pub mode_reason: String,
+    pub slots: Vec<SlotBinding>,
+    pub holders: Vec<Held>,
+    /// Device-addressed: it reaches every mapped piece.
+    pub mapped: bool,
+    /// The table copy it reads (device-addressed).
+    pub table: Option<TableReport>,
+    /// Which build of the table (`Engine::table_serial`) and which version of it that copy is:
+    /// its marks (C1) name slots as that version had them.
+    pub table_at: Option<(u64, u64)>,
+    /// The memory's generation and the mappings' version it was prepared against.
+    pub generation: u64,
+    pub mappings_version: u64,
+    pub pieces: usize,
+    pub left_out: usize,
+    /// The carries it was handed.
+    pub carries: Vec<Carry>,
+    /// What the emulator's memory did to it between prepare and complete.
+    pub host_path: HostPathReport,
+}
+
+/// The dispatches in flight, oldest first, and the indexes over them that the hot calls read.
+#[derive(Debug, Default)]
+pub(super) struct Flights {
+    queue: VecDeque<InFlight>,
+    /// Table copies read by device-addressed dispatches in flight: device address → how many.
+    table_readers: HashMap<u64, usize>,
+    /// Emptied entries, kept for their allocations.
+    spare: Vec<InFlight>,
+}
+
+impl Flights {
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    pub fn oldest(&self) -> Option<u64> {
+        self.queue.front().map(|f| f.index)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &InFlight> {
+        self.queue.iter()
+    }
+
+    pub fn get_mut(&mut self, index: u64) -> Option<&mut InFlight> {
+        self.queue.iter_mut().find(|f| f.index == index)
+    }
+
+    /// An emptied entry to fill (its vectors keep their allocations).
+    pub fn entry(&mut self) -> InFlight {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    pub fn push(&mut self, f: InFlight) {
+        if let Some(t) = &f.table {
+            *self.table_readers.entry(t.device_address).or_default() += 1;
+        }
+        self.queue.push_back(f);
+    }
+
+    /// Takes dispatch `index` out of flight (its complete, or its abandon).
+    pub fn remove(&mut self, index: u64) -> Option<InFlight> {
+        let at = self.queue.iter().position(|f| f.index == index)?;
+        let f = self.queue.remove(at)?;
+        if let Some(t) = &f.table
+            && let Some(n) = self.table_readers.get_mut(&t.device_address)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.table_readers.remove(&t.device_address);
+            }
+        }
+        Some(f)
+    }
+
+    /// Gives an entry's allocations back.
+    pub fn recycle(&mut self, mut f: InFlight) {
+        f.label.clear();
+        f.mode_reason.clear();
+        f.slots.clear();
+        f.holders.clear();
+        f.carries.clear();
+        f.table = None;
+        f.table_at = None;
+        f.host_path = HostPathReport::default();
+        if self.spare.len() < 64 {
+            self.spare.push(f);
+        }
+    }
+
+    /// Every table copy a dispatch in flight reads.
+    pub fn busy_tables(&self) -> impl Iterator<Item = u64> + '_ {
+        self.table_readers.keys().copied()
+    }
+
+    /// The newest device-addressed dispatch in flight.
+    pub fn newest_device_addressed(&self) -> Option<u64> {
+        self.queue.iter().rev().find(|f| f.mapped).map(|f| f.index)
+    }
+
+    /// The oldest device-addressed dispatch in flight.
+    pub fn oldest_device_addressed(&self) -> Option<u64> {
+        self.queue.iter().find(|f| f.mapped).map(|f| f.index)
+    }
+
+    /// The oldest table version of build `serial` a dispatch in flight reads.
+    pub fn oldest_table_version(&self, serial: u64) -> Option<u64> {
+        self.queue
+            .iter()
+            .filter_map(|f| f.table_at)
+            .filter(|(s, _)| *s == serial)
+            .map(|(_, v)| v)
+            .min()
+    }
+
+    /// Whether a dispatch in flight reads a table of build `serial`.
+    pub fn reads_table(&self, serial: u64) -> bool {
+        self.queue
+            .iter()
+            .any(|f| f.table_at.is_some_and(|(s, _)| s == serial))
+    }
+
+    /// M5: the newest dispatch in flight whose holders reach `range`, or, where `mapped_overlap`
+    /// finds mapped bytes in it, the newest device-addressed one; with the bytes reached.
+    pub fn reached_by(
+        &self,
+        range: ByteRange,
+        mapped_overlap: impl Fn(ByteRange) -> Option<ByteRange>,
+    ) -> Option<(&InFlight, ByteRange)> {
+        let mut mapped: Option<Option<ByteRange>> = None;
+        for f in self.queue.iter().rev() {
+            if let Some(r) = f.holders.iter().find_map(|h| h.range.intersection(&range)) {
+                return Some((f, r));
+            }
+            if f.mapped {
+                let m = *mapped.get_or_insert_with(|| mapped_overlap(range));
+                if let Some(r) = m {
+                    return Some((f, r));
+                }
+            }
+        }
+        None
+    }
+
+    /// Chains: what a dispatch about to be prepared (`index`, `mode`, its `holders`) needs from
+    /// the dispatches in flight, or the one it must wait for. `mapped` gives the mapped bytes of
+    /// a range (every mapped piece is what a device-addressed dispatch reaches).
+    pub fn chains(
+        &self,
+        index: u64,
+        mode: Mode,
+        holders: &[Held],
+        mapped: impl Fn(ByteRange) -> Vec<ByteRange>,
+        carries: &mut Vec<Carry>,
+    ) -> Result<(), ChainWait> {
+        carries.clear();
+        if self.queue.is_empty() || mode == Mode::Refused {
+            return Ok(());
+        }
+        let wait = |f: &InFlight, h: &Held, reached: ByteRange| ChainWait {
+            dispatch: index,
+            mode: match mode {
+                Mode::DeviceAddressed => "device-addressed: it reaches every mapped piece in place",
+                _ => "bound over the guest's own pages",
+            },
+            waits_for: f.index,
+            slot: h.slot,
+            reached,
+        };
+        // The newest copy-holder writer that a dispatch reading guest memory in place reaches.
+        for f in self.queue.iter().rev() {
+            for h in f.holders.iter().filter(|h| h.written && !h.in_place) {
+                if mode == Mode::DeviceAddressed
+                    && let Some(r) = mapped(h.range).first()
+                {
+                    return Err(wait(f, h, *r));
+                }
+                for mine in holders.iter().filter(|m| m.in_place) {
+                    if let Some(r) = mine.range.intersection(&h.range) {
+                        return Err(wait(f, h, r));
+                    }
+                }
+            }
+        }
+        if mode == Mode::DeviceAddressed {
+            // Every earlier write is in place (or waited for above): a barrier is enough.
+            return Ok(());
+        }
+        // Guest memory first: where a dispatch in flight writes in place, the holder's upload is
+        // read again on the device after it (no copy holder of an older dispatch overlaps such
+        // bytes: its prepare would have waited). Then each copy holder's stores, oldest first, so
+        // the newest store wins.
+        let newest_device = self.newest_device_addressed();
+        for mine in holders.iter().filter(|m| !m.in_place) {
+            let mut in_place: Vec<(ByteRange, u64)> = Vec::new();
+            if let Some(d) = newest_device {
+                in_place.extend(mapped(mine.range).into_iter().map(|r| (r, d)));
+            }
+            for f in self.queue.iter() {
+                for h in f.holders.iter().filter(|h| h.written && h.in_place) {
+                    if let Some(r) = mine.range.intersection(&h.range) {
+                        in_place.push((r, f.index));
+                    }
+                }
+            }
+            for (r, after) in merge_after(in_place) {
+                carries.push(Carry {
+                    slot: mine.slot,
+                    offset: r.start - mine.range.start,
+                    bytes: r.size_bytes(),
+                    from: CarryFrom::Guest {
+                        guest: r.start,
+                        after,
+                    },
+                });
+            }
+        }
+        for f in self.queue.iter() {
+            for h in f.holders.iter().filter(|h| h.written && !h.in_place) {
+                for mine in holders.iter().filter(|m| !m.in_place) {
+                    if let Some(r) = mine.range.intersection(&h.range) {
+                        carries.push(Carry {
+                            slot: mine.slot,
+                            offset: r.start - mine.range.start,
+                            bytes: r.size_bytes(),
+                            from: CarryFrom::Holder {
+                                dispatch: f.index,
+                                slot: h.slot,
+                                offset: r.start - h.range.start,
+                            },
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Ranges with the newest dispatch writing each, merged where they touch (the newest of a merged
+/// pair kept): what one guest carry a stretch reads after.
+fn merge_after(mut ranges: Vec<(ByteRange, u64)>) -> Vec<(ByteRange, u64)> {
+    ranges.sort_by_key(|(r, _)| r.start);
+    let mut out: Vec<(ByteRange, u64)> = Vec::with_capacity(ranges.len());
+    for (r, d) in ranges {
+        match out.last_mut() {
+            Some((last, after)) if r.start <= last.end => {
+                last.end = last.end.max(r.end);
+                *after = (*after).max(d);
+            }
+            _ => out.push((r, d)),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(slot: u32, start: u64, end: u64, written: bool, in_place: bool) -> Held {
+        Held {
+            slot,
+            range: ByteRange::new(start, end),
+            written,
+            in_place,
+        }
+    }
+
+    fn flight(index: u64, mode: Mode, holders: Vec<Held>) -> InFlight {
+        InFlight {
+            index,
+            mode,
+            mapped: mode == Mode::DeviceAddressed,
+            holders,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_bound_reader_of_a_copy_holder_gets_that_holder_s_bytes() {
+        let mut f = Flights::default();
+        f.push(flight(
+            0,
+            Mode::Bound,
+            vec![held(0, 0x1000, 0x2000, true, false)],
+        ));
+        let mut carries = Vec::new();
+        f.chains(
+            1,
+            Mode::Bound,
+            &[held(3, 0x1800, 0x2800, false, false)],
+            |_| Vec::new(),
+            &mut carries,
+        )
+        .expect("no wait");
+        assert_eq!(
+            carries,
+            vec![Carry {
+                slot: 3,
+                offset: 0,
+                bytes: 0x800,
+                from: CarryFrom::Holder {
+                    dispatch: 0,
+                    slot: 0,
+                    offset: 0x800
+                }
+            }]
+        );
+    }
+
+    #[test]
+    fn reading_in_place_what_a_copy_holder_writes_back_later_waits() {
+        let mut f = Flights::default();
+        f.push(flight(
+            4,
+            Mode::Bound,
+            vec![held(0, 0x1000, 0x2000, true, false)],
+        ));
+        let mut carries = Vec::new();
+        let w = f
+            .chains(5, Mode::DeviceAddressed, &[], |r| vec![r], &mut carries)
+            .expect_err("waits");
+        assert_eq!(w.waits_for, 4);
+        assert_eq!(w.reached, ByteRange::new(0x1000, 0x2000));
+        let w = f
+            .chains(
+                5,
+                Mode::Bound,
+                &[held(1, 0x1f00, 0x3000, false, true)],
+                |_| Vec::new(),
+                &mut carries,
+            )
+            .expect_err("waits");
+        assert_eq!(w.reached, ByteRange::new(0x1f00, 0x2000));
+        // Unmapped and apart: no wait.
+        assert!(
+            f.chains(5, Mode::DeviceAddressed, &[], |_| Vec::new(), &mut carries)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn after_a_device_addressed_dispatch_a_copy_holder_reads_guest_memory_again_then_newer_holders()
+    {
+        let mut f = Flights::default();
+        f.push(flight(0, Mode::DeviceAddressed, Vec::new()));
+        f.push(flight(
+            1,
+            Mode::Bound,
+            vec![held(2, 0x1100, 0x1200, true, false)],
+        ));
+        let mut carries = Vec::new();
+        f.chains(
+            2,
+            Mode::Bound,
+            &[held(0, 0x1000, 0x2000, true, false)],
+            |r| vec![r],
+            &mut carries,
+        )
+        .expect("no wait");
+        assert_eq!(carries.len(), 2);
+        assert_eq!(
+            carries[0].from,
+            CarryFrom::Guest {
+                guest: 0x1000,
+                after: 0
+            }
+        );
+        assert_eq!(carries[0].bytes, 0x1000);
+        assert_eq!(carries[1].offset, 0x100);
+        assert!(matches!(
+            carries[1].from,
+            CarryFrom::Holder { dispatch: 1, .. }
+        ));
+    }
+
+    #[test]
+    fn m5_names_the_newest_dispatch_that_reaches() {
+        let mut f = Flights::default();
+        f.push(flight(0, Mode::DeviceAddressed, Vec::new()));
+        f.push(flight(
+            1,
+            Mode::Bound,
+            vec![held(0, 0x1000, 0x2000, false, false)],
+        ));
+        f.push(flight(
+            2,
+            Mode::Bound,
+            vec![held(0, 0x8000, 0x9000, false, false)],
+        ));
+        let r = ByteRange::new(0x1800, 0x1900);
+        let (d, reached) = f.reached_by(r, |_| None).expect("reached");
+        assert_eq!((d.index, reached), (1, r));
+        let (d, _) = f.reached_by(ByteRange::new(0x5000, 0x6000), Some).expect("mapped");
+        assert_eq!(d.index, 0);
+        assert!(
+            f.reached_by(ByteRange::new(0x5000, 0x6000), |_| None)
+                .is_none()
+        );
+    }
+}
