@@ -272,10 +272,10 @@ int main(void) {
     expect("prepare with slots[0] of another size (the stride is not trusted)",
            ds_engine_prepare(engine, &d, &p), DS_ABI_MISMATCH, words);
     slots[0].size = sizeof slots[0];
-    slots[1].flags |= 1u << 3;
+    slots[1].flags |= 1u << 4;
     expect("prepare with an unknown slot flag", ds_engine_prepare(engine, &d, &p), DS_BAD_INPUT,
-           "dispatch.slots[1].flags has unknown bits 0x8");
-    slots[1].flags &= ~(1u << 3);
+           "dispatch.slots[1].flags has unknown bits 0x10");
+    slots[1].flags &= ~(1u << 4);
     d.reasons = 1u << 7;
     expect("prepare with an unknown reason", ds_engine_prepare(engine, &d, &p), DS_BAD_INPUT,
            "dispatch.reasons has unknown bits 0x80");
