@@ -75,11 +75,7 @@ impl Backend for AnyBackend {
     fn take_marks(&mut self, slots: usize) -> Result<Vec<(usize, u32)>, BackendError> {
         self.0.take_marks(slots)
     }
-    fn mark_words_for(
-        &mut self,
-        slots: usize,
-        dispatch: u64,
-    ) -> Result<Option<u64>, BackendError> {
+    fn mark_words_for(&mut self, slots: usize, dispatch: u64) -> Result<Option<u64>, BackendError> {
         self.0.mark_words_for(slots, dispatch)
     }
     fn take_marks_of(
@@ -481,7 +477,10 @@ impl EngineState {
             return result.map(drop).map_err(engine_error);
         }
         let Some((_, input)) = self.in_flight.pop_front() else {
-            return Err(Failure::new(ds_status::DS_ENGINE, "the dispatch left flight"));
+            return Err(Failure::new(
+                ds_status::DS_ENGINE,
+                "the dispatch left flight",
+            ));
         };
         self.tap
             .after_complete(&self.engine, &input, index, &mut result);

@@ -109,11 +109,7 @@ pub trait Backend {
     /// [`Backend::mark_words`] for dispatch `dispatch`, one of many in flight: each has mark
     /// words of its own until [`Backend::take_marks_of`] (or [`Backend::forget_marks`]). A backend
     /// that keeps one buffer hands out that one.
-    fn mark_words_for(
-        &mut self,
-        slots: usize,
-        dispatch: u64,
-    ) -> Result<Option<u64>, BackendError> {
+    fn mark_words_for(&mut self, slots: usize, dispatch: u64) -> Result<Option<u64>, BackendError> {
         let _ = dispatch;
         self.mark_words(slots)
     }

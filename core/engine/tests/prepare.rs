@@ -319,7 +319,11 @@ fn holder_data_is_checked() {
         )
         .unwrap_err();
     assert!(err.to_string().contains("spans 256 bytes"), "{err}");
-    assert_eq!(e.prepared(), Some(0), "still in flight after a refused complete");
+    assert_eq!(
+        e.prepared(),
+        Some(0),
+        "still in flight after a refused complete"
+    );
 }
 
 /// O8 over masks of every shape a device leaves (alternating words, random, blocks a page apart

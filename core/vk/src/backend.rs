@@ -242,11 +242,7 @@ impl Backend for VulkanBackend {
         self.take_marks_of(slots, ONE_AT_A_TIME)
     }
 
-    fn mark_words_for(
-        &mut self,
-        slots: usize,
-        dispatch: u64,
-    ) -> Result<Option<u64>, BackendError> {
+    fn mark_words_for(&mut self, slots: usize, dispatch: u64) -> Result<Option<u64>, BackendError> {
         // A mark word a slot, then the summary (a word a block of MARK_BLOCK_SLOTS slots) that
         // the helper sets beside each mark, at the end of the buffer's mark words.
         let bytes = 4 * mark_buffer_words(slots.max(1)) as u64;

@@ -190,7 +190,9 @@ impl DeviceTable {
         let Some(cur) = &self.placed else {
             return;
         };
-        let unchanged = cur.version == table.version();
+        // Versions restart with a build: only an empty change list says the copy is the table.
+        let unchanged = cur.version == table.version()
+            && matches!(table.changed(), Changed::Slots(v) if v.is_empty());
         if unchanged || !self.busy.contains(&cur.buf.address) {
             return;
         }
@@ -275,7 +277,15 @@ impl DeviceTable {
             matches!(&self.placed, Some(t) if t.buf.size == size && t.placement == placement);
         if !reuse {
             if let Some(old) = self.placed.take() {
-                self.ctx.destroy_buffer(old.buf, calls);
+                if self.busy.contains(&old.buf.address) {
+                    // A dispatch in flight reads it: kept until it is no longer named.
+                    self.older.push(Placed {
+                        behind: None,
+                        ..old
+                    });
+                } else {
+                    self.ctx.destroy_buffer(old.buf, calls);
+                }
             }
             self.placed = Some(Placed {
                 buf: self.allocate(size, placement, calls)?,

@@ -513,7 +513,9 @@ mod tests {
         let r = ByteRange::new(0x1800, 0x1900);
         let (d, reached) = f.reached_by(r, |_| None).expect("reached");
         assert_eq!((d.index, reached), (1, r));
-        let (d, _) = f.reached_by(ByteRange::new(0x5000, 0x6000), Some).expect("mapped");
+        let (d, _) = f
+            .reached_by(ByteRange::new(0x5000, 0x6000), Some)
+            .expect("mapped");
         assert_eq!(d.index, 0);
         assert!(
             f.reached_by(ByteRange::new(0x5000, 0x6000), |_| None)

@@ -70,10 +70,7 @@ impl Programs {
         } else if let Some(e) = report.instrumented.as_ref().and_then(|i| i.escapes.last()) {
             h.last_escape = Some(format!(
                 "{:?} of {:#x} at pc {:#x} ({:?})",
-                e.op,
-                e.address,
-                e.pc,
-                e.class
+                e.op, e.address, e.pc, e.class
             ));
         }
     }

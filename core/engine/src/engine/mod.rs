@@ -50,13 +50,13 @@ mod replan;
 mod route;
 mod validate;
 
+pub use in_flight::{Carry, CarryFrom, ChainWait, MAX_IN_FLIGHT, PrepareOptions};
+pub use lost::DeviceFault;
 use mapping::{MappingState, TableSync};
 pub use prepare::{
     CompleteError, DEVICE_WORDS_LISTED, DeviceAddressing, DeviceInstrumentation, DeviceRun,
     HolderRun, Prepared, Ran as RanOn, SlotPlan, push_word,
 };
-pub use in_flight::{Carry, CarryFrom, ChainWait, MAX_IN_FLIGHT, PrepareOptions};
-pub use lost::DeviceFault;
 pub use replan::{Planned, Replanner, accesses_not_run};
 pub use validate::validate;
 
@@ -225,9 +225,7 @@ impl EngineError {
             EngineError::Lost(_) => FailureKind::DeviceLost,
             EngineError::Prepared(_)
             | EngineError::TooManyInFlight { .. }
-            | EngineError::Complete(CompleteError::NotPrepared { .. }) => {
-                FailureKind::Order
-            }
+            | EngineError::Complete(CompleteError::NotPrepared { .. }) => FailureKind::Order,
             EngineError::Backend(b) => b.kind(),
             EngineError::Table(_) => FailureKind::Device,
             EngineError::Waits(_) => FailureKind::Waits,

@@ -422,11 +422,7 @@ impl<B: Backend> Engine<B> {
             }
             .into());
         }
-        let table_at = self
-            .flights
-            .iter()
-            .next()
-            .and_then(|f| f.table_at);
+        let table_at = self.flights.iter().next().and_then(|f| f.table_at);
         let (ran_on, instrumentation) = match &ran {
             Ran::Device(run) => (run.ran_on.map(str::to_owned), run.instrumentation),
             Ran::Backend(_) => (None, None),
@@ -659,7 +655,8 @@ impl<B: Backend> Engine<B> {
         table_at: Option<(u64, u64)>,
     ) -> Result<Outcome, EngineError> {
         let dispatch = prepared.index;
-        let slots = self.table.as_ref().map_or(0, |t| t.capacity());
+        // The table the dispatch read: a later prepare may have grown the current one.
+        let slots = prepared.table.as_ref().map_or(0, |t| t.capacity as usize);
         let marks: Vec<(usize, u32)> = match (run.marks, prepared.mode) {
             (_, Mode::Bound) => Vec::new(),
             (Some(words), _) => {
