@@ -305,6 +305,8 @@ pub struct Engine<B: Backend = CpuBackend> {
     programs: lost::Programs,
     /// The device was lost: the report made then.
     lost: Option<crate::report::DeviceLossReport>,
+    /// [`Engine::dispatch`] is preparing a dispatch its own backend runs.
+    own_run: bool,
     /// Host mode: the memory's state count when mapped pages were last checked for guards.
     /// Host mode: the ranges the write-watch guarded since the last device-addressed dispatch,
     /// whose mapped pages M2 unguards again before the device may store through them.
@@ -374,6 +376,7 @@ impl<B: Backend> Engine<B> {
             retired_tables: Vec::new(),
             programs: lost::Programs::default(),
             lost: None,
+            own_run: false,
             guards_raised: Vec::new(),
             host_path: HostPathReport::default(),
             checked: false,
@@ -499,7 +502,10 @@ impl<B: Backend> Engine<B> {
         if let Some(oldest) = self.flights.oldest() {
             return Err(EngineError::Prepared(oldest));
         }
-        let prepared = self.prepare(input)?;
+        self.own_run = true;
+        let prepared = self.prepare(input);
+        self.own_run = false;
+        let prepared = prepared?;
         let outcome = match prepared.mode {
             Mode::Refused => None,
             _ => {

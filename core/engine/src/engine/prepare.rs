@@ -731,10 +731,15 @@ impl<B: Backend> Engine<B> {
         t: &TableReport,
         dispatch: u64,
     ) -> Result<DeviceAddressing, EngineError> {
-        let marks_address = self
-            .backend
-            .mark_words_for(t.capacity as usize, dispatch)?
-            .unwrap_or(0);
+        // The engine's own run (`Engine::dispatch`) keeps its marks in the backend's job; only a
+        // dispatch the emulator runs needs mark words of its own.
+        let marks_address = if self.own_run {
+            0
+        } else {
+            self.backend
+                .mark_words_for(t.capacity as usize, dispatch)?
+                .unwrap_or(0)
+        };
         let lo = |v: u64| v as u32;
         let hi = |v: u64| (v >> 32) as u32;
         let chunk_shift = t.chunk_bytes.trailing_zeros();
