@@ -442,15 +442,49 @@ impl Build {
         if self.workload != Workload::Loads {
             n = format!("{n}·{}", self.workload.name());
         }
-        if self.shape != Shape::SHIPPED && self.variant != Variant::Raw {
+        if self.shape == Shape::ISSUE_30 && self.variant != Variant::Raw {
+            n = format!("{n} (issue 30's)");
+        } else if self.shape != Shape::SHIPPED && self.variant != Variant::Raw {
+            let sh = self.shape;
             let on = |b: bool| if b { "+" } else { "−" };
-            n = format!(
-                "{n} ({}fast {}probe1 {}private {}cache)",
-                on(self.shape.fast_path),
-                on(self.shape.first_probe_unrolled),
-                on(self.shape.private_counters),
-                on(self.shape.lane_cache)
-            );
+            let mut parts = vec![
+                format!("{}fast", on(sh.fast_path)),
+                format!("{}probe1", on(sh.first_probe_unrolled)),
+                format!("{}cache", on(sh.lane_cache)),
+            ];
+            // Issue 42's changes, named only where they differ from the shipped shape.
+            let s = Shape::SHIPPED;
+            for (mine, shipped, name) in [
+                (sh.cache_delta, s.cache_delta, "delta"),
+                (sh.slow_path_call, s.slow_path_call, "slowcall"),
+                (sh.lookup_call, s.lookup_call, "lookupcall"),
+            ] {
+                if mine != shipped {
+                    parts.push(format!("{}{name}", on(mine)));
+                }
+            }
+            if self.variant == Variant::Instrumented {
+                parts.push(format!("{}private", on(sh.private_counters)));
+                if sh.lean == s.lean
+                    && sh.derived_counts == s.derived_counts
+                    && sh.subgroup_counts == s.subgroup_counts
+                    && sh.wide_atomics == s.wide_atomics
+                {
+                } else if !sh.lean && !sh.derived_counts && !sh.subgroup_counts && !sh.wide_atomics
+                {
+                    parts.push("issue 30's".into());
+                } else {
+                    for (mine, name) in [
+                        (sh.lean, "lean"),
+                        (sh.derived_counts, "derived"),
+                        (sh.subgroup_counts, "subgroup"),
+                        (sh.wide_atomics, "wide"),
+                    ] {
+                        parts.push(format!("{}{name}", on(mine)));
+                    }
+                }
+            }
+            n = format!("{n} ({})", parts.join(" "));
         }
         if self.shape.leave_out != 0 {
             let parts = [
@@ -458,6 +492,7 @@ impl Build {
                 (Shape::LEAVE_OUT_CAPTURE, "capture"),
                 (Shape::LEAVE_OUT_ESCAPES, "escapes"),
                 (Shape::LEAVE_OUT_WORKGROUP, "workgroup"),
+                (Shape::LEAVE_OUT_PROBES, "probes"),
             ];
             let left: Vec<&str> = parts
                 .iter()
@@ -796,24 +831,31 @@ impl DevicePass {
         let mut pipelines = Vec::new();
         let mut pipeline_stats = Vec::new();
         for build in &options.builds {
+            // What the device lacks of the shape is left out (the build keeps its name).
+            let info = ctx.info();
+            let shape = build
+                .shape
+                .fit(info.subgroup_arithmetic, info.buffer_int64_atomics);
             let words = if linked {
                 let program =
-                    traversal::traversal_module_of(Linking::Import, build.workload, build.shape)?;
+                    traversal::traversal_module_of(Linking::Import, build.workload, shape)?;
                 library::link(&program, &library::helper_library(build.variant)?)?
             } else {
-                traversal::traversal_module_of(
-                    Linking::Inline(build.variant),
-                    build.workload,
-                    build.shape,
-                )?
+                traversal::traversal_module_of(Linking::Inline(build.variant), build.workload, shape)?
             };
             let words = if build.inlined {
                 library::inline(&words)?
             } else {
                 words
             };
+            // The capture's dispatch runs over the selected workgroups only, from a base.
+            let flags = if build.variant == Variant::Capture {
+                vk::PipelineCreateFlags::DISPATCH_BASE
+            } else {
+                vk::PipelineCreateFlags::empty()
+            };
             let t = Instant::now();
-            let (pipeline, driver) = Pipeline::with_statistics(ctx, &words, c"main", 2)?;
+            let (pipeline, driver) = Pipeline::with_statistics(ctx, &words, c"main", 2, flags)?;
             pipelines.push((*build, pipeline));
             pipeline_stats.push(PipelineStats {
                 build: *build,
@@ -916,7 +958,10 @@ impl DevicePass {
 
     /// Runs the pass once over `variant`: the instrumentation buffer reset to its first words
     /// (`selection`, the canary at `canary`), the masks and marks zeroed, one dispatch of
-    /// `width / 8 × height / 8` workgroups, waited for.
+    /// `width / 8 × height / 8` workgroups, waited for. The instrumented variant, whose pass
+    /// captures no lane ([`Shape::lean`]), is followed in the same submission by the capture's
+    /// dispatch over the selected lanes' workgroups ([`Variant::Capture`]) where `selection`
+    /// selects any and the pass has its pipeline.
     pub fn run(
         &mut self,
         variant: Variant,
@@ -924,7 +969,16 @@ impl DevicePass {
         canary: u64,
         scene: &Scene,
     ) -> Result<RunTime, VkError> {
-        self.run_sequence(&[variant], selection, canary, scene)
+        let capture = Build::of(Variant::Capture);
+        let mut sequence = vec![Build::of(variant)];
+        if variant == Variant::Instrumented
+            && Shape::SHIPPED.lean
+            && self.grid.selected_workgroups(selection).is_some()
+            && self.pipelines.iter().any(|(b, _)| *b == capture)
+        {
+            sequence.push(capture);
+        }
+        self.run_builds(&sequence, selection, canary, scene)
     }
 
     /// [`Self::run`] with one dispatch per entry of `sequence` (at most [`MAX_BACK_TO_BACK`]) in
@@ -943,7 +997,9 @@ impl DevicePass {
     }
 
     /// [`Self::run_sequence`] over builds ([`PassOptions::builds`]): each must be one the pass
-    /// was made with.
+    /// was made with. A [`Variant::Capture`] build runs over the workgroups that hold a lane
+    /// `selection` selects ([`Grid::selected_workgroups`]), and over none (its two timestamps
+    /// back to back) where it selects none.
     pub fn run_builds(
         &mut self,
         sequence: &[Build],
@@ -1011,6 +1067,7 @@ impl DevicePass {
         f.set64(library::push::FAULTS, self.faults.address);
         let flat_bytes = f.bytes();
         let (gx, gy) = (self.grid.width / 8, self.grid.height / 8);
+        let capture_box = self.grid.selected_workgroups(selection);
         let _ = LOCAL_SIZE;
         let timestamps = self.ctx.info().timestamp_valid_bits > 0;
         // SAFETY: the command buffer is not pending (every run waits); the pipeline, set, query
@@ -1059,7 +1116,14 @@ impl DevicePass {
                         q,
                     );
                 }
-                d.cmd_dispatch(cmd, gx, gy, 1);
+                match sequence.get(i as usize).map(|b| b.variant) {
+                    Some(Variant::Capture) => {
+                        if let Some([x0, y0, x1, y1]) = capture_box {
+                            d.cmd_dispatch_base(cmd, x0, y0, 0, x1 - x0, y1 - y0, 1);
+                        }
+                    }
+                    _ => d.cmd_dispatch(cmd, gx, gy, 1),
+                }
                 if timestamps {
                     let q = 2 * i + 1;
                     d.cmd_write_timestamp(
