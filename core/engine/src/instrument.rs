@@ -7,7 +7,15 @@
 //! by the lanes that ran: counters and the probe histogram over every lane, one row per site, the
 //! first escapes (each classified here, on the host, with [`Mappings::classify_miss`] and the
 //! nearest mappings), and every access of the lanes the debugger selected. Whatever a full log
-//! could not keep is counted, and the report says how much.
+//! could not keep is counted, and the report says how much. Nothing is sampled: every count is
+//! over every lane.
+//!
+//! Two ways of writing the buffer give the same words (`dispatchscope-vk`'s `Shape`): issue 30's,
+//! where every escape is offered to the log and every access of a selected lane is captured as it
+//! happens, in one dispatch; and issue 42's lean one, where each escaping lane offers its first
+//! escape when it ends (the others are counted by site, not logged), and the selected lanes are
+//! captured by a second dispatch over only their workgroups ([`Grid::selected_workgroups`]),
+//! which writes the capture and nothing else. The decoding is the same.
 //!
 //! Reading is split in two so that an emulator pays little when no debugger looks: [`Readback`]
 //! copies only the words the device wrote (header, counters, sites, the logged entries), and
@@ -403,7 +411,12 @@ impl Grid {
         if let Some(w) = selection.workgroup {
             let gx = self.groups_x().max(1);
             let (wx, wy) = (w % gx, w / gx);
-            b = [b[0].max(wx), b[1].max(wy), b[2].min(wx + 1), b[3].min(wy + 1)];
+            b = [
+                b[0].max(wx),
+                b[1].max(wy),
+                b[2].min(wx + 1),
+                b[3].min(wy + 1),
+            ];
             if b[0] >= b[2] || b[1] >= b[3] {
                 return None;
             }

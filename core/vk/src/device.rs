@@ -254,8 +254,8 @@ impl Context {
             }
         };
         let (physical, queue_family, info) = Self::pick(&instance).inspect_err(|_| undo())?;
-        let device = Self::open_device(&instance, physical, queue_family, &info)
-            .inspect_err(|_| undo())?;
+        let device =
+            Self::open_device(&instance, physical, queue_family, &info).inspect_err(|_| undo())?;
         // SAFETY: the queue family was created with one queue.
         let queue = unsafe { device.get_device_queue(queue_family, 0) };
         let host_import = ash::ext::external_memory_host::Device::new(&instance, &device);

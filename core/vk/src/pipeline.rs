@@ -69,7 +69,10 @@ impl Pipeline {
         flags: vk::PipelineCreateFlags,
     ) -> Result<(Pipeline, Vec<(String, String)>), VkError> {
         let Some(pe) = &ctx.pipeline_executables else {
-            return Ok((Self::build(&ctx.device, words, entry, slots, flags)?, Vec::new()));
+            return Ok((
+                Self::build(&ctx.device, words, entry, slots, flags)?,
+                Vec::new(),
+            ));
         };
         let p = Self::build(
             &ctx.device,
@@ -109,7 +112,7 @@ impl Pipeline {
         Ok((p, stats))
     }
 
-    fn build(
+    pub(crate) fn build(
         d: &ash::Device,
         words: &[u32],
         entry: &CStr,

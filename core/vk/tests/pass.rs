@@ -607,6 +607,10 @@ fn every_shape_of_the_access_path_gives_the_same_image() {
             ..s
         },
         Shape {
+            subgroup_rare: true,
+            ..s
+        },
+        Shape {
             wide_atomics: false,
             ..s
         },

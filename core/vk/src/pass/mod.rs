@@ -465,21 +465,14 @@ impl Build {
             }
             if self.variant == Variant::Instrumented {
                 parts.push(format!("{}private", on(sh.private_counters)));
-                if sh.lean == s.lean
-                    && sh.derived_counts == s.derived_counts
-                    && sh.subgroup_counts == s.subgroup_counts
-                    && sh.wide_atomics == s.wide_atomics
-                {
-                } else if !sh.lean && !sh.derived_counts && !sh.subgroup_counts && !sh.wide_atomics
-                {
-                    parts.push("issue 30's".into());
-                } else {
-                    for (mine, name) in [
-                        (sh.lean, "lean"),
-                        (sh.derived_counts, "derived"),
-                        (sh.subgroup_counts, "subgroup"),
-                        (sh.wide_atomics, "wide"),
-                    ] {
+                for (mine, shipped, name) in [
+                    (sh.lean, s.lean, "lean"),
+                    (sh.derived_counts, s.derived_counts, "derived"),
+                    (sh.subgroup_counts, s.subgroup_counts, "subgroup"),
+                    (sh.subgroup_rare, s.subgroup_rare, "subgroup-rare"),
+                    (sh.wide_atomics, s.wide_atomics, "wide"),
+                ] {
+                    if mine != shipped {
                         parts.push(format!("{}{name}", on(mine)));
                     }
                 }
@@ -506,6 +499,108 @@ impl Build {
         }
         n
     }
+}
+
+/// Issue 42's helper shapes, each change alone against the shipped helper.
+pub fn helper_shapes() -> [(&'static str, Shape); 4] {
+    let s = Shape::SHIPPED;
+    [
+        (
+            "the lane cache's key and delta (stores uncached)",
+            Shape {
+                cache_delta: true,
+                ..s
+            },
+        ),
+        (
+            "the word-by-word path out of line",
+            Shape {
+                slow_path_call: true,
+                ..s
+            },
+        ),
+        (
+            "the probe loop out of line",
+            Shape {
+                lookup_call: true,
+                ..s
+            },
+        ),
+        (
+            "no lane cache",
+            Shape {
+                lane_cache: false,
+                ..s
+            },
+        ),
+    ]
+}
+
+/// Issue 42's instrumented pass, each of its changes undone (or the one shipped off done) alone,
+/// then parts of it left out.
+pub fn instrumented_shapes() -> [(&'static str, Shape); 8] {
+    let s = Shape::SHIPPED;
+    [
+        (
+            "every access counted by the helper (no derived counts)",
+            Shape {
+                derived_counts: false,
+                ..s
+            },
+        ),
+        (
+            "the program's counts a workgroup atomic a lane (no subgroup reduction)",
+            Shape {
+                subgroup_counts: false,
+                ..s
+            },
+        ),
+        (
+            "the rare counts reduced over the subgroup",
+            Shape {
+                subgroup_rare: true,
+                ..s
+            },
+        ),
+        (
+            "a 32-bit flush with a carry (no 64-bit atomics)",
+            Shape {
+                wide_atomics: false,
+                ..s
+            },
+        ),
+        (
+            "without probes",
+            Shape {
+                leave_out: Shape::LEAVE_OUT_PROBES,
+                ..s
+            },
+        ),
+        (
+            "without escapes",
+            Shape {
+                leave_out: Shape::LEAVE_OUT_ESCAPES,
+                ..s
+            },
+        ),
+        (
+            "without the workgroup's zeroing, barriers and flush",
+            Shape {
+                leave_out: Shape::LEAVE_OUT_WORKGROUP,
+                ..s
+            },
+        ),
+        (
+            "without any count (probes, escapes, workgroup too)",
+            Shape {
+                leave_out: Shape::LEAVE_OUT_COUNTS
+                    | Shape::LEAVE_OUT_ESCAPES
+                    | Shape::LEAVE_OUT_WORKGROUP
+                    | Shape::LEAVE_OUT_PROBES,
+                ..s
+            },
+        ),
+    ]
 }
 
 /// What one build's module weighs and what its pipeline took to make.
@@ -841,7 +936,11 @@ impl DevicePass {
                     traversal::traversal_module_of(Linking::Import, build.workload, shape)?;
                 library::link(&program, &library::helper_library(build.variant)?)?
             } else {
-                traversal::traversal_module_of(Linking::Inline(build.variant), build.workload, shape)?
+                traversal::traversal_module_of(
+                    Linking::Inline(build.variant),
+                    build.workload,
+                    shape,
+                )?
             };
             let words = if build.inlined {
                 library::inline(&words)?
@@ -1299,6 +1398,161 @@ impl Drop for DevicePass {
             std::mem::replace(&mut self.faults, Buf::null()),
         ] {
             self.ctx.destroy_buffer(b, &mut calls);
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::print_stdout,
+    reason = "a test that prints what the driver says of each build"
+)]
+mod tests {
+    use super::*;
+
+    /// What a driver's compiler makes of each build of the pass (registers, instructions, its
+    /// own latency estimate), without running it: where no GPU is at hand, RADV's compiler for
+    /// a device it only pretends to have (Mesa's null device, RDNA2 as the PS5 has it:
+    /// `XDG_RUNTIME_DIR=… RADV_FORCE_FAMILY=navi21
+    /// VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/radeon_icd.x86_64.json
+    /// DISPATCHSCOPE_SHADER_STATS=1 cargo test -p dispatchscope-vk --lib --features demo
+    /// driver_statistics -- --nocapture`). The first device with
+    /// VK_KHR_pipeline_executable_properties is asked; nothing runs without the variable.
+    #[test]
+    fn driver_statistics_of_every_build() {
+        if std::env::var("DISPATCHSCOPE_SHADER_STATS").is_err() {
+            eprintln!("skipped: DISPATCHSCOPE_SHADER_STATS is not set");
+            return;
+        }
+        // SAFETY: loading the system's Vulkan loader, as every Vulkan program starts.
+        let entry = unsafe { ash::Entry::load() }.unwrap();
+        let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_2);
+        // SAFETY: a plain instance; destroyed at the end.
+        let instance = unsafe {
+            entry.create_instance(
+                &vk::InstanceCreateInfo::default().application_info(&app),
+                None,
+            )
+        }
+        .unwrap();
+        // SAFETY: plain queries of the instance.
+        let pd = unsafe { instance.enumerate_physical_devices() }
+            .unwrap()
+            .into_iter()
+            .find(|&pd| {
+                // SAFETY: a plain query of the device.
+                unsafe { instance.enumerate_device_extension_properties(pd) }
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|e| {
+                        e.extension_name_as_c_str().ok()
+                            == Some(ash::khr::pipeline_executable_properties::NAME)
+                    })
+            })
+            .expect("a device with VK_KHR_pipeline_executable_properties");
+        // SAFETY: a plain query of the device.
+        let name = unsafe { instance.get_physical_device_properties(pd) }
+            .device_name_as_c_str()
+            .map(|c| c.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let prio = [1.0f32];
+        let queues = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(0)
+            .queue_priorities(&prio)];
+        let features = vk::PhysicalDeviceFeatures::default()
+            .shader_int64(true)
+            .shader_storage_buffer_array_dynamic_indexing(true);
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
+            .buffer_device_address(true)
+            .shader_buffer_int64_atomics(true);
+        let mut executables = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
+            .pipeline_executable_info(true);
+        let exts = [ash::khr::pipeline_executable_properties::NAME.as_ptr()];
+        let create = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queues)
+            .enabled_extension_names(&exts)
+            .enabled_features(&features)
+            .push_next(&mut f12)
+            .push_next(&mut executables);
+        // SAFETY: the create info lives across the call; the device is destroyed at the end.
+        let device = unsafe { instance.create_device(pd, &create, None) }.unwrap();
+        let pe = ash::khr::pipeline_executable_properties::Device::new(&instance, &device);
+        let mut builds = Vec::new();
+        for w in Workload::ALL {
+            for v in [Variant::Raw, Variant::Helper, Variant::Flat] {
+                builds.push(Build::of(v).on(w));
+            }
+            for (_, shape) in helper_shapes() {
+                builds.push(Build::of(Variant::Helper).on(w).shaped(shape));
+            }
+            builds.push(
+                Build::of(Variant::Instrumented)
+                    .on(w)
+                    .shaped(Shape::ISSUE_30),
+            );
+            builds.push(Build::of(Variant::Instrumented).on(w));
+            for (_, shape) in instrumented_shapes() {
+                builds.push(Build::of(Variant::Instrumented).on(w).shaped(shape));
+            }
+            builds.push(Build::of(Variant::Capture).on(w));
+        }
+        println!("{name}");
+        for b in builds {
+            let words =
+                traversal::traversal_module_of(Linking::Inline(b.variant), b.workload, b.shape)
+                    .unwrap();
+            let p = Pipeline::build(
+                &device,
+                &words,
+                c"main",
+                2,
+                vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR,
+            )
+            .unwrap();
+            let info = vk::PipelineExecutableInfoKHR::default()
+                .pipeline(p.raw)
+                .executable_index(0);
+            // SAFETY: the pipeline was made with CAPTURE_STATISTICS on a device with the
+            // extension enabled.
+            let stats = unsafe { pe.get_pipeline_executable_statistics(&info) }.unwrap();
+            let stats: Vec<String> = stats
+                .iter()
+                .map(|st| {
+                    let n = st
+                        .name_as_c_str()
+                        .map(|c| c.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    // SAFETY: the union's member is the one `format` names.
+                    let v = unsafe {
+                        match st.format {
+                            vk::PipelineExecutableStatisticFormatKHR::UINT64 => {
+                                st.value.u64.to_string()
+                            }
+                            vk::PipelineExecutableStatisticFormatKHR::INT64 => {
+                                st.value.i64.to_string()
+                            }
+                            vk::PipelineExecutableStatisticFormatKHR::BOOL32 => {
+                                st.value.b32.to_string()
+                            }
+                            _ => st.value.f64.to_string(),
+                        }
+                    };
+                    format!("{n} {v}")
+                })
+                .collect();
+            println!(
+                "{:<72} {:>6} words; {}",
+                b.name(),
+                words.len(),
+                stats.join(", ")
+            );
+            p.destroy(&device);
+        }
+        // SAFETY: every pipeline is destroyed; nothing was submitted.
+        unsafe {
+            device.destroy_device(None);
+            instance.destroy_instance(None);
         }
     }
 }

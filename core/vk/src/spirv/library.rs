@@ -1,6 +1,6 @@
 //! The lookup helper as a linkable SPIR-V library (issue 14, D964's real path): the functions a
-//! translated module calls for every guest access, exported by name, in three variants that share
-//! one signature each, so that one translated program links against any of them.
+//! translated module calls for every guest access, exported by name, in variants that share one
+//! signature each, so that one translated program links against any of them.
 //!
 //! - [`Variant::Raw`]: a guest address plus one constant is the device address (all of guest
 //!   memory in one import: the physical limit; no table, no marks, no escapes).
@@ -9,6 +9,8 @@
 //! - [`Variant::Instrumented`]: the helper, plus the device-side instrumentation whose buffer
 //!   layout is `dispatchscope_core::instrument`'s (counters, sites, escape log, lane capture, the
 //!   positive control).
+//! - [`Variant::Capture`]: the helper capturing the selected lanes' accesses and nothing else:
+//!   the instrumented pass's second dispatch, over the selected lanes' workgroups only (issue 42).
 //! - [`Variant::Header`]: the helper reading its words from a header in memory.
 //! - [`Variant::Flat`]: the peer, shadPS4's flat page table of 16 KiB pages with a fault bitmap
 //!   (`emit_flat_access`), the anchor the helper is measured against.
@@ -17,14 +19,15 @@
 //! (a sixteenth of it, `chunk_table::PARTS`: the table may map a chunk by parts) that hits reads
 //! every word from one base, as the raw variant does; only an access that crosses its part's end or
 //! misses picks each word's lookup (T5: the first byte's part, or the last byte's). [`Shape`]
-//! turns each of issue 30's changes on or off so that the bench measures each alone; [`inline`]
-//! runs `spirv-opt` over a finished module.
+//! turns each of issues 30 and 42's changes on or off so that the bench measures each alone;
+//! [`inline`] runs `spirv-opt` over a finished module.
 //!
 //! Two ways in: [`helper_library`] builds the library module (Linkage capability,
 //! `LinkageAttributes … Export`) that a translator in any language links its module against with
 //! SPIRV-Tools' `spirv-link` ([`link`]); a translator built on this crate's builder emits the same
-//! functions into its own module (`emit_helpers`, what the traversal program does). Both give the
-//! same instructions.
+//! functions into its own module (`emit_helpers`, what the traversal program does). The library is
+//! built as [`Shape::LINKED`] says (issue 30's instrumentation: the emulator-shaped host's program
+//! is written against it), a module built here as [`Shape::SHIPPED`] (issue 42's).
 //!
 //! # The interface (what a translated module must follow)
 //! Exported functions (all parameters by value):
@@ -32,13 +35,17 @@
 //!   first, by every lane of the workgroup in workgroup-uniform control flow (where a barrier may
 //!   be: the instrumented variant has one); `lanes` is the workgroup's lane count (at most 64,
 //!   `local` below it). Returns the lane's token (`workgroup << 7 | local << 1 | captured`), which
-//!   every other call takes. The instrumented variant zeroes the workgroup counters (below), tests
-//!   the lane against the capture selection and, in lane 0 of workgroup 0, makes the positive
-//!   control's canary lookup.
+//!   every other call takes. The instrumented variant zeroes the workgroup counters (below) and,
+//!   in lane 0 of workgroup 0, makes the positive control's canary lookup; on issue 30's path, and
+//!   in the capture variant, it tests the lane against the capture selection (the token's low
+//!   bit).
 //! - `u32 dispatchscope_route(u64 flat)`: P1 with the default apertures: 0 guest memory, 1 LDS
 //!   (`0x80000000`), 2 scratch (`0x70000000`).
 //! - `uvec4 dispatchscope_load(u32 token, u32 site, u64 guest_addr, u32 size_bytes)`: a guest load
-//!   of 4, 8, 12 or 16 bytes at a 4-byte-aligned address; words that miss read zero (T4).
+//!   of 4, 8, 12 or 16 bytes at a 4-byte-aligned address; words that miss read zero (T4). `site`
+//!   is the site's number, the same in every lane at one call (a constant), flagged with
+//!   [`SITE_DERIVED`] where the program counts the site's accesses itself (every function that
+//!   takes a site).
 //! - `void dispatchscope_store(u32 token, u32 site, u64 guest_addr, u32 size_bytes, uvec4 values)`:
 //!   a guest store; words that miss are dropped (T4); each chunk slot it hits is marked once (two
 //!   parts of one chunk through one slot mark it once), with the summary word of the slot's block
@@ -51,8 +58,16 @@
 //!   last access), by every lane of the workgroup in workgroup-uniform control flow, `lanes` as
 //!   given to `dispatchscope_lane`. The instrumented variant waits at a workgroup barrier, then
 //!   adds the workgroup counters to the instrumentation buffer, one global atomic per non-zero
-//!   word, the words shared among the lanes; the other variants do nothing. A workgroup that
-//!   never calls it loses its counts (the escape log and the capture are written as they happen).
+//!   word, the words shared among the lanes (on the lean path the lane first appends its first
+//!   escape to the log); the other variants do nothing. A workgroup that never calls it loses its
+//!   counts (on issue 30's path the escape log and the capture are written as they happen).
+//! - `void dispatchscope_count(u32 token, u32 site, u32 route, u32 n)`: `n` accesses of `site` by
+//!   `route` (the site's word index: guest 0, LDS 1, scratch 2, bound 3) that the program counted
+//!   itself and passes flagged [`SITE_DERIVED`] (issue 42: a loop's trip count at its exit, a
+//!   stack's depth), added modulo 2^32 within the workgroup, so that a program may take back an
+//!   access it counted as one route and the helper counted as another (`0 - 1`); any control flow,
+//!   cheapest where a subgroup's lanes call it together (the lane's end, before the flush). Empty
+//!   but in the instrumented variant.
 //! - `Hit dispatchscope_lookup(u64 guest_chunk, u32 part)`: T5 itself, `{u64 device_addr, u32
 //!   slot, u32 probes, u32 excluded}` for `part` (`(guest_addr >> (chunk_shift - 4)) & 15`, below
 //!   16) of `guest_chunk` (`guest_addr >> chunk_shift`): the device address of the chunk's first
@@ -73,7 +88,11 @@
 //! imports it (the raw and helper variants leave it unused), so one program links against any of
 //! them. The caller's own workgroup memory and this one together must fit the device's
 //! `maxComputeSharedMemorySize` (32 KiB at least). [`emit_into`] declares it in a Rust caller's
-//! module for the instrumented variant and returns it ([`EmittedHelpers::workgroup`]).
+//! module for the instrumented variant and returns it ([`EmittedHelpers::workgroup`]). The lean
+//! path ([`Shape::lean`]) also keeps each lane's first escape in workgroup memory,
+//! [`symbol::LANE_ESCAPES`] ([`MAX_LANES`] × [`LANE_ESCAPE_WORDS`] u32, 1,280 bytes), declared by
+//! the module that emits it ([`EmittedHelpers::lane_escapes`]); the linkable library does not
+//! use it.
 //!
 //! The push block (128 bytes, 32 words) is shared by name: the program exports its push-constant
 //! variable as `dispatchscope_push` (a `Block` struct of one `u32[32]` array, stride 4), the
@@ -86,13 +105,35 @@
 //! device address, so a program keeps every binding for itself (the traversal's holders are
 //! set 0, binding 0, and their write masks binding 1, as the replay's, O6–O9).
 //!
-//! Counting goes to the workgroup counters: an access's (site, route) word takes one
-//! workgroup-scope atomic per lane; rarer events (splits, probes past the first, misses, site
-//! escapes) add theirs per lane, in workgroup memory too. `dispatchscope_flush` adds them to the
-//! buffer's 64-bit counters (`dispatchscope_core::instrument::wide_word`) with a 32-bit atomic and
-//! a carry, so a count never wraps; a site numbered past [`WORKGROUP_SITES`] is counted straight
-//! there. The escape log's and the capture's entry counters, and the canary's, stay device-scope
-//! atomics on the buffer (rare, and each escape needs its log index at once).
+//! Counting goes to the workgroup counters. On issue 30's path ([`Shape::ISSUE_30`], the linkable
+//! library's) an access's (site, route) word takes one workgroup-scope atomic per lane; rarer
+//! events (splits, probes past the first, misses, site escapes) add theirs per lane, in workgroup
+//! memory too; the escape log and the capture are written to the buffer as each access happens.
+//! `dispatchscope_flush` adds the words to the buffer's 64-bit counters
+//! (`dispatchscope_core::instrument::wide_word`), so a count never wraps; a site numbered past
+//! [`WORKGROUP_SITES`] is counted straight there.
+//!
+//! # The lean instrumentation (issue 42, [`Shape::lean`])
+//! Where the time went (BENCHMARKS.md, issue 30): counting every access was half the pass, and the
+//! capture's and the escape log's branches 20–30 % each though they almost never ran (a store to
+//! global memory that may happen between two guest loads keeps the compiler from issuing the later
+//! load early). So an access's common path adds to the helper's only a test of its first lookup's
+//! probes (two or more: the histogram, the site's extra and longest probes, the workgroup's heat);
+//! its site's count comes from the program ([`SITE_DERIVED`], `dispatchscope_count` once at the
+//! lane's end), or where the program does not count a site, a workgroup atomic as before. A split,
+//! a miss and an escape are counted on the word-by-word path, the only one that has them; an
+//! escape keeps the lane's first in workgroup memory ([`symbol::LANE_ESCAPES`]), which the lane
+//! appends to the log when it flushes (every escape is still counted by its site and heat cell;
+//! the log keeps each escaping lane's first, in the order lanes end). Nothing on an access's path
+//! stores to global memory but a store's own words and marks (and the canary's count, in lane 0
+//! of workgroup 0 only). The program's counts are reduced over the subgroup's lanes that count
+//! the same site ([`Shape::subgroup_counts`]), one workgroup atomic a subgroup (the rare paths'
+//! may be too, [`Shape::subgroup_rare`], shipped off); the flush adds each workgroup word with one 64-bit atomic whose old value nobody waits for
+//! ([`Shape::wide_atomics`]), and the heat cell takes the sums of the sites' words. No lane is
+//! captured in the pass: [`Variant::Capture`] runs again over the selected lanes' workgroups
+//! (`pass::DevicePass::run`: one more dispatch in the same submission), which a pass whose reads
+//! do not depend on its own writes allows; it stores and marks nothing, and writes only the
+//! capture.
 //!
 //! # The lane's lookup cache
 //! Each lane keeps its last lookup, keyed by chunk (a lane's neighbouring rows lie in one chunk,
@@ -113,7 +154,11 @@
 //! own `excluded` is never read back from the cache. As with the workgroup counters, the program
 //! declares both, with their first values, exports them by those names and lists them in its
 //! entry point's interface; every library imports them (the raw variant leaves them unused);
-//! [`emit_into`] declares them in a Rust caller's module ([`EmittedHelpers::lane_cache`]).
+//! [`emit_into`] declares them in a Rust caller's module ([`EmittedHelpers::lane_cache`]). With
+//! [`Shape::cache_delta`] (issue 42; off until a GPU run measures it) a module built here keeps
+//! instead the key, the chunk's device-from-guest delta and the probes
+//! ([`symbol::LAST_DELTA`], [`symbol::LAST_PROBES`]): an access the cache answers is
+//! `guest_addr + delta`, and a store looks up without the cache.
 //!
 //! The lane's own counters: the program also declares `dispatchscope_lane_counts`
 //! ([`symbol::LANE_COUNTS`], a `Private` `u32[LANE_COUNT_WORDS]`, zero first) and exports it as it
@@ -122,13 +167,14 @@
 //! in `dispatchscope_flush`; shipped off (on the H200 they took 17 more registers a lane and the
 //! pass ran 2–5 % slower than a workgroup atomic an access).
 //!
-//! Every lane looks its own chunks up, and no subgroup operation is used. Two wave-level schemes
-//! were built and measured on the H200 (BENCHMARKS.md, 2026-12-02) and removed: one lookup for a
-//! wave whose lanes share a chunk, broadcast to the others (the helper 1.85× slower at 4K: the
-//! lanes' identical probes were already one cached load, and the vote, the election and the
-//! broadcasts lengthened every access's dependent chain), and one counter atomic for a wave at one
-//! site from a ballot's count (the instrumented pass 1.9× slower than an atomic a lane). Nothing
-//! here calls Vulkan.
+//! Every lane looks its own chunks up, and no access's common path has a subgroup operation. Two
+//! wave-level schemes were built and measured on the H200 (BENCHMARKS.md, 2026-12-02) and removed:
+//! one lookup for a wave whose lanes share a chunk, broadcast to the others (the helper 1.85×
+//! slower at 4K: the lanes' identical probes were already one cached load, and the vote, the
+//! election and the broadcasts lengthened every access's dependent chain), and one counter atomic
+//! for a wave at one site from a ballot's count on every access (the instrumented pass 1.9× slower
+//! than an atomic a lane). The lean path reduces only on its rare paths and at the lane's end.
+//! Nothing here calls Vulkan.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -962,8 +1008,10 @@ fn heat_at(a: &mut Asm) -> R<Word> {
 }
 
 /// Adds the workgroup's escapes and extra probes to its heat cell (`Grid::heat_cell_of`, from
-/// the header's width and heat scale), one 64-bit count each.
-fn add_heat(a: &mut Asm, wg: Word) -> R<()> {
+/// the header's width and heat scale), one 64-bit count each. With `sites` (the lean path: the
+/// sites counted in workgroup memory), they are the sums of those sites' words, plus the
+/// workgroup words (which then hold only the sites counted past them); else the workgroup words.
+fn add_heat(a: &mut Asm, wg: Word, sites: Option<Word>) -> R<()> {
     let t = a.t;
     let at = iword_c(a, header::WIDTH)?;
     let width = a.ld32(at)?;
@@ -992,13 +1040,33 @@ fn add_heat(a: &mut Asm, wg: Word) -> R<()> {
     let off = a.mul(t.u32, cell, words)?;
     let first = heat_at(a)?;
     let lo = a.add(t.u32, first, off)?;
-    for (k, w) in [workgroup::ESCAPES, workgroup::EXTRA_PROBES]
-        .into_iter()
-        .enumerate()
+    for (k, (w, per_site)) in [
+        (workgroup::ESCAPES, site::ESCAPES),
+        (workgroup::EXTRA_PROBES, site::EXTRA_PROBES),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let wc = a.c32(w);
         let p = wg_ptr(a, wc)?;
         let v = a.get(t.u32, p)?;
+        let v = match sites {
+            None => v,
+            Some(n) => {
+                let sum = a.var(t.p_fn_u32)?;
+                a.set(sum, v)?;
+                let i = a.var(t.p_fn_u32)?;
+                a.for_(i, n, |a, s| {
+                    let sw = site_word(a, s, per_site)?;
+                    let p = wg_ptr(a, sw)?;
+                    let x = a.get(t.u32, p)?;
+                    let acc = a.get(t.u32, sum)?;
+                    let acc = a.add(t.u32, acc, x)?;
+                    a.set(sum, acc)
+                })?;
+                a.get(t.u32, sum)?
+            }
+        };
         let z = a.c32(0);
         let any = a.ne(v, z)?;
         a.if_(any, |a| {
@@ -1397,13 +1465,7 @@ fn slow_out_type(a: &mut Asm, vec4: Word) -> Word {
 /// [`Shape::slow_path_call`]: the word-by-word path of a load (`store == false`) or a store as a
 /// function of its own, `DontInline`: `SlowOut slow(u64 guest_addr, u32 size_bytes, u64 base0,
 /// bool ok0[, uvec4 values])`, the first byte's base and lookup as the caller found them.
-fn emit_slow_path(
-    a: &mut Asm,
-    s: &Sigs,
-    variant: Variant,
-    lookup: Word,
-    store: bool,
-) -> R<Word> {
+fn emit_slow_path(a: &mut Asm, s: &Sigs, variant: Variant, lookup: Word, store: bool) -> R<Word> {
     let t = a.t;
     let out_ty = slow_out_type(a, s.vec4);
     let mut params = vec![t.u64, t.u32, t.u64, t.bool_];
@@ -1459,7 +1521,11 @@ fn emit_slow_path(
     let writes = store && variant != Variant::Capture;
     let word = |a: &mut Asm, i: usize, at: Word| -> R<()> {
         if store {
-            if writes { a.st32(at, stored[i]) } else { Ok(()) }
+            if writes {
+                a.st32(at, stored[i])
+            } else {
+                Ok(())
+            }
         } else {
             let x = a.ld32(at)?;
             a.set(vals[i], x)
@@ -1593,7 +1659,11 @@ fn emit_access(
     // Word `i` of the access at device address `at`: stored, or loaded into `vals[i]`.
     let word = |a: &mut Asm, i: usize, at: Word| -> R<()> {
         if store {
-            if writes { a.st32(at, stored[i]) } else { Ok(()) }
+            if writes {
+                a.st32(at, stored[i])
+            } else {
+                Ok(())
+            }
         } else {
             let x = a.ld32(at)?;
             a.set(vals[i], x)
@@ -2019,8 +2089,9 @@ fn lean_rare(a: &mut Asm, x: &Counted, store: bool) -> R<()> {
                 let one = a.c32(1);
                 let w = site_word(a, x.site_id, site::ESCAPES)?;
                 bump_agg(a, w, one, false, false)?;
-                let w = a.c32(workgroup::ESCAPES);
-                bump_agg(a, w, one, false, true)?;
+                // The heat map sums the sites' words when the workgroup ends; a site counted
+                // past them counts here.
+                past_workgroup_sites(a, x.site_id, workgroup::ESCAPES, one)?;
                 // The lane's first escape, for the log at the lane's end.
                 let (_, local) = lane_of(a, x.token)?;
                 let p0 = lane_escape_ptr(a, local, 0)?;
@@ -2059,8 +2130,7 @@ fn lean_probes(a: &mut Asm, site_id: Word, probes: Word) -> R<()> {
         let hw = a.add(t.u32, h, bucket)?;
         bump_agg(a, hw, one, false, false)?;
         let extra = a.sub(t.u32, probes, one)?;
-        let w = a.c32(workgroup::EXTRA_PROBES);
-        bump_agg(a, w, extra, false, true)?;
+        past_workgroup_sites(a, site_id, workgroup::EXTRA_PROBES, extra)?;
         let ew = site_word(a, site_id, site::EXTRA_PROBES)?;
         bump_agg(a, ew, extra, false, false)?;
         let mw = site_word(a, site_id, site::MAX_PROBES)?;
@@ -2068,12 +2138,37 @@ fn lean_probes(a: &mut Asm, site_id: Word, probes: Word) -> R<()> {
     })
 }
 
+/// Counts `n` into workgroup counter `k` when `site_id` is past the sites counted in workgroup
+/// memory ([`WORKGROUP_SITES`]): what the heat map adds beside the sums of the sites' words.
+fn past_workgroup_sites(a: &mut Asm, site_id: Word, k: u32, n: Word) -> R<()> {
+    let lim = a.c32(WORKGROUP_SITES);
+    let past = a.bin(Op::UGreaterThanEqual, a.t.bool_, site_id, lim)?;
+    a.if_(past, |a| {
+        let w = a.c32(k);
+        bump_agg(a, w, n, false, true)
+    })
+}
+
 /// Counts `n` into workgroup word `w` ([`bump`]: a workgroup atomic, or the buffer's counter
-/// past the workgroup's words) for the lanes that run it. With [`Shape::subgroup_counts`], where
+/// past the workgroup's words) for the lanes that run it, on a rare path. With
+/// [`Shape::subgroup_rare`], where
 /// every active lane of the subgroup counts into the same word (`uniform_word`: it is a constant),
 /// their sum (or maximum, `max`) is counted by one of them; else each lane counts its own.
 fn bump_agg(a: &mut Asm, w: Word, n: Word, max: bool, uniform_word: bool) -> R<()> {
-    if !a.shape.subgroup_counts {
+    let subgroup = a.shape.subgroup_rare;
+    bump_reduced(a, w, n, max, uniform_word, subgroup)
+}
+
+/// [`bump_agg`], reduced over the subgroup where `subgroup` says.
+fn bump_reduced(
+    a: &mut Asm,
+    w: Word,
+    n: Word,
+    max: bool,
+    uniform_word: bool,
+    subgroup: bool,
+) -> R<()> {
+    if !subgroup {
         return bump(a, w, n, max);
     }
     let together = |a: &mut Asm| -> R<()> {
@@ -2322,8 +2417,9 @@ fn emit_note(a: &mut Asm, s: &Sigs, variant: Variant) -> R<Word> {
 }
 
 /// `dispatchscope_count`: `n` accesses of `site` by `route` that the program counted itself (its
-/// sites flagged [`SITE_DERIVED`]), into the site's workgroup counter ([`bump_agg`]: one
-/// workgroup atomic a subgroup where the subgroup's lanes count the same site). `n` is added
+/// sites flagged [`SITE_DERIVED`]), into the site's workgroup counter (with
+/// [`Shape::subgroup_counts`], one workgroup atomic a subgroup where the subgroup's lanes count
+/// the same site, [`bump_reduced`]). `n` is added
 /// modulo 2^32 within a workgroup, so that a program may take back an access it had counted
 /// (`0 - k`), for a site below [`WORKGROUP_SITES`]. Empty but in the instrumented variant.
 fn emit_count(a: &mut Asm, instrumented: bool) -> R<Word> {
@@ -2338,7 +2434,8 @@ fn emit_count(a: &mut Asm, instrumented: bool) -> R<Word> {
         let route_no = a.and(t.u32, route_no, three)?;
         let first = site_word(a, site_id, 0)?;
         let key = a.add(t.u32, first, route_no)?;
-        bump_agg(a, key, n, false, false)?;
+        let subgroup = a.shape.subgroup_counts;
+        bump_reduced(a, key, n, false, false, subgroup)?;
     }
     a.end_void_function()?;
     Ok(f)
@@ -2585,7 +2682,8 @@ fn emit_flush(a: &mut Asm, instrumented: bool) -> R<Word> {
         // The heat map: lane 0 adds the workgroup's escapes and extra probes to its cell.
         let z = a.c32(0);
         let first = a.eq(local, z)?;
-        a.if_(first, |a| add_heat(a, wg))?;
+        let lean = a.shape.lean;
+        a.if_(first, |a| add_heat(a, wg, lean.then_some(sites)))?;
     }
     a.end_void_function()?;
     Ok(f)
@@ -2671,7 +2769,11 @@ mod tests {
             b.set_version(1, 5);
             let h = emit_into(&mut b, v).unwrap();
             assert_eq!(h.workgroup.is_some(), v == Variant::Instrumented, "{v:?}");
-            assert_eq!(h.lane_escapes.is_some(), v == Variant::Instrumented, "{v:?}");
+            assert_eq!(
+                h.lane_escapes.is_some(),
+                v == Variant::Instrumented,
+                "{v:?}"
+            );
             let m = b.module();
             let workgroup_vars = m
                 .types_global_values

@@ -59,10 +59,18 @@ pub struct Shape {
     /// [`SITE_DERIVED`](super::library::SITE_DERIVED) so that the helper does not count them
     /// again; without, the helper counts every access.
     pub derived_counts: bool,
-    /// Issue 42: `dispatchscope_count` and the rare paths' counters are reduced over the
-    /// subgroup's lanes that count the same word (`OpGroupNonUniformIAdd`/`UMax`), one
-    /// workgroup atomic a subgroup; without, one a lane. Needs subgroup arithmetic.
+    /// Issue 42: `dispatchscope_count` (the program's counts, at the lane's end) is reduced over
+    /// the subgroup's lanes that count the same site (`OpGroupNonUniformIAdd`), one workgroup
+    /// atomic a subgroup; without, one a lane. Needs subgroup arithmetic.
     pub subgroup_counts: bool,
+    /// Issue 42: the lean path's rare counters (probes, splits, misses, escapes) are reduced as
+    /// [`Shape::subgroup_counts`] says, over the lanes that take the rare path together; without,
+    /// one workgroup atomic a lane. Needs subgroup arithmetic. Shipped off until a GPU run says
+    /// otherwise: on the H200 a wave's atomics at one address were faster left to the driver
+    /// than reduced by hand on every access (issue 30), Mesa's compiler makes the same code
+    /// either way for RDNA2 (`nir_opt_uniform_atomics`), and on lavapipe the reduction in a
+    /// divergent branch cost 2.3× the pass.
+    pub subgroup_rare: bool,
     /// Issue 42: the flush adds each workgroup counter to the buffer's 64-bit counter with one
     /// 64-bit atomic whose old value no lane waits for; without, a 32-bit atomic, its old value
     /// read back, and a carry. Needs `shaderBufferInt64Atomics`.
@@ -96,6 +104,7 @@ impl Shape {
         lean: true,
         derived_counts: true,
         subgroup_counts: true,
+        subgroup_rare: false,
         wide_atomics: true,
         leave_out: 0,
     };
@@ -113,6 +122,7 @@ impl Shape {
         lean: false,
         derived_counts: false,
         subgroup_counts: false,
+        subgroup_rare: false,
         wide_atomics: false,
         leave_out: 0,
     };
@@ -130,10 +140,12 @@ impl Shape {
     };
 
     /// This shape without what a device lacks: subgroup arithmetic for
-    /// [`Shape::subgroup_counts`], `shaderBufferInt64Atomics` for [`Shape::wide_atomics`].
+    /// [`Shape::subgroup_counts`] and [`Shape::subgroup_rare`], `shaderBufferInt64Atomics` for
+    /// [`Shape::wide_atomics`].
     pub fn fit(self, subgroup_arithmetic: bool, buffer_int64_atomics: bool) -> Shape {
         Shape {
             subgroup_counts: self.subgroup_counts && subgroup_arithmetic,
+            subgroup_rare: self.subgroup_rare && subgroup_arithmetic,
             wide_atomics: self.wide_atomics && buffer_int64_atomics,
             ..self
         }

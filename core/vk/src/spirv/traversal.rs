@@ -14,7 +14,16 @@
 //! of each workgroup stores its result by device address (C1 marks). Every lane calls
 //! `dispatchscope_lane` first and `dispatchscope_flush` last, both in uniform control flow, and the
 //! program exports the helper's workgroup counters when it imports the helper (the library's
-//! interface, [`super::library`]). Nothing here calls Vulkan.
+//! interface, [`super::library`]).
+//!
+//! With [`Shape::derived_counts`] (issue 42) and the instrumented helper, the program counts its
+//! own sites' accesses instead of the helper counting each: the top level's pops and node loads
+//! are its loop's steps and its pushes the steps and what is left on its stack; each instance
+//! entered is four loads; each bottom level likewise, summed in two counters the lane keeps; one
+//! result a lane, lane 0's tile and summary. It reports them once, before the flush, with
+//! `dispatchscope_count`, and passes its sites flagged [`SITE_DERIVED`]. A stack access that P1
+//! routes elsewhere than the program counted it is counted by the helper and taken back from the
+//! program's count. Nothing here calls Vulkan.
 //!
 //! # Layouts (little-endian u32 words)
 //! - Node, [`NODE_BYTES`]: `x0, y0, x1, y1` (a half-open box in 1/65536ths of the screen), `z`
