@@ -731,6 +731,12 @@ uint32_t ds_abi_version(void);
 // when the last call succeeded. It stays valid until the thread's next call into this library.
 const char *ds_last_error(void);
 
+// The dispatch the calling thread's last call answered `DS_WAIT` for names: complete it (after
+// its fence; completes go in order, so every dispatch before it completes first), then make the
+// call again. `UINT64_MAX` when the thread's last call was not `DS_WAIT`. Valid until the
+// thread's next call into this library.
+uint64_t ds_last_wait(void);
+
 // Creates an engine in host mode on the CPU reference: its guest memory is the emulator's own
 // pages (every reservation names its host address), reached through `callbacks` and never
 // copied; the emulator runs its dispatches itself between [`ds_engine_prepare`] and

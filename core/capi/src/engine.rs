@@ -142,6 +142,11 @@ thread_local! {
 /// neither, and the emulator looks for its own callback's words.
 pub(crate) fn engine_error(e: EngineError) -> Failure {
     let status = status_of(e.kind());
+    match &e {
+        EngineError::Waits(w) => crate::ffi::set_last_wait(w.dispatch),
+        EngineError::ChainWaits(w) => crate::ffi::set_last_wait(w.waits_for),
+        _ => {}
+    }
     match host_failure(&e) {
         Some(host) => Failure::new(status, host),
         None => Failure::new(status, e),
