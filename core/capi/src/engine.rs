@@ -424,7 +424,10 @@ impl EngineState {
             Ok(p) => {
                 self.tap.after_prepare(&p);
                 self.in_flight.push_back((p, input));
-                Ok(&self.in_flight.back().expect("just pushed").0)
+                self.in_flight
+                    .back()
+                    .map(|(p, _)| p)
+                    .ok_or_else(|| Failure::new(ds_status::DS_ENGINE, "the dispatch left flight"))
             }
             Err(e) => {
                 self.spare_inputs.push(input);

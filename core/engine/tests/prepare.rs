@@ -465,3 +465,43 @@ mod write_back_shapes {
         }
     }
 }
+
+/// C3 with a dispatch in flight: a deferred copy over bytes the dispatch in flight writes would
+/// land under it (or under its write-back), so the next prepare that must land it waits for that
+/// dispatch, by name, and lands it once that one completed.
+#[test]
+fn a_deferred_copy_under_a_dispatch_in_flight_waits_for_it() {
+    let mut e = engine();
+    let first = bound(vec![Slot::new(0, BASE + 0x1000, 0x100, true)]);
+    let p = e.prepare(&first).unwrap();
+    e.apply(&Event::DeferCopy {
+        address: BASE + 0x1010,
+        bytes: vec![7; 8],
+    })
+    .unwrap();
+    let err = e.prepare(&device_input()).unwrap_err();
+    match &err {
+        EngineError::ChainWaits(w) => {
+            assert_eq!(w.waits_for, p.index);
+            assert!(w.why.contains("deferred copy (C3)"), "{err}");
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(e.in_flight(), 1, "nothing was prepared");
+    // A bound dispatch elsewhere leaves the copy deferred and need not wait.
+    let beside = bound(vec![Slot::new(0, BASE + 0x8000, 0x100, true)]);
+    let q = e.prepare(&beside).unwrap();
+    e.complete(&first, p, RanOn::Device(DeviceRun::default()))
+        .unwrap();
+    e.complete(&beside, q, RanOn::Device(DeviceRun::default()))
+        .unwrap();
+    let last = device_input();
+    let p = e.prepare(&last).unwrap();
+    let r = e
+        .complete(&last, p, RanOn::Device(DeviceRun::default()))
+        .unwrap();
+    assert_eq!(r.before.copies.len(), 1, "the copy landed");
+    let mut got = [0u8; 8];
+    e.read_guest(BASE + 0x1010, &mut got).unwrap();
+    assert_eq!(got, [7; 8]);
+}

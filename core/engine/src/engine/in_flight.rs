@@ -72,10 +72,11 @@ pub enum CarryFrom {
 
 /// A prepare that must wait for an earlier dispatch's complete: it reads (or writes) guest
 /// memory in place where that dispatch's holder still holds stores written back only at its
-/// complete. Nothing was prepared.
+/// complete, or a deferred copy (C3) it must see would land under a dispatch still reading or
+/// writing those bytes. Nothing was prepared.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[error(
-    "dispatch {dispatch} ({mode}) reaches {reached}, which dispatch {waits_for}'s holder of slot {slot} writes back only at its complete: the device would read the bytes before them, and dispatch {waits_for}'s write-back would land over dispatch {dispatch}'s stores; complete dispatch {waits_for} after its fence (or bind its holder over the guest's own pages, DS_SLOT_IN_PLACE), then prepare again; nothing was prepared"
+    "dispatch {dispatch} ({mode}) waits for dispatch {waits_for}: {why}; complete dispatch {waits_for} after its fence, then prepare again; nothing was prepared"
 )]
 pub struct ChainWait {
     /// The dispatch that was being prepared (the index it would have had).
@@ -84,10 +85,12 @@ pub struct ChainWait {
     pub mode: &'static str,
     /// The dispatch it waits for.
     pub waits_for: u64,
-    /// That dispatch's holder slot.
-    pub slot: u32,
+    /// That dispatch's holder slot, where a holder is why.
+    pub slot: Option<u32>,
     /// The bytes both reach.
     pub reached: ByteRange,
+    /// Why, in words.
+    pub why: String,
 }
 
 /// How a dispatch's holders reach guest memory, as the emulator binds them.
@@ -280,13 +283,14 @@ impl Flights {
         }
         let wait = |f: &InFlight, h: &Held, reached: ByteRange| ChainWait {
             dispatch: index,
-            mode: match mode {
-                Mode::DeviceAddressed => "device-addressed: it reaches every mapped piece in place",
-                _ => "bound over the guest's own pages",
-            },
+            mode: mode_words(mode),
             waits_for: f.index,
-            slot: h.slot,
+            slot: Some(h.slot),
             reached,
+            why: format!(
+                "it reaches {reached} in place, which dispatch {}'s holder of slot {} writes back only at its complete: the device would read the bytes before them, and that write-back would land over this dispatch's stores (or bind that holder over the guest's own pages, DS_SLOT_IN_PLACE)",
+                f.index, h.slot
+            ),
         };
         // The newest copy-holder writer that a dispatch reading guest memory in place reaches.
         for f in self.queue.iter().rev() {
@@ -355,6 +359,15 @@ impl Flights {
             }
         }
         Ok(())
+    }
+}
+
+/// A mode in the words a wait names it by.
+pub(super) fn mode_words(mode: Mode) -> &'static str {
+    match mode {
+        Mode::DeviceAddressed => "device-addressed: it reaches every mapped piece in place",
+        Mode::Bound => "bound",
+        Mode::Refused => "refused",
     }
 }
 
