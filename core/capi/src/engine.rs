@@ -94,6 +94,9 @@ impl Backend for AnyBackend {
     fn max_import_bytes(&self) -> u64 {
         self.0.max_import_bytes()
     }
+    fn device_stores_pass_guards(&self) -> bool {
+        self.0.device_stores_pass_guards()
+    }
 }
 
 /// What one engine handle holds.

@@ -94,6 +94,9 @@ unsafe extern "system" fn on_message(
 pub struct DeviceInfo {
     /// The device's name, as the driver gives it.
     pub name: String,
+    /// `VkPhysicalDeviceProperties::vendorID` (0x10de NVIDIA, 0x1002 AMD, 0x10005 Mesa's
+    /// software devices).
+    pub vendor_id: u32,
     /// `VkPhysicalDeviceProperties::apiVersion`, as "major.minor.patch".
     pub api_version: String,
     /// minStorageBufferOffsetAlignment (O7).
@@ -383,6 +386,7 @@ impl Context {
                     / 2;
                 let info = DeviceInfo {
                     name,
+                    vendor_id: props.vendor_id,
                     api_version: version(props.api_version),
                     min_storage_buffer_offset_alignment: props
                         .limits
