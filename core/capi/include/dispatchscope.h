@@ -21,6 +21,8 @@
  * ds_last_error's until the thread's next call into this library, ds_engine_report_json's until
  * the thread's next ds_engine_report_json (on any engine), whatever other threads do (destroy
  * included). Copy what you keep.
+ * Run time: the library needs nothing outside itself but the Vulkan loader and driver (for the
+ * Vulkan engines), and no call starts a process.
  */
 
 #ifndef DISPATCHSCOPE_H

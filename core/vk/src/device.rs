@@ -107,7 +107,8 @@ pub struct DeviceInfo {
     pub min_imported_host_pointer_alignment: u64,
     /// maxMemoryAllocationSize: the largest import.
     pub max_memory_allocation_size: u64,
-    /// Storage-buffer descriptors the replay binds per slot array (half the per-stage limit, at most 16).
+    /// Storage-buffer descriptors the replay binds per slot array (half the per-stage limit, at most
+    /// [`spirv::REPLAY_MAX_SLOTS`]).
     pub slot_descriptors: u32,
     /// Memory types, with their property flags.
     pub memory_types: Vec<vk::MemoryPropertyFlags>,
@@ -396,7 +397,7 @@ impl Context {
                         .min_imported_host_pointer_alignment
                         .max(1),
                     max_memory_allocation_size: maint3.max_memory_allocation_size,
-                    slot_descriptors: slots.clamp(1, 16),
+                    slot_descriptors: slots.clamp(1, spirv::REPLAY_MAX_SLOTS),
                     memory_types: mem.memory_types[..n]
                         .iter()
                         .map(|t| t.property_flags)
