@@ -62,13 +62,15 @@ deps dispatchscope-vk "$ui|dispatchscope-(live|demo|views)" "the backend draws n
 deps dispatchscope-demo "$ui|ash|dispatchscope-(vk|views)" "the demo target is a game, not a debugger"
 deps dispatchscope-rdna "$ui|ash|dispatchscope-(core|formats|live|vk|demo|views|capi)" \
     "the decoder knows machine code, not the engine"
-deps dispatchscope-capi "$ui|dispatchscope-(demo|views)" "the C ABI is what an emulator embeds"
+deps dispatchscope-capi "$ui|spirv-tools|spirv-tools-sys|dispatchscope-(demo|views)" \
+    "the C ABI is what an emulator embeds: no engine call runs a process (SPIRV-Tools' executables)"
 deps dispatchscope-views "ash|rfd|dispatchscope-(formats|live|vk|demo)" \
     "views draw reports: no file, socket or device"
 # What an emulator links is the dispatch path alone: the C ABI builds the Vulkan crate without its
-# demo (the traversal pass, verify, the benches), which only the app turns on.
-if cargo tree -p dispatchscope-capi -e normal,build -f '{p} {f}' --prefix none --locked | grep -E '^dispatchscope-vk .* .*\b(demo|bench)\b'; then
-    echo "layering violated: dispatchscope-capi builds dispatchscope-vk with its demo"; exit 1
+# demo (the traversal pass, verify, the benches), which only the app turns on, and without `tools`
+# (SPIRV-Tools' executables, run as processes: the debugger's tools and the tests).
+if cargo tree -p dispatchscope-capi -e normal,build -f '{p} {f}' --prefix none --locked | grep -E '^dispatchscope-vk .* .*\b(demo|bench|tools)\b'; then
+    echo "layering violated: dispatchscope-capi builds dispatchscope-vk with its demo or its tools"; exit 1
 fi
 
 echo "== clippy"

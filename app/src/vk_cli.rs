@@ -114,6 +114,9 @@ pub fn spirv_helper_cmd(args: &SpirvHelperArgs) -> anyhow::Result<()> {
             ))
         })?;
     let words = helper_library(variant).context("building the helper library")?;
+    // The library is built unvalidated (no engine call runs a process); a tool may run spirv-val.
+    dispatchscope_vk::spirv::validate_linkable("helper_library", &words)
+        .context("validating the helper library")?;
     let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
     dispatchscope_formats::capture::write_atomically(&args.output, |f| {
         use std::io::Write as _;

@@ -1,7 +1,8 @@
 //! The emulator-shaped host (`examples/emulator-host`, issue 27): built with CMake against the C
 //! ABI's header and library, its modules assembled with spirv-as and linked with spirv-link against
 //! the helper library this crate's `dispatchscope spirv-helper` writes, run for a few frames on a
-//! Vulkan device it creates itself (lavapipe in CI) with the validation layer on.
+//! Vulkan device it creates itself (lavapipe in CI) with the validation layer on, and with a `PATH`
+//! of one empty folder: what a player's machine has, its GPU driver and nothing else (issue 40).
 //!
 //! What must hold, frame after frame: the bound pass (run 305's shapes) leaves what the host's CPU
 //! computes; O7 refuses the misaligned member; the device-addressed pass's stores are in the host's
@@ -91,10 +92,21 @@ fn build_once() -> PathBuf {
     build.join("emulator-host")
 }
 
+/// The host as a player's machine runs it (issue 40): the C ABI's library from `capi_dir`, and a
+/// `PATH` of one empty folder, so that nothing the library could start by name (SPIRV-Tools'
+/// `spirv-val` among them) is found; the host's modules were assembled and linked at build time.
+fn host(exe: &Path) -> Command {
+    static EMPTY: OnceLock<tempfile::TempDir> = OnceLock::new();
+    let empty = EMPTY.get_or_init(|| tempfile::tempdir().unwrap());
+    let mut cmd = Command::new(exe);
+    cmd.env("LD_LIBRARY_PATH", capi_dir())
+        .env("PATH", empty.path());
+    cmd
+}
+
 /// Runs the host; `None` where Vulkan (or its validation layer) is absent and not required.
 fn frames(exe: &Path, args: &[&str]) -> Option<String> {
-    let out = Command::new(exe)
-        .env("LD_LIBRARY_PATH", capi_dir())
+    let out = host(exe)
         .args(["--validation"])
         .args(args)
         .output()
@@ -233,8 +245,7 @@ impl Drop for Running {
 /// address, or `None` where Vulkan is absent and not required.
 fn listening(args: &[&str]) -> Option<(Running, String)> {
     let exe = build();
-    let mut child = Command::new(&exe)
-        .env("LD_LIBRARY_PATH", capi_dir())
+    let mut child = host(&exe)
         .args(["--listen", "127.0.0.1:0", "--frames", "0"])
         .args(args)
         .stdout(Stdio::piped())

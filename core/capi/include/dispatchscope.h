@@ -21,6 +21,8 @@
  * ds_last_error's until the thread's next call into this library, ds_engine_report_json's until
  * the thread's next ds_engine_report_json (on any engine), whatever other threads do (destroy
  * included). Copy what you keep.
+ * Run time: the library needs nothing outside itself but the Vulkan loader and driver (for the
+ * Vulkan engines), and no call starts a process.
  */
 
 #ifndef DISPATCHSCOPE_H
@@ -730,6 +732,12 @@ uint32_t ds_abi_version(void);
 // The message of the calling thread's last failed call: a NUL-terminated UTF-8 string, empty
 // when the last call succeeded. It stays valid until the thread's next call into this library.
 const char *ds_last_error(void);
+
+// The dispatch the calling thread's last call answered `DS_WAIT` for names: complete it (after
+// its fence; completes go in order, so every dispatch before it completes first), then make the
+// call again. `UINT64_MAX` when the thread's last call was not `DS_WAIT`. Valid until the
+// thread's next call into this library.
+uint64_t ds_last_wait(void);
 
 // Creates an engine in host mode on the CPU reference: its guest memory is the emulator's own
 // pages (every reservation names its host address), reached through `callbacks` and never

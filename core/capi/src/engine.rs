@@ -94,6 +94,9 @@ impl Backend for AnyBackend {
     fn max_import_bytes(&self) -> u64 {
         self.0.max_import_bytes()
     }
+    fn device_stores_pass_guards(&self) -> bool {
+        self.0.device_stores_pass_guards()
+    }
 }
 
 /// What one engine handle holds.
@@ -142,6 +145,11 @@ thread_local! {
 /// neither, and the emulator looks for its own callback's words.
 pub(crate) fn engine_error(e: EngineError) -> Failure {
     let status = status_of(e.kind());
+    match &e {
+        EngineError::Waits(w) => crate::ffi::set_last_wait(w.dispatch),
+        EngineError::ChainWaits(w) => crate::ffi::set_last_wait(w.waits_for),
+        _ => {}
+    }
     match host_failure(&e) {
         Some(host) => Failure::new(status, host),
         None => Failure::new(status, e),
@@ -419,7 +427,10 @@ impl EngineState {
             Ok(p) => {
                 self.tap.after_prepare(&p);
                 self.in_flight.push_back((p, input));
-                Ok(&self.in_flight.back().expect("just pushed").0)
+                self.in_flight
+                    .back()
+                    .map(|(p, _)| p)
+                    .ok_or_else(|| Failure::new(ds_status::DS_ENGINE, "the dispatch left flight"))
             }
             Err(e) => {
                 self.spare_inputs.push(input);

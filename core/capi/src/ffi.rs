@@ -96,6 +96,25 @@ pub extern "C" fn ds_last_error() -> *const c_char {
     LAST_ERROR.with(|m| m.borrow().as_ptr())
 }
 
+thread_local! {
+    /// The dispatch the calling thread's last `DS_WAIT` named ([`ds_last_wait`]).
+    static LAST_WAIT: std::cell::Cell<u64> = const { std::cell::Cell::new(u64::MAX) };
+}
+
+/// Notes the dispatch a `DS_WAIT` about to be returned names.
+pub(crate) fn set_last_wait(dispatch: u64) {
+    LAST_WAIT.with(|w| w.set(dispatch));
+}
+
+/// The dispatch the calling thread's last call answered `DS_WAIT` for names: complete it (after
+/// its fence; completes go in order, so every dispatch before it completes first), then make the
+/// call again. `UINT64_MAX` when the thread's last call was not `DS_WAIT`. Valid until the
+/// thread's next call into this library.
+#[unsafe(no_mangle)]
+pub extern "C" fn ds_last_wait() -> u64 {
+    LAST_WAIT.with(std::cell::Cell::get)
+}
+
 /// Runs `body` at the boundary: its failure becomes a status and a message, a panic
 /// `DS_PANICKED`; success clears the message.
 pub(crate) fn boundary(body: impl FnOnce() -> Outcome) -> ds_status {
@@ -113,10 +132,14 @@ pub(crate) fn boundary(body: impl FnOnce() -> Outcome) -> ds_status {
     match outcome {
         Ok(()) => {
             set_last_error("");
+            set_last_wait(u64::MAX);
             ds_status::DS_OK
         }
         Err(f) => {
             set_last_error(&f.message);
+            if f.status != ds_status::DS_WAIT {
+                set_last_wait(u64::MAX);
+            }
             f.status
         }
     }

@@ -45,6 +45,14 @@
 //! `ds_engine_report_json` (on any engine), whatever other threads do (destroy included); both
 //! until the thread exits at the latest. Copy what you keep. Everything else comes out through
 //! the caller's own memory (`ds_prepared`, its `ds_slot_plan`s, the instrumentation's words).
+//!
+//! # Run time
+//! An emulator on a player's machine has its GPU driver and nothing else: this library needs
+//! nothing outside itself but the Vulkan loader and driver, and no call starts a process. The
+//! SPIR-V modules the engine builds are validated by the tests, not at run time; this crate builds
+//! `dispatchscope-vk` without its feature `tools` (SPIRV-Tools' executables), and
+//! `tests/c/vulkan_host.c` runs the Vulkan engines with a `PATH` of one empty folder and `execve`
+//! refused.
 #![allow(unsafe_code)] // The C ABI: raw pointers in and out. Every `unsafe` block says why it holds.
 
 mod engine;

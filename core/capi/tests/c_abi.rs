@@ -1,5 +1,6 @@
-//! The C ABI: from C (bad input, the host path, ABI version 4's checks; compiled with the
-//! system's C compiler against the committed header and the cdylib), and from Rust through the
+//! The C ABI: from C (bad input, the host path, ABI version 4's checks, the Vulkan engines on the
+//! program's own device with nothing outside the library; compiled with the system's C compiler
+//! against the committed header and the cdylib), and from Rust through the
 //! same `extern "C"` functions (the same report as the Rust API for every shipped sample; a
 //! capture written through it reads back).
 #![allow(clippy::unwrap_used, clippy::expect_used, unsafe_code)]
@@ -36,9 +37,30 @@ fn ok(status: ds_status) {
     assert_eq!(status, ds_status::DS_OK, "{}", message());
 }
 
+fn required() -> bool {
+    std::env::var("DISPATCHSCOPE_REQUIRE_VULKAN").is_ok_and(|v| v == "1")
+}
+
+/// How a C program is built and run.
+#[derive(Default)]
+struct Run {
+    /// Linked with the Vulkan loader (`-lvulkan`; apt: libvulkan-dev): the program makes its own
+    /// device, and exits 3 where there is none.
+    vulkan: bool,
+    /// Run with `PATH` naming one empty folder: nothing the program (or the library) could start
+    /// by name is found.
+    empty_path: bool,
+}
+
 /// Builds `tests/c/NAME.c` with the system's C compiler against the committed header and the
 /// cdylib, runs it, and returns what it printed (it must exit 0).
 fn run_c(name: &str) -> String {
+    run_c_with(name, &Run::default()).expect("a program without Vulkan runs")
+}
+
+/// [`run_c`] as `how` says; `None` where a Vulkan program finds no device and Vulkan is not
+/// required (`DISPATCHSCOPE_REQUIRE_VULKAN=1`, as in CI, fails instead).
+fn run_c_with(name: &str, how: &Run) -> Option<String> {
     let dir = tempfile::tempdir().unwrap();
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lib = lib_dir();
@@ -58,6 +80,7 @@ fn run_c(name: &str) -> String {
         .arg("-L")
         .arg(&lib)
         .arg("-ldispatchscope_capi")
+        .args(how.vulkan.then_some("-lvulkan"))
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .output()
         .unwrap_or_else(|e| panic!("the C compiler `{cc}` (apt: gcc) does not run: {e}"));
@@ -68,18 +91,29 @@ fn run_c(name: &str) -> String {
     );
     // cargo's own LD_LIBRARY_PATH may name an older copy of the cdylib (`target/<profile>`), and it
     // overrides the rpath: name the one built for this test.
-    let run = Command::new(&exe)
-        .env("LD_LIBRARY_PATH", &lib)
-        .output()
-        .unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(&exe);
+    cmd.env("LD_LIBRARY_PATH", &lib);
+    if how.empty_path {
+        cmd.env("PATH", empty.path());
+    }
+    let run = cmd.output().unwrap();
     let out = String::from_utf8_lossy(&run.stdout).into_owned();
+    if how.vulkan && run.status.code() == Some(3) {
+        assert!(
+            !required(),
+            "DISPATCHSCOPE_REQUIRE_VULKAN=1, but {name} found no Vulkan device:\n{out}"
+        );
+        eprintln!("skipped: {out}");
+        return None;
+    }
     assert!(
         run.status.success(),
         "{name} failed:\n{out}{}",
         String::from_utf8_lossy(&run.stderr)
     );
     assert!(out.ends_with("0 failures\n"), "{out}");
-    out
+    Some(out)
 }
 
 #[test]
@@ -141,6 +175,34 @@ fn abi_version_4_from_c() {
         "ok ds_engine_apply from inside the write callback is DS_ORDER",
         "ok complete run 305 (its write callback calls back)",
         "ok each thread's report pointer holds its report",
+    ] {
+        assert!(out.contains(line), "{line:?} is missing:\n{out}");
+    }
+}
+
+/// Nothing outside the library at run time (issue 40): on a player's machine an emulator has its
+/// GPU driver and nothing else. From C, with `PATH` naming one empty folder and `execve` refused
+/// by the program's own seccomp filter, an engine is made on the program's own Vulkan device
+/// (`ds_engine_create_vulkan_host`, which ran spirv-val before and failed there: "failed to spawn
+/// executable"), a bound and a device-addressed dispatch go prepare and complete over its own
+/// pages, and `ds_engine_create_vulkan`'s replay runs a dispatch's accesses on the device.
+#[test]
+fn the_vulkan_engines_run_from_c_with_nothing_outside_the_library() {
+    let how = Run {
+        vulkan: true,
+        empty_path: true,
+    };
+    let Some(out) = run_c_with("vulkan_host", &how) else {
+        return;
+    };
+    for line in [
+        "ok PATH finds no SPIRV-Tools executable",
+        "ok execve is refused",
+        "ok create vulkan host: status 0",
+        "ok the write-back word is in the program's page",
+        "ok the report says device-addressed",
+        "ok create vulkan: status 0",
+        "ok the replay's store is in guest memory",
     ] {
         assert!(out.contains(line), "{line:?} is missing:\n{out}");
     }

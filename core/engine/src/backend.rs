@@ -131,6 +131,16 @@ pub trait Backend {
         let _ = dispatch;
     }
 
+    /// Whether the device's store through an imported page lands (and passes the write-watch by)
+    /// when the host has since made the page read-only: then a write-watch guard raised while a
+    /// dispatch in flight may store there need not wait (M5); C1's marks hand the store off at
+    /// the dispatch's complete. Measured true on NVIDIA's driver; on lavapipe such a store kills
+    /// the process (`../shared/TOOLCHAIN.md`, "Host pointers on real drivers"), and a driver not
+    /// measured is taken to be like lavapipe.
+    fn device_stores_pass_guards(&self) -> bool {
+        false
+    }
+
     /// T6 with dispatches in flight: the table copies at these device addresses are read by
     /// dispatches in flight, so the next [`Backend::place_table`] must write another copy (and
     /// keep these until they are no longer named).

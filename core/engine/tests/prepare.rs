@@ -465,3 +465,134 @@ mod write_back_shapes {
         }
     }
 }
+
+/// C3 with a dispatch in flight: a deferred copy over bytes the dispatch in flight writes would
+/// land under it (or under its write-back), so the next prepare that must land it waits for that
+/// dispatch, by name, and lands it once that one completed.
+#[test]
+fn a_deferred_copy_under_a_dispatch_in_flight_waits_for_it() {
+    let mut e = engine();
+    let first = bound(vec![Slot::new(0, BASE + 0x1000, 0x100, true)]);
+    let p = e.prepare(&first).unwrap();
+    e.apply(&Event::DeferCopy {
+        address: BASE + 0x1010,
+        bytes: vec![7; 8],
+    })
+    .unwrap();
+    let err = e.prepare(&device_input()).unwrap_err();
+    match &err {
+        EngineError::ChainWaits(w) => {
+            assert_eq!(w.waits_for, p.index);
+            assert!(w.why.contains("deferred copy (C3)"), "{err}");
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(e.in_flight(), 1, "nothing was prepared");
+    // A bound dispatch elsewhere leaves the copy deferred and need not wait.
+    let beside = bound(vec![Slot::new(0, BASE + 0x8000, 0x100, true)]);
+    let q = e.prepare(&beside).unwrap();
+    e.complete(&first, p, RanOn::Device(DeviceRun::default()))
+        .unwrap();
+    e.complete(&beside, q, RanOn::Device(DeviceRun::default()))
+        .unwrap();
+    let last = device_input();
+    let p = e.prepare(&last).unwrap();
+    let r = e
+        .complete(&last, p, RanOn::Device(DeviceRun::default()))
+        .unwrap();
+    assert_eq!(r.before.copies.len(), 1, "the copy landed");
+    let mut got = [0u8; 8];
+    e.read_guest(BASE + 0x1010, &mut got).unwrap();
+    assert_eq!(got, [7; 8]);
+}
+
+/// The CPU reference, as a device whose stores land past a write-watch guard (NVIDIA's, measured).
+struct PassesGuards(dispatchscope_core::CpuBackend);
+
+impl dispatchscope_core::Backend for PassesGuards {
+    fn name(&self) -> String {
+        self.0.name()
+    }
+    fn import(
+        &mut self,
+        piece: ByteRange,
+        memory: &dispatchscope_core::memory::GuestMemory,
+    ) -> Result<u64, dispatchscope_core::backend::BackendError> {
+        self.0.import(piece, memory)
+    }
+    fn release(&mut self, base: u64) -> Result<(), dispatchscope_core::backend::BackendError> {
+        self.0.release(base)
+    }
+    fn place_table(
+        &mut self,
+        table: &dispatchscope_core::chunk_table::ChunkTable,
+        budget: u64,
+    ) -> Result<
+        (u64, dispatchscope_core::report::Placement),
+        dispatchscope_core::backend::BackendError,
+    > {
+        self.0.place_table(table, budget)
+    }
+    fn execute(
+        &mut self,
+        job: &dispatchscope_core::exec::Job<'_>,
+        table: Option<&dispatchscope_core::chunk_table::ChunkTable>,
+        memory: &mut dispatchscope_core::memory::GuestMemory,
+    ) -> Result<dispatchscope_core::exec::Outcome, dispatchscope_core::backend::BackendError> {
+        self.0.execute(job, table, memory)
+    }
+    fn calls(&self) -> u64 {
+        self.0.calls()
+    }
+    fn device_stores_pass_guards(&self) -> bool {
+        true
+    }
+}
+
+/// M5 and a write-watch guard over what a device-addressed dispatch in flight reaches: it waits
+/// where the device's store would fault on the guarded page (lavapipe, any driver not measured),
+/// and applies at once where the store lands past the guard (C1 hands it off at complete).
+#[test]
+fn a_guard_under_a_device_addressed_dispatch_waits_only_where_the_store_would_fault() {
+    let reserve = Event::Reserve {
+        range: ByteRange::new(BASE, BASE + 0x20000),
+        readable: true,
+        writable: true,
+        committed: true,
+        backing: Backing::Private,
+        host_base: None,
+    };
+    let guard = Event::Guard {
+        range: ByteRange::new(BASE + 0x3000, BASE + 0x4000),
+    };
+    let input = device_input();
+    let mut e = engine();
+    let p = e.prepare(&input).unwrap();
+    assert!(matches!(e.apply(&guard), Err(EngineError::Waits(_))));
+    e.abandon(p.index).unwrap();
+
+    let mut e = Engine::new(
+        DeviceLimits::default(),
+        PassesGuards(dispatchscope_core::CpuBackend::new()),
+    )
+    .unwrap();
+    e.apply(&reserve).unwrap();
+    let p = e.prepare(&input).unwrap();
+    e.apply(&guard).unwrap();
+    // A copy holder's bytes still wait, on every device.
+    let holder = bound(vec![Slot::new(0, BASE + 0x8000, 0x100, true)]);
+    let q = e.prepare(&holder).unwrap();
+    let err = e
+        .apply(&Event::Guard {
+            range: ByteRange::new(BASE + 0x8000, BASE + 0x9000),
+        })
+        .unwrap_err();
+    assert!(
+        matches!(&err, EngineError::Waits(w) if w.dispatch == q.index),
+        "{err}"
+    );
+    e.complete(&input, p, RanOn::Device(DeviceRun::default()))
+        .unwrap();
+    e.complete(&holder, q, RanOn::Device(DeviceRun::default()))
+        .unwrap();
+}

@@ -94,6 +94,9 @@ unsafe extern "system" fn on_message(
 pub struct DeviceInfo {
     /// The device's name, as the driver gives it.
     pub name: String,
+    /// `VkPhysicalDeviceProperties::vendorID` (0x10de NVIDIA, 0x1002 AMD, 0x10005 Mesa's
+    /// software devices).
+    pub vendor_id: u32,
     /// `VkPhysicalDeviceProperties::apiVersion`, as "major.minor.patch".
     pub api_version: String,
     /// minStorageBufferOffsetAlignment (O7).
@@ -104,7 +107,8 @@ pub struct DeviceInfo {
     pub min_imported_host_pointer_alignment: u64,
     /// maxMemoryAllocationSize: the largest import.
     pub max_memory_allocation_size: u64,
-    /// Storage-buffer descriptors the replay binds per slot array (half the per-stage limit, at most 16).
+    /// Storage-buffer descriptors the replay binds per slot array (half the per-stage limit, at most
+    /// [`spirv::REPLAY_MAX_SLOTS`]).
     pub slot_descriptors: u32,
     /// Memory types, with their property flags.
     pub memory_types: Vec<vk::MemoryPropertyFlags>,
@@ -389,6 +393,7 @@ impl Context {
                     / 2;
                 let info = DeviceInfo {
                     name,
+                    vendor_id: props.vendor_id,
                     api_version: version(props.api_version),
                     min_storage_buffer_offset_alignment: props
                         .limits
@@ -398,7 +403,7 @@ impl Context {
                         .min_imported_host_pointer_alignment
                         .max(1),
                     max_memory_allocation_size: maint3.max_memory_allocation_size,
-                    slot_descriptors: slots.clamp(1, 16),
+                    slot_descriptors: slots.clamp(1, spirv::REPLAY_MAX_SLOTS),
                     memory_types: mem.memory_types[..n]
                         .iter()
                         .map(|t| t.property_flags)

@@ -103,7 +103,8 @@ pub enum VkError {
         /// Why.
         why: String,
     },
-    /// A module failed spirv-val.
+    /// A module failed spirv-val, or an executable of SPIRV-Tools did not run (feature `tools`:
+    /// the debugger's tools and the tests, never an engine call).
     #[error("SPIR-V module {module} failed validation (spirv-val, Debian: spirv-tools): {why}")]
     Invalid {
         /// The module.

@@ -1,5 +1,6 @@
 //! The Vulkan backend: the dispatch path of D953 and D964 run on a real Vulkan device (ash), with a
-//! translated module built with rspirv and validated with spirv-tools before use.
+//! translated module built with rspirv (validated with spirv-tools in the tests, never at run time:
+//! no engine call runs a process).
 //!
 //! [`VulkanBackend`] implements [`dispatchscope_core::Backend`], so the engine runs the same plan on
 //! it as on the CPU reference and the two outcomes can be compared word for word (`verify`). It
@@ -19,7 +20,9 @@
 //!
 //! The debugger's demo is behind the feature `demo`: `pass`, the traversal program
 //! (`spirv::traversal`) and `verify` (and `bench`, behind `bench`). The C ABI leaves it off, so
-//! what an emulator links is the dispatch path alone; the app turns it on.
+//! what an emulator links is the dispatch path alone; the app turns it on. SPIRV-Tools'
+//! executables (`spirv::validate`, `disassemble`, `spirv::library::link`, `inline`) are behind the
+//! feature `tools`, which `demo` takes and the C ABI leaves off too.
 //!
 //! This is the only crate of the workspace with `unsafe` code: every block carries a `// SAFETY:`
 //! comment. Every `vk::Result` passes through [`check`], which names the Vulkan error.

@@ -261,9 +261,11 @@ int main(int argc, char **argv) {
     e.start = GUEST + PAGE;
     e.end = GUEST + 2 * PAGE;
     expect("guard the holder while prepared", ds_engine_apply(engine, &e), DS_WAIT, words);
+    check("ds_last_wait names the dispatch", ds_last_wait() == p.index, NULL);
     e.start = GUEST + 3 * PAGE;
     e.end = GUEST + 4 * PAGE;
     expect("guard beside it", ds_engine_apply(engine, &e), DS_OK, NULL);
+    check("ds_last_wait is cleared by a call that did not wait", ds_last_wait() == UINT64_MAX, NULL);
 
     /* The emulator refuses the write of one word: DS_HOST_CALLBACK, the word named and kept. */
     static uint8_t data[PAGE], masks[PAGE];

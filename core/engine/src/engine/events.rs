@@ -68,6 +68,15 @@ impl<B: Backend> Engine<B> {
             && self.memory.host().is_some()
         {
             self.guards_raised.push(*range);
+            // Applied under a device-addressed dispatch in flight (its stores pass a guard by on
+            // this device): said, with what tells the write-watch.
+            if let Some(d) = self.flights.newest_device_addressed()
+                && let Some(reached) = self.mappings.first_reachable(*range)
+            {
+                effects.push(format!(
+                    "M5: dispatch {d} in flight may store through {reached}; this device's stores land past a write-watch guard, so the guard applies now and C1's marks hand the stores off at dispatch {d}'s complete (C2)"
+                ));
+            }
         }
         if self.mappings.mapped_generation().is_some() {
             for range in &change.revisit {
@@ -156,12 +165,19 @@ impl<B: Backend> Engine<B> {
         };
         // Every dispatch in flight; the newest that reaches the bytes is the one to complete
         // (completes go in order, so the older ones complete with it). A device-addressed one
-        // reaches every mapped piece and every import still held for it.
+        // reaches every mapped piece and every import still held for it. A guard alone takes
+        // nothing from a device whose stores land past it (C1 hands them off at complete):
+        // there only the holders' bytes wait, as every event's do.
         let mappings = &self.mappings;
-        let Some((f, reached)) = self
-            .flights
-            .reached_by(range, |r| mappings.first_reachable(r))
-        else {
+        let guard_passes =
+            matches!(event, Event::Guard { .. }) && self.backend.device_stores_pass_guards();
+        let Some((f, reached)) = self.flights.reached_by(range, |r| {
+            if guard_passes {
+                None
+            } else {
+                mappings.first_reachable(r)
+            }
+        }) else {
             return Ok(());
         };
         let dispatch = f.index;

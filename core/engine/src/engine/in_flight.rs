@@ -18,7 +18,7 @@
 //!   `Backend::mark_words` by dispatch), and imports the mappings let go are released only once
 //!   no device-addressed dispatch that could reach them is in flight (`Mappings::hold_releases`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use thiserror::Error;
 
@@ -72,10 +72,11 @@ pub enum CarryFrom {
 
 /// A prepare that must wait for an earlier dispatch's complete: it reads (or writes) guest
 /// memory in place where that dispatch's holder still holds stores written back only at its
-/// complete. Nothing was prepared.
+/// complete, or a deferred copy (C3) it must see would land under a dispatch still reading or
+/// writing those bytes. Nothing was prepared.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[error(
-    "dispatch {dispatch} ({mode}) reaches {reached}, which dispatch {waits_for}'s holder of slot {slot} writes back only at its complete: the device would read the bytes before them, and dispatch {waits_for}'s write-back would land over dispatch {dispatch}'s stores; complete dispatch {waits_for} after its fence (or bind its holder over the guest's own pages, DS_SLOT_IN_PLACE), then prepare again; nothing was prepared"
+    "dispatch {dispatch} ({mode}) waits for dispatch {waits_for}: {why}; complete dispatch {waits_for} after its fence, then prepare again; nothing was prepared"
 )]
 pub struct ChainWait {
     /// The dispatch that was being prepared (the index it would have had).
@@ -84,10 +85,12 @@ pub struct ChainWait {
     pub mode: &'static str,
     /// The dispatch it waits for.
     pub waits_for: u64,
-    /// That dispatch's holder slot.
-    pub slot: u32,
+    /// That dispatch's holder slot, where a holder is why.
+    pub slot: Option<u32>,
     /// The bytes both reach.
     pub reached: ByteRange,
+    /// Why, in words.
+    pub why: String,
 }
 
 /// How a dispatch's holders reach guest memory, as the emulator binds them.
@@ -142,6 +145,14 @@ pub(super) struct Flights {
     queue: VecDeque<InFlight>,
     /// Table copies read by device-addressed dispatches in flight: device address → how many.
     table_readers: HashMap<u64, usize>,
+    /// Every holder of a dispatch in flight by its first byte: (end, dispatch), for M5's lookup
+    /// in proportion to the holders near an event, not to the dispatches in flight.
+    holders: BTreeMap<u64, Vec<(u64, u64)>>,
+    /// The longest holder in flight: a holder reaching an event's bytes starts at most this far
+    /// before them.
+    longest_holder: u64,
+    /// The device-addressed dispatches in flight, oldest first.
+    device_addressed: VecDeque<u64>,
     /// Emptied entries, kept for their allocations.
     spare: Vec<InFlight>,
 }
@@ -176,6 +187,16 @@ impl Flights {
         if let Some(t) = &f.table {
             *self.table_readers.entry(t.device_address).or_default() += 1;
         }
+        for h in &f.holders {
+            self.holders
+                .entry(h.range.start)
+                .or_default()
+                .push((h.range.end, f.index));
+            self.longest_holder = self.longest_holder.max(h.range.size_bytes());
+        }
+        if f.mapped {
+            self.device_addressed.push_back(f.index);
+        }
         self.queue.push_back(f);
     }
 
@@ -183,6 +204,22 @@ impl Flights {
     pub fn remove(&mut self, index: u64) -> Option<InFlight> {
         let at = self.queue.iter().position(|f| f.index == index)?;
         let f = self.queue.remove(at)?;
+        for h in &f.holders {
+            if let Some(v) = self.holders.get_mut(&h.range.start) {
+                v.retain(|&(_, d)| d != f.index);
+                if v.is_empty() {
+                    self.holders.remove(&h.range.start);
+                }
+            }
+        }
+        if self.queue.is_empty() {
+            self.longest_holder = 0;
+        }
+        if f.mapped
+            && let Some(at) = self.device_addressed.iter().position(|&d| d == f.index)
+        {
+            self.device_addressed.remove(at);
+        }
         if let Some(t) = &f.table
             && let Some(n) = self.table_readers.get_mut(&t.device_address)
         {
@@ -216,12 +253,12 @@ impl Flights {
 
     /// The newest device-addressed dispatch in flight.
     pub fn newest_device_addressed(&self) -> Option<u64> {
-        self.queue.iter().rev().find(|f| f.mapped).map(|f| f.index)
+        self.device_addressed.back().copied()
     }
 
     /// The oldest device-addressed dispatch in flight.
     pub fn oldest_device_addressed(&self) -> Option<u64> {
-        self.queue.iter().find(|f| f.mapped).map(|f| f.index)
+        self.device_addressed.front().copied()
     }
 
     /// The oldest table version of build `serial` a dispatch in flight reads.
@@ -248,19 +285,29 @@ impl Flights {
         range: ByteRange,
         mapped_overlap: impl Fn(ByteRange) -> Option<ByteRange>,
     ) -> Option<(&InFlight, ByteRange)> {
-        let mut mapped: Option<Option<ByteRange>> = None;
-        for f in self.queue.iter().rev() {
-            if let Some(r) = f.holders.iter().find_map(|h| h.range.intersection(&range)) {
-                return Some((f, r));
-            }
-            if f.mapped {
-                let m = *mapped.get_or_insert_with(|| mapped_overlap(range));
-                if let Some(r) = m {
-                    return Some((f, r));
+        // The newest holder over the bytes: only holders starting at most the longest holder's
+        // length before them are looked at.
+        let from = range.start.saturating_sub(self.longest_holder);
+        let mut holder: Option<(u64, ByteRange)> = None;
+        for (&start, v) in self.holders.range(from..range.end) {
+            for &(end, d) in v {
+                if let Some(r) = ByteRange::new(start, end).intersection(&range)
+                    && holder.is_none_or(|(h, _)| d > h)
+                {
+                    holder = Some((d, r));
                 }
             }
         }
-        None
+        let device = self
+            .newest_device_addressed()
+            .filter(|d| holder.is_none_or(|(h, _)| *d > h))
+            .and_then(|d| mapped_overlap(range).map(|r| (d, r)));
+        let (d, r) = device.or(holder)?;
+        self.queue
+            .iter()
+            .rev()
+            .find(|f| f.index == d)
+            .map(|f| (f, r))
     }
 
     /// Chains: what a dispatch about to be prepared (`index`, `mode`, its `holders`) needs from
@@ -280,13 +327,14 @@ impl Flights {
         }
         let wait = |f: &InFlight, h: &Held, reached: ByteRange| ChainWait {
             dispatch: index,
-            mode: match mode {
-                Mode::DeviceAddressed => "device-addressed: it reaches every mapped piece in place",
-                _ => "bound over the guest's own pages",
-            },
+            mode: mode_words(mode),
             waits_for: f.index,
-            slot: h.slot,
+            slot: Some(h.slot),
             reached,
+            why: format!(
+                "it reaches {reached} in place, which dispatch {}'s holder of slot {} writes back only at its complete: the device would read the bytes before them, and that write-back would land over this dispatch's stores (or bind that holder over the guest's own pages, DS_SLOT_IN_PLACE)",
+                f.index, h.slot
+            ),
         };
         // The newest copy-holder writer that a dispatch reading guest memory in place reaches.
         for f in self.queue.iter().rev() {
@@ -355,6 +403,15 @@ impl Flights {
             }
         }
         Ok(())
+    }
+}
+
+/// A mode in the words a wait names it by.
+pub(super) fn mode_words(mode: Mode) -> &'static str {
+    match mode {
+        Mode::DeviceAddressed => "device-addressed: it reaches every mapped piece in place",
+        Mode::Bound => "bound",
+        Mode::Refused => "refused",
     }
 }
 

@@ -305,13 +305,17 @@ impl<B: Backend> Engine<B> {
             }));
         }
         let mappings = &self.mappings;
-        if let Err(wait) = self.flights.chains(
-            index,
-            planned.mode,
-            &flight.holders,
-            |r| mappings.overlapping(r),
-            &mut flight.carries,
-        ) {
+        let chained = self
+            .flights
+            .chains(
+                index,
+                planned.mode,
+                &flight.holders,
+                |r| mappings.overlapping(r),
+                &mut flight.carries,
+            )
+            .and_then(|()| self.deferred_copies_wait(index, planned.mode, &flight.holders));
+        if let Err(wait) = chained {
             self.flights.recycle(flight);
             return Err(EngineError::ChainWaits(Box::new(wait)));
         }
@@ -521,6 +525,52 @@ impl<B: Backend> Engine<B> {
         self.backend.forget_marks(index);
         self.flights.recycle(f);
         self.after_flight()
+    }
+
+    /// C3 with dispatches in flight: the deferred copies this prepare would write land in guest
+    /// memory now, on the CPU; where a dispatch in flight still reads or writes those bytes on
+    /// the device, the copy would land under it (or under its later write-back), so the prepare
+    /// waits for the newest such dispatch.
+    fn deferred_copies_wait(
+        &self,
+        index: u64,
+        mode: Mode,
+        holders: &[Held],
+    ) -> Result<(), super::ChainWait> {
+        if self.flights.is_empty() || mode == Mode::Refused {
+            return Ok(());
+        }
+        let deferred = self.memory.deferred_copies();
+        let range =
+            |(a, bytes): &(u64, Vec<u8>)| ByteRange::new(*a, a.saturating_add(bytes.len() as u64));
+        // The copies this prepare writes: every one for a device-addressed dispatch, those up to
+        // the last one a holder covers for a bound one (`write_deferred_under`).
+        let landing = match mode {
+            Mode::DeviceAddressed => deferred.len(),
+            _ => deferred
+                .iter()
+                .rposition(|c| holders.iter().any(|h| h.range.overlaps(&range(c))))
+                .map_or(0, |last| last + 1),
+        };
+        let mappings = &self.mappings;
+        for c in &deferred[..landing] {
+            let r = range(c);
+            if let Some((f, reached)) = self.flights.reached_by(r, |q| mappings.first_reachable(q))
+            {
+                return Err(super::ChainWait {
+                    dispatch: index,
+                    mode: super::in_flight::mode_words(mode),
+                    waits_for: f.index,
+                    slot: None,
+                    reached,
+                    why: format!(
+                        "a deferred copy (C3) of {r} must land before it, and dispatch {} can still read or write {reached} on the device",
+                        f.index
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// What a dispatch leaving flight lets go: the imports held for it, the table journal's

@@ -153,5 +153,5 @@ pub fn bench_module() -> R<Vec<u32>> {
         a.end_void_function()?;
         a.entry(f, &name, BENCH_LOCAL_SIZE);
     }
-    a.finish()
+    Ok(a.finish())
 }

@@ -419,7 +419,9 @@ fn cache_module() -> Vec<u32> {
     .unwrap();
     a.end_void_function().unwrap();
     a.entry(main, "main", 64);
-    a.finish().unwrap()
+    let words = a.finish();
+    super::validate("cache_test", &words).expect("spirv-val accepts the cache_test module");
+    words
 }
 
 /// Component 0 of a `uvec3`.
@@ -587,7 +589,9 @@ fn access_module() -> Vec<u32> {
     a.call(t.void, h.flush, &[token, lanes]).unwrap();
     a.end_void_function().unwrap();
     a.entry(main, "main", 64);
-    a.finish().unwrap()
+    let words = a.finish();
+    super::validate("access_test", &words).expect("spirv-val accepts the access_test module");
+    words
 }
 
 #[test]

@@ -212,5 +212,5 @@ pub fn lookup_helper_module() -> R<Vec<u32>> {
     a.st32(out, slot)?;
     a.end_void_function()?;
     a.entry(main, "main", 1);
-    a.finish()
+    Ok(a.finish())
 }

@@ -20,11 +20,12 @@
 //! every word from one base, as the raw variant does; only an access that crosses its part's end or
 //! misses picks each word's lookup (T5: the first byte's part, or the last byte's). [`Shape`]
 //! turns each of issues 30 and 42's changes on or off so that the bench measures each alone;
-//! [`inline`] runs `spirv-opt` over a finished module.
+//! `inline` runs `spirv-opt` over a finished module (feature `tools`, as `link`: each runs a
+//! process).
 //!
 //! Two ways in: [`helper_library`] builds the library module (Linkage capability,
 //! `LinkageAttributes … Export`) that a translator in any language links its module against with
-//! SPIRV-Tools' `spirv-link` ([`link`]); a translator built on this crate's builder emits the same
+//! SPIRV-Tools' `spirv-link` (`link`); a translator built on this crate's builder emits the same
 //! functions into its own module (`emit_helpers`, what the traversal program does). The library is
 //! built as [`Shape::LINKED`] says (issue 30's instrumentation: the emulator-shaped host's program
 //! is written against it), a module built here as [`Shape::SHIPPED`] (issue 42's).
@@ -176,7 +177,9 @@
 //! than an atomic a lane). The lean path reduces only on its rare paths and at the lane's end.
 //! Nothing here calls Vulkan.
 
+#[cfg(feature = "tools")]
 use std::io::Write;
+#[cfg(feature = "tools")]
 use std::process::{Command, Stdio};
 
 use rspirv::dr::Operand;
@@ -500,7 +503,9 @@ pub(super) fn declare_workgroup(a: &mut Asm) -> Word {
 }
 
 /// The library module of `variant`: the interface's functions, exported, and the push block
-/// imported. Validated for universal SPIR-V 1.5 (it still links).
+/// imported. A module for universal SPIR-V 1.5 (it still links), not validated here: the tests
+/// validate every variant (`every_module_test.rs`), and `dispatchscope spirv-helper` validates
+/// what it writes.
 pub fn helper_library(variant: Variant) -> R<Vec<u32>> {
     let mut a = Asm::new("helper_library");
     a.linkable(LinkageType::Import);
@@ -513,7 +518,7 @@ pub fn helper_library(variant: Variant) -> R<Vec<u32>> {
     let counts = declare_lane_counts(&mut a, false);
     a.link(counts, symbol::LANE_COUNTS, LinkageType::Import);
     emit_helpers_into(&mut a, variant, true, Shape::LINKED)?;
-    a.finish_linkable()
+    Ok(a.finish())
 }
 
 /// Emits the interface's functions of `variant` into a module being built (no linkage).
@@ -727,7 +732,8 @@ pub fn emit_into(builder: &mut rspirv::dr::Builder, variant: Variant) -> R<Emitt
 
 /// Links `program` (which imports the interface and exports its push block) with `library`
 /// ([`helper_library`]) by running SPIRV-Tools' `spirv-link` (Debian's `spirv-tools`), and
-/// validates the result for Vulkan 1.2.
+/// validates the result for Vulkan 1.2 (feature `tools`: both run a process).
+#[cfg(feature = "tools")]
 pub fn link(program: &[u32], library: &[u32]) -> R<Vec<u32>> {
     let words = spirv_tool(
         "spirv-link",
@@ -738,7 +744,7 @@ pub fn link(program: &[u32], library: &[u32]) -> R<Vec<u32>> {
     Ok(words)
 }
 
-/// What [`inline`] asks of SPIRV-Tools' `spirv-opt`: every call inlined into the entry point,
+/// What `inline` asks of SPIRV-Tools' `spirv-opt`: every call inlined into the entry point,
 /// the lane's `Private` variables (its counters, its lookup cache) made the entry point's own,
 /// split into scalars and rewritten into SSA values (registers), constants folded, what is dead
 /// removed.
@@ -756,7 +762,9 @@ pub const INLINE_PASSES: [&str; 9] = [
 
 /// A complete module (the program with the helper emitted into it, or linked) with the helper
 /// inlined by `spirv-opt` ([`INLINE_PASSES`]), so that each site's counter is a value at a
-/// constant index whatever the driver's own inliner does; validated for Vulkan 1.2.
+/// constant index whatever the driver's own inliner does; validated for Vulkan 1.2 (feature
+/// `tools`: both run a process).
+#[cfg(feature = "tools")]
 pub fn inline(module: &[u32]) -> R<Vec<u32>> {
     let mut args = vec!["--target-env=vulkan1.2"];
     args.extend(INLINE_PASSES);
@@ -768,6 +776,7 @@ pub fn inline(module: &[u32]) -> R<Vec<u32>> {
 
 /// Runs SPIRV-Tools' `tool` (Debian's `spirv-tools`) over `inputs`, each written to a file of
 /// its own after `args`, and reads the module it writes to its standard output.
+#[cfg(feature = "tools")]
 fn spirv_tool(tool: &'static str, args: &[&str], inputs: &[&[u32]]) -> R<Vec<u32>> {
     let dir = std::env::temp_dir().join(format!(
         "dispatchscope-{tool}-{}-{:?}",

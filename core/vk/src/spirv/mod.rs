@@ -2,8 +2,15 @@
 //! `helper`), the same helper as a linkable library with its instrumentation ([`library`]), a
 //! full-screen traversal program that calls it (`traversal`, feature `demo`), the access-replay compute shader
 //! around it (`replay`), the microbenchmark kernels (`bench`, behind the `bench` feature), all
-//! written with the small builder of `asm`, and their validation with spirv-tools (Debian's
-//! `spirv-val`) before any of them reaches a driver.
+//! written with the small builder of `asm`.
+//!
+//! Nothing here runs a process on an engine's path (issue 40: an emulator on a player's machine
+//! has its GPU driver and nothing else): a builder returns its words unvalidated, and every module
+//! this crate builds, for every input it takes, is validated by SPIRV-Tools' `spirv-val` in the
+//! tests instead (`every_module_test.rs`; the replay at each of its slot counts). The functions that
+//! run SPIRV-Tools' executables (`validate`, `validate_linkable`, `disassemble`, `library::link`,
+//! `library::inline`) are behind the feature `tools`, for the debugger's tools and the tests; the
+//! C ABI builds this crate without it.
 //!
 //! The helper is emitted by one function, `emit_lookup`, into every module that needs it, so the
 //! golden disassembly of [`lookup_helper_module`] (`core/vk/tests/golden/lookup_helper.spvasm`) is
@@ -36,6 +43,8 @@ mod asm;
 mod bench;
 #[cfg(test)]
 mod emit_test;
+#[cfg(test)]
+mod every_module_test;
 mod helper;
 pub mod library;
 mod memory;
@@ -50,7 +59,7 @@ use dispatchscope_core::rules::DEVICE_TABLE_PUSH_WORD;
 #[cfg(feature = "bench")]
 pub use bench::{BENCH_LOCAL_SIZE, BenchKernel, bench_module};
 pub use helper::lookup_helper_module;
-pub use replay::replay_module;
+pub use replay::{REPLAY_MAX_SLOTS, replay_module};
 
 type R<T> = Result<T, VkError>;
 
@@ -125,7 +134,9 @@ pub mod record {
     pub const LOG_ENTRY_BYTES: u64 = 16;
 }
 
-/// Validates a module with spirv-val for Vulkan 1.2 (SPIR-V 1.5).
+/// Validates a module with spirv-val for Vulkan 1.2 (SPIR-V 1.5), which it runs as a process
+/// (feature `tools`: never on an engine's path).
+#[cfg(feature = "tools")]
 pub fn validate(module: &'static str, words: &[u32]) -> R<()> {
     use spirv_tools::val::Validator;
     let v = spirv_tools::val::create(Some(spirv_tools::TargetEnv::Vulkan_1_2));
@@ -136,7 +147,8 @@ pub fn validate(module: &'static str, words: &[u32]) -> R<()> {
 }
 
 /// Validates a module that still links (the Linkage capability) with spirv-val for universal
-/// SPIR-V 1.5: a library, or a program before [`library::link`].
+/// SPIR-V 1.5: a library, or a program before [`library::link`] (feature `tools`, as [`validate`]).
+#[cfg(feature = "tools")]
 pub fn validate_linkable(module: &'static str, words: &[u32]) -> R<()> {
     use spirv_tools::val::Validator;
     let v = spirv_tools::val::create(Some(spirv_tools::TargetEnv::Universal_1_5));
@@ -146,7 +158,8 @@ pub fn validate_linkable(module: &'static str, words: &[u32]) -> R<()> {
     })
 }
 
-/// The module as spirv-dis writes it (friendly names, no colour).
+/// The module as spirv-dis writes it (friendly names, no colour; feature `tools`, as [`validate`]).
+#[cfg(feature = "tools")]
 pub fn disassemble(module: &'static str, words: &[u32]) -> R<String> {
     use spirv_tools::assembler::{Assembler, DisassembleOptions};
     let asm = spirv_tools::assembler::create(Some(spirv_tools::TargetEnv::Vulkan_1_2));
@@ -169,15 +182,6 @@ mod tests {
     use rspirv::spirv::Op;
 
     use super::*;
-
-    #[test]
-    fn every_module_validates() {
-        lookup_helper_module().unwrap();
-        replay_module(16).unwrap();
-        replay_module(1).unwrap();
-        #[cfg(feature = "bench")]
-        bench_module().unwrap();
-    }
 
     /// The opcodes of the function named `name`, in order.
     fn opcodes(words: &[u32], name: &str) -> Vec<Op> {

@@ -17,6 +17,7 @@ use rspirv::spirv::{Capability, Decoration, Op, StorageClass, Word};
 use super::asm::Asm;
 use super::helper::emit_lookup;
 use super::{R, push, record};
+use crate::VkError;
 use dispatchscope_core::chunk_table::PARTS;
 use dispatchscope_core::input::Format;
 
@@ -61,8 +62,21 @@ fn unorm_encode(a: &mut Asm, bits: Word) -> R<Word> {
     a.add(t.u32, tr, inc)
 }
 
-/// The access-replay module, with `slots` storage-buffer descriptors in each of its two arrays.
+/// The most storage-buffer descriptors the replay binds in each of its two arrays (a context
+/// takes half the device's per-stage limit, at most this); the tests validate the module at every
+/// count from 1 to this, so the module an engine builds is one spirv-val accepted.
+pub const REPLAY_MAX_SLOTS: u32 = 16;
+
+/// The access-replay module, with `slots` storage-buffer descriptors in each of its two arrays
+/// (1 to [`REPLAY_MAX_SLOTS`]; another count is a [`VkError::Build`] error, a module no test
+/// validated). Not validated here: built on every engine's creation, it runs no process.
 pub fn replay_module(slots: u32) -> R<Vec<u32>> {
+    if !(1..=REPLAY_MAX_SLOTS).contains(&slots) {
+        return Err(VkError::Build {
+            module: "replay",
+            why: format!("{slots} descriptors a slot array, not 1 to {REPLAY_MAX_SLOTS}"),
+        });
+    }
     let mut a = Asm::new("replay");
     a.b.capability(Capability::StorageBufferArrayDynamicIndexing);
     let lookup = emit_lookup(&mut a)?;
@@ -397,7 +411,7 @@ pub fn replay_module(slots: u32) -> R<Vec<u32>> {
     )?;
     a.end_void_function()?;
     a.entry(main, "main", 1);
-    a.finish()
+    Ok(a.finish())
 }
 
 /// The value word holding byte `i` of an access (`values[i / 4]`): its pointer, the word, and the

@@ -23,7 +23,7 @@ use dispatchscope_vk::{Context, ContextOptions, VkError, VulkanBackend};
 
 pub const PAGE: usize = 0x1000;
 
-fn required() -> bool {
+pub fn required() -> bool {
     std::env::var("DISPATCHSCOPE_REQUIRE_VULKAN").is_ok_and(|v| v == "1")
 }
 
