@@ -675,7 +675,11 @@ pub struct EmittedHelpers {
 /// PhysicalStorageBuffer64 with GLSL450 (it is set when there is none; another is an error, and
 /// the builder is left as it was). The helper binds no descriptor: the table, marks and
 /// instrumentation are reached by device address through the push words. No block may be open
-/// (call it between functions). The caller validates its module once it is complete.
+/// (call it between functions). The caller validates its module once it is complete. The helpers
+/// are [`Shape::SHIPPED`]'s: the instrumented variant's module declares the GroupNonUniform
+/// capabilities and Int64Atomics, so its device needs subgroup arithmetic in compute shaders and
+/// `shaderBufferInt64Atomics` enabled, and its entry point lists [`EmittedHelpers::lane_escapes`]
+/// too.
 pub fn emit_into(builder: &mut rspirv::dr::Builder, variant: Variant) -> R<EmittedHelpers> {
     use rspirv::spirv::{AddressingModel, MemoryModel};
     if let Some(m) = &builder.module_ref().memory_model {
