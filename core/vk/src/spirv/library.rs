@@ -2141,7 +2141,13 @@ fn lean_probes(a: &mut Asm, site_id: Word, probes: Word) -> R<()> {
         let bucket = a.sub(t.u32, p, one)?;
         let h = a.c32(workgroup::HISTOGRAM);
         let hw = a.add(t.u32, h, bucket)?;
-        bump_agg(a, hw, one, false, false)?;
+        if a.shape.subgroup_rare {
+            bump_agg(a, hw, one, false, false)?;
+        } else {
+            // A bucket is always a workgroup word: no test for the buffer's counters past them.
+            let p = wg_ptr(a, hw)?;
+            a.workgroup_atomic(Op::AtomicIAdd, p, one)?;
+        }
         let extra = a.sub(t.u32, probes, one)?;
         past_workgroup_sites(a, site_id, workgroup::EXTRA_PROBES, extra)?;
         let ew = site_word(a, site_id, site::EXTRA_PROBES)?;
