@@ -704,3 +704,102 @@ fn an_instrumented_frames_whole_report_stays_under_64_kib() {
     assert!(whole <= 64 << 10, "{whole} bytes");
     assert_quiet(&ctx);
 }
+
+/// Issue 42: the capture's second dispatch, over the selected lanes' workgroups only, captures
+/// each selected lane's accesses as issue 30's pass captured them in the pass itself (lane by
+/// lane, in order, values and escapes alike), and stores, marks and counts nothing.
+#[test]
+fn the_capture_dispatch_captures_what_the_pass_did_and_nothing_else() {
+    let Some(ctx) = context() else { return };
+    let grid = Grid::new(64, 64).unwrap();
+    let scene = Scene::new(scene_cfg(), grid).unwrap();
+    let host = HostSide::new(scene.clone()).unwrap();
+    let mut options = PassOptions::new(false, GuestMemoryOn::Imported);
+    let issue30 = Build::of(Variant::Instrumented).shaped(Shape::ISSUE_30);
+    options.builds.push(issue30);
+    // Room for every access of a workgroup's lanes.
+    let mut roomy = layout();
+    roomy.capture_capacity = 1 << 15;
+    let mut pass = DevicePass::with_options(&ctx, &host, roomy, &options).unwrap();
+    // Two lanes of an escaping workgroup, and one whole workgroup beside it.
+    let [x, y] = (0..64)
+        .flat_map(|y| (0..64).map(move |x| [x, y]))
+        .find(|&[x, y]| scene.trace(x, y).escapes.iter().any(|&e| e > 0))
+        .expect("an escaping pixel");
+    let by_lane = |s: &InstrumentedReport| {
+        let mut lanes: std::collections::BTreeMap<(u32, u32), Vec<String>> = Default::default();
+        for c in &s.captured {
+            lanes
+                .entry((c.workgroup, c.wave * 32 + c.lane))
+                .or_default()
+                .push(format!("{c:?}"));
+        }
+        lanes
+    };
+    for sel in [
+        LaneSelection::rect(x, y, x + 2, y + 1),
+        LaneSelection::workgroup(grid.lane_of([x, y]).0, u64::MAX),
+    ] {
+        // Issue 30's pass captures in the pass.
+        pass.run_builds(&[issue30], &sel, scene::CANARY_AT, &scene)
+            .unwrap();
+        let before = host
+            .decode(pass.layout(), &pass.instrumentation_words())
+            .unwrap();
+        // The capture's dispatch alone: its buffer holds the capture and nothing else.
+        pass.run_builds(
+            &[Build::of(Variant::Capture)],
+            &sel,
+            scene::CANARY_AT,
+            &scene,
+        )
+        .unwrap();
+        let alone = host
+            .decode(pass.layout(), &pass.instrumentation_words())
+            .unwrap();
+        assert!(
+            pass.marked_chunks().is_empty(),
+            "the capture marked a chunk"
+        );
+        assert_eq!(alone.control, ControlStatus::NotFired);
+        assert!(alone.escapes.is_empty() && alone.counters.escapes == 0);
+        assert!(
+            alone
+                .sites
+                .iter()
+                .all(|s| s.accesses == 0 && s.lookups == 0)
+        );
+        assert!(!alone.captured.is_empty());
+        assert!(alone.captured.iter().all(|c| sel.selects(
+            c.workgroup,
+            c.wave * 32 + c.lane,
+            c.pixel
+        )));
+        // Lane by lane, the accesses issue 30's pass captured.
+        assert_eq!(alone.captured_not_logged, 0);
+        assert_eq!(before.captured_not_logged, 0);
+        assert!(alone.captured.iter().any(|c| c.escaped_bytes != 0), "{sel}");
+        assert_eq!(by_lane(&alone), by_lane(&before), "{sel}");
+        // The shipped pass runs both, in one submission.
+        pass.run(Variant::Instrumented, &sel, scene::CANARY_AT, &scene)
+            .unwrap();
+        let both = host
+            .decode(pass.layout(), &pass.instrumentation_words())
+            .unwrap();
+        assert_eq!(both.control, ControlStatus::Fired);
+        assert_eq!(by_lane(&both), by_lane(&alone), "{sel}");
+    }
+    // No lane selected: no capture's dispatch, nothing captured.
+    pass.run(
+        Variant::Instrumented,
+        &LaneSelection::none(),
+        scene::CANARY_AT,
+        &scene,
+    )
+    .unwrap();
+    let none = host
+        .decode(pass.layout(), &pass.instrumentation_words())
+        .unwrap();
+    assert!(none.captured.is_empty() && none.captured_not_logged == 0);
+    assert_quiet(&ctx);
+}

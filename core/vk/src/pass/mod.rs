@@ -1060,7 +1060,7 @@ impl DevicePass {
     /// `width / 8 × height / 8` workgroups, waited for. The instrumented variant, whose pass
     /// captures no lane ([`Shape::lean`]), is followed in the same submission by the capture's
     /// dispatch over the selected lanes' workgroups ([`Variant::Capture`]) where `selection`
-    /// selects any and the pass has its pipeline.
+    /// selects any; a pass made without the capture's pipeline refuses such a run.
     pub fn run(
         &mut self,
         variant: Variant,
@@ -1073,8 +1073,14 @@ impl DevicePass {
         if variant == Variant::Instrumented
             && Shape::SHIPPED.lean
             && self.grid.selected_workgroups(selection).is_some()
-            && self.pipelines.iter().any(|(b, _)| *b == capture)
         {
+            // Lanes asked for and none captured would be a silent loss: refuse it by name.
+            if !self.pipelines.iter().any(|(b, _)| *b == capture) {
+                return Err(pass_err(format!(
+                    "lanes to capture ({selection}), but the pass was made without the capture's pipeline ({})",
+                    capture.name()
+                )));
+            }
             sequence.push(capture);
         }
         self.run_builds(&sequence, selection, canary, scene)
