@@ -115,6 +115,26 @@ impl PageRuns {
         Self { n_pages, runs }
     }
 
+    /// The pages of `runs` (`(pages, state)` in page order), joining equal neighbours and
+    /// skipping empty runs: how a reader rebuilds a reservation from its saved runs, one step a
+    /// run.
+    pub fn from_runs(runs: impl IntoIterator<Item = (u64, PageState)>) -> Self {
+        let mut n_pages = 0u64;
+        let mut map = BTreeMap::new();
+        let mut last: Option<PageState> = None;
+        for (pages, state) in runs {
+            if pages == 0 {
+                continue;
+            }
+            if last != Some(state) {
+                map.insert(n_pages, state);
+                last = Some(state);
+            }
+            n_pages = n_pages.saturating_add(pages);
+        }
+        Self { n_pages, runs: map }
+    }
+
     /// How many pages.
     pub fn len(&self) -> u64 {
         self.n_pages
