@@ -214,15 +214,42 @@ impl PageRuns {
 
     /// Applies `f` to the state of every page in `first..end` (clipped to the pages), then
     /// joins neighbouring runs that became equal. Returns how many pages `f` was applied to.
-    pub fn update(&mut self, first: u64, end: u64, mut f: impl FnMut(&mut PageState)) -> u64 {
+    pub fn update(&mut self, first: u64, end: u64, f: impl FnMut(&mut PageState)) -> u64 {
+        self.update_noting(first, end, f, |_, _| {})
+    }
+
+    /// [`Self::update`], calling `changed` with each stretch of pages `(first, end)` whose state
+    /// `f` changed (in page order, neighbouring changed runs as one stretch): what the change log
+    /// of [`GuestMemory::changed_since`] notes, so that a wide update that changes a few pages
+    /// notes those pages, not the range.
+    pub fn update_noting(
+        &mut self,
+        first: u64,
+        end: u64,
+        mut f: impl FnMut(&mut PageState),
+        mut changed: impl FnMut(u64, u64),
+    ) -> u64 {
         let end = end.min(self.n_pages);
         if first >= end {
             return 0;
         }
         self.split_at(first);
         self.split_at(end);
-        for (_, p) in self.runs.range_mut(first..end) {
+        let mut open: Option<u64> = None;
+        for (&k, p) in self.runs.range_mut(first..end) {
+            let before = *p;
             f(p);
+            match (open, *p != before) {
+                (None, true) => open = Some(k),
+                (Some(s), false) => {
+                    changed(s, k);
+                    open = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = open {
+            changed(s, end);
         }
         // Join equal neighbours from the run before `first` to the run at `end`.
         let from = self
@@ -382,9 +409,15 @@ pub enum StateChange {
 /// reached once and then reused, so noting a change never allocates in steady state.
 pub const STATE_LOG_CHANGES: usize = 4096;
 
+/// The widest range of pages two changes at different counts are joined into: a caller between
+/// the two looks again at the older one's pages too, so the join is kept small (a sweep of
+/// neighbouring pages takes one entry per 64 KiB, not one per page).
+const JOIN_BYTES: u64 = 64 << 10;
+
 /// The log behind [`GuestMemory::changed_since`]: each change with the count it made, oldest
 /// first, counts never going back; a change of pages that touches the last one noted widens it
-/// (and takes the newer count) instead of taking an entry.
+/// (and takes the newer count) instead of taking an entry, where both are of one count or the
+/// two together span at most [`JOIN_BYTES`].
 #[derive(Clone, Debug, Default)]
 struct StateLog {
     entries: VecDeque<(u64, StateChange)>,
@@ -400,10 +433,13 @@ impl StateLog {
             && last.start <= r.end
             && r.start <= last.end
         {
-            // A superset with the newer count: a caller past the older one looks at both.
-            *last = ByteRange::new(last.start.min(r.start), last.end.max(r.end));
-            *at = count;
-            return;
+            let both = ByteRange::new(last.start.min(r.start), last.end.max(r.end));
+            if *at == count || both.size_bytes() <= JOIN_BYTES {
+                // A superset with the newer count: a caller past the older one looks at both.
+                *last = both;
+                *at = count;
+                return;
+            }
         }
         if self.entries.len() >= STATE_LOG_CHANGES
             && let Some((at, _)) = self.entries.pop_front()
@@ -697,7 +733,7 @@ impl GuestMemory {
     fn pages_mut(
         &mut self,
         range: ByteRange,
-        mut f: impl FnMut(&mut PageState),
+        f: impl FnMut(&mut PageState),
     ) -> Result<u64, MemoryError> {
         self.check_aligned(range)?;
         let shift = self.page_shift;
@@ -710,14 +746,19 @@ impl GuestMemory {
             .ok_or(MemoryError::OutsideReservation { range })?;
         let first = (range.start - r.range.start) >> shift;
         let end = (range.end - r.range.start) >> shift;
+        // One count for the whole update, each stretch it changed noted at it.
+        let count = self.state_changes + 1;
+        let (log, start) = (&mut self.log, r.range.start);
         let mut changed = false;
-        let n = r.pages.update(first, end, |p| {
-            let before = *p;
-            f(p);
-            changed |= *p != before;
+        let n = r.pages.update_noting(first, end, f, |a, b| {
+            log.note(
+                count,
+                StateChange::Pages(ByteRange::new(start + (a << shift), start + (b << shift))),
+            );
+            changed = true;
         });
         if changed {
-            self.changed(StateChange::Pages(range));
+            self.state_changes = count;
         }
         Ok(n)
     }
@@ -1125,15 +1166,22 @@ impl GuestMemory {
             if let Some(both) = r.range.intersection(&pages) {
                 let first = (both.start - r.range.start) >> shift;
                 let end = (both.end - r.range.start) >> shift;
-                let mut here = false;
-                r.pages.update(first, end, |p| {
-                    here |= !p.written;
-                    p.written = true;
-                });
-                if here {
-                    self.log.note(count, StateChange::Pages(both));
-                    changed = true;
-                }
+                let (log, start) = (&mut self.log, r.range.start);
+                r.pages.update_noting(
+                    first,
+                    end,
+                    |p| p.written = true,
+                    |a, b| {
+                        log.note(
+                            count,
+                            StateChange::Pages(ByteRange::new(
+                                start + (a << shift),
+                                start + (b << shift),
+                            )),
+                        );
+                        changed = true;
+                    },
+                );
                 change.noted_written.push(both);
             }
         }
@@ -1828,5 +1876,31 @@ mod tests {
             m.changed_since(c + 5).unwrap().count() == 1,
             "a caller between the widened entry's changes still sees it"
         );
+        // A page changed beside a wide change made before is not joined to it: a caller between
+        // the two looks at the one page.
+        let mut m = GuestMemory::new(0x1000).unwrap();
+        let wide = ByteRange::new(0x10000, 0x110000);
+        m.apply(&Event::Reserve {
+            range: wide,
+            readable: true,
+            writable: true,
+            committed: false,
+            backing: Backing::Private,
+            host_base: None,
+        })
+        .unwrap();
+        m.apply(&Event::Commit { range: wide }).unwrap();
+        let c = m.state_changes();
+        let page = ByteRange::new(0x10000, 0x11000);
+        m.apply(&Event::Guard { range: page }).unwrap();
+        let listed: Vec<_> = m.changed_since(c).unwrap().copied().collect();
+        assert_eq!(listed, vec![StateChange::Pages(page)]);
+        // A wide update that changes a few pages notes those pages.
+        let c = m.state_changes();
+        m.apply(&Event::Commit { range: wide }).unwrap();
+        assert_eq!(m.state_changes(), c, "all committed already");
+        m.apply(&Event::Unguard { range: wide }).unwrap();
+        let listed: Vec<_> = m.changed_since(c).unwrap().copied().collect();
+        assert_eq!(listed, vec![StateChange::Pages(page)]);
     }
 }
