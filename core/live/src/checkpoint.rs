@@ -395,9 +395,13 @@ pub(crate) struct Tracker {
     memory_sent: Option<u64>,
     /// Whether the table was queued as it stands.
     table_sent: bool,
-    /// The table version ([`dispatchscope_core::chunk_table::ChunkTable::version`]) last copied,
+    /// The table version ([`dispatchscope_core::chunk_table::ChunkTable::version`]) last queued,
     /// whole or by its changes, this session.
     table_version: Option<u64>,
+    /// The table version the last copy made, until it is queued ([`Self::queued_parts`]): a copy
+    /// the queue dropped leaves `table_version` where it was, so that the next copy is whole
+    /// rather than changes to a table the writer never got.
+    table_copied: Option<u64>,
     /// Game-thread time the budget holds.
     bucket: Duration,
     refilled: Instant,
@@ -411,6 +415,7 @@ impl Tracker {
             memory_sent: None,
             table_sent: false,
             table_version: None,
+            table_copied: None,
             // A share of 0 never copies: every change is sent as unknown.
             bucket: if share > 0.0 {
                 CHECKPOINT_BURST
@@ -442,6 +447,7 @@ impl Tracker {
             self.table_sent = false;
             self.table_version = None;
         }
+        self.table_copied = None;
         if report
             .table
             .as_ref()
@@ -501,7 +507,7 @@ impl Tracker {
                 // Its changes: a few slots, whatever the budget. The writer checks that it holds
                 // the version they change (a copy the queue dropped would break the chain).
                 Some((from, slots)) => {
-                    self.table_version = Some(t.version());
+                    self.table_copied = Some(t.version());
                     Copied::State(TableCopy::Changes {
                         from,
                         to: t.version(),
@@ -512,7 +518,7 @@ impl Tracker {
                     })
                 }
                 None if afford => {
-                    self.table_version = Some(t.version());
+                    self.table_copied = Some(t.version());
                     Copied::State(TableCopy::Whole {
                         image: TableImage::of(t),
                         version: t.version(),
@@ -541,6 +547,7 @@ impl Tracker {
         }
         if table {
             self.table_sent = true;
+            self.table_version = self.table_copied.take();
         }
     }
 
@@ -550,6 +557,7 @@ impl Tracker {
         self.memory_sent = None;
         self.table_sent = false;
         self.table_version = None;
+        self.table_copied = None;
     }
 }
 
@@ -1030,7 +1038,8 @@ mod tests {
             "one slot's entry and a header: {} bytes",
             delta.len()
         );
-        // A copy the queue dropped breaks the chain: the next changes are not the writer's table's.
+        // A copy the queue dropped: the next copy is the whole table, never changes to a table the
+        // writer did not get.
         let toggle = |e: &mut Engine, p: HostProtection| {
             e.apply(&Event::HostProtect {
                 range: ByteRange::new(base + 0x9000, base + 0xa000),
@@ -1044,12 +1053,20 @@ mod tests {
         drop(dropped);
         let r = toggle(&mut e, HostProtection::ReadWrite);
         let next = tracker.copy(1, &e, &r, 3).unwrap();
-        let m = w.message(next, 64 << 20).unwrap();
         assert!(
-            matches!(m.table, Some(StatePart::Unknown(_))),
-            "changes past a dropped copy are never applied to the older table: {m:?}"
+            matches!(next.table, Some(Copied::State(TableCopy::Whole { .. }))),
+            "changes past a dropped copy are never sent: {:?}",
+            next.table
         );
-        assert!(w.take_want_whole());
+        tracker.queued_parts((true, true), e.memory().state_changes());
+        // The table is back as the writer last sent it: nothing to send, and nothing unknown.
+        let m = w.message(next, 64 << 20);
+        assert!(
+            m.as_ref()
+                .is_none_or(|m| !matches!(m.table, Some(StatePart::Unknown(_)))),
+            "{m:?}"
+        );
+        assert!(!w.take_want_whole());
         // A writer that never held the table cannot take changes: unknown, and a whole one asked for.
         let mut fresh = Writer::default();
         e.apply(&Event::HostProtect {
