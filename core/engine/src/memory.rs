@@ -1782,7 +1782,7 @@ mod tests {
             0 => Event::Reserve {
                 range: ByteRange::new(slot, slot + 0x10000),
                 readable: true,
-                writable: pick[4] % 2 == 0,
+                writable: pick[4].is_multiple_of(2),
                 committed: false,
                 backing: Backing::Private,
                 host_base: None,
@@ -1793,8 +1793,8 @@ mod tests {
             4 => Event::Commit { range },
             5 => Event::Protect {
                 range,
-                readable: pick[4] % 2 == 0,
-                writable: pick[4] % 3 == 0,
+                readable: pick[4].is_multiple_of(2),
+                writable: pick[4].is_multiple_of(3),
             },
             6 => Event::Write {
                 address: range.start + 8,

@@ -108,13 +108,16 @@ impl ReservationState {
 
     /// Checks that its runs cover it exactly, page by page, in pages of `page_bytes`.
     pub fn check(&self, page_bytes: u64) -> Result<(), CheckpointError> {
+        if !page_bytes.is_power_of_two() {
+            return Err(CheckpointError::PageSize { page_bytes });
+        }
         let pages: u64 = self
             .runs
             .iter()
             .try_fold(0u64, |n, run| n.checked_add(run.pages))
             .ok_or(CheckpointError::PageCount { range: self.range })?;
         let want = self.range.size_bytes() / page_bytes;
-        if pages != want || self.range.size_bytes() % page_bytes != 0 {
+        if pages != want || !self.range.size_bytes().is_multiple_of(page_bytes) {
             return Err(CheckpointError::Runs {
                 range: self.range,
                 want,

@@ -566,6 +566,11 @@ impl MemoryImage {
     /// Applies `delta` (a whole one replaces everything); returns whether the state changed. On an
     /// error the image is left part-changed: its holder drops it.
     pub fn apply(&mut self, delta: &MemoryDelta) -> Result<bool, CheckpointError> {
+        if !delta.page_bytes.is_power_of_two() {
+            return Err(CheckpointError::PageSize {
+                page_bytes: delta.page_bytes,
+            });
+        }
         if delta.whole {
             let before = std::mem::replace(self, Self::empty(delta.page_bytes));
             self.apply_parts(delta)?;
