@@ -1419,7 +1419,11 @@ mod tests {
                 _ => writer.next_state(&MemoryState::of(&m)),
             };
             sent = Some(changes);
-            let p = payload.unwrap();
+            let mut p = payload.unwrap();
+            if step == 0 {
+                // An older build's whole state (JSON) is a base the binary deltas build on.
+                p = encode_memory_state(&MemoryState::of(&m));
+            }
             if check_memory_payload(&p).unwrap() {
                 deltas += 1;
             } else {

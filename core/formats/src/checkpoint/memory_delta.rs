@@ -47,8 +47,10 @@ use super::{CheckpointError, MemoryState, PageRunState, ReservationState};
 use crate::versions::{MEMORY_DELTA_MAGIC, MEMORY_DELTA_VERSION};
 
 /// The most deltas between two whole memory records, so that rebuilding a state reads at most
-/// this many records plus one.
-pub const MAX_MEMORY_DELTAS: usize = 255;
+/// this many records plus one. A delta of a frame's few toggled pages is tens of bytes and a whole
+/// state of a busy write-watch over 16 GiB hundreds of kilobytes: the chain is long so that the
+/// whole states it ends with stay a small part of what is sent (`benches/memory_delta.rs`).
+pub const MAX_MEMORY_DELTAS: usize = 1023;
 
 /// Bytes before the form byte: the magic and the version.
 const HEAD_BYTES: usize = 8;
@@ -1079,39 +1081,72 @@ mod tests {
     /// outweigh the whole; changes to no state, or that do not apply, are refused.
     #[test]
     fn the_writer_bounds_its_chain() {
-        let mut m = sixteen_gib();
         let mut w = MemoryWriter::default();
         assert_eq!(
-            w.next_delta(&MemoryDelta::since(&m, 0).unwrap()),
+            w.next_delta(&MemoryDelta::since(&sixteen_gib(), 0).unwrap()),
             Err(NoMemoryToChange)
         );
-        // A state of many runs, so that deltas stay under its weight.
-        for p in 0..2_000u64 {
-            m.apply(&Event::Guard { range: page(p * 2) }).unwrap();
+        // Toggles of `n` pages after `guarded` pages two apart were guarded: each payload sent,
+        // whether it is a delta, and its bytes.
+        let sent = |w: &mut MemoryWriter, guarded: u64, n: u64| {
+            let mut m = sixteen_gib();
+            for p in 0..guarded {
+                m.apply(&Event::Guard { range: page(p * 2) }).unwrap();
+            }
+            w.reset();
+            let first = w.next_state(&MemoryState::of(&m)).unwrap();
+            assert!(!check_delta(&first));
+            assert!(w.next_state(&MemoryState::of(&m)).is_none(), "the same");
+            let mut out = vec![(false, first.len())];
+            for i in 0..n {
+                let at = m.state_changes();
+                let range = page((i % guarded) * 2);
+                let e = if (i / guarded).is_multiple_of(2) {
+                    Event::Unguard { range }
+                } else {
+                    Event::Guard { range }
+                };
+                m.apply(&e).unwrap();
+                let bytes = w
+                    .next_delta(&MemoryDelta::since(&m, at).unwrap())
+                    .unwrap()
+                    .unwrap();
+                out.push((check_delta(&bytes), bytes.len()));
+            }
+            out
+        };
+        // A small state: the deltas since a whole one never outweigh it.
+        let small = sent(&mut w, 200, 600);
+        let wholes = small.iter().filter(|(d, _)| !d).count();
+        assert!(wholes > 3, "{wholes} whole of 600");
+        let mut whole = 0;
+        let mut since = 0;
+        for &(delta, bytes) in &small {
+            if delta {
+                since += bytes;
+                assert!(
+                    since <= whole,
+                    "{since} bytes of deltas after a whole of {whole}"
+                );
+            } else {
+                (whole, since) = (bytes, 0);
+            }
         }
-        let first = w.next_state(&MemoryState::of(&m)).unwrap();
-        assert!(!check_delta(&first));
-        assert!(w.next_state(&MemoryState::of(&m)).is_none(), "the same");
-        let mut kinds = Vec::new();
-        for p in 0..600u64 {
-            let at = m.state_changes();
-            m.apply(&Event::Unguard { range: page(p * 2) }).unwrap();
-            let bytes = w
-                .next_delta(&MemoryDelta::since(&m, at).unwrap())
-                .unwrap()
-                .unwrap();
-            kinds.push(check_delta(&bytes));
-        }
-        let wholes = kinds.iter().filter(|d| !**d).count();
-        assert!((2..=4).contains(&wholes), "{wholes} whole of 600");
-        let longest = kinds.split(|d| !*d).map(<[bool]>::len).max().unwrap_or(0);
-        assert!(longest <= MAX_MEMORY_DELTAS, "{longest}");
+        // A large state: the chain ends at MAX_MEMORY_DELTAS.
+        let large = sent(&mut w, 20_000, MAX_MEMORY_DELTAS as u64 + 100);
+        let longest = large
+            .split(|(d, _)| !*d)
+            .map(<[(bool, usize)]>::len)
+            .max()
+            .unwrap_or(0);
+        assert_eq!(longest, MAX_MEMORY_DELTAS);
         // Changes that do not apply: refused, and the next must be whole.
         let bad = MemoryDelta {
             page_bytes: 0x2000,
             ..MemoryDelta::default()
         };
         assert_eq!(w.next_delta(&bad), Err(NoMemoryToChange));
+        let m = sixteen_gib();
         assert_eq!(
             w.next_delta(&MemoryDelta::since(&m, m.state_changes()).unwrap()),
             Err(NoMemoryToChange)
