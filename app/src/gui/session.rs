@@ -947,8 +947,8 @@ impl Session {
         }
         if let Some((_, idx)) = d.states.memory_at(pos)
             && d.memory.as_ref().is_none_or(|(i, _)| *i != idx)
+            && let Some((_, idx, m)) = d.file.memory_at(&d.states, pos)?
         {
-            let m = d.file.memory_state(idx)?;
             d.memory = Some((idx, Arc::new(memory_view(m))));
         }
         // A state a live target could not send is unknown from its record on (checkpoint.rs).

@@ -58,7 +58,8 @@
 //! 2. The debugger answers [`ToTarget::Hello`] ([`DebuggerHello`]) with its version and token.
 //! 3. The target answers [`ToDebugger::Attached`], or [`ToDebugger::Refused`] and closes.
 //!
-//! Both sides speak exactly one version, [`VERSION`] (3), and talk only to the same version:
+//! Both sides speak exactly one version, [`VERSION`] (4: a memory checkpoint may be changes since
+//! the last, `crate::checkpoint`; 3 added memory reads), and talk only to the same version:
 //! older peers are refused by name, not served (serving them would mean keeping v1's JSON
 //! dispatch frames, the cost this version removes, and a second code path the tests must cover).
 //! The framing, both hellos' `type`, `protocol` and `version` fields, and [`ToDebugger::Refused`]

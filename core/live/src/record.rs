@@ -32,7 +32,8 @@ use dispatchscope_formats::capture::{
     CaptureError, CaptureWriter, MAX_DICTIONARY_BYTES, RecordKind,
 };
 use dispatchscope_formats::checkpoint::{
-    MEMORY_STATE, MEMORY_UNKNOWN, StateIndex, TABLE_STATE, TABLE_UNKNOWN, check_table_payload,
+    MEMORY_STATE, MEMORY_UNKNOWN, StateIndex, TABLE_STATE, TABLE_UNKNOWN, check_memory_payload,
+    check_table_payload,
 };
 use dispatchscope_formats::columns;
 use dispatchscope_formats::sample::Program;
@@ -126,6 +127,8 @@ pub struct CaptureRecorder {
     /// Whether a full table record was written since the start or the last unknown table, so
     /// that a delta has its base in the file.
     table_base: bool,
+    /// The same for memory: a whole MEMORY_STATE record since the start or the last unknown one.
+    memory_base: bool,
     /// A checkpoint of a dispatch the file does not hold (it came before its dispatch was
     /// recorded): the state of the next recorded dispatch unless that one brings its own.
     pending: Option<Checkpoint>,
@@ -177,15 +180,23 @@ enum Dictionary {
     Written,
 }
 
-/// `later` over `earlier`: each state the later one carries replaces the earlier one's. Two table
-/// parts cannot be merged (a delta needs the one before it in the file), so that one is unknown.
+/// `later` over `earlier`: each state the later one carries replaces the earlier one's. Two parts
+/// of a state cannot be merged where the later is a delta (it needs the one before it in the
+/// file), so that state is unknown.
 fn merge(earlier: Option<Checkpoint>, later: &Checkpoint) -> Checkpoint {
     let Some(mut c) = earlier else {
         return later.clone();
     };
     c.dispatch = later.dispatch;
-    if later.memory.is_some() {
-        c.memory.clone_from(&later.memory);
+    match (&c.memory, &later.memory) {
+        (_, None) => {}
+        (None, m) => c.memory.clone_from(m),
+        (Some(_), Some(StatePart::Known(b))) if check_memory_payload(b) == Ok(true) => {
+            c.memory = Some(StatePart::Unknown(
+                "two memory states came before their dispatch was recorded".into(),
+            ));
+        }
+        (Some(_), Some(_)) => c.memory.clone_from(&later.memory),
     }
     match (&c.table, &later.table) {
         (_, None) => {}
@@ -237,6 +248,7 @@ impl CaptureRecorder {
             states: StateIndex::default(),
             written_out: 0,
             table_base: false,
+            memory_base: false,
             pending: None,
             dictionary: Dictionary::None,
             meta: None,
@@ -292,6 +304,7 @@ impl CaptureRecorder {
         self.durable_bytes = 0;
         self.written_out = 0;
         self.table_base = false;
+        self.memory_base = false;
         self.pending = Some(match self.pending.take() {
             Some(p) => merge(Some(carried), &p),
             None => carried,
@@ -323,16 +336,30 @@ impl CaptureRecorder {
     }
 
     /// Writes checkpoint `c`'s states as the records of the dispatch recorded last: a known state
-    /// as its MEMORY_STATE or TABLE_STATE payload unchanged, an unknown one (or a table delta
-    /// whose base this file lacks) as MEMORY_UNKNOWN or TABLE_UNKNOWN with why.
+    /// as its MEMORY_STATE or TABLE_STATE payload unchanged, an unknown one (or a delta whose base
+    /// this file lacks) as MEMORY_UNKNOWN or TABLE_UNKNOWN with why.
     fn write_checkpoint(&mut self, c: &Checkpoint) -> Result<(), RecordError> {
         let Some(pos) = (self.summary.dispatches as usize).checked_sub(1) else {
             return Ok(());
         };
         if let Some(part) = &c.memory {
+            let late = "the recording began after the target's last whole memory state, so guest memory is not known until the next one";
             let (kind, bytes) = match part {
-                StatePart::Known(b) => (MEMORY_STATE, b.as_slice()),
-                StatePart::Unknown(why) => (MEMORY_UNKNOWN, why.as_bytes()),
+                StatePart::Known(b) => match check_memory_payload(b) {
+                    Ok(false) => {
+                        self.memory_base = true;
+                        (MEMORY_STATE, b.as_slice())
+                    }
+                    Ok(true) if self.memory_base => (MEMORY_STATE, b.as_slice()),
+                    _ => {
+                        self.memory_base = false;
+                        (MEMORY_UNKNOWN, late.as_bytes())
+                    }
+                },
+                StatePart::Unknown(why) => {
+                    self.memory_base = false;
+                    (MEMORY_UNKNOWN, why.as_bytes())
+                }
             };
             let seq = self.append(kind, bytes, true)?;
             self.push_state(kind, pos, seq);

@@ -587,7 +587,7 @@ fn write_loop(
                     // Sent only after its dispatch; a state whose dispatch was not sent is owed.
                     let c = if last_dispatch_sent == Some(copy.dispatch) {
                         let c = states.message(*copy, max_part);
-                        if states.take_want_whole_table() {
+                        if states.take_want_whole() {
                             queue.want_state();
                         }
                         c

@@ -356,6 +356,9 @@ impl Tap {
         if c.snapshot_wanted {
             c.snapshot_wanted = false;
             send_snapshot(&c, engine);
+            // A recorder begins at the snapshot: the states after it go whole, so that the deltas
+            // that follow have their base in its file.
+            self.checkpoints.resend();
         }
         let read = reader(engine);
         answer_reads(&mut c, &read);

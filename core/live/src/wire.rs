@@ -21,7 +21,7 @@
 //! Kinds 1 to 3 (a dispatch as a MessagePack map with its access lists, then without them and
 //! [`dispatchscope_formats::columns`]' fixed-width rows after it, then as a dispatch message with
 //! those rows) were written only by targets of protocol version 2, which the handshake refuses
-//! ([`crate::protocol::VERSION`] is 3): no peer this side talks to sends them, so they are read
+//! ([`crate::protocol::VERSION`] is 4): no peer this side talks to sends them, so they are read
 //! as the named error [`RETIRED_KINDS`] gives, not decoded. A version 2 store's records of kind 3
 //! still read (the table of record forms in [`dispatchscope_formats::legacy`]).
 //!
