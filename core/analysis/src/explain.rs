@@ -739,155 +739,6 @@ pub fn explain_instrumented(
     Ok(())
 }
 
-#[cfg(test)]
-mod instrumented_tests {
-    #![allow(clippy::unwrap_used, reason = "tests")]
-
-    use super::*;
-    use dispatchscope_core::ByteRange;
-    use dispatchscope_core::input::{AccessKind, Op};
-    use dispatchscope_core::report::{
-        EscapeClass, InstrumentCounters, LeftOutReason, LoggedEscape, SiteReport,
-    };
-
-    fn section(control: ControlStatus) -> InstrumentedReport {
-        let escape = |k: u32| LoggedEscape {
-            workgroup: 5 + k,
-            wave: 1,
-            lane: 3,
-            pixel: [40 + 8 * k, 4],
-            site: 1,
-            pc: 0x7400_5b85_4a90,
-            address: 0x7f_0000_0000 + u64::from(k) * 0x40,
-            size_bytes: 8,
-            op: Op::Load,
-            escaped_bytes: 0xf0,
-            class: if k == 1 {
-                EscapeClass::LeftOut
-            } else {
-                EscapeClass::NoReservation
-            },
-            reason: (k == 1).then_some(LeftOutReason::NotReadWrite),
-            nearest_below: Some(ByteRange::new(0x6_1000_0000, 0x6_1010_0000)),
-            nearest_above: None,
-        };
-        InstrumentedReport {
-            grid: [64, 16],
-            lanes: 1024,
-            workgroups: 16,
-            counters: InstrumentCounters {
-                guest: 2048,
-                lds: 1024,
-                scratch: 0,
-                bound: 1024,
-                lookups: 2050,
-                hits: 2042,
-                misses: 8,
-                escapes: 8,
-                stores_marked: 1024,
-            },
-            heat: Some(dispatchscope_core::report::HeatMap {
-                scale: 1,
-                cells: [8, 2],
-                escapes: (0..16).map(|i| u64::from(i == 5) * 8).collect(),
-                extra_probes: (0..16).map(|i| u64::from(i % 3 == 0) * 3).collect(),
-            }),
-            probe_histogram: vec![2000, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
-            sites: vec![
-                SiteReport {
-                    site: 0,
-                    pc: 0x7400_5b85_4a80,
-                    kind: AccessKind::UntypedBuffer,
-                    op: Op::Load,
-                    size_bytes: 16,
-                    accesses: 1024,
-                    escapes: 0,
-                    lookups: 0,
-                    probes_sum: 0,
-                    probes_max: 0,
-                },
-                SiteReport {
-                    site: 1,
-                    pc: 0x7400_5b85_4a90,
-                    kind: AccessKind::Scalar,
-                    op: Op::Load,
-                    size_bytes: 8,
-                    accesses: 2048,
-                    escapes: 8,
-                    lookups: 2050,
-                    probes_sum: 2100,
-                    probes_max: 2,
-                },
-            ],
-            escapes: (0..3).map(escape).collect(),
-            escapes_not_logged: 5,
-            captured: vec![CapturedAccess {
-                workgroup: 5,
-                wave: 1,
-                lane: 3,
-                pixel: [43, 4],
-                site: 0,
-                pc: 0x7400_5b85_4a80,
-                op: Op::Load,
-                route: Route::Bound {
-                    holder: 0,
-                    offset: 0x40,
-                },
-                slot: Some((0, 0x40)),
-                size_bytes: 8,
-                values: vec![1, 2],
-                escaped_bytes: 0,
-            }],
-            captured_not_logged: 0,
-            control,
-        }
-    }
-
-    #[test]
-    fn the_section_says_what_was_counted_logged_and_not_logged() {
-        let mut o = String::new();
-        explain_instrumented(
-            &mut o,
-            &section(ControlStatus::Fired),
-            Detail { max_accesses: 2 },
-        )
-        .unwrap();
-        let expected = "  instrumented pass: grid 64×16, 1024 lanes, 16 workgroups of 8×8
-    control: fired (the canary lookup escaped and was counted: the miss path works)
-    accesses: 2048 to guest memory, 1024 bound, 1024 LDS, 0 scratch; 1024 device stores marked (C1)
-    lookups (T5): 2050, 2042 hits, 8 misses; 8 escapes (T4)
-    probes a lookup (T2): 1: 2000, 2: 50
-    heat map: 8×2 cells of 1×1 workgroups; escapes: hottest cell (5, 0) with 8; probes past the first: hottest cell (0, 0) with 3
-    sites:
-      site  pc                kind              op     bytes      accesses     escapes       lookups  mean probes  max probes
-         0  0x74005b854a80    untyped-buffer    load      16          1024           0             0            -           -
-         1  0x74005b854a90    scalar            load       8          2048           8          2050        1.024           2
-    escape log (T4): 8 counted, 3 logged; 5 counted but not logged (log full)
-      pixel (40, 4) wg 5 wave 1 lane 3 · site 1 pc 0x74005b854a90 · load 8 bytes at 0x7f00000000 · escaped [....xxxx] · no-reservation · nearest below 0x610000000..0x610100000, above none
-      pixel (48, 4) wg 6 wave 1 lane 3 · site 1 pc 0x74005b854a90 · load 8 bytes at 0x7f00000040 · escaped [....xxxx] · left-out (host pages not read-write) · nearest below 0x610000000..0x610100000, above none
-      … and 1 more logged, 5 not logged
-    captured lanes: 1 accesses kept
-      pixel (43, 4) wg 5 wave 1 lane 3 · site 0 pc 0x74005b854a80 · load 8 bytes, slot 0's buffer +0x40 (slot 0 +0x40) · [0x00000001 0x00000002]
-";
-        assert_eq!(o, expected, "\n{o}");
-    }
-
-    #[test]
-    fn a_control_that_did_not_fire_is_said_and_a_full_capture_counted() {
-        let mut ir = section(ControlStatus::NotFired);
-        ir.captured_not_logged = 7;
-        let mut o = String::new();
-        explain_instrumented(&mut o, &ir, Detail::default()).unwrap();
-        assert!(o.contains("control: NOT FIRED: this pass's instrumentation is not validated: its canary did not escape"), "{o}");
-        assert!(
-            o.contains("captured lanes: 1 accesses kept; 7 counted but not logged (capture full)"),
-            "{o}"
-        );
-        assert!(o.contains("      … and 0 more logged, 5 not logged"), "{o}");
-        assert!(o.contains("      … and 0 more kept, 7 not logged"), "{o}");
-    }
-}
-
 /// The text explanation of a lost device ([`DeviceLossReport`]): what `dispatchscope explain`
 /// prints after a capture's dispatches when the capture has a DEVICE_LOSS record. The status, each
 /// dispatch in flight with its plan (mode, slots, the mappings and table it was prepared against)
@@ -1051,4 +902,153 @@ pub fn fault_lands(lands: &FaultLands) -> String {
 /// `n` and its noun, singular or plural.
 fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod instrumented_tests {
+    #![allow(clippy::unwrap_used, reason = "tests")]
+
+    use super::*;
+    use dispatchscope_core::ByteRange;
+    use dispatchscope_core::input::{AccessKind, Op};
+    use dispatchscope_core::report::{
+        EscapeClass, InstrumentCounters, LeftOutReason, LoggedEscape, SiteReport,
+    };
+
+    fn section(control: ControlStatus) -> InstrumentedReport {
+        let escape = |k: u32| LoggedEscape {
+            workgroup: 5 + k,
+            wave: 1,
+            lane: 3,
+            pixel: [40 + 8 * k, 4],
+            site: 1,
+            pc: 0x7400_5b85_4a90,
+            address: 0x7f_0000_0000 + u64::from(k) * 0x40,
+            size_bytes: 8,
+            op: Op::Load,
+            escaped_bytes: 0xf0,
+            class: if k == 1 {
+                EscapeClass::LeftOut
+            } else {
+                EscapeClass::NoReservation
+            },
+            reason: (k == 1).then_some(LeftOutReason::NotReadWrite),
+            nearest_below: Some(ByteRange::new(0x6_1000_0000, 0x6_1010_0000)),
+            nearest_above: None,
+        };
+        InstrumentedReport {
+            grid: [64, 16],
+            lanes: 1024,
+            workgroups: 16,
+            counters: InstrumentCounters {
+                guest: 2048,
+                lds: 1024,
+                scratch: 0,
+                bound: 1024,
+                lookups: 2050,
+                hits: 2042,
+                misses: 8,
+                escapes: 8,
+                stores_marked: 1024,
+            },
+            heat: Some(dispatchscope_core::report::HeatMap {
+                scale: 1,
+                cells: [8, 2],
+                escapes: (0..16).map(|i| u64::from(i == 5) * 8).collect(),
+                extra_probes: (0..16).map(|i| u64::from(i % 3 == 0) * 3).collect(),
+            }),
+            probe_histogram: vec![2000, 50, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+            sites: vec![
+                SiteReport {
+                    site: 0,
+                    pc: 0x7400_5b85_4a80,
+                    kind: AccessKind::UntypedBuffer,
+                    op: Op::Load,
+                    size_bytes: 16,
+                    accesses: 1024,
+                    escapes: 0,
+                    lookups: 0,
+                    probes_sum: 0,
+                    probes_max: 0,
+                },
+                SiteReport {
+                    site: 1,
+                    pc: 0x7400_5b85_4a90,
+                    kind: AccessKind::Scalar,
+                    op: Op::Load,
+                    size_bytes: 8,
+                    accesses: 2048,
+                    escapes: 8,
+                    lookups: 2050,
+                    probes_sum: 2100,
+                    probes_max: 2,
+                },
+            ],
+            escapes: (0..3).map(escape).collect(),
+            escapes_not_logged: 5,
+            captured: vec![CapturedAccess {
+                workgroup: 5,
+                wave: 1,
+                lane: 3,
+                pixel: [43, 4],
+                site: 0,
+                pc: 0x7400_5b85_4a80,
+                op: Op::Load,
+                route: Route::Bound {
+                    holder: 0,
+                    offset: 0x40,
+                },
+                slot: Some((0, 0x40)),
+                size_bytes: 8,
+                values: vec![1, 2],
+                escaped_bytes: 0,
+            }],
+            captured_not_logged: 0,
+            control,
+        }
+    }
+
+    #[test]
+    fn the_section_says_what_was_counted_logged_and_not_logged() {
+        let mut o = String::new();
+        explain_instrumented(
+            &mut o,
+            &section(ControlStatus::Fired),
+            Detail { max_accesses: 2 },
+        )
+        .unwrap();
+        let expected = "  instrumented pass: grid 64×16, 1024 lanes, 16 workgroups of 8×8
+    control: fired (the canary lookup escaped and was counted: the miss path works)
+    accesses: 2048 to guest memory, 1024 bound, 1024 LDS, 0 scratch; 1024 device stores marked (C1)
+    lookups (T5): 2050, 2042 hits, 8 misses; 8 escapes (T4)
+    probes a lookup (T2): 1: 2000, 2: 50
+    heat map: 8×2 cells of 1×1 workgroups; escapes: hottest cell (5, 0) with 8; probes past the first: hottest cell (0, 0) with 3
+    sites:
+      site  pc                kind              op     bytes      accesses     escapes       lookups  mean probes  max probes
+         0  0x74005b854a80    untyped-buffer    load      16          1024           0             0            -           -
+         1  0x74005b854a90    scalar            load       8          2048           8          2050        1.024           2
+    escape log (T4): 8 counted, 3 logged; 5 counted but not logged (log full)
+      pixel (40, 4) wg 5 wave 1 lane 3 · site 1 pc 0x74005b854a90 · load 8 bytes at 0x7f00000000 · escaped [....xxxx] · no-reservation · nearest below 0x610000000..0x610100000, above none
+      pixel (48, 4) wg 6 wave 1 lane 3 · site 1 pc 0x74005b854a90 · load 8 bytes at 0x7f00000040 · escaped [....xxxx] · left-out (host pages not read-write) · nearest below 0x610000000..0x610100000, above none
+      … and 1 more logged, 5 not logged
+    captured lanes: 1 accesses kept
+      pixel (43, 4) wg 5 wave 1 lane 3 · site 0 pc 0x74005b854a80 · load 8 bytes, slot 0's buffer +0x40 (slot 0 +0x40) · [0x00000001 0x00000002]
+";
+        assert_eq!(o, expected, "\n{o}");
+    }
+
+    #[test]
+    fn a_control_that_did_not_fire_is_said_and_a_full_capture_counted() {
+        let mut ir = section(ControlStatus::NotFired);
+        ir.captured_not_logged = 7;
+        let mut o = String::new();
+        explain_instrumented(&mut o, &ir, Detail::default()).unwrap();
+        assert!(o.contains("control: NOT FIRED: this pass's instrumentation is not validated: its canary did not escape"), "{o}");
+        assert!(
+            o.contains("captured lanes: 1 accesses kept; 7 counted but not logged (capture full)"),
+            "{o}"
+        );
+        assert!(o.contains("      … and 0 more logged, 5 not logged"), "{o}");
+        assert!(o.contains("      … and 0 more kept, 7 not logged"), "{o}");
+    }
 }

@@ -276,7 +276,7 @@ pub struct CaptureFile<R = std::io::BufReader<std::fs::File>> {
     reader: CaptureReader<R>,
     meta: CaptureMeta,
     /// The device's loss, when the capture holds a DEVICE_LOSS record (the last one).
-    loss: Option<dispatchscope_core::report::DeviceLossReport>,
+    loss: Option<Box<dispatchscope_core::report::DeviceLossReport>>,
 }
 
 /// What a session file turned out to be.
@@ -474,14 +474,14 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                 error,
             })?;
         let report = crate::loss::decode(&bytes).map_err(|e| self.bad(kind, n, e))?;
-        self.loss = Some(report);
+        self.loss = Some(Box::new(report));
         Ok(())
     }
 
     /// The device's loss report, when the session ended with the device lost (a DEVICE_LOSS
     /// record): the dispatches in flight, where the fault landed, the findings.
     pub fn loss(&self) -> Option<&dispatchscope_core::report::DeviceLossReport> {
-        self.loss.as_ref()
+        self.loss.as_deref()
     }
 
     /// Adds the code of every PROGRAM record to the META's programs (a program the META names
