@@ -109,6 +109,24 @@ fn a_capture_keeps_the_loss_and_explains_it() {
     let reader = CaptureReader::open(&path).unwrap();
     assert_eq!(reader.len_of_kind(DEVICE_LOSS), 1);
 
+    // `explain --json`'s document with the loss validates against the report schema.
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../samples/report.schema.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let doc = serde_json::json!({
+        "schema": dispatchscope_core::report::SCHEMA,
+        "dispatches": reports.iter().flatten().collect::<Vec<_>>(),
+        "device_loss": report,
+    });
+    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:?}");
+
     let golden = explain_loss(&report);
     insta::with_settings!({ snapshot_path => "golden", prepend_module_to_snapshot => false, omit_expression => true }, {
         insta::assert_snapshot!("device-loss", golden);

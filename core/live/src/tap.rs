@@ -15,6 +15,11 @@
 //! program breakpoints) or right *after* one, inside its tap call, for what is only known once a
 //! dispatch ran (refusal, escape, probes). The tap pauses only at dispatches, never at events.
 //!
+//! An emulator that runs its own dispatches calls [`Tap::before_prepare`], [`Tap::after_prepare`]
+//! and [`Tap::after_complete`] around `Engine::prepare` and `Engine::complete`, with many
+//! dispatches in flight between (and [`Tap::abandoned`], [`Tap::device_lost`]): the debugger
+//! lists each one when it is prepared and gets its report at its complete ([`crate::flight`]).
+//!
 //! One tap serves one engine, called from the thread that submits its dispatches.
 //! The tap never changes what the engine does: the report the emulator gets is the engine's.
 
