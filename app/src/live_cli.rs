@@ -411,6 +411,12 @@ pub fn record_cmd(args: &RecordArgs) -> anyhow::Result<()> {
             summary.released
         );
     }
+    if summary.device_lost {
+        eprintln!(
+            "the target's device was lost: the capture ends with its loss report (`dispatchscope explain {}` prints it)",
+            args.output.display()
+        );
+    }
     if summary.missing > 0 {
         eprintln!(
             "dispatchscope: warning: {} dispatches or events are missing (the target dropped them)",

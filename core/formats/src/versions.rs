@@ -36,8 +36,11 @@ pub const RECORD_V3: u32 = RECORD_VERSIONED | 3;
 pub const INSTRUMENTED_VERSION: u16 = 2;
 
 /// The live protocol a target and a debugger speak (`dispatchscope_live::protocol::VERSION`); they
-/// talk only when theirs are equal, and an older peer is refused by name. 4 since a memory
-/// checkpoint may be changes ([`MEMORY_DELTA_MAGIC`], issue 41); 3 added memory reads.
+/// talk only when theirs are equal, and an older peer is refused by name. Version 3 added the
+/// debugger's memory reads; version 4 a memory checkpoint that may be changes
+/// ([`MEMORY_DELTA_MAGIC`], issue 41), and the messages of dispatches in flight and of a lost
+/// device (wire kinds 6 and 7), which a version 3 debugger could not read: the handshake refuses
+/// it instead of a session that ends at the first dispatch prepared.
 pub const PROTOCOL_VERSION: u32 = 4;
 
 /// A live checkpoint message's layout (`dispatchscope_live::checkpoint`); a reader refuses any other.
@@ -54,3 +57,7 @@ pub const MEMORY_DELTA_MAGIC: [u8; 4] = *b"DSMD";
 /// reads; any other is refused by name. A build from before it reads the binary form as bad JSON
 /// (a named error, never a state shown wrong).
 pub const MEMORY_DELTA_VERSION: u32 = 1;
+
+/// A live flight message's layout (a dispatch prepared or abandoned, `dispatchscope_live::flight`);
+/// a reader refuses any other.
+pub const FLIGHT_VERSION: u8 = 1;

@@ -16,6 +16,9 @@
 //! `dispatchscope_formats::checkpoint::StateIndex` reads them; a table delta whose base the file
 //! lacks is written as unknown.
 //!
+//! The target's loss report ([`ToDebugger::DeviceLost`]) becomes a DEVICE_LOSS record
+//! ([`dispatchscope_formats::loss`]), flushed at once.
+//!
 //! [`crate::headless::record`] is the headless recorder, through a [`crate::LiveStore`]; a
 //! window that streams feeds its messages to a store too, and gaps from drops are counted in
 //! [`RecordSummary::missing`].
@@ -101,6 +104,8 @@ pub struct RecordSummary {
     pub files: u64,
     /// Dispatches in the files the disk budget deleted.
     pub released: u64,
+    /// Whether the target's device was lost (a DEVICE_LOSS record was written).
+    pub device_lost: bool,
 }
 
 /// Appends a live session's messages to a capture; see the module docs.
@@ -617,6 +622,19 @@ impl CaptureRecorder {
                 } else {
                     self.pending = Some(merge(self.pending.take(), c));
                 }
+            }
+            // The loss, as the capture's DEVICE_LOSS record, durable at once: what follows a lost
+            // device may be the target's end, or the debugger's.
+            ToDebugger::DeviceLost(report) if self.writer.is_some() => {
+                let payload = dispatchscope_formats::loss::encode(report).map_err(|e| {
+                    RecordError::Encode {
+                        kind: "DEVICE_LOSS",
+                        message: e.to_string(),
+                    }
+                })?;
+                self.append(dispatchscope_formats::loss::DEVICE_LOSS, &payload, true)?;
+                self.summary.device_lost = true;
+                self.flush()?;
             }
             // The bytes as they came (`dispatchscope_formats::message`'s version 3 record, the
             // only one the wire's decoder makes): no decoding or encoding again. Its rows are

@@ -23,6 +23,8 @@
 //! [`LiveStore::memory_state`] (or [`LiveStore::memory_at`]) and [`LiveStore::table_at`] read a
 //! dispatch's back from the file, each rebuilt from its latest whole record and the deltas after it.
 //!
+//! A lost device's report is recorded as the capture's DEVICE_LOSS record ([`LiveStore::loss`]).
+//!
 //! The file is a capture like any other: `dispatchscope explain` and the app open it while it is
 //! being written (as a capture cut short) and after [`LiveStore::finish`] (through its index).
 //!
@@ -323,6 +325,8 @@ pub struct LiveStore {
     reader: Option<(String, File)>,
     /// The figures another thread reads without the lock.
     figures: Arc<StoreFigures>,
+    /// The target's loss report, once its device was lost (recorded as a DEVICE_LOSS record).
+    loss: Option<Box<dispatchscope_core::report::DeviceLossReport>>,
 }
 
 impl LiveStore {
@@ -348,7 +352,13 @@ impl LiveStore {
             window_len: options.window,
             reader: None,
             figures: Arc::default(),
+            loss: None,
         }
+    }
+
+    /// The target's loss report, once its device was lost (the capture's DEVICE_LOSS record).
+    pub fn loss(&self) -> Option<&dispatchscope_core::report::DeviceLossReport> {
+        self.loss.as_deref()
     }
 
     /// The store's figures, kept up to date as it takes messages: for a thread that shows them
@@ -457,6 +467,11 @@ impl LiveStore {
             self.roll(budget)?;
         }
         let Some(seq) = self.recorder.take_at(message)? else {
+            if let ToDebugger::DeviceLost(report) = message
+                && self.recorder.started()
+            {
+                self.loss = Some(report.clone());
+            }
             return Ok(false);
         };
         let (index, report) = match message {
