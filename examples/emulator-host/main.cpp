@@ -7,8 +7,8 @@
 //
 //   emulator-host [--frames N] [--dispatches-per-frame N] [--frames-in-flight K] [--guest-threads T]
 //                 [--plain] [--lose-device] [--listen ADDR] [--token T] [--guest-mib N] [--toggles N]
-//                 [--lock-every N] [--instrumented | --header] [--import-holders] [--validation]
-//                 [--print-reports]
+//                 [--lock-every N] [--instrumented | --header] [--import-holders] [--heap-sets]
+//                 [--validation] [--print-reports]
 //
 // Guest memory (every region at a host address this program chooses):
 // - the heap: --guest-mib MiB reserved with mmap (MAP_NORESERVE, PROT_NONE), committed lazily (M2's
@@ -58,6 +58,11 @@
 // that escaped; the frame's fence wait times out after 2 s) or faults it (another driver: a store
 // through a wild address, with VK_EXT_device_fault where the device has it), and reports the loss
 // with ds_engine_device_lost.
+// --heap-sets puts B's sets in the heap's arenas: copy holders over memory a device-addressed pass
+// maps, so each D after a B in flight is DS_WAIT at its prepare (it would read in place what B
+// writes back only at its complete): the frame submits what it recorded, waits, completes up to the
+// B named, and prepares again (several submissions a frame; the chains then carry from guest
+// memory).
 // --header links D with the helper's header form: its push block carries one 64-bit value for
 // dispatchscope (words 30-31, the address of a 64-byte header holding ds_prepared.push[16..32]).
 #include <signal.h>
@@ -997,6 +1002,8 @@ constexpr uint32_t ESC_CAP = 48, ESCAPES_AT = 60 + SITES * 16, GRID_W = 16, GRID
 
 struct Layout {
     uint32_t per_frame = 0, units = 0, arenas = 0, n_d = 0, n_g = 0, n_b = 0, n_r = 0;
+    bool heap_sets = false;  // --heap-sets: run 305's sets in the heap's arenas, not the shared region
+    uint64_t sets_off = 0;   // where in a heap arena its sets start (--heap-sets)
     uint64_t H = 0x100000000ull, heap_bytes = 0, arena_bytes = 0;
     uint64_t RO = 0x200000000ull, ro_bytes = 0, ro_lock_bytes = 0;
     uint64_t SH = 0x300000000ull, shared_bytes = 0;
@@ -1008,8 +1015,9 @@ struct Layout {
     static constexpr uint32_t MAX_THREADS = 12;
     static constexpr uint32_t COUNTS[8] = {16, 6, 16, 8, 16, 10, 16, 12};
 
-    void plan(uint32_t n, uint32_t in_flight, uint64_t heap) {
+    void plan(uint32_t n, uint32_t in_flight, uint64_t heap, bool sets_in_heap) {
         per_frame = n;
+        heap_sets = sets_in_heap;
         units = (n + 9) / 10;
         arenas = in_flight + 1;
         for (uint32_t p = 0; p < n; p++) {
@@ -1022,7 +1030,9 @@ struct Layout {
             }
         }
         heap_bytes = heap;
-        arena_bytes = round_up(UNIT + units * UNIT, 0x10000);  // a chunk (T1, at most 64 KiB) never spans two
+        sets_off = round_up(UNIT + units * UNIT, SH_UNIT);
+        // A chunk (T1, at most 64 KiB) never spans two arenas.
+        arena_bytes = heap_sets ? sets_off + units * SH_UNIT : sets_off;
         if (ARENAS + arenas * arena_bytes > heap_bytes)
             die(format("--guest-mib: the heap's %u arenas of %llu KiB need %llu MiB", arenas,
                        static_cast<unsigned long long>(arena_bytes >> 10),
@@ -1051,6 +1061,7 @@ struct Layout {
     uint64_t sh_cpu(uint32_t a) const { return SH + SH_CPU + a * PAGE; }
     uint64_t sh_watch(uint32_t t, uint64_t i) const { return SH + SH_WATCH + (t * WATCH_PAGES + i) * PAGE; }
     uint64_t set_a(uint32_t a, uint32_t u) const {
+        if (heap_sets) return arena(a) + sets_off + u * SH_UNIT;
         return SH + SH_ARENAS + (static_cast<uint64_t>(a) * units + u) * SH_UNIT;
     }
     uint64_t set_b(uint32_t a, uint32_t u) const { return set_a(a, u) + 0xF000; }
@@ -1074,6 +1085,10 @@ struct Layout {
     bool guest_owned(uint64_t g) const {
         if (g >= arena(0) && g < arena(arenas)) {
             uint64_t off = (g - arena(0)) % arena_bytes;
+            if (off >= sets_off) {
+                uint64_t page = ((off - sets_off) % SH_UNIT) / PAGE;
+                return page >= 1 && page <= 6;
+            }
             if (off < UNIT) return false;
             off = (off - UNIT) % UNIT;
             return off >= 0x1400 && off < 0x2000;
@@ -1107,7 +1122,7 @@ struct Options {
     uint64_t guest_mib = 8;
     uint32_t toggles = 100, lock_every = 8;
     bool plain = false, lose = false, instrumented = false, header = false, validation = false, print_reports = false,
-         import_holders = false;
+         import_holders = false, heap_sets = false;
     long lose_at = 2;
     uint32_t fence_timeout_ms = 60000;
 };
@@ -1160,6 +1175,7 @@ struct FrameRec {
     double period_ms = -1;
     Stats stats;
     uint32_t dispatches = 0, refusals = 0, escapes = 0, predicted = 0, carries = 0, failures = 0;
+    uint32_t carries_guest = 0, carries_holder = 0;
     uint64_t engine_ns = 0;
     uint32_t engine_dispatches = 0;
     uint64_t hang_index = UINT64_MAX;
@@ -1560,7 +1576,7 @@ void Host::setup() {
     if (o.in_flight < 1 || o.in_flight > 8) die("--frames-in-flight: 1 to 8");
     if (o.per_frame < 1 || o.per_frame * o.in_flight > 4000) die("--dispatches-per-frame: 1 to 4000 / frames in flight");
     if (o.lose) o.fence_timeout_ms = 2000;
-    L.plan(o.per_frame, o.in_flight, o.guest_mib << 20);
+    L.plan(o.per_frame, o.in_flight, o.guest_mib << 20, o.heap_sets);
     map_memory();
     vk.open(o.validation);
     std::string rdna = EMULATOR_HOST_RDNA_DIR;
@@ -1748,7 +1764,9 @@ void Host::begin_frame_memory(FrameRec &f) {
                               {"bvh-tex", L.leaf(2), false},        // only read: stays trusted
                               {"cpu-tex", L.sh_cpu(a), true},       // the CPU writes it: a fault
                               {"idle-tex", L.idle(), false}};       // nothing writes it
-    if (L.n_b) made.push_back({"holder-tex", L.set_b(a, 0), true});  // O8's write-back drops it
+    // O8's write-back drops it (guarded where the sets are the shared region's; over the heap a
+    // guard would wait for every device-addressed dispatch in flight).
+    if (L.n_b) made.push_back({"holder-tex", L.set_b(a, 0), !o.heap_sets});
     for (const Made &m : made) {
         uint32_t id = next_target++;
         {
@@ -1814,7 +1832,7 @@ void Host::begin_frame_memory(FrameRec &f) {
     }
     // --import-holders: the bound sets are the shared pages themselves: the device stores there,
     // so the write-watch lifts holder-tex's guard first (its stores drop it, by the masks).
-    if (o.import_holders && L.n_b) unguard_page(L.set_b(a, 0));
+    if (o.import_holders && L.n_b && !o.heap_sets) unguard_page(L.set_b(a, 0));
 }
 
 Segment &Host::open_segment(FrameRec &f) {
@@ -2107,6 +2125,8 @@ void Host::record_carries(FrameRec &f, FrameSlot &fs, Rec &r, const std::vector<
         } else {
             src = import_for(c.from_offset, c.bytes, src_off)->buffer;
         }
+        if (c.from == DS_CARRY_FROM_HOLDER) f.carries_holder++;
+        else f.carries_guest++;
         VkBufferCopy region{src_off, r.data_off[c.slot] + c.offset, c.bytes};
         vkCmdCopyBuffer(cmd, src, fs.holders.buffer, 1, &region);
     }
@@ -2538,10 +2558,11 @@ void Host::end_frame(FrameRec &f) {
     const double engine_us = f.engine_dispatches ? f.engine_ns / 1000.0 / f.engine_dispatches : 0;
     const bool ok = f.failures == 0 && mismatches == 0;
     std::printf("frame %ld: time_ms=%.2f engine_us=%.1f dispatches=%u refusals=%u escapes=%u predicted=%u carries=%u "
-                "submissions=%u fence_waits=%u waits=%llu drains=%llu hand_offs=%u pages_written=%u (cpu %u, "
+                "carries_guest=%u carries_holder=%u submissions=%u fence_waits=%u waits=%llu drains=%llu hand_offs=%u pages_written=%u (cpu %u, "
                 "host-write %u, hand-off %u, m2 %u, bound-store %u) committed=%u textures_dropped=%s mismatches=%u "
                 "checked_words=%llu checks=%s%s\n",
-                f.number, ms, engine_us, f.dispatches, f.refusals, f.escapes, f.predicted, f.carries, f.submissions,
+                f.number, ms, engine_us, f.dispatches, f.refusals, f.escapes, f.predicted, f.carries, f.carries_guest,
+                f.carries_holder, f.submissions,
                 f.fence_waits, static_cast<unsigned long long>(new_waits), static_cast<unsigned long long>(new_drains),
                 f.stats.hand_offs, f.stats.written(-1), f.stats.written(CAUSE_CPU), f.stats.written(CAUSE_WRITE),
                 f.stats.written(CAUSE_HAND_OFF), f.stats.written(CAUSE_M2), f.stats.written(CAUSE_BOUND),
@@ -2838,7 +2859,7 @@ void Host::guest_frame(GuestThread &g, long frame) {
     const uint32_t T = o.guest_threads;
     const uint32_t n = o.toggles / T + (g.id < o.toggles % T ? 1 : 0);
     for (uint32_t i = 0; i < n; i++) {
-        const bool in_set = i == 0 && !o.import_holders && g.id < 6 && L.n_b;
+        const bool in_set = i == 0 && !o.import_holders && !o.heap_sets && g.id < 6 && L.n_b;
         const uint64_t page = in_set ? L.sh_toggle(next_rng(g.rng) % L.arenas, next_rng(g.rng) % L.units, g.id)
                                      : L.sh_watch(g.id, next_rng(g.rng) % Layout::WATCH_PAGES);
         if (std::find(g.guarded.begin(), g.guarded.end(), page) != g.guarded.end()) continue;
@@ -2950,11 +2971,12 @@ int main(int argc, char **argv) {
         else if (a == "--validation") o.validation = true;
         else if (a == "--print-reports") o.print_reports = true;
         else if (a == "--import-holders") o.import_holders = true;
+        else if (a == "--heap-sets") o.heap_sets = true;
         else
             die("usage: emulator-host [--frames N] [--dispatches-per-frame N] [--frames-in-flight K] "
                 "[--guest-threads T] [--plain] [--lose-device] [--listen ADDR] [--token T] [--guest-mib N] "
-                "[--toggles N] [--lock-every N] [--instrumented | --header] [--import-holders] [--validation] "
-                "[--print-reports]");
+                "[--toggles N] [--lock-every N] [--instrumented | --header] [--import-holders] [--heap-sets] "
+                "[--validation] [--print-reports]");
     }
     if (o.guest_mib < 2 || o.guest_mib > 16384) die("--guest-mib: 2 to 16384");
     Host host(o);
