@@ -1197,6 +1197,7 @@ struct GuestThread {
     uint64_t rng = 0;
     std::vector<uint64_t> guarded;
     bool ro_locked = false;
+    long next_change = 0;  // thread 0: the frame from which it changes the read-only region again
 };
 
 uint32_t value_of(long frame, uint32_t pos) { return static_cast<uint32_t>(frame * 1000 + pos + 1); }
@@ -2829,6 +2830,22 @@ void Host::guest_main(GuestThread &g) {
 // pages of the shared region (one in a bound set's holder: a frame in flight's set waits, M5),
 // and thread 0 changes the read-only region's protection every --lock-every frames.
 void Host::guest_frame(GuestThread &g, long frame) {
+    // Thread 0 makes the region read-only (its event waits, then asks for a drain) and keeps it so
+    // for --lock-every / 2 frames recorded after it applied, then read-write again as long.
+    if (g.id == 0 && engine && o.lock_every > 1) {
+        const long half = o.lock_every / 2;
+        if (g.next_change == 0) g.next_change = half;
+        if (!g.ro_locked && frame >= g.next_change) {
+            set_read_only(true);
+            std::lock_guard<std::mutex> lock(sync_m);
+            g.ro_locked = true;
+            g.next_change = frame_started + 1 + half;
+        } else if (g.ro_locked && frame >= g.next_change) {
+            set_read_only(false);
+            g.ro_locked = false;
+            g.next_change = frame + half;
+        }
+    }
     for (uint64_t p : g.guarded) {
         {
             std::lock_guard<std::mutex> lock(emu.watch);
@@ -2873,13 +2890,6 @@ void Host::guest_frame(GuestThread &g, long frame) {
             emu.guard_of(page)->store(1);
         }
         g.guarded.push_back(page);
-    }
-    if (g.id == 0 && engine && o.lock_every > 1) {
-        const bool want = frame % o.lock_every >= o.lock_every / 2;
-        if (want != g.ro_locked) {
-            set_read_only(want);
-            g.ro_locked = want;
-        }
     }
 }
 
