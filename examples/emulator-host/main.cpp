@@ -8,7 +8,7 @@
 //   emulator-host [--frames N] [--dispatches-per-frame N] [--frames-in-flight K] [--guest-threads T]
 //                 [--plain] [--lose-device] [--listen ADDR] [--token T] [--guest-mib N] [--toggles N]
 //                 [--lock-every N] [--instrumented | --header] [--import-holders] [--heap-sets]
-//                 [--validation] [--print-reports]
+//                 [--serial] [--validation] [--print-reports]
 //
 // Guest memory (every region at a host address this program chooses):
 // - the heap: --guest-mib MiB reserved with mmap (MAP_NORESERVE, PROT_NONE), committed lazily (M2's
@@ -63,6 +63,9 @@
 // writes back only at its complete): the frame submits what it recorded, waits, completes up to the
 // B named, and prepares again (several submissions a frame; the chains then carry from guest
 // memory).
+// --serial submits each dispatch and completes it before preparing the next (a debugger stepping
+// dispatch by dispatch sees each one's report before the next prepare; the live tap of this tree
+// sends the report of one dispatch in flight, not of many).
 // --header links D with the helper's header form: its push block carries one 64-bit value for
 // dispatchscope (words 30-31, the address of a 64-byte header holding ds_prepared.push[16..32]).
 #include <signal.h>
@@ -173,11 +176,14 @@ uint64_t next_rng(uint64_t &s) {
     return s * 0x2545F4914F6CDD1Dull;
 }
 
-// The dispatch a DS_WAIT names ("… which dispatch N …", in both M5's and a chain's message).
+// The dispatch a DS_WAIT names: "… waits for dispatch N: …" (a prepare: a chain, a deferred
+// copy) or "… which dispatch N (…) can reach …" (an event, M5).
 uint64_t waits_for(const std::string &message) {
-    size_t at = message.find("which dispatch ");
-    if (at == std::string::npos) die("DS_WAIT names no dispatch: " + message);
-    return std::strtoull(message.c_str() + at + 15, nullptr, 10);
+    for (const char *key : {"waits for dispatch ", "which dispatch "}) {
+        size_t at = message.find(key);
+        if (at != std::string::npos) return std::strtoull(message.c_str() + at + std::strlen(key), nullptr, 10);
+    }
+    die("DS_WAIT names no dispatch: " + message);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1042,9 +1048,8 @@ struct Layout {
         shared_bytes = SH_ARENAS + static_cast<uint64_t>(arenas) * units * SH_UNIT;
     }
 
-    // The heap: an arena a frame in flight (and one more), each its copy page then its units.
+    // The heap: an arena a frame in flight (and one more), each a free page then its units.
     uint64_t arena(uint32_t a) const { return H + ARENAS + a * arena_bytes; }
-    uint64_t copy_page(uint32_t a) const { return arena(a); }
     uint64_t unit(uint32_t a, uint32_t u) const { return arena(a) + UNIT + u * UNIT; }
     uint64_t out(uint32_t a, uint32_t u, uint32_t i) const { return unit(a, u) + 0x400 * i; }
     uint64_t gdst(uint32_t a, uint32_t u, uint32_t i) const { return unit(a, u) + 0x1000 + 0x100 * i; }
@@ -1052,6 +1057,9 @@ struct Layout {
     uint64_t guest_words(uint32_t a, uint32_t u, uint32_t t) const { return unit(a, u) + 0x1400 + 0x100 * t; }
     uint64_t sink(uint32_t a, uint32_t u, uint32_t i) const { return unit(a, u) + 0x2000 + 0x200 * i; }
     uint64_t hang_out(uint32_t a) const { return unit(a, 0) + 0x3000; }
+    // Where the frame's deferred copy (C3) lands: the first words of the first unit's set A, which
+    // its first bound pass reads (or a free heap page of the arena where a frame has no bound pass).
+    uint64_t copy_at(uint32_t a) const { return n_b ? set_a(a, 0) : arena(a); }
     uint64_t leaf(uint32_t k) const { return H + LEAVES + k * PAGE; }
     uint64_t idle() const { return H + IDLE; }
     // The read-only region: four words for each device-addressed pass of each arena.
@@ -1122,7 +1130,7 @@ struct Options {
     uint64_t guest_mib = 8;
     uint32_t toggles = 100, lock_every = 8;
     bool plain = false, lose = false, instrumented = false, header = false, validation = false, print_reports = false,
-         import_holders = false, heap_sets = false;
+         import_holders = false, heap_sets = false, serial = false;
     long lose_at = 2;
     uint32_t fence_timeout_ms = 60000;
 };
@@ -1449,7 +1457,6 @@ void Host::first_contents() {
                 for (uint32_t k = 0; k < 8; k++) {
                     uint64_t bottom = L.leaf(k);
                     uint32_t count = Layout::COUNTS[k];
-                    if (i == 0 && k == 1) bottom = L.copy_page(a), count = 16;
                     if (i == 1 && k % 2 == 0) bottom = L.out(a, u, 0), count = 128;
                     if (i == 2) bottom = k < 4 ? L.gdst(a, u, 0) : L.out(a, u, 1), count = k < 4 ? 64 : 132;
                     if (i == 3) bottom = k % 2 == 0 ? L.out(a, u, 2) : L.gdst(a, u, 1), count = k % 2 == 0 ? 132 : 64;
@@ -1745,10 +1752,15 @@ void Host::record(long number, Clock::time_point t) {
     t_stats = &f.stats;
     begin_frame_memory(f);
     open_segment(f);
-    for (size_t i = 0; i < f.recs.size(); i++) record_one(f, i);
+    for (size_t i = 0; i < f.recs.size(); i++) {
+        record_one(f, i);
+        // --serial: submitted and completed before the next is prepared.
+        if (o.serial) complete_through(f.recs[i].index);
+    }
     close_segment(f);
     f.recording = false;
     t_stats = nullptr;
+    if (f.n_done == f.recs.size()) end_frame(f);
 }
 
 // What the emulator does to guest memory as a frame starts: its textures made and the two over the
@@ -1815,9 +1827,13 @@ void Host::begin_frame_memory(FrameRec &f) {
     w = event(DS_EVENT_WRITE, L.SH, L.SH);
     w.n_bytes = 16;
     game_apply(w, "write (shared)");
+    // C3: a copy deferred into words the unit's first bound pass reads (set A), written before
+    // the next dispatch that may read it. Into memory a device-addressed pass maps it would make
+    // that prepare wait for every one in flight (it could read those bytes); the shared region is
+    // left out of the mappings, and no pass in flight has this arena's set A.
     uint32_t copy[16];
     for (uint32_t i = 0; i < 16; i++) copy[i] = 7 * static_cast<uint32_t>(f.number) + 0x70000 + i + 0x100 * a;
-    const uint64_t at = L.copy_page(a);
+    const uint64_t at = L.copy_at(a);
     if (engine) {
         ds_event c = event(DS_EVENT_DEFER_COPY, at, at);
         c.bytes = reinterpret_cast<const uint8_t *>(copy);
@@ -1963,6 +1979,11 @@ void Host::record_device(FrameRec &f, FrameSlot &fs, Rec &r, size_t) {
         prepare(f, r, d, p, true);
         if (p.mode != DS_MODE_DEVICE_ADDRESSED || p.table_address == 0 || p.marks_address == 0)
             f.fail("the pass is not device-addressed with a table and marks");
+        // C3: the frame's deferred copy is in guest memory now, before the device may read it.
+        if (ord == 0)
+            for (uint32_t w = 0; w < 16; w++)
+                if (emu.word(L.copy_at(a) + 4 * w) != ref_prep.get(L.copy_at(a) + 4 * w))
+                    f.fail("C3: the deferred copy is not in guest memory at the first device-addressed prepare");
         for (int w = 0; w < 32; w++) push[w] = (p.push_mask >> w) & 1 ? p.push[w] : 0;
         push[9] = static_cast<uint32_t>(__builtin_ctzll(p.chunk_bytes ? p.chunk_bytes : 1));
         if (o.header) {
@@ -2982,11 +3003,12 @@ int main(int argc, char **argv) {
         else if (a == "--print-reports") o.print_reports = true;
         else if (a == "--import-holders") o.import_holders = true;
         else if (a == "--heap-sets") o.heap_sets = true;
+        else if (a == "--serial") o.serial = true;
         else
             die("usage: emulator-host [--frames N] [--dispatches-per-frame N] [--frames-in-flight K] "
                 "[--guest-threads T] [--plain] [--lose-device] [--listen ADDR] [--token T] [--guest-mib N] "
                 "[--toggles N] [--lock-every N] [--instrumented | --header] [--import-holders] [--heap-sets] "
-                "[--validation] [--print-reports]");
+                "[--serial] [--validation] [--print-reports]");
     }
     if (o.guest_mib < 2 || o.guest_mib > 16384) die("--guest-mib: 2 to 16384");
     Host host(o);
