@@ -1322,6 +1322,7 @@ class Host {
     long frames_done = 0;
     uint64_t waits_reported = 0, drains_reported = 0;
     uint64_t window_page = 0;  // a huge heap: where the next frame's check of untouched pages starts
+    Clock::time_point previous_begin{};
 };
 
 // --- setup -------------------------------------------------------------------------------------
@@ -1693,10 +1694,13 @@ void Host::run() {
     for (long n = 0; o.frames == 0 || n < o.frames; n++) {
         Clock::time_point t = Clock::now();
         if (n > 0) {
+            // Frame n-1's period; a frame already ended (--serial) had it measured to its end.
             FrameRec &p = frames[(n - 1) % K];
-            if (p.active && p.number == n - 1)
-                p.period_ms = std::chrono::duration<double, std::milli>(t - p.t_begin).count();
+            const double period = std::chrono::duration<double, std::milli>(t - previous_begin).count();
+            if (p.active && p.number == n - 1) p.period_ms = period;
+            else if (n - 1 > 0) frame_ms.push_back(period);
         }
+        previous_begin = t;
         // Frame n reuses frame n-K's resources: its fence first, then its completes, in order.
         FrameRec &f = frames[n % K];
         if (f.active) finish(f);
@@ -2570,7 +2574,9 @@ void Host::end_frame(FrameRec &f) {
     const uint32_t mismatches = check_memory(f, checked);
     const double ms = f.period_ms >= 0 ? f.period_ms
                                        : std::chrono::duration<double, std::milli>(Clock::now() - f.t_begin).count();
-    if (f.number > 0) frame_ms.push_back(ms);
+    // The frame time: the game loop's period from this frame's start to the next one's (the first
+    // frame, which compiles the pipelines, and a last one with no next left out).
+    if (f.number > 0 && f.period_ms >= 0) frame_ms.push_back(ms);
     uint8_t attached = 0;
     if (engine) check(ds_engine_attached(engine, &attached), "attached");
     const uint64_t w = waits.load() + game_waits.load();
