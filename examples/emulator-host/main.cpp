@@ -1186,6 +1186,8 @@ struct FrameRec {
     uint32_t carries_guest = 0, carries_holder = 0;
     uint64_t engine_ns = 0;
     uint32_t engine_dispatches = 0;
+    // Where the game's thread spent the frame: recording it, waiting for its fences, checking it.
+    uint64_t record_ns = 0, wait_ns = 0, complete_ns = 0, check_ns = 0;
     uint64_t hang_index = UINT64_MAX;
     bool noted_left_out = false, noted_o7 = false, noted_instrumented = false;
     std::vector<std::string> notes;
@@ -1315,7 +1317,7 @@ class Host {
     uint64_t drains = 0;
 
     // Figures.
-    std::vector<double> frame_ms;
+    std::vector<double> frame_ms, record_ms, wait_ms, complete_ms, check_ms;
     std::vector<uint64_t> engine_ns;
     uint64_t mismatches_total = 0, failures_total = 0, submissions_total = 0, fence_waits_total = 0,
              checked_total = 0, carries_total = 0, dispatches_total = 0;
@@ -1754,6 +1756,7 @@ void Host::record(long number, Clock::time_point t) {
     }
     sync_cv.notify_all();
     t_stats = &f.stats;
+    const Clock::time_point recording = Clock::now();
     begin_frame_memory(f);
     open_segment(f);
     for (size_t i = 0; i < f.recs.size(); i++) {
@@ -1763,6 +1766,7 @@ void Host::record(long number, Clock::time_point t) {
     }
     close_segment(f);
     f.recording = false;
+    f.record_ns += ns_between(recording, Clock::now());
     t_stats = nullptr;
     if (f.n_done == f.recs.size()) end_frame(f);
 }
@@ -1908,7 +1912,9 @@ void Host::wait_segment(FrameRec &f, uint32_t s) {
     Segment &sg = slots[f.slot].segs[s];
     if (sg.waited) return;
     if (!sg.submitted) die("a dispatch's segment was never submitted");
+    const Clock::time_point t0 = Clock::now();
     VkResult r = vkWaitForFences(vk.device, 1, &sg.fence, VK_TRUE, uint64_t(o.fence_timeout_ms) * 1000000ull);
+    f.wait_ns += ns_between(t0, Clock::now());
     if (r == VK_TIMEOUT || r == VK_ERROR_DEVICE_LOST) lost_device(f, r, "vkWaitForFences");
     check_vk(r, "vkWaitForFences");
     sg.waited = true;
@@ -2315,6 +2321,8 @@ void Host::record_refused(FrameRec &f, Rec &r) {
 // segment's fence.
 void Host::advance(FrameRec &f, uint64_t upto) {
     t_stats = &f.stats;
+    const Clock::time_point t0 = Clock::now();
+    const uint64_t waited = f.wait_ns;
     while (f.n_done < f.recs.size()) {
         Rec &r = f.recs[f.n_done];
         if (r.index == UINT64_MAX || r.index > upto) break;
@@ -2322,6 +2330,7 @@ void Host::advance(FrameRec &f, uint64_t upto) {
         complete_one(f, r);
         f.n_done++;
     }
+    f.complete_ns += ns_between(t0, Clock::now()) - (f.wait_ns - waited);
     t_stats = nullptr;
 }
 
@@ -2571,12 +2580,20 @@ void Host::end_frame(FrameRec &f) {
         f.notes.push_back("plain: out-tex stays trusted over words the device wrote (nothing hands them off, C2)");
     if (emu.unexpected_faults.load()) f.fail("a SIGSEGV outside the write-watch");
     uint64_t checked = 0;
+    const Clock::time_point checking = Clock::now();
     const uint32_t mismatches = check_memory(f, checked);
+    f.check_ns = ns_between(checking, Clock::now());
     const double ms = f.period_ms >= 0 ? f.period_ms
                                        : std::chrono::duration<double, std::milli>(Clock::now() - f.t_begin).count();
     // The frame time: the game loop's period from this frame's start to the next one's (the first
     // frame, which compiles the pipelines, and a last one with no next left out).
     if (f.number > 0 && f.period_ms >= 0) frame_ms.push_back(ms);
+    if (f.number > 0) {
+        record_ms.push_back(f.record_ns / 1e6);
+        wait_ms.push_back(f.wait_ns / 1e6);
+        complete_ms.push_back(f.complete_ns / 1e6);
+        check_ms.push_back(f.check_ns / 1e6);
+    }
     uint8_t attached = 0;
     if (engine) check(ds_engine_attached(engine, &attached), "attached");
     const uint64_t w = waits.load() + game_waits.load();
@@ -2967,14 +2984,16 @@ int Host::teardown() {
     std::printf("summary: mode=%s frames=%ld dispatches_per_frame=%u frames_in_flight=%u guest_threads=%u "
                 "submissions_per_frame=%.2f fence_waits_per_frame=%.2f mismatches=%llu checked_words=%llu waits=%llu "
                 "drains=%llu carries_per_frame=%.1f frame_ms_median=%.3f frame_ms_p95=%.3f "
-                "engine_ns_per_dispatch_median=%.0f engine_ns_per_dispatch_p95=%.0f peak_rss_mib=%.1f guest_mib=%llu "
-                "toggles=%u device=\"%s\"\n",
+                "engine_ns_per_dispatch_median=%.0f engine_ns_per_dispatch_p95=%.0f record_ms_median=%.3f "
+                "fence_wait_ms_median=%.3f complete_ms_median=%.3f check_ms_median=%.3f peak_rss_mib=%.1f guest_mib=%llu toggles=%u "
+                "device=\"%s\"\n",
                 o.plain ? "plain" : "engine", frames_done, L.per_frame, o.in_flight, o.guest_threads,
                 submissions_total / frames_n, fence_waits_total / frames_n,
                 static_cast<unsigned long long>(mismatches_total), static_cast<unsigned long long>(checked_total),
                 static_cast<unsigned long long>(waits.load() + game_waits.load()),
                 static_cast<unsigned long long>(drains), carries_total / frames_n, quantile(frame_ms, 0.5),
-                quantile(frame_ms, 0.95), quantile(ens, 0.5), quantile(ens, 0.95), hwm_kib / 1024.0,
+                quantile(frame_ms, 0.95), quantile(ens, 0.5), quantile(ens, 0.95), quantile(record_ms, 0.5),
+                quantile(wait_ms, 0.5), quantile(complete_ms, 0.5), quantile(check_ms, 0.5), hwm_kib / 1024.0,
                 static_cast<unsigned long long>(o.guest_mib), o.toggles, vk.name.c_str());
     for (auto &n : guest_notes) std::printf("  guest thread: %s\n", n.c_str());
     const uint64_t failures = failures_total + guest_failures.load();
