@@ -541,7 +541,8 @@ impl Drop for Running {
 /// this tree's live tap (`core/live/src/tap.rs`) keeps one `linked_before` flag for the dispatch
 /// being prepared, so of many dispatches in flight only the first completed goes to a debugger,
 /// and a breakpoint on what a report shows (a refusal) never fires. TODO(issue 40): drop
-/// `--serial` once the tap sends each report to the session that saw its prepare.
+/// `--serial` once the tap sends each report to the session that saw its prepare (live protocol
+/// 4): with that tap merged in, these tests passed without it (2026-12-07).
 fn listening(args: &[&str]) -> Option<(Running, String)> {
     let exe = build();
     let mut child = Command::new(&exe)
