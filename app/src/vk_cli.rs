@@ -94,8 +94,9 @@ pub struct SpirvHelperArgs {
     pub output: PathBuf,
     /// Which helper: `helper` (T5 through the chunk table), `header` (the same, its words read
     /// from a 64-byte header whose address is the push block's one 64-bit value, words 30–31),
-    /// `instrumented` (with the device-side instrumentation), or `raw` (guest address plus one
-    /// constant).
+    /// `instrumented` (with the device-side instrumentation), `capture` (the selected lanes'
+    /// accesses alone, the instrumented pass's second dispatch), `flat` (the peer's flat page
+    /// table) or `raw` (guest address plus one constant).
     #[arg(long, default_value = "helper")]
     pub variant: String,
 }
@@ -108,7 +109,7 @@ pub fn spirv_helper_cmd(args: &SpirvHelperArgs) -> anyhow::Result<()> {
         .find(|v| v.name() == args.variant)
         .ok_or_else(|| {
             BadInput(format!(
-                "--variant {:?}: not one of flat, helper, header, instrumented, raw",
+                "--variant {:?}: not one of capture, flat, helper, header, instrumented, raw",
                 args.variant
             ))
         })?;

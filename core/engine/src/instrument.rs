@@ -7,7 +7,15 @@
 //! by the lanes that ran: counters and the probe histogram over every lane, one row per site, the
 //! first escapes (each classified here, on the host, with [`Mappings::classify_miss`] and the
 //! nearest mappings), and every access of the lanes the debugger selected. Whatever a full log
-//! could not keep is counted, and the report says how much.
+//! could not keep is counted, and the report says how much. Nothing is sampled: every count is
+//! over every lane.
+//!
+//! Two ways of writing the buffer give the same words (`dispatchscope-vk`'s `Shape`): issue 30's,
+//! where every escape is offered to the log and every access of a selected lane is captured as it
+//! happens, in one dispatch; and issue 42's lean one, where each escaping lane offers its first
+//! escape when it ends (the others are counted by site, not logged), and the selected lanes are
+//! captured by a second dispatch over only their workgroups ([`Grid::selected_workgroups`]),
+//! which writes the capture and nothing else. The decoding is the same.
 //!
 //! Reading is split in two so that an emulator pays little when no debugger looks: [`Readback`]
 //! copies only the words the device wrote (header, counters, sites, the logged entries), and
@@ -17,7 +25,7 @@
 //! | words | what |
 //! |---|---|
 //! | 0–15 | header: [`MAGIC`], sites, escape capacity, capture capacity, the selection (workgroup, lane mask, pixel rectangle), the canary's guest address, the grid's width and height, the heat cell's side in workgroups |
-//! | 16–19 | 32-bit counters: escapes (the escape log's next entry), captured (the capture's next entry), canary escapes, 0 |
+//! | 16–19 | 32-bit counters: escapes offered to the log (its next entry), captured (the capture's next entry), canary escapes, 0 |
 //! | 20–59 | 64-bit counters (two words, low first): misses, stores marked, the probe histogram (16 buckets), the workgroups' escapes and extra probes (the heat map's totals) |
 //! | 60… | sites: [`SITE_WORDS`] words each, eight 64-bit counters (low word first): guest, LDS, scratch, bound accesses, escapes, extra probes, longest lookup, split accesses |
 //! | then | escape log: [`ESCAPE_WORDS`] words an entry |
@@ -89,7 +97,11 @@ pub mod header {
 
 /// Counter word indices.
 pub mod counter {
-    /// Every escape, logged or not (the canary left out): 32 bits, the escape log's next entry.
+    /// The escape log's next entry, 32 bits: the escapes offered to the log, kept or not. Every
+    /// escape where the access path logs it as it happens (issue 30's path, the linkable
+    /// library's); each escaping lane's first where the lane logs it when it ends (issue 42's
+    /// lean path). Either way every escape is counted by its site (and its heat cell), which is
+    /// what the report's total reads ([`super::decode`]).
     pub const ESCAPES: u32 = 16;
     /// Every captured access, kept or not: 32 bits, the capture's next entry.
     pub const CAPTURED: u32 = 17;
@@ -380,6 +392,36 @@ impl Grid {
     pub fn lane_of(&self, pixel: [u32; 2]) -> (u32, u32) {
         let wg = (pixel[1] / TILE) * self.groups_x() + pixel[0] / TILE;
         (wg, (pixel[1] % TILE) * TILE + pixel[0] % TILE)
+    }
+
+    /// The workgroups that may hold a lane `selection` selects: the smallest rectangle of
+    /// workgroups `[x0, x1) × [y0, y1)` (in workgroups, not pixels) around the selection's pixels
+    /// on this grid and its workgroup, or `None` when it can select no lane. What the capture's
+    /// second dispatch runs over (the device tests each lane of them again).
+    pub fn selected_workgroups(&self, selection: &LaneSelection) -> Option<[u32; 4]> {
+        if selection.lane_mask == 0 {
+            return None;
+        }
+        let [x0, y0, x1, y1] = selection.rect;
+        let (x1, y1) = (x1.min(self.width), y1.min(self.height));
+        if x0 >= x1 || y0 >= y1 {
+            return None;
+        }
+        let mut b = [x0 / TILE, y0 / TILE, x1.div_ceil(TILE), y1.div_ceil(TILE)];
+        if let Some(w) = selection.workgroup {
+            let gx = self.groups_x().max(1);
+            let (wx, wy) = (w % gx, w / gx);
+            b = [
+                b[0].max(wx),
+                b[1].max(wy),
+                b[2].min(wx + 1),
+                b[3].min(wy + 1),
+            ];
+            if b[0] >= b[2] || b[1] >= b[3] {
+                return None;
+            }
+        }
+        Some(b)
     }
 }
 
@@ -773,7 +815,8 @@ pub fn decode(
         probe_histogram: histogram,
         sites: site_reports,
         escapes,
-        escapes_not_logged: u64::from(rb.at(counter::ESCAPES)).saturating_sub(logged_escapes),
+        // Every escape is counted by its site; the log keeps some of them.
+        escapes_not_logged: counters.escapes.saturating_sub(logged_escapes),
         captured,
         captured_not_logged: u64::from(rb.at(counter::CAPTURED)).saturating_sub(logged_captured),
         control: rb.control(),
@@ -962,6 +1005,58 @@ mod tests {
             })
         );
         assert!(Grid::new(0, 8).is_err());
+    }
+
+    /// The capture's workgroups hold every lane a selection selects, and none are named for a
+    /// selection of no lane.
+    #[test]
+    fn selected_workgroups_hold_every_selected_lane() {
+        let g = Grid::new(48, 32).unwrap();
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u32| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % u64::from(n)) as u32
+        };
+        let mut selections = vec![
+            LaneSelection::none(),
+            LaneSelection::rect(0, 0, 1, 1),
+            LaneSelection::rect(47, 31, 48, 32),
+            LaneSelection::rect(40, 30, 100, 100),
+            LaneSelection::workgroup(23, u64::MAX),
+            LaneSelection::workgroup(24, u64::MAX),
+            LaneSelection::workgroup(5, 1 << 63),
+        ];
+        for _ in 0..500 {
+            let (x0, y0) = (next(56), next(40));
+            let mut s = LaneSelection::rect(x0, y0, x0 + next(20), y0 + next(12));
+            if next(3) == 0 {
+                s.workgroup = Some(next(26));
+            }
+            if next(4) == 0 {
+                s.lane_mask = u64::from(next(u32::MAX)) << next(33);
+            }
+            selections.push(s);
+        }
+        for s in &selections {
+            let b = g.selected_workgroups(s);
+            let mut any = false;
+            for wg in 0..g.workgroups() as u32 {
+                for local in 0..64 {
+                    if s.selects(wg, local, g.pixel(wg, local)) {
+                        any = true;
+                        let [x0, y0, x1, y1] = b.unwrap_or_else(|| panic!("{s:?}: none named"));
+                        let (wx, wy) = (wg % g.groups_x(), wg / g.groups_x());
+                        assert!(wx >= x0 && wx < x1 && wy >= y0 && wy < y1, "{s:?}: {wg}");
+                    }
+                }
+            }
+            if let Some([x0, y0, x1, y1]) = b {
+                assert!(x1 <= g.groups_x() && y1 <= 4 && x0 < x1 && y0 < y1, "{s:?}");
+            }
+            assert!(any || b.is_none() || s.lane_mask != u64::MAX || s.workgroup.is_some());
+        }
     }
 
     #[test]

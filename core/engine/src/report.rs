@@ -1199,7 +1199,9 @@ pub struct InstrumentedReport {
     pub probe_histogram: Vec<u64>,
     /// One per access site the translator numbered, in site order.
     pub sites: Vec<SiteReport>,
-    /// The escape log (T4), bounded: the first escapes the device logged.
+    /// The escape log (T4), bounded: the first escapes the device logged (every escape as it
+    /// happened, or each escaping lane's first when the lane ended: `dispatchscope-vk`'s
+    /// instrumentation says which); every escape is counted by site whatever the log keeps.
     pub escapes: Vec<LoggedEscape>,
     /// Escapes counted but not logged because the log was full.
     pub escapes_not_logged: u64,

@@ -6,7 +6,18 @@
 //!
 //! `cargo bench -p dispatchscope-vk --features bench --bench vk_pass` runs 1920×1080 and
 //! 3840×2160 (a GPU's sizes); `-- --sizes 256x256` picks others; `-- --no-lookup` leaves the
-//! microbenchmark out; `-- --repeats N` sets the timed rounds (at most 9, after one warm-up round).
+//! microbenchmark out; `-- --repeats N` sets the timed rounds (at most 9, after one warm-up round);
+//! `-- --memory device-local` (or `imported`, `both`: the default) where guest memory lies;
+//! `-- --no-ablation` leaves issue 42's changes-each-alone out, `-- --issue30` adds issue 30's
+//! shapes of the helper.
+//!
+//! Issue 42's figures, at each size and memory: every build interleaved in one submission (issue
+//! 30's instrumented pass beside issue 42's, the capture's second dispatch over the selected
+//! lanes' workgroups, the helper's register changes each alone, the instrumented pass's changes
+//! each undone alone), then the lines `issue 42 …` with instrumented / helper, helper / raw and
+//! the instrumented pass's milliseconds against the issue's goals. Every build's image is
+//! checked against the host's pass and every complete instrumented build's site counts against
+//! the host's.
 
 #![allow(clippy::print_stdout, reason = "a benchmark prints its figures")]
 #![allow(
@@ -21,8 +32,8 @@ use dispatchscope_core::instrument::{Grid, InstrumentLayout, LaneSelection, Read
 use dispatchscope_vk::bench::{LayoutConfig, LookupConfig, lookup_bench};
 use dispatchscope_vk::pass::scene::{self, Scene, SceneConfig};
 use dispatchscope_vk::pass::{
-    Build, DevicePass, GuestMemoryOn, HostSide, MAX_BACK_TO_BACK, PassOptions, masked_write_back,
-    run_frame,
+    Build, DevicePass, GuestMemoryOn, HostSide, MAX_BACK_TO_BACK, PassOptions, helper_shapes,
+    instrumented_shapes, masked_write_back, run_frame,
 };
 use dispatchscope_vk::spirv::library::{Shape, Variant};
 use dispatchscope_vk::spirv::traversal::{Workload, site};
@@ -68,20 +79,25 @@ fn image_of(holder: &[u8], n: usize) -> Vec<(u32, u32)> {
 }
 
 /// What the bench measures besides its sizes.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Plan {
     repeats: usize,
     frames_only: bool,
     /// The flat table's span of address bits (`None`: fitted to the scene).
     flat_bits: Option<u32>,
-    /// The helper's shapes, each change alone, beside the shipped one.
+    /// Issue 42's changes, each alone, beside the shipped builds.
     ablation: bool,
+    /// Issue 30's shapes of the helper (its path before, the first probe unrolled), measured
+    /// then; off unless asked.
+    issue30: bool,
+    /// Where guest memory lies, each in its turn.
+    memories: Vec<GuestMemoryOn>,
 }
 
-/// The builds measured in one submission: every variant over both workloads, the header form
-/// over the loads, and (`ablation`) the helper's and the flat table's access paths as they were
-/// before issue 30 and with each change alone.
-fn builds(ablation: bool) -> Vec<Build> {
+/// The builds measured in one submission: every variant over both workloads (issue 30's
+/// instrumented pass beside issue 42's, and issue 42's capture dispatch), the header form over
+/// the loads, and (`ablation`) issue 42's changes each alone; (`issue30`) issue 30's shapes.
+fn builds(plan: &Plan) -> Vec<Build> {
     let mut b = Vec::new();
     for workload in Workload::ALL {
         for v in [Variant::Raw, Variant::Helper, Variant::Flat] {
@@ -90,14 +106,18 @@ fn builds(ablation: bool) -> Vec<Build> {
         if workload == Workload::Loads {
             b.push(Build::of(Variant::Header));
         }
-        if ablation {
+        if plan.ablation {
+            for (_, shape) in helper_shapes() {
+                b.push(Build::of(Variant::Helper).on(workload).shaped(shape));
+            }
+            for (_, shape) in instrumented_shapes() {
+                b.push(Build::of(Variant::Instrumented).on(workload).shaped(shape));
+            }
+        }
+        if plan.issue30 {
             for shape in [
                 Shape::BEFORE,
                 Shape {
-                    fast_path: true,
-                    ..Shape::BEFORE
-                },
-                Shape {
                     first_probe_unrolled: true,
                     ..Shape::BEFORE
                 },
@@ -105,46 +125,40 @@ fn builds(ablation: bool) -> Vec<Build> {
                     fast_path: true,
                     first_probe_unrolled: true,
                     ..Shape::BEFORE
-                },
-                Shape {
-                    lane_cache: false,
-                    ..Shape::SHIPPED
                 },
             ] {
                 b.push(Build::of(Variant::Helper).on(workload).shaped(shape));
             }
             b.push(Build::of(Variant::Flat).on(workload).shaped(Shape::BEFORE));
-            b.push(Build::of(Variant::Instrumented).on(workload).shaped(Shape {
-                private_counters: false,
-                ..Shape::SHIPPED
-            }));
-            b.push(Build::of(Variant::Helper).on(workload).inlined());
-            b.push(Build::of(Variant::Instrumented).on(workload).inlined());
-            if workload == Workload::Loads {
-                // Where the instrumented variant's time goes: each part left out alone, then all.
-                for leave_out in [
-                    Shape::LEAVE_OUT_COUNTS,
-                    Shape::LEAVE_OUT_CAPTURE,
-                    Shape::LEAVE_OUT_ESCAPES,
-                    Shape::LEAVE_OUT_WORKGROUP,
-                    Shape::LEAVE_OUT_COUNTS
-                        | Shape::LEAVE_OUT_CAPTURE
-                        | Shape::LEAVE_OUT_ESCAPES
-                        | Shape::LEAVE_OUT_WORKGROUP,
-                ] {
-                    b.push(Build::of(Variant::Instrumented).shaped(Shape {
-                        leave_out,
-                        ..Shape::SHIPPED
-                    }));
-                }
-            }
         }
+        b.push(Build::of(Variant::Capture).on(workload));
+        b.push(
+            Build::of(Variant::Instrumented)
+                .on(workload)
+                .shaped(Shape::ISSUE_30),
+        );
         b.push(Build::of(Variant::Instrumented).on(workload));
     }
     b
 }
 
-fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, plan: Plan) {
+/// Every site's accesses and escapes in the host's own pass (the same for both workloads: the
+/// arithmetic changes no branch of the traversal).
+fn host_counts(scene: &Scene, w: u32, h: u32) -> Vec<(u64, u64)> {
+    let mut want = vec![(0u64, 0u64); site::COUNT as usize];
+    for y in 0..h {
+        for x in 0..w {
+            let tr = scene.trace(x, y);
+            for (k, wk) in want.iter_mut().enumerate() {
+                wk.0 += u64::from(tr.accesses[k]);
+                wk.1 += u64::from(tr.escapes[k]);
+            }
+        }
+    }
+    want
+}
+
+fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, plan: &Plan) {
     let (repeats, frames_only) = (plan.repeats, plan.frames_only);
     let grid = Grid::new(w, h).expect("a size of whole 8×8 workgroups");
     let scene = Scene::new(SceneConfig::default(), grid).unwrap();
@@ -184,11 +198,20 @@ fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, plan: Plan) {
     } else {
         scene.expected_image_of(Workload::Translated)
     };
+    // Every site's accesses and escapes in the host's pass, what each instrumented build's
+    // counts are checked against.
+    let t = Instant::now();
+    let want = if frames_only {
+        Vec::new()
+    } else {
+        host_counts(&scene, w, h)
+    };
+    let counted_in = t.elapsed();
     let mut last = None;
-    for on in [GuestMemoryOn::DeviceLocal, GuestMemoryOn::Imported] {
+    for &on in &plan.memories {
         let mut options = PassOptions::new(false, on);
         if !frames_only {
-            options.builds = builds(plan.ablation);
+            options.builds = builds(plan);
         }
         options.flat_address_bits = plan.flat_bits;
         let t = Instant::now();
@@ -217,18 +240,18 @@ fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, plan: Plan) {
         last = Some(if frames_only {
             pass
         } else {
-            variants(
-                pass,
-                on,
-                &options.builds,
-                &sel,
-                &scene,
-                [&expected, &expected_translated],
-                repeats,
-            )
+            let against = Against {
+                host: &host,
+                scene: &scene,
+                expected: [&expected, &expected_translated],
+                counts: &want,
+            };
+            variants(pass, on, &options.builds, &sel, &against, repeats, grid)
         });
     }
-    let mut pass = last.unwrap();
+    let Some(mut pass) = last else {
+        return;
+    };
     // Issue 29: the emulator's frame as `dispatchscope pass` runs it: prepare, the device's run,
     // complete (O8 from the device's holder); the host's time around the device's.
     let input = host.frame_input();
@@ -310,30 +333,20 @@ fn pass_at(ctx: &std::sync::Arc<Context>, w: u32, h: u32, plan: Plan) {
         section.captured_not_logged
     );
     // Every site's device counts against the host's own pass (T5's exact counts on this device).
-    let t = Instant::now();
-    let mut want = [(0u64, 0u64); site::COUNT as usize];
-    for y in 0..h {
-        for x in 0..w {
-            let tr = scene.trace(x, y);
-            for (k, wk) in want.iter_mut().enumerate() {
-                wk.0 += u64::from(tr.accesses[k]);
-                wk.1 += u64::from(tr.escapes[k]);
-            }
-        }
-    }
-    for s in &section.sites {
-        let (acc, esc) = want[s.site as usize];
-        assert_eq!(
-            (s.accesses, s.escapes),
-            (acc, esc),
-            "site {}: the device's (accesses, escapes) against the host's pass",
-            s.site
-        );
-    }
-    assert_eq!(c.hits + c.misses, c.lookups, "lookups = hits + misses");
+    check_sites(&section, &want, "instrumented");
+    assert!(
+        !section.captured.is_empty()
+            && section.captured.iter().all(|c| sel.selects(
+                c.workgroup,
+                c.wave * 32 + c.lane,
+                c.pixel
+            )),
+        "the capture's dispatch captured the selected lanes and no other"
+    );
     println!(
-        "  device counts checked against the host's pass: every site's accesses and escapes agree ({:.0} ms on the host)",
-        ms(t.elapsed())
+        "  device counts checked against the host's pass: every site's accesses and escapes agree ({:.0} ms on the host); {} accesses captured by the capture's dispatch, every one a selected lane's",
+        ms(counted_in),
+        section.captured.len()
     );
     let accesses = c.guest + c.lds + c.scratch + c.bound;
     println!(
@@ -430,14 +443,22 @@ fn main() {
         Some(b) => Some(b.parse().expect("--flat-bits N or fitted")),
         None => Some(40),
     };
+    let memories = match value("--memory").as_deref() {
+        None | Some("both") => vec![GuestMemoryOn::DeviceLocal, GuestMemoryOn::Imported],
+        Some("device-local") => vec![GuestMemoryOn::DeviceLocal],
+        Some("imported") => vec![GuestMemoryOn::Imported],
+        Some(other) => panic!("--memory {other}: one of both, device-local, imported"),
+    };
     let plan = Plan {
         repeats,
         frames_only,
         flat_bits,
         ablation: !args.iter().any(|a| a == "--no-ablation"),
+        issue30: args.iter().any(|a| a == "--issue30"),
+        memories,
     };
     for (w, h) in sizes {
-        pass_at(&ctx, w, h, plan);
+        pass_at(&ctx, w, h, &plan);
     }
     if frames_only {
         return;
@@ -472,26 +493,72 @@ fn main() {
     }
 }
 
+/// What a build's run is checked against: the host's side (its decode), the scene, each
+/// workload's image, every site's (accesses, escapes) in the host's pass.
+struct Against<'a> {
+    host: &'a HostSide,
+    scene: &'a Scene,
+    expected: [&'a [(u32, u32)]; 2],
+    counts: &'a [(u64, u64)],
+}
+
+/// Every site's device counts against the host's pass.
+fn check_sites(
+    section: &dispatchscope_core::report::InstrumentedReport,
+    want: &[(u64, u64)],
+    what: &str,
+) {
+    for s in &section.sites {
+        let (acc, esc) = want[s.site as usize];
+        assert_eq!(
+            (s.accesses, s.escapes),
+            (acc, esc),
+            "{what}: site {}: the device's (accesses, escapes) against the host's pass",
+            s.site
+        );
+    }
+    let c = section.counters;
+    assert_eq!(
+        c.hits + c.misses,
+        c.lookups,
+        "{what}: lookups = hits + misses"
+    );
+    assert_eq!(
+        section.escapes.len() as u64 + section.escapes_not_logged,
+        c.escapes,
+        "{what}: every escape logged or counted as not"
+    );
+    assert_eq!(
+        section.control,
+        dispatchscope_core::report::ControlStatus::Fired,
+        "{what}: the positive control"
+    );
+}
+
 /// The pass's builds on one memory: each run once alone and its image checked against its
-/// workload's, then rounds of every build interleaved in one submission (one GPU clock for all;
-/// the first round left out), after one such submission not counted, timed by GPU timestamps.
+/// workload's (and each complete instrumented build's counts against the host's; the capture's
+/// entries against the selection), then rounds of every build interleaved in one submission (one
+/// GPU clock for all; the first round left out), after one such submission not counted, timed by
+/// GPU timestamps; then issue 42's ratios.
 fn variants(
     mut pass: DevicePass,
     on: GuestMemoryOn,
     builds: &[Build],
     sel: &LaneSelection,
-    scene: &Scene,
-    expected: [&[(u32, u32)]; 2],
+    against: &Against,
     repeats: usize,
+    grid: Grid,
 ) -> DevicePass {
+    let scene = against.scene;
     println!("  guest memory {on:?}:");
     let mut timestamps = false;
+    let mut checked = 0;
     for b in builds {
         timestamps = pass
             .run_builds(&[*b], sel, scene::CANARY_AT, scene)
             .unwrap()
             .timestamps;
-        let want = expected[usize::from(b.workload == Workload::Translated)];
+        let want = against.expected[usize::from(b.workload == Workload::Translated)];
         let got = image_of(pass.holder().0, want.len());
         let wrong = got.iter().zip(want).filter(|(a, b)| a != b).count();
         assert_eq!(
@@ -508,7 +575,34 @@ fn variants(
                 b.name()
             );
         }
+        if b.variant == Variant::Instrumented && b.shape.leave_out == 0 {
+            let section = against
+                .host
+                .decode(pass.layout(), &pass.instrumentation_words())
+                .unwrap();
+            check_sites(&section, against.counts, &b.name());
+            checked += 1;
+        }
+        if b.variant == Variant::Capture {
+            let section = against
+                .host
+                .decode(pass.layout(), &pass.instrumentation_words())
+                .unwrap();
+            assert!(
+                !section.captured.is_empty()
+                    && section.captured.iter().all(|c| sel.selects(
+                        c.workgroup,
+                        c.wave * 32 + c.lane,
+                        c.pixel
+                    )),
+                "{}: the selected lanes' accesses, and no other lane's",
+                b.name()
+            );
+        }
     }
+    println!(
+        "    every build's image checked against the host's pass; {checked} instrumented builds' site counts checked against the host's"
+    );
     let per_round = builds.len();
     let rounds = (repeats + 1).min(MAX_BACK_TO_BACK as usize / per_round);
     let sequence: Vec<Build> = (0..rounds).flat_map(|_| builds.iter().copied()).collect();
@@ -532,7 +626,7 @@ fn variants(
         let n = runs.len();
         let (min, med) = (runs.iter().min().copied().unwrap_or_default(), median(runs));
         println!(
-            "    {:<36} median {:>8.3} ms  min {:>8.3} ms  ({n} runs interleaved; {}; image checked)",
+            "    {:<64} median {:>8.3} ms  min {:>8.3} ms  ({n} runs interleaved; {})",
             b.name(),
             ms(med),
             ms(min),
@@ -550,71 +644,105 @@ fn variants(
             .position(|x| *x == b)
             .map_or(f64::NAN, |i| medians[i])
     };
+    let captured_groups = grid
+        .selected_workgroups(sel)
+        .map_or(0, |[x0, y0, x1, y1]| (x1 - x0) * (y1 - y0));
     for workload in Workload::ALL {
         let v = |variant| of(Build::of(variant).on(workload));
-        println!(
-            "    {:<10} helper / raw {:.3}   helper / flat {:.3}   flat / raw {:.3}   instrumented / helper {:.3}   instrumented / raw {:.3}",
-            workload.name(),
-            v(Variant::Helper) / v(Variant::Raw),
-            v(Variant::Helper) / v(Variant::Flat),
-            v(Variant::Flat) / v(Variant::Raw),
-            v(Variant::Instrumented) / v(Variant::Helper),
-            v(Variant::Instrumented) / v(Variant::Raw),
+        let (raw, helper, instrumented) = (
+            v(Variant::Raw),
+            v(Variant::Helper),
+            v(Variant::Instrumented),
         );
-        let before = of(Build::of(Variant::Helper)
+        let issue30 = of(Build::of(Variant::Instrumented)
             .on(workload)
-            .shaped(Shape::BEFORE));
-        if before.is_finite() {
-            let shaped = |shape| of(Build::of(Variant::Helper).on(workload).shaped(shape));
+            .shaped(Shape::ISSUE_30));
+        let capture = v(Variant::Capture);
+        println!(
+            "    {:<10} helper / raw {:.3}   helper / flat {:.3}   flat / raw {:.3}   instrumented / helper {:.3} (issue 30's {:.3})   instrumented / raw {:.3}",
+            workload.name(),
+            helper / raw,
+            helper / v(Variant::Flat),
+            v(Variant::Flat) / raw,
+            instrumented / helper,
+            issue30 / helper,
+            instrumented / raw,
+        );
+        println!(
+            "    {:<10} issue 42 at {}×{} ({on:?}): instrumented / helper {:.3} (goal ≤ 1.5; issue 30's pass {:.3}); helper / raw {:.3} (goal ≤ {}); the instrumented pass {:.3} ms (goal ≤ 1.67 ms at 1080p; issue 30's {:.3} ms); with the capture's dispatch over {captured_groups} workgroup(s) {:.3} ms more ({:.3} of the helper's pass together)",
+            workload.name(),
+            grid.width,
+            grid.height,
+            instrumented / helper,
+            issue30 / helper,
+            helper / raw,
+            if workload == Workload::Loads {
+                "1.15"
+            } else {
+                "1.25"
+            },
+            instrumented * 1e3,
+            issue30 * 1e3,
+            capture * 1e3,
+            (instrumented + capture) / helper,
+        );
+        let shaped = |variant, shape| of(Build::of(variant).on(workload).shaped(shape));
+        let shapes: Vec<String> = helper_shapes()
+            .iter()
+            .map(|(name, shape)| {
+                let t = shaped(Variant::Helper, *shape);
+                format!("{name} {:.3} ({:.3} of raw)", t / helper, t / raw)
+            })
+            .filter(|l| !l.contains("NaN"))
+            .collect();
+        if !shapes.is_empty() {
             println!(
-                "    {:<10} the helper against its path before: fast path alone {:.3}, first probe unrolled alone {:.3}, both {:.3}; flat's fast path {:.3}; the shipped helper without its lane cache {:.3} of the shipped",
+                "    {:<10} the helper's changes, each alone, against the shipped helper: {}",
                 workload.name(),
-                shaped(Shape {
-                    fast_path: true,
-                    ..Shape::BEFORE
-                }) / before,
-                shaped(Shape {
-                    first_probe_unrolled: true,
-                    ..Shape::BEFORE
-                }) / before,
-                of(Build::of(Variant::Helper).on(workload).shaped(Shape {
-                    fast_path: true,
-                    first_probe_unrolled: true,
-                    ..Shape::BEFORE
-                })) / before,
-                v(Variant::Flat) / of(Build::of(Variant::Flat).on(workload).shaped(Shape::BEFORE)),
-                shaped(Shape {
-                    lane_cache: false,
-                    ..Shape::SHIPPED
-                }) / v(Variant::Helper),
+                shapes.join("; ")
             );
         }
-    }
-    for workload in Workload::ALL {
-        let helper = of(Build::of(Variant::Helper).on(workload));
-        let private = Shape {
-            private_counters: true,
-            ..Shape::SHIPPED
-        };
-        let own = of(Build::of(Variant::Instrumented)
-            .on(workload)
-            .shaped(private));
-        if own.is_finite() {
+        let parts: Vec<String> = instrumented_shapes()
+            .iter()
+            .map(|(name, shape)| {
+                let t = shaped(Variant::Instrumented, *shape);
+                format!(
+                    "{name} {:.3} of the shipped ({:.3} of the helper)",
+                    t / instrumented,
+                    t / helper
+                )
+            })
+            .filter(|l| !l.contains("NaN"))
+            .collect();
+        if !parts.is_empty() {
             println!(
-                "    {:<10} instrumented / helper: a workgroup atomic an access (shipped) {:.3}, the lane's own counters {:.3}, those inlined by spirv-opt {:.3} (over the inlined helper {:.3})",
+                "    {:<10} the instrumented pass's changes, each alone, against the shipped: {}",
                 workload.name(),
-                of(Build::of(Variant::Instrumented).on(workload)) / helper,
-                own / helper,
-                of(Build::of(Variant::Instrumented)
-                    .on(workload)
-                    .shaped(private)
-                    .inlined())
-                    / helper,
-                of(Build::of(Variant::Instrumented)
-                    .on(workload)
-                    .shaped(private)
-                    .inlined())
-                    / of(Build::of(Variant::Helper).on(workload).inlined()),
+                parts.join("; ")
+            );
+        }
+        let before = shaped(Variant::Helper, Shape::BEFORE);
+        if before.is_finite() {
+            println!(
+                "    {:<10} issue 30's shapes against the helper's path before: first probe unrolled alone {:.3}, with the fast path {:.3}, the shipped {:.3}; flat's fast path {:.3}",
+                workload.name(),
+                shaped(
+                    Variant::Helper,
+                    Shape {
+                        first_probe_unrolled: true,
+                        ..Shape::BEFORE
+                    }
+                ) / before,
+                shaped(
+                    Variant::Helper,
+                    Shape {
+                        fast_path: true,
+                        first_probe_unrolled: true,
+                        ..Shape::BEFORE
+                    }
+                ) / before,
+                helper / before,
+                v(Variant::Flat) / shaped(Variant::Flat, Shape::BEFORE),
             );
         }
     }

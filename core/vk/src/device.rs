@@ -122,6 +122,12 @@ pub struct DeviceInfo {
     pub subgroup_size: u32,
     /// Whether compute shaders have subgroup ballots (reported; no helper variant needs them).
     pub subgroup_ballot: bool,
+    /// Whether compute shaders have subgroup arithmetic (`OpGroupNonUniformIAdd`, `UMax`): the
+    /// instrumented helper's counts reduced over a subgroup (`Shape::subgroup_counts`).
+    pub subgroup_arithmetic: bool,
+    /// Whether the device has `shaderBufferInt64Atomics` (enabled at creation where it does): the
+    /// instrumented helper's 64-bit counters added with one 64-bit atomic (`Shape::wide_atomics`).
+    pub buffer_int64_atomics: bool,
     /// Whether the driver reports a pipeline's statistics (VK_KHR_pipeline_executable_properties:
     /// registers, spills, …), for the bench's account of what a module costs.
     pub pipeline_statistics: bool,
@@ -252,8 +258,8 @@ impl Context {
             }
         };
         let (physical, queue_family, info) = Self::pick(&instance).inspect_err(|_| undo())?;
-        let device = Self::open_device(&instance, physical, queue_family, info.pipeline_statistics)
-            .inspect_err(|_| undo())?;
+        let device =
+            Self::open_device(&instance, physical, queue_family, &info).inspect_err(|_| undo())?;
         // SAFETY: the queue family was created with one queue.
         let queue = unsafe { device.get_device_queue(queue_family, 0) };
         let host_import = ash::ext::external_memory_host::Device::new(&instance, &device);
@@ -416,6 +422,12 @@ impl Context {
                         && subgroup
                             .supported_stages
                             .contains(vk::ShaderStageFlags::COMPUTE),
+                    subgroup_arithmetic: subgroup.supported_operations.contains(
+                        vk::SubgroupFeatureFlags::ARITHMETIC | vk::SubgroupFeatureFlags::VOTE,
+                    ) && subgroup
+                        .supported_stages
+                        .contains(vk::ShaderStageFlags::COMPUTE),
+                    buffer_int64_atomics: f12.shader_buffer_int64_atomics == vk::TRUE,
                 };
                 Ok(Ok((family as u32, info)))
             }
@@ -427,8 +439,9 @@ impl Context {
         instance: &ash::Instance,
         physical: vk::PhysicalDevice,
         family: u32,
-        pipeline_statistics: bool,
+        info: &DeviceInfo,
     ) -> Result<ash::Device, VkError> {
+        let pipeline_statistics = info.pipeline_statistics;
         let prio = [1.0f32];
         let queues = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(family)
@@ -436,7 +449,9 @@ impl Context {
         let features = vk::PhysicalDeviceFeatures::default()
             .shader_int64(true)
             .shader_storage_buffer_array_dynamic_indexing(true);
-        let mut f12 = vk::PhysicalDeviceVulkan12Features::default().buffer_device_address(true);
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
+            .buffer_device_address(true)
+            .shader_buffer_int64_atomics(info.buffer_int64_atomics);
         let mut executables = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
             .pipeline_executable_info(true);
         let mut exts = vec![ash::ext::external_memory_host::NAME.as_ptr()];

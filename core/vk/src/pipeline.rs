@@ -56,7 +56,8 @@ impl Pipeline {
         Self::build(d, words, entry, slots, vk::PipelineCreateFlags::empty())
     }
 
-    /// [`Pipeline::new`] on `ctx`'s device, with the driver's statistics of the compiled shader
+    /// [`Pipeline::new`] on `ctx`'s device, made with `flags` (`DISPATCH_BASE` for a dispatch
+    /// from a base workgroup), with the driver's statistics of the compiled shader
     /// (VK_KHR_pipeline_executable_properties: name and value, e.g. its registers) where the
     /// driver gives them; none elsewhere.
     #[cfg(feature = "demo")]
@@ -65,16 +66,20 @@ impl Pipeline {
         words: &[u32],
         entry: &CStr,
         slots: u32,
+        flags: vk::PipelineCreateFlags,
     ) -> Result<(Pipeline, Vec<(String, String)>), VkError> {
         let Some(pe) = &ctx.pipeline_executables else {
-            return Ok((Self::new(&ctx.device, words, entry, slots)?, Vec::new()));
+            return Ok((
+                Self::build(&ctx.device, words, entry, slots, flags)?,
+                Vec::new(),
+            ));
         };
         let p = Self::build(
             &ctx.device,
             words,
             entry,
             slots,
-            vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR,
+            flags | vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR,
         )?;
         let info = vk::PipelineExecutableInfoKHR::default()
             .pipeline(p.raw)
@@ -107,7 +112,7 @@ impl Pipeline {
         Ok((p, stats))
     }
 
-    fn build(
+    pub(crate) fn build(
         d: &ash::Device,
         words: &[u32],
         entry: &CStr,

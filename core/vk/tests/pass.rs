@@ -320,8 +320,15 @@ fn complete_decodes_the_instrumented_frames_section() {
 
 /// Every site's device counters against the host's own pass.
 fn check_counts(section: &InstrumentedReport, traces: &[scene::Trace], grid: Grid) {
-    assert_eq!(section.lanes, u64::from(W * H));
     assert_eq!(section.control, ControlStatus::Fired);
+    check_counts_at(section, traces, grid, "instrumented");
+    assert!(section.counters.escapes > 0);
+}
+
+/// [`check_counts`] over any grid, `what` naming the build.
+fn check_counts_at(section: &InstrumentedReport, traces: &[scene::Trace], grid: Grid, what: &str) {
+    let (w, h) = (grid.width, grid.height);
+    assert_eq!(section.lanes, u64::from(w * h), "{what}");
     for s in &section.sites {
         let host: u64 = traces
             .iter()
@@ -331,8 +338,8 @@ fn check_counts(section: &InstrumentedReport, traces: &[scene::Trace], grid: Gri
             .iter()
             .map(|t| u64::from(t.escapes[s.site as usize]))
             .sum();
-        assert_eq!(s.accesses, host, "site {}: accesses", s.site);
-        assert_eq!(s.escapes, esc, "site {}: escapes", s.site);
+        assert_eq!(s.accesses, host, "{what}: site {}: accesses", s.site);
+        assert_eq!(s.escapes, esc, "{what}: site {}: escapes", s.site);
     }
     let c = section.counters;
     let lds: u64 = section
@@ -341,28 +348,43 @@ fn check_counts(section: &InstrumentedReport, traces: &[scene::Trace], grid: Gri
         .filter(|s| s.site <= site::TOP_POP)
         .map(|s| s.accesses)
         .sum();
-    assert_eq!(c.lds, lds);
-    assert_eq!(c.bound, u64::from(W * H) + 16);
-    assert_eq!(c.stores_marked, grid.workgroups());
-    assert_eq!(c.lookups, c.hits + c.misses);
-    assert_eq!(section.probe_histogram.iter().sum::<u64>(), c.lookups);
+    assert_eq!(c.lds, lds, "{what}");
+    assert_eq!(
+        c.bound,
+        u64::from(w * h) + grid.workgroups().min(16),
+        "{what}"
+    );
+    assert_eq!(c.stores_marked, grid.workgroups(), "{what}");
+    assert_eq!(c.lookups, c.hits + c.misses, "{what}");
+    assert_eq!(
+        section.probe_histogram.iter().sum::<u64>(),
+        c.lookups,
+        "{what}"
+    );
     // The heat map places every escape, by the cell of the workgroup it happened in.
     let heat = section.heat.as_ref().expect("a heat map");
     assert_eq!(heat.cells, grid.heat_cells());
     let mut expected = vec![0u64; heat.escapes.len()];
     for (i, t) in traces.iter().enumerate() {
-        let (x, y) = (i as u32 % W, i as u32 / W);
+        let (x, y) = (i as u32 % w, i as u32 / w);
         let (wg, _) = grid.lane_of([x, y]);
         expected[grid.heat_cell_of(wg)] += t.escapes.iter().map(|&e| u64::from(e)).sum::<u64>();
     }
-    assert_eq!(heat.escapes, expected, "escapes by heat cell");
-    assert_eq!(heat.escapes.iter().sum::<u64>(), c.escapes);
+    assert_eq!(heat.escapes, expected, "{what}: escapes by heat cell");
+    assert_eq!(heat.escapes.iter().sum::<u64>(), c.escapes, "{what}");
     let extra: u64 = section.sites.iter().map(|s| s.probes_sum - s.lookups).sum();
-    assert_eq!(heat.extra_probes.iter().sum::<u64>(), extra);
-    assert!(c.misses >= c.escapes && c.escapes > 0);
+    assert_eq!(heat.extra_probes.iter().sum::<u64>(), extra, "{what}");
+    assert!(c.misses >= c.escapes, "{what}");
     assert_eq!(
         section.escapes.len() as u64 + section.escapes_not_logged,
-        c.escapes
+        c.escapes,
+        "{what}"
+    );
+    // The log keeps what it has room for, each entry an escape the host's pass makes.
+    assert_eq!(
+        section.escapes.len() as u64,
+        c.escapes.min(u64::from(layout().escape_capacity)),
+        "{what}"
     );
 }
 
@@ -529,18 +551,79 @@ fn every_shape_of_the_access_path_gives_the_same_image() {
     let host = HostSide::new(scene.clone()).unwrap();
     let mut options = PassOptions::new(false, GuestMemoryOn::DeviceLocal);
     options.builds.clear();
+    let mut shapes = Vec::new();
     for fast_path in [false, true] {
         for first_probe_unrolled in [false, true] {
-            let shape = Shape {
+            shapes.push(Shape {
                 fast_path,
                 first_probe_unrolled,
                 private_counters: fast_path,
                 lane_cache: first_probe_unrolled,
-                leave_out: 0,
-            };
-            for v in [Variant::Helper, Variant::Flat, Variant::Instrumented] {
-                options.builds.push(Build::of(v).shaped(shape));
-            }
+                ..Shape::SHIPPED
+            });
+        }
+    }
+    // Issue 42's changes, each alone, and issue 30's instrumentation.
+    let s = Shape::SHIPPED;
+    shapes.extend([
+        Shape::ISSUE_30,
+        Shape {
+            private_counters: true,
+            ..Shape::ISSUE_30
+        },
+        Shape {
+            cache_delta: true,
+            ..s
+        },
+        Shape {
+            cache_delta: true,
+            fast_path: false,
+            ..s
+        },
+        Shape {
+            slow_path_call: true,
+            ..s
+        },
+        Shape {
+            slow_path_call: true,
+            fast_path: false,
+            ..s
+        },
+        Shape {
+            lookup_call: true,
+            ..s
+        },
+        Shape {
+            derived_counts: false,
+            ..s
+        },
+        Shape {
+            derived_counts: false,
+            private_counters: true,
+            ..s
+        },
+        Shape {
+            subgroup_counts: false,
+            ..s
+        },
+        Shape {
+            subgroup_rare: true,
+            ..s
+        },
+        Shape {
+            wide_atomics: false,
+            ..s
+        },
+        Shape {
+            cache_delta: true,
+            slow_path_call: true,
+            lookup_call: true,
+            ..s
+        },
+    ]);
+    for shape in shapes {
+        for v in [Variant::Helper, Variant::Flat, Variant::Instrumented] {
+            options.builds.push(Build::of(v).shaped(shape));
         }
     }
     options
@@ -548,24 +631,35 @@ fn every_shape_of_the_access_path_gives_the_same_image() {
         .push(Build::of(Variant::Instrumented).inlined());
     let mut pass = DevicePass::with_options(&ctx, &host, layout(), &options).unwrap();
     let expected = scene.expected_image();
+    let traces: Vec<_> = (0..32)
+        .flat_map(|y| (0..32).map(move |x| (x, y)))
+        .map(|(x, y)| scene.trace(x, y))
+        .collect();
+    let mut first = None;
     for b in &options.builds {
         pass.run_builds(&[*b], &LaneSelection::none(), scene::CANARY_AT, &scene)
             .unwrap();
         assert_image(&pass, &expected, &b.name());
         if b.variant == Variant::Instrumented {
-            // The lane's own counters, or a workgroup atomic an access, inlined or not: the same
-            // counts.
+            // Counted by the program or by the helper, by a workgroup atomic an access or the
+            // lane's own counters, reduced over the subgroup or not, inlined or not: the same
+            // counts, the same escapes, the same heat map.
             let section = host
                 .decode(pass.layout(), &pass.instrumentation_words())
                 .unwrap();
-            for s in &section.sites {
-                let want: u64 = (0..32)
-                    .flat_map(|y| (0..32).map(move |x| (x, y)))
-                    .map(|(x, y)| u64::from(scene.trace(x, y).accesses[s.site as usize]))
-                    .sum();
-                assert_eq!(s.accesses, want, "{}: site {}", b.name(), s.site);
-            }
+            check_counts_at(&section, &traces, Grid::new(32, 32).unwrap(), &b.name());
             assert_eq!(section.control, ControlStatus::Fired, "{}", b.name());
+            // Every way of counting gives every count alike, probes and heat map included.
+            let counted = (
+                section.counters,
+                section.probe_histogram.clone(),
+                section.sites.clone(),
+                section.heat.clone(),
+            );
+            match &first {
+                None => first = Some((b.name(), counted)),
+                Some((name, want)) => assert!(counted == *want, "{} against {name}", b.name()),
+            }
         }
     }
     assert_quiet(&ctx);

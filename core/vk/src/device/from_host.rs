@@ -115,6 +115,9 @@ impl Context {
                 lacks: lacks.join("; "),
             });
         };
+        // What the host enabled is all that may be used: it does not say whether it enabled
+        // shaderBufferInt64Atomics, so no module made for this context takes it.
+        info.buffer_int64_atomics = false;
         // The family the host chose, whose timestamps are the ones this queue has.
         if let Some(family) = families.get(host.queue_family as usize) {
             info.timestamp_valid_bits = family.timestamp_valid_bits;

@@ -442,15 +442,42 @@ impl Build {
         if self.workload != Workload::Loads {
             n = format!("{n}·{}", self.workload.name());
         }
-        if self.shape != Shape::SHIPPED && self.variant != Variant::Raw {
+        if self.shape == Shape::ISSUE_30 && self.variant != Variant::Raw {
+            n = format!("{n} (issue 30's)");
+        } else if self.shape != Shape::SHIPPED && self.variant != Variant::Raw {
+            let sh = self.shape;
             let on = |b: bool| if b { "+" } else { "−" };
-            n = format!(
-                "{n} ({}fast {}probe1 {}private {}cache)",
-                on(self.shape.fast_path),
-                on(self.shape.first_probe_unrolled),
-                on(self.shape.private_counters),
-                on(self.shape.lane_cache)
-            );
+            let mut parts = vec![
+                format!("{}fast", on(sh.fast_path)),
+                format!("{}probe1", on(sh.first_probe_unrolled)),
+                format!("{}cache", on(sh.lane_cache)),
+            ];
+            // Issue 42's changes, named only where they differ from the shipped shape.
+            let s = Shape::SHIPPED;
+            for (mine, shipped, name) in [
+                (sh.cache_delta, s.cache_delta, "delta"),
+                (sh.slow_path_call, s.slow_path_call, "slowcall"),
+                (sh.lookup_call, s.lookup_call, "lookupcall"),
+            ] {
+                if mine != shipped {
+                    parts.push(format!("{}{name}", on(mine)));
+                }
+            }
+            if self.variant == Variant::Instrumented {
+                parts.push(format!("{}private", on(sh.private_counters)));
+                for (mine, shipped, name) in [
+                    (sh.lean, s.lean, "lean"),
+                    (sh.derived_counts, s.derived_counts, "derived"),
+                    (sh.subgroup_counts, s.subgroup_counts, "subgroup"),
+                    (sh.subgroup_rare, s.subgroup_rare, "subgroup-rare"),
+                    (sh.wide_atomics, s.wide_atomics, "wide"),
+                ] {
+                    if mine != shipped {
+                        parts.push(format!("{}{name}", on(mine)));
+                    }
+                }
+            }
+            n = format!("{n} ({})", parts.join(" "));
         }
         if self.shape.leave_out != 0 {
             let parts = [
@@ -458,6 +485,7 @@ impl Build {
                 (Shape::LEAVE_OUT_CAPTURE, "capture"),
                 (Shape::LEAVE_OUT_ESCAPES, "escapes"),
                 (Shape::LEAVE_OUT_WORKGROUP, "workgroup"),
+                (Shape::LEAVE_OUT_PROBES, "probes"),
             ];
             let left: Vec<&str> = parts
                 .iter()
@@ -471,6 +499,108 @@ impl Build {
         }
         n
     }
+}
+
+/// Issue 42's helper shapes, each change alone against the shipped helper.
+pub fn helper_shapes() -> [(&'static str, Shape); 4] {
+    let s = Shape::SHIPPED;
+    [
+        (
+            "the lane cache's key and delta (stores uncached)",
+            Shape {
+                cache_delta: true,
+                ..s
+            },
+        ),
+        (
+            "the word-by-word path out of line",
+            Shape {
+                slow_path_call: true,
+                ..s
+            },
+        ),
+        (
+            "the probe loop out of line",
+            Shape {
+                lookup_call: true,
+                ..s
+            },
+        ),
+        (
+            "no lane cache",
+            Shape {
+                lane_cache: false,
+                ..s
+            },
+        ),
+    ]
+}
+
+/// Issue 42's instrumented pass, each of its changes undone (or the one shipped off done) alone,
+/// then parts of it left out.
+pub fn instrumented_shapes() -> [(&'static str, Shape); 8] {
+    let s = Shape::SHIPPED;
+    [
+        (
+            "every access counted by the helper (no derived counts)",
+            Shape {
+                derived_counts: false,
+                ..s
+            },
+        ),
+        (
+            "the program's counts a workgroup atomic a lane (no subgroup reduction)",
+            Shape {
+                subgroup_counts: false,
+                ..s
+            },
+        ),
+        (
+            "the rare counts reduced over the subgroup",
+            Shape {
+                subgroup_rare: true,
+                ..s
+            },
+        ),
+        (
+            "a 32-bit flush with a carry (no 64-bit atomics)",
+            Shape {
+                wide_atomics: false,
+                ..s
+            },
+        ),
+        (
+            "without probes",
+            Shape {
+                leave_out: Shape::LEAVE_OUT_PROBES,
+                ..s
+            },
+        ),
+        (
+            "without escapes",
+            Shape {
+                leave_out: Shape::LEAVE_OUT_ESCAPES,
+                ..s
+            },
+        ),
+        (
+            "without the workgroup's zeroing, barriers and flush",
+            Shape {
+                leave_out: Shape::LEAVE_OUT_WORKGROUP,
+                ..s
+            },
+        ),
+        (
+            "without any count (probes, escapes, workgroup too)",
+            Shape {
+                leave_out: Shape::LEAVE_OUT_COUNTS
+                    | Shape::LEAVE_OUT_ESCAPES
+                    | Shape::LEAVE_OUT_WORKGROUP
+                    | Shape::LEAVE_OUT_PROBES,
+                ..s
+            },
+        ),
+    ]
 }
 
 /// What one build's module weighs and what its pipeline took to make.
@@ -796,15 +926,20 @@ impl DevicePass {
         let mut pipelines = Vec::new();
         let mut pipeline_stats = Vec::new();
         for build in &options.builds {
+            // What the device lacks of the shape is left out (the build keeps its name).
+            let info = ctx.info();
+            let shape = build
+                .shape
+                .fit(info.subgroup_arithmetic, info.buffer_int64_atomics);
             let words = if linked {
                 let program =
-                    traversal::traversal_module_of(Linking::Import, build.workload, build.shape)?;
+                    traversal::traversal_module_of(Linking::Import, build.workload, shape)?;
                 library::link(&program, &library::helper_library(build.variant)?)?
             } else {
                 traversal::traversal_module_of(
                     Linking::Inline(build.variant),
                     build.workload,
-                    build.shape,
+                    shape,
                 )?
             };
             let words = if build.inlined {
@@ -812,8 +947,14 @@ impl DevicePass {
             } else {
                 words
             };
+            // The capture's dispatch runs over the selected workgroups only, from a base.
+            let flags = if build.variant == Variant::Capture {
+                vk::PipelineCreateFlags::DISPATCH_BASE
+            } else {
+                vk::PipelineCreateFlags::empty()
+            };
             let t = Instant::now();
-            let (pipeline, driver) = Pipeline::with_statistics(ctx, &words, c"main", 2)?;
+            let (pipeline, driver) = Pipeline::with_statistics(ctx, &words, c"main", 2, flags)?;
             pipelines.push((*build, pipeline));
             pipeline_stats.push(PipelineStats {
                 build: *build,
@@ -916,7 +1057,10 @@ impl DevicePass {
 
     /// Runs the pass once over `variant`: the instrumentation buffer reset to its first words
     /// (`selection`, the canary at `canary`), the masks and marks zeroed, one dispatch of
-    /// `width / 8 × height / 8` workgroups, waited for.
+    /// `width / 8 × height / 8` workgroups, waited for. The instrumented variant, whose pass
+    /// captures no lane ([`Shape::lean`]), is followed in the same submission by the capture's
+    /// dispatch over the selected lanes' workgroups ([`Variant::Capture`]) where `selection`
+    /// selects any and the pass has its pipeline.
     pub fn run(
         &mut self,
         variant: Variant,
@@ -924,7 +1068,16 @@ impl DevicePass {
         canary: u64,
         scene: &Scene,
     ) -> Result<RunTime, VkError> {
-        self.run_sequence(&[variant], selection, canary, scene)
+        let capture = Build::of(Variant::Capture);
+        let mut sequence = vec![Build::of(variant)];
+        if variant == Variant::Instrumented
+            && Shape::SHIPPED.lean
+            && self.grid.selected_workgroups(selection).is_some()
+            && self.pipelines.iter().any(|(b, _)| *b == capture)
+        {
+            sequence.push(capture);
+        }
+        self.run_builds(&sequence, selection, canary, scene)
     }
 
     /// [`Self::run`] with one dispatch per entry of `sequence` (at most [`MAX_BACK_TO_BACK`]) in
@@ -943,7 +1096,9 @@ impl DevicePass {
     }
 
     /// [`Self::run_sequence`] over builds ([`PassOptions::builds`]): each must be one the pass
-    /// was made with.
+    /// was made with. A [`Variant::Capture`] build runs over the workgroups that hold a lane
+    /// `selection` selects ([`Grid::selected_workgroups`]), and over none (its two timestamps
+    /// back to back) where it selects none.
     pub fn run_builds(
         &mut self,
         sequence: &[Build],
@@ -1011,6 +1166,7 @@ impl DevicePass {
         f.set64(library::push::FAULTS, self.faults.address);
         let flat_bytes = f.bytes();
         let (gx, gy) = (self.grid.width / 8, self.grid.height / 8);
+        let capture_box = self.grid.selected_workgroups(selection);
         let _ = LOCAL_SIZE;
         let timestamps = self.ctx.info().timestamp_valid_bits > 0;
         // SAFETY: the command buffer is not pending (every run waits); the pipeline, set, query
@@ -1059,7 +1215,14 @@ impl DevicePass {
                         q,
                     );
                 }
-                d.cmd_dispatch(cmd, gx, gy, 1);
+                match sequence.get(i as usize).map(|b| b.variant) {
+                    Some(Variant::Capture) => {
+                        if let Some([x0, y0, x1, y1]) = capture_box {
+                            d.cmd_dispatch_base(cmd, x0, y0, 0, x1 - x0, y1 - y0, 1);
+                        }
+                    }
+                    _ => d.cmd_dispatch(cmd, gx, gy, 1),
+                }
                 if timestamps {
                     let q = 2 * i + 1;
                     d.cmd_write_timestamp(
@@ -1235,6 +1398,161 @@ impl Drop for DevicePass {
             std::mem::replace(&mut self.faults, Buf::null()),
         ] {
             self.ctx.destroy_buffer(b, &mut calls);
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::print_stdout,
+    reason = "a test that prints what the driver says of each build"
+)]
+mod tests {
+    use super::*;
+
+    /// What a driver's compiler makes of each build of the pass (registers, instructions, its
+    /// own latency estimate), without running it: where no GPU is at hand, RADV's compiler for
+    /// a device it only pretends to have (Mesa's null device, RDNA2 as the PS5 has it:
+    /// `XDG_RUNTIME_DIR=… RADV_FORCE_FAMILY=navi21
+    /// VK_ICD_FILENAMES=/usr/share/vulkan/icd.d/radeon_icd.x86_64.json
+    /// DISPATCHSCOPE_SHADER_STATS=1 cargo test -p dispatchscope-vk --lib --features demo
+    /// driver_statistics -- --nocapture`). The first device with
+    /// VK_KHR_pipeline_executable_properties is asked; nothing runs without the variable.
+    #[test]
+    fn driver_statistics_of_every_build() {
+        if std::env::var("DISPATCHSCOPE_SHADER_STATS").is_err() {
+            eprintln!("skipped: DISPATCHSCOPE_SHADER_STATS is not set");
+            return;
+        }
+        // SAFETY: loading the system's Vulkan loader, as every Vulkan program starts.
+        let entry = unsafe { ash::Entry::load() }.unwrap();
+        let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_2);
+        // SAFETY: a plain instance; destroyed at the end.
+        let instance = unsafe {
+            entry.create_instance(
+                &vk::InstanceCreateInfo::default().application_info(&app),
+                None,
+            )
+        }
+        .unwrap();
+        // SAFETY: plain queries of the instance.
+        let pd = unsafe { instance.enumerate_physical_devices() }
+            .unwrap()
+            .into_iter()
+            .find(|&pd| {
+                // SAFETY: a plain query of the device.
+                unsafe { instance.enumerate_device_extension_properties(pd) }
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|e| {
+                        e.extension_name_as_c_str().ok()
+                            == Some(ash::khr::pipeline_executable_properties::NAME)
+                    })
+            })
+            .expect("a device with VK_KHR_pipeline_executable_properties");
+        // SAFETY: a plain query of the device.
+        let name = unsafe { instance.get_physical_device_properties(pd) }
+            .device_name_as_c_str()
+            .map(|c| c.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let prio = [1.0f32];
+        let queues = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(0)
+            .queue_priorities(&prio)];
+        let features = vk::PhysicalDeviceFeatures::default()
+            .shader_int64(true)
+            .shader_storage_buffer_array_dynamic_indexing(true);
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default()
+            .buffer_device_address(true)
+            .shader_buffer_int64_atomics(true);
+        let mut executables = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
+            .pipeline_executable_info(true);
+        let exts = [ash::khr::pipeline_executable_properties::NAME.as_ptr()];
+        let create = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queues)
+            .enabled_extension_names(&exts)
+            .enabled_features(&features)
+            .push_next(&mut f12)
+            .push_next(&mut executables);
+        // SAFETY: the create info lives across the call; the device is destroyed at the end.
+        let device = unsafe { instance.create_device(pd, &create, None) }.unwrap();
+        let pe = ash::khr::pipeline_executable_properties::Device::new(&instance, &device);
+        let mut builds = Vec::new();
+        for w in Workload::ALL {
+            for v in [Variant::Raw, Variant::Helper, Variant::Flat] {
+                builds.push(Build::of(v).on(w));
+            }
+            for (_, shape) in helper_shapes() {
+                builds.push(Build::of(Variant::Helper).on(w).shaped(shape));
+            }
+            builds.push(
+                Build::of(Variant::Instrumented)
+                    .on(w)
+                    .shaped(Shape::ISSUE_30),
+            );
+            builds.push(Build::of(Variant::Instrumented).on(w));
+            for (_, shape) in instrumented_shapes() {
+                builds.push(Build::of(Variant::Instrumented).on(w).shaped(shape));
+            }
+            builds.push(Build::of(Variant::Capture).on(w));
+        }
+        println!("{name}");
+        for b in builds {
+            let words =
+                traversal::traversal_module_of(Linking::Inline(b.variant), b.workload, b.shape)
+                    .unwrap();
+            let p = Pipeline::build(
+                &device,
+                &words,
+                c"main",
+                2,
+                vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR,
+            )
+            .unwrap();
+            let info = vk::PipelineExecutableInfoKHR::default()
+                .pipeline(p.raw)
+                .executable_index(0);
+            // SAFETY: the pipeline was made with CAPTURE_STATISTICS on a device with the
+            // extension enabled.
+            let stats = unsafe { pe.get_pipeline_executable_statistics(&info) }.unwrap();
+            let stats: Vec<String> = stats
+                .iter()
+                .map(|st| {
+                    let n = st
+                        .name_as_c_str()
+                        .map(|c| c.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    // SAFETY: the union's member is the one `format` names.
+                    let v = unsafe {
+                        match st.format {
+                            vk::PipelineExecutableStatisticFormatKHR::UINT64 => {
+                                st.value.u64.to_string()
+                            }
+                            vk::PipelineExecutableStatisticFormatKHR::INT64 => {
+                                st.value.i64.to_string()
+                            }
+                            vk::PipelineExecutableStatisticFormatKHR::BOOL32 => {
+                                st.value.b32.to_string()
+                            }
+                            _ => st.value.f64.to_string(),
+                        }
+                    };
+                    format!("{n} {v}")
+                })
+                .collect();
+            println!(
+                "{:<72} {:>6} words; {}",
+                b.name(),
+                words.len(),
+                stats.join(", ")
+            );
+            p.destroy(&device);
+        }
+        // SAFETY: every pipeline is destroyed; nothing was submitted.
+        unsafe {
+            device.destroy_device(None);
+            instance.destroy_instance(None);
         }
     }
 }

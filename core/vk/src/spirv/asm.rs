@@ -61,6 +61,12 @@ pub(super) struct Asm {
     pub(super) lane_cache: Option<(Word, Word)>,
     /// The lane's own access counters (`library::declare_lane_counts`), once declared.
     pub(super) lane_counts: Option<Word>,
+    /// The lane cache of `Shape::cache_delta` (`library::declare_delta_cache`): the slot's key,
+    /// the chunk's delta and the lookup's probes, once declared.
+    pub(super) delta_cache: Option<(Word, Word, Word)>,
+    /// Each lane's first escape, in workgroup memory (`library::declare_lane_escapes`), once
+    /// declared.
+    pub(super) lane_escapes: Option<Word>,
     pub(super) interface: Vec<Word>,
     /// The helper's words are read from a header in memory ([`super::library::Variant::Header`])
     /// while its functions are emitted.
@@ -140,6 +146,8 @@ impl Asm {
             workgroup_var: None,
             lane_cache: None,
             lane_counts: None,
+            delta_cache: None,
+            lane_escapes: None,
             interface: Vec::new(),
             header_form: false,
             shape: super::shape::Shape::SHIPPED,
@@ -158,6 +166,18 @@ impl Asm {
         a.b.name(a.push_var, "push");
         a.interface.push(a.push_var);
         a
+    }
+
+    /// Declares capability `cap` unless the module has it.
+    pub(super) fn capability(&mut self, cap: Capability) {
+        let has = self.b.module_ref().capabilities.iter().any(|i| {
+            i.operands
+                .first()
+                .is_some_and(|o| *o == Operand::Capability(cap))
+        });
+        if !has {
+            self.b.capability(cap);
+        }
     }
 
     /// Gives the builder back.
@@ -475,10 +495,22 @@ impl Asm {
         params: &[Word],
         name: &str,
     ) -> R<(Word, Vec<Word>)> {
+        self.begin_function_ctl(ret, params, name, FunctionControl::NONE)
+    }
+
+    /// [`Self::begin_function`] with the function's control (`DontInline` for a path kept out of
+    /// line).
+    pub(super) fn begin_function_ctl(
+        &mut self,
+        ret: Word,
+        params: &[Word],
+        name: &str,
+        control: FunctionControl,
+    ) -> R<(Word, Vec<Word>)> {
         let fty = self.b.type_function(ret, params.to_vec());
         let f = self
             .b
-            .begin_function(ret, None, FunctionControl::NONE, fty)
+            .begin_function(ret, None, control, fty)
             .map_err(|e| self.err(e))?;
         self.b.name(f, name);
         let mut ps = Vec::new();

@@ -85,27 +85,54 @@ fn the_bench_kernels_validate() {
 }
 
 /// The traversal pass's builds (the debugger's demo and the bench): each variant inline over each
-/// workload, in every combination of the shape's switches and, for the instrumented variant, with
-/// each part left out; and the program that imports the helper.
+/// workload, in every combination of issue 30's switches (over issue 30's instrumentation and
+/// issue 42's), of issue 42's instrumentation's, and of its helper's, and, for the instrumented
+/// variant, with each part left out; and the program that imports the helper.
 #[cfg(feature = "demo")]
 #[test]
 fn every_traversal_build_validates() {
     use super::library::Shape;
     use super::traversal::{Linking, Workload, traversal_module_of};
     let mut shapes = Vec::new();
-    for bits in 0..16u32 {
+    // Issue 30's switches, over issue 30's instrumentation and issue 42's.
+    for base in [Shape::ISSUE_30, Shape::SHIPPED] {
+        for bits in 0..16u32 {
+            shapes.push(Shape {
+                fast_path: bits & 1 != 0,
+                first_probe_unrolled: bits & 2 != 0,
+                private_counters: bits & 4 != 0,
+                lane_cache: bits & 8 != 0,
+                ..base
+            });
+        }
+    }
+    // Issue 42's: the instrumentation's switches in every combination, and the helper's over
+    // the fast path and the lane cache on and off.
+    for bits in 0..32u32 {
         shapes.push(Shape {
-            fast_path: bits & 1 != 0,
-            first_probe_unrolled: bits & 2 != 0,
-            private_counters: bits & 4 != 0,
-            lane_cache: bits & 8 != 0,
-            leave_out: 0,
+            lean: bits & 1 != 0,
+            derived_counts: bits & 2 != 0,
+            subgroup_counts: bits & 4 != 0,
+            subgroup_rare: bits & 8 != 0,
+            wide_atomics: bits & 16 != 0,
+            ..Shape::SHIPPED
+        });
+    }
+    for bits in 0..32u32 {
+        shapes.push(Shape {
+            cache_delta: bits & 1 != 0,
+            slow_path_call: bits & 2 != 0,
+            lookup_call: bits & 4 != 0,
+            fast_path: bits & 8 != 0,
+            lane_cache: bits & 16 != 0,
+            ..Shape::SHIPPED
         });
     }
     let every_part = Shape::LEAVE_OUT_COUNTS
         | Shape::LEAVE_OUT_CAPTURE
         | Shape::LEAVE_OUT_ESCAPES
-        | Shape::LEAVE_OUT_WORKGROUP;
+        | Shape::LEAVE_OUT_WORKGROUP
+        | Shape::LEAVE_OUT_PROBES;
     for workload in Workload::ALL {
         for v in Variant::ALL {
             let left_out: &[u32] = if v == Variant::Instrumented {
@@ -115,6 +142,7 @@ fn every_traversal_build_validates() {
                     Shape::LEAVE_OUT_CAPTURE,
                     Shape::LEAVE_OUT_ESCAPES,
                     Shape::LEAVE_OUT_WORKGROUP,
+                    Shape::LEAVE_OUT_PROBES,
                     every_part,
                 ]
             } else {
@@ -132,11 +160,13 @@ fn every_traversal_build_validates() {
                 }
             }
         }
-        let words = traversal_module_of(Linking::Import, workload, Shape::SHIPPED).unwrap();
-        valid_linkable(
-            "traversal",
-            &format!("importing, {}", workload.name()),
-            &words,
-        );
+        for shape in [Shape::SHIPPED, Shape::LINKED] {
+            let words = traversal_module_of(Linking::Import, workload, shape).unwrap();
+            valid_linkable(
+                "traversal",
+                &format!("importing, {}, {shape:?}", workload.name()),
+                &words,
+            );
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! The lookup helper as a linkable SPIR-V library (issue 14, D964's real path): the functions a
-//! translated module calls for every guest access, exported by name, in three variants that share
-//! one signature each, so that one translated program links against any of them.
+//! translated module calls for every guest access, exported by name, in variants that share one
+//! signature each, so that one translated program links against any of them.
 //!
 //! - [`Variant::Raw`]: a guest address plus one constant is the device address (all of guest
 //!   memory in one import: the physical limit; no table, no marks, no escapes).
@@ -9,6 +9,8 @@
 //! - [`Variant::Instrumented`]: the helper, plus the device-side instrumentation whose buffer
 //!   layout is `dispatchscope_core::instrument`'s (counters, sites, escape log, lane capture, the
 //!   positive control).
+//! - [`Variant::Capture`]: the helper capturing the selected lanes' accesses and nothing else:
+//!   the instrumented pass's second dispatch, over the selected lanes' workgroups only (issue 42).
 //! - [`Variant::Header`]: the helper reading its words from a header in memory.
 //! - [`Variant::Flat`]: the peer, shadPS4's flat page table of 16 KiB pages with a fault bitmap
 //!   (`emit_flat_access`), the anchor the helper is measured against.
@@ -17,14 +19,16 @@
 //! (a sixteenth of it, `chunk_table::PARTS`: the table may map a chunk by parts) that hits reads
 //! every word from one base, as the raw variant does; only an access that crosses its part's end or
 //! misses picks each word's lookup (T5: the first byte's part, or the last byte's). [`Shape`]
-//! turns each of issue 30's changes on or off so that the bench measures each alone; `inline`
-//! runs `spirv-opt` over a finished module (feature `tools`, as `link`: each runs a process).
+//! turns each of issues 30 and 42's changes on or off so that the bench measures each alone;
+//! `inline` runs `spirv-opt` over a finished module (feature `tools`, as `link`: each runs a
+//! process).
 //!
 //! Two ways in: [`helper_library`] builds the library module (Linkage capability,
 //! `LinkageAttributes … Export`) that a translator in any language links its module against with
 //! SPIRV-Tools' `spirv-link` (`link`); a translator built on this crate's builder emits the same
-//! functions into its own module (`emit_helpers`, what the traversal program does). Both give the
-//! same instructions.
+//! functions into its own module (`emit_helpers`, what the traversal program does). The library is
+//! built as [`Shape::LINKED`] says (issue 30's instrumentation: the emulator-shaped host's program
+//! is written against it), a module built here as [`Shape::SHIPPED`] (issue 42's).
 //!
 //! # The interface (what a translated module must follow)
 //! Exported functions (all parameters by value):
@@ -32,13 +36,17 @@
 //!   first, by every lane of the workgroup in workgroup-uniform control flow (where a barrier may
 //!   be: the instrumented variant has one); `lanes` is the workgroup's lane count (at most 64,
 //!   `local` below it). Returns the lane's token (`workgroup << 7 | local << 1 | captured`), which
-//!   every other call takes. The instrumented variant zeroes the workgroup counters (below), tests
-//!   the lane against the capture selection and, in lane 0 of workgroup 0, makes the positive
-//!   control's canary lookup.
+//!   every other call takes. The instrumented variant zeroes the workgroup counters (below) and,
+//!   in lane 0 of workgroup 0, makes the positive control's canary lookup; on issue 30's path, and
+//!   in the capture variant, it tests the lane against the capture selection (the token's low
+//!   bit).
 //! - `u32 dispatchscope_route(u64 flat)`: P1 with the default apertures: 0 guest memory, 1 LDS
 //!   (`0x80000000`), 2 scratch (`0x70000000`).
 //! - `uvec4 dispatchscope_load(u32 token, u32 site, u64 guest_addr, u32 size_bytes)`: a guest load
-//!   of 4, 8, 12 or 16 bytes at a 4-byte-aligned address; words that miss read zero (T4).
+//!   of 4, 8, 12 or 16 bytes at a 4-byte-aligned address; words that miss read zero (T4). `site`
+//!   is the site's number, the same in every lane at one call (a constant), flagged with
+//!   [`SITE_DERIVED`] where the program counts the site's accesses itself (every function that
+//!   takes a site).
 //! - `void dispatchscope_store(u32 token, u32 site, u64 guest_addr, u32 size_bytes, uvec4 values)`:
 //!   a guest store; words that miss are dropped (T4); each chunk slot it hits is marked once (two
 //!   parts of one chunk through one slot mark it once), with the summary word of the slot's block
@@ -51,8 +59,16 @@
 //!   last access), by every lane of the workgroup in workgroup-uniform control flow, `lanes` as
 //!   given to `dispatchscope_lane`. The instrumented variant waits at a workgroup barrier, then
 //!   adds the workgroup counters to the instrumentation buffer, one global atomic per non-zero
-//!   word, the words shared among the lanes; the other variants do nothing. A workgroup that
-//!   never calls it loses its counts (the escape log and the capture are written as they happen).
+//!   word, the words shared among the lanes (on the lean path the lane first appends its first
+//!   escape to the log); the other variants do nothing. A workgroup that never calls it loses its
+//!   counts (on issue 30's path the escape log and the capture are written as they happen).
+//! - `void dispatchscope_count(u32 token, u32 site, u32 route, u32 n)`: `n` accesses of `site` by
+//!   `route` (the site's word index: guest 0, LDS 1, scratch 2, bound 3) that the program counted
+//!   itself and passes flagged [`SITE_DERIVED`] (issue 42: a loop's trip count at its exit, a
+//!   stack's depth), added modulo 2^32 within the workgroup, so that a program may take back an
+//!   access it counted as one route and the helper counted as another (`0 - 1`); any control flow,
+//!   cheapest where a subgroup's lanes call it together (the lane's end, before the flush). Empty
+//!   but in the instrumented variant.
 //! - `Hit dispatchscope_lookup(u64 guest_chunk, u32 part)`: T5 itself, `{u64 device_addr, u32
 //!   slot, u32 probes, u32 excluded}` for `part` (`(guest_addr >> (chunk_shift - 4)) & 15`, below
 //!   16) of `guest_chunk` (`guest_addr >> chunk_shift`): the device address of the chunk's first
@@ -73,7 +89,11 @@
 //! imports it (the raw and helper variants leave it unused), so one program links against any of
 //! them. The caller's own workgroup memory and this one together must fit the device's
 //! `maxComputeSharedMemorySize` (32 KiB at least). [`emit_into`] declares it in a Rust caller's
-//! module for the instrumented variant and returns it ([`EmittedHelpers::workgroup`]).
+//! module for the instrumented variant and returns it ([`EmittedHelpers::workgroup`]). The lean
+//! path ([`Shape::lean`]) also keeps each lane's first escape in workgroup memory,
+//! [`symbol::LANE_ESCAPES`] ([`MAX_LANES`] × [`LANE_ESCAPE_WORDS`] u32, 1,280 bytes), declared by
+//! the module that emits it ([`EmittedHelpers::lane_escapes`]); the linkable library does not
+//! use it.
 //!
 //! The push block (128 bytes, 32 words) is shared by name: the program exports its push-constant
 //! variable as `dispatchscope_push` (a `Block` struct of one `u32[32]` array, stride 4), the
@@ -86,13 +106,35 @@
 //! device address, so a program keeps every binding for itself (the traversal's holders are
 //! set 0, binding 0, and their write masks binding 1, as the replay's, O6–O9).
 //!
-//! Counting goes to the workgroup counters: an access's (site, route) word takes one
-//! workgroup-scope atomic per lane; rarer events (splits, probes past the first, misses, site
-//! escapes) add theirs per lane, in workgroup memory too. `dispatchscope_flush` adds them to the
-//! buffer's 64-bit counters (`dispatchscope_core::instrument::wide_word`) with a 32-bit atomic and
-//! a carry, so a count never wraps; a site numbered past [`WORKGROUP_SITES`] is counted straight
-//! there. The escape log's and the capture's entry counters, and the canary's, stay device-scope
-//! atomics on the buffer (rare, and each escape needs its log index at once).
+//! Counting goes to the workgroup counters. On issue 30's path ([`Shape::ISSUE_30`], the linkable
+//! library's) an access's (site, route) word takes one workgroup-scope atomic per lane; rarer
+//! events (splits, probes past the first, misses, site escapes) add theirs per lane, in workgroup
+//! memory too; the escape log and the capture are written to the buffer as each access happens.
+//! `dispatchscope_flush` adds the words to the buffer's 64-bit counters
+//! (`dispatchscope_core::instrument::wide_word`), so a count never wraps; a site numbered past
+//! [`WORKGROUP_SITES`] is counted straight there.
+//!
+//! # The lean instrumentation (issue 42, [`Shape::lean`])
+//! Where the time went (BENCHMARKS.md, issue 30): counting every access was half the pass, and the
+//! capture's and the escape log's branches 20–30 % each though they almost never ran (a store to
+//! global memory that may happen between two guest loads keeps the compiler from issuing the later
+//! load early). So an access's common path adds to the helper's only a test of its first lookup's
+//! probes (two or more: the histogram, the site's extra and longest probes, the workgroup's heat);
+//! its site's count comes from the program ([`SITE_DERIVED`], `dispatchscope_count` once at the
+//! lane's end), or where the program does not count a site, a workgroup atomic as before. A split,
+//! a miss and an escape are counted on the word-by-word path, the only one that has them; an
+//! escape keeps the lane's first in workgroup memory ([`symbol::LANE_ESCAPES`]), which the lane
+//! appends to the log when it flushes (every escape is still counted by its site and heat cell;
+//! the log keeps each escaping lane's first, in the order lanes end). Nothing on an access's path
+//! stores to global memory but a store's own words and marks (and the canary's count, in lane 0
+//! of workgroup 0 only). The program's counts are reduced over the subgroup's lanes that count
+//! the same site ([`Shape::subgroup_counts`]), one workgroup atomic a subgroup (the rare paths'
+//! may be too, [`Shape::subgroup_rare`], shipped off); the flush adds each workgroup word with one 64-bit atomic whose old value nobody waits for
+//! ([`Shape::wide_atomics`]), and the heat cell takes the sums of the sites' words. No lane is
+//! captured in the pass: [`Variant::Capture`] runs again over the selected lanes' workgroups
+//! (`pass::DevicePass::run`: one more dispatch in the same submission), which a pass whose reads
+//! do not depend on its own writes allows; it stores and marks nothing, and writes only the
+//! capture.
 //!
 //! # The lane's lookup cache
 //! Each lane keeps its last lookup, keyed by chunk (a lane's neighbouring rows lie in one chunk,
@@ -113,7 +155,11 @@
 //! own `excluded` is never read back from the cache. As with the workgroup counters, the program
 //! declares both, with their first values, exports them by those names and lists them in its
 //! entry point's interface; every library imports them (the raw variant leaves them unused);
-//! [`emit_into`] declares them in a Rust caller's module ([`EmittedHelpers::lane_cache`]).
+//! [`emit_into`] declares them in a Rust caller's module ([`EmittedHelpers::lane_cache`]). With
+//! [`Shape::cache_delta`] (issue 42; off until a GPU run measures it) a module built here keeps
+//! instead the key, the chunk's device-from-guest delta and the probes
+//! ([`symbol::LAST_DELTA`], [`symbol::LAST_PROBES`]): an access the cache answers is
+//! `guest_addr + delta`, and a store looks up without the cache.
 //!
 //! The lane's own counters: the program also declares `dispatchscope_lane_counts`
 //! ([`symbol::LANE_COUNTS`], a `Private` `u32[LANE_COUNT_WORDS]`, zero first) and exports it as it
@@ -122,13 +168,14 @@
 //! in `dispatchscope_flush`; shipped off (on the H200 they took 17 more registers a lane and the
 //! pass ran 2–5 % slower than a workgroup atomic an access).
 //!
-//! Every lane looks its own chunks up, and no subgroup operation is used. Two wave-level schemes
-//! were built and measured on the H200 (BENCHMARKS.md, 2026-12-02) and removed: one lookup for a
-//! wave whose lanes share a chunk, broadcast to the others (the helper 1.85× slower at 4K: the
-//! lanes' identical probes were already one cached load, and the vote, the election and the
-//! broadcasts lengthened every access's dependent chain), and one counter atomic for a wave at one
-//! site from a ballot's count (the instrumented pass 1.9× slower than an atomic a lane). Nothing
-//! here calls Vulkan.
+//! Every lane looks its own chunks up, and no access's common path has a subgroup operation. Two
+//! wave-level schemes were built and measured on the H200 (BENCHMARKS.md, 2026-12-02) and removed:
+//! one lookup for a wave whose lanes share a chunk, broadcast to the others (the helper 1.85×
+//! slower at 4K: the lanes' identical probes were already one cached load, and the vote, the
+//! election and the broadcasts lengthened every access's dependent chain), and one counter atomic
+//! for a wave at one site from a ballot's count on every access (the instrumented pass 1.9× slower
+//! than an atomic a lane). The lean path reduces only on its rare paths and at the lane's end.
+//! Nothing here calls Vulkan.
 
 #[cfg(feature = "tools")]
 use std::io::Write;
@@ -178,7 +225,37 @@ pub mod symbol {
     /// The lane's own access counters, a `Private` `u32[LANE_COUNT_WORDS]` the program exports
     /// (zero first) and the library imports.
     pub const LANE_COUNTS: &str = "dispatchscope_lane_counts";
+    /// `dispatchscope_count`.
+    pub const COUNT: &str = "dispatchscope_count";
+    /// With [`super::Shape::cache_delta`]: the chunk's device-from-guest delta of the lane's last
+    /// lookup, a `Private` `u64` beside [`LAST_CHUNK`].
+    pub const LAST_DELTA: &str = "dispatchscope_last_delta";
+    /// With [`super::Shape::cache_delta`], instrumented: the lane's last lookup's probes, a
+    /// `Private` `u32`.
+    pub const LAST_PROBES: &str = "dispatchscope_last_probes";
+    /// With [`super::Shape::lean`], instrumented: each lane's first escape, a `Workgroup`
+    /// `u32[MAX_LANES * LANE_ESCAPE_WORDS]` (`super::LANE_ESCAPE_WORDS` words a lane).
+    pub const LANE_ESCAPES: &str = "dispatchscope_lane_escapes";
 }
+
+/// A site parameter's flag: the program counts this site's accesses itself and reports them
+/// with `dispatchscope_count` (a loop's trip count at its exit, a stack's depth), so the helper
+/// does not count the access (it still counts its probes, splits, misses and escapes, and
+/// captures it). The site's number is the parameter's [`SITE_NUMBER_MASK`] bits.
+pub const SITE_DERIVED: u32 = 1 << 30;
+/// The bits of a site parameter that number the site.
+pub const SITE_NUMBER_MASK: u32 = SITE_DERIVED - 1;
+/// Lanes a workgroup has at most (a token has six bits of local lane).
+pub const MAX_LANES: u32 = 64;
+/// Words of a lane's first escape in [`symbol::LANE_ESCAPES`]: site, address (2 words),
+/// `size | store << 16`, the escaped-bytes mask.
+pub const LANE_ESCAPE_WORDS: u32 = 5;
+/// A lane's first-escape site word while it has not escaped.
+const NO_ESCAPE: u32 = u32::MAX;
+const _: () = assert!(
+    SITE_NUMBER_MASK < NO_ESCAPE && dispatchscope_core::instrument::CANARY_SITE == u32::MAX,
+    "no site's number is the empty record's, and the canary's parameter is every bit set"
+);
 
 /// The push words the helper reads besides the table's (T3: 18–20, 28–31).
 pub mod push {
@@ -250,16 +327,24 @@ pub enum Variant {
     /// lost, as shadPS4's are). No chunk table, no marks, no escape log: the comparison's anchor,
     /// not a dispatch path of this engine.
     Flat,
+    /// The helper capturing the selected lanes and nothing else (issue 42): the instrumented
+    /// pass's second dispatch, over only the workgroups whose lanes a debugger selected, so
+    /// that the first counts every access and captures none. It looks up as the helper does and
+    /// writes the capture (its entries and count) of the instrumentation buffer; it stores no
+    /// guest word, marks no chunk and counts nothing, so a pass whose reads do not depend on its
+    /// own writes gives each selected lane the accesses it made in the first dispatch.
+    Capture,
 }
 
 impl Variant {
     /// Every variant, in the order the bench reports them (the instrumented one last, so that
     /// its buffer is what a run of them all leaves).
-    pub const ALL: [Variant; 5] = [
+    pub const ALL: [Variant; 6] = [
         Variant::Raw,
         Variant::Helper,
         Variant::Header,
         Variant::Flat,
+        Variant::Capture,
         Variant::Instrumented,
     ];
 
@@ -271,6 +356,7 @@ impl Variant {
             Variant::Instrumented => "instrumented",
             Variant::Header => "header",
             Variant::Flat => "flat",
+            Variant::Capture => "capture",
         }
     }
 
@@ -289,6 +375,7 @@ pub(super) struct Helpers {
     pub(super) store: Word,
     pub(super) note: Word,
     pub(super) flush: Word,
+    pub(super) count: Word,
     /// `uvec4`, the values' type.
     pub(super) vec4: Word,
     /// T5's `Hit lookup(u64 guest_chunk, u32 part)` (none in the raw variant, or when only
@@ -311,6 +398,7 @@ struct Sigs {
     store: Word,
     note: Word,
     flush: Word,
+    count: Word,
     vec4: Word,
 }
 
@@ -328,6 +416,7 @@ fn sigs(a: &mut Asm) -> Sigs {
             .b
             .type_function(t.void, [t.u32, t.u32, t.u32, t.u64, vec4]),
         flush: a.b.type_function(t.void, [t.u32, t.u32]),
+        count: a.b.type_function(t.void, [t.u32; 4]),
         vec4,
     }
 }
@@ -372,6 +461,7 @@ pub(super) fn declare_helpers(a: &mut Asm) -> R<Helpers> {
         symbol::NOTE,
     )?;
     let flush = declare(a, t.void, s.flush, &[t.u32, t.u32], symbol::FLUSH)?;
+    let count = declare(a, t.void, s.count, &[t.u32; 4], symbol::COUNT)?;
     // The program holds the workgroup counters (whichever library it links with).
     let wg = declare_workgroup(a);
     a.link(wg, symbol::WORKGROUP, LinkageType::Export);
@@ -389,6 +479,7 @@ pub(super) fn declare_helpers(a: &mut Asm) -> R<Helpers> {
         store,
         note,
         flush,
+        count,
         vec4: s.vec4,
         lookup: None,
     })
@@ -426,7 +517,7 @@ pub fn helper_library(variant: Variant) -> R<Vec<u32>> {
     a.link(hit, symbol::LAST_HIT, LinkageType::Import);
     let counts = declare_lane_counts(&mut a, false);
     a.link(counts, symbol::LANE_COUNTS, LinkageType::Import);
-    emit_helpers_into(&mut a, variant, true, Shape::SHIPPED)?;
+    emit_helpers_into(&mut a, variant, true, Shape::LINKED)?;
     Ok(a.finish())
 }
 
@@ -455,6 +546,9 @@ fn emit_helpers_of(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> {
     if instrumented {
         declare_workgroup(a);
         declare_lane_counts(a, true);
+        if a.shape.lean && !a.shape.leaves_out(Shape::LEAVE_OUT_ESCAPES) {
+            declare_lane_escapes(a);
+        }
     }
     let lookup = if !variant.has_lookup() {
         None
@@ -466,14 +560,27 @@ fn emit_helpers_of(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> {
         Some(f)
     };
     let route = emit_route(a)?;
-    let cache = lookup
-        .filter(|_| a.shape.lane_cache)
-        .map(|_| declare_lane_cache(a, true));
-    let load = emit_access(a, &s, variant, lookup, cache, false)?;
-    let store = emit_access(a, &s, variant, lookup, cache, true)?;
-    let note = emit_note(a, &s, instrumented)?;
-    let lane = emit_lane(a, instrumented, load, s.vec4)?;
+    let cache = match lookup {
+        Some(_) if a.shape.lane_cache && a.shape.cache_delta => {
+            Some(LaneCache::Delta(declare_delta_cache(a)))
+        }
+        Some(_) if a.shape.lane_cache => Some(LaneCache::Hit(declare_lane_cache(a, true))),
+        _ => None,
+    };
+    // The word-by-word path as functions of their own, kept out of line.
+    let slow = match lookup {
+        Some(l) if a.shape.slow_path_call => Some([
+            emit_slow_path(a, &s, variant, l, false)?,
+            emit_slow_path(a, &s, variant, l, true)?,
+        ]),
+        _ => None,
+    };
+    let load = emit_access(a, &s, variant, lookup, cache, slow.map(|s| s[0]), false)?;
+    let store = emit_access(a, &s, variant, lookup, cache, slow.map(|s| s[1]), true)?;
+    let note = emit_note(a, &s, variant)?;
+    let lane = emit_lane(a, variant, load, s.vec4)?;
     let flush = emit_flush(a, instrumented)?;
+    let count = emit_count(a, instrumented)?;
     if export {
         for (f, name) in [
             (flush, symbol::FLUSH),
@@ -482,6 +589,7 @@ fn emit_helpers_of(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> {
             (load, symbol::LOAD),
             (store, symbol::STORE),
             (note, symbol::NOTE),
+            (count, symbol::COUNT),
         ] {
             a.link(f, name, LinkageType::Export);
         }
@@ -493,6 +601,7 @@ fn emit_helpers_of(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> {
         store,
         note,
         flush,
+        count,
         vec4: s.vec4,
         lookup,
     })
@@ -521,6 +630,9 @@ pub struct EmittedHelpers {
     /// `void dispatchscope_flush(u32 token, u32 lanes)`: every lane, last, in workgroup-uniform
     /// control flow.
     pub flush: Word,
+    /// `void dispatchscope_count(u32 token, u32 site, u32 route, u32 n)`: accesses the program
+    /// counted itself (the module docs say when).
+    pub count: Word,
     /// The workgroup counters (`Some` in [`Variant::Instrumented`]): a `Workgroup` variable of
     /// [`WORKGROUP_WORDS`] u32 that the caller's entry point must list in its interface.
     pub workgroup: Option<Word>,
@@ -531,6 +643,10 @@ pub struct EmittedHelpers {
     /// The lane's own access counters (`Some` in [`Variant::Instrumented`]): a `Private`
     /// variable that the caller's entry point must list in its interface.
     pub lane_counts: Option<Word>,
+    /// Each lane's first escape (`Some` in [`Variant::Instrumented`]): a `Workgroup` variable of
+    /// [`MAX_LANES`] × [`LANE_ESCAPE_WORDS`] u32 that the caller's entry point must list in its
+    /// interface.
+    pub lane_escapes: Option<Word>,
     /// The `Hit` struct type `lookup` returns.
     pub hit_type: Word,
     /// `u32`.
@@ -559,7 +675,11 @@ pub struct EmittedHelpers {
 /// PhysicalStorageBuffer64 with GLSL450 (it is set when there is none; another is an error, and
 /// the builder is left as it was). The helper binds no descriptor: the table, marks and
 /// instrumentation are reached by device address through the push words. No block may be open
-/// (call it between functions). The caller validates its module once it is complete.
+/// (call it between functions). The caller validates its module once it is complete. The helpers
+/// are [`Shape::SHIPPED`]'s: the instrumented variant's module declares the GroupNonUniform
+/// capabilities and Int64Atomics, so its device needs subgroup arithmetic in compute shaders and
+/// `shaderBufferInt64Atomics` enabled, and its entry point lists [`EmittedHelpers::lane_escapes`]
+/// too.
 pub fn emit_into(builder: &mut rspirv::dr::Builder, variant: Variant) -> R<EmittedHelpers> {
     use rspirv::spirv::{AddressingModel, MemoryModel};
     if let Some(m) = &builder.module_ref().memory_model {
@@ -589,6 +709,7 @@ pub fn emit_into(builder: &mut rspirv::dr::Builder, variant: Variant) -> R<Emitt
     let (t, push_block, workgroup) = (a.t, a.push_var, a.workgroup_var);
     let lane_cache = a.lane_cache.map(|(c, h)| [c, h]);
     let lane_counts = a.lane_counts;
+    let lane_escapes = a.lane_escapes;
     *builder = a.into_builder();
     let h = emitted?;
     Ok(EmittedHelpers {
@@ -599,9 +720,11 @@ pub fn emit_into(builder: &mut rspirv::dr::Builder, variant: Variant) -> R<Emitt
         store: h.store,
         note: h.note,
         flush: h.flush,
+        count: h.count,
         workgroup,
         lane_cache,
         lane_counts,
+        lane_escapes,
         hit_type: t.hit,
         u32_type: t.u32,
         u64_type: t.u64,
@@ -898,8 +1021,10 @@ fn heat_at(a: &mut Asm) -> R<Word> {
 }
 
 /// Adds the workgroup's escapes and extra probes to its heat cell (`Grid::heat_cell_of`, from
-/// the header's width and heat scale), one 64-bit count each.
-fn add_heat(a: &mut Asm, wg: Word) -> R<()> {
+/// the header's width and heat scale), one 64-bit count each. With `sites` (the lean path: the
+/// sites counted in workgroup memory), they are the sums of those sites' words, plus the
+/// workgroup words (which then hold only the sites counted past them); else the workgroup words.
+fn add_heat(a: &mut Asm, wg: Word, sites: Option<Word>) -> R<()> {
     let t = a.t;
     let at = iword_c(a, header::WIDTH)?;
     let width = a.ld32(at)?;
@@ -928,19 +1053,39 @@ fn add_heat(a: &mut Asm, wg: Word) -> R<()> {
     let off = a.mul(t.u32, cell, words)?;
     let first = heat_at(a)?;
     let lo = a.add(t.u32, first, off)?;
-    for (k, w) in [workgroup::ESCAPES, workgroup::EXTRA_PROBES]
-        .into_iter()
-        .enumerate()
+    for (k, (w, per_site)) in [
+        (workgroup::ESCAPES, site::ESCAPES),
+        (workgroup::EXTRA_PROBES, site::EXTRA_PROBES),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let wc = a.c32(w);
         let p = wg_ptr(a, wc)?;
         let v = a.get(t.u32, p)?;
+        let v = match sites {
+            None => v,
+            Some(n) => {
+                let sum = a.var(t.p_fn_u32)?;
+                a.set(sum, v)?;
+                let i = a.var(t.p_fn_u32)?;
+                a.for_(i, n, |a, s| {
+                    let sw = site_word(a, s, per_site)?;
+                    let p = wg_ptr(a, sw)?;
+                    let x = a.get(t.u32, p)?;
+                    let acc = a.get(t.u32, sum)?;
+                    let acc = a.add(t.u32, acc, x)?;
+                    a.set(sum, acc)
+                })?;
+                a.get(t.u32, sum)?
+            }
+        };
         let z = a.c32(0);
         let any = a.ne(v, z)?;
         a.if_(any, |a| {
             let k2 = a.c32(2 * k as u32);
             let at = a.add(t.u32, lo, k2)?;
-            wide_add(a, at, v)
+            add_wide(a, at, v)
         })?;
     }
     Ok(())
@@ -1130,13 +1275,360 @@ pub(super) fn cached_lookup(
     a.get(t.hit, last_hit)
 }
 
+/// The lane cache's variables: issue 30's (the slot's key and the whole `Hit`), or with
+/// [`Shape::cache_delta`] the key, the chunk's delta and the lookup's probes.
+#[derive(Clone, Copy)]
+enum LaneCache {
+    Hit((Word, Word)),
+    Delta((Word, Word, Word)),
+}
+
+/// Declares [`Shape::cache_delta`]'s lane cache once per module: three `Private` variables,
+/// listed in the interface: the key of the slot the lane last found (first `u64::MAX`, which no
+/// lookup hits), the chunk's device-from-guest delta (`device_addr - (chunk << chunk_shift)`, so
+/// that `guest_addr + delta` is the device address of any byte of a part the slot reaches), and
+/// the lookup's probes (read by the instrumented variant only).
+fn declare_delta_cache(a: &mut Asm) -> (Word, Word, Word) {
+    if let Some(c) = a.delta_cache {
+        return c;
+    }
+    let t = a.t;
+    let p64 = a.b.type_pointer(None, StorageClass::Private, t.u64);
+    let p32 = a.b.type_pointer(None, StorageClass::Private, t.u32);
+    let none = a.c64(u64::MAX);
+    let z64 = a.c64(0);
+    let z = a.c32(0);
+    let key = a.b.variable(p64, None, StorageClass::Private, Some(none));
+    let delta = a.b.variable(p64, None, StorageClass::Private, Some(z64));
+    let probes = a.b.variable(p32, None, StorageClass::Private, Some(z));
+    a.b.name(key, symbol::LAST_CHUNK);
+    a.b.name(delta, symbol::LAST_DELTA);
+    a.b.name(probes, symbol::LAST_PROBES);
+    a.interface.extend([key, delta, probes]);
+    a.delta_cache = Some((key, delta, probes));
+    (key, delta, probes)
+}
+
+/// Declares each lane's first escape once per module ([`symbol::LANE_ESCAPES`]): a `Workgroup`
+/// array of [`MAX_LANES`] × [`LANE_ESCAPE_WORDS`] u32, listed in the interface. Each lane writes
+/// only its own record (no atomic, no barrier): its site word is set empty when the lane starts.
+pub(super) fn declare_lane_escapes(a: &mut Asm) -> Word {
+    if let Some(v) = a.lane_escapes {
+        return v;
+    }
+    let t = a.t;
+    let n = a.c32(MAX_LANES * LANE_ESCAPE_WORDS);
+    let arr = a.b.type_array(t.u32, n);
+    let p = a.b.type_pointer(None, StorageClass::Workgroup, arr);
+    let v = a.b.variable(p, None, StorageClass::Workgroup, None);
+    a.b.name(v, symbol::LANE_ESCAPES);
+    a.interface.push(v);
+    a.lane_escapes = Some(v);
+    v
+}
+
+/// Word `k` of the record of lane `local` in [`symbol::LANE_ESCAPES`], as a pointer.
+fn lane_escape_ptr(a: &mut Asm, local: Word, k: u32) -> R<Word> {
+    let t = a.t;
+    let var = a.lane_escapes.ok_or_else(|| VkError::Build {
+        module: "helper_library",
+        why: "the lanes' escapes are not declared".into(),
+    })?;
+    let w = a.c32(LANE_ESCAPE_WORDS);
+    let base = a.mul(t.u32, local, w)?;
+    let kk = a.c32(k);
+    let at = a.add(t.u32, base, kk)?;
+    let p = a.b.type_pointer(None, StorageClass::Workgroup, t.u32);
+    a.inst(Op::AccessChain, p, &[var, at])
+}
+
+/// The first byte's lookup through [`Shape::cache_delta`]'s cache: `(hit, delta, probes)`, the
+/// cached answer when the cached key would hit `part` of `chunk` (the lookup's own test, as
+/// [`cached_lookup`]), else the lookup's, remembered. A miss is remembered with every part
+/// excluded, so no later access takes it again.
+fn cached_delta(
+    a: &mut Asm,
+    lookup: Word,
+    cache: (Word, Word, Word),
+    chunk: Word,
+    part: Word,
+    shift: Word,
+) -> R<(Word, Word, Word)> {
+    let t = a.t;
+    let (last_key, last_delta, last_probes) = cache;
+    let test = hit_test(a, chunk, part)?;
+    let prev = a.get(t.u64, last_key)?;
+    let masked = a.and(t.u64, prev, test.mask)?;
+    let again = a.eq(masked, test.want)?;
+    let p_fn_bool = a.b.type_pointer(None, StorageClass::Function, t.bool_);
+    let v_ok = a.var(p_fn_bool)?;
+    a.set(v_ok, again)?;
+    let fresh = a.lnot(again)?;
+    a.if_(fresh, |a| {
+        let h = a.call(t.hit, lookup, &[chunk, part])?;
+        let dev = a.extract(h, 0)?;
+        let slot = a.extract(h, 1)?;
+        let probes = a.extract(h, 2)?;
+        let excluded = a.extract(h, 3)?;
+        let first = a.shl(t.u64, chunk, shift)?;
+        let delta = a.sub(t.u64, dev, first)?;
+        a.set(last_delta, delta)?;
+        a.set(last_probes, probes)?;
+        let excluded = a.widen(excluded)?;
+        let first_bit = a.c64(u64::from(KEY_CHUNK_BITS));
+        let excluded = a.shl(t.u64, excluded, first_bit)?;
+        let key = a.or(t.u64, chunk, excluded)?;
+        a.set(last_key, key)?;
+        let none = a.c32(record::NO_SLOT);
+        let hit = a.ne(slot, none)?;
+        a.set(v_ok, hit)
+    })?;
+    let ok = a.get(t.bool_, v_ok)?;
+    let delta = a.get(t.u64, last_delta)?;
+    let probes = a.get(t.u32, last_probes)?;
+    Ok((ok, delta, probes))
+}
+
+/// What the word-by-word path needs of its access: the guest address, its words, the first
+/// byte's base and whether its lookup hit, the last byte's part (`q1`, its chunk and part number
+/// in one), and the chunk's shape.
+struct SlowIn {
+    addr: Word,
+    n_words: Word,
+    base0: Word,
+    ok0: Word,
+    split: Word,
+    q1: Word,
+    shift: Word,
+    part_shift: Word,
+    part_bits: Word,
+    /// `(guest_addr & chunk_mask, chunk_mask)` where the caller has them.
+    off0: Option<(Word, Word)>,
+}
+
+/// The words of an access that crosses its part's end, or misses: the last byte's lookup when it
+/// lies in another part (into `v_h1`), then each word through its lookup ([`words_across`]).
+fn slow_words(
+    a: &mut Asm,
+    lookup: Word,
+    x: &SlowIn,
+    v_h1: Word,
+    v_mask: Word,
+    words: usize,
+    word: &dyn Fn(&mut Asm, usize, Word) -> R<()>,
+) -> R<()> {
+    let t = a.t;
+    a.if_(x.split, |a| {
+        // The last byte's chunk from its part number: only `q1` stays live.
+        let c1 = a.shr(t.u64, x.q1, x.part_bits)?;
+        let p1 = a.narrow(x.q1)?;
+        let last_part = a.c32(PARTS - 1);
+        let p1 = a.and(t.u32, p1, last_part)?;
+        let h1 = a.call(t.hit, lookup, &[c1, p1])?;
+        a.set(v_h1, h1)
+    })?;
+    let h1 = a.get(t.hit, v_h1)?;
+    let (d1, s1) = (a.extract(h1, 0)?, a.extract(h1, 1)?);
+    let none = a.c32(record::NO_SLOT);
+    let hit1 = a.ne(s1, none)?;
+    let one64 = a.c64(1);
+    let (off0, cmask) = match x.off0 {
+        Some(o) => o,
+        None => {
+            let cb = a.shl(t.u64, one64, x.shift)?;
+            let cmask = a.sub(t.u64, cb, one64)?;
+            (a.and(t.u64, x.addr, cmask)?, cmask)
+        }
+    };
+    let pb = a.shl(t.u64, one64, x.part_shift)?;
+    let pmask = a.sub(t.u64, pb, one64)?;
+    let in_part = a.and(t.u64, off0, pmask)?;
+    let left = a.sub(t.u64, pb, in_part)?;
+    let across = Across {
+        n_words: x.n_words,
+        v_mask,
+        words,
+        left,
+        base0: x.base0,
+        off0,
+        base1: d1,
+        offset_mask: cmask,
+        ok0: x.ok0,
+        ok1: hit1,
+    };
+    words_across(a, &across, word)
+}
+
+/// The shape of the chunk: `(shift, part_shift, part_bits)` from push word 18 (T1).
+fn chunk_shape(a: &mut Asm) -> R<(Word, Word, Word)> {
+    let t = a.t;
+    let shift = a.push_word(super::push::CHUNK_SHIFT)?;
+    let part_bits = a.c32(PARTS.trailing_zeros());
+    let part_shift = a.sub(t.u32, shift, part_bits)?;
+    Ok((shift, part_shift, part_bits))
+}
+
+/// The type [`emit_slow_path`]'s functions return: the loaded words (or the stored ones), the
+/// escaped-bytes mask, and the last byte's lookup (a miss when the access lies in one part).
+fn slow_out_type(a: &mut Asm, vec4: Word) -> Word {
+    let t = a.t;
+    a.b.type_struct([vec4, t.u32, t.hit])
+}
+
+/// [`Shape::slow_path_call`]: the word-by-word path of a load (`store == false`) or a store as a
+/// function of its own, `DontInline`: `SlowOut slow(u64 guest_addr, u32 size_bytes, u64 base0,
+/// bool ok0[, uvec4 values])`, the first byte's base and lookup as the caller found them.
+fn emit_slow_path(a: &mut Asm, s: &Sigs, variant: Variant, lookup: Word, store: bool) -> R<Word> {
+    let t = a.t;
+    let out_ty = slow_out_type(a, s.vec4);
+    let mut params = vec![t.u64, t.u32, t.u64, t.bool_];
+    if store {
+        params.push(s.vec4);
+    }
+    let name = if store { "store_across" } else { "load_across" };
+    let (f, p) = a.begin_function_ctl(
+        out_ty,
+        &params,
+        name,
+        rspirv::spirv::FunctionControl::DONT_INLINE,
+    )?;
+    let param = |i: usize| p.get(i).copied().unwrap_or_default();
+    let (addr, size, base0, ok0) = (param(0), param(1), param(2), param(3));
+    let stored: [Word; 4] = if store {
+        let v = param(4);
+        [
+            extract(a, v, 0)?,
+            extract(a, v, 1)?,
+            extract(a, v, 2)?,
+            extract(a, v, 3)?,
+        ]
+    } else {
+        [0; 4]
+    };
+    let vals = [
+        a.var(t.p_fn_u32)?,
+        a.var(t.p_fn_u32)?,
+        a.var(t.p_fn_u32)?,
+        a.var(t.p_fn_u32)?,
+    ];
+    let v_mask = a.var(t.p_fn_u32)?;
+    let p_fn_hit = a.b.type_pointer(None, StorageClass::Function, t.hit);
+    let v_h1 = a.var(p_fn_hit)?;
+    let zero = a.c32(0);
+    for v in vals {
+        a.set(v, zero)?;
+    }
+    a.set(v_mask, zero)?;
+    let miss = miss_hit(a);
+    a.set(v_h1, miss)?;
+    let (shift, part_shift, part_bits) = chunk_shape(a)?;
+    let two = a.c32(2);
+    let n_words = a.shr(t.u32, size, two)?;
+    let q0 = a.shr(t.u64, addr, part_shift)?;
+    let one64 = a.c64(1);
+    let size64 = a.widen(size)?;
+    let end = a.add(t.u64, addr, size64)?;
+    let last = a.sub(t.u64, end, one64)?;
+    let q1 = a.shr(t.u64, last, part_shift)?;
+    let split = a.ne(q1, q0)?;
+    let writes = store && variant != Variant::Capture;
+    let word = |a: &mut Asm, i: usize, at: Word| -> R<()> {
+        if store {
+            if writes {
+                a.st32(at, stored[i])
+            } else {
+                Ok(())
+            }
+        } else {
+            let x = a.ld32(at)?;
+            a.set(vals[i], x)
+        }
+    };
+    let x = SlowIn {
+        addr,
+        n_words,
+        base0,
+        ok0,
+        split,
+        q1,
+        shift,
+        part_shift,
+        part_bits,
+        off0: None,
+    };
+    slow_words(a, lookup, &x, v_h1, v_mask, vals.len(), &word)?;
+    let values = if store {
+        stored
+    } else {
+        [
+            a.get(t.u32, vals[0])?,
+            a.get(t.u32, vals[1])?,
+            a.get(t.u32, vals[2])?,
+            a.get(t.u32, vals[3])?,
+        ]
+    };
+    let v = a.inst(Op::CompositeConstruct, s.vec4, &values)?;
+    let mask = a.get(t.u32, v_mask)?;
+    let h1 = a.get(t.hit, v_h1)?;
+    let out = a.inst(Op::CompositeConstruct, out_ty, &[v, mask, h1])?;
+    a.b.ret_value(out).map_err(|e| a.err(e))?;
+    a.end_function()?;
+    Ok(f)
+}
+
+/// A miss, as a `Hit` constant: address 0, no slot, no probes, every part excluded.
+fn miss_hit(a: &mut Asm) -> Word {
+    let t = a.t;
+    let z64 = a.c64(0);
+    let no_slot = a.c32(record::NO_SLOT);
+    let z = a.c32(0);
+    let every_part = a.c32(EVERY_PART);
+    a.b.constant_composite(t.hit, [z64, no_slot, z, every_part])
+}
+
+/// The first byte's lookup of an access, as the access path reads it.
+struct First {
+    /// Whether it hit.
+    ok0: Word,
+    /// The device address of the access's first byte (meaningless on a miss).
+    base0: Word,
+    /// Its slot (a store's marks), where the path keeps it.
+    s0: Option<Word>,
+    /// Its probes.
+    n0: Word,
+    /// `(guest_addr & chunk_mask, chunk_mask)` where the path computed them.
+    off0: Option<(Word, Word)>,
+    /// The whole answer, where the path has it (the last byte's lookup starts as it).
+    h0: Option<Word>,
+}
+
+/// What the instrumented variant's access knows when it counts: its site (the number, and the
+/// parameter with its flags), its lookups, its mask.
+struct Counted {
+    token: Word,
+    site_param: Word,
+    site_id: Word,
+    addr: Word,
+    size: Word,
+    split: Word,
+    ok0: Word,
+    n0: Word,
+    v_h1: Word,
+    v_mask: Word,
+}
+
 /// `dispatchscope_load` (`store == false`) or `dispatchscope_store`.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the module's ids the access is emitted from"
+)]
 fn emit_access(
     a: &mut Asm,
     s: &Sigs,
     variant: Variant,
     lookup: Option<Word>,
-    cache: Option<(Word, Word)>,
+    cache: Option<LaneCache>,
+    slow: Option<Word>,
     store: bool,
 ) -> R<Word> {
     let t = a.t;
@@ -1146,9 +1638,9 @@ fn emit_access(
         a.begin_function(s.vec4, &[t.u32, t.u32, t.u64, t.u32], "load")?
     };
     let param = |i: usize| p.get(i).copied().unwrap_or_default();
-    let (token, site_id, addr, size) = (param(0), param(1), param(2), param(3));
+    let (token, site_param, addr, size) = (param(0), param(1), param(2), param(3));
     a.b.name(token, "token");
-    a.b.name(site_id, "site");
+    a.b.name(site_param, "site");
     a.b.name(addr, "guest_addr");
     a.b.name(size, "size_bytes");
     let stored: [Word; 4] = if store {
@@ -1175,10 +1667,16 @@ fn emit_access(
     a.set(v_mask, zero)?;
     let two = a.c32(2);
     let n_words = a.shr(t.u32, size, two)?;
+    // The capture's second dispatch stores no guest word: the first stored it.
+    let writes = store && variant != Variant::Capture;
     // Word `i` of the access at device address `at`: stored, or loaded into `vals[i]`.
     let word = |a: &mut Asm, i: usize, at: Word| -> R<()> {
         if store {
-            a.st32(at, stored[i])
+            if writes {
+                a.st32(at, stored[i])
+            } else {
+                Ok(())
+            }
         } else {
             let x = a.ld32(at)?;
             a.set(vals[i], x)
@@ -1197,6 +1695,7 @@ fn emit_access(
         Ok(())
     };
     let shape = a.shape;
+    let instrumented = variant == Variant::Instrumented;
     match (variant, lookup) {
         (Variant::Flat, _) => {
             let access = FlatAccess {
@@ -1214,14 +1713,17 @@ fn emit_access(
             words_from(a, dev)?;
         }
         (_, Some(lookup)) => {
+            // The site's number, without the flags a program gives it.
+            let site_id = if instrumented || variant == Variant::Capture {
+                let m = a.c32(SITE_NUMBER_MASK);
+                a.and(t.u32, site_param, m)?
+            } else {
+                site_param
+            };
             // T5 by parts: the first byte's (chunk, part) and the last byte's; one lookup when
             // both bytes lie in one part (`addr >> part_shift` equal), as the CPU reference does.
-            let shift = a.push_word(super::push::CHUNK_SHIFT)?;
-            let part_bits = a.c32(PARTS.trailing_zeros());
-            let part_shift = a.sub(t.u32, shift, part_bits)?;
+            let (shift, part_shift, part_bits) = chunk_shape(a)?;
             let one64 = a.c64(1);
-            let cb = a.shl(t.u64, one64, shift)?;
-            let cmask = a.sub(t.u64, cb, one64)?;
             let q0 = a.shr(t.u64, addr, part_shift)?;
             let c0 = a.shr(t.u64, q0, part_bits)?;
             let last_part = a.c32(PARTS - 1);
@@ -1231,159 +1733,163 @@ fn emit_access(
             let end = a.add(t.u64, addr, size64)?;
             let last = a.sub(t.u64, end, one64)?;
             let q1 = a.shr(t.u64, last, part_shift)?;
-            let h0 = match cache {
-                Some(c) => cached_lookup(a, lookup, c, c0, p0)?,
-                None => a.call(t.hit, lookup, &[c0, p0])?,
+            let first = match cache {
+                // A store looks its chunk up without the delta cache: its marks need the slot.
+                Some(LaneCache::Delta(c)) if !store => {
+                    let (ok0, delta, n0) = cached_delta(a, lookup, c, c0, p0, shift)?;
+                    let base0 = a.add(t.u64, addr, delta)?;
+                    First {
+                        ok0,
+                        base0,
+                        s0: None,
+                        n0,
+                        off0: None,
+                        h0: None,
+                    }
+                }
+                _ => {
+                    let h0 = match cache {
+                        Some(LaneCache::Hit(c)) => cached_lookup(a, lookup, c, c0, p0)?,
+                        _ => a.call(t.hit, lookup, &[c0, p0])?,
+                    };
+                    let cb = a.shl(t.u64, one64, shift)?;
+                    let cmask = a.sub(t.u64, cb, one64)?;
+                    let (d0, s0, n0) = (a.extract(h0, 0)?, a.extract(h0, 1)?, a.extract(h0, 2)?);
+                    let none = a.c32(record::NO_SLOT);
+                    let ok0 = a.ne(s0, none)?;
+                    let off0 = a.and(t.u64, addr, cmask)?;
+                    let base0 = a.add(t.u64, d0, off0)?;
+                    First {
+                        ok0,
+                        base0,
+                        s0: Some(s0),
+                        n0,
+                        off0: Some((off0, cmask)),
+                        h0: Some(h0),
+                    }
+                }
             };
             let split = a.ne(q1, q0)?;
             let p_fn_hit = a.b.type_pointer(None, StorageClass::Function, t.hit);
             let v_h1 = a.var(p_fn_hit)?;
-            a.set(v_h1, h0)?;
-            let (d0, s0, n0) = (a.extract(h0, 0)?, a.extract(h0, 1)?, a.extract(h0, 2)?);
-            let none = a.c32(record::NO_SLOT);
-            let hit0 = a.ne(s0, none)?;
-            let off0 = a.and(t.u64, addr, cmask)?;
-            let base0 = a.add(t.u64, d0, off0)?;
+            let h1_first = match first.h0 {
+                Some(h0) => h0,
+                None => miss_hit(a),
+            };
+            a.set(v_h1, h1_first)?;
+            let counted = Counted {
+                token,
+                site_param,
+                site_id,
+                addr,
+                size,
+                split,
+                ok0: first.ok0,
+                n0: first.n0,
+                v_h1,
+                v_mask,
+            };
+            let lean = instrumented && shape.lean;
             // The words of an access that crosses its part's end, or misses: each word's lookup
             // picked (word i lies in the first byte's part while 4 i is below the bytes left in
             // that part; every other word goes through the last byte's lookup, at that slot's
-            // device address plus the word's offset in its chunk).
+            // device address plus the word's offset in its chunk); with the lean
+            // instrumentation, its rare counts here, where it is known to be rare.
             let by_word = |a: &mut Asm| -> R<()> {
-                a.if_(split, |a| {
-                    // The last byte's chunk from its part number: only `q1` stays live.
-                    let c1 = a.shr(t.u64, q1, part_bits)?;
-                    let p1 = a.narrow(q1)?;
-                    let p1 = a.and(t.u32, p1, last_part)?;
-                    let h1 = a.call(t.hit, lookup, &[c1, p1])?;
-                    a.set(v_h1, h1)
-                })?;
-                let h1 = a.get(t.hit, v_h1)?;
-                let (d1, s1) = (a.extract(h1, 0)?, a.extract(h1, 1)?);
-                let hit1 = a.ne(s1, none)?;
-                let pb = a.shl(t.u64, one64, part_shift)?;
-                let pmask = a.sub(t.u64, pb, one64)?;
-                let in_part = a.and(t.u64, off0, pmask)?;
-                let left = a.sub(t.u64, pb, in_part)?;
-                let across = Across {
-                    n_words,
-                    v_mask,
-                    words: vals.len(),
-                    left,
-                    base0,
-                    off0,
-                    base1: d1,
-                    offset_mask: cmask,
-                    ok0: hit0,
-                    ok1: hit1,
-                };
-                words_across(a, &across, &word)?;
+                match slow {
+                    Some(f) => {
+                        let out_ty = slow_out_type(a, s.vec4);
+                        let mut args = vec![addr, size, first.base0, first.ok0];
+                        if store {
+                            let v = a.inst(Op::CompositeConstruct, s.vec4, &stored)?;
+                            args.push(v);
+                        }
+                        let r = a.call(out_ty, f, &args)?;
+                        if !store {
+                            let v = a.inst_literal(Op::CompositeExtract, s.vec4, r, 0)?;
+                            for (i, &x) in vals.iter().enumerate() {
+                                let w = extract(a, v, i as u32)?;
+                                a.set(x, w)?;
+                            }
+                        }
+                        let m = a.inst_literal(Op::CompositeExtract, t.u32, r, 1)?;
+                        a.set(v_mask, m)?;
+                        let h1 = a.inst_literal(Op::CompositeExtract, t.hit, r, 2)?;
+                        a.set(v_h1, h1)?;
+                    }
+                    None => {
+                        let x = SlowIn {
+                            addr,
+                            n_words,
+                            base0: first.base0,
+                            ok0: first.ok0,
+                            split,
+                            q1,
+                            shift,
+                            part_shift,
+                            part_bits,
+                            off0: first.off0,
+                        };
+                        slow_words(a, lookup, &x, v_h1, v_mask, vals.len(), &word)?;
+                    }
+                }
+                if lean {
+                    lean_rare(a, &counted, store)?;
+                }
                 Ok(())
             };
-            one_base_or_across(a, shape, split, hit0, |a| words_from(a, base0), by_word)?;
+            one_base_or_across(
+                a,
+                shape,
+                split,
+                first.ok0,
+                |a| words_from(a, first.base0),
+                by_word,
+            )?;
             let h1 = a.get(t.hit, v_h1)?;
             let (s1, n1) = (a.extract(h1, 1)?, a.extract(h1, 2)?);
+            let none = a.c32(record::NO_SLOT);
             let hit1 = a.ne(s1, none)?;
             let hit1 = a.land(split, hit1)?;
-            if store {
+            if writes {
                 // C1: each slot the store hit, and its block's summary word; two parts of one
                 // chunk reached through one slot mark it once, as the CPU reference does.
+                let s0 = first.s0.unwrap_or(none);
                 let marks = a.push_u64(push::MARKS)?;
                 let other = a.ne(s1, s0)?;
                 let mark1 = a.land(hit1, other)?;
-                for (hit, slot) in [(hit0, s0), (mark1, s1)] {
+                for (hit, slot) in [(first.ok0, s0), (mark1, s1)] {
                     a.if_(hit, |a| a.mark(marks, slot))?;
                 }
             }
-            if variant == Variant::Instrumented {
-                let values = if store {
-                    stored
+            let values = |a: &mut Asm| -> R<[Word; 4]> {
+                if store {
+                    Ok(stored)
                 } else {
-                    [
+                    Ok([
                         a.get(t.u32, vals[0])?,
                         a.get(t.u32, vals[1])?,
                         a.get(t.u32, vals[2])?,
                         a.get(t.u32, vals[3])?,
-                    ]
-                };
-                let mask = a.get(t.u32, v_mask)?;
+                    ])
+                }
+            };
+            if variant == Variant::Capture {
                 let canary = a.c32(CANARY_SITE);
-                let is_canary = a.eq(site_id, canary)?;
-                let counted = a.lnot(is_canary)?;
-                let leave_out = a.shape.leave_out;
-                let counts = a.cbool(leave_out & Shape::LEAVE_OUT_COUNTS == 0);
-                let counted_here = a.land(counted, counts)?;
-                a.if_(counted_here, |a| {
-                    let guest = a.c32(site::GUEST);
-                    count_route(a, site_id, guest)?;
-                    a.if_(split, |a| {
-                        let w = site_word(a, site_id, site::SPLITS)?;
-                        let one = a.c32(1);
-                        bump(a, w, one, false)?;
-                        count_probes(a, site_id, n1)
-                    })?;
-                    count_probes(a, site_id, n0)?;
-                    let miss0 = a.lnot(hit0)?;
-                    let not1 = a.lnot(hit1)?;
-                    let miss1 = a.land(split, not1)?;
-                    let one = a.c32(1);
-                    let z = a.c32(0);
-                    let m0 = a.select(t.u32, miss0, one, z)?;
-                    let m1 = a.select(t.u32, miss1, one, z)?;
-                    let misses = a.add(t.u32, m0, m1)?;
-                    let any = a.ne(misses, z)?;
-                    a.if_(any, |a| bump_counter(a, workgroup::MISSES, misses))?;
-                    if store {
-                        let marked = a.lor(hit0, hit1)?;
-                        a.if_(marked, |a| {
-                            let one = a.c32(1);
-                            bump_counter(a, workgroup::STORES_MARKED, one)
-                        })?;
-                    }
-                    Ok(())
-                })?;
-                let z = a.c32(0);
-                let escaped = a.ne(mask, z)?;
-                let escapes = a.cbool(leave_out & Shape::LEAVE_OUT_ESCAPES == 0);
-                let escaped = a.land(escaped, escapes)?;
-                a.if_(escaped, |a| {
-                    a.if_else(
-                        is_canary,
-                        |a| {
-                            let at = iword_c(a, counter::CANARY)?;
-                            a.atomic_inc(at).map(|_| ())
-                        },
-                        |a| {
-                            let at = iword_c(a, counter::ESCAPES)?;
-                            let idx = a.atomic_inc(at)?;
-                            let w = site_word(a, site_id, site::ESCAPES)?;
-                            let one = a.c32(1);
-                            bump(a, w, one, false)?;
-                            bump_counter(a, workgroup::ESCAPES, one)?;
-                            let cap_at = iword_c(a, header::ESCAPE_CAPACITY)?;
-                            let cap = a.ld32(cap_at)?;
-                            let room = a.ult(idx, cap)?;
-                            a.if_(room, |a| {
-                                let first = escapes_at(a)?;
-                                let ew = a.c32(ESCAPE_WORDS);
-                                let off = a.mul(t.u32, idx, ew)?;
-                                let entry = a.add(t.u32, first, off)?;
-                                let (wg, local) = lane_of(a, token)?;
-                                let (lo, hi) = (a.narrow(addr)?, a.high(addr)?);
-                                let op = a.c32(if store { 1 << 16 } else { 0 });
-                                let sz = a.or(t.u32, size, op)?;
-                                let z = a.c32(0);
-                                store_words(a, entry, &[wg, local, site_id, lo, hi, sz, mask, z])
-                            })
-                        },
-                    )
-                })?;
-                let captures = a.cbool(leave_out & Shape::LEAVE_OUT_CAPTURE == 0);
-                let captured_here = a.land(counted, captures)?;
-                a.if_(captured_here, |a| {
+                let is_canary = a.eq(site_param, canary)?;
+                let counted_site = a.lnot(is_canary)?;
+                a.if_(counted_site, |a| {
+                    let values = values(a)?;
+                    let mask = a.get(t.u32, v_mask)?;
                     let op = a.c32(if store { 1 << 8 } else { 0 } | route::GUEST << 12);
                     let flags = a.or(t.u32, size, op)?;
                     capture(a, token, site_id, flags, addr, values, mask)
                 })?;
+            } else if lean {
+                lean_common(a, &counted, hit1, store)?;
+            } else if instrumented {
+                let values = values(a)?;
+                issue30_counts(a, &counted, n1, hit1, values, store)?;
             }
         }
     }
@@ -1396,6 +1902,305 @@ fn emit_access(
         a.end_function()?;
     }
     Ok(f)
+}
+
+/// Issue 30's instrumentation of an access ([`Shape::lean`] off), after it: its site's count
+/// (unless the program counts the site itself, [`SITE_DERIVED`]), its split, probes, misses, a
+/// store's mark, then the escape log and the capture, written as the access happens.
+fn issue30_counts(
+    a: &mut Asm,
+    x: &Counted,
+    n1: Word,
+    hit1: Word,
+    values: [Word; 4],
+    store: bool,
+) -> R<()> {
+    let t = a.t;
+    let (token, site_id, addr, size, split) = (x.token, x.site_id, x.addr, x.size, x.split);
+    let mask = a.get(t.u32, x.v_mask)?;
+    let canary = a.c32(CANARY_SITE);
+    let is_canary = a.eq(x.site_param, canary)?;
+    let counted = a.lnot(is_canary)?;
+    let leave_out = a.shape.leave_out;
+    let counts = a.cbool(leave_out & Shape::LEAVE_OUT_COUNTS == 0);
+    let counted_here = a.land(counted, counts)?;
+    let derived = site_derived(a, x.site_param)?;
+    a.if_(counted_here, |a| {
+        let own = a.lnot(derived)?;
+        a.if_(own, |a| {
+            let guest = a.c32(site::GUEST);
+            count_route(a, site_id, guest)
+        })?;
+        a.if_(split, |a| {
+            let w = site_word(a, site_id, site::SPLITS)?;
+            let one = a.c32(1);
+            bump(a, w, one, false)?;
+            count_probes(a, site_id, n1)
+        })?;
+        count_probes(a, site_id, x.n0)?;
+        let miss0 = a.lnot(x.ok0)?;
+        let not1 = a.lnot(hit1)?;
+        let miss1 = a.land(split, not1)?;
+        let one = a.c32(1);
+        let z = a.c32(0);
+        let m0 = a.select(t.u32, miss0, one, z)?;
+        let m1 = a.select(t.u32, miss1, one, z)?;
+        let misses = a.add(t.u32, m0, m1)?;
+        let any = a.ne(misses, z)?;
+        a.if_(any, |a| bump_counter(a, workgroup::MISSES, misses))?;
+        if store {
+            let marked = a.lor(x.ok0, hit1)?;
+            a.if_(marked, |a| {
+                let one = a.c32(1);
+                bump_counter(a, workgroup::STORES_MARKED, one)
+            })?;
+        }
+        Ok(())
+    })?;
+    let z = a.c32(0);
+    let escaped = a.ne(mask, z)?;
+    let escapes = a.cbool(leave_out & Shape::LEAVE_OUT_ESCAPES == 0);
+    let escaped = a.land(escaped, escapes)?;
+    a.if_(escaped, |a| {
+        a.if_else(
+            is_canary,
+            |a| {
+                let at = iword_c(a, counter::CANARY)?;
+                a.atomic_inc(at).map(|_| ())
+            },
+            |a| {
+                let at = iword_c(a, counter::ESCAPES)?;
+                let idx = a.atomic_inc(at)?;
+                let w = site_word(a, site_id, site::ESCAPES)?;
+                let one = a.c32(1);
+                bump(a, w, one, false)?;
+                bump_counter(a, workgroup::ESCAPES, one)?;
+                let cap_at = iword_c(a, header::ESCAPE_CAPACITY)?;
+                let cap = a.ld32(cap_at)?;
+                let room = a.ult(idx, cap)?;
+                a.if_(room, |a| {
+                    let first = escapes_at(a)?;
+                    let ew = a.c32(ESCAPE_WORDS);
+                    let off = a.mul(t.u32, idx, ew)?;
+                    let entry = a.add(t.u32, first, off)?;
+                    let (wg, local) = lane_of(a, token)?;
+                    let (lo, hi) = (a.narrow(addr)?, a.high(addr)?);
+                    let op = a.c32(if store { 1 << 16 } else { 0 });
+                    let sz = a.or(t.u32, size, op)?;
+                    let z = a.c32(0);
+                    store_words(a, entry, &[wg, local, site_id, lo, hi, sz, mask, z])
+                })
+            },
+        )
+    })?;
+    let captures = a.cbool(leave_out & Shape::LEAVE_OUT_CAPTURE == 0);
+    let captured_here = a.land(counted, captures)?;
+    a.if_(captured_here, |a| {
+        let op = a.c32(if store { 1 << 8 } else { 0 } | route::GUEST << 12);
+        let flags = a.or(t.u32, size, op)?;
+        capture(a, token, site_id, flags, addr, values, mask)
+    })
+}
+
+/// Whether a site parameter carries [`SITE_DERIVED`] (the canary's, every bit set, does: it is
+/// never counted as an access).
+fn site_derived(a: &mut Asm, site_param: Word) -> R<Word> {
+    let t = a.t;
+    let flag = a.c32(SITE_DERIVED);
+    let bit = a.and(t.u32, site_param, flag)?;
+    let z = a.c32(0);
+    a.ne(bit, z)
+}
+
+/// The lean instrumentation's work on every access ([`Shape::lean`]): its site's count only when
+/// the program does not count the site itself (a workgroup atomic, or the lane's own counter);
+/// its first lookup's probes only when it read two or more; a store that marked a chunk. Nothing
+/// here stores to global memory: a later access's loads may be issued before it.
+fn lean_common(a: &mut Asm, x: &Counted, hit1: Word, store: bool) -> R<()> {
+    let counts = !a.shape.leaves_out(Shape::LEAVE_OUT_COUNTS);
+    if !counts {
+        return Ok(());
+    }
+    let canary = a.c32(CANARY_SITE);
+    let is_canary = a.eq(x.site_param, canary)?;
+    let counted = a.lnot(is_canary)?;
+    let derived = site_derived(a, x.site_param)?;
+    let own = a.lnot(derived)?;
+    let own = a.land(counted, own)?;
+    a.if_(own, |a| {
+        let guest = a.c32(site::GUEST);
+        count_route(a, x.site_id, guest)
+    })?;
+    if !a.shape.leaves_out(Shape::LEAVE_OUT_PROBES) {
+        a.if_(counted, |a| lean_probes(a, x.site_id, x.n0))?;
+    }
+    if store {
+        let marked = a.lor(x.ok0, hit1)?;
+        let marked = a.land(counted, marked)?;
+        a.if_(marked, |a| {
+            let one = a.c32(1);
+            let w = a.c32(workgroup::STORES_MARKED);
+            bump_agg(a, w, one, false, true)
+        })?;
+    }
+    Ok(())
+}
+
+/// The lean instrumentation's rare counts, on the word-by-word path that an access takes only
+/// when it crosses its part's end or misses: the split and its second lookup's probes, the
+/// misses, and an escape (the site's count, the workgroup's for the heat map, and the lane's
+/// first escape kept for the log; the canary's, the positive control, counted apart).
+fn lean_rare(a: &mut Asm, x: &Counted, store: bool) -> R<()> {
+    let t = a.t;
+    let canary = a.c32(CANARY_SITE);
+    let is_canary = a.eq(x.site_param, canary)?;
+    let counted = a.lnot(is_canary)?;
+    let h1 = a.get(t.hit, x.v_h1)?;
+    let (s1, n1) = (a.extract(h1, 1)?, a.extract(h1, 2)?);
+    let none = a.c32(record::NO_SLOT);
+    let hit1 = a.ne(s1, none)?;
+    if !a.shape.leaves_out(Shape::LEAVE_OUT_COUNTS) {
+        let split_here = a.land(counted, x.split)?;
+        a.if_(split_here, |a| {
+            let w = site_word(a, x.site_id, site::SPLITS)?;
+            let one = a.c32(1);
+            bump_agg(a, w, one, false, false)?;
+            if !a.shape.leaves_out(Shape::LEAVE_OUT_PROBES) {
+                lean_probes(a, x.site_id, n1)?;
+            }
+            Ok(())
+        })?;
+        let one = a.c32(1);
+        let z = a.c32(0);
+        let miss0 = a.lnot(x.ok0)?;
+        let m0 = a.select(t.u32, miss0, one, z)?;
+        let miss1 = a.lnot(hit1)?;
+        let miss1 = a.land(x.split, miss1)?;
+        let m1 = a.select(t.u32, miss1, one, z)?;
+        let misses = a.add(t.u32, m0, m1)?;
+        let any = a.ne(misses, z)?;
+        let any = a.land(counted, any)?;
+        a.if_(any, |a| {
+            let w = a.c32(workgroup::MISSES);
+            bump_agg(a, w, misses, false, true)
+        })?;
+    }
+    if a.shape.leaves_out(Shape::LEAVE_OUT_ESCAPES) {
+        return Ok(());
+    }
+    let mask = a.get(t.u32, x.v_mask)?;
+    let z = a.c32(0);
+    let escaped = a.ne(mask, z)?;
+    a.if_(escaped, |a| {
+        a.if_else(
+            is_canary,
+            |a| {
+                let at = iword_c(a, counter::CANARY)?;
+                a.atomic_inc(at).map(|_| ())
+            },
+            |a| {
+                let one = a.c32(1);
+                let w = site_word(a, x.site_id, site::ESCAPES)?;
+                bump_agg(a, w, one, false, false)?;
+                // The heat map sums the sites' words when the workgroup ends; a site counted
+                // past them counts here.
+                past_workgroup_sites(a, x.site_id, workgroup::ESCAPES, one)?;
+                // The lane's first escape, for the log at the lane's end.
+                let (_, local) = lane_of(a, x.token)?;
+                let p0 = lane_escape_ptr(a, local, 0)?;
+                let cur = a.get(t.u32, p0)?;
+                let empty = a.c32(NO_ESCAPE);
+                let first = a.eq(cur, empty)?;
+                a.if_(first, |a| {
+                    let (lo, hi) = (a.narrow(x.addr)?, a.high(x.addr)?);
+                    let op = a.c32(if store { 1 << 16 } else { 0 });
+                    let sz = a.or(t.u32, x.size, op)?;
+                    for (k, w) in [x.site_id, lo, hi, sz, mask].into_iter().enumerate() {
+                        let p = lane_escape_ptr(a, local, k as u32)?;
+                        a.set(p, w)?;
+                    }
+                    Ok(())
+                })
+            },
+        )
+    })
+}
+
+/// The lean instrumentation's probes of one lookup of two probes or more: the histogram, the
+/// workgroup's extra probes (the heat map), the site's extra probes and longest lookup, each
+/// reduced over the subgroup's lanes that count the same word ([`bump_agg`]).
+fn lean_probes(a: &mut Asm, site_id: Word, probes: Word) -> R<()> {
+    let t = a.t;
+    let two = a.c32(2);
+    let long = a.bin(Op::UGreaterThanEqual, t.bool_, probes, two)?;
+    a.if_(long, |a| {
+        let top = a.c32(HISTOGRAM_BUCKETS);
+        let over = a.bin(Op::UGreaterThan, t.bool_, probes, top)?;
+        let p = a.select(t.u32, over, top, probes)?;
+        let one = a.c32(1);
+        let bucket = a.sub(t.u32, p, one)?;
+        let h = a.c32(workgroup::HISTOGRAM);
+        let hw = a.add(t.u32, h, bucket)?;
+        if a.shape.subgroup_rare {
+            bump_agg(a, hw, one, false, false)?;
+        } else {
+            // A bucket is always a workgroup word: no test for the buffer's counters past them.
+            let p = wg_ptr(a, hw)?;
+            a.workgroup_atomic(Op::AtomicIAdd, p, one)?;
+        }
+        let extra = a.sub(t.u32, probes, one)?;
+        past_workgroup_sites(a, site_id, workgroup::EXTRA_PROBES, extra)?;
+        let ew = site_word(a, site_id, site::EXTRA_PROBES)?;
+        bump_agg(a, ew, extra, false, false)?;
+        let mw = site_word(a, site_id, site::MAX_PROBES)?;
+        bump_agg(a, mw, probes, true, false)
+    })
+}
+
+/// Counts `n` into workgroup counter `k` when `site_id` is past the sites counted in workgroup
+/// memory ([`WORKGROUP_SITES`]): what the heat map adds beside the sums of the sites' words.
+fn past_workgroup_sites(a: &mut Asm, site_id: Word, k: u32, n: Word) -> R<()> {
+    let lim = a.c32(WORKGROUP_SITES);
+    let past = a.bin(Op::UGreaterThanEqual, a.t.bool_, site_id, lim)?;
+    a.if_(past, |a| {
+        let w = a.c32(k);
+        bump_agg(a, w, n, false, true)
+    })
+}
+
+/// Counts `n` into workgroup word `w` ([`bump`]: a workgroup atomic, or the buffer's counter
+/// past the workgroup's words) for the lanes that run it, on a rare path. With
+/// [`Shape::subgroup_rare`], where
+/// every active lane of the subgroup counts into the same word (`uniform_word`: it is a constant),
+/// their sum (or maximum, `max`) is counted by one of them; else each lane counts its own.
+fn bump_agg(a: &mut Asm, w: Word, n: Word, max: bool, uniform_word: bool) -> R<()> {
+    let subgroup = a.shape.subgroup_rare;
+    bump_reduced(a, w, n, max, uniform_word, subgroup)
+}
+
+/// [`bump_agg`], reduced over the subgroup where `subgroup` says.
+fn bump_reduced(
+    a: &mut Asm,
+    w: Word,
+    n: Word,
+    max: bool,
+    uniform_word: bool,
+    subgroup: bool,
+) -> R<()> {
+    if !subgroup {
+        return bump(a, w, n, max);
+    }
+    let together = |a: &mut Asm| -> R<()> {
+        let op = if max { Op::AtomicUMax } else { Op::AtomicIAdd };
+        let total = a.subgroup_reduce(op, n)?;
+        let one = a.subgroup_elect()?;
+        a.if_(one, |a| bump(a, w, total, max))
+    };
+    if uniform_word {
+        return together(a);
+    }
+    let same = a.subgroup_all_equal(w)?;
+    a.if_else(same, together, |a| bump(a, w, n, max))
 }
 
 /// The two paths of an access ([`Shape::fast_path`]): one that lies in one part of a chunk (or in
@@ -1592,27 +2397,37 @@ pub(super) fn extract(a: &mut Asm, v: Word, i: u32) -> R<Word> {
     Ok(id)
 }
 
-/// `dispatchscope_note`: counting and capture of an access the program made itself.
-fn emit_note(a: &mut Asm, s: &Sigs, instrumented: bool) -> R<Word> {
+/// `dispatchscope_note`: counting and capture of an access the program made itself. The
+/// instrumented variant counts it unless the program counts the site itself ([`SITE_DERIVED`])
+/// and, on issue 30's path, captures it; the capture variant only captures it.
+fn emit_note(a: &mut Asm, s: &Sigs, variant: Variant) -> R<Word> {
     let t = a.t;
     let (f, p) = a.begin_function(t.void, &[t.u32, t.u32, t.u32, t.u64, s.vec4], "note")?;
-    if instrumented {
+    let instrumented = variant == Variant::Instrumented;
+    if instrumented || variant == Variant::Capture {
         let param = |i: usize| p.get(i).copied().unwrap_or_default();
-        let (token, site_id, flags, addr, v) = (param(0), param(1), param(2), param(3), param(4));
-        let twelve = a.c32(12);
-        let r = a.shr(t.u32, flags, twelve)?;
-        let m = a.c32(0xf);
-        let route_no = a.and(t.u32, r, m)?;
-        // The route numbers are the site's word indices (guest 0, LDS 1, scratch 2, bound 3).
-        if a.shape.leave_out & Shape::LEAVE_OUT_COUNTS == 0 {
-            count_route(a, site_id, route_no)?;
+        let (token, site_param, flags, addr, v) =
+            (param(0), param(1), param(2), param(3), param(4));
+        let m = a.c32(SITE_NUMBER_MASK);
+        let site_id = a.and(t.u32, site_param, m)?;
+        if instrumented && !a.shape.leaves_out(Shape::LEAVE_OUT_COUNTS) {
+            let twelve = a.c32(12);
+            let r = a.shr(t.u32, flags, twelve)?;
+            let m = a.c32(0xf);
+            let route_no = a.and(t.u32, r, m)?;
+            // The route numbers are the site's word indices (guest 0, LDS 1, scratch 2, bound 3).
+            let derived = site_derived(a, site_param)?;
+            let own = a.lnot(derived)?;
+            a.if_(own, |a| count_route(a, site_id, route_no))?;
         }
-        let mut values = [0; 4];
-        for (i, x) in values.iter_mut().enumerate() {
-            *x = extract(a, v, i as u32)?;
-        }
-        let z = a.c32(0);
-        if a.shape.leave_out & Shape::LEAVE_OUT_CAPTURE == 0 {
+        let captures = variant == Variant::Capture
+            || (!a.shape.lean && !a.shape.leaves_out(Shape::LEAVE_OUT_CAPTURE));
+        if captures {
+            let mut values = [0; 4];
+            for (i, x) in values.iter_mut().enumerate() {
+                *x = extract(a, v, i as u32)?;
+            }
+            let z = a.c32(0);
             capture(a, token, site_id, flags, addr, values, z)?;
         }
     }
@@ -1620,8 +2435,93 @@ fn emit_note(a: &mut Asm, s: &Sigs, instrumented: bool) -> R<Word> {
     Ok(f)
 }
 
-/// `dispatchscope_lane`: the lane's token; the capture selection and the canary when instrumented.
-fn emit_lane(a: &mut Asm, instrumented: bool, load: Word, vec4: Word) -> R<Word> {
+/// `dispatchscope_count`: `n` accesses of `site` by `route` that the program counted itself (its
+/// sites flagged [`SITE_DERIVED`]), into the site's workgroup counter (with
+/// [`Shape::subgroup_counts`], one workgroup atomic a subgroup where the subgroup's lanes count
+/// the same site, [`bump_reduced`]). `n` is added
+/// modulo 2^32 within a workgroup, so that a program may take back an access it had counted
+/// (`0 - k`), for a site below [`WORKGROUP_SITES`]. Empty but in the instrumented variant.
+fn emit_count(a: &mut Asm, instrumented: bool) -> R<Word> {
+    let t = a.t;
+    let (f, p) = a.begin_function(t.void, &[t.u32; 4], "count")?;
+    if instrumented && !a.shape.leaves_out(Shape::LEAVE_OUT_COUNTS) {
+        let param = |i: usize| p.get(i).copied().unwrap_or_default();
+        let (site_param, route_no, n) = (param(1), param(2), param(3));
+        let m = a.c32(SITE_NUMBER_MASK);
+        let site_id = a.and(t.u32, site_param, m)?;
+        let three = a.c32(3);
+        let route_no = a.and(t.u32, route_no, three)?;
+        let first = site_word(a, site_id, 0)?;
+        let key = a.add(t.u32, first, route_no)?;
+        let subgroup = a.shape.subgroup_counts;
+        bump_reduced(a, key, n, false, false, subgroup)?;
+    }
+    a.end_void_function()?;
+    Ok(f)
+}
+
+/// Whether the lane at pixel `(x, y)`, lane `local` of workgroup `wg`, is one the header's
+/// selection names (`LaneSelection::selects`, on the device).
+fn selected(a: &mut Asm, wg: Word, local: Word, x: Word, y: Word) -> R<Word> {
+    let t = a.t;
+    let word = |a: &mut Asm, k: u32| -> R<Word> {
+        let at = iword_c(a, k)?;
+        a.ld32(at)
+    };
+    let (x0, y0) = (word(a, header::SEL_RECT)?, word(a, header::SEL_RECT + 1)?);
+    let (x1, y1) = (
+        word(a, header::SEL_RECT + 2)?,
+        word(a, header::SEL_RECT + 3)?,
+    );
+    let ge = |a: &mut Asm, v, lo| a.bin(Op::UGreaterThanEqual, t.bool_, v, lo);
+    let c1 = ge(a, x, x0)?;
+    let c2 = a.ult(x, x1)?;
+    let c3 = ge(a, y, y0)?;
+    let c4 = a.ult(y, y1)?;
+    let in_x = a.land(c1, c2)?;
+    let in_y = a.land(c3, c4)?;
+    let in_rect = a.land(in_x, in_y)?;
+    let sel_wg = word(a, header::SEL_WORKGROUP)?;
+    let any = a.c32(u32::MAX);
+    let is_any = a.eq(sel_wg, any)?;
+    let is_wg = a.eq(sel_wg, wg)?;
+    let wg_ok = a.lor(is_any, is_wg)?;
+    let lo = word(a, header::SEL_LANE_MASK)?;
+    let hi = word(a, header::SEL_LANE_MASK + 1)?;
+    let mask = a.join(lo, hi)?;
+    let local64 = a.widen(local)?;
+    let shifted = a.shr(t.u64, mask, local64)?;
+    let one64 = a.c64(1);
+    let bit = a.and(t.u64, shifted, one64)?;
+    let lane_ok = a.eq(bit, one64)?;
+    let ok = a.land(in_rect, wg_ok)?;
+    a.land(ok, lane_ok)
+}
+
+/// The positive control: lane 0 of workgroup 0 loads the header's canary, which must escape.
+fn canary_lookup(a: &mut Asm, wg: Word, local: Word, base: Word, load: Word, vec4: Word) -> R<()> {
+    let z = a.c32(0);
+    let first_wg = a.eq(wg, z)?;
+    let first_lane = a.eq(local, z)?;
+    let first = a.land(first_wg, first_lane)?;
+    a.if_(first, |a| {
+        let lo = iword_c(a, header::CANARY)?;
+        let lo = a.ld32(lo)?;
+        let hi = iword_c(a, header::CANARY + 1)?;
+        let hi = a.ld32(hi)?;
+        let canary = a.join(lo, hi)?;
+        let site_c = a.c32(CANARY_SITE);
+        let four = a.c32(4);
+        a.call(vec4, load, &[base, site_c, canary, four])
+            .map(|_| ())
+    })
+}
+
+/// `dispatchscope_lane`: the lane's token. The instrumented variant zeroes the workgroup
+/// counters (and, lean, the lane's first escape), waits for the workgroup, and makes the
+/// positive control's canary lookup; on issue 30's path it also tests the lane against the
+/// capture selection, which the capture variant does alone.
+fn emit_lane(a: &mut Asm, variant: Variant, load: Word, vec4: Word) -> R<Word> {
     let t = a.t;
     let (f, p) = a.begin_function(t.u32, &[t.u32; 5], "lane")?;
     let param = |i: usize| p.get(i).copied().unwrap_or_default();
@@ -1631,7 +2531,8 @@ fn emit_lane(a: &mut Asm, instrumented: bool, load: Word, vec4: Word) -> R<Word>
     let w = a.shl(t.u32, wg, seven)?;
     let l = a.shl(t.u32, local, one)?;
     let base = a.or(t.u32, w, l)?;
-    let token = if instrumented && a.shape.leave_out & Shape::LEAVE_OUT_WORKGROUP != 0 {
+    let instrumented = variant == Variant::Instrumented;
+    let token = if instrumented && a.shape.leaves_out(Shape::LEAVE_OUT_WORKGROUP) {
         base
     } else if instrumented {
         // The workgroup counters start at zero: each lane zeroes its share, then all wait.
@@ -1641,54 +2542,27 @@ fn emit_lane(a: &mut Asm, instrumented: bool, load: Word, vec4: Word) -> R<Word>
             let z = a.c32(0);
             a.set(p, z)
         })?;
+        if a.lane_escapes.is_some() {
+            // The lane's own first escape: none yet.
+            let p = lane_escape_ptr(a, local, 0)?;
+            let empty = a.c32(NO_ESCAPE);
+            a.set(p, empty)?;
+        }
         a.workgroup_barrier()?;
-        let word = |a: &mut Asm, k: u32| -> R<Word> {
-            let at = iword_c(a, k)?;
-            a.ld32(at)
-        };
-        let (x0, y0) = (word(a, header::SEL_RECT)?, word(a, header::SEL_RECT + 1)?);
-        let (x1, y1) = (
-            word(a, header::SEL_RECT + 2)?,
-            word(a, header::SEL_RECT + 3)?,
-        );
-        let ge = |a: &mut Asm, v, lo| a.bin(Op::UGreaterThanEqual, t.bool_, v, lo);
-        let c1 = ge(a, x, x0)?;
-        let c2 = a.ult(x, x1)?;
-        let c3 = ge(a, y, y0)?;
-        let c4 = a.ult(y, y1)?;
-        let in_x = a.land(c1, c2)?;
-        let in_y = a.land(c3, c4)?;
-        let in_rect = a.land(in_x, in_y)?;
-        let sel_wg = word(a, header::SEL_WORKGROUP)?;
-        let any = a.c32(u32::MAX);
-        let is_any = a.eq(sel_wg, any)?;
-        let is_wg = a.eq(sel_wg, wg)?;
-        let wg_ok = a.lor(is_any, is_wg)?;
-        let lo = word(a, header::SEL_LANE_MASK)?;
-        let hi = word(a, header::SEL_LANE_MASK + 1)?;
-        let mask = a.join(lo, hi)?;
-        let local64 = a.widen(local)?;
-        let shifted = a.shr(t.u64, mask, local64)?;
-        let one64 = a.c64(1);
-        let bit = a.and(t.u64, shifted, one64)?;
-        let lane_ok = a.eq(bit, one64)?;
-        let ok = a.land(in_rect, wg_ok)?;
-        let ok = a.land(ok, lane_ok)?;
+        if a.shape.lean {
+            canary_lookup(a, wg, local, base, load, vec4)?;
+            base
+        } else {
+            let ok = selected(a, wg, local, x, y)?;
+            let z = a.c32(0);
+            let sel = a.select(t.u32, ok, one, z)?;
+            canary_lookup(a, wg, local, base, load, vec4)?;
+            a.or(t.u32, base, sel)?
+        }
+    } else if variant == Variant::Capture {
+        let ok = selected(a, wg, local, x, y)?;
         let z = a.c32(0);
         let sel = a.select(t.u32, ok, one, z)?;
-        // The positive control: one canary lookup that must escape.
-        let first_wg = a.eq(wg, z)?;
-        let first_lane = a.eq(local, z)?;
-        let first = a.land(first_wg, first_lane)?;
-        a.if_(first, |a| {
-            let lo = word(a, header::CANARY)?;
-            let hi = word(a, header::CANARY + 1)?;
-            let canary = a.join(lo, hi)?;
-            let site_c = a.c32(CANARY_SITE);
-            let four = a.c32(4);
-            a.call(vec4, load, &[base, site_c, canary, four])
-                .map(|_| ())
-        })?;
         a.or(t.u32, base, sel)?
     } else {
         base
@@ -1728,20 +2602,66 @@ fn for_lanes_share(
     )
 }
 
-/// `dispatchscope_flush`: in the instrumented variant, a workgroup barrier, then each lane adds its
-/// share of the non-zero workgroup counters to the buffer's 64-bit counters (the longest lookups
-/// by an unsigned max); nothing in the others.
+/// Adds `v` (a u32) to the buffer's 64-bit counter whose low word is word `lo`: one 64-bit
+/// atomic with [`Shape::wide_atomics`], else [`wide_add`]'s 32-bit atomic and carry.
+fn add_wide(a: &mut Asm, lo: Word, v: Word) -> R<()> {
+    if a.shape.wide_atomics {
+        let at = iword(a, lo)?;
+        let v64 = a.widen(v)?;
+        a.atomic_add64(at, v64)
+    } else {
+        wide_add(a, lo, v)
+    }
+}
+
+/// The lane's first escape ([`Shape::lean`]) appended to the escape log, if it escaped: one
+/// device-scope atomic for its entry, the entry written if the log has room.
+fn log_first_escape(a: &mut Asm, wg: Word, local: Word) -> R<()> {
+    let t = a.t;
+    let p0 = lane_escape_ptr(a, local, 0)?;
+    let site_id = a.get(t.u32, p0)?;
+    let empty = a.c32(NO_ESCAPE);
+    let escaped = a.ne(site_id, empty)?;
+    a.if_(escaped, |a| {
+        let at = iword_c(a, counter::ESCAPES)?;
+        let idx = a.atomic_inc(at)?;
+        let cap_at = iword_c(a, header::ESCAPE_CAPACITY)?;
+        let cap = a.ld32(cap_at)?;
+        let room = a.ult(idx, cap)?;
+        a.if_(room, |a| {
+            let mut words = vec![wg, local, site_id];
+            for k in 1..LANE_ESCAPE_WORDS {
+                let p = lane_escape_ptr(a, local, k)?;
+                words.push(a.get(t.u32, p)?);
+            }
+            words.push(a.c32(0));
+            let first = escapes_at(a)?;
+            let ew = a.c32(ESCAPE_WORDS);
+            let off = a.mul(t.u32, idx, ew)?;
+            let entry = a.add(t.u32, first, off)?;
+            store_words(a, entry, &words)
+        })
+    })
+}
+
+/// `dispatchscope_flush`: in the instrumented variant, the lane's first escape to the log
+/// ([`Shape::lean`]), a workgroup barrier, then each lane adds its share of the non-zero workgroup
+/// counters to the buffer's 64-bit counters (the longest lookups by an unsigned max), and lane 0
+/// the workgroup's escapes and extra probes to its heat cell; nothing in the others.
 fn emit_flush(a: &mut Asm, instrumented: bool) -> R<Word> {
     let t = a.t;
     let (f, p) = a.begin_function(t.void, &[t.u32, t.u32], "flush")?;
-    if instrumented && a.shape.leave_out & Shape::LEAVE_OUT_WORKGROUP == 0 {
+    if instrumented && !a.shape.leaves_out(Shape::LEAVE_OUT_WORKGROUP) {
         let param = |i: usize| p.get(i).copied().unwrap_or_default();
         let (token, lanes) = (param(0), param(1));
+        let (wg, local) = lane_of(a, token)?;
+        if a.lane_escapes.is_some() {
+            log_first_escape(a, wg, local)?;
+        }
         if a.shape.private_counters {
             flush_lane_counts(a)?;
         }
         a.workgroup_barrier()?;
-        let (_, local) = lane_of(a, token)?;
         // The counters, and the sites the program numbered (at most the workgroup's).
         let at = iword_c(a, header::SITES)?;
         let sites = a.ld32(at)?;
@@ -1774,15 +2694,15 @@ fn emit_flush(a: &mut Asm, instrumented: bool) -> R<Word> {
                         let at = iword(a, lo)?;
                         a.atomic_umax(at, v).map(|_| ())
                     },
-                    |a| wide_add(a, lo, v),
+                    |a| add_wide(a, lo, v),
                 )
             })
         })?;
         // The heat map: lane 0 adds the workgroup's escapes and extra probes to its cell.
-        let (wg, _) = lane_of(a, token)?;
         let z = a.c32(0);
         let first = a.eq(local, z)?;
-        a.if_(first, |a| add_heat(a, wg))?;
+        let lean = a.shape.lean;
+        a.if_(first, |a| add_heat(a, wg, lean.then_some(sites)))?;
     }
     a.end_void_function()?;
     Ok(f)
@@ -1807,7 +2727,7 @@ mod tests {
                         .any(|o| matches!(o, Operand::LinkageType(LinkageType::Export)))
                 })
                 .count();
-            assert_eq!(exports, if v.has_lookup() { 7 } else { 6 }, "{v:?}");
+            assert_eq!(exports, if v.has_lookup() { 8 } else { 7 }, "{v:?}");
             // Every library imports the workgroup counters the program exports.
             let imports_wg = m.annotations.iter().any(|i| {
                 i.operands
@@ -1860,6 +2780,7 @@ mod tests {
         }
     }
 
+    /// The workgroup counters and (the lean instrumentation) each lane's first escape.
     #[test]
     fn emit_into_declares_the_workgroup_counters_only_when_instrumented() {
         for v in Variant::ALL {
@@ -1867,6 +2788,11 @@ mod tests {
             b.set_version(1, 5);
             let h = emit_into(&mut b, v).unwrap();
             assert_eq!(h.workgroup.is_some(), v == Variant::Instrumented, "{v:?}");
+            assert_eq!(
+                h.lane_escapes.is_some(),
+                v == Variant::Instrumented,
+                "{v:?}"
+            );
             let m = b.module();
             let workgroup_vars = m
                 .types_global_values
@@ -1880,7 +2806,7 @@ mod tests {
                 .count();
             assert_eq!(
                 workgroup_vars,
-                usize::from(v == Variant::Instrumented),
+                2 * usize::from(v == Variant::Instrumented),
                 "{v:?}"
             );
         }

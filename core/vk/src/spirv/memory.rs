@@ -102,6 +102,61 @@ impl Asm {
             .map_err(|e| self.err(e))
     }
 
+    /// `*addr += v` on the u64 at device address `addr` (8-byte aligned), atomically (device
+    /// scope, relaxed), its old value unused: a 64-bit counter without a carry (Int64Atomics,
+    /// `shaderBufferInt64Atomics`).
+    pub(super) fn atomic_add64(&mut self, addr: Word, v: Word) -> R<()> {
+        self.capability(spirv::Capability::Int64Atomics);
+        let p = self.device_ptr(self.t.p_psb_u64, addr)?;
+        let scope = self.c32(spirv::Scope::Device as u32);
+        let sem = self.c32(0);
+        self.b
+            .atomic_i_add(self.t.u64, None, p, scope, sem, v)
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// `op` (`AtomicIAdd` or `AtomicUMax`) of `x` (a u32) over the subgroup's active lanes
+    /// (`OpGroupNonUniformIAdd`/`UMax`, Reduce): every lane gets the result.
+    pub(super) fn subgroup_reduce(&mut self, op: Op, x: Word) -> R<Word> {
+        self.capability(spirv::Capability::GroupNonUniform);
+        self.capability(spirv::Capability::GroupNonUniformArithmetic);
+        let scope = self.c32(spirv::Scope::Subgroup as u32);
+        let u32_ = self.t.u32;
+        let reduce = spirv::GroupOperation::Reduce;
+        match op {
+            Op::AtomicUMax => self
+                .b
+                .group_non_uniform_u_max(u32_, None, scope, reduce, x, None),
+            _ => self
+                .b
+                .group_non_uniform_i_add(u32_, None, scope, reduce, x, None),
+        }
+        .map_err(|e| self.err(e))
+    }
+
+    /// Whether every active lane of the subgroup holds the same `x`
+    /// (`OpGroupNonUniformAllEqual`): the same answer in every lane.
+    pub(super) fn subgroup_all_equal(&mut self, x: Word) -> R<Word> {
+        self.capability(spirv::Capability::GroupNonUniform);
+        self.capability(spirv::Capability::GroupNonUniformVote);
+        let scope = self.c32(spirv::Scope::Subgroup as u32);
+        let bool_ = self.t.bool_;
+        self.b
+            .group_non_uniform_all_equal(bool_, None, scope, x)
+            .map_err(|e| self.err(e))
+    }
+
+    /// True in one active lane of the subgroup (`OpGroupNonUniformElect`).
+    pub(super) fn subgroup_elect(&mut self) -> R<Word> {
+        self.capability(spirv::Capability::GroupNonUniform);
+        let scope = self.c32(spirv::Scope::Subgroup as u32);
+        let bool_ = self.t.bool_;
+        self.b
+            .group_non_uniform_elect(bool_, None, scope)
+            .map_err(|e| self.err(e))
+    }
+
     /// The 16 bytes at device address `addr` (16-byte aligned) as two u64: one load instruction.
     pub(super) fn ld64x2(&mut self, addr: Word) -> R<Word> {
         let v2 = self.b.type_vector(self.t.u64, 2);

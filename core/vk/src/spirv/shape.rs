@@ -1,12 +1,17 @@
-//! [`Shape`]: how the helper's access path is emitted, each of issue 30's changes on or off, so that
-//! a bench measures each alone (`super::library` emits by it, `super::asm` carries it while it
-//! does). Nothing here emits code.
+//! [`Shape`]: how the helper's access path and the instrumentation are emitted, each of issues 30
+//! and 42's changes on or off, so that a bench measures each alone (`super::library` emits by it,
+//! `super::asm` carries it while it does; the traversal program reads
+//! [`Shape::derived_counts`]). Nothing here emits code.
 
 /// How the helper's access path is shaped: each change to it, on or off, so that a bench can
 /// measure each alone against the others in one submission. [`Shape::SHIPPED`] is what every
-/// module gets unless a caller asks otherwise: what the H200 measured fastest (BENCHMARKS.md,
-/// issue 30: the fast path halves the helper's time; the first probe before the loop costs 2–8 %
-/// and the lane's own counters 2–5 %, so both stay off; the lane cache saves 29–65 %).
+/// module built here gets unless a caller asks otherwise; [`Shape::LINKED`] is what the linkable
+/// library ([`super::library::helper_library`]) is built with.
+///
+/// Issue 30 (measured, BENCHMARKS.md): the fast path halves the helper's time; the first probe
+/// before the loop costs 2–8 % and the lane's own counters 2–5 %, so both stay off; the lane cache
+/// saves 29–65 %. Issue 42 adds the lean instrumentation (on) and three changes to the helper's
+/// registers (off until a GPU run measures them: `cache_delta`, `slow_path_call`, `lookup_call`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Shape {
     /// An access that lies in one part of a chunk (or one page) and hits reads its words from one
@@ -17,15 +22,59 @@ pub struct Shape {
     /// T2's probes a hit of about 1.1) takes no loop at all.
     pub first_probe_unrolled: bool,
     /// The instrumented variant counts each access of the first
-    /// [`PRIVATE_SITES`](super::library::PRIVATE_SITES) sites in the lane's own counters (a
-    /// `Private` array at a constant index once the helper is inlined: registers), added to the
-    /// workgroup counters once, when the lane flushes; without, each access is a workgroup atomic.
+    /// [`PRIVATE_SITES`](super::library::PRIVATE_SITES) sites that the program does not count
+    /// itself in the lane's own counters (a `Private` array at a constant index once the helper
+    /// is inlined: registers), added to the workgroup counters once, when the lane flushes;
+    /// without, each such access is a workgroup atomic.
     pub private_counters: bool,
     /// The lane keeps its last lookup's slot key and answer
     /// ([`LAST_CHUNK`](super::library::symbol::LAST_CHUNK)) and takes the answer again for an
     /// access in a part of the same chunk that the cached slot reaches; without, every access
     /// probes.
     pub lane_cache: bool,
+    /// Issue 42, the lane cache's footprint: the cache keeps the slot's key and the chunk's
+    /// device-from-guest delta ([`LAST_DELTA`](super::library::symbol::LAST_DELTA)), so that an
+    /// access the cache answers is `guest_addr + delta` (no chunk mask kept live, no slot, no
+    /// device address and offset to add); a store looks its chunk up without the cache (its
+    /// marks need the slot). Without, the cache keeps the whole `Hit`.
+    pub cache_delta: bool,
+    /// Issue 42: the word-by-word path (an access that crosses its part's end, or misses) is a
+    /// function of its own marked `DontInline`, so that its registers need not be live at every
+    /// access of the program; without, it is emitted into each access.
+    pub slow_path_call: bool,
+    /// Issue 42: the lookup's probe loop (what a lane cache miss runs) is marked `DontInline`.
+    pub lookup_call: bool,
+    /// Issue 42, the instrumented variant's lean path: an access counts nothing on its common
+    /// path but a lookup of two probes or more; a split, a miss and an escape are counted on the
+    /// word-by-word path that took them; a lane's first escape is kept in workgroup memory
+    /// ([`LANE_ESCAPES`](super::library::symbol::LANE_ESCAPES)) and logged when the lane
+    /// flushes; no lane is captured in the pass (a second dispatch of
+    /// [`Variant::Capture`](super::library::Variant::Capture) re-runs the selected lanes'
+    /// workgroups). Without, issue 30's path: every access counted, the escape log and the
+    /// capture written as each access happens.
+    pub lean: bool,
+    /// Issue 42, the program's side: the traversal program derives each site's accesses from
+    /// its loops' trip counts and stack depths and reports them once, at the lane's end, with
+    /// `dispatchscope_count`, its sites flagged
+    /// [`SITE_DERIVED`](super::library::SITE_DERIVED) so that the helper does not count them
+    /// again; without, the helper counts every access.
+    pub derived_counts: bool,
+    /// Issue 42: `dispatchscope_count` (the program's counts, at the lane's end) is reduced over
+    /// the subgroup's lanes that count the same site (`OpGroupNonUniformIAdd`), one workgroup
+    /// atomic a subgroup; without, one a lane. Needs subgroup arithmetic.
+    pub subgroup_counts: bool,
+    /// Issue 42: the lean path's rare counters (probes, splits, misses, escapes) are reduced as
+    /// [`Shape::subgroup_counts`] says, over the lanes that take the rare path together; without,
+    /// one workgroup atomic a lane. Needs subgroup arithmetic. Shipped off until a GPU run says
+    /// otherwise: on the H200 a wave's atomics at one address were faster left to the driver
+    /// than reduced by hand on every access (issue 30), Mesa's compiler makes the same code
+    /// either way for RDNA2 (`nir_opt_uniform_atomics`), and on lavapipe the reduction in a
+    /// divergent branch cost 2.3× the pass.
+    pub subgroup_rare: bool,
+    /// Issue 42: the flush adds each workgroup counter to the buffer's 64-bit counter with one
+    /// 64-bit atomic whose old value no lane waits for; without, a 32-bit atomic, its old value
+    /// read back, and a carry. Needs `shaderBufferInt64Atomics`.
+    pub wide_atomics: bool,
     /// Parts of the instrumented variant left out ([`Shape::LEAVE_OUT_COUNTS`] …), to find what
     /// costs: a bench's diagnosis only (its counts, captures and log are then incomplete).
     pub leave_out: u32,
@@ -40,22 +89,70 @@ impl Shape {
     pub const LEAVE_OUT_ESCAPES: u32 = 4;
     /// [`Shape::leave_out`]: no workgroup counters zeroed, waited for or flushed, no canary.
     pub const LEAVE_OUT_WORKGROUP: u32 = 8;
+    /// [`Shape::leave_out`]: no probe counted (the histogram, extra and longest probes).
+    pub const LEAVE_OUT_PROBES: u32 = 16;
 
-    /// What the modules get.
+    /// What the modules built here get: issue 30's access path, issue 42's lean instrumentation.
     pub const SHIPPED: Shape = Shape {
         fast_path: true,
         first_probe_unrolled: false,
         private_counters: false,
         lane_cache: true,
+        cache_delta: false,
+        slow_path_call: false,
+        lookup_call: false,
+        lean: true,
+        derived_counts: true,
+        subgroup_counts: true,
+        subgroup_rare: false,
+        wide_atomics: true,
         leave_out: 0,
     };
+    /// The instrumentation as issue 30 shipped it (every access counted by a workgroup atomic,
+    /// the escape log and the capture in the access path, a 32-bit flush with a carry), over
+    /// issue 30's access path: the bench's "before" of issue 42.
+    pub const ISSUE_30: Shape = Shape {
+        fast_path: true,
+        first_probe_unrolled: false,
+        private_counters: false,
+        lane_cache: true,
+        cache_delta: false,
+        slow_path_call: false,
+        lookup_call: false,
+        lean: false,
+        derived_counts: false,
+        subgroup_counts: false,
+        subgroup_rare: false,
+        wide_atomics: false,
+        leave_out: 0,
+    };
+    /// What the linkable library is built with: [`Shape::ISSUE_30`], the interface the
+    /// emulator-shaped host (`examples/emulator-host`) is written against (its program declares
+    /// the workgroup counters and the lane cache as they were, links no capture dispatch, and
+    /// reads every escape from the log), and what a device lent by a host can run (no 64-bit
+    /// atomics asked of it).
+    pub const LINKED: Shape = Shape::ISSUE_30;
     /// The access path as it was before issue 30: every access word by word, the lookup's
     /// probes all in its loop, a workgroup atomic an instrumented access.
     pub const BEFORE: Shape = Shape {
         fast_path: false,
-        first_probe_unrolled: false,
-        private_counters: false,
-        lane_cache: true,
-        leave_out: 0,
+        ..Shape::ISSUE_30
     };
+
+    /// This shape without what a device lacks: subgroup arithmetic for
+    /// [`Shape::subgroup_counts`] and [`Shape::subgroup_rare`], `shaderBufferInt64Atomics` for
+    /// [`Shape::wide_atomics`].
+    pub fn fit(self, subgroup_arithmetic: bool, buffer_int64_atomics: bool) -> Shape {
+        Shape {
+            subgroup_counts: self.subgroup_counts && subgroup_arithmetic,
+            subgroup_rare: self.subgroup_rare && subgroup_arithmetic,
+            wide_atomics: self.wide_atomics && buffer_int64_atomics,
+            ..self
+        }
+    }
+
+    /// Whether `part` ([`Shape::LEAVE_OUT_COUNTS`] …) is left out.
+    pub fn leaves_out(&self, part: u32) -> bool {
+        self.leave_out & part != 0
+    }
 }

@@ -14,7 +14,16 @@
 //! of each workgroup stores its result by device address (C1 marks). Every lane calls
 //! `dispatchscope_lane` first and `dispatchscope_flush` last, both in uniform control flow, and the
 //! program exports the helper's workgroup counters when it imports the helper (the library's
-//! interface, [`super::library`]). Nothing here calls Vulkan.
+//! interface, [`super::library`]).
+//!
+//! With [`Shape::derived_counts`] (issue 42) and the instrumented helper, the program counts its
+//! own sites' accesses instead of the helper counting each: the top level's pops and node loads
+//! are its loop's steps and its pushes the steps and what is left on its stack; each instance
+//! entered is four loads; each bottom level likewise, summed in two counters the lane keeps; one
+//! result a lane, lane 0's tile and summary. It reports them once, before the flush, with
+//! `dispatchscope_count`, and passes its sites flagged [`SITE_DERIVED`]. A stack access that P1
+//! routes elsewhere than the program counted it is counted by the helper and taken back from the
+//! program's count. Nothing here calls Vulkan.
 //!
 //! # Layouts (little-endian u32 words)
 //! - Node, [`NODE_BYTES`]: `x0, y0, x1, y1` (a half-open box in 1/65536ths of the screen), `z`
@@ -35,7 +44,9 @@ pub mod intersect;
 
 use super::R;
 use super::asm::Asm;
-use super::library::{Helpers, Shape, Variant, declare_helpers, emit_helpers_shaped, extract};
+use super::library::{
+    Helpers, SITE_DERIVED, Shape, Variant, declare_helpers, emit_helpers_shaped, extract,
+};
 use dispatchscope_core::input::{AccessKind, Op as AccessOp};
 use dispatchscope_core::instrument::{SiteInfo, route};
 
@@ -191,7 +202,13 @@ pub fn traversal_module_of(linking: Linking, workload: Workload, shape: Shape) -
             declare_helpers(&mut a)?
         }
     };
-    emit_main(&mut a, &h, workload)?;
+    // The program counts its own sites' accesses where the helper counts (issue 42).
+    let derive = shape.derived_counts
+        && match linking {
+            Linking::Inline(v) => v == Variant::Instrumented,
+            Linking::Import => true,
+        };
+    emit_main(&mut a, &h, workload, derive)?;
     Ok(a.finish())
 }
 
@@ -279,13 +296,14 @@ fn load_node(
     sites: (u32, u32),
     base: Word,
     idx: Word,
+    derived: u32,
 ) -> R<[Word; 8]> {
     let t = a.t;
     let at = a.index(base, idx, NODE_BYTES)?;
     let at16 = a.add64c(at, 16)?;
     let sixteen = a.c32(16);
-    let s0 = a.c32(sites.0);
-    let s1 = a.c32(sites.1);
+    let s0 = a.c32(sites.0 | derived);
+    let s1 = a.c32(sites.1 | derived);
     let lo = a.call(h.vec4, h.load, &[token, s0, at, sixteen])?;
     let hi = a.call(h.vec4, h.load, &[token, s1, at16, sixteen])?;
     let mut w = [0; 8];
@@ -313,6 +331,12 @@ fn inside(a: &mut Asm, n: &[Word; 8], nx: Word, ny: Word, best_z: Word) -> R<Wor
 
 /// A 4-byte flat access at `flat`, routed by P1: LDS and scratch served here (and noted to the
 /// helper), guest memory through the helper. Returns the loaded word (0 for a store).
+///
+/// With `expected`, the program counts this site's accesses itself as accesses by that route
+/// (its stack's pushes and pops, issue 42): an access routed there is flagged
+/// [`SITE_DERIVED`]; one routed elsewhere is counted by the helper as it happens, and taken back
+/// from the program's count (`dispatchscope_count` of `0 - 1`), so every route's count stays
+/// exact whatever P1 decides.
 #[allow(
     clippy::too_many_arguments,
     reason = "the lane's context, passed as SPIR-V ids"
@@ -326,6 +350,7 @@ fn flat_access(
     site_no: u32,
     flat: Word,
     store: Option<Word>,
+    expected: Option<u32>,
 ) -> R<Word> {
     let t = a.t;
     let v_out = a.var(t.p_fn_u32)?;
@@ -339,9 +364,25 @@ fn flat_access(
     let off = a.narrow(flat)?;
     let two = a.c32(2);
     let word_idx = a.shr(t.u32, off, two)?;
-    let site_c = a.c32(site_no);
+    let plain = a.c32(site_no);
     let four = a.c32(4);
+    // The site as the access by `route_no` passes it, and the program's count taken back when
+    // the access is not the route the program counts.
+    let site_for = |a: &mut Asm, route_no: u32| -> R<Word> {
+        match expected {
+            Some(r) if r == route_no => Ok(a.c32(site_no | SITE_DERIVED)),
+            Some(r) => {
+                let rc = a.c32(r);
+                let back = a.c32(0u32.wrapping_sub(1));
+                a.b.function_call(t.void, None, h.count, [token, plain, rc, back])
+                    .map_err(|e| a.err(e))?;
+                Ok(plain)
+            }
+            None => Ok(plain),
+        }
+    };
     let served = |a: &mut Asm, ptr: Word, route_no: u32| -> R<()> {
+        let site_c = site_for(a, route_no)?;
         let v = match store {
             Some(v) => {
                 a.set(ptr, v)?;
@@ -376,12 +417,14 @@ fn flat_access(
                 },
                 |a| match store {
                     Some(v) => {
+                        let site_c = site_for(a, route::GUEST)?;
                         let vals = a.inst(Op::CompositeConstruct, h.vec4, &[v, z, z, z])?;
                         a.b.function_call(t.void, None, h.store, [token, site_c, flat, four, vals])
                             .map_err(|e| a.err(e))?;
                         Ok(())
                     }
                     None => {
+                        let site_c = site_for(a, route::GUEST)?;
                         let r = a.call(h.vec4, h.load, &[token, site_c, flat, four])?;
                         let x = extract(a, r, 0)?;
                         a.set(v_out, x)
@@ -408,6 +451,7 @@ fn bound_store(
     slot: u32,
     word: Word,
     values: &[Word],
+    derived: u32,
 ) -> R<()> {
     let t = a.t;
     let zero = a.c32(0);
@@ -431,13 +475,17 @@ fn bound_store(
         v4[i] = v;
     }
     let vals = a.inst(Op::CompositeConstruct, h.vec4, &v4)?;
-    let site_c = a.c32(site_no);
+    let site_c = a.c32(site_no | derived);
     a.b.function_call(t.void, None, h.note, [token, site_c, flags, byte64, vals])
         .map_err(|e| a.err(e))?;
     Ok(())
 }
 
-fn emit_main(a: &mut Asm, h: &Helpers, workload: Workload) -> R<()> {
+/// The program. With `derive`, it counts its own sites' accesses (issue 42): each site's count
+/// follows from the loops' trip counts and the stacks' depths, which the lane keeps anyway, and
+/// two counters more (instances entered, and the bottom level's steps and pushes), reported once
+/// with `dispatchscope_count` before the flush; its sites are flagged [`SITE_DERIVED`].
+fn emit_main(a: &mut Asm, h: &Helpers, workload: Workload, derive: bool) -> R<()> {
     let g = globals(a);
     let t = a.t;
     let p_scratch = a.b.type_pointer(None, StorageClass::Function, g.scratch_ty);
@@ -451,6 +499,16 @@ fn emit_main(a: &mut Asm, h: &Helpers, workload: Workload) -> R<()> {
     let v_best = a.var(t.p_fn_u32)?;
     let v_best_z = a.var(t.p_fn_u32)?;
     let v_sum = a.var(t.p_fn_u32)?;
+    // With `derive`: instances entered (low 16 bits) and the bottom stacks' depths when their
+    // loops ended (high 16), and the bottom loops' steps.
+    let v_inst_left = a.var(t.p_fn_u32)?;
+    let v_btotal = a.var(t.p_fn_u32)?;
+    let derived = if derive { SITE_DERIVED } else { 0 };
+    let (lds_r, scratch_r) = if derive {
+        (Some(route::LDS), Some(route::SCRATCH))
+    } else {
+        (None, None)
+    };
     for (v, n) in [
         (v_sp, "top_sp"),
         (v_bsp, "bottom_sp"),
@@ -514,8 +572,20 @@ fn emit_main(a: &mut Asm, h: &Helpers, workload: Workload) -> R<()> {
     a.set(v_best_z, max)?;
     a.set(v_sum, zero)?;
     a.set(v_steps, zero)?;
+    a.set(v_inst_left, zero)?;
+    a.set(v_btotal, zero)?;
     let at = entry_addr(a, lds_base, zero)?;
-    flat_access(a, h, &g, scratch, token, site::TOP_PUSH, at, Some(zero))?;
+    flat_access(
+        a,
+        h,
+        &g,
+        scratch,
+        token,
+        site::TOP_PUSH,
+        at,
+        Some(zero),
+        lds_r,
+    )?;
     a.set(v_sp, one)?;
     let room_for_two = a.c32(STACK_ENTRIES - 1);
     let max_steps = a.c32(MAX_STEPS);
@@ -535,8 +605,16 @@ fn emit_main(a: &mut Asm, h: &Helpers, workload: Workload) -> R<()> {
             let sp = a.sub(t.u32, sp, one)?;
             a.set(v_sp, sp)?;
             let at = entry_addr(a, lds_base, sp)?;
-            let idx = flat_access(a, h, &g, scratch, token, site::TOP_POP, at, None)?;
-            let n = load_node(a, h, token, (site::TOP_NODE0, site::TOP_NODE1), tlas, idx)?;
+            let idx = flat_access(a, h, &g, scratch, token, site::TOP_POP, at, None, lds_r)?;
+            let n = load_node(
+                a,
+                h,
+                token,
+                (site::TOP_NODE0, site::TOP_NODE1),
+                tlas,
+                idx,
+                derived,
+            )?;
             if workload == Workload::Translated {
                 let r = intersect::emit_node(a, &n, nx, ny)?;
                 let sum = a.get(t.u32, v_sum)?;
@@ -555,9 +633,14 @@ fn emit_main(a: &mut Asm, h: &Helpers, workload: Workload) -> R<()> {
                         let base = a.index(instances, inst, INSTANCE_BYTES)?;
                         let sixteen = a.c32(16);
                         let mut words = Vec::with_capacity(16);
+                        if derive {
+                            let il = a.get(t.u32, v_inst_left)?;
+                            let il = a.add(t.u32, il, one)?;
+                            a.set(v_inst_left, il)?;
+                        }
                         for k in 0..4u32 {
                             let at = a.add64c(base, 16 * u64::from(k))?;
-                            let s = a.c32(site::INSTANCE0 + k);
+                            let s = a.c32((site::INSTANCE0 + k) | derived);
                             let v = a.call(h.vec4, h.load, &[token, s, at, sixteen])?;
                             for i in 0..4 {
                                 words.push(extract(a, v, i)?);
@@ -572,7 +655,17 @@ fn emit_main(a: &mut Asm, h: &Helpers, workload: Workload) -> R<()> {
                         let root = words[2];
                         let scratch_base = scratch_ap;
                         let at = entry_addr(a, scratch_base, zero)?;
-                        flat_access(a, h, &g, scratch, token, site::BOTTOM_PUSH, at, Some(root))?;
+                        flat_access(
+                            a,
+                            h,
+                            &g,
+                            scratch,
+                            token,
+                            site::BOTTOM_PUSH,
+                            at,
+                            Some(root),
+                            scratch_r,
+                        )?;
                         a.set(v_bsp, one)?;
                         a.set(v_bsteps, zero)?;
                         a.while_(
@@ -600,6 +693,7 @@ fn emit_main(a: &mut Asm, h: &Helpers, workload: Workload) -> R<()> {
                                     site::BOTTOM_POP,
                                     at,
                                     None,
+                                    scratch_r,
                                 )?;
                                 let b = load_node(
                                     a,
@@ -608,6 +702,7 @@ fn emit_main(a: &mut Asm, h: &Helpers, workload: Workload) -> R<()> {
                                     (site::BOTTOM_NODE0, site::BOTTOM_NODE1),
                                     blas,
                                     j,
+                                    derived,
                                 )?;
                                 if workload == Workload::Translated {
                                     let r = intersect::emit_node(a, &b, nx, ny)?;
@@ -646,6 +741,7 @@ fn emit_main(a: &mut Asm, h: &Helpers, workload: Workload) -> R<()> {
                                                         site::BOTTOM_PUSH,
                                                         at,
                                                         Some(child),
+                                                        scratch_r,
                                                     )?;
                                                     let _ = k;
                                                     let sp = a.add(t.u32, sp, one)?;
@@ -657,7 +753,22 @@ fn emit_main(a: &mut Asm, h: &Helpers, workload: Workload) -> R<()> {
                                     )
                                 })
                             },
-                        )
+                        )?;
+                        if derive {
+                            // The instance's bottom level: its pops are its steps, its pushes
+                            // its steps and what is left on its stack.
+                            let bt = a.get(t.u32, v_btotal)?;
+                            let steps = a.get(t.u32, v_bsteps)?;
+                            let bt = a.add(t.u32, bt, steps)?;
+                            a.set(v_btotal, bt)?;
+                            let il = a.get(t.u32, v_inst_left)?;
+                            let sp = a.get(t.u32, v_bsp)?;
+                            let sixteen = a.c32(16);
+                            let sp = a.shl(t.u32, sp, sixteen)?;
+                            let il = a.add(t.u32, il, sp)?;
+                            a.set(v_inst_left, il)?;
+                        }
+                        Ok(())
                     },
                     |a| {
                         let sp = a.get(t.u32, v_sp)?;
@@ -675,6 +786,7 @@ fn emit_main(a: &mut Asm, h: &Helpers, workload: Workload) -> R<()> {
                                     site::TOP_PUSH,
                                     at,
                                     Some(child),
+                                    lds_r,
                                 )?;
                                 let sp = a.add(t.u32, sp, one)?;
                                 a.set(v_sp, sp)?;
@@ -693,13 +805,13 @@ fn emit_main(a: &mut Asm, h: &Helpers, workload: Workload) -> R<()> {
     let yw = a.mul(t.u32, y, width)?;
     let pixel = a.add(t.u32, yw, x)?;
     let word = a.shl(t.u32, pixel, one)?;
-    bound_store(a, h, &g, token, site::OUT, 0, word, &[best, sum])?;
+    bound_store(a, h, &g, token, site::OUT, 0, word, &[best, sum], derived)?;
     let first_lane = a.eq(local, zero)?;
     a.if_(first_lane, |a| {
         // By device address: the workgroup's nearest (C1 marks its chunk).
         let at = a.index(tiles, wg, 4)?;
         let four = a.c32(4);
-        let s = a.c32(site::TILE);
+        let s = a.c32(site::TILE | derived);
         let vals = a.inst(Op::CompositeConstruct, h.vec4, &[best, zero, zero, zero])?;
         a.b.function_call(t.void, None, h.store, [token, s, at, four, vals])
             .map_err(|e| a.err(e))?;
@@ -709,9 +821,53 @@ fn emit_main(a: &mut Asm, h: &Helpers, workload: Workload) -> R<()> {
         a.if_(few, |a| {
             let past = a.c32((SUMMARY_OVERLAP_BYTES / 4) as u32);
             let w = a.add(t.u32, past, wg)?;
-            bound_store(a, h, &g, token, site::SUMMARY, 1, w, &[best_z])
+            bound_store(a, h, &g, token, site::SUMMARY, 1, w, &[best_z], derived)
         })
     })?;
+    if derive {
+        // Every site's accesses, as the lane counted them: the top level's pops are its steps,
+        // its pushes its steps and what is left on its stack; each instance entered is four
+        // loads; each bottom level as the top; one result a lane, lane 0's tile, and the summary
+        // of lane 0 of the first 16 workgroups. Every lane, in uniform control flow, so that a
+        // subgroup's counts are one atomic.
+        let steps = a.get(t.u32, v_steps)?;
+        let sp = a.get(t.u32, v_sp)?;
+        let pushes = a.add(t.u32, steps, sp)?;
+        let il = a.get(t.u32, v_inst_left)?;
+        let low = a.c32(0xffff);
+        let inst = a.and(t.u32, il, low)?;
+        let sixteen = a.c32(16);
+        let left = a.shr(t.u32, il, sixteen)?;
+        let bsteps = a.get(t.u32, v_btotal)?;
+        let bpushes = a.add(t.u32, bsteps, left)?;
+        let tile = a.select(t.u32, first_lane, one, zero)?;
+        let few = a.ult(wg, sixteen)?;
+        let summary = a.land(first_lane, few)?;
+        let summary = a.select(t.u32, summary, one, zero)?;
+        let mut counts = vec![
+            (site::TOP_PUSH, route::LDS, pushes),
+            (site::TOP_POP, route::LDS, steps),
+            (site::TOP_NODE0, route::GUEST, steps),
+            (site::TOP_NODE1, route::GUEST, steps),
+        ];
+        counts.extend((0..4).map(|k| (site::INSTANCE0 + k, route::GUEST, inst)));
+        counts.extend([
+            (site::BOTTOM_PUSH, route::SCRATCH, bpushes),
+            (site::BOTTOM_POP, route::SCRATCH, bsteps),
+            (site::BOTTOM_NODE0, route::GUEST, bsteps),
+            (site::BOTTOM_NODE1, route::GUEST, bsteps),
+            (site::OUT, route::BOUND, one),
+            (site::TILE, route::GUEST, tile),
+            (site::SUMMARY, route::BOUND, summary),
+        ]);
+        debug_assert_eq!(counts.len(), site::COUNT as usize);
+        for (site_no, route_no, n) in counts {
+            let sc = a.c32(site_no);
+            let rc = a.c32(route_no);
+            a.b.function_call(t.void, None, h.count, [token, sc, rc, n])
+                .map_err(|e| a.err(e))?;
+        }
+    }
     // Every lane, last, in uniform control flow: the workgroup's counters go to the buffer.
     a.b.function_call(t.void, None, h.flush, [token, lanes])
         .map_err(|e| a.err(e))?;
