@@ -373,3 +373,43 @@ fn explain_prints_a_captures_loss_after_its_dispatches_and_json_carries_it() {
     let o = run(&["explain", &p, "--dispatch", "1"]);
     assert!(!text(&o).contains("device lost"));
 }
+
+/// `attach` to a target whose device was lost: the target never pauses again (nothing more is
+/// prepared), so the loss report, which a debugger attaching later gets first, ends the wait and
+/// is printed; `--json` carries it.
+#[test]
+fn attach_to_a_lost_target_prints_its_loss() {
+    use dispatchscope_core::input::DeviceLimits;
+    use dispatchscope_core::{CpuBackend, Engine};
+    use dispatchscope_live::{Tap, TapConfig};
+    let mut tap = Tap::listen(TapConfig::listening_on("127.0.0.1:0".parse().unwrap())).unwrap();
+    let addr = tap.local_addr().unwrap().to_string();
+    let mut engine = Engine::<CpuBackend>::cpu(DeviceLimits::default()).unwrap();
+    let input = dispatchscope_core::input::DispatchInput {
+        program: 0x4000_0000_0100,
+        label: "the last pass".into(),
+        ..Default::default()
+    };
+    tap.before_prepare(&engine, &input);
+    let p = engine.prepare(&input).unwrap();
+    tap.after_prepare(&p);
+    let report = engine.device_lost("VK_ERROR_DEVICE_LOST", None).clone();
+    tap.device_lost(&report);
+    let o = run(&["attach", &addr, "--wait", "10"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("the target's device was lost (VK_ERROR_DEVICE_LOST) with 1 in flight"),
+        "{t}"
+    );
+    assert!(t.contains("device lost: VK_ERROR_DEVICE_LOST"), "{t}");
+    assert!(
+        t.contains("dispatch 0 · program 0x400000000100 · bound · the last pass"),
+        "{t}"
+    );
+    let o = run(&["attach", &addr, "--wait", "10", "--json"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["device_loss"]["in_flight"][0]["index"], 0);
+    drop(tap);
+}

@@ -1401,11 +1401,9 @@ fn a_lost_device_reaches_the_debugger_and_its_recording_with_every_dispatch_in_f
     use std::sync::atomic::AtomicU64;
     let _g = serial();
     let stop = Arc::new(AtomicBool::new(false));
-    let rounds = Arc::new(AtomicU64::new(0));
     // Lose the device in the third round, with 63 dispatches in flight; the recorder attaches
-    // first (it pauses the target at once, and steps it a dispatch at a time).
-    let (addr, thread) = in_flight_target(Arc::clone(&stop), Arc::clone(&rounds), Some(2));
-    let _ = &rounds;
+    // first (it pauses the target at once, and steps it 50 dispatches at a time).
+    let (addr, thread) = in_flight_target(Arc::clone(&stop), Arc::new(AtomicU64::new(0)), Some(2));
     let dir = std::env::temp_dir().join(format!("ds-loss-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("lost.dscap");
