@@ -2700,6 +2700,7 @@ uint32_t Host::check_memory(FrameRec &f, uint64_t &checked) {
 // told (with the device's fault report where it has VK_EXT_device_fault), its report printed, and
 // the process ends without touching the device again (status 4).
 void Host::lost_device(FrameRec &f, VkResult r, const std::string &what) {
+    if (!engine) die(format("%s: %s on frame %ld (--plain: no engine to report to)", what.c_str(), vk_name(r), f.number));
     uint32_t n = 0;
     check(ds_engine_in_flight(engine, &n), "ds_engine_in_flight");
     std::string status =
