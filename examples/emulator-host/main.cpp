@@ -63,9 +63,9 @@
 // writes back only at its complete): the frame submits what it recorded, waits, completes up to the
 // B named, and prepares again (several submissions a frame; the chains then carry from guest
 // memory).
-// --serial submits each dispatch and completes it before preparing the next (a debugger stepping
-// dispatch by dispatch sees each one's report before the next prepare; the live tap of this tree
-// sends the report of one dispatch in flight, not of many).
+// --serial submits each dispatch and completes it before preparing the next (the shape before
+// issue 40: a debugger stepping dispatch by dispatch then sees each one's effect in guest memory
+// at once).
 // --header links D with the helper's header form: its push block carries one 64-bit value for
 // dispatchscope (words 30-31, the address of a 64-byte header holding ds_prepared.push[16..32]).
 #include <signal.h>
