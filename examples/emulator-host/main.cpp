@@ -63,9 +63,9 @@
 // writes back only at its complete): the frame submits what it recorded, waits, completes up to the
 // B named, and prepares again (several submissions a frame; the chains then carry from guest
 // memory).
-// --serial submits each dispatch and completes it before preparing the next (a debugger stepping
-// dispatch by dispatch sees each one's report before the next prepare; the live tap of this tree
-// sends the report of one dispatch in flight, not of many).
+// --serial submits each dispatch and completes it before preparing the next (the shape before
+// issue 40: a debugger stepping dispatch by dispatch then sees each one's effect in guest memory
+// at once).
 // --header links D with the helper's header form: its push block carries one 64-bit value for
 // dispatchscope (words 30-31, the address of a 64-byte header holding ds_prepared.push[16..32]).
 #include <signal.h>
@@ -2700,6 +2700,7 @@ uint32_t Host::check_memory(FrameRec &f, uint64_t &checked) {
 // told (with the device's fault report where it has VK_EXT_device_fault), its report printed, and
 // the process ends without touching the device again (status 4).
 void Host::lost_device(FrameRec &f, VkResult r, const std::string &what) {
+    if (!engine) die(format("%s: %s on frame %ld (--plain: no engine to report to)", what.c_str(), vk_name(r), f.number));
     uint32_t n = 0;
     check(ds_engine_in_flight(engine, &n), "ds_engine_in_flight");
     std::string status =
