@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use dispatchscope_analysis::explain::{Detail, explain};
+use dispatchscope_analysis::explain::{Detail, explain, explain_loss};
 use dispatchscope_core::report::{DispatchReport, SCHEMA};
 use dispatchscope_formats::checkpoint;
 use dispatchscope_formats::sample::Sample;
@@ -67,6 +67,18 @@ pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
         && let Ok(Opened::Capture(mut c)) = session::open(&args.file)
     {
         let total = c.n_dispatches();
+        let title = c.meta().title.clone();
+        let programs = c.meta().programs.clone();
+        // A dispatch in flight when the device was lost has no record: its part of the loss.
+        if let Some(loss) = c
+            .loss()
+            .filter(|l| l.in_flight.iter().any(|d| d.index == n))
+        {
+            eprintln!(
+                "dispatchscope: dispatch {n} was in flight when the device was lost: it has no report, the loss report names it"
+            );
+            return print_reports(args, &title, &programs, &[], Some(loss));
+        }
         if n as usize >= total {
             return Err(BadInput(format!(
                 "{}: --dispatch {n}, but the capture has {total} dispatches",
@@ -78,9 +90,7 @@ pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
             .dispatch(n as usize)
             .map_err(|e| BadInput(e.to_string()))?;
         if let Some(report) = record.report {
-            let title = c.meta().title.clone();
-            let programs = c.meta().programs.clone();
-            return print_reports(args, &title, &programs, &[report]);
+            return print_reports(args, &title, &programs, &[report], None);
         }
     }
     let loaded = load(&args.file)?;
@@ -113,24 +123,34 @@ pub fn explain_cmd(args: &ExplainArgs) -> anyhow::Result<()> {
         ],
         None => reports,
     };
-    print_reports(args, &sample.title, &sample.programs, &chosen)
+    // The loss follows the whole session's dispatches (one dispatch asked for is that one alone).
+    let loss = loaded.loss.as_ref().filter(|_| args.dispatch.is_none());
+    print_reports(args, &sample.title, &sample.programs, &chosen, loss)
 }
 
+/// Prints `reports` (text or `--json`), then `loss`, the device's loss report, when given.
 fn print_reports(
     args: &ExplainArgs,
     title: &str,
     programs: &[dispatchscope_formats::sample::Program],
     reports: &[DispatchReport],
+    loss: Option<&dispatchscope_core::report::DeviceLossReport>,
 ) -> anyhow::Result<()> {
     use std::io::Write as _;
     let mut out = crate::out::stdout();
     let written = if args.json {
-        let doc = serde_json::json!({
+        let mut doc = serde_json::json!({
             "schema": SCHEMA,
             "file": args.file.display().to_string(),
             "title": title,
             "dispatches": reports,
         });
+        if let (Some(loss), Some(map)) = (loss, doc.as_object_mut()) {
+            map.insert(
+                "device_loss".into(),
+                serde_json::to_value(loss).context("serialising the loss report")?,
+            );
+        }
         let text = serde_json::to_string_pretty(&doc).context("serialising the report")?;
         writeln!(out, "{text}")
     } else {
@@ -147,7 +167,14 @@ fn print_reports(
                     "{}",
                     crate::disasm_cli::with_instructions(&text, programs)
                 )
-            })
+            })?;
+            match loss {
+                Some(l) => {
+                    writeln!(out)?;
+                    write!(out, "{}", explain_loss(l))
+                }
+                None => Ok(()),
+            }
         })
     };
     // A reader that stopped reading (`explain … | head`) is `out::Closed`: a quiet end.
@@ -173,6 +200,12 @@ pub fn convert_cmd(input: &Path, output: &Path) -> anyhow::Result<()> {
         loaded.sample.dispatches().count(),
         if to_sample { "sample" } else { "capture" }
     );
+    if loaded.loss.is_some() {
+        eprintln!(
+            "dispatchscope: note: {} ends with the device's loss report, which a converted file does not carry (it is the recorded session's, not a replay's)",
+            input.display()
+        );
+    }
     Ok(())
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use dispatchscope_analysis::explain::{Detail, explain};
+use dispatchscope_analysis::explain::{Detail, explain, explain_loss};
 use dispatchscope_core::report::{DispatchReport, SCHEMA};
 use dispatchscope_demo::{Demo, DemoConfig, RunOptions, Streams};
 use dispatchscope_live::protocol::{DEFAULT_LISTEN, PROTOCOL, VERSION};
@@ -250,7 +250,10 @@ pub fn attach_cmd(args: &AttachArgs) -> anyhow::Result<()> {
     )];
     let mut reports: Vec<DispatchReport> = Vec::new();
     let mut seen = Vec::new();
-    let is_paused = |m: &ToDebugger| matches!(m, ToDebugger::Paused { .. });
+    // A lost device prepares nothing more, so it never pauses: its loss report ends the waits.
+    let is_paused =
+        |m: &ToDebugger| matches!(m, ToDebugger::Paused { .. } | ToDebugger::DeviceLost(_));
+    let mut loss: Option<Box<dispatchscope_core::report::DeviceLossReport>> = None;
     let paused_line = |m: &ToDebugger| match m {
         ToDebugger::Paused {
             next_dispatch, why, ..
@@ -268,7 +271,11 @@ pub fn attach_cmd(args: &AttachArgs) -> anyhow::Result<()> {
             let paused = client
                 .wait_for(wait, &mut seen, is_paused)
                 .context("waiting for the breakpoint")?;
-            status.push(paused_line(&paused));
+            if let ToDebugger::DeviceLost(r) = &paused {
+                loss = Some(r.clone());
+            } else {
+                status.push(paused_line(&paused));
+            }
             if let ToDebugger::Paused { why, .. } = &paused
                 && let Some(n) = why.after_dispatch()
             {
@@ -292,13 +299,17 @@ pub fn attach_cmd(args: &AttachArgs) -> anyhow::Result<()> {
             let paused = client
                 .wait_for(wait, &mut seen, is_paused)
                 .context("waiting for the target to reach a dispatch and pause")?;
-            status.push(paused_line(&paused));
+            if let ToDebugger::DeviceLost(r) = paused {
+                loss = Some(r);
+            } else {
+                status.push(paused_line(&paused));
+            }
         }
     }
     let steps = args
         .steps
         .unwrap_or(if args.break_on.is_some() { 0 } else { 1 });
-    if steps > 0 {
+    if steps > 0 && loss.is_none() {
         seen.clear();
         client.step(steps).map_err(client_error)?;
         let paused = client
@@ -308,7 +319,7 @@ pub fn attach_cmd(args: &AttachArgs) -> anyhow::Result<()> {
                     ToDebugger::Paused {
                         why: PauseReason::Step { .. },
                         ..
-                    }
+                    } | ToDebugger::DeviceLost(_)
                 )
             })
             .context("stepping")?;
@@ -316,7 +327,18 @@ pub fn attach_cmd(args: &AttachArgs) -> anyhow::Result<()> {
             ToDebugger::Dispatch { report, .. } => Some((**report).clone()),
             _ => None,
         }));
-        status.push(paused_line(&paused));
+        if let ToDebugger::DeviceLost(r) = paused {
+            loss = Some(r);
+        } else {
+            status.push(paused_line(&paused));
+        }
+    }
+    if let Some(l) = &loss {
+        status.push(format!(
+            "the target's device was lost ({}) with {} in flight",
+            l.status,
+            l.in_flight.len()
+        ));
     }
     match client.detach(Duration::from_secs(2)) {
         Ok(_) => status.push("detached; the target runs on".into()),
@@ -325,8 +347,14 @@ pub fn attach_cmd(args: &AttachArgs) -> anyhow::Result<()> {
         )),
     }
     if args.json {
-        let doc =
+        let mut doc =
             serde_json::json!({ "schema": SCHEMA, "target": args.addr, "dispatches": reports });
+        if let (Some(l), Some(map)) = (&loss, doc.as_object_mut()) {
+            map.insert(
+                "device_loss".into(),
+                serde_json::to_value(l).context("serialising the loss report")?,
+            );
+        }
         crate::outln!(
             "{}",
             serde_json::to_string_pretty(&doc).context("serialising the reports")?
@@ -344,6 +372,10 @@ pub fn attach_cmd(args: &AttachArgs) -> anyhow::Result<()> {
         for r in &reports {
             crate::outln!()?;
             crate::out!("{}", explain(r, detail))?;
+        }
+        if let Some(l) = &loss {
+            crate::outln!()?;
+            crate::out!("{}", explain_loss(l))?;
         }
     }
     Ok(())
@@ -409,6 +441,12 @@ pub fn record_cmd(args: &RecordArgs) -> anyhow::Result<()> {
             args.output.display(),
             dispatchscope_live::store::segment_path(&args.output, 1).display(),
             summary.released
+        );
+    }
+    if summary.device_lost {
+        eprintln!(
+            "the target's device was lost: the capture ends with its loss report (`dispatchscope explain {}` prints it)",
+            args.output.display()
         );
     }
     if summary.missing > 0 {

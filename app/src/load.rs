@@ -176,6 +176,8 @@ pub struct Loaded {
     pub sample: Sample,
     /// Reports a capture recorded, one per dispatch (empty for samples).
     pub recorded: Vec<Option<DispatchReport>>,
+    /// The device's loss, when a capture ends with one (its DEVICE_LOSS record).
+    pub loss: Option<dispatchscope_core::report::DeviceLossReport>,
 }
 
 /// Opens a sample or capture, naming the file in any error; a capture cut short is read up to
@@ -185,6 +187,7 @@ pub fn load(path: &Path) -> anyhow::Result<Loaded> {
         Opened::Sample(sample) => Ok(Loaded {
             sample,
             recorded: Vec::new(),
+            loss: None,
         }),
         Opened::Capture(mut c) => {
             let torn = torn_note(&c);
@@ -195,7 +198,12 @@ pub fn load(path: &Path) -> anyhow::Result<Loaded> {
             if let Some(note) = parts_note(path) {
                 eprintln!("dispatchscope: note: {}: {note}", path.display());
             }
-            Ok(Loaded { sample, recorded })
+            let loss = c.loss().cloned();
+            Ok(Loaded {
+                sample,
+                recorded,
+                loss,
+            })
         }
     }
 }

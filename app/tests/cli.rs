@@ -9,6 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+mod common;
+
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_dispatchscope"))
 }
@@ -328,4 +330,86 @@ fn a_demo_rate_out_of_range_is_refused_by_name_before_any_window() {
             err(&o)
         );
     }
+}
+
+#[test]
+fn explain_prints_a_captures_loss_after_its_dispatches_and_json_carries_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lost.dscap");
+    let loss = common::lost_capture(&path);
+    let p = path.display().to_string();
+    let o = run(&["explain", &p]);
+    assert!(o.status.success(), "{}", err(&o));
+    let t = text(&o);
+    let lost_at = t.find("device lost: VK_ERROR_DEVICE_LOST").expect(&t);
+    assert!(
+        t.find("dispatch 2 ·").unwrap() < lost_at,
+        "after the dispatches"
+    );
+    for want in [
+        "in flight, oldest first:",
+        "dispatch 3 · program 0x74005b854a00 · device-addressed",
+        "escapes (T4): 2 (no-reservation 2)",
+        "the device's fault report: a page fault",
+        "in no import and no buffer of the engine",
+        "findings:",
+    ] {
+        assert!(t[lost_at..].contains(want), "{want:?} in {t}");
+    }
+    let o = run(&["explain", &p, "--json"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["device_loss"]["schema"], "dispatchscope.device-loss/1");
+    assert_eq!(
+        v["device_loss"]["in_flight"].as_array().unwrap().len(),
+        loss.in_flight.len()
+    );
+    // A dispatch that was in flight has no record: asking for it prints the loss that names it.
+    let o = run(&["explain", &p, "--dispatch", "4"]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(err(&o).contains("dispatch 4 was in flight"), "{}", err(&o));
+    assert!(text(&o).contains("device lost:"));
+    // One recorded dispatch alone is that one alone.
+    let o = run(&["explain", &p, "--dispatch", "1"]);
+    assert!(!text(&o).contains("device lost"));
+}
+
+/// `attach` to a target whose device was lost: the target never pauses again (nothing more is
+/// prepared), so the loss report, which a debugger attaching later gets first, ends the wait and
+/// is printed; `--json` carries it.
+#[test]
+fn attach_to_a_lost_target_prints_its_loss() {
+    use dispatchscope_core::input::DeviceLimits;
+    use dispatchscope_core::{CpuBackend, Engine};
+    use dispatchscope_live::{Tap, TapConfig};
+    let mut tap = Tap::listen(TapConfig::listening_on("127.0.0.1:0".parse().unwrap())).unwrap();
+    let addr = tap.local_addr().unwrap().to_string();
+    let mut engine = Engine::<CpuBackend>::cpu(DeviceLimits::default()).unwrap();
+    let input = dispatchscope_core::input::DispatchInput {
+        program: 0x4000_0000_0100,
+        label: "the last pass".into(),
+        ..Default::default()
+    };
+    tap.before_prepare(&engine, &input);
+    let p = engine.prepare(&input).unwrap();
+    tap.after_prepare(&p);
+    let report = engine.device_lost("VK_ERROR_DEVICE_LOST", None).clone();
+    tap.device_lost(&report);
+    let o = run(&["attach", &addr, "--wait", "10"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("the target's device was lost (VK_ERROR_DEVICE_LOST) with 1 in flight"),
+        "{t}"
+    );
+    assert!(t.contains("device lost: VK_ERROR_DEVICE_LOST"), "{t}");
+    assert!(
+        t.contains("dispatch 0 · program 0x400000000100 · bound · the last pass"),
+        "{t}"
+    );
+    let o = run(&["attach", &addr, "--wait", "10", "--json"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["device_loss"]["in_flight"][0]["index"], 0);
+    drop(tap);
 }

@@ -1061,3 +1061,54 @@ fn actions_from_windows_are_applied_in_one_place() {
     h.run();
     assert!(h.state().compare.what_if.is_none());
 }
+
+/// A capture that ends with its device lost opens on the Device lost window; its dispatches in
+/// flight are listed "lost" after the completed ones, a click on one opens the window again, and
+/// Ctrl+D does too.
+#[test]
+fn a_lost_capture_opens_on_its_loss_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("lost.dscap");
+    let loss = common::lost_capture(&p);
+    let mut app = GuiApp::new(Settings::default());
+    app.open_path_blocking(p);
+    assert!(app.shared.error.is_none(), "{:?}", app.shared.error);
+    let s = app.shared.session.as_ref().unwrap();
+    assert_eq!(s.reports.len(), 3);
+    assert_eq!(s.loss.as_deref(), Some(&loss));
+    assert_eq!(
+        s.unfinished.iter().map(|p| p.index).collect::<Vec<_>>(),
+        vec![3, 4, 5]
+    );
+    assert!(app.loss.open, "the session opens on its loss");
+    let mut h = harness(app);
+    h.run();
+    assert_eq!(
+        h.query_all_by_label("Device lost: VK_ERROR_DEVICE_LOST")
+            .count(),
+        2,
+        "the banner and the window"
+    );
+    h.get_by_label("+ 3 lost");
+    h.get_by_label_contains("bytes past the end of the nearest import below");
+    // Dispatch 4's plan and history, then its program's last completed run.
+    h.get_by_label("dispatch 4").click();
+    h.run();
+    h.get_by_label("Escapes (T4): no-reservation 2");
+    h.get_by_label("last run: dispatch 1").click();
+    h.run();
+    assert_eq!(h.state().shared.sel.dispatch, 1);
+    // Closed, a lost row's click opens it again; so does Ctrl+D.
+    h.state_mut().loss.open = false;
+    h.run();
+    let lost_rows: Vec<_> = h.query_all_by_label("lost").collect();
+    assert_eq!(lost_rows.len(), 3, "the state column");
+    lost_rows[0].click();
+    h.run();
+    assert!(h.state().loss.open);
+    h.state_mut().loss.open = false;
+    h.run();
+    h.key_press_modifiers(Modifiers::COMMAND, Key::D);
+    h.run();
+    assert!(h.state().loss.open);
+}

@@ -528,3 +528,124 @@ fn a_disk_budget_releases_the_oldest_dispatches_and_the_window_says_how_many() {
         assert!(!f.exists(), "{} is left", f.display());
     }
 }
+
+/// Dispatches in flight: a prepared dispatch is listed "in flight" at once, its report ends it
+/// (and every one before it: they complete in order), an abandoned one stays listed as such; a
+/// lost device makes the ones in flight "lost", opens the Device lost window, and its banner says
+/// so. The list's state column and the window's view are found by their words.
+#[test]
+fn a_live_session_lists_dispatches_in_flight_and_opens_on_a_lost_device() {
+    use dispatchscope_core::report::{DeviceLossReport, LOSS_SCHEMA, LostDispatch};
+    use dispatchscope_live::ToDebugger;
+    use dispatchscope_views::DispatchState;
+    let (link, tx, session) = fed_session();
+    let feed = feed();
+    let first = feed.first_index();
+    let prepared = |i: u64| ToDebugger::Prepared {
+        index: first + i,
+        mode: Mode::Bound,
+        program: 0x4000_0000_0100,
+        label: format!("in flight {i}"),
+    };
+    let mut app = GuiApp::new(Settings::default());
+    app.shared.live = Some(link);
+    app.set_session(session);
+    let mut h = wide_harness(app);
+    h.run();
+    // Ten prepared, then the first four complete and the sixth is abandoned.
+    for i in 0..10 {
+        send(&tx, prepared(i)).unwrap();
+    }
+    for i in 0..4 {
+        send(&tx, feed.dispatch(first, i).unwrap()).unwrap();
+    }
+    send(&tx, ToDebugger::Abandoned { index: first + 5 }).unwrap();
+    let states = |a: &GuiApp| -> Vec<(u64, DispatchState)> {
+        a.shared.session.as_ref().map_or(Vec::new(), |s| {
+            s.unfinished
+                .iter()
+                .map(|p| (p.index - first, p.state))
+                .collect()
+        })
+    };
+    let want: Vec<(u64, DispatchState)> = [4, 5, 6, 7, 8, 9]
+        .into_iter()
+        .map(|i| {
+            (
+                i,
+                if i == 5 {
+                    DispatchState::Abandoned
+                } else {
+                    DispatchState::InFlight
+                },
+            )
+        })
+        .collect();
+    run_until(&mut h, "the rows in flight", |a| {
+        n_rows(a) == 4 && states(a) == want
+    });
+    h.run_steps(2);
+    h.get_by_label("in flight 9");
+    assert!(
+        h.query_all_by_label("in flight").count() >= 5,
+        "the state column"
+    );
+    h.get_by_label("abandoned");
+    h.get_by_label("+ 5 in flight, 1 abandoned");
+    // The device is lost with 7, 8 and 9 in flight (6 completed first).
+    send(&tx, feed.dispatch(first, 6).unwrap()).unwrap();
+    let lost = |i: u64| LostDispatch {
+        index: first + i,
+        program: 0x4000_0000_0100,
+        label: format!("in flight {i}"),
+        mode: Mode::Bound,
+        ..LostDispatch::default()
+    };
+    let mut report = DeviceLossReport {
+        schema: LOSS_SCHEMA.into(),
+        status: "VK_ERROR_DEVICE_LOST".into(),
+        next_dispatch: first + 10,
+        in_flight: vec![lost(7), lost(8), lost(9)],
+        completed: 6,
+        findings: vec!["the likeliest dispatch is the oldest".into()],
+        ..DeviceLossReport::default()
+    };
+    report.in_flight[0].history.last_dispatch = Some(first + 2);
+    report.in_flight[0].history.runs = 3;
+    send(&tx, ToDebugger::DeviceLost(Box::new(report))).unwrap();
+    run_until(&mut h, "the loss", |a| {
+        a.shared.session.as_ref().is_some_and(|s| s.loss.is_some())
+    });
+    h.run_steps(2);
+    assert!(h.state().loss.open, "a lost device opens its window");
+    assert_eq!(
+        states(h.state()),
+        vec![
+            (5, DispatchState::Abandoned),
+            (7, DispatchState::Lost),
+            (8, DispatchState::Lost),
+            (9, DispatchState::Lost),
+        ]
+    );
+    assert_eq!(
+        h.query_all_by_label("Device lost: VK_ERROR_DEVICE_LOST")
+            .count(),
+        2,
+        "the banner and the window"
+    );
+    h.get_by_label("+ 3 lost, 1 abandoned");
+    // The window's dispatch in flight opens its plan; its last run selects that dispatch.
+    h.get_by_label(&format!("dispatch {}", first + 7)).click();
+    h.run_steps(2);
+    h.get_by_label_contains("Mapped against generation");
+    h.get_by_label(&format!("last run: dispatch {}", first + 2))
+        .click();
+    h.run_steps(2);
+    assert_eq!(h.state().shared.sel.dispatch, 2, "its program's last run");
+    // Closed, Ctrl+D opens it again.
+    h.state_mut().loss.open = false;
+    h.run_steps(2);
+    h.key_press_modifiers(Modifiers::COMMAND, Key::D);
+    h.run_steps(2);
+    assert!(h.state().loss.open);
+}

@@ -50,10 +50,12 @@ inline ComputeDevice find_compute_device(VkInstance instance) {
 
 // Creates the device on `d` with one queue of its compute family and what dispatchscope needs,
 // filling `v12` and `features` (the caller keeps them: dispatchscope is told what vkCreateDevice
-// was given) and enabling the one extension in `extensions`.
+// was given) and enabling the `n_extensions` extensions in `extensions` (the first
+// VK_EXT_external_memory_host). A feature struct the caller chains at `v12.pNext` (the emulator
+// host's VkPhysicalDeviceFaultFeaturesEXT) is enabled with them.
 inline VkResult create_compute_device(const ComputeDevice &d, VkPhysicalDeviceVulkan12Features &v12,
                                       VkPhysicalDeviceFeatures2 &features, const char *const *extensions,
-                                      VkDevice *device) {
+                                      VkDevice *device, uint32_t n_extensions = 1) {
     float priority = 1.0f;
     VkDeviceQueueCreateInfo qci{};
     qci.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO;
@@ -71,15 +73,16 @@ inline VkResult create_compute_device(const ComputeDevice &d, VkPhysicalDeviceVu
     dci.pNext = &features;
     dci.queueCreateInfoCount = 1;
     dci.pQueueCreateInfos = &qci;
-    dci.enabledExtensionCount = 1;
+    dci.enabledExtensionCount = n_extensions;
     dci.ppEnabledExtensionNames = extensions;
     return vkCreateDevice(d.physical, &dci, nullptr, device);
 }
 
 // What `ds_engine_create_vulkan` is told of a host's device: `vk` has the members both hosts name
-// alike (instance, physical, device, queue, family, extensions, features), and outlives the call.
+// alike (instance, physical, device, queue, family, extensions, features), and outlives the call;
+// `n_extensions` of its extensions were enabled.
 template <typename Device>
-inline ds_vulkan_device vulkan_handles(const Device &vk) {
+inline ds_vulkan_device vulkan_handles(const Device &vk, size_t n_extensions = 1) {
     ds_vulkan_device handles{};
     handles.size = sizeof handles;
     handles.get_instance_proc_addr = reinterpret_cast<void *>(&vkGetInstanceProcAddr);
@@ -90,7 +93,7 @@ inline ds_vulkan_device vulkan_handles(const Device &vk) {
     handles.queue_family_index = vk.family;
     handles.api_version = VK_API_VERSION_1_2;
     handles.enabled_extensions = vk.extensions;
-    handles.n_enabled_extensions = 1;
+    handles.n_enabled_extensions = n_extensions;
     handles.enabled_features = &vk.features;
     return handles;
 }

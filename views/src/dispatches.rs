@@ -86,6 +86,114 @@ impl RuleSet {
     }
 }
 
+/// Where a dispatch stands. A dispatch of [`Rows`] is completed (it has a report); the others are
+/// the session's dispatches without one, listed after the completed ones ([`PendingRow`]): an
+/// emulator prepares many before it completes them in order, abandons some, and a lost device
+/// takes every one in flight with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DispatchState {
+    /// Prepared; its report comes at its complete.
+    InFlight,
+    /// Completed: its report is the session's.
+    Completed,
+    /// Abandoned: it will not complete.
+    Abandoned,
+    /// In flight when the device was lost: the loss report names it.
+    Lost,
+}
+
+impl DispatchState {
+    /// The state in words, as the list's state column writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DispatchState::InFlight => "in flight",
+            DispatchState::Completed => "completed",
+            DispatchState::Abandoned => "abandoned",
+            DispatchState::Lost => "lost",
+        }
+    }
+
+    /// The state as coloured text.
+    pub fn text(self) -> RichText {
+        RichText::new(self.as_str()).color(match self {
+            DispatchState::InFlight => style::SELECTED,
+            DispatchState::Completed => style::MUTED,
+            DispatchState::Abandoned => style::MUTED,
+            DispatchState::Lost => style::REFUSED,
+        })
+    }
+
+    /// What a row of this state says on hover.
+    fn tip(self, index: u64) -> String {
+        match self {
+            DispatchState::InFlight => format!(
+                "Dispatch {index} is in flight: prepared, its report comes when the emulator completes it"
+            ),
+            DispatchState::Completed => {
+                format!("Dispatch {index} completed: select it for its report")
+            }
+            DispatchState::Abandoned => format!(
+                "Dispatch {index} was abandoned: the emulator will not complete it, so it has no report"
+            ),
+            DispatchState::Lost => format!(
+                "Dispatch {index} was in flight when the device was lost: click for the loss report (Ctrl+D)"
+            ),
+        }
+    }
+}
+
+/// A dispatch without a report (in flight, abandoned or lost), as the list shows it after the
+/// completed ones: what its prepare said of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingRow {
+    /// Its index.
+    pub index: u64,
+    /// Its program's guest address.
+    pub program: u64,
+    /// Its label.
+    pub label: Arc<str>,
+    /// How it was planned.
+    pub mode: Mode,
+    /// Where it stands (never [`DispatchState::Completed`]).
+    pub state: DispatchState,
+}
+
+impl PendingRow {
+    /// Whether the list shows it under `filter`: what a row without a report can answer (mode,
+    /// program, search words in its index, program, label, mode and state); a condition on what
+    /// only a report says (a rule, escapes, a bookmark) hides it.
+    pub fn passes(&self, filter: &Filter) -> bool {
+        if filter.rule.is_some() || filter.has_escapes || filter.bookmarked {
+            return false;
+        }
+        if filter.mode.is_some_and(|m| m != self.mode) {
+            return false;
+        }
+        let program = filter
+            .program
+            .trim()
+            .trim_start_matches("0x")
+            .to_lowercase();
+        if !program.is_empty() && !format!("{:x}", self.program).contains(&program) {
+            return false;
+        }
+        let text = format!(
+            "{} {:#x} {} {} {}",
+            self.index,
+            self.program,
+            self.label,
+            self.mode.as_str(),
+            self.state.as_str()
+        )
+        .to_lowercase();
+        filter
+            .search
+            .to_lowercase()
+            .split_whitespace()
+            .all(|w| text.contains(w))
+    }
+}
+
 /// What the table, the timeline and the search show of one dispatch: computed once when a
 /// session loads, small (no report), so that a session of a million dispatches keeps a million.
 #[derive(Clone, Debug, PartialEq)]
@@ -348,6 +456,21 @@ impl DispatchesPanel {
         bookmarks: &[usize],
         current: usize,
     ) -> Vec<Action> {
+        self.ui_with(ui, rows, &[], bookmarks, current)
+    }
+
+    /// [`Self::ui`], with the session's dispatches that have no report (`pending`: in flight,
+    /// abandoned, lost, by index) listed after the completed ones (the rows with counts), each
+    /// with its state in words before its label, and counted above the list. A lost one's click
+    /// asks for the loss report ([`Action::ShowLoss`]).
+    pub fn ui_with(
+        &mut self,
+        ui: &mut egui::Ui,
+        rows: &Rows,
+        pending: &[PendingRow],
+        bookmarks: &[usize],
+        current: usize,
+    ) -> Vec<Action> {
         puffin::profile_function!();
         let mut actions = Vec::new();
         let mut clear = false;
@@ -385,6 +508,13 @@ impl DispatchesPanel {
             Some(v) => v.get(i).copied(),
             None => shown.get(i),
         };
+        // The dispatches without a report, after the completed ones (none in a comparison's
+        // "only differing", which compares reports).
+        let pending: Vec<&PendingRow> = pending
+            .iter()
+            .filter(|p| !only_differing && p.passes(&filter))
+            .collect();
+        let n_listed = n_visible + pending.len();
         ui.horizontal(|ui| {
             ui.label(
                 RichText::new(format!(
@@ -394,17 +524,37 @@ impl DispatchesPanel {
                 .small()
                 .color(style::MUTED),
             );
+            if !pending.is_empty() {
+                let count =
+                    |state: DispatchState| pending.iter().filter(|p| p.state == state).count();
+                let mut parts = Vec::new();
+                for state in [
+                    DispatchState::InFlight,
+                    DispatchState::Lost,
+                    DispatchState::Abandoned,
+                ] {
+                    let n = count(state);
+                    if n > 0 {
+                        parts.push(format!("{n} {}", state.as_str()));
+                    }
+                }
+                ui.label(
+                    RichText::new(format!("+ {}", parts.join(", ")))
+                        .small()
+                        .color(style::SELECTED),
+                );
+            }
             if (filter.is_active() || only_differing) && ui.small_button("Clear filters").clicked()
             {
                 clear = true;
             }
         });
-        let tail_moved = n_total != self.last_len;
-        self.last_len = n_total;
+        let tail_moved = n_total + pending.len() != self.last_len;
+        self.last_len = n_total + pending.len();
         let scroll_to = if self.follow && (tail_moved || self.last_current != Some(current)) {
             // Following: the last row listed stays in view, at the bottom.
             self.last_current = Some(current);
-            n_visible.checked_sub(1)
+            n_listed.checked_sub(1)
         } else if self.last_current != Some(current) {
             self.last_current = Some(current);
             match &narrowed {
@@ -441,7 +591,7 @@ impl DispatchesPanel {
                 let body = outer_height - pitch;
                 // A little short of the end rather than past it (past it, the scroll area would
                 // spring back, animating every frame).
-                let tail_offset = (n_visible as f32 * pitch - body - 2.0).max(0.0);
+                let tail_offset = (n_listed as f32 * pitch - body - 2.0).max(0.0);
                 let mut table = TableBuilder::new(ui)
                     .id_salt(id_salt)
                     .striped(true)
@@ -491,7 +641,13 @@ impl DispatchesPanel {
                         }
                     })
                     .body(|body| {
-                        body.rows(row_height, n_visible, |mut row| {
+                        body.rows(row_height, n_listed, |mut row| {
+                            if let Some(p) = row.index().checked_sub(n_visible) {
+                                if let Some(p) = pending.get(p) {
+                                    pending_row(&mut row, p, marks.is_some(), &mut actions);
+                                }
+                                return;
+                            }
                             let Some(pos) = visible_get(row.index()) else {
                                 return;
                             };
@@ -634,5 +790,43 @@ impl DispatchesPanel {
             ui.checkbox(&mut self.filter.has_escapes, "has escapes");
             ui.checkbox(&mut self.filter.bookmarked, "bookmarked");
         });
+    }
+}
+
+/// One row of a dispatch without a report: its index, program and mode, no counts (they are a
+/// report's), its state before its label; a lost one's click asks for the loss report.
+fn pending_row(
+    row: &mut egui_extras::TableRow<'_, '_>,
+    p: &PendingRow,
+    compared: bool,
+    actions: &mut Vec<Action>,
+) {
+    if compared {
+        row.col(|_| {});
+    }
+    row.col(|_| {});
+    row.col(|ui| {
+        ui.label(mono(p.index.to_string()).color(style::MUTED));
+    });
+    row.col(|ui| {
+        style::addr_label(ui, mono(hex(p.program)));
+    });
+    row.col(|ui| {
+        ui.label(style::mode_text(p.mode));
+    });
+    for _ in 0..4 {
+        row.col(|ui| {
+            ui.label(RichText::new("–").color(style::MUTED));
+        });
+    }
+    // The state first in the label's cell: a row with no report has no counts to show, and
+    // the list keeps its columns (a completed row is every row with counts).
+    row.col(|ui| {
+        ui.label(p.state.text());
+        ui.add(egui::Label::new(&*p.label).truncate());
+    });
+    let response = row.response().on_hover_text(p.state.tip(p.index));
+    if response.clicked() && p.state == DispatchState::Lost {
+        actions.push(Action::ShowLoss);
     }
 }

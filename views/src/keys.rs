@@ -45,6 +45,8 @@ pub enum Command {
     NextDifference,
     /// In a comparison, the previous dispatch that differs.
     PreviousDifference,
+    /// Show the device's loss report (a session whose device was lost).
+    ShowLoss,
 }
 
 /// Every binding, in the order F1 lists them.
@@ -142,6 +144,11 @@ pub fn bindings() -> Vec<(KeyboardShortcut, Command, &'static str)> {
             KeyboardShortcut::new(cmd, Key::L),
             Command::ShowListing,
             "show or hide the program listing (RDNA2, at the selected access)",
+        ),
+        (
+            KeyboardShortcut::new(cmd, Key::D),
+            Command::ShowLoss,
+            "show the device's loss report (a session whose device was lost)",
         ),
     ];
     let digits = [

@@ -20,6 +20,7 @@ pub mod history;
 pub mod instrumented;
 pub mod keys;
 pub mod listing;
+pub mod loss;
 pub mod memory;
 pub mod refusals;
 pub mod style;
@@ -34,9 +35,12 @@ pub use bindings::BindingsPanel;
 pub use chunk_table::{ChunkTablePanel, TableSnapshot};
 pub use compare::{DiffMarks, DifferencesPanel, RowMark, Side};
 pub use dispatches::find::{Finder, Shown};
-pub use dispatches::{DispatchRow, DispatchesPanel, Filter, RowCounts, Rows, RuleSet};
+pub use dispatches::{
+    DispatchRow, DispatchState, DispatchesPanel, Filter, PendingRow, RowCounts, Rows, RuleSet,
+};
 pub use history::HistoryPanel;
 pub use instrumented::PassPanel;
+pub use loss::LossPanel;
 pub use memory::{GuestBytes, MemoryPanel, MemoryView, TargetBytes};
 pub use refusals::RefusalsPanel;
 pub use timeline::TimelinePanel;
@@ -131,6 +135,11 @@ pub enum Action {
     /// Select the instrumented pass's site at this pc on the Pass tab (the listing's "show the
     /// escapes at this pc").
     SelectSiteAt(u64),
+    /// Show the device's loss report (a lost dispatch's row in the list).
+    ShowLoss,
+    /// Go to the dispatch whose report index is this (the loss view's last completed run of a
+    /// program in flight).
+    SelectIndex(u64),
 }
 
 /// Whether access `access` of `report` goes through `slot`'s bytes: a bound access whose holder

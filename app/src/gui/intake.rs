@@ -2,7 +2,9 @@
 //! received, as it arrives (not once a frame), writes it to the session's recording
 //! (`dispatchscope_live::LiveStore::take_ref`) and makes each dispatch's row, so that the window's thread only
 //! appends what is ready ([`Handoff::take`]) and handles the rare messages that change what it
-//! shows (paused, resumed, figures, memory read, program, a failed dispatch).
+//! shows (paused, resumed, figures, memory read, program, a failed dispatch, a lost device). It
+//! keeps the dispatches in flight (prepared, no report yet) and the latest abandoned, handing the
+//! window their list when it changed.
 //!
 //! What waits for the window is bounded where it can be lost and compact where it cannot: every
 //! dispatch's row waits (8 bytes a dispatch in [`Rows`], never cut), the dispatches as they came
@@ -19,9 +21,11 @@ use std::time::Duration;
 
 use dispatchscope_live::protocol::Stats;
 use dispatchscope_live::{Incoming, LiveClient, ToDebugger};
-use dispatchscope_views::DispatchRow;
+use std::collections::{BTreeMap, VecDeque};
 
-use super::session::{LiveBatch, Recent, SharedStore};
+use dispatchscope_views::{DispatchRow, DispatchState, PendingRow};
+
+use super::session::{ABANDONED_KEPT, LiveBatch, Recent, SharedStore};
 
 /// The longest the intake holds the client's lock while waiting for a message (a command from
 /// the window waits at most this long for it).
@@ -120,6 +124,9 @@ pub struct Pending {
     pub controls: Vec<ToDebugger>,
     /// The target's latest figures.
     pub stats: Option<Stats>,
+    /// The dispatches without a report as they stand now (in flight, then the latest
+    /// abandoned), by index, when they changed since the window last took them.
+    pub unfinished: Option<Vec<PendingRow>>,
     /// Why the recording stopped, if it did since the last take.
     pub record_error: Option<String>,
     /// Set once, when the intake ended.
@@ -163,6 +170,12 @@ pub struct Intake {
     frame: u64,
     /// The index the next dispatch should have.
     next_index: Option<u64>,
+    /// The dispatches in flight (prepared, no report yet), by index.
+    in_flight: BTreeMap<u64, PendingRow>,
+    /// The latest abandoned, oldest first, at most [`ABANDONED_KEPT`].
+    abandoned: VecDeque<PendingRow>,
+    /// Whether those changed since they were last handed over.
+    unfinished_changed: bool,
     handoff: Arc<Handoff>,
     counters: Arc<Counters>,
     notify: Arc<dyn Fn() + Send + Sync>,
@@ -208,6 +221,9 @@ impl Intake {
             n: 0,
             frame: 0,
             next_index: None,
+            in_flight: BTreeMap::new(),
+            abandoned: VecDeque::new(),
+            unfinished_changed: false,
             handoff,
             counters,
             notify,
@@ -240,11 +256,13 @@ impl Intake {
                         format!("the target went away: {reason}")
                     };
                 }
-                Next::Idle => {}
+                // Quiet (a paused target with dispatches in flight): what changed goes now.
+                Next::Idle => self.hand_over_unfinished(true),
                 Next::Gone => break "the connection closed".into(),
             }
         };
         self.flush();
+        self.hand_over_unfinished(true);
         let wake = self.handoff.with(|p| p.ended = Some(Ended { reason }));
         if wake {
             (self.notify)();
@@ -283,12 +301,53 @@ impl Intake {
             ToDebugger::Received(d) => {
                 let row = DispatchRow::after_frame(&d.report, self.frame);
                 let index = d.index;
+                self.left_flight(index);
                 self.dispatch(&row, index, stored, Recent::Received(d))
             }
             ToDebugger::Dispatch { report, .. } => {
                 let row = DispatchRow::after_frame(&report, self.frame);
                 let index = report.index;
+                self.left_flight(index);
                 self.dispatch(&row, index, stored, Recent::Report(report))
+            }
+            ToDebugger::Prepared {
+                index,
+                mode,
+                program,
+                label,
+            } => {
+                self.in_flight.insert(
+                    index,
+                    PendingRow {
+                        index,
+                        program,
+                        label: Arc::from(label),
+                        mode,
+                        state: DispatchState::InFlight,
+                    },
+                );
+                self.unfinished_changed = true;
+                false
+            }
+            ToDebugger::Abandoned { index } => {
+                if let Some(mut row) = self.in_flight.remove(&index) {
+                    row.state = DispatchState::Abandoned;
+                    if self.abandoned.len() >= ABANDONED_KEPT {
+                        self.abandoned.pop_front();
+                    }
+                    self.abandoned.push_back(row);
+                    self.unfinished_changed = true;
+                }
+                false
+            }
+            m @ ToDebugger::DeviceLost(_) => {
+                self.in_flight.clear();
+                self.unfinished_changed = true;
+                self.handoff.with(|p| p.controls.push(m))
+            }
+            m @ ToDebugger::DispatchFailed { index, .. } => {
+                self.left_flight(index);
+                self.handoff.with(|p| p.controls.push(m))
             }
             ToDebugger::Stats(s) => {
                 self.counters
@@ -299,13 +358,56 @@ impl Intake {
             m @ (ToDebugger::Paused { .. }
             | ToDebugger::Resumed { .. }
             | ToDebugger::Memory { .. }
-            | ToDebugger::Program { .. }
-            | ToDebugger::DispatchFailed { .. }) => self.handoff.with(|p| p.controls.push(m)),
+            | ToDebugger::Program { .. }) => self.handoff.with(|p| p.controls.push(m)),
             // The snapshot, events and checkpoints are the recording's alone.
             _ => false,
         };
         if wake {
             (self.notify)();
+        }
+        self.hand_over_unfinished(false);
+    }
+
+    /// Dispatch `index` completed or failed: it and every dispatch in flight before it left
+    /// flight (they complete in the order prepared; a report whose prepare message was dropped
+    /// ends it too).
+    fn left_flight(&mut self, index: u64) {
+        if self
+            .in_flight
+            .first_key_value()
+            .is_some_and(|(&first, _)| first <= index)
+        {
+            self.in_flight = self.in_flight.split_off(&index.saturating_add(1));
+            self.unfinished_changed = true;
+        }
+    }
+
+    /// Hands the dispatches without a report to the window when they changed: at once when the
+    /// window took the last ones (so a burst costs one list a frame), and on `quiet` in any case
+    /// (a paused target shows what is in flight).
+    fn hand_over_unfinished(&mut self, quiet: bool) {
+        if !self.unfinished_changed {
+            return;
+        }
+        let (in_flight, abandoned) = (&self.in_flight, &self.abandoned);
+        let mut handed = false;
+        let wake = self.handoff.with(|p| {
+            if p.unfinished.is_none() || quiet {
+                let mut rows: Vec<PendingRow> = abandoned
+                    .iter()
+                    .chain(in_flight.values())
+                    .cloned()
+                    .collect();
+                rows.sort_by_key(|r| r.index);
+                p.unfinished = Some(rows);
+                handed = true;
+            }
+        });
+        if handed {
+            self.unfinished_changed = false;
+            if wake {
+                (self.notify)();
+            }
         }
     }
 

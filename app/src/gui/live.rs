@@ -74,6 +74,8 @@ pub struct Drained {
     pub paused: bool,
     /// Whether the session ended in this drain.
     pub ended: bool,
+    /// Whether the target's device was lost in this drain (the session now has its loss).
+    pub lost: bool,
 }
 
 /// Why a live operation failed (attach, a request to the target, the recording, the in-process
@@ -650,6 +652,9 @@ impl LiveLink {
         if let Some(s) = pending.stats {
             self.stats = Some(s);
         }
+        if let Some(rows) = pending.unfinished {
+            session.set_unfinished(rows);
+        }
         if let Some(e) = pending.record_error {
             self.record_error = Some(e);
         }
@@ -711,6 +716,10 @@ impl LiveLink {
                 });
             }
             ToDebugger::Resumed { .. } => self.state = LiveState::Running,
+            ToDebugger::DeviceLost(report) => {
+                session.set_loss(Some(*report));
+                out.lost = true;
+            }
             ToDebugger::Program { address, code } => {
                 // Sent once a session; a target that attaches again may send it again.
                 session.programs.retain(|p| p.address != address);

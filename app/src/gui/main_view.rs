@@ -43,10 +43,13 @@ impl MainView {
         ui.heading("Dispatches");
         self.dispatches.follow = shared.follow && shared.live.is_some();
         let bookmarks = shared.bookmarks();
-        panel_actions(
-            self.dispatches
-                .ui(ui, &s.rows, &bookmarks, shared.sel.dispatch),
-        )
+        panel_actions(self.dispatches.ui_with(
+            ui,
+            &s.rows,
+            &s.unfinished,
+            &bookmarks,
+            shared.sel.dispatch,
+        ))
         .collect()
     }
 
@@ -155,6 +158,34 @@ impl MainView {
                 ))
                 .color(style::MUTED),
             );
+        }
+        if let Some(loss) = shared.session.as_ref().and_then(|s| s.loss.as_ref()) {
+            egui::Frame::group(ui.style())
+                .stroke(egui::Stroke::new(1.5, style::REFUSED))
+                .show(ui, |ui| {
+                    ui.set_width(ui.available_width());
+                    ui.horizontal_wrapped(|ui| {
+                        ui.label(
+                            RichText::new(format!("Device lost: {}", loss.status))
+                                .strong()
+                                .color(style::REFUSED),
+                        );
+                        ui.label(format!(
+                            "{} in flight; {}",
+                            style::count(loss.in_flight.len(), "dispatch", "dispatches"),
+                            loss.findings
+                                .first()
+                                .map_or("no finding", String::as_str)
+                        ));
+                        if ui
+                            .button("Show the loss report")
+                            .on_hover_text("The dispatches in flight, the fault addresses and the findings (Ctrl+D)")
+                            .clicked()
+                        {
+                            actions.push(AppAction::Panel(dispatchscope_views::Action::ShowLoss));
+                        }
+                    });
+                });
         }
         if let Some(w) = shared.session.as_ref().and_then(|s| s.warning.as_ref()) {
             egui::Frame::group(ui.style())

@@ -5,8 +5,8 @@
 //! The window is a set of windows that each own their state and speak in actions: the main view
 //! (`main_view`: the dispatch list, the timeline, the tabs, the status bar), the menu bar and
 //! toolbar (`menus`), the app's dialogs (`dialogs`), the live session's windows (`live_ui`), a
-//! comparison (`compare_ui`), the Write history (`history_ui`) and the program listing
-//! (`listing_ui`). Each draws from [`Shared`] (the session, the selection, the settings, the live
+//! comparison (`compare_ui`), the Write history (`history_ui`), the program listing
+//! (`listing_ui`) and the Device lost window (`loss_ui`). Each draws from [`Shared`] (the session, the selection, the settings, the live
 //! link) and returns [`AppAction`]s; [`GuiApp`] is routing: it lays the windows out, and applies
 //! every action in one place, [`GuiApp::apply`], after the frame. It never changes a report.
 //! Only this module touches files, threads, the file dialog and the profiler server, through its
@@ -22,6 +22,7 @@ mod intake;
 pub mod listing_ui;
 pub mod live;
 pub mod live_ui;
+pub mod loss_ui;
 pub mod main_view;
 pub mod menus;
 pub mod panels;
@@ -93,6 +94,8 @@ pub struct GuiApp {
     pub history: Option<HistoryWindow>,
     /// The Program side panel (the listing around the selected access's pc).
     pub listing: listing_ui::ListingUi,
+    /// The Device lost window, for a session whose device was lost.
+    pub loss: loss_ui::LossWindow,
     loader: Option<Loader>,
     profiler: Option<puffin_http::Server>,
     /// The context that threads wake when they finish (set on the first frame or the first open).
@@ -179,6 +182,7 @@ impl GuiApp {
             compare: CompareWindow::default(),
             history: None,
             listing: listing_ui::ListingUi::default(),
+            loss: loss_ui::LossWindow::default(),
             loader: None,
             profiler: None,
             wake: None,
@@ -237,6 +241,11 @@ impl GuiApp {
     pub fn set_session(&mut self, session: Session) {
         self.shared.sel = Selection::default();
         self.shared.follow = true;
+        // A session that ended with its device lost opens on its loss report.
+        self.loss = loss_ui::LossWindow::default();
+        if session.loss.is_some() {
+            self.loss.show();
+        }
         self.shared.session = Some(session);
         self.prepare_selected();
     }
@@ -399,6 +408,8 @@ impl GuiApp {
                     self.main.panels.pass.panel.select_pc(ir, pc);
                 }
             }
+            Action::ShowLoss => self.show_loss(),
+            Action::SelectIndex(index) => self.go_to(index),
             Action::ReadGuest { address, len } => {
                 if let Some(l) = &mut self.shared.live
                     && let Err(e) = l.read_memory(address, len)
@@ -406,6 +417,22 @@ impl GuiApp {
                     self.shared.notice = Some(format!("live: {e}"));
                 }
             }
+        }
+    }
+
+    /// Opens the Device lost window (Ctrl+D, the banner, a lost dispatch's row); a session with
+    /// no loss says so.
+    fn show_loss(&mut self) {
+        if self
+            .shared
+            .session
+            .as_ref()
+            .is_some_and(|s| s.loss.is_some())
+        {
+            self.loss.show();
+        } else {
+            self.shared.notice =
+                Some("This session has no loss report: its device was not lost.".into());
         }
     }
 
@@ -452,6 +479,7 @@ impl GuiApp {
             Command::Help => self.dialogs.show_keys = !self.dialogs.show_keys,
             Command::ShowPass => self.apply(Action::ShowTab(Tab::Pass)),
             Command::ShowListing => self.listing.toggle(),
+            Command::ShowLoss => self.show_loss(),
             Command::PauseContinue => self.pause_continue(),
             // F10 steps the live target when attached and paused; otherwise it keeps its meaning.
             Command::Next if self.shared.live_paused() => self.live_do(|l| l.step(1)),
@@ -674,6 +702,9 @@ impl GuiApp {
         if d.paused {
             sh.follow = true;
         }
+        if d.lost {
+            self.loss.show();
+        }
         s.refresh_live_states(sh.sel.dispatch);
         if (d.dispatches > 0 && sh.follow) || d.paused {
             let last = s.reports.len().saturating_sub(1);
@@ -849,6 +880,7 @@ impl GuiApp {
             }
         });
         actions.extend(self.live_windows.ui(&ctx, sh));
+        actions.extend(self.loss.ui(&ctx, sh));
         actions.extend(self.dialogs.ui(&ctx, sh));
         actions.extend(self.compare.what_if_ui(&ctx, sh));
         if let Some(h) = &mut self.history {

@@ -38,7 +38,9 @@ use dispatchscope_formats::session::{CaptureFile, Kind, SNIFF_BYTES, SessionErro
 use dispatchscope_live::LiveStore;
 use dispatchscope_live::protocol::ReceivedDispatch;
 use dispatchscope_live::store::StoreFigures;
-use dispatchscope_views::{DispatchRow, MemoryView, Rows, TableSnapshot};
+use dispatchscope_views::{
+    DispatchRow, DispatchState, MemoryView, PendingRow, Rows, TableSnapshot,
+};
 
 use crate::load::torn_note;
 
@@ -567,7 +569,17 @@ pub struct Session {
     /// The file a live session's files were joined into, kept while the session (and the
     /// threads that read it again) read it.
     joined: Option<Arc<JoinedFile>>,
+    /// The device's loss, when the session ended with it (a capture's DEVICE_LOSS record, a live
+    /// target's loss message): the Device lost view's report.
+    pub loss: Option<Arc<dispatchscope_core::report::DeviceLossReport>>,
+    /// The dispatches without a report, by index: in flight (a live session's, prepared and not
+    /// completed), abandoned (the latest [`ABANDONED_KEPT`]), lost (the loss report's); the list
+    /// shows them after the completed ones.
+    pub unfinished: Vec<PendingRow>,
 }
+
+/// Abandoned dispatches a live session keeps listing, the latest.
+pub const ABANDONED_KEPT: usize = 64;
 
 /// What a session's write histories, comparisons and what-ifs are made from, on a thread of
 /// their own.
@@ -663,8 +675,10 @@ impl Session {
                     }
                 })?;
             session.warning = torn;
+            session.set_loss(file.loss().cloned());
             return Ok(session);
         }
+        let loss = file.loss().cloned();
         let n = file.n_dispatches();
         let title = file.meta().title.clone();
         let state_note = (!states.has_memory()).then(|| {
@@ -699,7 +713,10 @@ impl Session {
             rows_scan: None,
             history_source: Some(HistorySource::Capture(Arc::clone(&reopen))),
             joined: None,
+            loss: None,
+            unfinished: Vec::new(),
         };
+        session.set_loss(loss);
         if n > 0 {
             session.prepare(0).map_err(|e| capture_error(&name, e))?;
         }
@@ -729,6 +746,33 @@ impl Session {
             states: LiveStates::default(),
         });
         s
+    }
+
+    /// Keeps the device's loss (`None` changes nothing): its dispatches in flight become the
+    /// list's lost rows, in place of the ones listed in flight; the abandoned stay.
+    pub fn set_loss(&mut self, loss: Option<dispatchscope_core::report::DeviceLossReport>) {
+        let Some(loss) = loss else { return };
+        self.unfinished
+            .retain(|p| p.state == DispatchState::Abandoned);
+        self.unfinished
+            .extend(loss.in_flight.iter().map(|d| PendingRow {
+                index: d.index,
+                program: d.program,
+                label: Arc::from(d.label.as_str()),
+                mode: d.mode,
+                state: DispatchState::Lost,
+            }));
+        self.unfinished.sort_by_key(|p| p.index);
+        self.loss = Some(Arc::new(loss));
+    }
+
+    /// Replaces the dispatches listed in flight and abandoned with a live intake's latest
+    /// (`rows`, by index); once the device was lost, the lost ones stay.
+    pub fn set_unfinished(&mut self, rows: Vec<PendingRow>) {
+        if self.loss.is_some() {
+            return;
+        }
+        self.unfinished = rows;
     }
 
     /// Appends what a live session's intake thread took since the last frame
@@ -845,6 +889,8 @@ impl Session {
             rows_scan: None,
             history_source: None,
             joined: None,
+            loss: None,
+            unfinished: Vec::new(),
         }
     }
 
@@ -947,8 +993,8 @@ impl Session {
         }
         if let Some((_, idx)) = d.states.memory_at(pos)
             && d.memory.as_ref().is_none_or(|(i, _)| *i != idx)
+            && let Some((_, idx, m)) = d.file.memory_at(&d.states, pos)?
         {
-            let m = d.file.memory_state(idx)?;
             d.memory = Some((idx, Arc::new(memory_view(m))));
         }
         // A state a live target could not send is unknown from its record on (checkpoint.rs).

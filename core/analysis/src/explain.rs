@@ -1,14 +1,16 @@
 //! The text explanation of a [`DispatchReport`]: what `dispatchscope explain` prints and what the
 //! golden files hold. Every refusal, escape and hazard line names its rule and decision ids.
+//! [`explain_loss`] explains a lost device's report, which follows a capture's dispatches.
 //!
 //! This is formatting only; it reads a report and never runs anything.
 
 use std::fmt::Write;
 
-use dispatchscope_core::report::Role;
 use dispatchscope_core::report::{CapturedAccess, ControlStatus, InstrumentedReport};
+use dispatchscope_core::report::{DeviceLossReport, FaultLands};
 use dispatchscope_core::report::{DispatchReport, HostPathReport, Mode, Route};
 use dispatchscope_core::report::{LookupOutcome, LookupTrace};
+use dispatchscope_core::report::{Role, SlotBinding};
 
 /// How much of the access stream to print.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,39 +101,7 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
     if !r.slots.is_empty() {
         writeln!(o, "  slots:")?;
         for s in &r.slots {
-            let role = match s.role {
-                Role::Alone => "alone".to_owned(),
-                Role::Holder => "holder".to_owned(),
-                Role::Member => "member".to_owned(),
-                Role::Copy { of } => format!("exact copy of slot {of} (O3)"),
-                Role::Unbound => "unresolved: by device address (W1)".to_owned(),
-            };
-            let src = match s.base_source {
-                dispatchscope_core::input::BaseSource::Descriptor => "descriptor".to_owned(),
-                dispatchscope_core::input::BaseSource::PushBlock { word } => {
-                    format!("push word {word} (D951, O10)")
-                }
-            };
-            write!(
-                o,
-                "    slot {:>3} {} {} base from {src}: {role}",
-                s.slot,
-                s.range,
-                if s.written { "written  " } else { "read-only" },
-            )?;
-            if let Some(h) = s.holder
-                && s.role != Role::Unbound
-            {
-                write!(
-                    o,
-                    ", binds slot {h} at {:#x}, binding {}",
-                    s.offset, s.binding
-                )?;
-                if !s.aligned {
-                    write!(o, " (misaligned, O7)")?;
-                }
-            }
-            writeln!(o)?;
+            slot_line(o, "    ", s)?;
         }
     }
     for (i, set) in r.sets.iter().enumerate() {
@@ -432,6 +402,43 @@ fn explain_into(o: &mut String, r: &DispatchReport, detail: Detail) -> std::fmt:
     Ok(())
 }
 
+/// One slot's line: its range, base, role and binding (O3–O7, O10, W1), after `indent`.
+fn slot_line(o: &mut String, indent: &str, s: &SlotBinding) -> std::fmt::Result {
+    let role = match s.role {
+        Role::Alone => "alone".to_owned(),
+        Role::Holder => "holder".to_owned(),
+        Role::Member => "member".to_owned(),
+        Role::Copy { of } => format!("exact copy of slot {of} (O3)"),
+        Role::Unbound => "unresolved: by device address (W1)".to_owned(),
+    };
+    let src = match s.base_source {
+        dispatchscope_core::input::BaseSource::Descriptor => "descriptor".to_owned(),
+        dispatchscope_core::input::BaseSource::PushBlock { word } => {
+            format!("push word {word} (D951, O10)")
+        }
+    };
+    write!(
+        o,
+        "{indent}slot {:>3} {} {} base from {src}: {role}",
+        s.slot,
+        s.range,
+        if s.written { "written  " } else { "read-only" },
+    )?;
+    if let Some(h) = s.holder
+        && s.role != Role::Unbound
+    {
+        write!(
+            o,
+            ", binds slot {h} at {:#x}, binding {}",
+            s.offset, s.binding
+        )?;
+        if !s.aligned {
+            write!(o, " (misaligned, O7)")?;
+        }
+    }
+    writeln!(o)
+}
+
 /// Host mode: what the emulator's memory did to the dispatch: the events that waited for it (M5),
 /// the checked mode's look at the real mappings, and every call that failed with what it lost.
 fn explain_host_path(o: &mut String, h: &HostPathReport) -> std::fmt::Result {
@@ -730,6 +737,171 @@ pub fn explain_instrumented(
         )?;
     }
     Ok(())
+}
+
+/// The text explanation of a lost device ([`DeviceLossReport`]): what `dispatchscope explain`
+/// prints after a capture's dispatches when the capture has a DEVICE_LOSS record. The status, each
+/// dispatch in flight with its plan (mode, slots, the mappings and table it was prepared against)
+/// and its program's history (escapes by class, refusals by rule, the last escape's sentence),
+/// each fault address and where it lands, then the findings.
+pub fn explain_loss(loss: &DeviceLossReport) -> String {
+    let mut o = String::new();
+    let _ = explain_loss_into(&mut o, loss);
+    o
+}
+
+fn explain_loss_into(o: &mut String, l: &DeviceLossReport) -> std::fmt::Result {
+    writeln!(o, "device lost: {}", l.status)?;
+    writeln!(
+        o,
+        "  {} completed before the loss; the next would have been dispatch {}; {} in flight ({})",
+        count(l.completed, "dispatch", "dispatches"),
+        l.next_dispatch,
+        l.in_flight.len(),
+        l.schema
+    )?;
+    if !l.in_flight.is_empty() {
+        writeln!(o, "  in flight, oldest first:")?;
+    }
+    for d in &l.in_flight {
+        writeln!(
+            o,
+            "    dispatch {} · program {:#x} · {}{}",
+            d.index,
+            d.program,
+            d.mode.as_str(),
+            if d.label.is_empty() {
+                String::new()
+            } else {
+                format!(" · {}", d.label)
+            }
+        )?;
+        if !d.mode_reason.is_empty() {
+            writeln!(o, "      {}", d.mode_reason)?;
+        }
+        for s in &d.slots {
+            slot_line(o, "      ", s)?;
+        }
+        write!(
+            o,
+            "      mapped against generation {} (M4), mappings version {}: {} mapped, {} left out",
+            d.generation,
+            d.mappings_version,
+            count(d.pieces, "piece", "pieces"),
+            d.left_out
+        )?;
+        match &d.table {
+            Some(t) => writeln!(
+                o,
+                "; table version {}, {} slots at {:#x} ({:#x} bytes), chunks of {:#x} bytes (T1–T3)",
+                d.table_version, t.capacity, t.device_address, t.table_bytes, t.chunk_bytes
+            )?,
+            None => writeln!(o, "; no table")?,
+        }
+        let h = &d.history;
+        if h.runs == 0 {
+            writeln!(o, "      its program's first dispatch: no history")?;
+            continue;
+        }
+        writeln!(
+            o,
+            "      its program before: {} ({} refused, {} device-addressed){}",
+            count(h.runs, "run", "runs"),
+            h.refused,
+            h.device_addressed,
+            h.last_dispatch
+                .map_or(String::new(), |n| format!(", the last dispatch {n}"))
+        )?;
+        if !h.escapes.is_empty() {
+            let by_class: Vec<String> = h
+                .escapes
+                .iter()
+                .map(|(c, n)| format!("{} {n}", c.as_str()))
+                .collect();
+            writeln!(
+                o,
+                "      escapes (T4): {} ({})",
+                h.escapes_total(),
+                by_class.join(", ")
+            )?;
+        }
+        if !h.refusals.is_empty() {
+            let by_rule: Vec<String> = h
+                .refusals
+                .iter()
+                .map(|(r, n)| format!("{} ×{n}", r.id()))
+                .collect();
+            writeln!(o, "      refused by: {}", by_rule.join(", "))?;
+        }
+        if let Some(e) = &h.last_escape {
+            writeln!(o, "      the last escape: {e}")?;
+        }
+    }
+    match &l.fault {
+        None => writeln!(
+            o,
+            "  no fault report from the device (VK_EXT_device_fault gave none, or the emulator passed none)"
+        )?,
+        Some(f) => {
+            writeln!(
+                o,
+                "  the device's fault report: {}",
+                if f.description.is_empty() {
+                    "(no description)"
+                } else {
+                    &f.description
+                }
+            )?;
+            for a in &f.addresses {
+                writeln!(
+                    o,
+                    "    {:#x} {}: {}",
+                    a.address,
+                    a.kind,
+                    fault_lands(&a.lands)
+                )?;
+            }
+        }
+    }
+    if !l.findings.is_empty() {
+        writeln!(o, "  findings:")?;
+        for f in &l.findings {
+            writeln!(o, "    - {f}")?;
+        }
+    }
+    Ok(())
+}
+
+/// Where a fault address lands, in words (the views' loss panel says the same).
+pub fn fault_lands(lands: &FaultLands) -> String {
+    match lands {
+        FaultLands::Guest {
+            guest,
+            reservation,
+            piece,
+            chunk,
+        } => format!(
+            "guest {guest:#x} in reservation {reservation}, chunk {chunk:#x}, {}",
+            piece.map_or(
+                "in an import held for the dispatches in flight, no longer mapped".to_owned(),
+                |p| format!("mapped piece {p}")
+            )
+        ),
+        FaultLands::Table { offset } => {
+            format!("{offset:#x} bytes into the chunk table the helper reads (T2)")
+        }
+        FaultLands::Unknown { nearest_below } => format!(
+            "in no import and no buffer of the engine{}",
+            nearest_below.map_or(String::new(), |(g, past)| format!(
+                "; {past:#x} bytes past the end of the nearest import below (guest {g})"
+            ))
+        ),
+    }
+}
+
+/// `n` and its noun, singular or plural.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 #[cfg(test)]

@@ -14,6 +14,10 @@
 //!   cancels the drift between separate criterion runs (larger than the check itself).
 //! - streaming (printed): the demo as fast as it runs, with no debugger, then with a debugger that
 //!   drains everything: dispatches per second run, received, and dropped.
+//! - in flight (printed; `TAP_BENCH_IN_FLIGHT_ONLY=1` runs it alone): an emulator's rounds of 64
+//!   dispatches prepared before any completes, the tap's three calls each timed around itself,
+//!   attached (a debugger draining on another thread) and detached; the goal is ≤ 1 µs a dispatch
+//!   attached over detached, and `after_prepare` (the prepared message) is one push.
 
 #![allow(
     clippy::unwrap_used,
@@ -341,13 +345,170 @@ fn paired() {
     }
 }
 
+/// Where `in_flight`'s buffers lie.
+const FLIGHT_BASE: u64 = 0x2_0000_0000;
+
+/// An emulator's frame with many dispatches in flight, attached and detached: per dispatch, the
+/// tap's calls on the game thread (`before_prepare`, `after_prepare`, `after_complete`), each
+/// timed around itself as a game would, in rounds of 64 prepared before any completes; the
+/// attached tap's debugger is a client drained on another thread. Prints the medians and the
+/// difference; `after_prepare` is the prepared message's own cost (one push onto the queue).
+fn in_flight() {
+    use dispatchscope_core::engine::{DeviceRun, RanOn};
+    const ROUNDS: usize = 400;
+    const IN_FLIGHT: usize = 64;
+    let input = DispatchInput {
+        program: 0x4000_03e1_9200,
+        label: "run 305 update".into(),
+        slots: vec![
+            Slot::new(0, FLIGHT_BASE + 0x1000, 0xe40f, true),
+            Slot::new(1, FLIGHT_BASE + 0xf400, 0x20, true),
+        ],
+        ..DispatchInput::default()
+    };
+    // (before_prepare, after_prepare, after_complete) a dispatch, in ns.
+    let run = |tap: &mut Tap| -> Vec<[u64; 3]> {
+        let mut engine = Engine::cpu(DeviceLimits::default()).unwrap();
+        engine
+            .apply(&Event::Reserve {
+                range: ByteRange::new(FLIGHT_BASE, FLIGHT_BASE + 0x40000),
+                readable: true,
+                writable: true,
+                committed: true,
+                backing: Backing::Private,
+                host_base: None,
+            })
+            .unwrap();
+        let mut times = Vec::with_capacity(ROUNDS * IN_FLIGHT);
+        let mut flights = Vec::with_capacity(IN_FLIGHT);
+        for _ in 0..ROUNDS {
+            for _ in 0..IN_FLIGHT {
+                let t0 = Instant::now();
+                tap.before_prepare(&engine, &input);
+                let before = t0.elapsed().as_nanos() as u64;
+                let p = engine.prepare(&input).unwrap();
+                let t0 = Instant::now();
+                tap.after_prepare(&p);
+                let after = t0.elapsed().as_nanos() as u64;
+                flights.push((p, before, after));
+            }
+            for (p, before, after) in flights.drain(..) {
+                let index = p.index;
+                let mut result = engine.complete(
+                    &input,
+                    p,
+                    RanOn::Device(DeviceRun {
+                        ran_on: Some("bench"),
+                        ..DeviceRun::default()
+                    }),
+                );
+                let t0 = Instant::now();
+                tap.after_complete(&engine, &input, index, &mut result);
+                let complete = t0.elapsed().as_nanos() as u64;
+                black_box(result.unwrap());
+                times.push([before, after, complete]);
+            }
+        }
+        times
+    };
+    let median = |v: &mut Vec<u64>| {
+        v.sort_unstable();
+        v[v.len() / 2] as f64
+    };
+    let split = |t: &[[u64; 3]]| -> ([f64; 3], f64) {
+        let mut each: Vec<Vec<u64>> = (0..3).map(|k| t.iter().map(|x| x[k]).collect()).collect();
+        let mut sum: Vec<u64> = t.iter().map(|x| x.iter().sum()).collect();
+        (
+            [
+                median(&mut each[0]),
+                median(&mut each[1]),
+                median(&mut each[2]),
+            ],
+            median(&mut sum),
+        )
+    };
+    let detached = run(&mut Tap::detached());
+    let (d_each, d_sum) = split(&detached[detached.len() / 4..]);
+    // Attached: a debugger that drains everything on its own thread.
+    let mut tap = Tap::listen(TapConfig::listening_on("127.0.0.1:0".parse().unwrap())).unwrap();
+    let client = LiveClient::connect(
+        &tap.local_addr().unwrap().to_string(),
+        None,
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    while !tap.is_attached() {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let (prepared, reports) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let drain = {
+        let (stop, prepared, reports) = (
+            Arc::clone(&stop),
+            Arc::clone(&prepared),
+            Arc::clone(&reports),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match client.recv_timeout(Duration::from_millis(20)) {
+                    Some(Incoming::Message(ToDebugger::Prepared { .. })) => {
+                        prepared.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Some(Incoming::Message(ToDebugger::Dispatch { .. })) => {
+                        reports.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => {}
+                }
+            }
+            client
+        })
+    };
+    let attached = run(&mut tap);
+    let figures = tap.handle().figures();
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    drop(drain.join().unwrap());
+    let (a_each, a_sum) = split(&attached[attached.len() / 4..]);
+    println!(
+        "in flight ({ROUNDS} rounds of {IN_FLIGHT} prepared before any completes; medians of the last three quarters, ns a dispatch):"
+    );
+    for (k, name) in ["before_prepare", "after_prepare", "after_complete"]
+        .iter()
+        .enumerate()
+    {
+        println!(
+            "  {name:15} detached {:7.0}  attached {:7.0}  attached over detached {:+7.0}",
+            d_each[k],
+            a_each[k],
+            a_each[k] - d_each[k]
+        );
+    }
+    println!(
+        "  {:15} detached {d_sum:7.0}  attached {a_sum:7.0}  attached over detached {:+7.0} (goal ≤ 1,000)",
+        "the three",
+        a_sum - d_sum
+    );
+    println!(
+        "  the debugger received {} prepared and {} reports of {} dispatches; the target dropped {}",
+        prepared.load(Ordering::Relaxed),
+        reports.load(Ordering::Relaxed),
+        attached.len(),
+        figures.dropped
+    );
+}
+
 fn main() {
+    if std::env::var("TAP_BENCH_IN_FLIGHT_ONLY").as_deref() == Ok("1") {
+        in_flight();
+        return;
+    }
     let mut c = Criterion::default().configure_from_args();
     detached(&mut c);
     codec(&mut c);
     live(&mut c);
     c.final_summary();
     paired();
+    in_flight();
     if std::env::var("TAP_BENCH_STREAMING").as_deref() != Ok("0") {
         streaming();
     }

@@ -274,7 +274,8 @@ impl Demo {
     }
 
     /// In [`Streams::Game`], the time each dispatch of the last frame spent in the tap's calls
-    /// ([`Tap::before_prepare`] and [`Tap::after_complete`]), in nanoseconds: the tap's cost on
+    /// ([`Tap::before_prepare`], [`Tap::after_prepare`] and [`Tap::after_complete`]), in
+    /// nanoseconds: the tap's cost on
     /// the game thread, attached or not, as a game would measure it around its own calls.
     pub fn tap_times_ns(&self) -> &[u32] {
         &self.tap_times
@@ -548,6 +549,9 @@ impl Demo {
             })
         } else {
             self.engine.prepare(shell).and_then(|prepared| {
+                let told = Instant::now();
+                tap.after_prepare(&prepared);
+                tap_time += told.elapsed();
                 let holders = holders_after(&self.engine, &prepared, input);
                 let run = DeviceRun {
                     holders: holders

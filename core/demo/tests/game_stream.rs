@@ -1,7 +1,7 @@
 //! Issue 31: what a game streams. The demo in [`Streams::Game`] sends bound passes through
 //! prepare and complete (plan, hand-off, write-back, no access list) and device-addressed ones with
-//! their instrumented section; and the tap's attached path on the game thread allocates nothing
-//! once its ring is warm.
+//! their instrumented section; and the tap's attached path on the game thread (its prepared
+//! message included) allocates nothing once its ring is warm.
 
 #![allow(
     clippy::unwrap_used,
@@ -125,6 +125,7 @@ fn the_taps_attached_path_allocates_nothing_once_its_ring_is_warm() {
         let index = engine.next_dispatch();
         let prepared = engine.prepare(&input).unwrap();
         assert_eq!(prepared.mode, Mode::Bound);
+        spent += counting(|| tap.after_prepare(&prepared));
         let holder = prepared.holder(0).copied().unwrap();
         let len = (holder.buffer.end - holder.buffer.start) as usize;
         data.resize(len, 0);

@@ -14,6 +14,7 @@
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
@@ -1085,4 +1086,359 @@ fn the_demo_shows_every_case_it_promises() {
         !any(&|r| !r.hazards.is_empty()),
         "no L1 hazard: no program met so far does both"
     );
+}
+
+// --- many dispatches in flight ------------------------------------------------------------------
+
+/// Dispatches a round of [`in_flight_target`] prepares before it completes any.
+const IN_FLIGHT: u64 = 64;
+
+/// Where the in-flight target's buffers lie.
+const FLIGHT_BASE: u64 = 0x2_0000_0000;
+
+/// A bound pass of run 305's shape, refused under O7 when `misaligned`.
+fn flight_pass(misaligned: bool) -> dispatchscope_core::input::DispatchInput {
+    use dispatchscope_core::input::{DispatchInput, Slot};
+    DispatchInput {
+        program: if misaligned {
+            0x4000_0000_0200
+        } else {
+            0x4000_0000_0100
+        },
+        label: if misaligned { "misaligned" } else { "update" }.into(),
+        slots: vec![
+            Slot::new(0, FLIGHT_BASE + 0x1000, 0xe40f, true),
+            Slot::new(
+                1,
+                FLIGHT_BASE + 0xf400 + if misaligned { 4 } else { 0 },
+                0x20,
+                true,
+            ),
+        ],
+        ..DispatchInput::default()
+    }
+}
+
+/// An emulator-shaped target on a thread: each round prepares [`IN_FLIGHT`] dispatches through
+/// the tap (`before_prepare`, `Engine::prepare`, `after_prepare`), abandons the second, then
+/// completes the rest in order (`Engine::complete`, `after_complete`). Dispatch 5 of a round is
+/// refused (O7); dispatch 9's report carries an escape its device found (one the demo's CPU
+/// reference made), as an emulator's instrumented pass's would. With `lose_in`, it waits for a
+/// debugger, and in that round the device is lost after the prepares (63 in flight); the tap
+/// stays up until `stop`. Returns the address and the thread.
+fn in_flight_target(
+    stop: Arc<AtomicBool>,
+    rounds: Arc<std::sync::atomic::AtomicU64>,
+    lose_in: Option<u64>,
+) -> (SocketAddr, std::thread::JoinHandle<()>) {
+    use dispatchscope_core::addr::ByteRange;
+    use dispatchscope_core::engine::{DeviceFault, DeviceRun, RanOn};
+    use dispatchscope_core::input::{Backing, DeviceLimits, Event};
+    use dispatchscope_core::{CpuBackend, Engine};
+    use std::sync::atomic::Ordering;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        let escape = {
+            let mut demo = Demo::new(DemoConfig::default()).unwrap();
+            let mut found = None;
+            while found.is_none() {
+                demo.frame_with(&mut Tap::detached(), |_, r| {
+                    if found.is_none() {
+                        found = r.escapes.first().cloned();
+                    }
+                })
+                .unwrap();
+            }
+            found.unwrap()
+        };
+        let mut tap = Tap::listen(loopback()).unwrap();
+        tx.send(tap.local_addr().unwrap()).unwrap();
+        let mut engine = Engine::<CpuBackend>::cpu(DeviceLimits::default()).unwrap();
+        tap.apply(
+            &mut engine,
+            &Event::Reserve {
+                range: ByteRange::new(FLIGHT_BASE, FLIGHT_BASE + 0x40000),
+                readable: true,
+                writable: true,
+                committed: true,
+                backing: Backing::Private,
+                host_base: None,
+            },
+        )
+        .unwrap();
+        let (bound, refused) = (flight_pass(false), flight_pass(true));
+        let mut round = 0u64;
+        while lose_in.is_some() && !tap.is_attached() && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        while !stop.load(Ordering::Relaxed) {
+            let mut flights = Vec::new();
+            for k in 0..IN_FLIGHT {
+                let input = if k == 5 { &refused } else { &bound };
+                tap.before_prepare(&engine, input);
+                let p = engine.prepare(input).unwrap();
+                tap.after_prepare(&p);
+                flights.push((p, input, k));
+            }
+            let (second, _, _) = flights.remove(1);
+            engine.abandon(second.index).unwrap();
+            tap.abandoned(second.index);
+            if lose_in == Some(round) {
+                let base = engine
+                    .mappings()
+                    .imports()
+                    .next()
+                    .map_or(0, |i| i.device_base);
+                let fault = DeviceFault {
+                    description: "the test's page fault".into(),
+                    addresses: vec![(base + 0x40, "read".into()), (0xdead_0000, "write".into())],
+                };
+                let report = engine
+                    .device_lost("VK_ERROR_DEVICE_LOST", Some(&fault))
+                    .clone();
+                tap.device_lost(&report);
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                break;
+            }
+            for (p, input, k) in flights {
+                let index = p.index;
+                let run = DeviceRun {
+                    ran_on: Some("the test's device"),
+                    ..DeviceRun::default()
+                };
+                let mut result = engine.complete(input, p, RanOn::Device(run));
+                if k == 9
+                    && let Ok(r) = &mut result
+                {
+                    r.escapes.push(escape.clone());
+                }
+                tap.after_complete(&engine, input, index, &mut result);
+                result.unwrap();
+            }
+            round += 1;
+            rounds.store(round, Ordering::Relaxed);
+        }
+    });
+    (rx.recv_timeout(T).unwrap(), thread)
+}
+
+/// Every dispatch `seen` lists as prepared is completed or abandoned in `seen` by the end: none is
+/// left in flight, none completes unprepared after the first prepare seen.
+fn none_left_in_flight(seen: &[ToDebugger]) -> (usize, usize, usize) {
+    let mut in_flight = BTreeSet::new();
+    let (mut prepared, mut completed, mut abandoned) = (0, 0, 0);
+    for m in seen {
+        match m {
+            ToDebugger::Prepared { index, .. } => {
+                prepared += 1;
+                assert!(in_flight.insert(*index), "{index} prepared twice");
+            }
+            ToDebugger::Dispatch { index, .. } => {
+                completed += 1;
+                assert!(
+                    in_flight.remove(index) || prepared == 0,
+                    "{index} completed, never prepared"
+                );
+                assert!(
+                    in_flight.iter().all(|i| i > index),
+                    "{index} completed before an older one: {in_flight:?}"
+                );
+            }
+            ToDebugger::Abandoned { index } => {
+                abandoned += 1;
+                assert!(in_flight.remove(index), "{index} abandoned, never prepared");
+            }
+            _ => {}
+        }
+    }
+    assert!(in_flight.is_empty(), "left in flight: {in_flight:?}");
+    (prepared, completed, abandoned)
+}
+
+#[test]
+fn with_64_dispatches_in_flight_break_step_and_detach_work_and_the_target_never_deadlocks() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let _g = serial();
+    let stop = Arc::new(AtomicBool::new(false));
+    let rounds = Arc::new(AtomicU64::new(0));
+    let (addr, thread) = in_flight_target(Arc::clone(&stop), Arc::clone(&rounds), None);
+    let c = LiveClient::connect(&addr.to_string(), None, T).unwrap();
+    // Break on a refusal: dispatch 5 of a round, while 58 later ones are in flight.
+    c.set_breakpoints(&Breakpoints {
+        refusal: true,
+        ..Breakpoints::default()
+    })
+    .unwrap();
+    let mut seen = Vec::new();
+    let ToDebugger::Paused { why, upcoming, .. } = c.wait_for(T, &mut seen, is_paused).unwrap()
+    else {
+        unreachable!()
+    };
+    let PauseReason::Refusal { dispatch, rules } = why else {
+        panic!("paused for {why:?}")
+    };
+    assert_eq!(rules, vec![Rule::O7]);
+    assert!(upcoming.is_none());
+    let (_, report) = *dispatches(&seen).last().unwrap();
+    assert_eq!(
+        report.index, dispatch,
+        "the refusing dispatch's report came last"
+    );
+    assert_eq!(report.mode, Mode::Refused);
+    // The dispatches prepared after it are in flight: listed, not completed.
+    let prepared_later: Vec<u64> = seen
+        .iter()
+        .filter_map(|m| match m {
+            ToDebugger::Prepared { index, .. } if *index > dispatch => Some(*index),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        prepared_later.len() as u64 >= IN_FLIGHT - 8,
+        "in flight after {dispatch}: {prepared_later:?}"
+    );
+    assert!(
+        seen.iter()
+            .any(|m| matches!(m, ToDebugger::Abandoned { .. }))
+    );
+    let paused_at = rounds.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        rounds.load(Ordering::Relaxed),
+        paused_at,
+        "paused in complete"
+    );
+    // Break on an escape instead: dispatch 9 of the round, in flight while the game paused.
+    c.set_breakpoints(&Breakpoints {
+        escape: true,
+        ..Breakpoints::default()
+    })
+    .unwrap();
+    c.resume().unwrap();
+    let mut seen = Vec::new();
+    let ToDebugger::Paused { why, .. } = c.wait_for(T, &mut seen, is_paused).unwrap() else {
+        unreachable!()
+    };
+    let PauseReason::Escape { dispatch: e, .. } = why else {
+        panic!("paused for {why:?}")
+    };
+    assert_eq!(e, dispatch + 4, "the escaping dispatch of the same round");
+    // Step 1 with no breakpoint: the rest of the round completes (no pause inside complete), and
+    // the game pauses before its next prepare.
+    c.set_breakpoints(&Breakpoints::default()).unwrap();
+    c.step(1).unwrap();
+    let mut seen = Vec::new();
+    let ToDebugger::Paused {
+        next_dispatch, why, ..
+    } = c.wait_for(T, &mut seen, is_paused).unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!(why, PauseReason::Step { n: 1 });
+    let d = dispatches(&seen);
+    assert_eq!(d.first().unwrap().0, e + 1);
+    assert_eq!(
+        next_dispatch,
+        d.last().unwrap().0 + 1,
+        "every dispatch in flight completed before the pause"
+    );
+    // Step 3 from a pause before a prepare: a whole round runs (its reports come at its
+    // completes), none is left in flight, and it pauses before the next round.
+    c.step(3).unwrap();
+    let mut seen = Vec::new();
+    let ToDebugger::Paused {
+        next_dispatch: after,
+        why,
+        ..
+    } = c.wait_for(T, &mut seen, is_paused).unwrap()
+    else {
+        unreachable!()
+    };
+    assert_eq!(why, PauseReason::Step { n: 3 });
+    assert_eq!(after, next_dispatch + IN_FLIGHT);
+    let (prepared, completed, abandoned) = none_left_in_flight(&seen);
+    assert_eq!((prepared, completed, abandoned), (64, 63, 1));
+    // Detach while paused: the game runs on, rounds of 64 in flight and all.
+    let rounds_then = rounds.load(Ordering::Relaxed);
+    c.detach(T).unwrap();
+    let t0 = Instant::now();
+    while rounds.load(Ordering::Relaxed) < rounds_then + 5 {
+        assert!(
+            t0.elapsed() < T,
+            "the target did not run on after the detach"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A debugger attached mid-round gets only the dispatches it saw prepared, each once.
+    let c = LiveClient::connect(&addr.to_string(), None, T).unwrap();
+    let mut seen = Vec::new();
+    while dispatches(&seen).len() < 300 {
+        match c.recv_timeout(T) {
+            Some(Incoming::Message(m)) => seen.push(m),
+            other => panic!("{other:?}"),
+        }
+    }
+    let first_prepared = seen
+        .iter()
+        .find_map(|m| match m {
+            ToDebugger::Prepared { index, .. } => Some(*index),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        dispatches(&seen).iter().all(|(i, _)| *i >= first_prepared),
+        "a dispatch whose prepare this debugger did not see was sent"
+    );
+    drop(c);
+    stop.store(true, Ordering::Relaxed);
+    thread.join().unwrap();
+}
+
+#[test]
+fn a_lost_device_reaches_the_debugger_and_its_recording_with_every_dispatch_in_flight() {
+    use std::sync::atomic::AtomicU64;
+    let _g = serial();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Lose the device in the third round, with 63 dispatches in flight; the recorder attaches
+    // first (it pauses the target at once, and steps it 50 dispatches at a time).
+    let (addr, thread) = in_flight_target(Arc::clone(&stop), Arc::new(AtomicU64::new(0)), Some(2));
+    let dir = std::env::temp_dir().join(format!("ds-loss-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("lost.dscap");
+    let summary = record(
+        &addr.to_string(),
+        None,
+        &path,
+        &RecordOptions {
+            batch: 50,
+            ..RecordOptions::default()
+        },
+        &AtomicBool::new(false),
+        |_| {},
+    )
+    .unwrap();
+    assert!(summary.device_lost, "{summary:?}");
+    let c = CaptureFile::open(&path).unwrap();
+    let loss = c.loss().expect("the capture keeps the loss");
+    assert_eq!(loss.status, "VK_ERROR_DEVICE_LOST");
+    assert_eq!(loss.in_flight.len() as u64, IN_FLIGHT - 1);
+    let fault = loss.fault.as_ref().unwrap();
+    assert_eq!(fault.addresses.len(), 2);
+    assert!(matches!(
+        fault.addresses[1].lands,
+        dispatchscope_core::report::FaultLands::Unknown { .. }
+    ));
+    assert_eq!(c.n_dispatches() as u64, 2 * (IN_FLIGHT - 1));
+    // A debugger that attaches after the loss learns it first thing.
+    let late = LiveClient::connect(&addr.to_string(), None, T).unwrap();
+    let Some(Incoming::Message(ToDebugger::DeviceLost(again))) = late.recv_timeout(T) else {
+        panic!("no loss for a debugger attached after it")
+    };
+    assert_eq!(&*again, loss);
+    drop(late);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    thread.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }

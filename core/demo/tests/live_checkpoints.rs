@@ -163,7 +163,8 @@ fn check_against(path: &Path, oracle: &Oracle) -> (usize, usize, usize) {
         let held = &oracle[&index];
         match states.memory_state_at(pos) {
             StateAt::Known { record, .. } => {
-                let m = file.memory_state(record).unwrap();
+                let (_, at, m) = file.memory_at(&states, pos).unwrap().unwrap();
+                assert_eq!(at, record);
                 assert_eq!(&m, &held.memory, "dispatch {index} (record position {pos})");
             }
             StateAt::Unknown { .. } => unknown += 1,

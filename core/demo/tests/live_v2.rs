@@ -26,7 +26,9 @@ use dispatchscope_formats::sample::{Sample, Step};
 use dispatchscope_formats::session::{CaptureFile, DispatchRecord};
 use dispatchscope_formats::shipped;
 use dispatchscope_live::protocol::{MAX_FRAME_BYTES, ProtocolError, ToDebugger};
-use dispatchscope_live::wire::{BINARY_MAGIC, Decoder, Encoder, FLAG_LZ4, MAX_BODY_BYTES};
+use dispatchscope_live::wire::{
+    BINARY_MAGIC, Decoder, Encoder, FLAG_LZ4, MAX_BODY_BYTES, MSG_DEVICE_LOSS, MSG_FLIGHT,
+};
 use dispatchscope_live::{
     ClientOptions, Incoming, LiveClient, LiveStore, StoreOptions, Tap, TapConfig,
 };
@@ -334,8 +336,41 @@ fn bad_binary_payloads_are_named_errors() {
         (vec![BINARY_MAGIC, 0, 0, 0, 0, 0], "a frame of 0 messages"),
         (vec![BINARY_MAGIC, 0, 1, 0, 0, 0, 0, 0xc1], "message 0 of 1"),
         (
-            vec![BINARY_MAGIC, 0, 1, 0, 0, 0, 7],
-            "unknown message kind 7",
+            vec![BINARY_MAGIC, 0, 1, 0, 0, 0, 9],
+            "unknown message kind 9, from a target of another version",
+        ),
+        // Version 4's kinds: a flight message and a loss report, cut or wrong, by name.
+        (
+            vec![BINARY_MAGIC, 0, 1, 0, 0, 0, MSG_FLIGHT],
+            "flight message",
+        ),
+        (
+            vec![BINARY_MAGIC, 0, 1, 0, 0, 0, MSG_FLIGHT, 2, 0, 0, 0, 9, 1],
+            "a flight message of version 9",
+        ),
+        (
+            [
+                vec![BINARY_MAGIC, 0, 1, 0, 0, 0, MSG_FLIGHT, 10, 0, 0, 0, 1, 7],
+                vec![0; 8],
+            ]
+            .concat(),
+            "a flight message of state 7",
+        ),
+        (
+            vec![BINARY_MAGIC, 0, 1, 0, 0, 0, MSG_FLIGHT, 3, 0, 0, 0, 1, 2, 0],
+            "a flight message cut short: the index",
+        ),
+        (
+            vec![BINARY_MAGIC, 0, 1, 0, 0, 0, MSG_DEVICE_LOSS, 9, 0, 0, 0],
+            "loss report",
+        ),
+        (
+            [
+                vec![BINARY_MAGIC, 0, 1, 0, 0, 0, MSG_DEVICE_LOSS, 2, 0, 0, 0],
+                b"{}".to_vec(),
+            ]
+            .concat(),
+            "not a device-loss report",
         ),
         (
             [
@@ -382,6 +417,134 @@ fn bad_binary_payloads_are_named_errors() {
         at += 4 + len;
     }
     assert!(refused, "a state-naming dispatch decoded without its state");
+}
+
+/// A loss report with every part a report can have: dispatches in flight with their plans and
+/// histories, and fault addresses landing in each place.
+fn loss_report() -> dispatchscope_core::report::DeviceLossReport {
+    use dispatchscope_core::addr::ByteRange;
+    use dispatchscope_core::report::{
+        DeviceLossReport, EscapeClass, FaultAddress, FaultLands, FaultReport, LOSS_SCHEMA,
+        LostDispatch, Mode, ProgramHistory,
+    };
+    let lost = |index: u64, mode: Mode| LostDispatch {
+        index,
+        program: 0x4000_0000 + index,
+        label: format!("pass {index}"),
+        mode,
+        mode_reason: "because".into(),
+        generation: 3,
+        mappings_version: 4,
+        pieces: 2,
+        left_out: 1,
+        table_version: 5,
+        history: ProgramHistory {
+            runs: 4,
+            refused: 1,
+            device_addressed: 2,
+            escapes: vec![(EscapeClass::NoReservation, 3)],
+            refusals: vec![(dispatchscope_core::rules::Rule::O7, 1)],
+            last_escape: Some("a load of 0x10 escaped".into()),
+            last_dispatch: Some(index - 2),
+        },
+        ..LostDispatch::default()
+    };
+    DeviceLossReport {
+        schema: LOSS_SCHEMA.to_owned(),
+        status: "VK_ERROR_DEVICE_LOST".into(),
+        next_dispatch: 12,
+        in_flight: vec![lost(10, Mode::Bound), lost(11, Mode::DeviceAddressed)],
+        fault: Some(FaultReport {
+            description: "a page fault".into(),
+            addresses: vec![
+                FaultAddress {
+                    address: 0x7000_1000,
+                    kind: "read".into(),
+                    lands: FaultLands::Guest {
+                        guest: 0x1_0000_1000,
+                        reservation: ByteRange::new(0x1_0000_0000, 0x1_0010_0000),
+                        piece: None,
+                        chunk: 0x100,
+                    },
+                },
+                FaultAddress {
+                    address: 0x9000_0040,
+                    kind: "write".into(),
+                    lands: FaultLands::Table { offset: 0x40 },
+                },
+                FaultAddress {
+                    address: 0xdead_0000,
+                    kind: "invalid pointer".into(),
+                    lands: FaultLands::Unknown {
+                        nearest_below: None,
+                    },
+                },
+            ],
+        }),
+        completed: 10,
+        findings: vec!["the likeliest".into(), "the next".into()],
+    }
+}
+
+#[test]
+fn flight_and_loss_messages_round_trip_in_binary_frames_compressed_or_not() {
+    use dispatchscope_core::report::Mode;
+    let messages = vec![
+        ToDebugger::Prepared {
+            index: 10,
+            mode: Mode::Bound,
+            program: 0x4000_0010,
+            label: "pass 10".into(),
+        },
+        ToDebugger::Prepared {
+            index: 11,
+            mode: Mode::DeviceAddressed,
+            program: 0x4000_0011,
+            label: String::new(),
+        },
+        ToDebugger::Abandoned { index: 10 },
+        ToDebugger::DeviceLost(Box::new(loss_report())),
+    ];
+    for compress in [false, true] {
+        for keep_received in [false, true] {
+            let mut enc = Encoder::new(usize::MAX, MAX_FRAME_BYTES);
+            enc.set_compress(compress);
+            let mut bytes = Vec::new();
+            for m in &messages {
+                enc.push(m.clone(), &mut bytes, &mut |_, _| {}).unwrap();
+            }
+            enc.finish_frame(&mut bytes);
+            let len = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+            assert_eq!(len + 4, bytes.len(), "one frame");
+            let mut dec = Decoder::new();
+            dec.set_keep_received(keep_received);
+            let mut out = Vec::new();
+            dec.decode(&bytes[4..], &mut out).unwrap();
+            assert_eq!(
+                out, messages,
+                "compress {compress}, keep_received {keep_received}"
+            );
+            // Every cut of the frame's body is a named error, never a panic, and leaves nothing.
+            if !compress {
+                for n in 6..bytes.len() - 4 {
+                    let mut short = bytes[4..4 + n].to_vec();
+                    let mut o = Vec::new();
+                    assert!(
+                        matches!(
+                            Decoder::new().decode(&short, &mut o),
+                            Err(ProtocolError::Malformed { .. })
+                        ),
+                        "cut at {n}"
+                    );
+                    assert!(o.is_empty());
+                    // And a byte flipped anywhere after the header decodes or is named.
+                    short.clone_from(&bytes[4..].to_vec());
+                    short[n] ^= 0x5a;
+                    let _ = Decoder::new().decode(&short, &mut o);
+                }
+            }
+        }
+    }
 }
 
 // --- targets ------------------------------------------------------------------------------------

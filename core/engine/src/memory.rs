@@ -4,8 +4,11 @@
 //!
 //! [`GuestMemory::apply`] applies one [`Event`] and says what changed in a [`MemoryChange`]; it
 //! never maps anything (that is [`crate::import`]'s) and never looks at a dispatch.
+//! [`GuestMemory::changed_since`] says which pages, reservations and targets changed since a
+//! [`GuestMemory::state_changes`] count, from a bounded log ([`STATE_LOG_CHANGES`]), so that a
+//! debugger's tap copies what changed rather than the whole state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use hashbrown::HashMap;
@@ -112,6 +115,26 @@ impl PageRuns {
         Self { n_pages, runs }
     }
 
+    /// The pages of `runs` (`(pages, state)` in page order), joining equal neighbours and
+    /// skipping empty runs: how a reader rebuilds a reservation from its saved runs, one step a
+    /// run.
+    pub fn from_runs(runs: impl IntoIterator<Item = (u64, PageState)>) -> Self {
+        let mut n_pages = 0u64;
+        let mut map = BTreeMap::new();
+        let mut last: Option<PageState> = None;
+        for (pages, state) in runs {
+            if pages == 0 {
+                continue;
+            }
+            if last != Some(state) {
+                map.insert(n_pages, state);
+                last = Some(state);
+            }
+            n_pages = n_pages.saturating_add(pages);
+        }
+        Self { n_pages, runs: map }
+    }
+
     /// How many pages.
     pub fn len(&self) -> u64 {
         self.n_pages
@@ -191,15 +214,42 @@ impl PageRuns {
 
     /// Applies `f` to the state of every page in `first..end` (clipped to the pages), then
     /// joins neighbouring runs that became equal. Returns how many pages `f` was applied to.
-    pub fn update(&mut self, first: u64, end: u64, mut f: impl FnMut(&mut PageState)) -> u64 {
+    pub fn update(&mut self, first: u64, end: u64, f: impl FnMut(&mut PageState)) -> u64 {
+        self.update_noting(first, end, f, |_, _| {})
+    }
+
+    /// [`Self::update`], calling `changed` with each stretch of pages `(first, end)` whose state
+    /// `f` changed (in page order, neighbouring changed runs as one stretch): what the change log
+    /// of [`GuestMemory::changed_since`] notes, so that a wide update that changes a few pages
+    /// notes those pages, not the range.
+    pub fn update_noting(
+        &mut self,
+        first: u64,
+        end: u64,
+        mut f: impl FnMut(&mut PageState),
+        mut changed: impl FnMut(u64, u64),
+    ) -> u64 {
         let end = end.min(self.n_pages);
         if first >= end {
             return 0;
         }
         self.split_at(first);
         self.split_at(end);
-        for (_, p) in self.runs.range_mut(first..end) {
+        let mut open: Option<u64> = None;
+        for (&k, p) in self.runs.range_mut(first..end) {
+            let before = *p;
             f(p);
+            match (open, *p != before) {
+                (None, true) => open = Some(k),
+                (Some(s), false) => {
+                    changed(s, k);
+                    open = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = open {
+            changed(s, end);
         }
         // Join equal neighbours from the run before `first` to the run at `end`.
         let from = self
@@ -342,6 +392,64 @@ pub struct MemoryChange {
     pub distrusted: Vec<u32>,
 }
 
+/// What changed in guest memory's state at one [`GuestMemory::state_changes`] count, as
+/// [`GuestMemory::changed_since`] lists it: where to look again, not the new state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateChange {
+    /// Pages of these bytes (page-aligned, in one reservation or more) may have changed state.
+    Pages(ByteRange),
+    /// A reservation of these bytes was made or released.
+    Reservation(ByteRange),
+    /// The protected target of this id was added, removed or distrusted.
+    Target(u32),
+}
+
+/// The most changes [`GuestMemory::changed_since`] remembers: older ones are forgotten (a caller
+/// asking past them is told to copy the whole state). 4,096 entries of 32 bytes: 128 KiB at most,
+/// reached once and then reused, so noting a change never allocates in steady state.
+pub const STATE_LOG_CHANGES: usize = 4096;
+
+/// The widest range of pages two changes at different counts are joined into: a caller between
+/// the two looks again at the older one's pages too, so the join is kept small (a sweep of
+/// neighbouring pages takes one entry per 64 KiB, not one per page).
+const JOIN_BYTES: u64 = 64 << 10;
+
+/// The log behind [`GuestMemory::changed_since`]: each change with the count it made, oldest
+/// first, counts never going back; a change of pages that touches the last one noted widens it
+/// (and takes the newer count) instead of taking an entry, where both are of one count or the
+/// two together span at most [`JOIN_BYTES`].
+#[derive(Clone, Debug, Default)]
+struct StateLog {
+    entries: VecDeque<(u64, StateChange)>,
+    /// Changes made at or before this count may be forgotten.
+    floor: u64,
+}
+
+impl StateLog {
+    /// Notes `change`, made at count `count`: O(1), no allocation once the log is full.
+    fn note(&mut self, count: u64, change: StateChange) {
+        if let (Some((at, StateChange::Pages(last))), StateChange::Pages(r)) =
+            (self.entries.back_mut(), change)
+            && last.start <= r.end
+            && r.start <= last.end
+        {
+            let both = ByteRange::new(last.start.min(r.start), last.end.max(r.end));
+            if *at == count || both.size_bytes() <= JOIN_BYTES {
+                // A superset with the newer count: a caller past the older one looks at both.
+                *last = both;
+                *at = count;
+                return;
+            }
+        }
+        if self.entries.len() >= STATE_LOG_CHANGES
+            && let Some((at, _)) = self.entries.pop_front()
+        {
+            self.floor = at;
+        }
+        self.entries.push_back((count, change));
+    }
+}
+
 /// Where guest bytes are: one memory interface, two implementations. Simulated memory keeps sparse
 /// page contents (samples, captures, replays, `verify`); host memory is the emulator's own pages,
 /// never copied (`crate::host`).
@@ -390,6 +498,8 @@ pub struct GuestMemory {
     /// Moves whenever a page's state or a target changes (what a checkpoint of memory state
     /// holds); see [`GuestMemory::state_changes`].
     state_changes: u64,
+    /// What changed at each recent count ([`GuestMemory::changed_since`]).
+    log: StateLog,
 }
 
 impl GuestMemory {
@@ -410,6 +520,7 @@ impl GuestMemory {
             deferred: Vec::new(),
             generation: 0,
             state_changes: 0,
+            log: StateLog::default(),
         })
     }
 
@@ -488,6 +599,25 @@ impl GuestMemory {
         self.state_changes
     }
 
+    /// What changed in the state since [`Self::state_changes`] read `count`, oldest first (a page
+    /// range may be listed twice, and a listed range may have changed back): `None` when the log
+    /// no longer reaches back to `count` ([`STATE_LOG_CHANGES`]) or `count` is not one this
+    /// memory has reached, so the caller copies the whole state instead. O(log of the log) to
+    /// find the first change, then one step a change.
+    pub fn changed_since(&self, count: u64) -> Option<impl Iterator<Item = &StateChange> + '_> {
+        if count < self.log.floor || count > self.state_changes {
+            return None;
+        }
+        let from = self.log.entries.partition_point(|(at, _)| *at <= count);
+        Some(self.log.entries.range(from..).map(|(_, c)| c))
+    }
+
+    /// Counts one change of the state, noting what it touched.
+    fn changed(&mut self, change: StateChange) {
+        self.state_changes += 1;
+        self.log.note(self.state_changes, change);
+    }
+
     /// Every reservation, by start.
     pub fn reservations(&self) -> impl Iterator<Item = &Reservation> {
         self.reservations.values()
@@ -496,6 +626,11 @@ impl GuestMemory {
     /// Every protected target, by id.
     pub fn targets(&self) -> impl Iterator<Item = &ProtectedTarget> {
         self.targets.values()
+    }
+
+    /// The protected target of id `id`, if there is one.
+    pub fn target(&self, id: u32) -> Option<&ProtectedTarget> {
+        self.targets.get(&id)
     }
 
     /// Copies still deferred (C3 writes them before a device-addressed dispatch).
@@ -598,7 +733,7 @@ impl GuestMemory {
     fn pages_mut(
         &mut self,
         range: ByteRange,
-        mut f: impl FnMut(&mut PageState),
+        f: impl FnMut(&mut PageState),
     ) -> Result<u64, MemoryError> {
         self.check_aligned(range)?;
         let shift = self.page_shift;
@@ -611,14 +746,19 @@ impl GuestMemory {
             .ok_or(MemoryError::OutsideReservation { range })?;
         let first = (range.start - r.range.start) >> shift;
         let end = (range.end - r.range.start) >> shift;
+        // One count for the whole update, each stretch it changed noted at it.
+        let count = self.state_changes + 1;
+        let (log, start) = (&mut self.log, r.range.start);
         let mut changed = false;
-        let n = r.pages.update(first, end, |p| {
-            let before = *p;
-            f(p);
-            changed |= *p != before;
+        let n = r.pages.update_noting(first, end, f, |a, b| {
+            log.note(
+                count,
+                StateChange::Pages(ByteRange::new(start + (a << shift), start + (b << shift))),
+            );
+            changed = true;
         });
         if changed {
-            self.state_changes += 1;
+            self.state_changes = count;
         }
         Ok(n)
     }
@@ -747,7 +887,7 @@ impl GuestMemory {
                         host_base,
                     },
                 );
-                self.state_changes += 1;
+                self.changed(StateChange::Reservation(*range));
                 change.runs_changed = *readable;
             }
             Event::Release { base } => {
@@ -765,7 +905,7 @@ impl GuestMemory {
                 {
                     host_ranges.remove(&h);
                 }
-                self.state_changes += 1;
+                self.changed(StateChange::Reservation(range));
                 self.drop_contents(range);
             }
             Event::Commit { range } => {
@@ -848,13 +988,13 @@ impl GuestMemory {
                         trusted: true,
                     },
                 );
-                self.state_changes += 1;
+                self.changed(StateChange::Target(*id));
             }
             Event::RemoveTarget { id } => {
                 self.targets
                     .remove(id)
                     .ok_or(MemoryError::NoTarget { id: *id })?;
-                self.state_changes += 1;
+                self.changed(StateChange::Target(*id));
             }
             Event::Retire => {}
         }
@@ -1011,6 +1151,8 @@ impl GuestMemory {
             range.end.saturating_add(self.page_bytes - 1) & !(self.page_bytes - 1),
         );
         let shift = self.page_shift;
+        // One count for the whole write, every part it changed noted at it.
+        let count = self.state_changes + 1;
         let mut changed = false;
         let first_res = self
             .reservations
@@ -1024,22 +1166,35 @@ impl GuestMemory {
             if let Some(both) = r.range.intersection(&pages) {
                 let first = (both.start - r.range.start) >> shift;
                 let end = (both.end - r.range.start) >> shift;
-                r.pages.update(first, end, |p| {
-                    changed |= !p.written;
-                    p.written = true;
-                });
+                let (log, start) = (&mut self.log, r.range.start);
+                r.pages.update_noting(
+                    first,
+                    end,
+                    |p| p.written = true,
+                    |a, b| {
+                        log.note(
+                            count,
+                            StateChange::Pages(ByteRange::new(
+                                start + (a << shift),
+                                start + (b << shift),
+                            )),
+                        );
+                        changed = true;
+                    },
+                );
                 change.noted_written.push(both);
             }
         }
         for t in self.targets.values_mut() {
             if t.trusted && t.range.overlaps(&range) {
                 t.trusted = false;
+                self.log.note(count, StateChange::Target(t.id));
                 changed = true;
                 change.distrusted.push(t.id);
             }
         }
         if changed {
-            self.state_changes += 1;
+            self.state_changes = count;
         }
     }
 
@@ -1583,5 +1738,169 @@ mod tests {
             }),
             Err(MemoryError::OutsideReservation { .. })
         ));
+    }
+
+    /// Every page, reservation and target whose state differs between a copy of the memory at
+    /// count `c` and the memory now lies in a change [`GuestMemory::changed_since`] lists.
+    fn check_changes_cover(old: &GuestMemory, now: &GuestMemory, universe: ByteRange, ids: u32) {
+        let listed: Vec<StateChange> = now
+            .changed_since(old.state_changes())
+            .expect("the log reaches back")
+            .copied()
+            .collect();
+        let covered = |a: u64| {
+            listed.iter().any(|c| match c {
+                StateChange::Pages(r) | StateChange::Reservation(r) => r.contains(a),
+                StateChange::Target(_) => false,
+            })
+        };
+        let mut a = universe.start;
+        while a < universe.end {
+            let before = (old.reservation_at(a).map(|r| r.range), old.page_at(a));
+            let after = (now.reservation_at(a).map(|r| r.range), now.page_at(a));
+            assert!(
+                before == after || covered(a),
+                "page {a:#x} changed from {before:?} to {after:?}, not listed in {listed:?}"
+            );
+            a += old.page_bytes();
+        }
+        for id in 0..ids {
+            assert!(
+                old.target(id) == now.target(id) || listed.contains(&StateChange::Target(id)),
+                "target {id} changed, not listed in {listed:?}"
+            );
+        }
+    }
+
+    /// One random event over two reservation slots of 16 pages and four target ids.
+    fn random_event(pick: &[u64]) -> Event {
+        let slot = 0x10000 + (pick[1] % 2) * 0x20000;
+        let first = pick[2] % 16;
+        let n = 1 + pick[3] % (16 - first);
+        let range = ByteRange::new(slot + first * 0x1000, slot + (first + n) * 0x1000);
+        match pick[0] % 10 {
+            0 => Event::Reserve {
+                range: ByteRange::new(slot, slot + 0x10000),
+                readable: true,
+                writable: pick[4].is_multiple_of(2),
+                committed: false,
+                backing: Backing::Private,
+                host_base: None,
+            },
+            1 => Event::Release { base: slot },
+            2 => Event::Guard { range },
+            3 => Event::Unguard { range },
+            4 => Event::Commit { range },
+            5 => Event::Protect {
+                range,
+                readable: pick[4].is_multiple_of(2),
+                writable: pick[4].is_multiple_of(3),
+            },
+            6 => Event::Write {
+                address: range.start + 8,
+                bytes: vec![1; (n * 0x1000) as usize / 2],
+            },
+            7 => Event::AddTarget {
+                id: (pick[4] % 4) as u32,
+                name: String::new(),
+                range,
+            },
+            8 => Event::RemoveTarget {
+                id: (pick[4] % 4) as u32,
+            },
+            _ => Event::HostProtect {
+                range,
+                protection: HostProtection::Read,
+            },
+        }
+    }
+
+    proptest::proptest! {
+        /// Against a copy of the whole memory: whatever changed since any earlier count is listed.
+        #[test]
+        fn changed_since_lists_every_change(
+            events in proptest::collection::vec(proptest::collection::vec(0u64..1 << 20, 5), 1..120),
+            every in 1usize..8,
+        ) {
+            let mut m = mem();
+            let universe = ByteRange::new(0x10000, 0x40000);
+            let mut copies = vec![m.clone()];
+            for (i, pick) in events.iter().enumerate() {
+                let _ = m.apply(&random_event(pick));
+                for old in &copies {
+                    check_changes_cover(old, &m, universe, 4);
+                }
+                if i % every == 0 {
+                    copies.push(m.clone());
+                }
+            }
+        }
+    }
+
+    /// The log keeps at most [`STATE_LOG_CHANGES`] entries: past them a caller is told to copy
+    /// the whole state; a count this memory has not reached is refused too.
+    #[test]
+    fn the_change_log_is_bounded() {
+        let mut m = mem();
+        let start = m.state_changes();
+        assert_eq!(m.changed_since(start).unwrap().count(), 0);
+        assert!(m.changed_since(start + 1).is_none(), "a count not reached");
+        // Pages two apart never touch, so each page takes an entry (its guard and unguard one).
+        for i in 0..(STATE_LOG_CHANGES as u64 + 10) {
+            let page = 0x10000 + (i % 8) * 0x2000;
+            let range = ByteRange::new(page, page + 0x1000);
+            m.apply(&Event::Guard { range }).unwrap();
+            m.apply(&Event::Unguard { range }).unwrap();
+        }
+        assert!(m.log.entries.len() <= STATE_LOG_CHANGES);
+        assert!(m.changed_since(start).is_none(), "forgotten");
+        let now = m.state_changes();
+        let recent: Vec<_> = m.changed_since(now - 3).unwrap().copied().collect();
+        assert_eq!(recent.len(), 2, "the last two pages: {recent:?}");
+        // Neighbouring pages widen one entry.
+        let mut m = mem();
+        let c = m.state_changes();
+        for i in 0..16u64 {
+            let page = 0x10000 + i * 0x1000;
+            m.apply(&Event::Guard {
+                range: ByteRange::new(page, page + 0x1000),
+            })
+            .unwrap();
+        }
+        let listed: Vec<_> = m.changed_since(c).unwrap().copied().collect();
+        assert_eq!(
+            listed,
+            vec![StateChange::Pages(ByteRange::new(0x10000, 0x20000))]
+        );
+        assert!(
+            m.changed_since(c + 5).unwrap().count() == 1,
+            "a caller between the widened entry's changes still sees it"
+        );
+        // A page changed beside a wide change made before is not joined to it: a caller between
+        // the two looks at the one page.
+        let mut m = GuestMemory::new(0x1000).unwrap();
+        let wide = ByteRange::new(0x10000, 0x110000);
+        m.apply(&Event::Reserve {
+            range: wide,
+            readable: true,
+            writable: true,
+            committed: false,
+            backing: Backing::Private,
+            host_base: None,
+        })
+        .unwrap();
+        m.apply(&Event::Commit { range: wide }).unwrap();
+        let c = m.state_changes();
+        let page = ByteRange::new(0x10000, 0x11000);
+        m.apply(&Event::Guard { range: page }).unwrap();
+        let listed: Vec<_> = m.changed_since(c).unwrap().copied().collect();
+        assert_eq!(listed, vec![StateChange::Pages(page)]);
+        // A wide update that changes a few pages notes those pages.
+        let c = m.state_changes();
+        m.apply(&Event::Commit { range: wide }).unwrap();
+        assert_eq!(m.state_changes(), c, "all committed already");
+        m.apply(&Event::Unguard { range: wide }).unwrap();
+        let listed: Vec<_> = m.changed_since(c).unwrap().copied().collect();
+        assert_eq!(listed, vec![StateChange::Pages(page)]);
     }
 }

@@ -5,7 +5,10 @@
 //!
 //! Record kinds (the container's [`RecordKind`]s, next to `session`'s):
 //! - [`MEMORY_STATE`]: guest memory as the DISPATCH record before it left it ([`MemoryState`]:
-//!   reservations as runs of equal pages, and the protected targets), JSON, lz4.
+//!   reservations as runs of equal pages, and the protected targets), lz4; in one of two forms,
+//!   told apart by their first bytes: JSON (what builds before issue 41 wrote, still read), or
+//!   the binary form ([`MemoryDelta`], `memory_delta.rs`): the whole state, or its changes since
+//!   the MEMORY_STATE record before it (a delta never follows an unknown).
 //! - [`TABLE_STATE`]: the chunk table as the DISPATCH record before it left it ([`TableState`]),
 //!   a small JSON header then the slots as the device reads them (16 bytes each), lz4.
 //!
@@ -33,9 +36,17 @@ use crate::sample::{Sample, SampleError, Step};
 use crate::session::{
     CaptureFile, CaptureMeta, DispatchRecord, SessionError, capture_meta, contents_bytes,
 };
+use crate::versions::MEMORY_DELTA_MAGIC;
 use dispatchscope_core::chunk_table::{ChunkTable, TableError, TableSlot};
-use dispatchscope_core::memory::{GuestMemory, PageState, ProtectedTarget};
+use dispatchscope_core::memory::{GuestMemory, PageState, ProtectedTarget, Reservation};
 use dispatchscope_core::{ByteRange, CpuBackend, Engine};
+
+mod memory_delta;
+
+pub use memory_delta::{
+    MAX_MEMORY_DELTAS, MemoryDelta, MemoryImage, MemoryWriter, NoMemoryToChange, RunAt,
+    TargetChange,
+};
 
 /// Record kind: guest memory as the dispatch before it left it ([`MemoryState`]).
 pub const MEMORY_STATE: RecordKind = RecordKind(0x05);
@@ -78,29 +89,52 @@ pub struct MemoryState {
     pub targets: Vec<ProtectedTarget>,
 }
 
+impl ReservationState {
+    /// The runs of `r`, read (not changed): one step a run.
+    pub fn of(r: &Reservation) -> Self {
+        let mut runs: Vec<PageRunState> = Vec::new();
+        for (first, end, p) in r.pages.runs() {
+            let pages = end.saturating_sub(first);
+            match runs.last_mut() {
+                Some(last) if last.page == *p => last.pages += pages,
+                _ => runs.push(PageRunState { pages, page: *p }),
+            }
+        }
+        ReservationState {
+            range: r.range,
+            runs,
+        }
+    }
+
+    /// Checks that its runs cover it exactly, page by page, in pages of `page_bytes`.
+    pub fn check(&self, page_bytes: u64) -> Result<(), CheckpointError> {
+        if !page_bytes.is_power_of_two() {
+            return Err(CheckpointError::PageSize { page_bytes });
+        }
+        let pages: u64 = self
+            .runs
+            .iter()
+            .try_fold(0u64, |n, run| n.checked_add(run.pages))
+            .ok_or(CheckpointError::PageCount { range: self.range })?;
+        let want = self.range.size_bytes() / page_bytes;
+        if pages != want || !self.range.size_bytes().is_multiple_of(page_bytes) {
+            return Err(CheckpointError::Runs {
+                range: self.range,
+                want,
+                page_bytes,
+                pages,
+            });
+        }
+        Ok(())
+    }
+}
+
 impl MemoryState {
-    /// The state of `memory`, read (not changed): one pass over its pages.
+    /// The state of `memory`, read (not changed): one pass over its reservations' runs.
     pub fn of(memory: &GuestMemory) -> Self {
-        let reservations = memory
-            .reservations()
-            .map(|r| {
-                let mut runs: Vec<PageRunState> = Vec::new();
-                for (first, end, p) in r.pages.runs() {
-                    let pages = end.saturating_sub(first);
-                    match runs.last_mut() {
-                        Some(last) if last.page == *p => last.pages += pages,
-                        _ => runs.push(PageRunState { pages, page: *p }),
-                    }
-                }
-                ReservationState {
-                    range: r.range,
-                    runs,
-                }
-            })
-            .collect();
         Self {
             page_bytes: memory.page_bytes(),
-            reservations,
+            reservations: memory.reservations().map(ReservationState::of).collect(),
             targets: memory.targets().cloned().collect(),
         }
     }
@@ -112,36 +146,56 @@ impl MemoryState {
                 page_bytes: self.page_bytes,
             });
         }
-        for r in &self.reservations {
-            let pages: u64 = r
-                .runs
-                .iter()
-                .try_fold(0u64, |n, run| n.checked_add(run.pages))
-                .ok_or(CheckpointError::PageCount { range: r.range })?;
-            let want = r.range.size_bytes() / self.page_bytes;
-            if pages != want || r.range.size_bytes() % self.page_bytes != 0 {
-                return Err(CheckpointError::Runs {
-                    range: r.range,
-                    want,
-                    page_bytes: self.page_bytes,
-                    pages,
-                });
-            }
-        }
-        Ok(())
+        self.reservations
+            .iter()
+            .try_for_each(|r| r.check(self.page_bytes))
     }
 }
 
-/// A [`MEMORY_STATE`] record's payload for `state` (JSON).
+/// A [`MEMORY_STATE`] record's payload for `state` in the JSON form (what builds before issue 41
+/// wrote; [`MemoryWriter`] writes the binary form).
 pub fn encode_memory_state(state: &MemoryState) -> Vec<u8> {
     json(state)
 }
 
-/// Reads a [`MEMORY_STATE`] record's payload, checking that each reservation's runs cover it.
+/// Reads a whole [`MEMORY_STATE`] payload, JSON or binary, checking that each reservation's runs
+/// cover it; a delta is [`CheckpointError::MemoryDeltaAsWhole`] (rebuild it with
+/// [`StateIndex::rebuild_memory`]).
 pub fn decode_memory_state(bytes: &[u8]) -> Result<MemoryState, CheckpointError> {
+    if bytes.starts_with(&MEMORY_DELTA_MAGIC) {
+        return MemoryDelta::decode(bytes)?.to_state();
+    }
     serde_json::from_slice::<MemoryState>(bytes)
         .map_err(|e| CheckpointError::MemoryJson { why: e.to_string() })
         .and_then(|m| m.check().map(|()| m))
+}
+
+/// A [`MEMORY_STATE`] payload, read: a whole state (either form), or changes to the one before.
+enum MemoryPayload {
+    Whole(MemoryState),
+    Delta(MemoryDelta),
+}
+
+fn read_memory_payload(bytes: &[u8]) -> Result<MemoryPayload, CheckpointError> {
+    if bytes.starts_with(&MEMORY_DELTA_MAGIC) {
+        let d = MemoryDelta::decode(bytes)?;
+        return Ok(if d.whole {
+            MemoryPayload::Whole(d.to_state()?)
+        } else {
+            MemoryPayload::Delta(d)
+        });
+    }
+    decode_memory_state(bytes).map(MemoryPayload::Whole)
+}
+
+/// Checks a [`MEMORY_STATE`] payload's shape without rebuilding a state: JSON (its runs against
+/// its reservations) or the binary form (every field, [`MemoryDelta::decode`]). Returns whether
+/// it is a delta (changes to the state before it).
+pub fn check_memory_payload(bytes: &[u8]) -> Result<bool, CheckpointError> {
+    if bytes.starts_with(&MEMORY_DELTA_MAGIC) {
+        return Ok(!MemoryDelta::decode(bytes)?.whole);
+    }
+    decode_memory_state(bytes).map(|_| false)
 }
 
 /// The parameters of a saved chunk table; its slots follow them in the record: every slot, or
@@ -646,7 +700,84 @@ impl StateIndex {
     }
 }
 
-/// Why [`StateIndex::rebuild_table`] could not rebuild a table.
+impl StateIndex {
+    /// Guest memory as dispatch `pos` left it, rebuilt from the [`MEMORY_STATE`] records `read`
+    /// returns by record: the latest whole one at or before it and the deltas after that (at most
+    /// [`MAX_MEMORY_DELTAS`]); with the dispatch that wrote it and its record. `None` when no
+    /// dispatch up to `pos` had a memory record, or it is unknown there.
+    pub fn rebuild_memory<E>(
+        &self,
+        pos: usize,
+        read: impl FnMut(usize) -> Result<Vec<u8>, E>,
+    ) -> Result<Option<(usize, usize, MemoryState)>, Rebuild<E>> {
+        let k = self.memory.partition_point(|e| e.pos <= pos);
+        match k.checked_sub(1) {
+            None => Ok(None),
+            Some(last) => self.rebuild_memory_entry(last, read),
+        }
+    }
+
+    /// [`Self::rebuild_memory`] for the state whose latest record is `record` (what
+    /// [`Self::memory_at`] names); `None` when `record` is no memory record here, or says the
+    /// state is unknown.
+    pub fn rebuild_memory_record<E>(
+        &self,
+        record: usize,
+        read: impl FnMut(usize) -> Result<Vec<u8>, E>,
+    ) -> Result<Option<(usize, usize, MemoryState)>, Rebuild<E>> {
+        match self.memory.binary_search_by_key(&record, |e| e.record) {
+            Ok(last) => self.rebuild_memory_entry(last, read),
+            Err(_) => Ok(None),
+        }
+    }
+
+    fn rebuild_memory_entry<E>(
+        &self,
+        last: usize,
+        mut read: impl FnMut(usize) -> Result<Vec<u8>, E>,
+    ) -> Result<Option<(usize, usize, MemoryState)>, Rebuild<E>> {
+        let bad = |record: usize, error: CheckpointError| Rebuild::Bad { record, error };
+        let Some(&Entry {
+            pos: from,
+            record: idx,
+            known,
+        }) = self.memory.get(last)
+        else {
+            return Ok(None);
+        };
+        if !known {
+            return Ok(None);
+        }
+        // Walk back to a whole record, keeping the deltas.
+        let mut deltas: Vec<(usize, MemoryDelta)> = Vec::new();
+        let mut at = last;
+        let whole = loop {
+            let e = self.memory[at];
+            if !e.known {
+                return Err(bad(e.record, CheckpointError::MemoryDeltaAfterUnknown));
+            }
+            let bytes = read(e.record).map_err(Rebuild::Read)?;
+            match read_memory_payload(&bytes).map_err(|m| bad(e.record, m))? {
+                MemoryPayload::Whole(state) => break state,
+                MemoryPayload::Delta(d) => deltas.push((e.record, d)),
+            }
+            match at.checked_sub(1) {
+                Some(prev) if deltas.len() <= MAX_MEMORY_DELTAS => at = prev,
+                _ => return Err(bad(e.record, CheckpointError::NoWholeMemory)),
+            }
+        };
+        if deltas.is_empty() {
+            return Ok(Some((from, idx, whole)));
+        }
+        let mut image = MemoryImage::of(&whole).map_err(|m| bad(self.memory[at].record, m))?;
+        for (i, d) in deltas.iter().rev() {
+            image.apply(d).map_err(|m| bad(*i, m))?;
+        }
+        Ok(Some((from, idx, image.state())))
+    }
+}
+
+/// Why [`StateIndex::rebuild_table`] or [`StateIndex::rebuild_memory`] could not rebuild a state.
 #[derive(Debug)]
 pub enum Rebuild<E> {
     /// A record could not be read.
@@ -697,6 +828,139 @@ pub enum CheckpointError {
         /// The JSON reader's message.
         why: String,
     },
+    /// Bytes read as the binary memory form that do not start with its magic.
+    #[error("not a binary memory state (it starts with no `DSMD`)")]
+    NotMemoryDelta,
+    /// A binary memory state of a version this build does not read.
+    #[error(
+        "a binary memory state of version {found}; this build reads version {}",
+        crate::versions::MEMORY_DELTA_VERSION
+    )]
+    MemoryDeltaVersion {
+        /// The version word.
+        found: u32,
+    },
+    /// A binary memory state's form byte that is neither whole (0) nor changes (1).
+    #[error("a binary memory state of form {form} (0 whole, 1 changes)")]
+    MemoryDeltaForm {
+        /// The form byte.
+        form: u8,
+    },
+    /// A binary memory state that ends before a field.
+    #[error("a binary memory state cut short: {what} at byte {at}")]
+    MemoryDeltaCut {
+        /// The field.
+        what: &'static str,
+        /// Where it starts.
+        at: usize,
+    },
+    /// A varint longer than 64 bits.
+    #[error("a binary memory state: {what} at byte {at} is a varint past 64 bits")]
+    MemoryDeltaVarint {
+        /// The field.
+        what: &'static str,
+        /// Where it starts.
+        at: usize,
+    },
+    /// A count larger than the bytes left could hold.
+    #[error("a binary memory state of {count} {what}, more than its {left} bytes left can hold")]
+    MemoryDeltaCount {
+        /// What is counted.
+        what: &'static str,
+        /// The count.
+        count: u64,
+        /// The bytes left after it.
+        left: usize,
+    },
+    /// A range that is empty or passes the end of the address space.
+    #[error(
+        "a binary memory state: {what} at byte {at} is empty or passes the end of the address space"
+    )]
+    MemoryDeltaRange {
+        /// The range's part.
+        what: &'static str,
+        /// Where it starts.
+        at: usize,
+    },
+    /// A page state byte whose protection bits name no protection.
+    #[error(
+        "a binary memory state: page state {byte:#04x} at byte {at} has host protection 3 (0 none, 1 read, 2 read-write)"
+    )]
+    MemoryDeltaState {
+        /// The byte.
+        byte: u8,
+        /// Where it is.
+        at: usize,
+    },
+    /// A target id past 32 bits.
+    #[error("a binary memory state: the target id at byte {at} passes 32 bits")]
+    MemoryDeltaTargetId {
+        /// Where it starts.
+        at: usize,
+    },
+    /// A target's kind byte that is none of gone (0, changes only), trusted (1), not trusted (2).
+    #[error(
+        "a binary memory state: target {id} of kind {kind} (0 gone, in changes only; 1 trusted; 2 not trusted)"
+    )]
+    MemoryDeltaTargetKind {
+        /// The target.
+        id: u32,
+        /// Its kind byte.
+        kind: u8,
+    },
+    /// A target name that is not UTF-8.
+    #[error("a binary memory state: the name of target {id} is not UTF-8")]
+    MemoryDeltaName {
+        /// The target.
+        id: u32,
+    },
+    /// A whole binary memory state that clears ranges.
+    #[error("a whole binary memory state clears {n} ranges (only changes clear)")]
+    MemoryDeltaWholeCleared {
+        /// How many.
+        n: usize,
+    },
+    /// Bytes after a binary memory state's last field.
+    #[error("{extra} bytes after a binary memory state's last field")]
+    MemoryDeltaTrailing {
+        /// How many.
+        extra: usize,
+    },
+    /// Memory changes read where a whole state is wanted.
+    #[error("memory changes read as a whole memory state")]
+    MemoryDeltaAsWhole,
+    /// Memory changes in other pages than the state they change.
+    #[error("memory changes in pages of {page_bytes:#x} bytes to a state in pages of {state:#x}")]
+    MemoryDeltaPageSize {
+        /// The changes' page size.
+        page_bytes: u64,
+        /// The state's.
+        state: u64,
+    },
+    /// A reservation added over one the state holds.
+    #[error("memory changes add reservation {range} over the reservation at {existing}")]
+    MemoryDeltaOverlap {
+        /// The reservation added.
+        range: ByteRange,
+        /// The one it overlaps.
+        existing: ByteRange,
+    },
+    /// A page run in no one reservation of the state.
+    #[error("memory changes set {pages} pages from {start:#x}, which no one reservation holds")]
+    MemoryDeltaOutside {
+        /// The run's first byte.
+        start: u64,
+        /// Its pages.
+        pages: u64,
+    },
+    /// Memory changes that follow a record saying memory is unknown.
+    #[error("memory changes follow a record that says guest memory is unknown")]
+    MemoryDeltaAfterUnknown,
+    /// Memory changes with no whole state close enough before them.
+    #[error(
+        "memory changes with no whole memory state within {MAX_MEMORY_DELTAS} records before them"
+    )]
+    NoWholeMemory,
     /// A table record too short to hold its header's length.
     #[error("{bytes} bytes, less than the header length")]
     NoHeaderLength {
@@ -788,7 +1052,8 @@ pub struct Written {
 
 /// Replays `sample` on the CPU reference against its own device and writes it as a capture at
 /// `dest` (atomically), each dispatch with its report and, after each dispatch that changed them,
-/// a [`MEMORY_STATE`] and a [`TABLE_STATE`] record. Holds one report at a time; `progress` is
+/// a [`MEMORY_STATE`] (whole, or the changes since the last: [`MemoryWriter`]) and a
+/// [`TABLE_STATE`] record. Holds one report at a time; `progress` is
 /// called with the number of steps done.
 ///
 /// # Errors
@@ -819,7 +1084,9 @@ pub fn write_replayed_capture(
             }
         };
         let mut next_step = 0usize;
-        let mut last_memory: Option<MemoryState> = None;
+        let mut memories = MemoryWriter::default();
+        // The state_changes count of the memory state last written.
+        let mut memory_at: Option<u64> = None;
         let mut tables = TableWriter::default();
         let mut failed: Option<crate::capture::CaptureError> = None;
         let replayed = sample.replay(&mut engine, |engine, step, report| {
@@ -842,11 +1109,21 @@ pub fn write_replayed_capture(
                 };
                 w.append(RecordKind::DISPATCH, &json(&record), true)?;
                 written.dispatches += 1;
-                let memory = MemoryState::of(engine.memory());
-                if last_memory.as_ref() != Some(&memory) {
-                    w.append(MEMORY_STATE, &json(&memory), true)?;
-                    written.memory_states += 1;
-                    last_memory = Some(memory);
+                let memory = engine.memory();
+                let changes = memory.state_changes();
+                if memory_at != Some(changes) {
+                    let delta = memory_at.and_then(|at| MemoryDelta::since(memory, at));
+                    let payload = match delta.map(|d| memories.next_delta(&d)) {
+                        Some(Ok(p)) => p,
+                        None | Some(Err(NoMemoryToChange)) => {
+                            memories.next_state(&MemoryState::of(memory))
+                        }
+                    };
+                    if let Some(bytes) = payload {
+                        w.append(MEMORY_STATE, &bytes, true)?;
+                        written.memory_states += 1;
+                    }
+                    memory_at = Some(changes);
                 }
                 if let Some(bytes) = engine.table().and_then(|t| tables.next(t)) {
                     w.append(TABLE_STATE, &bytes, true)?;
@@ -900,10 +1177,21 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
         StateIndex::of(self.records())
     }
 
-    /// Reads the [`MEMORY_STATE`] record at `records()[idx]`.
-    pub fn memory_state(&mut self, idx: usize) -> Result<MemoryState, SessionError> {
-        let bytes = self.read_record(idx)?;
-        decode_memory_state(&bytes).map_err(|e| self.bad_record(idx, e))
+    /// Guest memory as dispatch `pos` left it, rebuilt from the [`MEMORY_STATE`] records `states`
+    /// names ([`StateIndex::rebuild_memory`]: the latest whole one and the deltas after it); with
+    /// the dispatch that wrote it and its record. `None` when no dispatch up to `pos` had a memory
+    /// record, or it is unknown there.
+    pub fn memory_at(
+        &mut self,
+        states: &StateIndex,
+        pos: usize,
+    ) -> Result<Option<(usize, usize, MemoryState)>, SessionError> {
+        states
+            .rebuild_memory(pos, |i| self.read_record(i))
+            .map_err(|e| match e {
+                Rebuild::Read(e) => e,
+                Rebuild::Bad { record, error } => self.bad_record(record, error),
+            })
     }
 
     /// Why the [`MEMORY_UNKNOWN`] or [`TABLE_UNKNOWN`] record at `records()[idx]` says a state
@@ -1059,6 +1347,137 @@ mod tests {
                 .to_string(),
             "page size 0x3 is not a power of two"
         );
+    }
+
+    /// Memory saved as whole records and deltas (issue 41) comes back as `MemoryState::of` gave
+    /// it at every dispatch, across unknown records and a log that no longer reaches back; a delta
+    /// after an unknown one, or with no whole record before it, is a named error.
+    #[test]
+    fn memory_deltas_rebuild_every_state() {
+        use dispatchscope_core::input::{Backing, Event};
+        const BASE: u64 = 0x1_0000_0000;
+        let sample = Sample::from_json(
+            crate::shipped::SAMPLES
+                .iter()
+                .find(|(n, _)| *n == "ray-traversal.json")
+                .unwrap()
+                .1,
+        )
+        .unwrap();
+        let meta = json(&capture_meta(&sample));
+        let mut w = CaptureWriter::to_sink(Vec::new(), &meta).unwrap();
+        let mut m = GuestMemory::new(0x1000).unwrap();
+        m.apply(&Event::Reserve {
+            range: ByteRange::new(BASE, BASE + (16 << 30)),
+            readable: true,
+            writable: true,
+            committed: true,
+            backing: Backing::Private,
+            host_base: None,
+        })
+        .unwrap();
+        let page = |n: u64| ByteRange::new(BASE + n * 0x1000, BASE + (n + 1) * 0x1000);
+        let mut writer = MemoryWriter::default();
+        let mut sent: Option<u64> = None;
+        let mut expected: Vec<Option<MemoryState>> = Vec::new();
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rand = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut deltas, mut wholes) = (0, 0);
+        for step in 0..300u64 {
+            w.append(RecordKind::DISPATCH, b"{}", false).unwrap();
+            // A thousand toggles a frame of 200 dispatches: five pages lowered or raised.
+            let toggles = if step == 150 { 10_000 } else { 5 };
+            for k in 0..toggles {
+                let p = rand() % (4 << 20);
+                let range = page(p);
+                let e = if (step + k) % 2 == 0 {
+                    Event::Guard { range }
+                } else {
+                    Event::Unguard { range }
+                };
+                m.apply(&e).unwrap();
+            }
+            if step == 100 {
+                w.append(MEMORY_UNKNOWN, b"budget spent", true).unwrap();
+                writer.reset();
+                sent = None;
+                expected.push(None);
+                continue;
+            }
+            let changes = m.state_changes();
+            let delta = sent.and_then(|at| MemoryDelta::since(&m, at));
+            if step == 150 {
+                assert!(delta.is_none(), "the log no longer reaches back");
+            }
+            let payload = match delta.map(|d| writer.next_delta(&d)) {
+                Some(Ok(p)) => p,
+                _ => writer.next_state(&MemoryState::of(&m)),
+            };
+            sent = Some(changes);
+            let mut p = payload.unwrap();
+            if step == 0 {
+                // An older build's whole state (JSON) is a base the binary deltas build on.
+                p = encode_memory_state(&MemoryState::of(&m));
+            }
+            if check_memory_payload(&p).unwrap() {
+                deltas += 1;
+            } else {
+                wholes += 1;
+            }
+            w.append(MEMORY_STATE, &p, true).unwrap();
+            expected.push(Some(MemoryState::of(&m)));
+        }
+        assert!(
+            deltas > 250 && wholes >= 3,
+            "{deltas} deltas, {wholes} whole"
+        );
+        let bytes = w.finish().unwrap();
+        let reader = CaptureReader::from_bytes(bytes).unwrap();
+        let mut file = CaptureFile::from_reader("m.dscap".into(), reader).unwrap();
+        let states = file.states();
+        for (pos, want) in expected.iter().enumerate() {
+            let got = file.memory_at(&states, pos).unwrap().map(|(from, _, m)| {
+                assert_eq!(from, pos);
+                m
+            });
+            assert_eq!(got.as_ref(), want.as_ref(), "dispatch {pos}");
+        }
+        // Damaged chains are named: a delta right after an unknown record, or with no whole one.
+        let mut index = StateIndex::default();
+        index.push(MEMORY_UNKNOWN, 0, 1);
+        index.push(MEMORY_STATE, 1, 2);
+        let delta = MemoryDelta {
+            page_bytes: 0x1000,
+            ..MemoryDelta::default()
+        }
+        .encode();
+        let read = |_: usize| -> Result<Vec<u8>, ()> { Ok(delta.clone()) };
+        assert!(matches!(
+            index.rebuild_memory(1, read),
+            Err(Rebuild::Bad {
+                record: 1,
+                error: CheckpointError::MemoryDeltaAfterUnknown
+            })
+        ));
+        let mut index = StateIndex::default();
+        index.push(MEMORY_STATE, 0, 1);
+        assert!(matches!(
+            index.rebuild_memory(0, read),
+            Err(Rebuild::Bad {
+                record: 1,
+                error: CheckpointError::NoWholeMemory
+            })
+        ));
+        assert!(matches!(
+            decode_memory_state(&delta),
+            Err(CheckpointError::MemoryDeltaAsWhole)
+        ));
+        assert!(index.rebuild_memory_record(5, read).unwrap().is_none());
     }
 
     #[test]

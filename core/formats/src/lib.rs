@@ -16,6 +16,7 @@ pub mod generate;
 pub mod history;
 pub mod instrumented;
 pub mod legacy;
+pub mod loss;
 pub mod message;
 pub mod packed;
 pub mod sample;

@@ -5,8 +5,15 @@
 //! and device as JSON), MEMORY records (initial contents: address, length, bytes; lz4), then one
 //! EVENTS record per memory event and one DISPATCH record per dispatch, in the order they happened.
 //! A DISPATCH record carries the dispatch's input and, when the recorder had it, its report, so
-//! dispatch N can be explained without replaying the rest. This module never draws and never runs
-//! a window; it runs the engine only when asked to replay.
+//! dispatch N can be explained without replaying the rest. Beside them: PROGRAM records
+//! ([`PROGRAM`]), the checkpoints of engine state ([`crate::checkpoint`]) and a DEVICE_LOSS record
+//! when the device was lost ([`crate::loss`]; [`CaptureFile::loss`]).
+//!
+//! The rule for record kinds: a reader reads the kinds it knows and skips every other kind below the
+//! container's own (0xf0 on, [`crate::capture`]), so a kind added later (DEVICE_LOSS, 0x0a, was) is
+//! skipped by an older build, never misread; a kind that changes what an old reader would make of
+//! the kinds it knows would need a new capture format version instead. This module never draws and
+//! never runs a window; it runs the engine only when asked to replay.
 
 use std::path::Path;
 
@@ -268,6 +275,8 @@ pub struct CaptureFile<R = std::io::BufReader<std::fs::File>> {
     path: String,
     reader: CaptureReader<R>,
     meta: CaptureMeta,
+    /// The device's loss, when the capture holds a DEVICE_LOSS record (the last one).
+    loss: Option<Box<dispatchscope_core::report::DeviceLossReport>>,
 }
 
 /// What a session file turned out to be.
@@ -440,9 +449,39 @@ impl<R: std::io::Read + std::io::Seek> CaptureFile<R> {
                 error: format!("format is {:?}, not {CAPTURE_FORMAT:?}", meta.format).into(),
             });
         }
-        let mut file = Self { path, reader, meta };
+        let mut file = Self {
+            path,
+            reader,
+            meta,
+            loss: None,
+        };
         file.read_programs()?;
+        file.read_loss()?;
         Ok(file)
+    }
+
+    /// Reads the last DEVICE_LOSS record, if any (through the index: one record).
+    fn read_loss(&mut self) -> Result<(), SessionError> {
+        let kind = crate::loss::DEVICE_LOSS;
+        let Some(n) = self.reader.len_of_kind(kind).checked_sub(1) else {
+            return Ok(());
+        };
+        let bytes = self
+            .reader
+            .nth_of_kind(kind, n)
+            .map_err(|error| SessionError::Capture {
+                path: self.path.clone(),
+                error,
+            })?;
+        let report = crate::loss::decode(&bytes).map_err(|e| self.bad(kind, n, e))?;
+        self.loss = Some(Box::new(report));
+        Ok(())
+    }
+
+    /// The device's loss report, when the session ended with the device lost (a DEVICE_LOSS
+    /// record): the dispatches in flight, where the fault landed, the findings.
+    pub fn loss(&self) -> Option<&dispatchscope_core::report::DeviceLossReport> {
+        self.loss.as_deref()
     }
 
     /// Adds the code of every PROGRAM record to the META's programs (a program the META names

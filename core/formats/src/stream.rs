@@ -1,5 +1,6 @@
 //! A session written as it happens: the capture's META first, then memory contents, events and
-//! dispatches appended in the order they ran, each record durable at the next flush. What an
+//! dispatches appended in the order they ran, each record durable at the next flush, and a
+//! DEVICE_LOSS record ([`crate::loss`]) when the emulator reports its device lost. What an
 //! embedding emulator uses to keep a capture of a running game (`dispatchscope-capi`).
 
 use std::path::Path;
@@ -85,13 +86,22 @@ impl SessionWriter {
         self.append(RecordKind::EVENTS, &payload, false)
     }
 
-    /// The device was lost (TODO(helper): a DEVICE_LOSS record).
+    /// The device was lost: appends `report` as a DEVICE_LOSS record ([`crate::loss`]) and makes
+    /// every record so far durable at once (what follows a lost device may be the process's end).
     pub fn device_lost(
         &mut self,
         report: &dispatchscope_core::report::DeviceLossReport,
     ) -> Result<(), SessionError> {
-        let _ = report;
-        Ok(())
+        let seq = self.writer.n_records();
+        let payload = crate::loss::encode(report).map_err(|e| SessionError::Record {
+            path: self.path.clone(),
+            seq,
+            kind: crate::loss::DEVICE_LOSS.to_string(),
+            offset: 0,
+            error: Box::new(e),
+        })?;
+        self.append(crate::loss::DEVICE_LOSS, &payload, true)?;
+        self.flush()
     }
 
     /// Appends a dispatch with its report (a DISPATCH record).

@@ -36,8 +36,28 @@ pub const RECORD_V3: u32 = RECORD_VERSIONED | 3;
 pub const INSTRUMENTED_VERSION: u16 = 2;
 
 /// The live protocol a target and a debugger speak (`dispatchscope_live::protocol::VERSION`); they
-/// talk only when theirs are equal, and an older peer is refused by name.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// talk only when theirs are equal, and an older peer is refused by name. Version 3 added the
+/// debugger's memory reads; version 4 a memory checkpoint that may be changes
+/// ([`MEMORY_DELTA_MAGIC`], issue 41), and the messages of dispatches in flight and of a lost
+/// device (wire kinds 6 and 7), which a version 3 debugger could not read: the handshake refuses
+/// it instead of a session that ends at the first dispatch prepared.
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// A live checkpoint message's layout (`dispatchscope_live::checkpoint`); a reader refuses any other.
-pub const CHECKPOINT_VERSION: u8 = 1;
+/// 2 since a memory part may be the binary form ([`MEMORY_DELTA_MAGIC`]: the whole state or its
+/// changes); version 1's memory part was JSON alone.
+pub const CHECKPOINT_VERSION: u8 = 2;
+
+/// The first bytes of a MEMORY_STATE record's binary form (`checkpoint::MemoryDelta`: the whole
+/// state, or its changes since the record before); the JSON form, which older builds wrote and
+/// every build reads, starts with `{`.
+pub const MEMORY_DELTA_MAGIC: [u8; 4] = *b"DSMD";
+
+/// The word after [`MEMORY_DELTA_MAGIC`]: the binary memory state's layout this build writes and
+/// reads; any other is refused by name. A build from before it reads the binary form as bad JSON
+/// (a named error, never a state shown wrong).
+pub const MEMORY_DELTA_VERSION: u32 = 1;
+
+/// A live flight message's layout (a dispatch prepared or abandoned, `dispatchscope_live::flight`);
+/// a reader refuses any other.
+pub const FLIGHT_VERSION: u8 = 1;

@@ -330,3 +330,129 @@ proptest! {
         }
     }
 }
+
+/// Memory checkpoints in the binary form (issue 41): a 16 GiB memory's whole state, then the
+/// changes after each step of a write-watch, targets and a reservation made and released.
+fn memory_payloads() -> Vec<Vec<u8>> {
+    use dispatchscope_core::addr::ByteRange;
+    use dispatchscope_core::input::{Backing, Event};
+    use dispatchscope_core::memory::GuestMemory;
+    use dispatchscope_formats::checkpoint::{MemoryDelta, MemoryState, MemoryWriter};
+    const BASE: u64 = 0x1_0000_0000;
+    let mut m = GuestMemory::new(0x1000).unwrap();
+    m.apply(&Event::Reserve {
+        range: ByteRange::new(BASE, BASE + (16 << 30)),
+        readable: true,
+        writable: true,
+        committed: true,
+        backing: Backing::Private,
+        host_base: None,
+    })
+    .unwrap();
+    let page = |n: u64| ByteRange::new(BASE + n * 0x1000, BASE + (n + 1) * 0x1000);
+    for n in 0..64u64 {
+        m.apply(&Event::Guard {
+            range: page(n * 65_537),
+        })
+        .unwrap();
+    }
+    let mut w = MemoryWriter::default();
+    let mut out = vec![w.next_state(&MemoryState::of(&m)).unwrap()];
+    let steps: Vec<Vec<Event>> = vec![
+        vec![
+            Event::Unguard { range: page(0) },
+            Event::Guard { range: page(5) },
+        ],
+        vec![Event::AddTarget {
+            id: 7,
+            name: "shadow map".into(),
+            range: ByteRange::new(BASE + 0x10, BASE + 0x9000),
+        }],
+        vec![Event::Write {
+            address: BASE + 0x20,
+            bytes: vec![1; 16],
+        }],
+        vec![Event::Reserve {
+            range: ByteRange::new(0x1000_0000, 0x1010_0000),
+            readable: true,
+            writable: false,
+            committed: false,
+            backing: Backing::Shared,
+            host_base: None,
+        }],
+        vec![
+            Event::RemoveTarget { id: 7 },
+            Event::Release { base: 0x1000_0000 },
+        ],
+    ];
+    for events in steps {
+        let at = m.state_changes();
+        for e in &events {
+            m.apply(e).unwrap();
+        }
+        let d = MemoryDelta::since(&m, at).unwrap();
+        out.push(w.next_delta(&d).unwrap().unwrap());
+    }
+    out
+}
+
+#[test]
+fn every_truncation_of_a_memory_payload_is_a_named_error() {
+    use dispatchscope_formats::checkpoint::check_memory_payload;
+    let payloads = memory_payloads();
+    assert!(!check_memory_payload(&payloads[0]).unwrap(), "whole");
+    for p in &payloads {
+        check_memory_payload(p).unwrap();
+        for cut in 0..p.len() {
+            let e = check_memory_payload(&p[..cut]).unwrap_err();
+            assert!(!e.to_string().is_empty(), "cut at {cut}");
+        }
+    }
+}
+
+/// The payloads as a capture's MEMORY_STATE records, one after each DISPATCH record.
+fn memory_capture(payloads: &[Vec<u8>]) -> Vec<u8> {
+    use dispatchscope_formats::capture::{CaptureWriter, RecordKind};
+    use dispatchscope_formats::checkpoint::MEMORY_STATE;
+    let meta = serde_json::json!({
+        "format": dispatchscope_formats::session::CAPTURE_FORMAT,
+        "sample_version": 1,
+        "title": "memory",
+        "description": "",
+        "device": dispatchscope_core::input::DeviceLimits::default(),
+    });
+    let mut w = CaptureWriter::to_sink(Vec::new(), meta.to_string().as_bytes()).unwrap();
+    for p in payloads {
+        w.append(RecordKind::DISPATCH, b"{}", false).unwrap();
+        w.append(MEMORY_STATE, p, true).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+    /// A memory payload with flipped bytes reads, applies and rebuilds, or is a named error at
+    /// each step, never a panic.
+    #[test]
+    fn a_memory_payload_with_flipped_bytes_never_panics(
+        pick in any::<prop::sample::Index>(),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+    ) {
+        let mut payloads = memory_payloads();
+        let k = pick.index(payloads.len());
+        for (at, x) in &flips {
+            let i = at.index(payloads[k].len());
+            payloads[k][i] ^= x | 1;
+        }
+        let reader = CaptureReader::from_bytes(memory_capture(&payloads)).unwrap();
+        let mut file = CaptureFile::from_reader("memory".into(), reader).unwrap();
+        let states = file.states();
+        for pos in 0..payloads.len() {
+            match file.memory_at(&states, pos) {
+                Ok(m) => prop_assert!(m.is_some()),
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+    }
+}

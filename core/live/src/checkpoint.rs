@@ -10,12 +10,17 @@
 //! commits, write-backs and hand-offs) and the dispatch's [`TableReport`](dispatchscope_core::report::TableReport) (the table changes only
 //! when a dispatch inserts, removes or rebuilds, which its report says). When neither moved since
 //! the last checkpoint that went into the queue, nothing more happens. When one did, the game
-//! thread copies that state ([`MemoryState::of`]: one pass over the reservations' runs, not their
-//! pages; [`TableImage::of`]: one copy of the slots) and queues the copy *together with the
-//! dispatch*, as one item: both go into the bounded queue or neither does. Encoding (JSON for
-//! memory, the table's delta against the last table sent) is the writer thread's.
+//! thread copies what changed and queues the copy *together with the dispatch*, as one item: both
+//! go into the bounded queue or neither does. What changed is, for memory, the runs over the pages
+//! the engine's log says changed since the count last queued ([`MemoryDelta::since`], over
+//! [`GuestMemory::changed_since`](dispatchscope_core::memory::GuestMemory::changed_since)), and
+//! for the table the slots the dispatch changed; where the log no longer reaches back, or the
+//! writer holds no state to change, the whole state is copied ([`MemoryState::of`]: one pass over
+//! the reservations' runs, not their pages; [`TableImage::of`]: one copy of the slots). Encoding
+//! (each state as a delta against the last one sent, or whole) is the writer thread's.
 //!
-//! The copies are bounded by a budget: the game thread spends at most
+//! The whole copies are bounded by a budget (the copies of changes are not: they cost what
+//! changed): the game thread spends at most
 //! [`crate::TapConfig::checkpoint_share`] of its time making them (a bucket of time that fills at
 //! that share of the wall clock, at most [`CHECKPOINT_BURST`]); a change that finds the bucket
 //! empty is sent as *unknown* instead (a few bytes, no copy), and the state is copied at the first
@@ -36,14 +41,15 @@
 //!
 //! | bytes | field | meaning |
 //! |---|---|---|
-//! | 0 | version `u8` | [`CHECKPOINT_VERSION`] (1); a reader refuses any other |
+//! | 0 | version `u8` | [`CHECKPOINT_VERSION`] (2); a reader refuses any other (version 1's memory part was JSON alone) |
 //! | 1..9 | dispatch `u64` LE | the dispatch that left this state (sent right after it) |
 //! | 9 | parts `u8` | 1 or 2 |
 //! | 10.. | parts | each: kind `u8` ([`PART_MEMORY`], [`PART_TABLE`], [`PART_MEMORY_UNKNOWN`], [`PART_TABLE_UNKNOWN`]), length `u32` LE, bytes |
 //!
-//! A memory part is a `MEMORY_STATE` record's payload, a table part a `TABLE_STATE` record's (full,
-//! or a delta against the last table part of the session), an unknown part its reason (UTF-8, at
-//! most [`MAX_REASON_BYTES`]); the store writes them unchanged. Each state appears at most once.
+//! A memory part is a `MEMORY_STATE` record's payload (whole, or a delta against the last memory
+//! part of the session: [`MemoryDelta`]'s binary form), a table part a `TABLE_STATE` record's
+//! (full, or a delta against the last table part of the session), an unknown part its reason
+//! (UTF-8, at most [`MAX_REASON_BYTES`]); the store writes them unchanged. Each state appears at most once.
 //! Every bad byte is a named [`CheckpointError`]; nothing here panics on input.
 
 use std::time::{Duration, Instant};
@@ -54,8 +60,8 @@ use dispatchscope_core::backend::Backend;
 use dispatchscope_core::engine::Engine;
 use dispatchscope_core::report::DispatchReport;
 use dispatchscope_formats::checkpoint::{
-    MemoryState, TableImage, TableWriter, check_table_payload, decode_memory_state,
-    encode_memory_state,
+    MemoryDelta, MemoryState, MemoryWriter, TableImage, TableWriter, check_memory_payload,
+    check_table_payload,
 };
 
 /// The version of a checkpoint message this build writes and reads (kept with every other version
@@ -257,8 +263,8 @@ impl Checkpoint {
     }
 
     /// Reads a message [`Self::encode`] wrote, checking every field and each state's payload
-    /// (a memory state's runs against its reservations, a table's header, slots and delta
-    /// entries).
+    /// (a memory state's runs against its reservations, a memory delta's every field, a table's
+    /// header, slots and delta entries).
     pub fn decode(bytes: &[u8]) -> Result<Checkpoint, CheckpointError> {
         let mut c = Cursor { bytes, at: 0 };
         let version = c.u8("the version")?;
@@ -289,7 +295,7 @@ impl Checkpoint {
             }
             *slot = Some(match kind {
                 PART_MEMORY => {
-                    decode_memory_state(body).map_err(|message| CheckpointError::Memory {
+                    check_memory_payload(body).map_err(|message| CheckpointError::Memory {
                         dispatch,
                         message: message.to_string(),
                     })?;
@@ -331,8 +337,31 @@ pub(crate) enum Copied<T> {
 #[derive(Debug)]
 pub(crate) struct StateCopy {
     pub(crate) dispatch: u64,
-    pub(crate) memory: Option<Copied<MemoryState>>,
+    pub(crate) memory: Option<Copied<MemoryCopy>>,
     pub(crate) table: Option<Copied<TableCopy>>,
+}
+
+/// Guest memory as the tap copied it: whole, or (where the engine's log reaches back to the count
+/// last queued) what changed since, so that a debugger attached to a game with 16 GiB mapped and
+/// a write-watch toggling pages copies the runs over the toggled pages, not every run.
+#[derive(Debug)]
+pub(crate) enum MemoryCopy {
+    /// The whole state, at [`GuestMemory::state_changes`](dispatchscope_core::memory::GuestMemory::state_changes) `changes`.
+    Whole {
+        /// The state.
+        state: MemoryState,
+        /// The count it was copied at.
+        changes: u64,
+    },
+    /// What took the state from count `from` to `to`.
+    Changes {
+        /// The count they change.
+        from: u64,
+        /// The count they make.
+        to: u64,
+        /// The changes.
+        delta: MemoryDelta,
+    },
 }
 
 /// The chunk table as the tap copied it: whole, or (where the last table it queued is the one the
@@ -366,9 +395,13 @@ pub(crate) struct Tracker {
     memory_sent: Option<u64>,
     /// Whether the table was queued as it stands.
     table_sent: bool,
-    /// The table version ([`dispatchscope_core::chunk_table::ChunkTable::version`]) last copied,
+    /// The table version ([`dispatchscope_core::chunk_table::ChunkTable::version`]) last queued,
     /// whole or by its changes, this session.
     table_version: Option<u64>,
+    /// The table version the last copy made, until it is queued ([`Self::queued_parts`]): a copy
+    /// the queue dropped leaves `table_version` where it was, so that the next copy is whole
+    /// rather than changes to a table the writer never got.
+    table_copied: Option<u64>,
     /// Game-thread time the budget holds.
     bucket: Duration,
     refilled: Instant,
@@ -382,6 +415,7 @@ impl Tracker {
             memory_sent: None,
             table_sent: false,
             table_version: None,
+            table_copied: None,
             // A share of 0 never copies: every change is sent as unknown.
             bucket: if share > 0.0 {
                 CHECKPOINT_BURST
@@ -413,6 +447,7 @@ impl Tracker {
             self.table_sent = false;
             self.table_version = None;
         }
+        self.table_copied = None;
         if report
             .table
             .as_ref()
@@ -438,10 +473,24 @@ impl Tracker {
         };
         let afford = !self.bucket.is_zero();
         let memory = memory_due.then(|| {
-            if afford {
-                Copied::State(MemoryState::of(engine.memory()))
-            } else {
-                Copied::Unknown(over("memory state"))
+            let m = engine.memory();
+            // Its changes: what changed, whatever the budget. The writer checks that it holds the
+            // state they change (a copy the queue dropped is covered: the count stays the one
+            // last queued).
+            match self
+                .memory_sent
+                .and_then(|from| Some((from, MemoryDelta::since(m, from)?)))
+            {
+                Some((from, delta)) => Copied::State(MemoryCopy::Changes {
+                    from,
+                    to: changes,
+                    delta,
+                }),
+                None if afford => Copied::State(MemoryCopy::Whole {
+                    state: MemoryState::of(m),
+                    changes,
+                }),
+                None => Copied::Unknown(over("memory state")),
             }
         });
         let table = table.map(|t| {
@@ -458,7 +507,7 @@ impl Tracker {
                 // Its changes: a few slots, whatever the budget. The writer checks that it holds
                 // the version they change (a copy the queue dropped would break the chain).
                 Some((from, slots)) => {
-                    self.table_version = Some(t.version());
+                    self.table_copied = Some(t.version());
                     Copied::State(TableCopy::Changes {
                         from,
                         to: t.version(),
@@ -469,7 +518,7 @@ impl Tracker {
                     })
                 }
                 None if afford => {
-                    self.table_version = Some(t.version());
+                    self.table_copied = Some(t.version());
                     Copied::State(TableCopy::Whole {
                         image: TableImage::of(t),
                         version: t.version(),
@@ -498,6 +547,7 @@ impl Tracker {
         }
         if table {
             self.table_sent = true;
+            self.table_version = self.table_copied.take();
         }
     }
 
@@ -507,29 +557,38 @@ impl Tracker {
         self.memory_sent = None;
         self.table_sent = false;
         self.table_version = None;
+        self.table_copied = None;
     }
 }
 
-/// The writer thread's side: encodes the copies of the dispatches it sent, each table as a delta
-/// against the last table it sent, and says *unknown* where a state could not be sent.
+/// The writer thread's side: encodes the copies of the dispatches it sent, each state as a delta
+/// against the last one it sent (or whole), and says *unknown* where a state could not be sent.
 #[derive(Debug, Default)]
 pub(crate) struct Writer {
     tables: TableWriter,
-    /// A table came as changes to one this writer does not hold: the game thread must copy the
-    /// next one whole ([`Writer::take_want_whole_table`]).
-    want_whole_table: bool,
+    /// A state came as changes to one this writer does not hold: the game thread must copy the
+    /// next ones whole ([`Writer::take_want_whole`]).
+    want_whole: bool,
     /// The version of the table `tables` last took, if it holds one.
     table_version: Option<u64>,
-    last_memory: Option<MemoryState>,
+    memories: MemoryWriter,
+    /// The memory's state count `memories` last took, if it holds a state.
+    memory_version: Option<u64>,
     /// The state of a dispatch that could not be sent is owed: the next dispatch sent says it is
     /// unknown unless it carries its own.
     owed: bool,
 }
 
 impl Writer {
-    /// Whether the game thread must copy the table whole next (asked once).
-    pub(crate) fn take_want_whole_table(&mut self) -> bool {
-        std::mem::take(&mut self.want_whole_table)
+    /// Whether the game thread must copy its states whole next (asked once).
+    pub(crate) fn take_want_whole(&mut self) -> bool {
+        std::mem::take(&mut self.want_whole)
+    }
+
+    /// Forgets the memory state sent: the next must be whole.
+    fn reset_memory(&mut self) {
+        self.memories.reset();
+        self.memory_version = None;
     }
 
     /// The message to send after dispatch `copy.dispatch`, which was sent; `None` when the copies
@@ -541,21 +600,47 @@ impl Writer {
                 copy.dispatch
             ))
         };
-        let memory = copy.memory.and_then(|m| match m {
-            Copied::State(m) if self.last_memory.as_ref() == Some(&m) => None,
-            Copied::State(m) => {
-                let bytes = encode_memory_state(&m);
-                if bytes.len() > max_part_bytes {
-                    self.last_memory = None;
-                    Some(too_large("memory state", bytes.len()))
-                } else {
-                    self.last_memory = Some(m);
+        let memory = copy.memory.and_then(|m| {
+            let (sent, to) = match m {
+                Copied::State(MemoryCopy::Whole { state, changes }) => {
+                    (Ok(self.memories.next_state(&state)), changes)
+                }
+                Copied::State(MemoryCopy::Changes { from, to, delta }) => {
+                    let sent = if self.memory_version == Some(from) {
+                        self.memories.next_delta(&delta).map_err(|_| ())
+                    } else {
+                        Err(())
+                    };
+                    (sent, to)
+                }
+                Copied::Unknown(why) => {
+                    self.reset_memory();
+                    return Some(StatePart::Unknown(why));
+                }
+            };
+            match sent {
+                Ok(None) => {
+                    self.memory_version = Some(to);
+                    None
+                }
+                Ok(Some(bytes)) if bytes.len() <= max_part_bytes => {
+                    self.memory_version = Some(to);
                     Some(StatePart::Known(bytes))
                 }
-            }
-            Copied::Unknown(why) => {
-                self.last_memory = None;
-                Some(StatePart::Unknown(why))
+                Ok(Some(bytes)) => {
+                    self.reset_memory();
+                    Some(too_large("memory state", bytes.len()))
+                }
+                // Not the state the changes change (none sent, or a copy between them dropped):
+                // unknown until a whole one is, which the game thread is asked for.
+                Err(()) => {
+                    self.reset_memory();
+                    self.want_whole = true;
+                    Some(StatePart::Unknown(format!(
+                        "guest memory after dispatch {} came as changes to a state this session did not send",
+                        copy.dispatch
+                    )))
+                }
             }
         });
         let table = copy.table.and_then(|t| match t {
@@ -581,7 +666,7 @@ impl Writer {
                 _ => {
                     self.tables.reset();
                     self.table_version = None;
-                    self.want_whole_table = true;
+                    self.want_whole = true;
                     Some(StatePart::Unknown(format!(
                     "the chunk table after dispatch {} came as changes to a table this session did not send",
                     copy.dispatch
@@ -647,7 +732,7 @@ impl Writer {
         };
         if c.memory.is_none() {
             c.memory = Some(why());
-            self.last_memory = None;
+            self.reset_memory();
         }
         if c.table.is_none() {
             c.table = Some(why());
@@ -674,7 +759,7 @@ mod tests {
         let t = ChunkTable::build(0x1000, 8, &[(1, 0x1000), (2, 0x2000)]).unwrap();
         Checkpoint {
             dispatch: 41,
-            memory: Some(StatePart::Known(encode_memory_state(&memory))),
+            memory: Some(StatePart::Known(MemoryDelta::whole_of(&memory).encode())),
             table: Some(StatePart::Known(TableImage::of(&t).encode())),
         }
     }
@@ -689,6 +774,16 @@ mod tests {
             },
             Checkpoint {
                 memory: None,
+                ..sample()
+            },
+            // The JSON form older targets sent is still a memory part.
+            Checkpoint {
+                memory: Some(StatePart::Known(
+                    dispatchscope_formats::checkpoint::encode_memory_state(&MemoryState {
+                        page_bytes: 0x1000,
+                        ..MemoryState::default()
+                    }),
+                )),
                 ..sample()
             },
         ] {
@@ -763,8 +858,18 @@ mod tests {
         }
         let named = |b: &[u8]| Checkpoint::decode(b).unwrap_err();
         let mut b = bytes.clone();
-        b[0] = 2;
-        assert_eq!(named(&b), CheckpointError::Version { found: 2 });
+        // Version 1 (memory parts in JSON alone) and a future one are refused by name.
+        for found in [1, CHECKPOINT_VERSION + 1] {
+            b[0] = found;
+            assert_eq!(named(&b), CheckpointError::Version { found });
+            assert!(
+                named(&b)
+                    .to_string()
+                    .contains(&format!("this build reads version {CHECKPOINT_VERSION}")),
+                "{}",
+                named(&b)
+            );
+        }
         let mut b = bytes.clone();
         b[9] = 3;
         assert_eq!(named(&b), CheckpointError::Parts { parts: 3 });
@@ -829,7 +934,10 @@ mod tests {
         let mut t = ChunkTable::build(0x1000, 8, &[(1, 0x1000)]).unwrap();
         let copy = |d, m: &MemoryState, t: &ChunkTable| StateCopy {
             dispatch: d,
-            memory: Some(Copied::State(m.clone())),
+            memory: Some(Copied::State(MemoryCopy::Whole {
+                state: m.clone(),
+                changes: 0,
+            })),
             table: Some(Copied::State(TableCopy::Whole {
                 image: TableImage::of(t),
                 version: t.version(),
@@ -930,7 +1038,8 @@ mod tests {
             "one slot's entry and a header: {} bytes",
             delta.len()
         );
-        // A copy the queue dropped breaks the chain: the next changes are not the writer's table's.
+        // A copy the queue dropped: the next copy is the whole table, never changes to a table the
+        // writer did not get.
         let toggle = |e: &mut Engine, p: HostProtection| {
             e.apply(&Event::HostProtect {
                 range: ByteRange::new(base + 0x9000, base + 0xa000),
@@ -944,12 +1053,20 @@ mod tests {
         drop(dropped);
         let r = toggle(&mut e, HostProtection::ReadWrite);
         let next = tracker.copy(1, &e, &r, 3).unwrap();
-        let m = w.message(next, 64 << 20).unwrap();
         assert!(
-            matches!(m.table, Some(StatePart::Unknown(_))),
-            "changes past a dropped copy are never applied to the older table: {m:?}"
+            matches!(next.table, Some(Copied::State(TableCopy::Whole { .. }))),
+            "changes past a dropped copy are never sent: {:?}",
+            next.table
         );
-        assert!(w.take_want_whole_table());
+        tracker.queued_parts((true, true), e.memory().state_changes());
+        // The table is back as the writer last sent it: nothing to send, and nothing unknown.
+        let m = w.message(next, 64 << 20);
+        assert!(
+            m.as_ref()
+                .is_none_or(|m| !matches!(m.table, Some(StatePart::Unknown(_)))),
+            "{m:?}"
+        );
+        assert!(!w.take_want_whole());
         // A writer that never held the table cannot take changes: unknown, and a whole one asked for.
         let mut fresh = Writer::default();
         e.apply(&Event::HostProtect {
@@ -961,6 +1078,128 @@ mod tests {
         let copy = tracker.copy(1, &e, &r, 2).unwrap();
         let m = fresh.message(copy, 64 << 20).unwrap();
         assert!(matches!(m.table, Some(StatePart::Unknown(_))));
-        assert!(fresh.take_want_whole_table());
+        assert!(fresh.take_want_whole());
+    }
+
+    /// Guest memory follows by what changed once the writer holds a state: the tap copies the
+    /// runs over the toggled pages (a few, not the thousands of a 16 GiB state with a busy
+    /// write-watch), the writer sends them as a delta; a copy the queue dropped is covered by the
+    /// next; changes to a state the writer does not hold are unknown and ask for a whole one.
+    #[test]
+    fn memory_follows_by_what_changed() {
+        use dispatchscope_core::addr::ByteRange;
+        use dispatchscope_core::input::{Backing, Reason};
+        use dispatchscope_core::{DeviceLimits, DispatchInput, Engine, Event};
+        use dispatchscope_formats::checkpoint::{MemoryImage, decode_memory_state};
+        let mut e = Engine::cpu(DeviceLimits::default()).unwrap();
+        let base = 0x1_0000_0000u64;
+        e.apply(&Event::Reserve {
+            range: ByteRange::new(base, base + (16 << 30)),
+            readable: true,
+            writable: true,
+            committed: true,
+            backing: Backing::Private,
+            host_base: None,
+        })
+        .unwrap();
+        let page = |n: u64| ByteRange::new(base + n * 0x1000, base + (n + 1) * 0x1000);
+        let input = DispatchInput {
+            program: 1,
+            reasons: vec![Reason::D758],
+            ..DispatchInput::default()
+        };
+        // The first dispatch maps the memory (M2 notes every page written); then a write-watch
+        // guards 2,000 pages: 4,000 runs.
+        e.dispatch(&input).unwrap();
+        for n in 0..2_000u64 {
+            e.apply(&Event::Guard {
+                range: page(n * 97),
+            })
+            .unwrap();
+        }
+        let n_runs = MemoryState::of(e.memory()).reservations[0].runs.len();
+        assert!(n_runs >= 4_000, "{n_runs} runs");
+        let mut tracker = Tracker::new(1.0);
+        let mut w = Writer::default();
+        let step = |e: &mut Engine,
+                    tracker: &mut Tracker,
+                    w: &mut Writer,
+                    index: u64,
+                    queued: bool|
+         -> Option<StatePart> {
+            let r = e.dispatch(&input).unwrap();
+            let copy = tracker.copy(1, e, &r, index)?;
+            if !queued {
+                return None;
+            }
+            tracker.queued_parts((true, true), e.memory().state_changes());
+            w.message(copy, 64 << 20)?.memory
+        };
+        let Some(StatePart::Known(whole)) = step(&mut e, &mut tracker, &mut w, 0, true) else {
+            panic!("the first state whole")
+        };
+        assert!(!check_memory_payload(&whole).unwrap());
+        let mut image = Some(MemoryImage::of(&decode_memory_state(&whole).unwrap()).unwrap());
+        let mut follow = |bytes: &[u8], e: &Engine| {
+            let d = MemoryDelta::decode(bytes).unwrap();
+            let i = image.as_mut().unwrap();
+            i.apply(&d).unwrap();
+            assert_eq!(i.state(), MemoryState::of(e.memory()));
+            d
+        };
+        // Five pages toggled: the tap copies their runs, not the state's.
+        for n in 0..5u64 {
+            e.apply(&Event::Unguard {
+                range: page(n * 97),
+            })
+            .unwrap();
+        }
+        let at = e.memory().state_changes();
+        let r = e.dispatch(&input).unwrap();
+        let copy = tracker.copy(1, &e, &r, 1).unwrap();
+        let Some(Copied::State(MemoryCopy::Changes { delta, .. })) = &copy.memory else {
+            panic!("{:?}", copy.memory)
+        };
+        assert!(delta.n_runs() <= 5, "{} runs", delta.n_runs());
+        assert!(at <= e.memory().state_changes());
+        tracker.queued_parts((true, true), e.memory().state_changes());
+        let m = w.message(copy, 64 << 20).unwrap();
+        let Some(StatePart::Known(bytes)) = &m.memory else {
+            panic!("{m:?}")
+        };
+        assert!(check_memory_payload(bytes).unwrap(), "a delta");
+        assert!(
+            bytes.len() < 64,
+            "{} bytes, whole {}",
+            bytes.len(),
+            whole.len()
+        );
+        follow(bytes, &e);
+        // A copy the queue dropped: the next copy's changes reach back past it.
+        e.apply(&Event::Unguard { range: page(970) }).unwrap();
+        assert!(step(&mut e, &mut tracker, &mut w, 2, false).is_none());
+        e.apply(&Event::Guard { range: page(5) }).unwrap();
+        let Some(StatePart::Known(bytes)) = step(&mut e, &mut tracker, &mut w, 3, true) else {
+            panic!("a state after the dropped one")
+        };
+        let d = follow(&bytes, &e);
+        assert!(d.n_runs() <= 4, "both changes: {d:?}");
+        // A writer that holds no state cannot take changes: unknown, and a whole one asked for.
+        let mut fresh = Writer::default();
+        e.apply(&Event::Unguard { range: page(5) }).unwrap();
+        let r = e.dispatch(&input).unwrap();
+        let copy = tracker.copy(1, &e, &r, 4).unwrap();
+        let m = fresh.message(copy, 64 << 20).unwrap();
+        assert!(matches!(m.memory, Some(StatePart::Unknown(_))));
+        assert!(fresh.take_want_whole());
+        // Asked to resend, the tap copies the whole state.
+        tracker.resend();
+        e.apply(&Event::Guard { range: page(5) }).unwrap();
+        let r = e.dispatch(&input).unwrap();
+        let copy = tracker.copy(1, &e, &r, 5).unwrap();
+        assert!(matches!(
+            copy.memory,
+            Some(Copied::State(MemoryCopy::Whole { .. }))
+        ));
     }
 }

@@ -118,6 +118,9 @@ pub fn record(
                 }
                 progress(rec.summary());
             }
+            // A lost device prepares nothing more: the target never pauses again, and the
+            // recording (its DEVICE_LOSS record written) is complete.
+            ToDebugger::DeviceLost(_) => break,
             ToDebugger::Resumed {
                 why: ResumeReason::Silent { .. },
                 ..

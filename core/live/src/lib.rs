@@ -8,7 +8,8 @@
 //! session to a crash-safe capture. The wire format is [`protocol`]'s (version 2's binary frames
 //! are [`wire`]'s); [`store`] keeps a whole live session on disk with a window of it in memory,
 //! and [`checkpoint`] sends the engine's memory and chunk-table state when it changes, so that a
-//! recording's panels are rebuilt for any dispatch as a file capture's are.
+//! recording's panels are rebuilt for any dispatch as a file capture's are; [`flight`] tells the
+//! debugger of dispatches in flight (prepared, abandoned) and of a lost device.
 //!
 //! This crate uses std threads and std::net only; the state the game thread and the socket
 //! threads share is `shared.rs`'s, which both `tap.rs` and `server.rs` import. It never draws and
@@ -18,6 +19,7 @@
 
 pub mod checkpoint;
 pub mod client;
+pub mod flight;
 pub mod headless;
 pub mod protocol;
 pub mod record;

@@ -39,6 +39,11 @@
 //!   [`crate::checkpoint`]), queued with the dispatch so that both or neither are dropped; a
 //!   state it could not send is marked unknown, never left stale.
 //!
+//! - **Dispatches in flight and a lost device.** An emulator that prepares many dispatches before
+//!   completing them has the tap send each one's state as it changes: [`ToDebugger::Prepared`],
+//!   [`ToDebugger::Abandoned`], and [`ToDebugger::DeviceLost`] with the engine's loss report
+//!   (message kinds `wire::MSG_FLIGHT` and `wire::MSG_DEVICE_LOSS`, [`crate::flight`]; version 4).
+//!
 //! - **Program code once.** When the target knows a program's code ([`crate::Tap::add_program`]),
 //!   [`ToDebugger::Program`] carries it once a session, just before the first dispatch that names
 //!   the program; a recording keeps it (the capture's META, or a PROGRAM record once the META is
@@ -58,7 +63,10 @@
 //! 2. The debugger answers [`ToTarget::Hello`] ([`DebuggerHello`]) with its version and token.
 //! 3. The target answers [`ToDebugger::Attached`], or [`ToDebugger::Refused`] and closes.
 //!
-//! Both sides speak exactly one version, [`VERSION`] (3), and talk only to the same version:
+//! Both sides speak exactly one version, [`VERSION`] (4: a memory checkpoint may be changes since
+//! the last, `crate::checkpoint`, and the messages of dispatches in flight and of a lost device,
+//! which a version 3 debugger could not read; 3 added memory reads), and talk only to the same
+//! version:
 //! older peers are refused by name, not served (serving them would mean keeping v1's JSON
 //! dispatch frames, the cost this version removes, and a second code path the tests must cover).
 //! The framing, both hellos' `type`, `protocol` and `version` fields, and [`ToDebugger::Refused`]
@@ -586,6 +594,32 @@ pub enum ToDebugger {
     /// `wire::MSG_CHECKPOINT`; see [`crate::checkpoint`]); only in binary frames.
     #[serde(skip)]
     Checkpoint(Box<crate::checkpoint::Checkpoint>),
+    /// A dispatch was prepared and is in flight: its report ([`ToDebugger::Dispatch`] of the same
+    /// index) comes at its complete, possibly after later dispatches were prepared (message kind
+    /// `wire::MSG_FLIGHT`, [`crate::flight`]; version 4, only in binary frames). A report or failure
+    /// of index N ends every dispatch in flight up to N: they complete in the order prepared.
+    #[serde(skip)]
+    Prepared {
+        /// Its index.
+        index: u64,
+        /// How it was planned.
+        mode: dispatchscope_core::report::Mode,
+        /// Its program.
+        program: u64,
+        /// Its label.
+        label: String,
+    },
+    /// A dispatch in flight was abandoned: it will not complete (message kind `wire::MSG_FLIGHT`).
+    #[serde(skip)]
+    Abandoned {
+        /// Its index.
+        index: u64,
+    },
+    /// The device was lost: the engine's report, every dispatch in flight named in it (message
+    /// kind `wire::MSG_DEVICE_LOSS`, a DEVICE_LOSS record's payload; version 4, only in binary
+    /// frames). Nothing more is prepared on that engine.
+    #[serde(skip)]
+    DeviceLost(Box<dispatchscope_core::report::DeviceLossReport>),
     /// The whole access list of a dispatch, as [`ToTarget::Detail`] asked.
     Detail {
         /// The dispatch.
@@ -678,6 +712,9 @@ impl ToDebugger {
             ToDebugger::Program { .. } => "program",
             ToDebugger::Dispatch { .. } | ToDebugger::Received(_) => "dispatch",
             ToDebugger::Checkpoint(_) => "checkpoint",
+            ToDebugger::Prepared { .. } => "prepared",
+            ToDebugger::Abandoned { .. } => "abandoned",
+            ToDebugger::DeviceLost(_) => "device-lost",
             ToDebugger::Detail { .. } => "detail",
             ToDebugger::DetailGone { .. } => "detail-gone",
             ToDebugger::Memory { .. } => "memory",

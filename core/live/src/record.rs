@@ -16,6 +16,9 @@
 //! `dispatchscope_formats::checkpoint::StateIndex` reads them; a table delta whose base the file
 //! lacks is written as unknown.
 //!
+//! The target's loss report ([`ToDebugger::DeviceLost`]) becomes a DEVICE_LOSS record
+//! ([`dispatchscope_formats::loss`]), flushed at once.
+//!
 //! [`crate::headless::record`] is the headless recorder, through a [`crate::LiveStore`]; a
 //! window that streams feeds its messages to a store too, and gaps from drops are counted in
 //! [`RecordSummary::missing`].
@@ -32,7 +35,8 @@ use dispatchscope_formats::capture::{
     CaptureError, CaptureWriter, MAX_DICTIONARY_BYTES, RecordKind,
 };
 use dispatchscope_formats::checkpoint::{
-    MEMORY_STATE, MEMORY_UNKNOWN, StateIndex, TABLE_STATE, TABLE_UNKNOWN, check_table_payload,
+    MEMORY_STATE, MEMORY_UNKNOWN, StateIndex, TABLE_STATE, TABLE_UNKNOWN, check_memory_payload,
+    check_table_payload,
 };
 use dispatchscope_formats::columns;
 use dispatchscope_formats::sample::Program;
@@ -100,6 +104,8 @@ pub struct RecordSummary {
     pub files: u64,
     /// Dispatches in the files the disk budget deleted.
     pub released: u64,
+    /// Whether the target's device was lost (a DEVICE_LOSS record was written).
+    pub device_lost: bool,
 }
 
 /// Appends a live session's messages to a capture; see the module docs.
@@ -126,6 +132,8 @@ pub struct CaptureRecorder {
     /// Whether a full table record was written since the start or the last unknown table, so
     /// that a delta has its base in the file.
     table_base: bool,
+    /// The same for memory: a whole MEMORY_STATE record since the start or the last unknown one.
+    memory_base: bool,
     /// A checkpoint of a dispatch the file does not hold (it came before its dispatch was
     /// recorded): the state of the next recorded dispatch unless that one brings its own.
     pending: Option<Checkpoint>,
@@ -177,15 +185,23 @@ enum Dictionary {
     Written,
 }
 
-/// `later` over `earlier`: each state the later one carries replaces the earlier one's. Two table
-/// parts cannot be merged (a delta needs the one before it in the file), so that one is unknown.
+/// `later` over `earlier`: each state the later one carries replaces the earlier one's. Two parts
+/// of a state cannot be merged where the later is a delta (it needs the one before it in the
+/// file), so that state is unknown.
 fn merge(earlier: Option<Checkpoint>, later: &Checkpoint) -> Checkpoint {
     let Some(mut c) = earlier else {
         return later.clone();
     };
     c.dispatch = later.dispatch;
-    if later.memory.is_some() {
-        c.memory.clone_from(&later.memory);
+    match (&c.memory, &later.memory) {
+        (_, None) => {}
+        (None, m) => c.memory.clone_from(m),
+        (Some(_), Some(StatePart::Known(b))) if check_memory_payload(b) == Ok(true) => {
+            c.memory = Some(StatePart::Unknown(
+                "two memory states came before their dispatch was recorded".into(),
+            ));
+        }
+        (Some(_), Some(_)) => c.memory.clone_from(&later.memory),
     }
     match (&c.table, &later.table) {
         (_, None) => {}
@@ -237,6 +253,7 @@ impl CaptureRecorder {
             states: StateIndex::default(),
             written_out: 0,
             table_base: false,
+            memory_base: false,
             pending: None,
             dictionary: Dictionary::None,
             meta: None,
@@ -292,6 +309,7 @@ impl CaptureRecorder {
         self.durable_bytes = 0;
         self.written_out = 0;
         self.table_base = false;
+        self.memory_base = false;
         self.pending = Some(match self.pending.take() {
             Some(p) => merge(Some(carried), &p),
             None => carried,
@@ -323,16 +341,30 @@ impl CaptureRecorder {
     }
 
     /// Writes checkpoint `c`'s states as the records of the dispatch recorded last: a known state
-    /// as its MEMORY_STATE or TABLE_STATE payload unchanged, an unknown one (or a table delta
-    /// whose base this file lacks) as MEMORY_UNKNOWN or TABLE_UNKNOWN with why.
+    /// as its MEMORY_STATE or TABLE_STATE payload unchanged, an unknown one (or a delta whose base
+    /// this file lacks) as MEMORY_UNKNOWN or TABLE_UNKNOWN with why.
     fn write_checkpoint(&mut self, c: &Checkpoint) -> Result<(), RecordError> {
         let Some(pos) = (self.summary.dispatches as usize).checked_sub(1) else {
             return Ok(());
         };
         if let Some(part) = &c.memory {
+            let late = "the recording began after the target's last whole memory state, so guest memory is not known until the next one";
             let (kind, bytes) = match part {
-                StatePart::Known(b) => (MEMORY_STATE, b.as_slice()),
-                StatePart::Unknown(why) => (MEMORY_UNKNOWN, why.as_bytes()),
+                StatePart::Known(b) => match check_memory_payload(b) {
+                    Ok(false) => {
+                        self.memory_base = true;
+                        (MEMORY_STATE, b.as_slice())
+                    }
+                    Ok(true) if self.memory_base => (MEMORY_STATE, b.as_slice()),
+                    _ => {
+                        self.memory_base = false;
+                        (MEMORY_UNKNOWN, late.as_bytes())
+                    }
+                },
+                StatePart::Unknown(why) => {
+                    self.memory_base = false;
+                    (MEMORY_UNKNOWN, why.as_bytes())
+                }
             };
             let seq = self.append(kind, bytes, true)?;
             self.push_state(kind, pos, seq);
@@ -590,6 +622,19 @@ impl CaptureRecorder {
                 } else {
                     self.pending = Some(merge(self.pending.take(), c));
                 }
+            }
+            // The loss, as the capture's DEVICE_LOSS record, durable at once: what follows a lost
+            // device may be the target's end, or the debugger's.
+            ToDebugger::DeviceLost(report) if self.writer.is_some() => {
+                let payload = dispatchscope_formats::loss::encode(report).map_err(|e| {
+                    RecordError::Encode {
+                        kind: "DEVICE_LOSS",
+                        message: e.to_string(),
+                    }
+                })?;
+                self.append(dispatchscope_formats::loss::DEVICE_LOSS, &payload, true)?;
+                self.summary.device_lost = true;
+                self.flush()?;
             }
             // The bytes as they came (`dispatchscope_formats::message`'s version 3 record, the
             // only one the wire's decoder makes): no decoding or encoding again. Its rows are

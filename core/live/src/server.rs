@@ -357,6 +357,11 @@ fn register(
         peer,
     });
     queue.push_control(ToDebugger::Attached { session: id });
+    // A device lost before this debugger attached: it learns of it first (under the control
+    // lock, which the tap's `device_lost` holds while it keeps the report).
+    if let Some(loss) = lock(&shared.loss).as_ref() {
+        queue.push_control(ToDebugger::DeviceLost(Box::new((**loss).clone())));
+    }
     shared.dispatches.store(0, Ordering::Relaxed);
     shared.events.store(0, Ordering::Relaxed);
     shared.tap_ns.store(0, Ordering::Relaxed);
@@ -546,6 +551,38 @@ fn read_loop(
     }
 }
 
+/// Adds program `program`'s code to the frame being built when the tap knows it and this session
+/// was not sent it yet (before the first message that names the program); returns the messages
+/// added (0 or 1).
+fn send_program(
+    shared: &Shared,
+    program: u64,
+    programs_sent: &mut std::collections::HashSet<u64>,
+    encoder: &mut Encoder,
+    out: &mut Vec<u8>,
+) -> u64 {
+    if programs_sent.contains(&program) {
+        return 0;
+    }
+    let Some(code) = lock(&shared.programs).get(&program).cloned() else {
+        return 0;
+    };
+    programs_sent.insert(program);
+    let code = ToDebugger::Program {
+        address: program,
+        code: code.to_vec(),
+    };
+    match encoder.push(code, out, &mut |_, _| {}) {
+        Ok(()) => 1,
+        Err(e) => {
+            shared.notice(format!(
+                "the code of program {program:#x} was not sent: {e}"
+            ));
+            0
+        }
+    }
+}
+
 /// Drains the queue to the socket and sends stats, until the queue closes or the socket fails.
 /// Messages go as binary frames ([`crate::wire`]), several to a frame; `attached` and a refusal go
 /// as JSON, as in every version.
@@ -587,7 +624,7 @@ fn write_loop(
                     // Sent only after its dispatch; a state whose dispatch was not sent is owed.
                     let c = if last_dispatch_sent == Some(copy.dispatch) {
                         let c = states.message(*copy, max_part);
-                        if states.take_want_whole_table() {
+                        if states.take_want_whole() {
                             queue.want_state();
                         }
                         c
@@ -605,24 +642,34 @@ fn write_loop(
                     }
                     continue;
                 }
+                Outgoing::Flight(note) => {
+                    if let crate::flight::FlightNote::Prepared { program, .. } = &note {
+                        sent += send_program(
+                            shared,
+                            *program,
+                            &mut programs_sent,
+                            &mut encoder,
+                            &mut out,
+                        );
+                    }
+                    match encoder.push_flight(&note, &mut out) {
+                        Ok(()) => sent += 1,
+                        Err(e) => shared.notice(format!(
+                            "dispatch {}'s flight message was not sent: {e}",
+                            note.index()
+                        )),
+                    }
+                    continue;
+                }
                 Outgoing::Dispatch(mut d) => {
                     let index = d.index;
-                    let program = d.input.program;
-                    if !programs_sent.contains(&program)
-                        && let Some(code) = lock(&shared.programs).get(&program).cloned()
-                    {
-                        programs_sent.insert(program);
-                        let code = ToDebugger::Program {
-                            address: program,
-                            code: code.to_vec(),
-                        };
-                        match encoder.push(code, &mut out, &mut keep) {
-                            Ok(()) => sent += 1,
-                            Err(e) => shared.notice(format!(
-                                "the code of program {program:#x} was not sent: {e}"
-                            )),
-                        }
-                    }
+                    sent += send_program(
+                        shared,
+                        d.input.program,
+                        &mut programs_sent,
+                        &mut encoder,
+                        &mut out,
+                    );
                     let pushed = encoder.push_dispatch(&mut d, &mut out, &mut keep);
                     queue.give_back(d);
                     match pushed {

@@ -153,6 +153,8 @@ pub(crate) enum Outgoing {
     Dispatch(Box<EncodedDispatch>),
     /// The engine state the dispatch queued just before it left ([`Queue::push_with_state`]).
     State(Box<crate::checkpoint::StateCopy>),
+    /// A dispatch prepared or abandoned ([`crate::flight`]), encoded by the writer.
+    Flight(crate::flight::FlightNote),
 }
 
 struct QueueInner {
@@ -260,11 +262,17 @@ impl Queue {
 
     /// Queues a control message, whatever the queue holds.
     pub(crate) fn push_control(&self, message: ToDebugger) {
+        self.push_control_item(Outgoing::Message(message));
+    }
+
+    /// Queues an item that must not be dropped (a control message, an abandon), whatever the
+    /// queue holds.
+    pub(crate) fn push_control_item(&self, item: Outgoing) {
         let mut q = lock(&self.inner);
         if q.closed {
             return;
         }
-        q.items.push_back(Outgoing::Message(message));
+        q.items.push_back(item);
         drop(q);
         self.ready.notify_one();
     }
@@ -470,6 +478,9 @@ pub(crate) struct Shared {
     pub(crate) tap_ns: AtomicU64,
     /// The code of the programs the emulator told the tap about, by address.
     pub(crate) programs: Mutex<HashMap<u64, Arc<[u8]>>>,
+    /// The engine's loss report, once the emulator said its device was lost: sent to the
+    /// debugger attached then, and to each one that attaches later.
+    pub(crate) loss: Mutex<Option<Arc<dispatchscope_core::report::DeviceLossReport>>>,
 }
 
 const MAX_NOTICES: usize = 256;
@@ -491,6 +502,7 @@ impl Shared {
             events: AtomicU64::new(0),
             tap_ns: AtomicU64::new(0),
             programs: Mutex::new(HashMap::new()),
+            loss: Mutex::new(None),
         }
     }
 

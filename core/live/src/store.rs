@@ -20,7 +20,10 @@
 //!
 //! The target's checkpoints of engine state are recorded after their dispatches; the recorder
 //! keeps where they are ([`LiveStore::states`], 24 bytes a checkpoint record), and
-//! [`LiveStore::memory_state`] and [`LiveStore::table_at`] read a dispatch's back from the file.
+//! [`LiveStore::memory_state`] (or [`LiveStore::memory_at`]) and [`LiveStore::table_at`] read a
+//! dispatch's back from the file, each rebuilt from its latest whole record and the deltas after it.
+//!
+//! A lost device's report is recorded as the capture's DEVICE_LOSS record ([`LiveStore::loss`]).
 //!
 //! The file is a capture like any other: `dispatchscope explain` and the app open it while it is
 //! being written (as a capture cut short) and after [`LiveStore::finish`] (through its index).
@@ -59,8 +62,8 @@ use crate::record::{CaptureRecorder, ClosedFile, RecordError, RecordSummary};
 use dispatchscope_core::report::{DispatchReport, Mode};
 use dispatchscope_formats::capture::{RecordKind, nth_record_from, read_record_at};
 use dispatchscope_formats::checkpoint::{
-    MEMORY_STATE, MEMORY_UNKNOWN, MemoryState, Rebuild, StateAt, StateIndex, TABLE_STATE,
-    TABLE_UNKNOWN, TableState, decode_memory_state,
+    MEMORY_STATE, MEMORY_UNKNOWN, MemoryDelta, MemoryState, Rebuild, StateAt, StateIndex,
+    TABLE_STATE, TABLE_UNKNOWN, TableState,
 };
 use dispatchscope_formats::session::DispatchRecord;
 
@@ -322,6 +325,8 @@ pub struct LiveStore {
     reader: Option<(String, File)>,
     /// The figures another thread reads without the lock.
     figures: Arc<StoreFigures>,
+    /// The target's loss report, once its device was lost (recorded as a DEVICE_LOSS record).
+    loss: Option<Box<dispatchscope_core::report::DeviceLossReport>>,
 }
 
 impl LiveStore {
@@ -347,7 +352,13 @@ impl LiveStore {
             window_len: options.window,
             reader: None,
             figures: Arc::default(),
+            loss: None,
         }
+    }
+
+    /// The target's loss report, once its device was lost (the capture's DEVICE_LOSS record).
+    pub fn loss(&self) -> Option<&dispatchscope_core::report::DeviceLossReport> {
+        self.loss.as_deref()
     }
 
     /// The store's figures, kept up to date as it takes messages: for a thread that shows them
@@ -456,6 +467,11 @@ impl LiveStore {
             self.roll(budget)?;
         }
         let Some(seq) = self.recorder.take_at(message)? else {
+            if let ToDebugger::DeviceLost(report) = message
+                && self.recorder.started()
+            {
+                self.loss = Some(report.clone());
+            }
             return Ok(false);
         };
         let (index, report) = match message {
@@ -532,7 +548,14 @@ impl LiveStore {
         self.flush_for_states()?;
         let memory_at = self.recorder.states().memory_state_at(pos);
         let table_at = self.recorder.states().table_state_at(pos);
-        let memory = self.carried_part(memory_at, MEMORY_STATE, MEMORY_UNKNOWN);
+        let memory = match memory_at {
+            StateAt::Known { .. } => Some(match self.memory_at(pos) {
+                Ok(Some((_, _, m))) => StatePart::Known(MemoryDelta::whole_of(&m).encode()),
+                Ok(None) => StatePart::Unknown("guest memory could not be rebuilt".into()),
+                Err(e) => StatePart::Unknown(carry_failed(&e)),
+            }),
+            at => self.carried_part(at, MEMORY_STATE, MEMORY_UNKNOWN),
+        };
         let table = match table_at {
             StateAt::Known { .. } => Some(match self.table_at(pos) {
                 Ok(Some((_, _, t))) => StatePart::Known(TableState::encode(&t.table)),
@@ -773,10 +796,54 @@ impl LiveStore {
         self.recorder.states()
     }
 
-    /// Guest memory's state from the MEMORY_STATE record `record` that [`Self::states`] names.
+    /// Guest memory's state as the MEMORY_STATE record `record` that [`Self::states`] names left
+    /// it: rebuilt from the latest whole record at or before it and the deltas after that
+    /// (`StateIndex::rebuild_memory_record`), so the Memory panel always gets a whole state.
     pub fn memory_state(&mut self, record: usize) -> Result<MemoryState, StoreError> {
-        let bytes = self.read_state(record, MEMORY_STATE)?;
-        decode_memory_state(&bytes).map_err(|e| self.state_error(record, e.to_string()))
+        self.flush_for_states()?;
+        let files = Files {
+            recorder: &self.recorder,
+            closed: &self.closed,
+            released_records: self.released_records,
+            released: self.released_at(self.released.dispatches.saturating_sub(1)),
+        };
+        let reader = &mut self.reader;
+        let rebuilt = files
+            .recorder
+            .states()
+            .rebuild_memory_record(record, |r| files.read(reader, r, MEMORY_STATE))
+            .map_err(|e| match e {
+                Rebuild::Read(e) => e,
+                Rebuild::Bad { record, error } => self.state_error(record, error.to_string()),
+            })?;
+        rebuilt
+            .map(|(_, _, m)| m)
+            .ok_or_else(|| self.state_error(record, "no memory state is recorded there".into()))
+    }
+
+    /// Guest memory as dispatch `pos` left it, rebuilt ([`Self::memory_state`]), with the dispatch
+    /// that wrote it and its record; `None` when none was recorded up to `pos` or it is unknown
+    /// there.
+    pub fn memory_at(
+        &mut self,
+        pos: usize,
+    ) -> Result<Option<(usize, usize, MemoryState)>, StoreError> {
+        self.flush_for_states()?;
+        let files = Files {
+            recorder: &self.recorder,
+            closed: &self.closed,
+            released_records: self.released_records,
+            released: self.released_at(pos),
+        };
+        let reader = &mut self.reader;
+        files
+            .recorder
+            .states()
+            .rebuild_memory(pos, |record| files.read(reader, record, MEMORY_STATE))
+            .map_err(|e| match e {
+                Rebuild::Read(e) => e,
+                Rebuild::Bad { record, error } => self.state_error(record, error.to_string()),
+            })
     }
 
     /// Why the MEMORY_UNKNOWN or TABLE_UNKNOWN record `record` says a state is unknown.

@@ -15,6 +15,11 @@
 //! program breakpoints) or right *after* one, inside its tap call, for what is only known once a
 //! dispatch ran (refusal, escape, probes). The tap pauses only at dispatches, never at events.
 //!
+//! An emulator that runs its own dispatches calls [`Tap::before_prepare`], [`Tap::after_prepare`]
+//! and [`Tap::after_complete`] around `Engine::prepare` and `Engine::complete`, with many
+//! dispatches in flight between (and [`Tap::abandoned`], [`Tap::device_lost`]): the debugger
+//! lists each one when it is prepared and gets its report at its complete ([`crate::flight`]).
+//!
 //! One tap serves one engine, called from the thread that submits its dispatches.
 //! The tap never changes what the engine does: the report the emulator gets is the engine's.
 
@@ -101,9 +106,20 @@ pub struct Tap {
     /// The mapping lists of the last dispatch sent, shared with the next ones while they stay
     /// the same ([`EncodedDispatch::of_into_sharing`]).
     last_mappings: Option<Arc<SharedMappings>>,
-    /// Whether a debugger was linked when the prepared dispatch began: a dispatch is sent only if
-    /// its beginning was seen (its snapshot and pauses), as [`Tap::dispatch`] does.
-    linked_before: bool,
+    /// The dispatches in flight whose prepare a debugger saw, oldest first, each with the session
+    /// that saw it: a dispatch is sent only if its beginning was seen (its snapshot and pauses), as
+    /// [`Tap::dispatch`] does, and only to that session. Many may be in flight
+    /// (`Engine::prepare` … `Engine::complete`, completed in the order prepared); a prepare that
+    /// failed leaves its entry until the next prepare takes its index.
+    seen: std::collections::VecDeque<(u64, u64)>,
+    /// The session's queue, kept from the last attached prepare, so that [`Tap::after_prepare`]
+    /// pushes without the control lock (a closed queue takes nothing).
+    link_queue: Option<(u64, Arc<Queue>)>,
+    /// The program and label of the dispatch being prepared, for its flight message.
+    upcoming: (u64, Arc<str>),
+    /// Each program's last label, shared with the flight messages (no allocation while a
+    /// program's label stays the same).
+    labels: std::collections::HashMap<u64, Arc<str>>,
     /// Time the game thread spent paused inside the attached path's current call, left out of
     /// [`Shared::tap_ns`].
     paused: Duration,
@@ -118,7 +134,10 @@ impl Tap {
             server: None,
             checkpoints: Tracker::new(0.0),
             last_mappings: None,
-            linked_before: false,
+            seen: std::collections::VecDeque::new(),
+            link_queue: None,
+            upcoming: (0, Arc::from("")),
+            labels: std::collections::HashMap::new(),
             paused: Duration::ZERO,
         }
     }
@@ -139,7 +158,10 @@ impl Tap {
             server: Some(server),
             checkpoints,
             last_mappings: None,
-            linked_before: false,
+            seen: std::collections::VecDeque::new(),
+            link_queue: None,
+            upcoming: (0, Arc::from("")),
+            labels: std::collections::HashMap::new(),
             paused: Duration::ZERO,
         })
     }
@@ -270,12 +292,12 @@ impl Tap {
         let index = engine.next_dispatch();
         let linked = self.before_attached(engine, input, index);
         self.charge(started);
-        if !linked {
+        let Some(session) = linked else {
             return run(engine, input);
-        }
+        };
         let mut result = run(engine, input);
         let started = Instant::now();
-        self.after_attached(engine, input, index, &mut result);
+        self.after_attached(engine, input, index, session, &mut result);
         self.charge(started);
         result
     }
@@ -291,38 +313,116 @@ impl Tap {
             .fetch_add(spent.as_nanos() as u64, Ordering::Relaxed);
     }
 
-    /// A dispatch was prepared and is in flight (TODO(helper): tell an attached debugger).
+    /// After [`Engine::prepare`] handed out `prepared`: an attached debugger that saw its
+    /// [`Tap::before_prepare`] learns it is in flight ([`ToDebugger::Prepared`], its index, mode,
+    /// program and label): one push onto the session's queue, dropped and counted when the queue
+    /// is full, as a dispatch is. Many dispatches may be in flight; each one's report goes at its
+    /// [`Tap::after_complete`]. Detached, one field read.
+    #[inline]
     pub fn after_prepare(&mut self, prepared: &dispatchscope_core::engine::Prepared) {
-        let _ = prepared;
+        if self
+            .seen
+            .back()
+            .is_some_and(|&(index, _)| index == prepared.index)
+        {
+            self.after_prepare_attached(prepared);
+        }
     }
 
-    /// A dispatch in flight was abandoned (TODO(helper): tell an attached debugger).
+    #[cold]
+    #[inline(never)]
+    fn after_prepare_attached(&mut self, prepared: &dispatchscope_core::engine::Prepared) {
+        let started = Instant::now();
+        if let (Some(&(_, session)), Some((linked, queue))) = (self.seen.back(), &self.link_queue)
+            && session == *linked
+        {
+            let (program, label) = &self.upcoming;
+            queue.push(Outgoing::Flight(crate::flight::FlightNote::Prepared {
+                index: prepared.index,
+                mode: prepared.mode,
+                program: *program,
+                label: Arc::clone(label),
+            }));
+        }
+        self.charge(started);
+    }
+
+    /// After [`Engine::abandon`]: dispatch `index` will not complete. An attached debugger that
+    /// saw it prepared learns so ([`ToDebugger::Abandoned`], never dropped). Detached, one field
+    /// read.
     pub fn abandoned(&mut self, index: u64) {
-        let _ = index;
+        let Some(at) = self.seen.iter().position(|&(i, _)| i == index) else {
+            return;
+        };
+        let Some((_, session)) = self.seen.remove(at) else {
+            return;
+        };
+        if let Some((linked, queue)) = &self.link_queue
+            && *linked == session
+        {
+            queue.push_control_item(Outgoing::Flight(crate::flight::FlightNote::Abandoned {
+                index,
+            }));
+        }
     }
 
-    /// The device was lost (TODO(helper): send the report to an attached debugger).
+    /// After [`Engine::device_lost`]: the engine's loss report goes to the attached debugger (never
+    /// dropped), and to every debugger that attaches later, first thing; the dispatches in flight
+    /// are forgotten (the report names them).
     pub fn device_lost(&mut self, report: &dispatchscope_core::report::DeviceLossReport) {
-        let _ = report;
+        self.seen.clear();
+        let c = lock(&self.shared.control);
+        *lock(&self.shared.loss) = Some(Arc::new(report.clone()));
+        if let Some(link) = &c.link {
+            link.queue
+                .push_control(ToDebugger::DeviceLost(Box::new(report.clone())));
+        }
     }
 
     /// For a dispatch the emulator runs itself through [`Engine::prepare`] and
-    /// [`Engine::complete`]: call it before prepare. A pause the debugger asked for (a step, a
-    /// breakpoint known beforehand) stops the calling thread here, before anything of the
-    /// dispatch happened. Detached, one relaxed load.
+    /// [`Engine::complete`]: call it before prepare (and [`Tap::after_prepare`] after it). A pause
+    /// the debugger asked for (a step, a breakpoint known beforehand) stops the calling thread
+    /// here, before anything of the dispatch happened. With many dispatches in flight a step of n
+    /// counts n reports ([`Tap::after_complete`]) and pauses at the first prepare after them: the
+    /// dispatches already prepared complete as the emulator completes them, and a debugger lists
+    /// them in flight meanwhile. Detached, one relaxed load.
     #[inline]
     pub fn before_prepare<B: Backend>(&mut self, engine: &Engine<B>, input: &DispatchInput) {
-        self.linked_before = self.is_attached() && {
-            let started = Instant::now();
-            let linked = self.before_attached(engine, input, engine.next_dispatch());
-            self.charge(started);
-            linked
-        };
+        if self.is_attached() {
+            self.before_prepare_attached(engine, input);
+        }
     }
 
-    /// After [`Engine::complete`] (or its failure): the report goes to an attached debugger, and a
-    /// breakpoint on what it shows (a refusal, an escape) stops the calling thread here.
-    /// Detached, one relaxed load.
+    #[cold]
+    #[inline(never)]
+    fn before_prepare_attached<B: Backend>(&mut self, engine: &Engine<B>, input: &DispatchInput) {
+        let started = Instant::now();
+        let index = engine.next_dispatch();
+        if let Some(session) = self.before_attached(engine, input, index) {
+            // A prepare that failed left its entry: this one takes its index.
+            while self.seen.back().is_some_and(|&(i, _)| i >= index) {
+                self.seen.pop_back();
+            }
+            self.seen.push_back((index, session));
+            let label = match self.labels.get(&input.program) {
+                Some(l) if **l == *input.label => Arc::clone(l),
+                _ => {
+                    if self.labels.len() >= MAX_LABELS_KEPT {
+                        self.labels.clear();
+                    }
+                    let l: Arc<str> = Arc::from(input.label.as_str());
+                    self.labels.insert(input.program, Arc::clone(&l));
+                    l
+                }
+            };
+            self.upcoming = (input.program, label);
+        }
+        self.charge(started);
+    }
+
+    /// After [`Engine::complete`] (or its failure) of dispatch `index`: the report goes to the
+    /// attached debugger that saw its prepare, and a breakpoint on what it shows (a refusal, an
+    /// escape) stops the calling thread here. Detached, one field read.
     #[inline]
     pub fn after_complete<B: Backend, E: std::fmt::Display + 'static>(
         &mut self,
@@ -331,15 +431,41 @@ impl Tap {
         index: u64,
         result: &mut Result<DispatchReport, E>,
     ) {
-        if std::mem::take(&mut self.linked_before) && self.is_attached() {
+        if !self.seen.is_empty() {
+            self.after_complete_seen(engine, input, index, result);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn after_complete_seen<B: Backend, E: std::fmt::Display + 'static>(
+        &mut self,
+        engine: &Engine<B>,
+        input: &DispatchInput,
+        index: u64,
+        result: &mut Result<DispatchReport, E>,
+    ) {
+        // Dispatches complete in the order prepared: an entry older than `index` is one whose
+        // prepare failed or that left flight unseen.
+        while self.seen.front().is_some_and(|&(i, _)| i < index) {
+            self.seen.pop_front();
+        }
+        let Some(&(i, session)) = self.seen.front() else {
+            return;
+        };
+        if i != index {
+            return;
+        }
+        self.seen.pop_front();
+        if self.is_attached() {
             let started = Instant::now();
-            self.after_attached(engine, input, index, result);
+            self.after_attached(engine, input, index, session, result);
             self.charge(started);
         }
     }
 
     /// Before the dispatch: a snapshot if one was asked for, then the pauses known beforehand.
-    /// Returns whether a debugger is linked (the dispatch is then sent after it ran).
+    /// Returns the session of the debugger linked (the dispatch is then sent to it after it ran).
     #[cold]
     #[inline(never)]
     fn before_attached<B: Backend>(
@@ -347,15 +473,24 @@ impl Tap {
         engine: &Engine<B>,
         input: &DispatchInput,
         index: u64,
-    ) -> bool {
+    ) -> Option<u64> {
         let shared = Arc::clone(&self.shared);
         let mut c = lock(&shared.control);
-        if c.link.is_none() {
-            return false;
+        let link = c.link.as_ref()?;
+        let session = link.id;
+        if self
+            .link_queue
+            .as_ref()
+            .is_none_or(|(id, _)| *id != session)
+        {
+            self.link_queue = Some((session, Arc::clone(&link.queue)));
         }
         if c.snapshot_wanted {
             c.snapshot_wanted = false;
             send_snapshot(&c, engine);
+            // A recorder begins at the snapshot: the states after it go whole, so that the deltas
+            // that follow have their base in its file.
+            self.checkpoints.resend();
         }
         let read = reader(engine);
         answer_reads(&mut c, &read);
@@ -364,10 +499,11 @@ impl Tap {
             drop(pause(&shared, c, index, why, Some(input), &read));
             self.paused += paused.elapsed();
         }
-        true
+        Some(session)
     }
 
-    /// After the dispatch: its report (or failure) to the debugger, then a pause it asked for.
+    /// After the dispatch: its report (or failure) to the debugger of `session`, the one that saw
+    /// it begin, then a pause it asked for.
     #[cold]
     #[inline(never)]
     fn after_attached<B: Backend, E: std::fmt::Display + 'static>(
@@ -375,12 +511,14 @@ impl Tap {
         engine: &Engine<B>,
         input: &DispatchInput,
         index: u64,
+        session: u64,
         result: &mut Result<DispatchReport, E>,
     ) {
         let shared = Arc::clone(&self.shared);
         let queue = lock(&shared.control)
             .link
             .as_ref()
+            .filter(|l| l.id == session)
             .map(|l| (Arc::clone(&l.queue), l.id));
         let Some((queue, session)) = queue else {
             return;
@@ -472,6 +610,9 @@ impl Drop for Tap {
         }
     }
 }
+
+/// Programs whose labels a tap keeps for its flight messages; past it the map starts again.
+const MAX_LABELS_KEPT: usize = 4096;
 
 /// The pause a dispatch meets before it runs, if any.
 fn pause_before(c: &Control, index: u64, input: &DispatchInput) -> Option<PauseReason> {

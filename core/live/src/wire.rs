@@ -10,6 +10,10 @@
 //! | 6.. | body | the messages; when compressed: their length `u32` LE (at most [`MAX_BODY_BYTES`], checked before anything is allocated), then one lz4 block (`lz4_flex::block`) |
 //!
 //! The messages are `count` values back to back, each one byte of kind then its encoding:
+//! - kind [`MSG_DEVICE_LOSS`] (7, version 4), the device was lost: the engine's loss report, a
+//!   DEVICE_LOSS record's payload ([`dispatchscope_formats::loss`]), after its `u32` LE length;
+//! - kind [`MSG_FLIGHT`] (6, version 4), a dispatch prepared or abandoned ([`crate::flight`]'s
+//!   layout) after its `u32` LE length;
 //! - kind [`MSG_CHECKPOINT`] (5), a checkpoint of engine state ([`crate::checkpoint`]'s layout)
 //!   after its `u32` LE length, right after the dispatch that left the state;
 //! - kind [`MSG_DISPATCH_PACKED`] (4), what a target sends for every dispatch: a `u32` LE length
@@ -21,7 +25,7 @@
 //! Kinds 1 to 3 (a dispatch as a MessagePack map with its access lists, then without them and
 //! [`dispatchscope_formats::columns`]' fixed-width rows after it, then as a dispatch message with
 //! those rows) were written only by targets of protocol version 2, which the handshake refuses
-//! ([`crate::protocol::VERSION`] is 3): no peer this side talks to sends them, so they are read
+//! ([`crate::protocol::VERSION`] is 4): no peer this side talks to sends them, so they are read
 //! as the named error [`RETIRED_KINDS`] gives, not decoded. A version 2 store's records of kind 3
 //! still read (the table of record forms in [`dispatchscope_formats::legacy`]).
 //!
@@ -85,6 +89,14 @@ pub const MSG_DISPATCH_PACKED: u8 = 4;
 /// A message's kind byte: a checkpoint of engine state ([`crate::checkpoint`]'s layout) after its
 /// `u32` LE length, sent right after the dispatch that left the state.
 pub const MSG_CHECKPOINT: u8 = 5;
+
+/// A message's kind byte: a dispatch prepared or abandoned ([`crate::flight`]'s layout) after its
+/// `u32` LE length (protocol version 4).
+pub const MSG_FLIGHT: u8 = 6;
+
+/// A message's kind byte: the device was lost, the engine's loss report as a DEVICE_LOSS record's
+/// payload ([`dispatchscope_formats::loss`]) after its `u32` LE length (protocol version 4).
+pub const MSG_DEVICE_LOSS: u8 = 7;
 
 /// The first byte of a binary payload.
 pub const BINARY_MAGIC: u8 = 0xb2;
@@ -318,8 +330,66 @@ impl Encoder {
                 self.push_dispatch(&mut d, out, cut)
             }
             ToDebugger::Checkpoint(c) => self.push_checkpoint(&c, out),
+            ToDebugger::Prepared {
+                index,
+                mode,
+                program,
+                label,
+            } => self.push_flight(
+                &crate::flight::FlightNote::Prepared {
+                    index,
+                    mode,
+                    program,
+                    label: Arc::from(label),
+                },
+                out,
+            ),
+            ToDebugger::Abandoned { index } => {
+                self.push_flight(&crate::flight::FlightNote::Abandoned { index }, out)
+            }
+            ToDebugger::DeviceLost(report) => self.push_loss(&report, out),
             other => self.add(&other, out),
         }
+    }
+
+    /// Adds a dispatch prepared or abandoned (message kind [`MSG_FLIGHT`]) to the frame being
+    /// built.
+    pub fn push_flight(
+        &mut self,
+        note: &crate::flight::FlightNote,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ProtocolError> {
+        self.one.clear();
+        self.one.push(MSG_FLIGHT);
+        self.one.extend_from_slice(&[0; 4]);
+        note.encode(&mut self.one);
+        self.finish_sized(out)
+    }
+
+    /// Adds the device's loss report (message kind [`MSG_DEVICE_LOSS`]) to the frame being built.
+    pub fn push_loss(
+        &mut self,
+        report: &dispatchscope_core::report::DeviceLossReport,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ProtocolError> {
+        self.one.clear();
+        self.one.push(MSG_DEVICE_LOSS);
+        self.one.extend_from_slice(&[0; 4]);
+        let payload = dispatchscope_formats::loss::encode(report)
+            .map_err(|e| malformed(format!("encoding the loss report: {e}")))?;
+        self.one.extend_from_slice(&payload);
+        self.finish_sized(out)
+    }
+
+    /// Writes the length of the sized message in `one` (its kind byte, then a `u32` LE length
+    /// word, then the body) and moves it into the frame being built.
+    fn finish_sized(&mut self, out: &mut Vec<u8>) -> Result<(), ProtocolError> {
+        let len = u32::try_from(self.one.len() - 5).map_err(|_| ProtocolError::TooLargeToSend {
+            len_bytes: self.one.len(),
+            max_bytes: self.max_frame_bytes,
+        })?;
+        self.one[1..5].copy_from_slice(&len.to_le_bytes());
+        self.add_one(out)
     }
 
     /// Adds a checkpoint (message kind [`MSG_CHECKPOINT`]) to the frame being built.
@@ -470,6 +540,22 @@ impl Encoder {
     }
 }
 
+/// The body of a sized message (a `u32` LE length, then that many bytes) at `de`'s position in
+/// `body`; `de` moves past it.
+fn sized<'b>(
+    de: &mut rmp_serde::Deserializer<rmp_serde::decode::ReadReader<Cursor<&'b [u8]>>>,
+    body: &'b [u8],
+    what: &'static str,
+) -> Result<&'b [u8], columns::ColumnsError> {
+    let from = de.position() as usize;
+    let mut r = columns::Reader::new(body.get(from..).unwrap_or_default());
+    let bytes = r
+        .u32(what)
+        .and_then(|len| r.take_bytes(what, u64::from(len)))?;
+    de.get_mut().set_position((from + r.position()) as u64);
+    Ok(bytes)
+}
+
 /// Reads frames on the debugger's side, JSON or binary, and puts the mapping state back into the
 /// reports that name it; one per session.
 #[derive(Debug, Default)]
@@ -598,10 +684,22 @@ impl Decoder {
                     let c = crate::checkpoint::Checkpoint::decode(bytes).map_err(|e| at(&e))?;
                     ToDebugger::Checkpoint(Box::new(c))
                 }
+                MSG_FLIGHT => {
+                    let bytes = sized(&mut de, body, "flight message").map_err(|e| at(&e))?;
+                    crate::flight::decode(bytes).map_err(|e| at(&e))?
+                }
+                MSG_DEVICE_LOSS => {
+                    let bytes = sized(&mut de, body, "loss report").map_err(|e| at(&e))?;
+                    let report = dispatchscope_formats::loss::decode(bytes).map_err(|e| at(&e))?;
+                    ToDebugger::DeviceLost(Box::new(report))
+                }
                 MSG_TAGGED => ToDebugger::deserialize(&mut de).map_err(|e| at(&e))?,
                 other => {
                     wire_kinds::check(other, MSG_DISPATCH_PACKED).map_err(|e| at(&e))?;
-                    return Err(at(&format!("unknown message kind {other}")));
+                    return Err(at(&format!(
+                        "unknown message kind {other}, from a target of another version (this side speaks protocol version {}: kinds {MSG_TAGGED}, {MSG_DISPATCH_PACKED} to {MSG_DEVICE_LOSS})",
+                        crate::protocol::VERSION
+                    )));
                 }
             };
             messages.push(m);

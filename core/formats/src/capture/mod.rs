@@ -35,6 +35,11 @@
 //! | 16..20  | crc32 `u32`         | crc32 over record bytes 0..16, then the stored payload |
 //! | 20..20+n| stored payload      | the caller's bytes, or when bit 0 is set: uncompressed length `u32` (at most [`MAX_RECORD_BYTES`]) then an lz4 block (`lz4_flex::block` format) |
 //!
+//! The caller's kinds are 0x00..=0xef; the container stores and indexes any of them alike, and
+//! never refuses one it has no name for. Which kinds a session holds, and that a reader skips a kind
+//! it does not know (so that a kind added later, such as DEVICE_LOSS 0x0a, is skipped by an older
+//! build), is `crate::session`'s rule.
+//!
 //! Container records, which the caller never appends and [`CaptureReader::records`] never lists:
 //!
 //! - `DICTIONARY` (kind 0xfc), appended by [`CaptureWriter::set_dictionary`]: at most

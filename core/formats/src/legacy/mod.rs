@@ -18,6 +18,22 @@
 //! | version 2: a dispatch message with fixed-width rows | `DSDC`, [`RECORD_V2`] | nothing since wire kind 4 (2026-12-02): version 2 targets' kind 3 messages, kept as they came | [`record_v2`] |
 //! | version 3: a dispatch message with packed rows | `DSDC`, [`RECORD_V3`] | a live store, from the bytes a target sent | [`crate::message::decode_record`] |
 //!
+//! # Every form of a MEMORY_STATE record's payload
+//!
+//! [`crate::checkpoint::decode_memory_state`] and [`crate::checkpoint::check_memory_payload`] tell
+//! them apart by their first bytes; the JSON form's reader is `serde_json`, nothing here.
+//!
+//! | form | first bytes | written by | read by |
+//! |---|---|---|---|
+//! | JSON, the whole state | `{` | builds before issue 41 (2026-12), and still the app's pass capture | `serde_json` and [`crate::checkpoint::MemoryState::check`] |
+//! | binary, the whole state | [`crate::versions::MEMORY_DELTA_MAGIC`] (`DSMD`), [`crate::versions::MEMORY_DELTA_VERSION`], form 0 | [`crate::checkpoint::MemoryWriter`]: live targets, `write_replayed_capture`, a live store's next file | [`crate::checkpoint::MemoryDelta::decode`] |
+//! | binary, changes since the record before | `DSMD`, [`crate::versions::MEMORY_DELTA_VERSION`], form 1 | the same, between whole ones | the same, applied by [`crate::checkpoint::StateIndex::rebuild_memory`] |
+//!
+//! A build from before the binary form reads it as bad JSON: a named error for that dispatch's
+//! memory, never a state shown wrong; a binary form of another version is refused by name
+//! ([`crate::checkpoint::CheckpointError::MemoryDeltaVersion`]). Live peers from before it speak
+//! protocol version 3 and are refused in the handshake.
+//!
 //! # The old forms
 //!
 //! - [`record_v2`]: a version 2 DISPATCH record (fixed-width rows inside a dispatch message).
