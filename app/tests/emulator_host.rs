@@ -412,6 +412,54 @@ fn chained_dispatches_in_one_submission_leave_every_word_the_reference_computes(
     assert!(text.contains("\n0 failures\n"), "{text}");
 }
 
+/// `--resolution`: the frame's first device-addressed pass covers a screen (a lane a pixel, the
+/// workgroups in rows of 8x8 tiles), every one of its words checked against the reference, and
+/// timed between two timestamps; the same with the raw helper (`--plain`) and the instrumented
+/// one, whose device log holds exactly the escapes predicted.
+#[test]
+fn the_screen_pass_covers_the_resolution_in_every_variant_and_is_timed() {
+    let exe = build();
+    for variant in ["--plain", "--header-less", "--instrumented"] {
+        let mut args = vec![
+            "--frames",
+            "3",
+            "--dispatches-per-frame",
+            "20",
+            "--resolution",
+            "136x64",
+        ];
+        if variant != "--header-less" {
+            args.push(variant);
+        }
+        let Some(text) = frames(&exe, &args) else {
+            return;
+        };
+        let sum = summary(&text);
+        assert_eq!(field(sum, "screen"), "136x64", "{sum}");
+        let want = match variant {
+            "--plain" => "raw",
+            "--instrumented" => "instrumented",
+            _ => "helper",
+        };
+        assert_eq!(field(sum, "screen_variant"), want, "{sum}");
+        assert_eq!(field(sum, "mismatches"), "0", "{sum}");
+        assert_eq!(number(sum, "screen_frames"), 2.0, "{sum}");
+        assert!(number(sum, "screen_us_median") > 0.0, "{sum}");
+        for line in frame_lines(&text) {
+            assert_eq!(field(line, "checks"), "ok", "{line}");
+            assert!(number(line, "screen_us") > 0.0, "{line}");
+        }
+        // 136x64 lanes' outputs are checked words: far more than the 128-lane passes leave.
+        assert!(number(sum, "checked_words") > 3.0 * 136.0 * 64.0, "{sum}");
+        assert!(text.contains("\n0 failures\n"), "{text}");
+    }
+    let Some((status, _, err)) = host_run(&exe, &["--frames", "1", "--resolution", "100x64"]) else {
+        return;
+    };
+    assert_eq!(status, Some(2), "{err}");
+    assert!(err.contains("multiples of 8"), "{err}");
+}
+
 /// The host loses its device on purpose: on lavapipe a pass whose loop bound comes from a read
 /// that escaped keeps the device busy, and the frame's fence wait times out after 2 s; the host
 /// calls `ds_engine_device_lost` and prints the loss report, which must name every dispatch in

@@ -8,7 +8,7 @@
 //   emulator-host [--frames N] [--dispatches-per-frame N] [--frames-in-flight K] [--guest-threads T]
 //                 [--plain] [--lose-device] [--listen ADDR] [--token T] [--guest-mib N] [--toggles N]
 //                 [--lock-every N] [--instrumented | --header] [--import-holders] [--heap-sets]
-//                 [--serial] [--validation] [--print-reports]
+//                 [--serial] [--resolution WxH] [--validation] [--print-reports]
 //
 // Guest memory (every region at a host address this program chooses):
 // - the heap: --guest-mib MiB reserved with mmap (MAP_NORESERVE, PROT_NONE), committed lazily (M2's
@@ -927,20 +927,29 @@ struct Reach {
     }
 };
 
-// shaders/device.spvasm, lane by lane: its writes, and each of lanes 0-3's misses (T4) as the
-// program logs them (1 the read-only store, 2 the shared load, 4 the shared store).
+// shaders/device.spvasm over `lanes` lanes, lane by lane: its writes, and each of lanes 0-3's
+// misses (T4) as the program logs them (1 the read-only store, 2 the shared load, 4 the shared
+// store). A lane's result depends only on g % 8 and g % count: a whole screen's lanes are the
+// first few's again.
 void ref_device(const RefMemory &m, const Reach &reach, uint64_t root, uint64_t out, uint64_t ro, uint64_t sh,
-                uint32_t v, Writes &w, uint32_t log[4]) {
+                uint32_t v, uint32_t lanes, Writes &w, uint32_t log[4]) {
     auto ld = [&](uint64_t a) { return reach(a) ? m.get(a) : 0u; };
-    uint32_t res[128];
-    for (uint32_t g = 0; g < 128; g++) {
-        uint64_t ia = root + 16 * (g & 7);
-        uint64_t bottom = (static_cast<uint64_t>(ld(ia + 4)) << 32) | ld(ia);
-        uint32_t count = ld(ia + 8), bias = ld(ia + 12);
-        uint32_t leaf = count ? ld(bottom + 4 * (g % count)) : 0;
-        res[g] = (leaf + bias) * 3 + v;
+    uint64_t bottom[8];
+    uint32_t count[8], bias[8];
+    for (uint32_t k = 0; k < 8; k++) {
+        uint64_t ia = root + 16 * k;
+        bottom[k] = (static_cast<uint64_t>(ld(ia + 4)) << 32) | ld(ia);
+        count[k] = ld(ia + 8);
+        bias[k] = ld(ia + 12);
     }
-    for (uint32_t g = 0; g < 128; g++)
+    std::vector<uint32_t> res(lanes);
+    for (uint32_t g = 0; g < lanes; g++) {
+        const uint32_t k = g & 7;
+        uint32_t leaf = count[k] ? ld(bottom[k] + 4 * (g % count[k])) : 0;
+        res[g] = (leaf + bias[k]) * 3 + v;
+    }
+    w.reserve(w.size() + lanes + 12);
+    for (uint32_t g = 0; g < lanes; g++)
         if (reach(out + 4 * g)) w.push_back({out + 4 * g, res[g]});
     for (uint32_t g = 0; g < 4; g++) {
         log[g] = 0;
@@ -948,7 +957,7 @@ void ref_device(const RefMemory &m, const Reach &reach, uint64_t root, uint64_t 
         else log[g] |= 1;
         if (!reach(sh + 4 * g)) log[g] |= 2;
         uint32_t s = ld(sh + 4 * g);
-        if (reach(out + 4 * (128 + g))) w.push_back({out + 4 * (128 + g), s + 1});
+        if (reach(out + 4 * (uint64_t(lanes) + g))) w.push_back({out + 4 * (uint64_t(lanes) + g), s + 1});
         if (reach(sh + 4 * (64 + g))) w.push_back({sh + 4 * (64 + g), res[g]});
         else log[g] |= 4;
     }
@@ -1010,6 +1019,10 @@ struct Layout {
     uint32_t per_frame = 0, units = 0, arenas = 0, n_d = 0, n_g = 0, n_b = 0, n_r = 0;
     bool heap_sets = false;  // --heap-sets: run 305's sets in the heap's arenas, not the shared region
     uint64_t sets_off = 0;   // where in a heap arena its sets start (--heap-sets)
+    // --resolution: the screen the frame's first device-addressed pass covers (one lane a pixel),
+    // and where in a heap arena its output lies (a word a lane and the four lanes' second words).
+    uint32_t screen_w = 0, screen_h = 0;
+    uint64_t screen_off = 0;
     uint64_t H = 0x100000000ull, heap_bytes = 0, arena_bytes = 0;
     uint64_t RO = 0x200000000ull, ro_bytes = 0, ro_lock_bytes = 0;
     uint64_t SH = 0x300000000ull, shared_bytes = 0;
@@ -1021,8 +1034,10 @@ struct Layout {
     static constexpr uint32_t MAX_THREADS = 12;
     static constexpr uint32_t COUNTS[8] = {16, 6, 16, 8, 16, 10, 16, 12};
 
-    void plan(uint32_t n, uint32_t in_flight, uint64_t heap, bool sets_in_heap) {
+    void plan(uint32_t n, uint32_t in_flight, uint64_t heap, bool sets_in_heap, uint32_t sw, uint32_t sh) {
         per_frame = n;
+        screen_w = sw;
+        screen_h = sh;
         heap_sets = sets_in_heap;
         units = (n + 9) / 10;
         arenas = in_flight + 1;
@@ -1039,6 +1054,10 @@ struct Layout {
         sets_off = round_up(UNIT + units * UNIT, SH_UNIT);
         // A chunk (T1, at most 64 KiB) never spans two arenas.
         arena_bytes = heap_sets ? sets_off + units * SH_UNIT : sets_off;
+        if (screen_w) {
+            screen_off = round_up(arena_bytes, SH_UNIT);
+            arena_bytes = screen_off + round_up(4 * (screen_lanes() + 4), SH_UNIT);
+        }
         if (ARENAS + arenas * arena_bytes > heap_bytes)
             die(format("--guest-mib: the heap's %u arenas of %llu KiB need %llu MiB", arenas,
                        static_cast<unsigned long long>(arena_bytes >> 10),
@@ -1057,6 +1076,14 @@ struct Layout {
     uint64_t guest_words(uint32_t a, uint32_t u, uint32_t t) const { return unit(a, u) + 0x1400 + 0x100 * t; }
     uint64_t sink(uint32_t a, uint32_t u, uint32_t i) const { return unit(a, u) + 0x2000 + 0x200 * i; }
     uint64_t hang_out(uint32_t a) const { return unit(a, 0) + 0x3000; }
+    uint64_t screen_lanes() const { return static_cast<uint64_t>(screen_w) * screen_h; }
+    uint64_t screen_out(uint32_t a) const { return arena(a) + screen_off; }
+    // The heap an --resolution run needs at least (MiB): the arenas and what lies before them.
+    static uint64_t heap_mib_for(uint32_t n, uint32_t in_flight, uint32_t sw, uint32_t sh) {
+        Layout l;
+        l.plan(n, in_flight, UINT64_MAX, false, sw, sh);
+        return (ARENAS + (in_flight + 1ull) * l.arena_bytes + (1ull << 20) - 1) >> 20;
+    }
     // Where the frame's deferred copy (C3) lands: the first words of the first unit's set A, which
     // its first bound pass reads (or a free heap page of the arena where a frame has no bound pass).
     uint64_t copy_at(uint32_t a) const { return n_b ? set_a(a, 0) : arena(a); }
@@ -1093,6 +1120,7 @@ struct Layout {
     bool guest_owned(uint64_t g) const {
         if (g >= arena(0) && g < arena(arenas)) {
             uint64_t off = (g - arena(0)) % arena_bytes;
+            if (screen_w && off >= screen_off) return false;
             if (off >= sets_off) {
                 uint64_t page = ((off - sets_off) % SH_UNIT) / PAGE;
                 return page >= 1 && page <= 6;
@@ -1129,6 +1157,8 @@ struct Options {
     uint32_t per_frame = 200, in_flight = 2, guest_threads = 4;
     uint64_t guest_mib = 8;
     uint32_t toggles = 100, lock_every = 8;
+    uint32_t screen_w = 0, screen_h = 0;  // --resolution WxH
+    bool guest_mib_given = false;
     bool plain = false, lose = false, instrumented = false, header = false, validation = false, print_reports = false,
          import_holders = false, heap_sets = false, serial = false;
     long lose_at = 2;
@@ -1152,6 +1182,11 @@ struct Rec {
     uint32_t log[4]{};  // the misses the reference predicts (device-addressed)
     uint64_t ro_addr = 0, sh_addr = 0, out_addr = 0;
     uint64_t engine_ns = 0;
+    // A device-addressed pass's grid in pixels (8x8 tiles, a lane a pixel): two tiles, or the
+    // screen (--resolution) for the frame's first.
+    uint32_t grid_w = GRID_W, grid_h = GRID_H;
+    bool screen = false;
+    uint64_t lanes() const { return static_cast<uint64_t>(grid_w) * grid_h; }
 };
 
 struct Segment {
@@ -1167,6 +1202,7 @@ struct FrameSlot {
     std::vector<Segment> segs;
     Buffer holders, masks, logs, instr, headers;
     uint64_t holders_used = 0, masks_used = 0;
+    VkQueryPool queries = VK_NULL_HANDLE;  // --resolution: the screen pass's two timestamps
     VkDescriptorPool dpool = VK_NULL_HANDLE;
     std::vector<VkDescriptorSet> bsets, gsets;
     VkDescriptorSet dset = VK_NULL_HANDLE;
@@ -1189,6 +1225,7 @@ struct FrameRec {
     // Where the game's thread spent the frame: recording it, waiting for its fences, checking it.
     uint64_t record_ns = 0, wait_ns = 0, complete_ns = 0, check_ns = 0;
     uint64_t hang_index = UINT64_MAX;
+    double screen_us = -1;  // --resolution: the screen pass's device time
     bool noted_left_out = false, noted_o7 = false, noted_instrumented = false;
     std::vector<std::string> notes;
 
@@ -1297,7 +1334,14 @@ class Host {
     uint32_t next_target = 1;
     GuestCode bound_code, device_code;
     ds_site sites[SITES]{};
-    uint64_t instr_words = 0, instr_stride = 0;
+    uint64_t instr_words = 0, instr_stride = 0, instr_words_screen = 0;
+    // Where a device-addressed pass's instrumented buffer lies in its frame's, and its words: the
+    // 128-lane passes' one after another, the screen pass's after them.
+    uint64_t instr_at(const Rec &r) const { return r.screen ? L.n_d * instr_stride : r.step.ordinal * instr_stride; }
+    uint64_t instr_n(const Rec &r) const { return r.screen ? instr_words_screen : instr_words; }
+    bool timestamps = false;
+    uint64_t ts_mask = ~0ull;  // the queue's timestampValidBits
+    std::vector<double> screen_us;  // the screen pass's device time, a frame
 
     // Between the game's thread and the guest threads.
     std::mutex sync_m;
@@ -1524,6 +1568,22 @@ void Host::make_device_objects() {
         check(ds_engine_instrumentation_init(engine, SITES, GRID_W, GRID_H, CANARY, nullptr, 0, &instr_words),
               "ds_engine_instrumentation_init (size)");
         instr_stride = round_up(4 * instr_words, 256);
+        if (L.screen_w)
+            check(ds_engine_instrumentation_init(engine, SITES, L.screen_w, L.screen_h, CANARY, nullptr, 0,
+                                                 &instr_words_screen),
+                  "ds_engine_instrumentation_init (size, the screen)");
+    }
+    // The screen pass's two timestamps, where the queue has them.
+    {
+        uint32_t n = 0;
+        vkGetPhysicalDeviceQueueFamilyProperties(vk.physical, &n, nullptr);
+        std::vector<VkQueueFamilyProperties> families(n);
+        vkGetPhysicalDeviceQueueFamilyProperties(vk.physical, &n, families.data());
+        timestamps = L.screen_w && vk.family < n && families[vk.family].timestampValidBits > 0 &&
+                     vk.props.limits.timestampComputeAndGraphics;
+        if (timestamps && families[vk.family].timestampValidBits < 64)
+            ts_mask = (1ull << families[vk.family].timestampValidBits) - 1;
+        if (L.screen_w && !timestamps) std::printf("screen: the queue has no timestamps; the pass is not timed\n");
     }
     const uint32_t K = o.in_flight;
     slots.resize(K);
@@ -1541,7 +1601,15 @@ void Host::make_device_objects() {
         fs.holders.make(vk, bytes, false);
         fs.masks.make(vk, bytes, false);
         fs.logs.make(vk, std::max<uint64_t>(1, L.n_d) * LOG_STRIDE, false);
-        if (o.instrumented) fs.instr.make(vk, std::max<uint64_t>(1, L.n_d) * instr_stride, true);
+        if (o.instrumented)
+            fs.instr.make(vk, std::max<uint64_t>(1, L.n_d) * instr_stride + round_up(4 * instr_words_screen, 256), true);
+        if (timestamps) {
+            VkQueryPoolCreateInfo qi{};
+            qi.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
+            qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+            qi.queryCount = 2;
+            check_vk(vkCreateQueryPool(vk.device, &qi, nullptr, &fs.queries), "vkCreateQueryPool");
+        }
         if (o.header) fs.headers.make(vk, std::max<uint64_t>(1, L.n_d) * 64 + 64, true);
         VkDescriptorPoolSize sizes[2] = {{SB, std::max<uint32_t>(1, 8 * L.n_b + 4 * L.n_g)},
                                          {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER_DYNAMIC, 1}};
@@ -1587,7 +1655,14 @@ void Host::setup() {
     if (o.in_flight < 1 || o.in_flight > 8) die("--frames-in-flight: 1 to 8");
     if (o.per_frame < 1 || o.per_frame * o.in_flight > 4000) die("--dispatches-per-frame: 1 to 4000 / frames in flight");
     if (o.lose) o.fence_timeout_ms = 2000;
-    L.plan(o.per_frame, o.in_flight, o.guest_mib << 20, o.heap_sets);
+    if (o.screen_w) {
+        if (o.screen_w % 8 || o.screen_h % 8 || o.screen_w > 8192 || o.screen_h > 8192)
+            die("--resolution WxH: multiples of 8 (8x8 tiles), at most 8192x8192");
+        if (o.header) die("--resolution: the header form's header buffer is not sized for a screen");
+        const uint64_t need = Layout::heap_mib_for(o.per_frame, o.in_flight, o.screen_w, o.screen_h);
+        if (!o.guest_mib_given) o.guest_mib = std::max(o.guest_mib, need);
+    }
+    L.plan(o.per_frame, o.in_flight, o.guest_mib << 20, o.heap_sets, o.screen_w, o.screen_h);
     map_memory();
     vk.open(o.validation);
     std::string rdna = EMULATOR_HOST_RDNA_DIR;
@@ -1617,6 +1692,11 @@ void Host::setup() {
                 "%u guest threads, %u toggles, %s\n",
                 L.per_frame, L.n_d, L.n_g, L.n_b, L.n_r, o.in_flight, o.guest_threads, o.toggles,
                 o.plain ? "plain (no engine)" : "through dispatchscope");
+    if (L.screen_w)
+        std::printf("screen: the first device-addressed pass of each frame covers %ux%u (%llu lanes), timed on the "
+                    "device; guest heap %llu MiB\n",
+                    L.screen_w, L.screen_h, static_cast<unsigned long long>(L.screen_lanes()),
+                    static_cast<unsigned long long>(o.guest_mib));
     first_contents();
     make_device_objects();
     for (uint32_t t = 0; t < o.guest_threads; t++) {
@@ -1971,7 +2051,9 @@ void Host::record_one(FrameRec &f, size_t i) {
 
 void Host::record_device(FrameRec &f, FrameSlot &fs, Rec &r, size_t) {
     const uint32_t a = f.arena, u = r.step.unit, sub = r.step.sub, ord = r.step.ordinal;
-    const uint64_t root = L.root(a, u, sub), out = L.out(a, u, sub);
+    r.screen = L.screen_w && ord == 0;
+    if (r.screen) r.grid_w = L.screen_w, r.grid_h = L.screen_h;
+    const uint64_t root = L.root(a, u, sub), out = r.screen ? L.screen_out(a) : L.out(a, u, sub);
     r.out_addr = out;
     r.ro_addr = o.plain ? L.sink(a, u, sub) : L.ro_at(a, ord);
     r.sh_addr = o.plain ? L.sink(a, u, sub) + 0x80 : L.SH;
@@ -2005,11 +2087,11 @@ void Host::record_device(FrameRec &f, FrameSlot &fs, Rec &r, size_t) {
             push[31] = static_cast<uint32_t>((fs.headers.address + at) >> 32);
         }
         if (o.instrumented) {
-            uint64_t at = ord * instr_stride;
-            uint64_t n = instr_words;
+            const uint64_t at = instr_at(r);
+            uint64_t n = instr_n(r);
             Clock::time_point t0 = Clock::now();
-            check(ds_engine_instrumentation_init(engine, SITES, GRID_W, GRID_H, CANARY,
-                                                 reinterpret_cast<uint32_t *>(fs.instr.ptr + at), instr_words, &n),
+            check(ds_engine_instrumentation_init(engine, SITES, r.grid_w, r.grid_h, CANARY,
+                                                 reinterpret_cast<uint32_t *>(fs.instr.ptr + at), instr_n(r), &n),
                   "ds_engine_instrumentation_init");
             r.engine_ns += ns_between(t0, Clock::now());
             push[DS_PUSH_INSTRUMENT] = static_cast<uint32_t>(fs.instr.address + at);
@@ -2029,6 +2111,8 @@ void Host::record_device(FrameRec &f, FrameSlot &fs, Rec &r, size_t) {
         push[2 * w + 1] = static_cast<uint32_t>(words[w] >> 32);
     }
     push[8] = r.value;
+    push[10] = r.grid_w / 8;  // workgroups a row
+    push[11] = static_cast<uint32_t>(r.lanes());
     std::memset(fs.logs.ptr + ord * LOG_STRIDE, 0xff, 16);
     Segment &sg = fs.segs[f.n_segs - 1];
     sg.recorded_any = true;
@@ -2039,11 +2123,19 @@ void Host::record_device(FrameRec &f, FrameSlot &fs, Rec &r, size_t) {
     uint32_t dyn = static_cast<uint32_t>(ord * LOG_STRIDE);
     vkCmdBindDescriptorSets(sg.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, device_p.layout, 0, 1, &fs.dset, 1, &dyn);
     vkCmdPushConstants(sg.cmd, device_p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, 128, push);
-    vkCmdDispatch(sg.cmd, 2, 1, 1);
+    // The screen pass between two timestamps (the device's own clock: its time alone, whatever the
+    // frame's other passes and the game's thread do).
+    if (r.screen && timestamps) {
+        vkCmdResetQueryPool(sg.cmd, fs.queries, 0, 2);
+        vkCmdWriteTimestamp(sg.cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, fs.queries, 0);
+    }
+    vkCmdDispatch(sg.cmd, r.grid_w / 8, r.grid_h / 8, 1);
+    if (r.screen && timestamps) vkCmdWriteTimestamp(sg.cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, fs.queries, 1);
     f.dispatches++;
     // What it leaves, from the reference as every earlier pass left it.
     Reach reach{&emu, o.plain, r.ro_locked, L.RO + L.ro_lock_bytes};
-    ref_device(ref_prep, reach, root, out, r.ro_addr, r.sh_addr, r.value, r.expect, r.log);
+    ref_device(ref_prep, reach, root, out, r.ro_addr, r.sh_addr, r.value, static_cast<uint32_t>(r.lanes()), r.expect,
+               r.log);
     apply_writes(ref_prep, r.expect);
 }
 
@@ -2337,6 +2429,13 @@ void Host::advance(FrameRec &f, uint64_t upto) {
 void Host::complete_one(FrameRec &f, Rec &r) {
     FrameSlot &fs = slots[f.slot];
     std::vector<std::pair<uint64_t, uint64_t>> handed;
+    if (r.screen && timestamps) {
+        uint64_t t[2] = {};
+        check_vk(vkGetQueryPoolResults(vk.device, fs.queries, 0, 2, sizeof t, t, sizeof t[0],
+                                       VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+                 "vkGetQueryPoolResults");
+        f.screen_us = static_cast<double>((t[1] - t[0]) & ts_mask) * vk.props.limits.timestampPeriod / 1000.0;
+    }
     if (!o.plain) {
         ds_completion c;
         std::memset(&c, 0, sizeof c);
@@ -2352,10 +2451,10 @@ void Host::complete_one(FrameRec &f, Rec &r) {
             in.size = sizeof in;
             in.n_sites = SITES;
             in.sites = sites;
-            in.width = GRID_W;
-            in.height = GRID_H;
-            in.words = reinterpret_cast<const uint32_t *>(fs.instr.ptr + r.step.ordinal * instr_stride);
-            in.n_words = instr_words;
+            in.width = r.grid_w;
+            in.height = r.grid_h;
+            in.words = reinterpret_cast<const uint32_t *>(fs.instr.ptr + instr_at(r));
+            in.n_words = instr_n(r);
             c.instrumentation = &in;
         }
         if (r.step.kind == KIND_B || r.step.kind == KIND_G) {
@@ -2441,7 +2540,7 @@ void Host::check_device(FrameRec &f, FrameSlot &fs, Rec &r, const std::vector<st
     if (was_handed(r.ro_addr) == r.ro_locked) f.fail("C2: the read-only region's hand-off is wrong");
     if (was_handed(r.sh_addr)) f.fail("C2: the shared region was handed off");
     if (o.instrumented) {
-        const uint64_t at = r.step.ordinal * instr_stride;
+        const uint64_t at = instr_at(r);
         uint32_t n = fs.instr.word(at + 4 * 16);
         uint32_t in_log = 0;
         for (uint32_t i = 0; i < n && i < ESC_CAP; i++) {
@@ -2589,6 +2688,7 @@ void Host::end_frame(FrameRec &f) {
     // frame, which compiles the pipelines, and a last one with no next left out).
     if (f.number > 0 && f.period_ms >= 0) frame_ms.push_back(ms);
     if (f.number > 0) {
+        if (f.screen_us >= 0) screen_us.push_back(f.screen_us);
         record_ms.push_back(f.record_ns / 1e6);
         wait_ms.push_back(f.wait_ns / 1e6);
         complete_ms.push_back(f.complete_ns / 1e6);
@@ -2602,11 +2702,12 @@ void Host::end_frame(FrameRec &f) {
     drains_reported = drains;
     const double engine_us = f.engine_dispatches ? f.engine_ns / 1000.0 / f.engine_dispatches : 0;
     const bool ok = f.failures == 0 && mismatches == 0;
-    std::printf("frame %ld: time_ms=%.2f engine_us=%.1f dispatches=%u refusals=%u escapes=%u predicted=%u carries=%u "
+    const std::string screen = f.screen_us >= 0 ? format(" screen_us=%.1f", f.screen_us) : "";
+    std::printf("frame %ld: time_ms=%.2f engine_us=%.1f%s dispatches=%u refusals=%u escapes=%u predicted=%u carries=%u "
                 "carries_guest=%u carries_holder=%u submissions=%u fence_waits=%u waits=%llu drains=%llu hand_offs=%u pages_written=%u (cpu %u, "
                 "host-write %u, hand-off %u, m2 %u, bound-store %u) committed=%u textures_dropped=%s mismatches=%u "
                 "checked_words=%llu checks=%s%s\n",
-                f.number, ms, engine_us, f.dispatches, f.refusals, f.escapes, f.predicted, f.carries, f.carries_guest,
+                f.number, ms, engine_us, screen.c_str(), f.dispatches, f.refusals, f.escapes, f.predicted, f.carries, f.carries_guest,
                 f.carries_holder, f.submissions,
                 f.fence_waits, static_cast<unsigned long long>(new_waits), static_cast<unsigned long long>(new_drains),
                 f.stats.hand_offs, f.stats.written(-1), f.stats.written(CAUSE_CPU), f.stats.written(CAUSE_WRITE),
@@ -2959,6 +3060,7 @@ int Host::teardown() {
         for (Segment &sg : fs.segs) vkDestroyFence(vk.device, sg.fence, nullptr);
         vkDestroyCommandPool(vk.device, fs.pool, nullptr);
         vkDestroyDescriptorPool(vk.device, fs.dpool, nullptr);
+        if (fs.queries) vkDestroyQueryPool(vk.device, fs.queries, nullptr);
         for (Buffer *b : {&fs.holders, &fs.masks, &fs.logs, &fs.instr, &fs.headers}) b->destroy(vk);
     }
     arena_import.destroy(vk);
@@ -2982,12 +3084,21 @@ int Host::teardown() {
             if (line.rfind("VmHWM:", 0) == 0) hwm_kib = std::strtol(line.c_str() + 6, nullptr, 10);
     }
     const double frames_n = frames_done ? static_cast<double>(frames_done) : 1.0;
+    // --resolution: the screen pass's device time over every frame but the first (its variant:
+    // the raw helper with --plain, the helper, or the instrumented helper).
+    const std::string screen_figures =
+        L.screen_w ? format("screen=%ux%u screen_variant=%s screen_us_median=%.1f screen_us_min=%.1f screen_frames=%zu ",
+                            L.screen_w, L.screen_h,
+                            o.plain ? "raw" : o.instrumented ? "instrumented" : "helper", quantile(screen_us, 0.5),
+                            screen_us.empty() ? 0.0 : *std::min_element(screen_us.begin(), screen_us.end()),
+                            screen_us.size())
+                   : "";
     std::printf("summary: mode=%s frames=%ld dispatches_per_frame=%u frames_in_flight=%u guest_threads=%u "
                 "submissions_per_frame=%.2f fence_waits_per_frame=%.2f mismatches=%llu checked_words=%llu waits=%llu "
                 "drains=%llu carries_per_frame=%.1f frame_ms_median=%.3f frame_ms_p95=%.3f "
                 "engine_ns_per_dispatch_median=%.0f engine_ns_per_dispatch_p95=%.0f record_ms_median=%.3f "
                 "fence_wait_ms_median=%.3f complete_ms_median=%.3f check_ms_median=%.3f peak_rss_mib=%.1f guest_mib=%llu toggles=%u "
-                "device=\"%s\"\n",
+                "%sdevice=\"%s\"\n",
                 o.plain ? "plain" : "engine", frames_done, L.per_frame, o.in_flight, o.guest_threads,
                 submissions_total / frames_n, fence_waits_total / frames_n,
                 static_cast<unsigned long long>(mismatches_total), static_cast<unsigned long long>(checked_total),
@@ -2995,7 +3106,7 @@ int Host::teardown() {
                 static_cast<unsigned long long>(drains), carries_total / frames_n, quantile(frame_ms, 0.5),
                 quantile(frame_ms, 0.95), quantile(ens, 0.5), quantile(ens, 0.95), quantile(record_ms, 0.5),
                 quantile(wait_ms, 0.5), quantile(complete_ms, 0.5), quantile(check_ms, 0.5), hwm_kib / 1024.0,
-                static_cast<unsigned long long>(o.guest_mib), o.toggles, vk.name.c_str());
+                static_cast<unsigned long long>(o.guest_mib), o.toggles, screen_figures.c_str(), vk.name.c_str());
     for (auto &n : guest_notes) std::printf("  guest thread: %s\n", n.c_str());
     const uint64_t failures = failures_total + guest_failures.load();
     std::printf("validation messages: %u\n", messages);
@@ -3018,7 +3129,12 @@ int main(int argc, char **argv) {
         else if (a == "--dispatches-per-frame" && more) o.per_frame = static_cast<uint32_t>(number(i));
         else if (a == "--frames-in-flight" && more) o.in_flight = static_cast<uint32_t>(number(i));
         else if (a == "--guest-threads" && more) o.guest_threads = static_cast<uint32_t>(number(i));
-        else if (a == "--guest-mib" && more) o.guest_mib = number(i);
+        else if (a == "--guest-mib" && more) o.guest_mib = number(i), o.guest_mib_given = true;
+        else if (a == "--resolution" && more) {
+            unsigned w = 0, h = 0;
+            if (std::sscanf(argv[++i], "%ux%u", &w, &h) != 2 || !w || !h) die("--resolution WxH, e.g. 1920x1080");
+            o.screen_w = w, o.screen_h = h;
+        }
         else if (a == "--toggles" && more) o.toggles = static_cast<uint32_t>(number(i));
         else if (a == "--lock-every" && more) o.lock_every = static_cast<uint32_t>(number(i));
         else if (a == "--plain") o.plain = true;
@@ -3034,7 +3150,7 @@ int main(int argc, char **argv) {
             die("usage: emulator-host [--frames N] [--dispatches-per-frame N] [--frames-in-flight K] "
                 "[--guest-threads T] [--plain] [--lose-device] [--listen ADDR] [--token T] [--guest-mib N] "
                 "[--toggles N] [--lock-every N] [--instrumented | --header] [--import-holders] [--heap-sets] "
-                "[--serial] [--validation] [--print-reports]");
+                "[--serial] [--resolution WxH] [--validation] [--print-reports]");
     }
     if (o.guest_mib < 2 || o.guest_mib > 16384) die("--guest-mib: 2 to 16384");
     Host host(o);
