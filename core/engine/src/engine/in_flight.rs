@@ -153,6 +153,12 @@ pub(super) struct Flights {
     longest_holder: u64,
     /// The device-addressed dispatches in flight, oldest first.
     device_addressed: VecDeque<u64>,
+    /// The written holders in flight, in prepare order and each dispatch's in slot order: what
+    /// `chains` looks at, without a walk over every dispatch in flight. A copy holder among them
+    /// is written back at its complete; one in place wrote the guest's pages on the device.
+    writers: Vec<(u64, Held)>,
+    /// The table versions read in flight: (build, version) → how many dispatches.
+    table_versions: BTreeMap<(u64, u64), usize>,
     /// Emptied entries, kept for their allocations.
     spare: Vec<InFlight>,
 }
@@ -172,6 +178,10 @@ impl Flights {
 
     pub fn iter(&self) -> impl Iterator<Item = &InFlight> {
         self.queue.iter()
+    }
+
+    fn get(&self, index: u64) -> Option<&InFlight> {
+        self.queue.iter().rev().find(|f| f.index == index)
     }
 
     pub fn get_mut(&mut self, index: u64) -> Option<&mut InFlight> {
@@ -197,6 +207,15 @@ impl Flights {
         if f.mapped {
             self.device_addressed.push_back(f.index);
         }
+        self.writers.extend(
+            f.holders
+                .iter()
+                .filter(|h| h.written)
+                .map(|h| (f.index, *h)),
+        );
+        if let Some(at) = f.table_at {
+            *self.table_versions.entry(at).or_default() += 1;
+        }
         self.queue.push_back(f);
     }
 
@@ -214,6 +233,27 @@ impl Flights {
         }
         if self.queue.is_empty() {
             self.longest_holder = 0;
+        }
+        if f.holders.iter().any(|h| h.written) {
+            // Dispatches complete oldest first: their holders lead the list.
+            let n = self
+                .writers
+                .iter()
+                .take_while(|(d, _)| *d == f.index)
+                .count();
+            if n > 0 {
+                self.writers.drain(..n);
+            } else {
+                self.writers.retain(|(d, _)| *d != f.index);
+            }
+        }
+        if let Some(at) = f.table_at
+            && let Some(n) = self.table_versions.get_mut(&at)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.table_versions.remove(&at);
+            }
         }
         if f.mapped
             && let Some(at) = self.device_addressed.iter().position(|&d| d == f.index)
@@ -263,19 +303,15 @@ impl Flights {
 
     /// The oldest table version of build `serial` a dispatch in flight reads.
     pub fn oldest_table_version(&self, serial: u64) -> Option<u64> {
-        self.queue
-            .iter()
-            .filter_map(|f| f.table_at)
-            .filter(|(s, _)| *s == serial)
-            .map(|(_, v)| v)
-            .min()
+        self.table_versions
+            .range((serial, 0)..=(serial, u64::MAX))
+            .next()
+            .map(|(&(_, v), _)| v)
     }
 
     /// Whether a dispatch in flight reads a table of build `serial`.
     pub fn reads_table(&self, serial: u64) -> bool {
-        self.queue
-            .iter()
-            .any(|f| f.table_at.is_some_and(|(s, _)| s == serial))
+        self.oldest_table_version(serial).is_some()
     }
 
     /// M5: the newest dispatch in flight whose holders reach `range`, or, where `mapped_overlap`
@@ -312,13 +348,16 @@ impl Flights {
 
     /// Chains: what a dispatch about to be prepared (`index`, `mode`, its `holders`) needs from
     /// the dispatches in flight, or the one it must wait for. `mapped` gives the mapped bytes of
-    /// a range (every mapped piece is what a device-addressed dispatch reaches).
+    /// a range (every mapped piece is what a device-addressed dispatch reaches), `first_mapped`
+    /// the first of them. A device-addressed dispatch's cost follows the written copy holders in
+    /// flight; a bound one's, the holders in flight near its own.
     pub fn chains(
         &self,
         index: u64,
         mode: Mode,
         holders: &[Held],
         mapped: impl Fn(ByteRange) -> Vec<ByteRange>,
+        first_mapped: impl Fn(ByteRange) -> Option<ByteRange>,
         carries: &mut Vec<Carry>,
     ) -> Result<(), ChainWait> {
         carries.clear();
@@ -337,18 +376,30 @@ impl Flights {
             ),
         };
         // The newest copy-holder writer that a dispatch reading guest memory in place reaches.
-        for f in self.queue.iter().rev() {
-            for h in f.holders.iter().filter(|h| h.written && !h.in_place) {
-                if mode == Mode::DeviceAddressed
-                    && let Some(r) = mapped(h.range).first()
-                {
-                    return Err(wait(f, h, *r));
+        let in_place_mine = holders.iter().any(|m| m.in_place);
+        if mode == Mode::DeviceAddressed || in_place_mine {
+            let reached = |h: &Held| {
+                if mode == Mode::DeviceAddressed {
+                    first_mapped(h.range)
+                } else {
+                    None
                 }
-                for mine in holders.iter().filter(|m| m.in_place) {
-                    if let Some(r) = mine.range.intersection(&h.range) {
-                        return Err(wait(f, h, r));
-                    }
-                }
+                .or_else(|| {
+                    holders
+                        .iter()
+                        .filter(|m| m.in_place)
+                        .find_map(|m| m.range.intersection(&h.range))
+                })
+            };
+            // The newest dispatch that is reached, then its first holder (in slot order) reached.
+            let copies = || self.writers.iter().filter(|(_, h)| !h.in_place);
+            if let Some(&(d, _)) = copies().rev().find(|(_, h)| reached(h).is_some())
+                && let Some(f) = self.get(d)
+                && let Some((h, r)) = copies()
+                    .filter(|(x, _)| *x == d)
+                    .find_map(|(_, h)| reached(h).map(|r| (h, r)))
+            {
+                return Err(wait(f, h, r));
             }
         }
         if mode == Mode::DeviceAddressed {
@@ -365,11 +416,9 @@ impl Flights {
             if let Some(d) = newest_device {
                 in_place.extend(mapped(mine.range).into_iter().map(|r| (r, d)));
             }
-            for f in self.queue.iter() {
-                for h in f.holders.iter().filter(|h| h.written && h.in_place) {
-                    if let Some(r) = mine.range.intersection(&h.range) {
-                        in_place.push((r, f.index));
-                    }
+            for (d, h) in self.writers.iter().filter(|(_, h)| h.in_place) {
+                if let Some(r) = mine.range.intersection(&h.range) {
+                    in_place.push((r, *d));
                 }
             }
             for (r, after) in merge_after(in_place) {
@@ -384,21 +433,19 @@ impl Flights {
                 });
             }
         }
-        for f in self.queue.iter() {
-            for h in f.holders.iter().filter(|h| h.written && !h.in_place) {
-                for mine in holders.iter().filter(|m| !m.in_place) {
-                    if let Some(r) = mine.range.intersection(&h.range) {
-                        carries.push(Carry {
-                            slot: mine.slot,
-                            offset: r.start - mine.range.start,
-                            bytes: r.size_bytes(),
-                            from: CarryFrom::Holder {
-                                dispatch: f.index,
-                                slot: h.slot,
-                                offset: r.start - h.range.start,
-                            },
-                        });
-                    }
+        for (d, h) in self.writers.iter().filter(|(_, h)| !h.in_place) {
+            for mine in holders.iter().filter(|m| !m.in_place) {
+                if let Some(r) = mine.range.intersection(&h.range) {
+                    carries.push(Carry {
+                        slot: mine.slot,
+                        offset: r.start - mine.range.start,
+                        bytes: r.size_bytes(),
+                        from: CarryFrom::Holder {
+                            dispatch: *d,
+                            slot: h.slot,
+                            offset: r.start - h.range.start,
+                        },
+                    });
                 }
             }
         }
@@ -469,6 +516,7 @@ mod tests {
             Mode::Bound,
             &[held(3, 0x1800, 0x2800, false, false)],
             |_| Vec::new(),
+            |_| None,
             &mut carries,
         )
         .expect("no wait");
@@ -497,7 +545,14 @@ mod tests {
         ));
         let mut carries = Vec::new();
         let w = f
-            .chains(5, Mode::DeviceAddressed, &[], |r| vec![r], &mut carries)
+            .chains(
+                5,
+                Mode::DeviceAddressed,
+                &[],
+                |r| vec![r],
+                Some,
+                &mut carries,
+            )
             .expect_err("waits");
         assert_eq!(w.waits_for, 4);
         assert_eq!(w.reached, ByteRange::new(0x1000, 0x2000));
@@ -507,14 +562,22 @@ mod tests {
                 Mode::Bound,
                 &[held(1, 0x1f00, 0x3000, false, true)],
                 |_| Vec::new(),
+                |_| None,
                 &mut carries,
             )
             .expect_err("waits");
         assert_eq!(w.reached, ByteRange::new(0x1f00, 0x2000));
         // Unmapped and apart: no wait.
         assert!(
-            f.chains(5, Mode::DeviceAddressed, &[], |_| Vec::new(), &mut carries)
-                .is_ok()
+            f.chains(
+                5,
+                Mode::DeviceAddressed,
+                &[],
+                |_| Vec::new(),
+                |_| None,
+                &mut carries
+            )
+            .is_ok()
         );
     }
 
@@ -534,6 +597,7 @@ mod tests {
             Mode::Bound,
             &[held(0, 0x1000, 0x2000, true, false)],
             |r| vec![r],
+            Some,
             &mut carries,
         )
         .expect("no wait");

@@ -312,6 +312,7 @@ impl<B: Backend> Engine<B> {
                 planned.mode,
                 &flight.holders,
                 |r| mappings.overlapping(r),
+                |r| mappings.first_overlap(r),
                 &mut flight.carries,
             )
             .and_then(|()| self.deferred_copies_wait(index, planned.mode, &flight.holders));
