@@ -6,21 +6,30 @@
 //! (device addresses put in guest terms) and in guest memory afterwards; it exits with status 1 if
 //! there is any, or if the device cannot run. It only wires `dispatchscope_vk::verify` to the terminal.
 //!
-//! `spirv-helper -o helper.spv [--variant helper|header|flat|instrumented|raw]` writes the lookup helper as a
-//! linkable SPIR-V library (`dispatchscope_vk::spirv::library`), for a translator in another
-//! language to link its module against with `spirv-link`; no device is needed.
+//! `spirv-helper -o helper.spv [--variant helper|header|flat|capture|instrumented|raw]
+//! [--shape lean|issue30] [--no-subgroup-arithmetic] [--no-int64-atomics]` writes the lookup
+//! helper as a linkable SPIR-V library (`dispatchscope_vk::spirv::library`), for a translator in
+//! another language to link its module against with `spirv-link`; no device is needed.
 //! The library's contract (its module docs say it whole): every lane of a workgroup calls
 //! `dispatchscope_lane(workgroup, local, lanes, x, y)` first and `dispatchscope_flush(token, lanes)`
 //! last, both in workgroup-uniform control flow (the instrumented variant has a workgroup barrier
 //! in each), and the program declares and exports `dispatchscope_workgroup`, a `Workgroup` array
-//! of 532 u32 (2,128 bytes, the instrumented variant's counters), listed in its entry point's
-//! interface, as it exports its push block `dispatchscope_push`.
+//! of 532 u32 (2,128 bytes, the instrumented variant's counters), and `dispatchscope_lane_escapes`,
+//! a `Workgroup` array of 320 u32 (each lane's first escape, which the lean instrumented library
+//! imports and the others leave unused), both listed in its entry point's interface, as it exports
+//! its push block `dispatchscope_push`. The instrumented library is issue 42's lean one by default
+//! (`Shape::LINKED`): its device needs subgroup arithmetic and vote in compute shaders and
+//! `shaderBufferInt64Atomics` enabled, unless `--no-subgroup-arithmetic` / `--no-int64-atomics`
+//! leave them out (one workgroup atomic a lane for the program's counts; a 32-bit flush with a
+//! carry); `--shape issue30` builds issue 30's (every access counted, every escape logged as it
+//! happens, the selected lanes captured in the pass).
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Args;
 use dispatchscope_core::CpuBackend;
+use dispatchscope_vk::spirv::library::{self, Shape, Variant, symbol};
 use dispatchscope_vk::{ContextOptions, VulkanBackend, verify};
 
 use crate::load::{BadInput, load};
@@ -99,11 +108,39 @@ pub struct SpirvHelperArgs {
     /// table) or `raw` (guest address plus one constant).
     #[arg(long, default_value = "helper")]
     pub variant: String,
+    /// Which instrumentation: `lean` (issue 42's, what the modules built by dispatchscope ship) or
+    /// `issue30` (every access counted, every escape logged and the selected lanes captured as
+    /// each access happens).
+    #[arg(long, default_value = "lean")]
+    pub shape: String,
+    /// Leave out what needs subgroup arithmetic and vote (the program's counts then take one
+    /// workgroup atomic a lane instead of one a subgroup), for a device without them.
+    #[arg(long)]
+    pub no_subgroup_arithmetic: bool,
+    /// Leave out what needs `shaderBufferInt64Atomics` (the workgroup's counters then reach the
+    /// buffer's 64-bit counters by a 32-bit atomic and a carry), for a device without it.
+    #[arg(long)]
+    pub no_int64_atomics: bool,
+}
+
+/// What the library of `variant` built as `shape` asks of the device that runs it, beyond what
+/// every library asks (`shaderInt64`, `bufferDeviceAddress`): `None`, or the features.
+fn library_needs(variant: Variant, shape: Shape) -> Option<String> {
+    if variant != Variant::Instrumented {
+        return None;
+    }
+    let mut needs = Vec::new();
+    if shape.subgroup_counts || shape.subgroup_rare {
+        needs.push("subgroup arithmetic and vote in compute shaders");
+    }
+    if shape.wide_atomics {
+        needs.push("shaderBufferInt64Atomics enabled");
+    }
+    (!needs.is_empty()).then(|| needs.join(" and "))
 }
 
 /// `dispatchscope spirv-helper -o FILE`: the helper library, validated, written whole or not at all.
 pub fn spirv_helper_cmd(args: &SpirvHelperArgs) -> anyhow::Result<()> {
-    use dispatchscope_vk::spirv::library::{Variant, helper_library};
     let variant = Variant::ALL
         .into_iter()
         .find(|v| v.name() == args.variant)
@@ -113,7 +150,16 @@ pub fn spirv_helper_cmd(args: &SpirvHelperArgs) -> anyhow::Result<()> {
                 args.variant
             ))
         })?;
-    let words = helper_library(variant).context("building the helper library")?;
+    let shape = match args.shape.as_str() {
+        "lean" => Shape::LINKED,
+        "issue30" => Shape::ISSUE_30,
+        other => {
+            return Err(BadInput(format!("--shape {other:?}: not one of lean, issue30")).into());
+        }
+    }
+    .fit(!args.no_subgroup_arithmetic, !args.no_int64_atomics);
+    let words =
+        library::helper_library_shaped(variant, shape).context("building the helper library")?;
     // The library is built unvalidated (no engine call runs a process); a tool may run spirv-val.
     dispatchscope_vk::spirv::validate_linkable("helper_library", &words)
         .context("validating the helper library")?;
@@ -127,12 +173,32 @@ pub fn spirv_helper_cmd(args: &SpirvHelperArgs) -> anyhow::Result<()> {
             })
     })
     .with_context(|| format!("writing {}", args.output.display()))?;
+    let shape_name = match variant {
+        Variant::Instrumented if shape == Shape::ISSUE_30 => " (issue 30's)",
+        Variant::Instrumented => " (lean)",
+        _ => "",
+    };
+    // What the program exports: the workgroup counters always, each lane's first escape where
+    // the library imports it (a program may export it for every library: the others leave it).
+    let escapes = if library::keeps_lane_escapes(variant, shape) {
+        format!(
+            " and {}, u32[{}]",
+            symbol::LANE_ESCAPES,
+            library::MAX_LANES * library::LANE_ESCAPE_WORDS
+        )
+    } else {
+        String::new()
+    };
     crate::outln!(
-        "{}: the {} helper library, {} bytes (SPIR-V 1.5, Linkage; link with spirv-link; the program exports dispatchscope_push and dispatchscope_workgroup, u32[{}], and every lane calls dispatchscope_lane first and dispatchscope_flush last)",
+        "{}: the {} helper library{shape_name}, {} bytes (SPIR-V 1.5, Linkage; link with spirv-link; the program exports dispatchscope_push, {}, u32[{}]{escapes}, and every lane calls dispatchscope_lane first and dispatchscope_flush last){}",
         args.output.display(),
         variant.name(),
         bytes.len(),
-        dispatchscope_core::instrument::WORKGROUP_WORDS
+        symbol::WORKGROUP,
+        dispatchscope_core::instrument::WORKGROUP_WORDS,
+        library_needs(variant, shape)
+            .map(|n| format!("; its device needs {n}"))
+            .unwrap_or_default()
     )?;
     Ok(())
 }

@@ -68,6 +68,14 @@
 // at once).
 // --header links D with the helper's header form: its push block carries one 64-bit value for
 // dispatchscope (words 30-31, the address of a 64-byte header holding ds_prepared.push[16..32]).
+// --instrumented links D with the instrumented library `dispatchscope spirv-helper` writes by
+// default, issue 42's lean one (what dispatchscope's own modules ship): D counts its sites' accesses
+// itself (SITE_DERIVED, dispatchscope_count at each lane's end), the library counts each escape by
+// its site and logs each escaping lane's first, and captures no lane. Its device needs subgroup
+// arithmetic and vote in compute shaders and shaderBufferInt64Atomics (enabled here; a device without
+// is status 3). Each D's buffer goes to ds_engine_complete, and each D's counts are checked against
+// the reference: every site's accesses by route, every site's escapes, the log's entries (one an
+// escaping lane: its first escape, at the address the reference computes), the canary's one escape.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -226,7 +234,10 @@ struct Device {
     const char *extensions[2] = {VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME, VK_EXT_DEVICE_FAULT_EXTENSION_NAME};
     uint32_t n_extensions = 1;
 
-    void open(bool validation) {
+    // `instrumented`: the lean instrumented library is linked (spirv-helper's default), which
+    // declares GroupNonUniform{Arithmetic,Vote} and Int64Atomics: the device must have subgroup
+    // arithmetic and vote in compute shaders, and shaderBufferInt64Atomics, which is enabled here.
+    void open(bool validation, bool instrumented) {
         VkApplicationInfo app{};
         app.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO;
         app.pApplicationName = "dispatchscope emulator-host";
@@ -326,6 +337,30 @@ struct Device {
                 n_extensions = 2;
                 device_fault = true;
             }
+        }
+        if (instrumented) {
+            VkPhysicalDeviceSubgroupProperties sub{};
+            sub.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
+            VkPhysicalDeviceProperties2 sp{};
+            sp.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+            sp.pNext = &sub;
+            vkGetPhysicalDeviceProperties2(physical, &sp);
+            VkPhysicalDeviceVulkan12Features f12{};
+            f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+            VkPhysicalDeviceFeatures2 f2{};
+            f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+            f2.pNext = &f12;
+            vkGetPhysicalDeviceFeatures2(physical, &f2);
+            const VkSubgroupFeatureFlags ops = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_VOTE_BIT |
+                                               VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+            std::string lacks;
+            if ((sub.supportedOperations & ops) != ops || !(sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT))
+                lacks += "subgroup arithmetic and vote in compute shaders";
+            if (!f12.shaderBufferInt64Atomics) lacks += std::string(lacks.empty() ? "" : " and ") + "shaderBufferInt64Atomics";
+            if (!lacks.empty())
+                absent("--instrumented: the lean instrumented helper library needs " + lacks + ", which " + name +
+                       " lacks (spirv-helper --no-subgroup-arithmetic --no-int64-atomics writes one without)");
+            v12.shaderBufferInt64Atomics = VK_TRUE;
         }
         check_vk(ds_example::create_compute_device(found, v12, features, extensions, &device, n_extensions),
                  "vkCreateDevice");
@@ -1013,7 +1048,12 @@ constexpr uint64_t WILD = 0xdead00000000ull;
 
 constexpr uint32_t SITES = 9;            // the device-addressed program's (device.spvasm)
 constexpr uint64_t LOG_STRIDE = 512;     // its log: one word a lane, 128 lanes
-constexpr uint32_t ESC_CAP = 48, ESCAPES_AT = 60 + SITES * 16, GRID_W = 16, GRID_H = 8;
+// The instrumented buffer's words (dispatchscope_core::instrument): the escapes offered to the log,
+// the canary's escapes, the sites (SITE_WORDS words each, 64-bit counters: the routes' accesses,
+// guest 0, LDS 1, scratch 2, bound 3, then the escapes), then the escape log.
+constexpr uint32_t COUNTER_ESCAPES = 16, COUNTER_CANARY = 18, SITES_AT = 60, SITE_WORDS = 16, SITE_ESCAPES = 4;
+constexpr uint32_t ROUTE_GUEST = 0, ROUTE_LDS = 1, ROUTE_SCRATCH = 2;
+constexpr uint32_t ESC_CAP = 48, ESCAPES_AT = SITES_AT + SITES * SITE_WORDS, GRID_W = 16, GRID_H = 8;
 
 struct Layout {
     uint32_t per_frame = 0, units = 0, arenas = 0, n_d = 0, n_g = 0, n_b = 0, n_r = 0;
@@ -1664,7 +1704,7 @@ void Host::setup() {
     }
     L.plan(o.per_frame, o.in_flight, o.guest_mib << 20, o.heap_sets, o.screen_w, o.screen_h);
     map_memory();
-    vk.open(o.validation);
+    vk.open(o.validation, o.instrumented);
     std::string rdna = EMULATOR_HOST_RDNA_DIR;
     if (const char *d = std::getenv("EMULATOR_HOST_RDNA_DIR")) rdna = d;
     bound_code.load(rdna, "bound");
@@ -2540,24 +2580,81 @@ void Host::check_device(FrameRec &f, FrameSlot &fs, Rec &r, const std::vector<st
     if (was_handed(r.ro_addr) == r.ro_locked) f.fail("C2: the read-only region's hand-off is wrong");
     if (was_handed(r.sh_addr)) f.fail("C2: the shared region was handed off");
     if (o.instrumented) {
+        // The lean instrumented library (spirv-helper's default): every access counted by site
+        // and route (this program's own counts, dispatchscope_count at each lane's end), every
+        // escape counted by its site, and each escaping lane's first escape in the log, in the
+        // order the lanes ended. What the reference predicts of each: sites 0, 1 and 4 once a
+        // lane, 2 (LDS) and 3 (scratch) twice, 5 to 8 once for lanes 0-3; lane g's escapes are
+        // its misses (r.log[g]: 1 site 5's store, 2 site 6's load, 4 site 8's store), its first
+        // the lowest bit's.
         const uint64_t at = instr_at(r);
-        uint32_t n = fs.instr.word(at + 4 * 16);
-        uint32_t in_log = 0;
+        const uint64_t lanes = r.lanes();
+        auto wide = [&](uint32_t w) {
+            return (static_cast<uint64_t>(fs.instr.word(at + 4 * (w + 1))) << 32) | fs.instr.word(at + 4 * w);
+        };
+        auto site_counter = [&](uint32_t s, uint32_t k) { return wide(SITES_AT + SITE_WORDS * s + 2 * k); };
+        uint64_t want[SITES][4] = {};
+        uint64_t want_escapes[SITES] = {};
+        for (uint32_t s : {0u, 1u, 4u}) want[s][ROUTE_GUEST] = lanes;
+        want[2][ROUTE_LDS] = 2 * lanes;
+        want[3][ROUTE_SCRATCH] = 2 * lanes;
+        for (uint32_t s = 5; s < SITES; s++) want[s][ROUTE_GUEST] = 4;
+        const uint32_t miss_site[3] = {5, 6, 8};
+        uint32_t first_site[4], escaping = 0;
+        uint64_t escapes = 0;
+        for (uint32_t g = 0; g < 4; g++) {
+            first_site[g] = ~0u;
+            for (uint32_t b = 0; b < 3; b++) {
+                if (!(r.log[g] & (1u << b))) continue;
+                want_escapes[miss_site[b]]++;
+                escapes++;
+                if (first_site[g] == ~0u) first_site[g] = miss_site[b];
+            }
+            if (first_site[g] != ~0u) escaping++;
+        }
+        for (uint32_t s = 0; s < SITES; s++) {
+            for (uint32_t k = 0; k < 4; k++)
+                if (site_counter(s, k) != want[s][k])
+                    f.fail(format("instrumented: dispatch %llu: site %u route %u counted %llu accesses, predicted %llu",
+                                  static_cast<unsigned long long>(r.index), s, k,
+                                  static_cast<unsigned long long>(site_counter(s, k)),
+                                  static_cast<unsigned long long>(want[s][k])));
+            if (site_counter(s, SITE_ESCAPES) != want_escapes[s])
+                f.fail(format("instrumented: dispatch %llu: site %u counted %llu escapes, predicted %llu",
+                              static_cast<unsigned long long>(r.index), s,
+                              static_cast<unsigned long long>(site_counter(s, SITE_ESCAPES)),
+                              static_cast<unsigned long long>(want_escapes[s])));
+        }
+        // The log: one entry for each escaping lane, its first escape, none twice.
+        const uint32_t n = fs.instr.word(at + 4 * COUNTER_ESCAPES);
+        if (n != escaping) f.fail(format("instrumented: %u escapes offered to the log, %u lanes escaped", n, escaping));
+        bool seen[4] = {};
         for (uint32_t i = 0; i < n && i < ESC_CAP; i++) {
             uint64_t e = at + 4 * (ESCAPES_AT + 8 * i);
-            uint64_t addr = (static_cast<uint64_t>(fs.instr.word(e + 16)) << 32) | fs.instr.word(e + 12);
-            uint32_t site = fs.instr.word(e + 8);
-            bool ok = (site == 5 && r.ro_locked && addr >= r.ro_addr && addr < r.ro_addr + 16) ||
-                      ((site == 6 || site == 8) && emu.shared.holds(addr));
-            if (!ok) f.fail(format("instrumented: an escape no one predicted: site %u at %s", site, hex(addr).c_str()));
-            in_log++;
+            const uint32_t wg = fs.instr.word(e), g = fs.instr.word(e + 4), site = fs.instr.word(e + 8);
+            const uint64_t addr = (static_cast<uint64_t>(fs.instr.word(e + 16)) << 32) | fs.instr.word(e + 12);
+            const uint32_t op = fs.instr.word(e + 20), mask = fs.instr.word(e + 24);
+            const bool lane_ok = wg == 0 && g < 4 && !seen[g] && site == first_site[g];
+            const uint64_t where = site == 5 ? r.ro_addr + 4 * g : site == 6 ? r.sh_addr + 4 * g : r.sh_addr + 4 * (64 + g);
+            const bool store = site != 6;
+            if (!lane_ok || addr != where || op != (4u | (store ? 1u << 16 : 0u)) || mask != 0xf)
+                f.fail(format("instrumented: an escape no one predicted: workgroup %u lane %u site %u at %s "
+                              "(size and store 0x%x, bytes 0x%x)",
+                              wg, g, site, hex(addr).c_str(), op, mask));
+            if (g < 4) seen[g] = true;
         }
-        if (in_log != predicted) f.fail(format("instrumented: %u escapes logged, %u predicted", in_log, predicted));
+        const uint32_t canary = fs.instr.word(at + 4 * COUNTER_CANARY);
+        if (canary != 1) f.fail(format("instrumented: the canary escaped %u times (the positive control: once)", canary));
         if (!f.noted_instrumented) {
             f.noted_instrumented = true;
-            f.notes.push_back(format("instrumented: %u escapes in the device's log of dispatch %llu, %u predicted, "
+            f.notes.push_back(format("instrumented: %llu escapes counted by site (5: %llu, 6: %llu, 8: %llu), "
+                                     "%u lanes' first in the device's log of dispatch %llu, %u predicted, "
                                      "canary escapes %u",
-                                     n, static_cast<unsigned long long>(r.index), predicted, fs.instr.word(at + 4 * 18)));
+                                     static_cast<unsigned long long>(escapes),
+                                     static_cast<unsigned long long>(site_counter(5, SITE_ESCAPES)),
+                                     static_cast<unsigned long long>(site_counter(6, SITE_ESCAPES)),
+                                     static_cast<unsigned long long>(site_counter(8, SITE_ESCAPES)), n,
+                                     static_cast<unsigned long long>(r.index), escaping, canary));
             // The report's section names each escape by its site's pc: the shared region's load
             // (site 6) escapes every pass.
             const char *json = nullptr;

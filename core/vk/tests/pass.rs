@@ -17,7 +17,7 @@
 use std::sync::{Arc, OnceLock};
 
 use dispatchscope_core::input::Op;
-use dispatchscope_core::instrument::{Grid, InstrumentLayout, LaneSelection};
+use dispatchscope_core::instrument::{Grid, InstrumentLayout, LaneSelection, counter};
 use dispatchscope_core::report::{ControlStatus, EscapeClass, InstrumentedReport, Route};
 use dispatchscope_vk::pass::scene::{self, Scene, SceneConfig};
 use dispatchscope_vk::pass::{
@@ -421,14 +421,22 @@ fn check_escapes(section: &InstrumentedReport) {
     );
 }
 
-/// The program linked with each library by `spirv-link` runs the same pass as the program with the
-/// helper emitted into it.
+/// The program linked with each library by `spirv-link` (the libraries `dispatchscope spirv-helper`
+/// writes: the instrumented one lean, `Shape::LINKED`) runs the same pass as the program with the
+/// helper emitted into it; the linked instrumented pass counts what the host's pass does (every
+/// site's accesses and escapes, the heat map, the positive control), logs each escaping lane's
+/// first escape and no other, and the linked capture library's dispatch captures the selected
+/// lanes as the CPU reference replays them.
 #[test]
-fn the_linked_program_gives_the_same_image() {
+fn the_linked_program_gives_the_same_image_and_counts() {
     let Some(ctx) = context() else { return };
     let grid = Grid::new(64, 64).unwrap();
     let scene = Scene::new(scene_cfg(), grid).unwrap();
-    let host = HostSide::new(scene.clone()).unwrap();
+    let traces: Vec<scene::Trace> = (0..64)
+        .flat_map(|y| (0..64).map(move |x| (x, y)))
+        .map(|(x, y)| scene.trace(x, y))
+        .collect();
+    let mut host = HostSide::new(scene.clone()).unwrap();
     let mut pass = DevicePass::new(&ctx, &host, layout(), true, GuestMemoryOn::Imported).unwrap();
     let expected = scene.expected_image();
     for v in Variant::ALL {
@@ -436,10 +444,67 @@ fn the_linked_program_gives_the_same_image() {
             .unwrap();
         assert_image(&pass, &expected, v.name());
     }
+    // The instrumented run is the last: the buffer is its.
+    let words = pass.instrumentation_words();
+    let section = host.decode(pass.layout(), &words).unwrap();
+    assert_eq!(section.control, ControlStatus::Fired);
+    check_counts_at(&section, &traces, grid, "linked, instrumented");
+    // The lean log: each escaping lane offers its first escape, once (issue 30's offered every
+    // escape).
+    let escaping = traces
+        .iter()
+        .filter(|t| t.escapes.iter().any(|&e| e > 0))
+        .count();
+    assert!(escaping > 0, "the scene escapes nowhere at 64×64");
+    assert_eq!(
+        words[counter::ESCAPES as usize] as usize,
+        escaping,
+        "escapes offered to the log: one an escaping lane"
+    );
+    let mut lanes: Vec<_> = section
+        .escapes
+        .iter()
+        .map(|e| (e.workgroup, e.wave, e.lane))
+        .collect();
+    lanes.sort_unstable();
+    lanes.dedup();
+    assert_eq!(lanes.len(), section.escapes.len(), "a lane logged twice");
+    for e in &section.escapes {
+        let t = &traces[(e.pixel[1] * 64 + e.pixel[0]) as usize];
+        assert!(
+            t.escapes[e.site as usize] > 0,
+            "{e:?}: an escape the host's pass does not make"
+        );
+    }
+
+    // Lanes selected: the pass, then the linked capture library's dispatch over their workgroups.
+    let sel = LaneSelection::rect(0, 0, 8, 1);
+    pass.run(Variant::Instrumented, &sel, scene::CANARY_AT, &scene)
+        .unwrap();
+    assert_image(&pass, &expected, "instrumented, lanes selected");
     let section = host
         .decode(pass.layout(), &pass.instrumentation_words())
         .unwrap();
-    assert_eq!(section.control, ControlStatus::Fired);
+    check_counts_at(
+        &section,
+        &traces,
+        grid,
+        "linked, instrumented, lanes selected",
+    );
+    assert!(!section.captured.is_empty());
+    assert!(section.captured.iter().all(|c| sel.selects(
+        c.workgroup,
+        c.wave * 32 + c.lane,
+        c.pixel
+    )));
+    let report = host.replay_captured(&section).unwrap();
+    assert_eq!(report.accesses.len(), section.captured.len());
+    for (i, (c, a)) in section.captured.iter().zip(&report.accesses).enumerate() {
+        if c.op == Op::Load {
+            assert_eq!(c.values, a.values, "captured access {i} (site {})", c.site);
+        }
+        assert_eq!(c.escaped_bytes != 0, a.escaped, "captured access {i}");
+    }
     assert_quiet(&ctx);
 }
 

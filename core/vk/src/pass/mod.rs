@@ -621,7 +621,9 @@ pub struct PipelineStats {
 #[derive(Clone, Debug)]
 pub struct PassOptions {
     /// Each variant's module is the program linked with that variant's library by `spirv-link`
-    /// ([`library::link`]) instead of the program with the helper emitted into it.
+    /// ([`library::link`]) instead of the program with the helper emitted into it: the program
+    /// built as the build's shape says (its derived counts), the library as `dispatchscope
+    /// spirv-helper` writes it ([`Shape::LINKED`]), less what the device lacks ([`Shape::fit`]).
     pub linked: bool,
     /// Where the device reads guest memory from.
     pub on: GuestMemoryOn,
@@ -934,7 +936,12 @@ impl DevicePass {
             let words = if linked {
                 let program =
                     traversal::traversal_module_of(Linking::Import, build.workload, shape)?;
-                library::link(&program, &library::helper_library(build.variant)?)?
+                let linked_shape =
+                    Shape::LINKED.fit(info.subgroup_arithmetic, info.buffer_int64_atomics);
+                library::link(
+                    &program,
+                    &library::helper_library_shaped(build.variant, linked_shape)?,
+                )?
             } else {
                 traversal::traversal_module_of(
                     Linking::Inline(build.variant),

@@ -1,11 +1,12 @@
 //! Every module this crate builds, through SPIRV-Tools' `spirv-val` (issue 40): the builders
 //! validate nothing at run time, so that no engine call runs a process, and these tests validate
 //! each module for every input its builder takes: the replay at each slot count an engine can ask
-//! for, the golden lookup helper, the helper library of each variant, the bench's kernels, and the
-//! traversal program of each variant, workload and shape, inline and importing.
+//! for, the golden lookup helper, the helper library of each variant and of each shape
+//! `dispatchscope spirv-helper` builds, alone and linked with a program, the bench's kernels, and
+//! the traversal program of each variant, workload and shape, inline and importing.
 //!
-//! A machine without spirv-val fails them, never skips them: the README's test command installs
-//! Debian's `spirv-tools`.
+//! A machine without spirv-val (or spirv-link) fails them, never skips them: the README's test
+//! command installs Debian's `spirv-tools`.
 
 #![allow(
     clippy::unwrap_used,
@@ -13,7 +14,7 @@
     reason = "tests: a panic is the test failing, with its message"
 )]
 
-use super::library::{Variant, helper_library};
+use super::library::{Shape, Variant, helper_library, helper_library_shaped};
 use super::{REPLAY_MAX_SLOTS, lookup_helper_module, replay_module, validate, validate_linkable};
 use crate::VkError;
 
@@ -70,11 +71,62 @@ fn the_golden_lookup_helper_validates() {
     valid("lookup_helper", "", &lookup_helper_module().unwrap());
 }
 
-/// What `dispatchscope spirv-helper` writes and a translator links against.
+/// What `dispatchscope spirv-helper` writes and a translator links against: each variant as
+/// `Shape::LINKED` (issue 42's lean instrumentation), fitted to a device without subgroup
+/// arithmetic, without 64-bit buffer atomics, without either (`--no-subgroup-arithmetic`,
+/// `--no-int64-atomics`), and issue 30's (`--shape issue30`).
 #[test]
 fn every_helper_library_validates() {
     for v in Variant::ALL {
         valid_linkable("helper_library", v.name(), &helper_library(v).unwrap());
+        for shape in linkable_shapes() {
+            let words = helper_library_shaped(v, shape).unwrap();
+            valid_linkable(
+                "helper_library",
+                &format!("{}, {shape:?}", v.name()),
+                &words,
+            );
+        }
+    }
+}
+
+/// The shapes `dispatchscope spirv-helper` builds the library with.
+fn linkable_shapes() -> [Shape; 5] {
+    [
+        Shape::LINKED,
+        Shape::LINKED.fit(false, true),
+        Shape::LINKED.fit(true, false),
+        Shape::LINKED.fit(false, false),
+        Shape::ISSUE_30,
+    ]
+}
+
+/// The program that imports the helper (the traversal's, with its sites' derived counts and
+/// without) linked by `spirv-link` with each library of each shape `spirv-helper` builds: the
+/// linked module validates for Vulkan 1.2 (`link` validates it).
+#[cfg(feature = "demo")]
+#[test]
+fn every_helper_library_links_with_a_program_into_a_valid_module() {
+    use super::library::link;
+    use super::traversal::{Linking, Workload, traversal_module_of};
+    for derived_counts in [true, false] {
+        let program_shape = Shape {
+            derived_counts,
+            ..Shape::LINKED
+        };
+        let program = traversal_module_of(Linking::Import, Workload::Loads, program_shape).unwrap();
+        for v in Variant::ALL {
+            for shape in linkable_shapes() {
+                let library = helper_library_shaped(v, shape).unwrap();
+                if let Err(e) = link(&program, &library) {
+                    panic!(
+                        "{}, {shape:?}, derived counts {derived_counts}: {e} (the README's test \
+                         command installs spirv-link: Debian's spirv-tools)",
+                        v.name()
+                    );
+                }
+            }
+        }
     }
 }
 
@@ -91,7 +143,6 @@ fn the_bench_kernels_validate() {
 #[cfg(feature = "demo")]
 #[test]
 fn every_traversal_build_validates() {
-    use super::library::Shape;
     use super::traversal::{Linking, Workload, traversal_module_of};
     let mut shapes = Vec::new();
     // Issue 30's switches, over issue 30's instrumentation and issue 42's.

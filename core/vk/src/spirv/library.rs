@@ -26,9 +26,11 @@
 //! Two ways in: [`helper_library`] builds the library module (Linkage capability,
 //! `LinkageAttributes … Export`) that a translator in any language links its module against with
 //! SPIRV-Tools' `spirv-link` (`link`); a translator built on this crate's builder emits the same
-//! functions into its own module (`emit_helpers`, what the traversal program does). The library is
-//! built as [`Shape::LINKED`] says (issue 30's instrumentation: the emulator-shaped host's program
-//! is written against it), a module built here as [`Shape::SHIPPED`] (issue 42's).
+//! functions into its own module (`emit_helpers`, what the traversal program does). Both are
+//! built as issue 42 ships them ([`Shape::LINKED`] is [`Shape::SHIPPED`]): the lean
+//! instrumentation, whose linked program exports each lane's first escape too and may count its
+//! own sites (below); [`helper_library_shaped`] builds one fitted to a device without subgroup
+//! arithmetic or 64-bit buffer atomics ([`Shape::fit`]), or issue 30's ([`Shape::ISSUE_30`]).
 //!
 //! # The interface (what a translated module must follow)
 //! Exported functions (all parameters by value):
@@ -67,8 +69,11 @@
 //!   itself and passes flagged [`SITE_DERIVED`] (issue 42: a loop's trip count at its exit, a
 //!   stack's depth), added modulo 2^32 within the workgroup, so that a program may take back an
 //!   access it counted as one route and the helper counted as another (`0 - 1`); any control flow,
-//!   cheapest where a subgroup's lanes call it together (the lane's end, before the flush). Empty
-//!   but in the instrumented variant.
+//!   cheapest where a subgroup's lanes call it together (the lane's end, before the flush). A site
+//!   flagged so is counted by nothing else: the program reports every access it made at that
+//!   site, by route, whichever way the lane went (a lane that reports 0 may call it anyway: the
+//!   `examples/emulator-host` program reports each of its sites so, every lane alike). Empty but
+//!   in the instrumented variant.
 //! - `Hit dispatchscope_lookup(u64 guest_chunk, u32 part)`: T5 itself, `{u64 device_addr, u32
 //!   slot, u32 probes, u32 excluded}` for `part` (`(guest_addr >> (chunk_shift - 4)) & 15`, below
 //!   16) of `guest_chunk` (`guest_addr >> chunk_shift`): the device address of the chunk's first
@@ -91,9 +96,12 @@
 //! `maxComputeSharedMemorySize` (32 KiB at least). [`emit_into`] declares it in a Rust caller's
 //! module for the instrumented variant and returns it ([`EmittedHelpers::workgroup`]). The lean
 //! path ([`Shape::lean`]) also keeps each lane's first escape in workgroup memory,
-//! [`symbol::LANE_ESCAPES`] ([`MAX_LANES`] × [`LANE_ESCAPE_WORDS`] u32, 1,280 bytes), declared by
-//! the module that emits it ([`EmittedHelpers::lane_escapes`]); the linkable library does not
-//! use it.
+//! [`symbol::LANE_ESCAPES`] ([`MAX_LANES`] × [`LANE_ESCAPE_WORDS`] u32, 1,280 bytes; no explicit
+//! layout), declared by the module that emits it ([`EmittedHelpers::lane_escapes`]); a linked
+//! program declares it as it declares the workgroup counters, exports it with `LinkageAttributes
+//! "dispatchscope_lane_escapes" Export` and lists it in its entry point's interface. Only the
+//! lean instrumented library imports it ([`keeps_lane_escapes`]); the others, and issue 30's,
+//! leave a program's export unused, so one program links against any of them.
 //!
 //! The push block (128 bytes, 32 words) is shared by name: the program exports its push-constant
 //! variable as `dispatchscope_push` (a `Block` struct of one `u32[32]` array, stride 4), the
@@ -106,8 +114,8 @@
 //! device address, so a program keeps every binding for itself (the traversal's holders are
 //! set 0, binding 0, and their write masks binding 1, as the replay's, O6–O9).
 //!
-//! Counting goes to the workgroup counters. On issue 30's path ([`Shape::ISSUE_30`], the linkable
-//! library's) an access's (site, route) word takes one workgroup-scope atomic per lane; rarer
+//! Counting goes to the workgroup counters. On issue 30's path ([`Shape::ISSUE_30`]) an access's
+//! (site, route) word takes one workgroup-scope atomic per lane; rarer
 //! events (splits, probes past the first, misses, site escapes) add theirs per lane, in workgroup
 //! memory too; the escape log and the capture are written to the buffer as each access happens.
 //! `dispatchscope_flush` adds the words to the buffer's 64-bit counters
@@ -472,6 +480,9 @@ pub(super) fn declare_helpers(a: &mut Asm) -> R<Helpers> {
     // And the lane's own counters, zero first.
     let counts = declare_lane_counts(a, true);
     a.link(counts, symbol::LANE_COUNTS, LinkageType::Export);
+    // And each lane's first escape (the lean instrumented library's; the others leave it unused).
+    let escapes = declare_lane_escapes(a);
+    a.link(escapes, symbol::LANE_ESCAPES, LinkageType::Export);
     Ok(Helpers {
         lane,
         route,
@@ -503,10 +514,35 @@ pub(super) fn declare_workgroup(a: &mut Asm) -> Word {
 }
 
 /// The library module of `variant`: the interface's functions, exported, and the push block
-/// imported. A module for universal SPIR-V 1.5 (it still links), not validated here: the tests
-/// validate every variant (`every_module_test.rs`), and `dispatchscope spirv-helper` validates
-/// what it writes.
+/// imported, built as [`Shape::LINKED`] says (issue 42's lean instrumentation, what the modules
+/// built here ship). A module for universal SPIR-V 1.5 (it still links), not validated here: the
+/// tests validate every variant (`every_module_test.rs`), and `dispatchscope spirv-helper`
+/// validates what it writes.
 pub fn helper_library(variant: Variant) -> R<Vec<u32>> {
+    helper_library_shaped(variant, Shape::LINKED)
+}
+
+/// [`helper_library`] built as `shape` says: [`Shape::LINKED`] fitted to a device
+/// ([`Shape::fit`]: no subgroup arithmetic, no `shaderBufferInt64Atomics`), or issue 30's
+/// ([`Shape::ISSUE_30`]). Every library imports the workgroup counters, the lane's lookup cache and
+/// its own counters; the lean instrumented one ([`Shape::lean`]) also imports each lane's first
+/// escape ([`symbol::LANE_ESCAPES`]), which the program then exports. A shape whose lane cache
+/// keeps the chunk's delta ([`Shape::cache_delta`]) is refused for a variant with a lookup: the
+/// interface's cache is the slot's key and the whole `Hit` ([`symbol::LAST_CHUNK`],
+/// [`symbol::LAST_HIT`]), which the program declares and the library imports.
+pub fn helper_library_shaped(variant: Variant, shape: Shape) -> R<Vec<u32>> {
+    if shape.cache_delta && variant.has_lookup() {
+        return Err(VkError::Build {
+            module: "helper_library",
+            why: format!(
+                "the {} library imports the lane cache the program exports ({} and {}); a shape \
+                 with cache_delta keeps another",
+                variant.name(),
+                symbol::LAST_CHUNK,
+                symbol::LAST_HIT
+            ),
+        });
+    }
     let mut a = Asm::new("helper_library");
     a.linkable(LinkageType::Import);
     let wg = declare_workgroup(&mut a);
@@ -517,8 +553,21 @@ pub fn helper_library(variant: Variant) -> R<Vec<u32>> {
     a.link(hit, symbol::LAST_HIT, LinkageType::Import);
     let counts = declare_lane_counts(&mut a, false);
     a.link(counts, symbol::LANE_COUNTS, LinkageType::Import);
-    emit_helpers_into(&mut a, variant, true, Shape::LINKED)?;
+    if keeps_lane_escapes(variant, shape) {
+        let escapes = declare_lane_escapes(&mut a);
+        a.link(escapes, symbol::LANE_ESCAPES, LinkageType::Import);
+    }
+    emit_helpers_into(&mut a, variant, true, shape)?;
     Ok(a.finish())
+}
+
+/// Whether the helpers of `variant` built as `shape` says keep each lane's first escape in
+/// [`symbol::LANE_ESCAPES`]: the instrumented variant's lean path does (a module built here
+/// declares the variable, the library imports it); the other variants, and issue 30's path, which
+/// logs every escape as it happens, do not use it, so a program that exports it links against
+/// them too.
+pub fn keeps_lane_escapes(variant: Variant, shape: Shape) -> bool {
+    variant == Variant::Instrumented && shape.lean && !shape.leaves_out(Shape::LEAVE_OUT_ESCAPES)
 }
 
 /// Emits the interface's functions of `variant` into a module being built (no linkage).
@@ -546,7 +595,7 @@ fn emit_helpers_of(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> {
     if instrumented {
         declare_workgroup(a);
         declare_lane_counts(a, true);
-        if a.shape.lean && !a.shape.leaves_out(Shape::LEAVE_OUT_ESCAPES) {
+        if keeps_lane_escapes(variant, a.shape) {
             declare_lane_escapes(a);
         }
     }
@@ -2738,21 +2787,58 @@ mod tests {
                         .any(|o| matches!(o, Operand::LinkageType(LinkageType::Import)))
             });
             assert!(imports_wg, "{v:?}");
+            // Only the lean instrumented library imports each lane's first escape.
+            for (shape, lean) in [(Shape::LINKED, true), (Shape::ISSUE_30, false)] {
+                let words = helper_library_shaped(v, shape).unwrap();
+                let m = rspirv::dr::load_words(&words).unwrap();
+                let imports_escapes = m.annotations.iter().any(|i| {
+                    i.operands.iter().any(
+                        |o| matches!(o, Operand::LiteralString(n) if n == symbol::LANE_ESCAPES),
+                    )
+                });
+                assert_eq!(
+                    imports_escapes,
+                    lean && v == Variant::Instrumented,
+                    "{v:?}, {shape:?}"
+                );
+            }
+        }
+        // What `spirv-helper` writes by default is the lean library the modules built here ship.
+        assert_eq!(
+            helper_library(Variant::Instrumented).unwrap(),
+            helper_library_shaped(Variant::Instrumented, Shape::SHIPPED).unwrap()
+        );
+    }
+
+    /// A lane cache the program does not declare is refused by name, not built to fail at link.
+    #[test]
+    fn a_library_with_the_delta_cache_is_refused() {
+        let shape = Shape {
+            cache_delta: true,
+            ..Shape::LINKED
+        };
+        for v in Variant::ALL {
+            let built = helper_library_shaped(v, shape);
+            if v.has_lookup() {
+                assert!(
+                    matches!(&built, Err(VkError::Build { why, .. }) if why.contains("cache_delta")),
+                    "{v:?}: {built:?}"
+                );
+            } else {
+                built.unwrap();
+            }
         }
     }
 
-    /// The emulator-shaped host's device program (`examples/emulator-host/shaders/device.spvasm`,
-    /// hand-written SPIR-V that calls `dispatchscope_lookup` itself and declares the lane's cache)
-    /// assembles and links against every library with a lookup: the interface it was written to
-    /// is this one (the `Hit` type, the lookup's parameters, the cache's first values).
-    #[test]
-    fn the_emulator_hosts_device_program_links_against_every_library_with_a_lookup() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../examples/emulator-host/shaders/device.spvasm"
+    /// `spirv-as` over one of the emulator-shaped host's programs (`examples/emulator-host/shaders`),
+    /// or `None` where spirv-as does not run (and `DISPATCHSCOPE_REQUIRE_VULKAN` is not 1).
+    fn host_program(name: &str) -> Option<Vec<u32>> {
+        let path = format!(
+            "{}/../../examples/emulator-host/shaders/{name}.spvasm",
+            env!("CARGO_MANIFEST_DIR")
         );
         let out = Command::new("spirv-as")
-            .args(["--target-env", "vulkan1.2", path, "-o", "-"])
+            .args(["--target-env", "vulkan1.2", &path, "-o", "-"])
             .output();
         let out = match out {
             Ok(o) => o,
@@ -2762,22 +2848,63 @@ mod tests {
                     "DISPATCHSCOPE_REQUIRE_VULKAN=1, but spirv-as does not run: {e}"
                 );
                 eprintln!("skipped: spirv-as does not run: {e}");
-                return;
+                return None;
             }
         };
         assert!(
             out.status.success(),
-            "{}",
+            "{name}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let program: Vec<u32> = out
-            .stdout
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        for v in Variant::ALL.into_iter().filter(|v| v.has_lookup()) {
-            link(&program, &helper_library(v).unwrap()).unwrap_or_else(|e| panic!("{v:?}: {e}"));
+        Some(
+            out.stdout
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        )
+    }
+
+    /// The emulator-shaped host's device program (`examples/emulator-host/shaders/device.spvasm`,
+    /// hand-written SPIR-V that calls `dispatchscope_lookup` itself, declares the lane's cache and
+    /// first escapes, and counts its own sites) assembles and links against every library with a
+    /// lookup, of every shape `spirv-helper` builds: the interface it was written to is this one
+    /// (the `Hit` type, the lookup's parameters, the cache's first values, the lanes' escapes);
+    /// against the raw library with the host's own lookup (`nolookup.spvasm`, `--plain`); and the
+    /// program that loses the device (`hang.spvasm`, which declares no lane escapes) against the
+    /// helper library, as the host's CMakeLists.txt links them.
+    #[test]
+    fn the_emulator_hosts_programs_link_against_their_libraries() {
+        let (Some(device), Some(nolookup), Some(hang)) = (
+            host_program("device"),
+            host_program("nolookup"),
+            host_program("hang"),
+        ) else {
+            return;
+        };
+        let shapes = [
+            Shape::LINKED,
+            Shape::LINKED.fit(false, false),
+            Shape::ISSUE_30,
+        ];
+        for shape in shapes {
+            for v in Variant::ALL.into_iter().filter(|v| v.has_lookup()) {
+                let library = helper_library_shaped(v, shape).unwrap();
+                link(&device, &library).unwrap_or_else(|e| panic!("{v:?}, {shape:?}: {e}"));
+            }
         }
+        // The raw library and the host's own lookup, linked as three modules.
+        let raw = helper_library(Variant::Raw).unwrap();
+        let words = spirv_tool(
+            "spirv-link",
+            &["--target-env", "vulkan1.2", "-o", "-"],
+            &[&device, &raw, &nolookup],
+        )
+        .unwrap();
+        super::super::validate("linked", &words).unwrap();
+        link(&hang, &helper_library(Variant::Helper).unwrap()).unwrap();
+        // A library that needs what the program does not export fails to link: the lean
+        // instrumented library against the hang program, which declares no lane escapes.
+        assert!(link(&hang, &helper_library(Variant::Instrumented).unwrap()).is_err());
     }
 
     /// The workgroup counters and (the lean instrumentation) each lane's first escape.

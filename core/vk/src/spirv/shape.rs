@@ -126,12 +126,20 @@ impl Shape {
         wide_atomics: false,
         leave_out: 0,
     };
-    /// What the linkable library is built with: [`Shape::ISSUE_30`], the interface the
-    /// emulator-shaped host (`examples/emulator-host`) is written against (its program declares
-    /// the workgroup counters and the lane cache as they were, links no capture dispatch, and
-    /// reads every escape from the log), and what a device lent by a host can run (no 64-bit
-    /// atomics asked of it).
-    pub const LINKED: Shape = Shape::ISSUE_30;
+    /// What the linkable library (`dispatchscope spirv-helper`) is built with: [`Shape::SHIPPED`],
+    /// so that an emulator's own linked module is instrumented as the modules built here are, and
+    /// measured so (issue 42). Its instrumented variant is the lean one: it imports each lane's
+    /// first escape ([`LANE_ESCAPES`](super::library::symbol::LANE_ESCAPES)) besides the workgroup
+    /// counters, takes the program's counts of the sites it flags
+    /// [`SITE_DERIVED`](super::library::SITE_DERIVED) (a program that flags none is counted
+    /// access by access, as before), logs each escaping lane's first escape when the lane ends,
+    /// and captures no lane in the pass (a [`Variant::Capture`](super::library::Variant::Capture)
+    /// library does). It declares the GroupNonUniform capabilities (arithmetic, vote) and
+    /// Int64Atomics, so its device needs subgroup arithmetic and vote in compute shaders and
+    /// `shaderBufferInt64Atomics` enabled; [`Shape::fit`] makes one for a device without
+    /// (`spirv-helper --no-subgroup-arithmetic --no-int64-atomics`). Issue 30's stays buildable
+    /// (`spirv-helper --shape issue30`, [`Shape::ISSUE_30`]).
+    pub const LINKED: Shape = Shape::SHIPPED;
     /// The access path as it was before issue 30: every access word by word, the lookup's
     /// probes all in its loop, a workgroup atomic an instrumented access.
     pub const BEFORE: Shape = Shape {
