@@ -370,6 +370,14 @@ struct Device {
                 vkGetDeviceProcAddr(device, "vkGetDeviceFaultInfoEXT"));
     }
 
+    // A type with `want` and `better`, else one with `want`.
+    uint32_t memory_type_preferring(uint32_t bits, VkMemoryPropertyFlags want, VkMemoryPropertyFlags better) const {
+        for (uint32_t i = 0; i < memory.memoryTypeCount; i++)
+            if ((bits & (1u << i)) && (memory.memoryTypes[i].propertyFlags & (want | better)) == (want | better))
+                return i;
+        return memory_type(bits, want);
+    }
+
     uint32_t memory_type(uint32_t bits, VkMemoryPropertyFlags want) const {
         for (uint32_t i = 0; i < memory.memoryTypeCount; i++)
             if ((bits & (1u << i)) && (memory.memoryTypes[i].propertyFlags & want) == want) return i;
@@ -400,7 +408,10 @@ struct Buffer {
     uint64_t address = 0;
     bool imported = false;
 
-    void make(const Device &d, uint64_t size, bool device_address) {
+    // `read_back`: the CPU reads what the device wrote here (holders, masks, logs): host-cached
+    // memory where the device has it. Uncached (write-combined) memory, the first host-visible type
+    // on NVIDIA, reads at a few tens of MB/s: a frame's masks and holders cost ~80 ms there.
+    void make(const Device &d, uint64_t size, bool device_address, bool read_back = false) {
         bytes = size;
         VkBufferCreateInfo bci{};
         bci.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO;
@@ -418,8 +429,10 @@ struct Buffer {
         mai.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO;
         mai.pNext = device_address ? &flags : nullptr;
         mai.allocationSize = req.size;
-        mai.memoryTypeIndex = d.memory_type(req.memoryTypeBits, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
-                                                                    VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+        const VkMemoryPropertyFlags visible = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+        mai.memoryTypeIndex = read_back ? d.memory_type_preferring(req.memoryTypeBits, visible,
+                                                                   VK_MEMORY_PROPERTY_HOST_CACHED_BIT)
+                                        : d.memory_type(req.memoryTypeBits, visible);
         check_vk(vkAllocateMemory(d.device, &mai, nullptr, &memory), "vkAllocateMemory");
         check_vk(vkBindBufferMemory(d.device, buffer, memory, 0), "vkBindBufferMemory");
         void *p = nullptr;
@@ -1091,6 +1104,11 @@ struct Layout {
             }
         }
         heap_bytes = heap;
+        // The read-only and shared regions lie past the heap (a 16 GiB heap reaches 0x500000000).
+        if (heap != UINT64_MAX) {
+            RO = std::max<uint64_t>(0x200000000ull, round_up(H + heap_bytes, 1ull << 32));
+            SH = RO + 0x100000000ull;
+        }
         sets_off = round_up(UNIT + units * UNIT, SH_UNIT);
         // A chunk (T1, at most 64 KiB) never spans two arenas.
         arena_bytes = heap_sets ? sets_off + units * SH_UNIT : sets_off;
@@ -1638,9 +1656,9 @@ void Host::make_device_objects() {
         // The holders of a frame's bound passes: run 305's two (0xe420 and 0x94 bytes) and the
         // gather pass's (0x100 each), each at a 256-byte boundary; their masks the same.
         uint64_t bytes = L.n_b * (round_up(0xe420, 256) + 256) + L.n_g * 2 * 256 + 4096;
-        fs.holders.make(vk, bytes, false);
-        fs.masks.make(vk, bytes, false);
-        fs.logs.make(vk, std::max<uint64_t>(1, L.n_d) * LOG_STRIDE, false);
+        fs.holders.make(vk, bytes, false, true);
+        fs.masks.make(vk, bytes, false, true);
+        fs.logs.make(vk, std::max<uint64_t>(1, L.n_d) * LOG_STRIDE, false, true);
         if (o.instrumented)
             fs.instr.make(vk, std::max<uint64_t>(1, L.n_d) * instr_stride + round_up(4 * instr_words_screen, 256), true);
         if (timestamps) {

@@ -659,11 +659,19 @@ fn every_shape_of_the_access_path_gives_the_same_image() {
             ..s
         },
         Shape {
-            derived_counts: false,
+            cache_test32: true,
             ..s
         },
         Shape {
-            derived_counts: false,
+            derived_counts: true,
+            ..s
+        },
+        Shape {
+            derived_counts: true,
+            subgroup_counts: false,
+            ..s
+        },
+        Shape {
             private_counters: true,
             ..s
         },

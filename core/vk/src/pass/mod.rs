@@ -458,6 +458,7 @@ impl Build {
                 (sh.cache_delta, s.cache_delta, "delta"),
                 (sh.slow_path_call, s.slow_path_call, "slowcall"),
                 (sh.lookup_call, s.lookup_call, "lookupcall"),
+                (sh.cache_test32, s.cache_test32, "test32"),
             ] {
                 if mine != shipped {
                     parts.push(format!("{}{name}", on(mine)));
@@ -502,7 +503,7 @@ impl Build {
 }
 
 /// Issue 42's helper shapes, each change alone against the shipped helper.
-pub fn helper_shapes() -> [(&'static str, Shape); 4] {
+pub fn helper_shapes() -> [(&'static str, Shape); 5] {
     let s = Shape::SHIPPED;
     [
         (
@@ -527,6 +528,13 @@ pub fn helper_shapes() -> [(&'static str, Shape); 4] {
             },
         ),
         (
+            "the lane cache's test in 32-bit words",
+            Shape {
+                cache_test32: !s.cache_test32,
+                ..s
+            },
+        ),
+        (
             "no lane cache",
             Shape {
                 lane_cache: false,
@@ -542,15 +550,16 @@ pub fn instrumented_shapes() -> [(&'static str, Shape); 8] {
     let s = Shape::SHIPPED;
     [
         (
-            "every access counted by the helper (no derived counts)",
+            "the program counting its sites (derived counts)",
             Shape {
-                derived_counts: false,
+                derived_counts: true,
                 ..s
             },
         ),
         (
-            "the program's counts a workgroup atomic a lane (no subgroup reduction)",
+            "derived counts, a workgroup atomic a lane (no subgroup reduction)",
             Shape {
+                derived_counts: true,
                 subgroup_counts: false,
                 ..s
             },

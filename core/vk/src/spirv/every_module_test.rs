@@ -169,13 +169,14 @@ fn every_traversal_build_validates() {
             ..Shape::SHIPPED
         });
     }
-    for bits in 0..32u32 {
+    for bits in 0..64u32 {
         shapes.push(Shape {
             cache_delta: bits & 1 != 0,
             slow_path_call: bits & 2 != 0,
             lookup_call: bits & 4 != 0,
             fast_path: bits & 8 != 0,
             lane_cache: bits & 16 != 0,
+            cache_test32: bits & 32 != 0,
             ..Shape::SHIPPED
         });
     }

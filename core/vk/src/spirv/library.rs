@@ -1306,10 +1306,8 @@ pub(super) fn cached_lookup(
 ) -> R<Word> {
     let t = a.t;
     let (last_key, last_hit) = cache;
-    let test = hit_test(a, chunk, part)?;
     let prev = a.get(t.u64, last_key)?;
-    let masked = a.and(t.u64, prev, test.mask)?;
-    let again = a.eq(masked, test.want)?;
+    let again = cache_hits(a, prev, chunk, part)?;
     let fresh = a.lnot(again)?;
     a.if_(fresh, |a| {
         let h = a.call(t.hit, lookup, &[chunk, part])?;
@@ -1322,6 +1320,45 @@ pub(super) fn cached_lookup(
         a.set(last_key, key)
     })?;
     a.get(t.hit, last_hit)
+}
+
+/// Whether the lane cache's key `prev` answers `part` of `chunk`: `TableSlot::hits` as the
+/// lookup tests it ([`hit_test`]), or with [`Shape::cache_test32`] in 32-bit words. The key's
+/// chunk bits are its low 48 (the low word and the high word's low 16), its excluded parts the
+/// high word's top 16. It hits when the low words are equal, the high word masked by
+/// `0xffff | 1 << (16 + part)` equals the chunk's high word (the chunk bits equal, the part's bit
+/// clear), and the chunk's high word fits 16 bits (a chunk past the key's bits is never mapped;
+/// without that test, such a chunk whose bit `48 + part` is set could equal a key excluding the
+/// part).
+fn cache_hits(a: &mut Asm, prev: Word, chunk: Word, part: Word) -> R<Word> {
+    let t = a.t;
+    if !a.shape.cache_test32 {
+        let test = hit_test(a, chunk, part)?;
+        let masked = a.and(t.u64, prev, test.mask)?;
+        return a.eq(masked, test.want);
+    }
+    let c32 = a.c64(32);
+    let prev_lo = a.narrow(prev)?;
+    let prev_hi = a.shr(t.u64, prev, c32)?;
+    let prev_hi = a.narrow(prev_hi)?;
+    let chunk_lo = a.narrow(chunk)?;
+    let chunk_hi = a.shr(t.u64, chunk, c32)?;
+    let chunk_hi = a.narrow(chunk_hi)?;
+    let last_part = a.c32(PARTS - 1);
+    let part = a.and(t.u32, part, last_part)?;
+    let first_bit = a.c32(KEY_CHUNK_BITS - 32);
+    let bit_no = a.add(t.u32, part, first_bit)?;
+    let one = a.c32(1);
+    let bit = a.shl(t.u32, one, bit_no)?;
+    let chunk_high_bits = a.c32((1 << (KEY_CHUNK_BITS - 32)) - 1);
+    let m = a.or(t.u32, chunk_high_bits, bit)?;
+    let masked = a.and(t.u32, prev_hi, m)?;
+    let hi_eq = a.eq(masked, chunk_hi)?;
+    let lo_eq = a.eq(prev_lo, chunk_lo)?;
+    let limit = a.c32(1 << (KEY_CHUNK_BITS - 32));
+    let fits = a.ult(chunk_hi, limit)?;
+    let both = a.land(lo_eq, hi_eq)?;
+    a.land(both, fits)
 }
 
 /// The lane cache's variables: issue 30's (the slot's key and the whole `Hit`), or with
@@ -1405,10 +1442,8 @@ fn cached_delta(
 ) -> R<(Word, Word, Word)> {
     let t = a.t;
     let (last_key, last_delta, last_probes) = cache;
-    let test = hit_test(a, chunk, part)?;
     let prev = a.get(t.u64, last_key)?;
-    let masked = a.and(t.u64, prev, test.mask)?;
-    let again = a.eq(masked, test.want)?;
+    let again = cache_hits(a, prev, chunk, part)?;
     let p_fn_bool = a.b.type_pointer(None, StorageClass::Function, t.bool_);
     let v_ok = a.var(p_fn_bool)?;
     a.set(v_ok, again)?;
