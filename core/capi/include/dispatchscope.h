@@ -530,7 +530,10 @@ typedef struct ds_device_fault {
 } ds_device_fault;
 
 // One holder's buffer after the emulator's dispatch (O8): its data from its widened start and
-// its write mask (4 bytes a data word, non-zero where a store set it).
+// its write mask (4 bytes a data word, non-zero where a store set it). The engine reads every
+// word of both: keep them in host-cached memory (`VK_MEMORY_PROPERTY_HOST_CACHED_BIT`, as a
+// download buffer is). Uncached memory, the first host-visible type on NVIDIA, reads at tens of
+// MB/s: a frame of run 305's holders cost 80 ms there (BENCHMARKS.md, 2026-12-07).
 typedef struct ds_holder_run {
   // The holder slot.
   uint32_t slot;
