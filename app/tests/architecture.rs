@@ -405,7 +405,54 @@ fn names_defined() -> (BTreeSet<String>, String) {
             }
         }
     }
+    // The C and C++ of the examples and the C ABI's C tests (the page names their functions and
+    // types too): a name before `(`, or after `struct` or `class`.
+    let mut c_files = Vec::new();
+    for dir in ["examples", "core/capi/tests/c"] {
+        c_like_files(&root().join(dir), &mut c_files);
+    }
+    for f in c_files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        all_code.push_str(&text);
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find(|c: char| c.is_ascii_alphabetic() || c == '_') {
+            rest = &rest[i..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            let (name, after) = rest.split_at(end);
+            if after.trim_start().starts_with('(') {
+                names.insert(name.to_owned());
+            }
+            if matches!(name, "struct" | "class") {
+                let next = after.trim_start();
+                let n = next
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(next.len());
+                names.insert(next[..n].to_owned());
+            }
+            rest = after;
+        }
+    }
     (names, all_code)
+}
+
+/// Every C or C++ source and header under `dir`.
+fn c_like_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            c_like_files(&p, out);
+        } else if p
+            .extension()
+            .is_some_and(|x| ["c", "cpp", "h", "hpp"].iter().any(|e| x == *e))
+        {
+            out.push(p);
+        }
+    }
 }
 
 /// Every file and folder of the tree under `dir`, relative to the root, with `/` between parts.
