@@ -210,6 +210,19 @@ VKAPI_ATTR VkBool32 VKAPI_CALL on_debug(VkDebugUtilsMessageSeverityFlagBitsEXT s
     return VK_FALSE;
 }
 
+// One of the device's feature structs, through vkGetPhysicalDeviceFeatures2.
+template <class T>
+T device_features(VkPhysicalDevice physical, VkStructureType type) {
+    T f{};
+    f.sType = type;
+    VkPhysicalDeviceFeatures2 f2{};
+    f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+    f2.pNext = &f;
+    vkGetPhysicalDeviceFeatures2(physical, &f2);
+    f.pNext = nullptr;
+    return f;
+}
+
 struct Device {
     VkInstance instance = VK_NULL_HANDLE;
     VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
@@ -324,12 +337,8 @@ struct Device {
         for (auto &e : dev_exts)
             if (std::strcmp(e.extensionName, VK_EXT_DEVICE_FAULT_EXTENSION_NAME) == 0) has_fault = true;
         if (has_fault) {
-            VkPhysicalDeviceFaultFeaturesEXT ff{};
-            ff.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FAULT_FEATURES_EXT;
-            VkPhysicalDeviceFeatures2 f2{};
-            f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-            f2.pNext = &ff;
-            vkGetPhysicalDeviceFeatures2(physical, &f2);
+            const auto ff = device_features<VkPhysicalDeviceFaultFeaturesEXT>(
+                physical, VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FAULT_FEATURES_EXT);
             if (ff.deviceFault) {
                 fault_features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FAULT_FEATURES_EXT;
                 fault_features.deviceFault = VK_TRUE;
@@ -345,12 +354,8 @@ struct Device {
             sp.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
             sp.pNext = &sub;
             vkGetPhysicalDeviceProperties2(physical, &sp);
-            VkPhysicalDeviceVulkan12Features f12{};
-            f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
-            VkPhysicalDeviceFeatures2 f2{};
-            f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
-            f2.pNext = &f12;
-            vkGetPhysicalDeviceFeatures2(physical, &f2);
+            const auto f12 = device_features<VkPhysicalDeviceVulkan12Features>(
+                physical, VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
             const VkSubgroupFeatureFlags ops = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_VOTE_BIT |
                                                VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
             std::string lacks;
