@@ -662,7 +662,16 @@ fn every_shape_of_the_access_path_gives_the_same_image() {
         },
         Shape {
             cache_test32: true,
+            cache_span: false,
             ..s
+        },
+        Shape {
+            cache_span: false,
+            ..s
+        },
+        Shape {
+            cache_span: false,
+            ..Shape::ISSUE_30
         },
         Shape {
             derived_counts: true,

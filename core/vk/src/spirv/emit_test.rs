@@ -24,7 +24,7 @@ use rspirv::spirv::{
 use super::asm::Asm;
 use super::helper::{EVERY_PART, emit_lookup};
 use super::library::{
-    self, EmittedHelpers, Variant, cached_lookup, declare_lane_cache, emit_helpers, emit_into,
+    self, EmittedHelpers, Variant, cached_lookup, declare_lane_cache, emit_into,
 };
 use super::record::NO_SLOT;
 use crate::commands::Commands;
@@ -548,15 +548,15 @@ fn lane_cache_against_the_lookup(words: &[u32]) {
 }
 
 /// Accesses a lane makes through the helper's `load` or `store`.
-const ACCESSES: u32 = 4;
+const ACCESSES: u32 = 8;
 
-/// A module with the helper variant's functions: lane `g` makes [`ACCESSES`] accesses, each's
-/// guest address (u64), size and `1` for a store at `input + 16 (g ACCESSES + j)` (push words
-/// 0–1); a load writes its four words at `out + 16 (g ACCESSES + j)` (push words 2–3), a store
-/// stores `0x5000_0000 + 16 (g ACCESSES + j) + word`.
-fn access_module() -> Vec<u32> {
+/// A module with the helper variant's functions of `shape`: lane `g` makes [`ACCESSES`] accesses,
+/// each's guest address (u64), size and `1` for a store at `input + 16 (g ACCESSES + j)` (push
+/// words 0–1); a load writes its four words at `out + 16 (g ACCESSES + j)` (push words 2–3), a
+/// store stores `0x5000_0000 + 16 (g ACCESSES + j) + word`.
+fn access_module(shape: super::shape::Shape) -> Vec<u32> {
     let mut a = Asm::new("access_test");
-    let h = emit_helpers(&mut a, Variant::Helper).unwrap();
+    let h = super::library::emit_helpers_shaped(&mut a, Variant::Helper, shape).unwrap();
     let t = a.t;
     let v3 = a.b.type_vector(t.u32, 3);
     let p_in = a.b.type_pointer(None, StorageClass::Input, v3);
@@ -625,9 +625,44 @@ fn access_module() -> Vec<u32> {
     words
 }
 
+/// The lane cache as a key and as a span ([`Shape::cache_span`](super::shape::Shape)), with and
+/// without the fast path and the key's 32-bit test: every shape reads and writes what the CPU
+/// says.
 #[test]
 fn loads_and_stores_by_parts_go_where_the_cpu_says_and_mark_with_the_summary() {
-    let words = access_module();
+    use super::shape::Shape;
+    let s = Shape::SHIPPED;
+    for shape in [
+        s,
+        Shape {
+            cache_span: !s.cache_span,
+            ..s
+        },
+        Shape {
+            cache_span: false,
+            cache_test32: true,
+            ..s
+        },
+        Shape {
+            fast_path: false,
+            ..s
+        },
+        Shape {
+            lane_cache: false,
+            ..s
+        },
+    ] {
+        loads_and_stores_by_parts(&access_module(shape), &format!("{shape:?}"));
+    }
+}
+
+/// [`access_module`]'s lanes over chunks mapped by parts ([`map_by_parts`]) and guest chunk 0
+/// mapped whole. The loads walk: most stay in the chunk of the access before (the lane cache's
+/// answers again, for other parts and across a part's or the chunk's end), some jump to another
+/// chunk, to chunk 0 (a lane's first access below the cache's first values' reach: the program's
+/// first `Hit` must answer nothing), to unmapped memory, far away and to the last bytes
+/// of the address space. The stores go to every place once, a lane's to one chunk.
+fn loads_and_stores_by_parts(words: &[u32], what_shape: &str) {
     let Some(ctx) = context() else { return };
     let first = 0x40_0000u64;
     let n_chunks = 8u64;
@@ -645,9 +680,10 @@ fn loads_and_stores_by_parts_go_where_the_cpu_says_and_mark_with_the_summary() {
     // Enough far-away chunks that the marks' summary has several blocks.
     let mut table = ChunkTable::build(CHUNK, 16, &fillers(300)).unwrap();
     map_by_parts(&mut table, first, n_chunks, |r| {
-        assert!((r as u64) < imports);
+        assert!((r as u64) < imports - 1);
         mem_at + r as u64 * CHUNK
     });
+    table.insert(0, mem_at + (imports - 1) * CHUNK).unwrap();
     assert!(table.capacity() > 2 * MARK_BLOCK_SLOTS, "{table:?}");
     // Eight places in every part, of every size, one across its end into the next part (or
     // chunk), never overlapping, so that the stores land apart.
@@ -665,17 +701,62 @@ fn loads_and_stores_by_parts_go_where_the_cpu_says_and_mark_with_the_summary() {
                     (2048, 8),
                     (3000, 4),
                     (PART - 12, 16),
+                    (64, 16),
+                    (128, 12),
+                    (384, 8),
+                    (768, 4),
+                    (1280, 16),
+                    (1792, 12),
+                    (2560, 8),
+                    (3500, 16),
                 ]
                 .map(|(o, size)| (at + o, size)),
             );
         }
     }
+    // Each chunk's places shuffled among themselves: a lane's stores lie in one chunk.
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    for i in (1..places.len()).rev() {
-        places.swap(i, rng.below(i as u64 + 1) as usize);
+    let per_chunk = places.len() / n_chunks as usize;
+    for chunk in places.chunks_mut(per_chunk) {
+        for i in (1..chunk.len()).rev() {
+            chunk.swap(i, rng.below(i as u64 + 1) as usize);
+        }
     }
     let n = (LANES * ACCESSES) as usize;
     assert_eq!(places.len(), n);
+    // The loads' walk, lane by lane.
+    let mut walk = Vec::with_capacity(n);
+    for _ in 0..LANES {
+        let mut chunk = first + rng.below(n_chunks);
+        for j in 0..ACCESSES {
+            let size = 4 * (1 + rng.below(4) as u32);
+            let within = |rng: &mut Rng, c: u64| {
+                let off = match rng.below(6) {
+                    0 => CHUNK - 16,
+                    1 => CHUNK - 4 * (1 + rng.below(3)),
+                    2 => PART * rng.below(16) + PART - 4 * (1 + rng.below(4)),
+                    _ => 4 * rng.below(CHUNK / 4),
+                };
+                c * CHUNK + off
+            };
+            let addr = match rng.below(16) {
+                0 if j == 0 => 4 * rng.below(0xfff0 / 4),
+                0 | 1 => within(&mut rng, 0),
+                2 => {
+                    chunk = first + rng.below(n_chunks);
+                    within(&mut rng, chunk)
+                }
+                3 => {
+                    let unmapped = first + n_chunks + rng.below(4);
+                    within(&mut rng, unmapped)
+                }
+                4 => 0x7fff_0000_0000 + 4 * rng.below(1 << 20),
+                5 => u64::MAX - 15 - 4 * rng.below(8),
+                _ => within(&mut rng, chunk),
+            };
+            walk.push((addr, size));
+        }
+    }
     let tbuf = upload(&ctx, &table, &mut calls);
     let mut inbuf = ctx
         .host_buffer(16 * n as u64, "the accesses", &mut calls)
@@ -709,35 +790,32 @@ fn loads_and_stores_by_parts_go_where_the_cpu_says_and_mark_with_the_summary() {
     for store in [false, true] {
         // Loads from random places (any lane may read any), then stores, each place once.
         let mut input = Vec::with_capacity(16 * n);
-        let chosen: Vec<(u64, u32)> = (0..n)
-            .map(|i| {
-                if store {
-                    places[i]
-                } else {
-                    places[rng.below(places.len() as u64) as usize]
-                }
-            })
-            .collect();
-        for &(addr, size) in &chosen {
+        let chosen: &[(u64, u32)] = if store { &places } else { &walk };
+        for &(addr, size) in chosen {
             input.extend_from_slice(&addr.to_le_bytes());
             input.extend_from_slice(&size.to_le_bytes());
             input.extend_from_slice(&u32::from(store).to_le_bytes());
         }
         inbuf.bytes_mut()[..input.len()].copy_from_slice(&input);
-        dispatch(&ctx, &words, &push, LANES / 64);
+        dispatch(&ctx, words, &push, LANES / 64);
         if !store {
+            let mut mapped = 0;
             for (i, &(addr, size)) in chosen.iter().enumerate() {
                 for w in 0..4u64 {
                     let got = le32(out.bytes(), 16 * i + 4 * w as usize);
-                    let g = addr + 4 * w;
+                    let g = addr.wrapping_add(4 * w);
                     let want = if w < u64::from(size) / 4 {
-                        device(g).map_or(0, |d| word_at(&before, d))
+                        device(g).map_or(0, |d| {
+                            mapped += 1;
+                            word_at(&before, d)
+                        })
                     } else {
                         0
                     };
-                    assert_eq!(got, want, "load {i} at {addr:#x}, word {w}");
+                    assert_eq!(got, want, "{what_shape}: load {i} at {addr:#x}, word {w}");
                 }
             }
+            assert!(mapped > n, "{mapped} mapped words loaded");
             continue;
         }
         // Every word each store reaches (by its part's slot), and nothing else, changed; each
@@ -766,12 +844,15 @@ fn loads_and_stores_by_parts_go_where_the_cpu_says_and_mark_with_the_summary() {
         let changed = (0..before.len() / 4)
             .filter(|&w| le32(memory.bytes(), 4 * w) != le32(&expected, 4 * w))
             .count();
-        assert_eq!(changed, 0, "{changed} words differ from the CPU's stores");
+        assert_eq!(
+            changed, 0,
+            "{what_shape}: {changed} words differ from the CPU's stores"
+        );
         let got: Vec<u32> = (0..mark_buffer_words(table.capacity()))
             .map(|w| marks.word(w))
             .collect();
         let (got_marks, summary) = got.split_at(table.capacity());
-        assert_eq!(got_marks, &want_marks[..], "the marks");
+        assert_eq!(got_marks, &want_marks[..], "{what_shape}: the marks");
         for (b, &flag) in summary.iter().enumerate() {
             let any = want_marks[b * MARK_BLOCK_SLOTS..]
                 .iter()

@@ -169,8 +169,9 @@ fn every_traversal_build_validates() {
             ..Shape::SHIPPED
         });
     }
-    for bits in 0..64u32 {
+    for bits in 0..128u32 {
         shapes.push(Shape {
+            cache_span: bits & 64 != 0,
             cache_delta: bits & 1 != 0,
             slow_path_call: bits & 2 != 0,
             lookup_call: bits & 4 != 0,

@@ -610,6 +610,9 @@ fn emit_helpers_of(a: &mut Asm, variant: Variant, export: bool) -> R<Helpers> {
     };
     let route = emit_route(a)?;
     let cache = match lookup {
+        Some(_) if a.shape.lane_cache && a.shape.cache_span => {
+            Some(LaneCache::Span(declare_lane_cache(a, true)))
+        }
         Some(_) if a.shape.lane_cache && a.shape.cache_delta => {
             Some(LaneCache::Delta(declare_delta_cache(a)))
         }
@@ -1367,6 +1370,8 @@ fn cache_hits(a: &mut Asm, prev: Word, chunk: Word, part: Word) -> R<Word> {
 enum LaneCache {
     Hit((Word, Word)),
     Delta((Word, Word, Word)),
+    /// [`Shape::cache_span`]'s: the same two variables as `Hit`, read as a span ([`cached_span`]).
+    Span((Word, Word)),
 }
 
 /// Declares [`Shape::cache_delta`]'s lane cache once per module: three `Private` variables,
@@ -1471,6 +1476,114 @@ fn cached_delta(
     let delta = a.get(t.u64, last_delta)?;
     let probes = a.get(t.u32, last_probes)?;
     Ok((ok, delta, probes))
+}
+
+/// The first byte's lookup through [`Shape::cache_span`]'s cache, and whether the access lies in
+/// the span the cache answers.
+struct Spanned {
+    /// The access's bytes (its first 16) lie in the cached span and its slot is mapped: one base.
+    inside: Word,
+    /// The first byte's lookup hit.
+    ok0: Word,
+    /// The device address of the first byte, `guest_addr + delta` (meaningless on a miss).
+    base0: Word,
+    /// The first byte's slot (a store's marks).
+    s0: Word,
+    /// The first byte's lookup's probes.
+    n0: Word,
+}
+
+/// The bytes a span of `len` bytes answers an access of up to 16 bytes at (`off < limit`, `off`
+/// the access's offset in the span): `len - 15`, or none when the span is shorter than 16 bytes.
+const SPAN_SLACK: u32 = 15;
+
+/// T5 through [`Shape::cache_span`]'s lane cache. The cache is the key's two variables read as a
+/// span: [`symbol::LAST_CHUNK`] holds the span's first guest byte, [`symbol::LAST_HIT`] the chunk's
+/// device-from-guest delta (`device_addr - (chunk << chunk_shift)`), the slot, the probes and, in
+/// the `Hit`'s `excluded` word, the span's limit ([`SPAN_SLACK`]). The span is the chunk when the
+/// slot reaches every part, else the looked-up part; after a miss its limit is 0. An access whose
+/// offset `guest_addr - first` (64 bits, so an address below the span wraps past any limit) is
+/// below the limit, through a mapped slot, is answered again: `guest_addr + delta`, the lookup's
+/// own answer, probes included, for the reason the key's cache gives (the module docs: a part is
+/// reached by at most one slot of its chunk). Any other access looks its first byte's part up and
+/// remembers the answer. The slot's test keeps the program's first values (`u64::MAX` and a miss,
+/// whose `excluded` 0xffff would read as a limit) from answering anything.
+fn cached_span(
+    a: &mut Asm,
+    lookup: Word,
+    cache: (Word, Word),
+    addr: Word,
+    shape_of_chunk: (Word, Word, Word),
+) -> R<Spanned> {
+    let t = a.t;
+    let (v_first, v_hit) = cache;
+    let (shift, part_shift, part_bits) = shape_of_chunk;
+    let none = a.c32(record::NO_SLOT);
+    let first = a.get(t.u64, v_first)?;
+    let cached = a.get(t.hit, v_hit)?;
+    let slot = a.extract(cached, 1)?;
+    let limit = a.extract(cached, 3)?;
+    let off = a.sub(t.u64, addr, first)?;
+    let limit = a.widen(limit)?;
+    let within = a.ult(off, limit)?;
+    let mapped = a.ne(slot, none)?;
+    let again = a.land(within, mapped)?;
+    let p_fn_bool = a.b.type_pointer(None, StorageClass::Function, t.bool_);
+    let v_inside = a.var(p_fn_bool)?;
+    a.set(v_inside, again)?;
+    let fresh = a.lnot(again)?;
+    a.if_(fresh, |a| {
+        let q0 = a.shr(t.u64, addr, part_shift)?;
+        let c0 = a.shr(t.u64, q0, part_bits)?;
+        let p0 = a.narrow(q0)?;
+        let last_part = a.c32(PARTS - 1);
+        let p0 = a.and(t.u32, p0, last_part)?;
+        let h = a.call(t.hit, lookup, &[c0, p0])?;
+        let (dev, slot, probes, excluded) = (
+            a.extract(h, 0)?,
+            a.extract(h, 1)?,
+            a.extract(h, 2)?,
+            a.extract(h, 3)?,
+        );
+        let chunk_first = a.shl(t.u64, c0, shift)?;
+        let delta = a.sub(t.u64, dev, chunk_first)?;
+        let z = a.c32(0);
+        let whole = a.eq(excluded, z)?;
+        let part_first = a.shl(t.u64, q0, part_shift)?;
+        let span_first = a.select(t.u64, whole, chunk_first, part_first)?;
+        let log2 = a.select(t.u32, whole, shift, part_shift)?;
+        let one = a.c32(1);
+        let len = a.shl(t.u32, one, log2)?;
+        let slack = a.c32(SPAN_SLACK);
+        let roomy = a.bin(Op::UGreaterThan, t.bool_, len, slack)?;
+        let mapped = a.ne(slot, none)?;
+        let keep = a.land(mapped, roomy)?;
+        let room = a.sub(t.u32, len, slack)?;
+        let limit = a.select(t.u32, keep, room, z)?;
+        a.set(v_first, span_first)?;
+        let answer = a.inst(Op::CompositeConstruct, t.hit, &[delta, slot, probes, limit])?;
+        a.set(v_hit, answer)?;
+        let off = a.sub(t.u64, addr, span_first)?;
+        let limit = a.widen(limit)?;
+        let within = a.ult(off, limit)?;
+        a.set(v_inside, within)
+    })?;
+    let inside = a.get(t.bool_, v_inside)?;
+    let cached = a.get(t.hit, v_hit)?;
+    let (delta, s0, n0) = (
+        a.extract(cached, 0)?,
+        a.extract(cached, 1)?,
+        a.extract(cached, 2)?,
+    );
+    let ok0 = a.ne(s0, none)?;
+    let base0 = a.add(t.u64, addr, delta)?;
+    Ok(Spanned {
+        inside,
+        ok0,
+        base0,
+        s0,
+        n0,
+    })
 }
 
 /// What the word-by-word path needs of its access: the guest address, its words, the first
@@ -1806,68 +1919,124 @@ fn emit_access(
             };
             // T5 by parts: the first byte's (chunk, part) and the last byte's; one lookup when
             // both bytes lie in one part (`addr >> part_shift` equal), as the CPU reference does.
-            let (shift, part_shift, part_bits) = chunk_shape(a)?;
-            let one64 = a.c64(1);
-            let q0 = a.shr(t.u64, addr, part_shift)?;
-            let c0 = a.shr(t.u64, q0, part_bits)?;
-            let last_part = a.c32(PARTS - 1);
-            let p0 = a.narrow(q0)?;
-            let p0 = a.and(t.u32, p0, last_part)?;
-            let size64 = a.widen(size)?;
-            let end = a.add(t.u64, addr, size64)?;
-            let last = a.sub(t.u64, end, one64)?;
-            let q1 = a.shr(t.u64, last, part_shift)?;
-            let first = match cache {
-                // A store looks its chunk up without the delta cache: its marks need the slot.
-                Some(LaneCache::Delta(c)) if !store => {
-                    let (ok0, delta, n0) = cached_delta(a, lookup, c, c0, p0, shift)?;
-                    let base0 = a.add(t.u64, addr, delta)?;
-                    First {
-                        ok0,
-                        base0,
-                        s0: None,
-                        n0,
+            let chunk = chunk_shape(a)?;
+            let (shift, part_shift, part_bits) = chunk;
+            let span = match cache {
+                Some(LaneCache::Span(c)) => Some(c),
+                _ => None,
+            };
+            // The last byte's part (`q1`, its chunk and part number in one) and whether it is
+            // the first byte's: computed here, or (the span cache, uncounted) only on the
+            // word-by-word path, the one that reads them.
+            let parts = |a: &mut Asm| -> R<(Word, Word, Word)> {
+                let one64 = a.c64(1);
+                let q0 = a.shr(t.u64, addr, part_shift)?;
+                let size64 = a.widen(size)?;
+                let end = a.add(t.u64, addr, size64)?;
+                let last = a.sub(t.u64, end, one64)?;
+                let q1 = a.shr(t.u64, last, part_shift)?;
+                let split = a.ne(q1, q0)?;
+                Ok((q0, q1, split))
+            };
+            let counts_splits = instrumented;
+            let (first, eager, fast) = match span {
+                Some(c) => {
+                    let x = cached_span(a, lookup, c, addr, chunk)?;
+                    let eager = if counts_splits {
+                        Some(parts(a)?)
+                    } else {
+                        None
+                    };
+                    // The instrumented variant counts a split even where one base reads it.
+                    let fast = match eager {
+                        _ if !shape.fast_path => None,
+                        Some((_, _, split)) => {
+                            let one_part = a.lnot(split)?;
+                            Some(a.land(x.inside, one_part)?)
+                        }
+                        None => Some(x.inside),
+                    };
+                    let first = First {
+                        ok0: x.ok0,
+                        base0: x.base0,
+                        s0: Some(x.s0),
+                        n0: x.n0,
                         off0: None,
                         h0: None,
-                    }
-                }
-                _ => {
-                    let h0 = match cache {
-                        Some(LaneCache::Hit(c)) => cached_lookup(a, lookup, c, c0, p0)?,
-                        _ => a.call(t.hit, lookup, &[c0, p0])?,
                     };
-                    let cb = a.shl(t.u64, one64, shift)?;
-                    let cmask = a.sub(t.u64, cb, one64)?;
-                    let (d0, s0, n0) = (a.extract(h0, 0)?, a.extract(h0, 1)?, a.extract(h0, 2)?);
-                    let none = a.c32(record::NO_SLOT);
-                    let ok0 = a.ne(s0, none)?;
-                    let off0 = a.and(t.u64, addr, cmask)?;
-                    let base0 = a.add(t.u64, d0, off0)?;
-                    First {
-                        ok0,
-                        base0,
-                        s0: Some(s0),
-                        n0,
-                        off0: Some((off0, cmask)),
-                        h0: Some(h0),
-                    }
+                    (first, eager, fast)
+                }
+                None => {
+                    let (q0, q1, split) = parts(a)?;
+                    let one64 = a.c64(1);
+                    let c0 = a.shr(t.u64, q0, part_bits)?;
+                    let last_part = a.c32(PARTS - 1);
+                    let p0 = a.narrow(q0)?;
+                    let p0 = a.and(t.u32, p0, last_part)?;
+                    let first = match cache {
+                        // A store looks its chunk up without the delta cache: its marks need
+                        // the slot.
+                        Some(LaneCache::Delta(c)) if !store => {
+                            let (ok0, delta, n0) = cached_delta(a, lookup, c, c0, p0, shift)?;
+                            let base0 = a.add(t.u64, addr, delta)?;
+                            First {
+                                ok0,
+                                base0,
+                                s0: None,
+                                n0,
+                                off0: None,
+                                h0: None,
+                            }
+                        }
+                        _ => {
+                            let h0 = match cache {
+                                Some(LaneCache::Hit(c)) => cached_lookup(a, lookup, c, c0, p0)?,
+                                _ => a.call(t.hit, lookup, &[c0, p0])?,
+                            };
+                            let cb = a.shl(t.u64, one64, shift)?;
+                            let cmask = a.sub(t.u64, cb, one64)?;
+                            let (d0, s0, n0) =
+                                (a.extract(h0, 0)?, a.extract(h0, 1)?, a.extract(h0, 2)?);
+                            let none = a.c32(record::NO_SLOT);
+                            let ok0 = a.ne(s0, none)?;
+                            let off0 = a.and(t.u64, addr, cmask)?;
+                            let base0 = a.add(t.u64, d0, off0)?;
+                            First {
+                                ok0,
+                                base0,
+                                s0: Some(s0),
+                                n0,
+                                off0: Some((off0, cmask)),
+                                h0: Some(h0),
+                            }
+                        }
+                    };
+                    let fast = if shape.fast_path {
+                        let one_part = a.lnot(split)?;
+                        Some(a.land(one_part, first.ok0)?)
+                    } else {
+                        None
+                    };
+                    (first, Some((q0, q1, split)), fast)
                 }
             };
-            let split = a.ne(q1, q0)?;
             let p_fn_hit = a.b.type_pointer(None, StorageClass::Function, t.hit);
             let v_h1 = a.var(p_fn_hit)?;
+            // The last byte's lookup: the first byte's until a split looks it up (a miss where
+            // the path has no `Hit`: only a split reads it then).
             let h1_first = match first.h0 {
                 Some(h0) => h0,
                 None => miss_hit(a),
             };
             a.set(v_h1, h1_first)?;
+            let no_split = a.cbool(false);
             let counted = Counted {
                 token,
                 site_param,
                 site_id,
                 addr,
                 size,
-                split,
+                split: eager.map_or(no_split, |(_, _, split)| split),
                 ok0: first.ok0,
                 n0: first.n0,
                 v_h1,
@@ -1902,6 +2071,10 @@ fn emit_access(
                         a.set(v_h1, h1)?;
                     }
                     None => {
+                        let (_, q1, split) = match eager {
+                            Some(p) => p,
+                            None => parts(a)?,
+                        };
                         let x = SlowIn {
                             addr,
                             n_words,
@@ -1922,19 +2095,21 @@ fn emit_access(
                 }
                 Ok(())
             };
-            one_base_or_across(
-                a,
-                shape,
-                split,
-                first.ok0,
-                |a| words_from(a, first.base0),
-                by_word,
-            )?;
+            // One base for an access the fast path takes ([`Shape::fast_path`]), as the raw
+            // variant reads; every other word by word.
+            match fast {
+                Some(fast) => a.if_else(fast, |a| words_from(a, first.base0), by_word)?,
+                None => by_word(a)?,
+            }
             let h1 = a.get(t.hit, v_h1)?;
             let (s1, n1) = (a.extract(h1, 1)?, a.extract(h1, 2)?);
             let none = a.c32(record::NO_SLOT);
             let hit1 = a.ne(s1, none)?;
-            let hit1 = a.land(split, hit1)?;
+            // Where `v_h1` starts as the first byte's lookup, only a split's is the last byte's.
+            let hit1 = match (first.h0, eager) {
+                (Some(_), Some((_, _, split))) => a.land(split, hit1)?,
+                _ => hit1,
+            };
             if writes {
                 // C1: each slot the store hit, and its block's summary word; two parts of one
                 // chunk reached through one slot mark it once, as the CPU reference does.

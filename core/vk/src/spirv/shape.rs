@@ -50,6 +50,15 @@ pub struct Shape {
     /// half the instructions of the lookup's own 64-bit test (`key & mask == want`,
     /// `helper::hit_test`) on every access, with the same answer. Off until a GPU run measures it.
     pub cache_test32: bool,
+    /// Issue 42, the helper's cost of parts: the lane cache keeps the span of guest bytes its
+    /// slot answers (the whole chunk when the slot reaches every part, else the looked-up part)
+    /// as its first byte and a limit, beside the chunk's device-from-guest delta, the slot and
+    /// the probes (`library::cached_span`), in the same two variables as the key's cache. An
+    /// access is answered again when `guest_addr - first < limit` and the slot is mapped: a
+    /// 64-bit subtract and compare and one more compare, then `guest_addr + delta`, with no
+    /// chunk, part or key computed on the common path (the key's test takes about 25
+    /// instructions). Supersedes [`Shape::cache_test32`] and [`Shape::cache_delta`] when on.
+    pub cache_span: bool,
     /// Issue 42, the instrumented variant's lean path: an access counts nothing on its common
     /// path but a lookup of two probes or more; a split, a miss and an escape are counted on the
     /// word-by-word path that took them; a lane's first escape is kept in workgroup memory
@@ -112,6 +121,7 @@ impl Shape {
         slow_path_call: false,
         lookup_call: false,
         cache_test32: false,
+        cache_span: true,
         lean: true,
         derived_counts: false,
         subgroup_counts: true,
@@ -131,6 +141,7 @@ impl Shape {
         slow_path_call: false,
         lookup_call: false,
         cache_test32: false,
+        cache_span: false,
         lean: false,
         derived_counts: false,
         subgroup_counts: false,
