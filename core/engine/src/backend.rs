@@ -125,8 +125,9 @@ pub trait Backend {
         self.take_marks(slots)
     }
 
-    /// Dispatch `dispatch` will not complete (abandoned, or the device was lost): its mark words
-    /// are zeroed and handed out again (or dropped, where the device is gone).
+    /// Dispatch `dispatch` will not complete (abandoned before the device ran it): its mark words
+    /// are zeroed and handed out again. Never for a dispatch the device may still be running (a
+    /// lost device's, [`crate::engine::Engine::device_lost`]): its words stay held.
     fn forget_marks(&mut self, dispatch: u64) {
         let _ = dispatch;
     }

@@ -381,11 +381,14 @@ impl Grid {
         ]
     }
 
-    /// The heat cell workgroup `wg` adds to, row by row.
-    pub fn heat_cell_of(&self, wg: u32) -> usize {
+    /// The heat cell workgroup `wg` adds to, row by row; `None` for a workgroup past the grid's
+    /// rows (a dispatch larger than its grid), which adds to no cell (the device's `add_heat`
+    /// tests the same).
+    pub fn heat_cell_of(&self, wg: u32) -> Option<usize> {
         let (gx, s) = (self.groups_x().max(1), self.heat_scale());
-        let [cx, _] = self.heat_cells();
-        ((wg / gx / s) * cx + (wg % gx) / s) as usize
+        let [cx, cy] = self.heat_cells();
+        let row = wg / gx / s;
+        (row < cy).then(|| (row * cx + (wg % gx) / s) as usize)
     }
 
     /// The workgroup and local index of the lane at `pixel`.

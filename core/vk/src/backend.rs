@@ -375,6 +375,12 @@ impl VulkanBackend {
         self.marks.len()
     }
 
+    /// Mark buffers held by dispatches: in flight, or lost with the device (whose words a hung
+    /// device may still set, `Engine::device_lost`).
+    pub fn held_mark_buffers(&self) -> usize {
+        self.marks.iter().filter(|m| m.owner.is_some()).count()
+    }
+
     /// Chunk-table copies on the device (the current one, and older ones dispatches in flight
     /// read or kept to be written again).
     pub fn table_copies(&self) -> usize {

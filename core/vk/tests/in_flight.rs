@@ -418,9 +418,18 @@ fn a_lost_device_names_every_dispatch_in_flight() {
             (0xdead_0000_0000, "write to an invalid address".into()),
         ],
     };
+    let held = e.backend().held_mark_buffers();
+    assert_eq!(held, 2, "the two device-addressed dispatches' mark words");
     let report = e
         .device_lost("vkWaitForFences: VK_ERROR_DEVICE_LOST", Some(&fault))
         .clone();
+    // A hung device goes on running what was in flight: none of its mark words is given back
+    // (to be handed out again, or freed).
+    assert_eq!(
+        e.backend().held_mark_buffers(),
+        held,
+        "mark words given back at the loss"
+    );
     let indexes: Vec<u64> = report.in_flight.iter().map(|d| d.index).collect();
     assert_eq!(
         indexes,

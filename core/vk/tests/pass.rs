@@ -350,7 +350,10 @@ fn check_counts_at(section: &InstrumentedReport, traces: &[scene::Trace], grid: 
     for (i, t) in traces.iter().enumerate() {
         let (x, y) = (i as u32 % w, i as u32 / w);
         let (wg, _) = grid.lane_of([x, y]);
-        expected[grid.heat_cell_of(wg)] += t.escapes.iter().map(|&e| u64::from(e)).sum::<u64>();
+        let cell = grid
+            .heat_cell_of(wg)
+            .expect("a lane of the grid has a heat cell");
+        expected[cell] += t.escapes.iter().map(|&e| u64::from(e)).sum::<u64>();
     }
     assert_eq!(heat.escapes, expected, "{what}: escapes by heat cell");
     assert_eq!(heat.escapes.iter().sum::<u64>(), c.escapes, "{what}");

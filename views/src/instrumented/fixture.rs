@@ -258,7 +258,9 @@ impl Fixture {
         let per = total.checked_div(logged).unwrap_or(0);
         for e in &escapes {
             let (wg, _) = grid.lane_of(e.pixel);
-            heat.escapes[grid.heat_cell_of(wg)] += per;
+            if let Some(cell) = grid.heat_cell_of(wg) {
+                heat.escapes[cell] += per;
+            }
         }
         if let Some(first) = heat.escapes.iter().position(|&n| n > 0) {
             heat.escapes[first] += total - per * logged;
@@ -266,8 +268,13 @@ impl Fixture {
         let r = self.region();
         for wg in 0..grid.workgroups() as u32 {
             let [px, py] = grid.pixel(wg, 0);
-            if px >= r[0] && px < r[2] && py >= r[1] && py < r[3] {
-                heat.extra_probes[grid.heat_cell_of(wg)] += 64;
+            if px >= r[0]
+                && px < r[2]
+                && py >= r[1]
+                && py < r[3]
+                && let Some(cell) = grid.heat_cell_of(wg)
+            {
+                heat.extra_probes[cell] += 64;
             }
         }
         let captured_all = self.captured_lanes(&grid);

@@ -85,11 +85,17 @@ impl<B: Backend> Engine<B> {
     /// fault report where it has one: every dispatch in flight is named in the returned report and
     /// forgotten, and nothing more is prepared ([`super::EngineError::Lost`]). Memory events still
     /// apply. A second call returns the first report.
+    ///
+    /// Nothing a dispatch in flight may still write is given back: a hung device (lavapipe's,
+    /// or a GPU whose fence only timed out) goes on running it after the loss is reported. Each
+    /// one's mark words stay held by it until the engine is dropped, which the emulator does
+    /// once the device is idle or destroyed. (They were zeroed and freed here once; the hung pass
+    /// of `emulator-host --lose-device` went on marking the freed words, and the process aborted
+    /// on a corrupted heap two runs in five.)
     pub fn device_lost(&mut self, status: &str, fault: Option<&DeviceFault>) -> &DeviceLossReport {
         if self.lost.is_none() {
             let report = self.loss_report(status, fault);
             while let Some(i) = self.flights.oldest() {
-                self.backend.forget_marks(i);
                 if let Some(f) = self.flights.remove(i) {
                     self.flights.recycle(f);
                 }

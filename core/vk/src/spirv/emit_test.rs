@@ -23,9 +23,7 @@ use rspirv::spirv::{
 
 use super::asm::Asm;
 use super::helper::{EVERY_PART, emit_lookup};
-use super::library::{
-    self, EmittedHelpers, Variant, cached_lookup, declare_lane_cache, emit_into,
-};
+use super::library::{self, EmittedHelpers, Variant, cached_lookup, declare_lane_cache, emit_into};
 use super::record::NO_SLOT;
 use crate::commands::Commands;
 use crate::pipeline::Pipeline;
@@ -883,4 +881,109 @@ fn a_module_of_another_memory_model_is_refused_and_left_as_it_was() {
     let e = emit_into(&mut b, Variant::Instrumented).unwrap_err();
     assert!(e.to_string().contains("PhysicalStorageBuffer64"), "{e}");
     assert!(b.module_ref().capabilities.is_empty());
+}
+
+/// Workgroups [`heat_module`]'s test dispatches over a grid of one workgroup: more than the heat
+/// map's [`HEAT_SIDE`](dispatchscope_core::instrument::HEAT_SIDE)² cells, so that a cell past
+/// the grid would lie past the instrumentation buffer.
+const PAST_THE_GRID: u32 = 1100;
+
+/// A module of the instrumented variant (the shipped shape): lane `local` of workgroup `wg` (the
+/// global id's `/ 64` and `% 64`) loads 4 bytes at the guest address of push words 0–1 (site 0)
+/// and flushes; the instrumentation buffer at push words 26–27.
+fn heat_module() -> Vec<u32> {
+    let mut a = Asm::new("heat_test");
+    let h = super::library::emit_helpers_shaped(
+        &mut a,
+        Variant::Instrumented,
+        super::shape::Shape::SHIPPED,
+    )
+    .unwrap();
+    let t = a.t;
+    let v3 = a.b.type_vector(t.u32, 3);
+    let p_in = a.b.type_pointer(None, StorageClass::Input, v3);
+    let gid_var = a.b.variable(p_in, None, StorageClass::Input, None);
+    a.b.decorate(
+        gid_var,
+        Decoration::BuiltIn,
+        [Operand::BuiltIn(BuiltIn::GlobalInvocationId)],
+    );
+    a.interface.push(gid_var);
+    let (main, _) = a.begin_function(t.void, &[], "main").unwrap();
+    let gid = a.get(v3, gid_var).unwrap();
+    let g = extract_u32(&mut a, gid);
+    let lanes = a.c32(64);
+    let wg = a.bin(rspirv::spirv::Op::UDiv, t.u32, g, lanes).unwrap();
+    let local = a.bin(rspirv::spirv::Op::UMod, t.u32, g, lanes).unwrap();
+    let eight = a.c32(8);
+    let x = a.bin(rspirv::spirv::Op::UMod, t.u32, local, eight).unwrap();
+    let y = a.bin(rspirv::spirv::Op::UDiv, t.u32, local, eight).unwrap();
+    let token = a.call(t.u32, h.lane, &[wg, local, lanes, x, y]).unwrap();
+    let addr = a.push_u64(0).unwrap();
+    let (site, four) = (a.c32(0), a.c32(4));
+    a.call(h.vec4, h.load, &[token, site, addr, four]).unwrap();
+    a.call(t.void, h.flush, &[token, lanes]).unwrap();
+    a.end_void_function().unwrap();
+    a.entry(main, "main", 64);
+    let words = a.finish();
+    super::validate("heat_test", &words).expect("spirv-val accepts the heat_test module");
+    words
+}
+
+/// A dispatch larger than the grid its host described (a careless emulator's, or the hung pass
+/// of `emulator-host --lose-device`, 131,070 workgroups) writes no heat past the grid: every
+/// escape is counted by its site, the grid's one cell holds its workgroup's, no other cell holds
+/// any, and the words past the buffer are untouched (they were the process's heap on lavapipe,
+/// and the host aborted on a corrupted heap two runs in five).
+#[test]
+fn a_dispatch_larger_than_its_grid_writes_no_heat_past_the_map() {
+    use dispatchscope_core::instrument::{
+        self, Grid, HEAT_CELL_WORDS, InstrumentLayout, LaneSelection, SITES_AT, site,
+    };
+    let words = heat_module();
+    let Some(ctx) = context() else { return };
+    let mut calls = 0;
+    let table = ChunkTable::build(CHUNK, 8, &fillers(16)).unwrap();
+    let tbuf = upload(&ctx, &table, &mut calls);
+    let layout = InstrumentLayout::with_sites(1);
+    let grid = Grid::new(8, 8).unwrap();
+    let unmapped = 0x10_0000;
+    let init = instrument::initial_words(&layout, &LaneSelection::none(), unmapped + 64, grid);
+    let guard = 4096usize;
+    let n = init.len() + guard;
+    let mut ibuf = ctx
+        .host_buffer(4 * n as u64, "the instrumentation", &mut calls)
+        .unwrap();
+    for (i, b) in ibuf.bytes_mut().chunks_exact_mut(4).enumerate() {
+        let w = init.get(i).copied().unwrap_or(0xeeee_eeee);
+        b.copy_from_slice(&w.to_le_bytes());
+    }
+    let mut push = PushBlock::default();
+    TablePush::of(&table, tbuf.address).write(&mut push);
+    push.set64(0, unmapped);
+    push.set64(library::push::INSTRUMENT, ibuf.address);
+    dispatch(&ctx, &words, &push, PAST_THE_GRID);
+    let word = |i: usize| le32(ibuf.bytes(), 4 * i);
+    let wide = |i: usize| u64::from(word(i)) | u64::from(word(i + 1)) << 32;
+    let escapes = wide((SITES_AT + 2 * site::ESCAPES) as usize);
+    assert_eq!(escapes, u64::from(64 * PAST_THE_GRID), "site 0's escapes");
+    let heat = layout.heat_at() as usize;
+    let cell = HEAT_CELL_WORDS as usize;
+    assert_eq!(
+        wide(heat),
+        64,
+        "the grid's cell holds its workgroup's escapes"
+    );
+    let [cx, cy] = grid.heat_cells();
+    let on_grid = (cx * cy) as usize * cell;
+    let stray = (heat + on_grid..init.len())
+        .filter(|&i| word(i) != 0)
+        .count();
+    assert_eq!(stray, 0, "heat words past the grid's cells");
+    let past = (init.len()..n).filter(|&i| word(i) != 0xeeee_eeee).count();
+    assert_eq!(past, 0, "words past the instrumentation buffer");
+    for b in [tbuf, ibuf] {
+        ctx.destroy_buffer(b, &mut calls);
+    }
+    assert_quiet(&ctx);
 }

@@ -1073,13 +1073,19 @@ fn heat_at(a: &mut Asm) -> R<Word> {
 }
 
 /// Adds the workgroup's escapes and extra probes to its heat cell (`Grid::heat_cell_of`, from
-/// the header's width and heat scale), one 64-bit count each. With `sites` (the lean path: the
-/// sites counted in workgroup memory), they are the sums of those sites' words, plus the
-/// workgroup words (which then hold only the sites counted past them); else the workgroup words.
+/// the header's width, height and heat scale), one 64-bit count each. With `sites` (the lean
+/// path: the sites counted in workgroup memory), they are the sums of those sites' words, plus
+/// the workgroup words (which then hold only the sites counted past them); else the workgroup
+/// words. A workgroup past the grid's rows (a dispatch larger than the grid its host described,
+/// as a careless or hung one may be) adds to no cell: the heat map ends at the grid, and its
+/// escapes are still counted by site. Without that test its cell lay past the heat map, and the
+/// write past the instrumentation buffer (on lavapipe, into the process's heap).
 fn add_heat(a: &mut Asm, wg: Word, sites: Option<Word>) -> R<()> {
     let t = a.t;
     let at = iword_c(a, header::WIDTH)?;
     let width = a.ld32(at)?;
+    let at = iword_c(a, header::HEIGHT)?;
+    let height = a.ld32(at)?;
     let at = iword_c(a, header::HEAT_SCALE)?;
     let scale = a.ld32(at)?;
     let (zero, one) = (a.c32(0), a.c32(1));
@@ -1099,6 +1105,17 @@ fn add_heat(a: &mut Asm, wg: Word, sites: Option<Word>) -> R<()> {
     let wx = a.bin(Op::UMod, t.u32, wg, gx)?;
     let row = a.bin(Op::UDiv, t.u32, wy, scale)?;
     let col = a.bin(Op::UDiv, t.u32, wx, scale)?;
+    // `Grid::heat_cells`'s rows: `ceil(height / TILE / scale)`.
+    let gy = a.bin(Op::UDiv, t.u32, height, tile)?;
+    let cy = a.add(t.u32, gy, s1)?;
+    let cy = a.bin(Op::UDiv, t.u32, cy, scale)?;
+    let on_grid = a.ult(row, cy)?;
+    a.if_(on_grid, |a| add_heat_cell(a, row, col, cx, sites))
+}
+
+/// [`add_heat`]'s cell `(row, col)` of a heat map `cx` cells a row.
+fn add_heat_cell(a: &mut Asm, row: Word, col: Word, cx: Word, sites: Option<Word>) -> R<()> {
+    let t = a.t;
     let rowc = a.mul(t.u32, row, cx)?;
     let cell = a.add(t.u32, rowc, col)?;
     let words = a.c32(HEAT_CELL_WORDS);
@@ -1942,11 +1959,7 @@ fn emit_access(
             let (first, eager, fast) = match span {
                 Some(c) => {
                     let x = cached_span(a, lookup, c, addr, chunk)?;
-                    let eager = if counts_splits {
-                        Some(parts(a)?)
-                    } else {
-                        None
-                    };
+                    let eager = if counts_splits { Some(parts(a)?) } else { None };
                     // The instrumented variant counts a split even where one base reads it.
                     let fast = match eager {
                         _ if !shape.fast_path => None,
