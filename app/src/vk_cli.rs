@@ -7,7 +7,7 @@
 //! there is any, or if the device cannot run. It only wires `dispatchscope_vk::verify` to the terminal.
 //!
 //! `spirv-helper -o helper.spv [--variant helper|header|flat|capture|instrumented|raw]
-//! [--shape lean|issue30] [--no-subgroup-arithmetic] [--no-int64-atomics]` writes the lookup
+//! [--shape lean|key|issue30] [--no-subgroup-arithmetic] [--no-int64-atomics]` writes the lookup
 //! helper as a linkable SPIR-V library (`dispatchscope_vk::spirv::library`), for a translator in
 //! another language to link its module against with `spirv-link`; no device is needed.
 //! The library's contract (its module docs say it whole): every lane of a workgroup calls
@@ -108,9 +108,10 @@ pub struct SpirvHelperArgs {
     /// table) or `raw` (guest address plus one constant).
     #[arg(long, default_value = "helper")]
     pub variant: String,
-    /// Which instrumentation: `lean` (issue 42's, what the modules built by dispatchscope ship) or
-    /// `issue30` (every access counted, every escape logged and the selected lanes captured as
-    /// each access happens).
+    /// Which shape: `lean` (issue 42's, what the modules built by dispatchscope ship), `key`
+    /// (the same with issue 41's lane cache, keyed by the slot's key, for an A/B of the span
+    /// cache on a device) or `issue30` (every access counted, every escape logged and the
+    /// selected lanes captured as each access happens).
     #[arg(long, default_value = "lean")]
     pub shape: String,
     /// Leave out what needs subgroup arithmetic and vote (the program's counts then take one
@@ -152,9 +153,15 @@ pub fn spirv_helper_cmd(args: &SpirvHelperArgs) -> anyhow::Result<()> {
         })?;
     let shape = match args.shape.as_str() {
         "lean" => Shape::LINKED,
+        "key" => Shape {
+            cache_span: false,
+            ..Shape::LINKED
+        },
         "issue30" => Shape::ISSUE_30,
         other => {
-            return Err(BadInput(format!("--shape {other:?}: not one of lean, issue30")).into());
+            return Err(
+                BadInput(format!("--shape {other:?}: not one of lean, key, issue30")).into(),
+            );
         }
     }
     .fit(!args.no_subgroup_arithmetic, !args.no_int64_atomics);
