@@ -164,10 +164,23 @@
 //! declares both, with their first values, exports them by those names and lists them in its
 //! entry point's interface; every library imports them (the raw variant leaves them unused);
 //! [`emit_into`] declares them in a Rust caller's module ([`EmittedHelpers::lane_cache`]). With
-//! [`Shape::cache_delta`] (issue 42; off until a GPU run measures it) a module built here keeps
-//! instead the key, the chunk's device-from-guest delta and the probes
+//! [`Shape::cache_delta`] (issue 42; off, measured slower) a module built here keeps
+//! instead the key, the chunk's delta and the probes
 //! ([`symbol::LAST_DELTA`], [`symbol::LAST_PROBES`]): an access the cache answers is
 //! `guest_addr + delta`, and a store looks up without the cache.
+//!
+//! As shipped ([`Shape::cache_span`], issue 42) the same two variables hold the cache as a span
+//! of guest bytes ([`cached_span`]): `dispatchscope_last_chunk` the span's first byte, the `Hit`
+//! the chunk's device-from-guest delta, the slot, the probes and, in its `excluded` word, the
+//! span's limit (its length less 15: an access of up to 16 bytes that starts below it ends in the
+//! span). The span is the whole chunk when the slot reaches every part, else the one part looked
+//! up. An access with `guest_addr - first < limit` through a mapped slot is `guest_addr + delta`:
+//! no chunk, part or key is computed on that path, and an access across a part's end inside the
+//! span reads from one base (the instrumented variant still counts its split, on the
+//! word-by-word path). The argument above makes its answer the lookup's, probes included. The
+//! program's declarations and first values are the same for either form, so one program links
+//! against either library; the slot's test keeps the first `Hit` (a miss, whose `excluded`
+//! 0xffff would read as a limit) from answering anything.
 //!
 //! The lane's own counters: the program also declares `dispatchscope_lane_counts`
 //! ([`symbol::LANE_COUNTS`], a `Private` `u32[LANE_COUNT_WORDS]`, zero first) and exports it as it
