@@ -987,3 +987,251 @@ fn a_dispatch_larger_than_its_grid_writes_no_heat_past_the_map() {
     }
     assert_quiet(&ctx);
 }
+
+/// `library::crosses_part` against the 64-bit definition, `(addr + size - 1) >> part_shift !=
+/// addr >> part_shift` (wrapping), on lavapipe: part shifts 0 to 12, accesses at and around
+/// every part's end, of 0, 1 to 17 and huge sizes, at the bottom and the top of the address space.
+#[test]
+fn the_split_in_32_bit_words_is_the_64_bit_one() {
+    let mut a = Asm::new("split_test");
+    let t = a.t;
+    let v3 = a.b.type_vector(t.u32, 3);
+    let p_in = a.b.type_pointer(None, StorageClass::Input, v3);
+    let gid_var = a.b.variable(p_in, None, StorageClass::Input, None);
+    a.b.decorate(
+        gid_var,
+        Decoration::BuiltIn,
+        [Operand::BuiltIn(BuiltIn::GlobalInvocationId)],
+    );
+    a.interface.push(gid_var);
+    let (main, _) = a.begin_function(t.void, &[], "main").unwrap();
+    let gid = a.get(v3, gid_var).unwrap();
+    let g = extract_u32(&mut a, gid);
+    let input = a.push_u64(0).unwrap();
+    let out = a.push_u64(2).unwrap();
+    let rec = a.index(input, g, 16).unwrap();
+    let addr = a.ld64(rec).unwrap();
+    let at = a.add64c(rec, 8).unwrap();
+    let size = a.ld32(at).unwrap();
+    let at = a.add64c(rec, 12).unwrap();
+    let shift = a.ld32(at).unwrap();
+    let split = library::crosses_part(&mut a, addr, size, shift).unwrap();
+    let (one, z) = (a.c32(1), a.c32(0));
+    let w = a.select(t.u32, split, one, z).unwrap();
+    let o = a.index(out, g, 4).unwrap();
+    a.st32(o, w).unwrap();
+    a.end_void_function().unwrap();
+    a.entry(main, "main", 64);
+    let words = a.finish();
+    super::validate("split_test", &words).expect("spirv-val accepts the split_test module");
+    let Some(ctx) = context() else { return };
+    let mut rng = Rng(0x5851_f42d_4c95_7f2d);
+    let mut asks: Vec<(u64, u32, u32)> = Vec::new();
+    for shift in 0..=12u32 {
+        let part = 1u64 << shift;
+        for &base in &[0u64, part * 77, u64::MAX - part + 1, 1 << 47] {
+            for back in 0..=18u64 {
+                for size in [0u32, 1, 2, 3, 4, 8, 12, 15, 16, 17, 4096, u32::MAX] {
+                    asks.push((base.wrapping_add(part).wrapping_sub(back), size, shift));
+                }
+            }
+        }
+        for _ in 0..64 {
+            let size = [0, 1, 4, 16, rng.below(1 << 32) as u32][rng.below(5) as usize];
+            asks.push((rng.next(), size, shift));
+        }
+    }
+    while asks.len() % 64 != 0 {
+        asks.push((0, 0, 0));
+    }
+    let mut calls = 0;
+    let mut inbuf = ctx
+        .host_buffer(16 * asks.len() as u64, "the accesses", &mut calls)
+        .unwrap();
+    for (i, &(addr, size, shift)) in asks.iter().enumerate() {
+        let b = &mut inbuf.bytes_mut()[16 * i..16 * i + 16];
+        b[..8].copy_from_slice(&addr.to_le_bytes());
+        b[8..12].copy_from_slice(&size.to_le_bytes());
+        b[12..].copy_from_slice(&shift.to_le_bytes());
+    }
+    let mut out = ctx
+        .host_buffer(4 * asks.len() as u64, "the splits", &mut calls)
+        .unwrap();
+    out.bytes_mut().fill(0xee);
+    let mut push = PushBlock::default();
+    push.set64(0, inbuf.address);
+    push.set64(2, out.address);
+    dispatch(&ctx, &words, &push, asks.len() as u32 / 64);
+    let mut crossing = 0;
+    for (i, &(addr, size, shift)) in asks.iter().enumerate() {
+        let last = addr.wrapping_add(u64::from(size)).wrapping_sub(1);
+        let want = (last >> shift) != (addr >> shift);
+        crossing += usize::from(want);
+        let got = le32(out.bytes(), 4 * i);
+        assert_eq!(
+            got,
+            u32::from(want),
+            "{addr:#x} + {size} at part shift {shift}"
+        );
+    }
+    assert!(
+        crossing > asks.len() / 4,
+        "{crossing} of {} cross",
+        asks.len()
+    );
+    for b in [inbuf, out] {
+        ctx.destroy_buffer(b, &mut calls);
+    }
+    assert_quiet(&ctx);
+}
+
+/// A module of the instrumented variant of `shape`: lane `g` (workgroup `g / 64`) makes
+/// [`ACCESSES`] loads, each's guest address (u64) and size at `input + 16 (g ACCESSES + j)` (push
+/// words 0–1), at site `j % 4`, and flushes; the instrumentation buffer at push words 26–27.
+fn counted_module(shape: super::shape::Shape) -> Vec<u32> {
+    let mut a = Asm::new("counted_test");
+    let h = super::library::emit_helpers_shaped(&mut a, Variant::Instrumented, shape).unwrap();
+    let t = a.t;
+    let v3 = a.b.type_vector(t.u32, 3);
+    let p_in = a.b.type_pointer(None, StorageClass::Input, v3);
+    let gid_var = a.b.variable(p_in, None, StorageClass::Input, None);
+    a.b.decorate(
+        gid_var,
+        Decoration::BuiltIn,
+        [Operand::BuiltIn(BuiltIn::GlobalInvocationId)],
+    );
+    a.interface.push(gid_var);
+    let (main, _) = a.begin_function(t.void, &[], "main").unwrap();
+    let v_j = a.var(t.p_fn_u32).unwrap();
+    let gid = a.get(v3, gid_var).unwrap();
+    let g = extract_u32(&mut a, gid);
+    let lanes = a.c32(64);
+    let wg = a.bin(rspirv::spirv::Op::UDiv, t.u32, g, lanes).unwrap();
+    let local = a.bin(rspirv::spirv::Op::UMod, t.u32, g, lanes).unwrap();
+    let eight = a.c32(8);
+    let x = a.bin(rspirv::spirv::Op::UMod, t.u32, local, eight).unwrap();
+    let y = a.bin(rspirv::spirv::Op::UDiv, t.u32, local, eight).unwrap();
+    let token = a.call(t.u32, h.lane, &[wg, local, lanes, x, y]).unwrap();
+    let input = a.push_u64(0).unwrap();
+    let n = a.c32(ACCESSES);
+    let g_n = a.mul(t.u32, g, n).unwrap();
+    a.for_(v_j, n, |a, j| {
+        let i = a.add(t.u32, g_n, j)?;
+        let rec = a.index(input, i, 16)?;
+        let addr = a.ld64(rec)?;
+        let at = a.add64c(rec, 8)?;
+        let size = a.ld32(at)?;
+        let three = a.c32(3);
+        let site = a.and(t.u32, j, three)?;
+        a.call(h.vec4, h.load, &[token, site, addr, size])
+            .map(|_| ())
+    })
+    .unwrap();
+    a.call(t.void, h.flush, &[token, lanes]).unwrap();
+    a.end_void_function().unwrap();
+    a.entry(main, "main", 64);
+    let words = a.finish();
+    super::validate("counted_test", &words).expect("spirv-val accepts the counted_test module");
+    words
+}
+
+/// The instrumented variant's counts by site, through the lane cache as a span and as a key, over
+/// chunks mapped by parts: every access, every split (an access across its part's end, the lane
+/// cache answering it or not) and every escape, as the CPU counts them.
+#[test]
+fn the_instrumented_counts_by_parts_are_the_cpus() {
+    use super::shape::Shape;
+    use dispatchscope_core::instrument::{
+        self, Grid, InstrumentLayout, LaneSelection, SITE_WORDS, SITES_AT, site,
+    };
+    let s = Shape::SHIPPED;
+    let modules = [
+        counted_module(s),
+        counted_module(Shape {
+            cache_span: false,
+            ..s
+        }),
+    ];
+    let Some(ctx) = context() else { return };
+    let first = 0x40_0000u64;
+    let n_chunks = 8u64;
+    let mut calls = 0;
+    let imports = 16;
+    let memory = ctx
+        .host_buffer(imports * CHUNK, "the imports", &mut calls)
+        .unwrap();
+    let mut table = ChunkTable::build(CHUNK, 16, &fillers(40)).unwrap();
+    map_by_parts(&mut table, first, n_chunks, |r| {
+        memory.address + r as u64 * CHUNK
+    });
+    // Each lane walks one chunk and its neighbour, every size, often across a part's end.
+    let mut rng = Rng(0x1405_7b7e_f767_814f);
+    let mut asks: Vec<(u64, u32)> = Vec::new();
+    for _ in 0..LANES {
+        let chunk = first + rng.below(n_chunks);
+        for _ in 0..ACCESSES {
+            let size = 4 * (1 + rng.below(4) as u32);
+            let c = chunk + rng.below(2);
+            let off = match rng.below(3) {
+                0 => PART * rng.below(16) + PART - 4 * (1 + rng.below(4)),
+                _ => 4 * rng.below(CHUNK / 4),
+            };
+            asks.push((c * CHUNK + off, size));
+        }
+    }
+    let mut inbuf = ctx
+        .host_buffer(16 * asks.len() as u64, "the accesses", &mut calls)
+        .unwrap();
+    for (i, &(addr, size)) in asks.iter().enumerate() {
+        let b = &mut inbuf.bytes_mut()[16 * i..16 * i + 16];
+        b[..8].copy_from_slice(&addr.to_le_bytes());
+        b[8..12].copy_from_slice(&size.to_le_bytes());
+    }
+    // What the CPU counts, by site.
+    let sites = 4usize;
+    let (mut accesses, mut splits, mut escapes) =
+        (vec![0u64; sites], vec![0u64; sites], vec![0u64; sites]);
+    for (i, &(addr, size)) in asks.iter().enumerate() {
+        let site = i % ACCESSES as usize % sites;
+        accesses[site] += 1;
+        let last = addr + u64::from(size) - 1;
+        splits[site] += u64::from(last / PART != addr / PART);
+        let escaped =
+            (0..u64::from(size) / 4).any(|w| table.device_from_guest(addr + 4 * w).is_none());
+        escapes[site] += u64::from(escaped);
+    }
+    assert!(splits.iter().sum::<u64>() > 100 && escapes.iter().sum::<u64>() > 100);
+    let tbuf = upload(&ctx, &table, &mut calls);
+    let layout = InstrumentLayout::with_sites(sites as u32);
+    let grid = Grid::new(8, 8 * LANES / 64).unwrap();
+    for (m, words) in modules.iter().enumerate() {
+        let init = instrument::initial_words(&layout, &LaneSelection::none(), 0x10_0000, grid);
+        let mut ibuf = ctx
+            .host_buffer(4 * init.len() as u64, "the instrumentation", &mut calls)
+            .unwrap();
+        for (i, b) in ibuf.bytes_mut().chunks_exact_mut(4).enumerate() {
+            b.copy_from_slice(&init[i].to_le_bytes());
+        }
+        let mut push = PushBlock::default();
+        TablePush::of(&table, tbuf.address).write(&mut push);
+        push.set64(0, inbuf.address);
+        push.set64(library::push::INSTRUMENT, ibuf.address);
+        dispatch(&ctx, words, &push, LANES / 64);
+        let wide = |i: u32| {
+            u64::from(le32(ibuf.bytes(), 4 * i as usize))
+                | u64::from(le32(ibuf.bytes(), 4 * i as usize + 4)) << 32
+        };
+        for s in 0..sites {
+            let at = |k: u32| wide(SITES_AT + s as u32 * SITE_WORDS + 2 * k);
+            let what = format!("module {m} (0 the span cache, 1 the key's), site {s}");
+            assert_eq!(at(site::GUEST), accesses[s], "{what}: accesses");
+            assert_eq!(at(site::SPLITS), splits[s], "{what}: splits");
+            assert_eq!(at(site::ESCAPES), escapes[s], "{what}: escapes");
+        }
+        ctx.destroy_buffer(ibuf, &mut calls);
+    }
+    for b in [tbuf, inbuf, memory] {
+        ctx.destroy_buffer(b, &mut calls);
+    }
+    assert_quiet(&ctx);
+}

@@ -1523,6 +1523,27 @@ struct Spanned {
     n0: Word,
 }
 
+/// Whether the access of `size` bytes at `addr` crosses its part's end: the last byte's part
+/// (`(addr + size - 1) >> part_shift`, wrapping) is not the first byte's, in 32-bit words. A part
+/// is at most 4 KiB and 2^64 is a multiple of it, so with `in_part` the first byte's offset in
+/// its part and `room = part_bytes - in_part` (at least 1) an access crosses exactly when
+/// `size - 1 >= room`; an access of 0 bytes, whose last byte is the one before it, crosses when
+/// it starts its part.
+pub(super) fn crosses_part(a: &mut Asm, addr: Word, size: Word, part_shift: Word) -> R<Word> {
+    let t = a.t;
+    let lo = a.narrow(addr)?;
+    let (z, one) = (a.c32(0), a.c32(1));
+    let part_bytes = a.shl(t.u32, one, part_shift)?;
+    let part_mask = a.sub(t.u32, part_bytes, one)?;
+    let in_part = a.and(t.u32, lo, part_mask)?;
+    let room = a.sub(t.u32, part_bytes, in_part)?;
+    let last = a.sub(t.u32, size, one)?;
+    let past = a.bin(Op::UGreaterThanEqual, t.bool_, last, room)?;
+    let empty = a.eq(size, z)?;
+    let at_start = a.eq(in_part, z)?;
+    a.select(t.bool_, empty, at_start, past)
+}
+
 /// The bytes a span of `len` bytes answers an access of up to 16 bytes at (`off < limit`, `off`
 /// the access's offset in the span): `len - 15`, or none when the span is shorter than 16 bytes.
 const SPAN_SLACK: u32 = 15;
@@ -1969,19 +1990,27 @@ fn emit_access(
                 Ok((q0, q1, split))
             };
             let counts_splits = instrumented;
-            let (first, eager, fast) = match span {
+            // The first byte's lookup; the last byte's part where it was computed (`q0`, `q1`);
+            // the split where it was; whether one base reads the access.
+            let (first, eager, split_now, fast) = match span {
                 Some(c) => {
                     let x = cached_span(a, lookup, c, addr, chunk)?;
-                    let eager = if counts_splits { Some(parts(a)?) } else { None };
-                    // The instrumented variant counts a split even where one base reads it.
-                    let fast = match eager {
+                    // The instrumented variant counts a split even where one base reads it: the
+                    // split in 32-bit words here, the last byte's part on the word-by-word path.
+                    let split = if counts_splits {
+                        Some(crosses_part(a, addr, size, part_shift)?)
+                    } else {
+                        None
+                    };
+                    let fast = match split {
                         _ if !shape.fast_path => None,
-                        Some((_, _, split)) => {
+                        Some(split) => {
                             let one_part = a.lnot(split)?;
                             Some(a.land(x.inside, one_part)?)
                         }
                         None => Some(x.inside),
                     };
+
                     let first = First {
                         ok0: x.ok0,
                         base0: x.base0,
@@ -1990,7 +2019,7 @@ fn emit_access(
                         off0: None,
                         h0: None,
                     };
-                    (first, eager, fast)
+                    (first, None, split, fast)
                 }
                 None => {
                     let (q0, q1, split) = parts(a)?;
@@ -2043,7 +2072,7 @@ fn emit_access(
                     } else {
                         None
                     };
-                    (first, Some((q0, q1, split)), fast)
+                    (first, Some((q0, q1)), Some(split), fast)
                 }
             };
             let p_fn_hit = a.b.type_pointer(None, StorageClass::Function, t.hit);
@@ -2062,7 +2091,7 @@ fn emit_access(
                 site_id,
                 addr,
                 size,
-                split: eager.map_or(no_split, |(_, _, split)| split),
+                split: split_now.unwrap_or(no_split),
                 ok0: first.ok0,
                 n0: first.n0,
                 v_h1,
@@ -2097,9 +2126,12 @@ fn emit_access(
                         a.set(v_h1, h1)?;
                     }
                     None => {
-                        let (_, q1, split) = match eager {
-                            Some(p) => p,
-                            None => parts(a)?,
+                        let (q1, split) = match (eager, split_now) {
+                            (Some((_, q1)), Some(split)) => (q1, split),
+                            _ => {
+                                let (_, q1, split) = parts(a)?;
+                                (q1, split)
+                            }
                         };
                         let x = SlowIn {
                             addr,
@@ -2132,8 +2164,8 @@ fn emit_access(
             let none = a.c32(record::NO_SLOT);
             let hit1 = a.ne(s1, none)?;
             // Where `v_h1` starts as the first byte's lookup, only a split's is the last byte's.
-            let hit1 = match (first.h0, eager) {
-                (Some(_), Some((_, _, split))) => a.land(split, hit1)?,
+            let hit1 = match (first.h0, split_now) {
+                (Some(_), Some(split)) => a.land(split, hit1)?,
                 _ => hit1,
             };
             if writes {
