@@ -1041,7 +1041,7 @@ fn the_split_in_32_bit_words_is_the_64_bit_one() {
             asks.push((rng.next(), size, shift));
         }
     }
-    while asks.len() % 64 != 0 {
+    while !asks.len().is_multiple_of(64) {
         asks.push((0, 0, 0));
     }
     let mut calls = 0;
