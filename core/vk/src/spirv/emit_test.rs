@@ -381,19 +381,10 @@ fn cache_module(shape: super::shape::Shape) -> Vec<u32> {
     let lookup = emit_lookup(&mut a).unwrap();
     let cache = declare_lane_cache(&mut a, true);
     let t = a.t;
-    let v3 = a.b.type_vector(t.u32, 3);
-    let p_in = a.b.type_pointer(None, StorageClass::Input, v3);
-    let gid_var = a.b.variable(p_in, None, StorageClass::Input, None);
-    a.b.decorate(
-        gid_var,
-        Decoration::BuiltIn,
-        [Operand::BuiltIn(BuiltIn::GlobalInvocationId)],
-    );
-    a.interface.push(gid_var);
+    let gid_var = declare_global_id(&mut a);
     let (main, _) = a.begin_function(t.void, &[], "main").unwrap();
     let v_j = a.var(t.p_fn_u32).unwrap();
-    let gid = a.get(v3, gid_var).unwrap();
-    let g = extract_u32(&mut a, gid);
+    let g = global_x(&mut a, gid_var);
     let input = a.push_u64(0).unwrap();
     let out = a.push_u64(2).unwrap();
     let steps = a.c32(STEPS);
@@ -421,6 +412,29 @@ fn cache_module(shape: super::shape::Shape) -> Vec<u32> {
     let words = a.finish();
     super::validate("cache_test", &words).expect("spirv-val accepts the cache_test module");
     words
+}
+
+/// The module's `GlobalInvocationId` input, in its interface.
+fn declare_global_id(a: &mut Asm) -> u32 {
+    let t = a.t;
+    let v3 = a.b.type_vector(t.u32, 3);
+    let p_in = a.b.type_pointer(None, StorageClass::Input, v3);
+    let gid_var = a.b.variable(p_in, None, StorageClass::Input, None);
+    a.b.decorate(
+        gid_var,
+        Decoration::BuiltIn,
+        [Operand::BuiltIn(BuiltIn::GlobalInvocationId)],
+    );
+    a.interface.push(gid_var);
+    gid_var
+}
+
+/// The global id's x, read in the function being emitted.
+fn global_x(a: &mut Asm, gid_var: u32) -> u32 {
+    let t = a.t;
+    let v3 = a.b.type_vector(t.u32, 3);
+    let gid = a.get(v3, gid_var).unwrap();
+    extract_u32(a, gid)
 }
 
 /// Component 0 of a `uvec3`.
@@ -556,19 +570,10 @@ fn access_module(shape: super::shape::Shape) -> Vec<u32> {
     let mut a = Asm::new("access_test");
     let h = super::library::emit_helpers_shaped(&mut a, Variant::Helper, shape).unwrap();
     let t = a.t;
-    let v3 = a.b.type_vector(t.u32, 3);
-    let p_in = a.b.type_pointer(None, StorageClass::Input, v3);
-    let gid_var = a.b.variable(p_in, None, StorageClass::Input, None);
-    a.b.decorate(
-        gid_var,
-        Decoration::BuiltIn,
-        [Operand::BuiltIn(BuiltIn::GlobalInvocationId)],
-    );
-    a.interface.push(gid_var);
+    let gid_var = declare_global_id(&mut a);
     let (main, _) = a.begin_function(t.void, &[], "main").unwrap();
     let v_j = a.var(t.p_fn_u32).unwrap();
-    let gid = a.get(v3, gid_var).unwrap();
-    let g = extract_u32(&mut a, gid);
+    let g = global_x(&mut a, gid_var);
     let (z, lanes) = (a.c32(0), a.c32(64));
     let token = a.call(t.u32, h.lane, &[z, g, lanes, g, z]).unwrap();
     let input = a.push_u64(0).unwrap();
@@ -888,30 +893,21 @@ fn a_module_of_another_memory_model_is_refused_and_left_as_it_was() {
 /// the grid would lie past the instrumentation buffer.
 const PAST_THE_GRID: u32 = 1100;
 
-/// A module of the instrumented variant (the shipped shape): lane `local` of workgroup `wg` (the
-/// global id's `/ 64` and `% 64`) loads 4 bytes at the guest address of push words 0–1 (site 0)
-/// and flushes; the instrumentation buffer at push words 26–27.
-fn heat_module() -> Vec<u32> {
-    let mut a = Asm::new("heat_test");
-    let h = super::library::emit_helpers_shaped(
-        &mut a,
-        Variant::Instrumented,
-        super::shape::Shape::SHIPPED,
-    )
-    .unwrap();
+/// A module of the instrumented variant of `shape` (`name` for its errors): lane `local` of
+/// workgroup `wg` (the global id's `/ 64` and `% 64`, pixel `(local % 8, local / 8)` of its
+/// tile) takes its token, runs `body` with the helpers, its global id and its token, and
+/// flushes; the instrumentation buffer at push words 26–27.
+fn instrumented_module(
+    name: &'static str,
+    shape: super::shape::Shape,
+    body: impl FnOnce(&mut Asm, &super::library::Helpers, u32, u32) -> super::R<()>,
+) -> Vec<u32> {
+    let mut a = Asm::new(name);
+    let h = super::library::emit_helpers_shaped(&mut a, Variant::Instrumented, shape).unwrap();
     let t = a.t;
-    let v3 = a.b.type_vector(t.u32, 3);
-    let p_in = a.b.type_pointer(None, StorageClass::Input, v3);
-    let gid_var = a.b.variable(p_in, None, StorageClass::Input, None);
-    a.b.decorate(
-        gid_var,
-        Decoration::BuiltIn,
-        [Operand::BuiltIn(BuiltIn::GlobalInvocationId)],
-    );
-    a.interface.push(gid_var);
+    let gid_var = declare_global_id(&mut a);
     let (main, _) = a.begin_function(t.void, &[], "main").unwrap();
-    let gid = a.get(v3, gid_var).unwrap();
-    let g = extract_u32(&mut a, gid);
+    let g = global_x(&mut a, gid_var);
     let lanes = a.c32(64);
     let wg = a.bin(rspirv::spirv::Op::UDiv, t.u32, g, lanes).unwrap();
     let local = a.bin(rspirv::spirv::Op::UMod, t.u32, g, lanes).unwrap();
@@ -919,15 +915,28 @@ fn heat_module() -> Vec<u32> {
     let x = a.bin(rspirv::spirv::Op::UMod, t.u32, local, eight).unwrap();
     let y = a.bin(rspirv::spirv::Op::UDiv, t.u32, local, eight).unwrap();
     let token = a.call(t.u32, h.lane, &[wg, local, lanes, x, y]).unwrap();
-    let addr = a.push_u64(0).unwrap();
-    let (site, four) = (a.c32(0), a.c32(4));
-    a.call(h.vec4, h.load, &[token, site, addr, four]).unwrap();
+    body(&mut a, &h, g, token).unwrap();
     a.call(t.void, h.flush, &[token, lanes]).unwrap();
     a.end_void_function().unwrap();
     a.entry(main, "main", 64);
     let words = a.finish();
-    super::validate("heat_test", &words).expect("spirv-val accepts the heat_test module");
+    super::validate(name, &words).expect("spirv-val accepts the test's module");
     words
+}
+
+/// [`instrumented_module`], shipped: each lane loads 4 bytes at the guest address of push words
+/// 0–1 (site 0).
+fn heat_module() -> Vec<u32> {
+    instrumented_module(
+        "heat_test",
+        super::shape::Shape::SHIPPED,
+        |a, h, _, token| {
+            let addr = a.push_u64(0)?;
+            let (site, four) = (a.c32(0), a.c32(4));
+            a.call(h.vec4, h.load, &[token, site, addr, four])
+                .map(|_| ())
+        },
+    )
 }
 
 /// A dispatch larger than the grid its host described (a careless emulator's, or the hung pass
@@ -995,18 +1004,9 @@ fn a_dispatch_larger_than_its_grid_writes_no_heat_past_the_map() {
 fn the_split_in_32_bit_words_is_the_64_bit_one() {
     let mut a = Asm::new("split_test");
     let t = a.t;
-    let v3 = a.b.type_vector(t.u32, 3);
-    let p_in = a.b.type_pointer(None, StorageClass::Input, v3);
-    let gid_var = a.b.variable(p_in, None, StorageClass::Input, None);
-    a.b.decorate(
-        gid_var,
-        Decoration::BuiltIn,
-        [Operand::BuiltIn(BuiltIn::GlobalInvocationId)],
-    );
-    a.interface.push(gid_var);
+    let gid_var = declare_global_id(&mut a);
     let (main, _) = a.begin_function(t.void, &[], "main").unwrap();
-    let gid = a.get(v3, gid_var).unwrap();
-    let g = extract_u32(&mut a, gid);
+    let g = global_x(&mut a, gid_var);
     let input = a.push_u64(0).unwrap();
     let out = a.push_u64(2).unwrap();
     let rec = a.index(input, g, 16).unwrap();
@@ -1085,54 +1085,27 @@ fn the_split_in_32_bit_words_is_the_64_bit_one() {
     assert_quiet(&ctx);
 }
 
-/// A module of the instrumented variant of `shape`: lane `g` (workgroup `g / 64`) makes
-/// [`ACCESSES`] loads, each's guest address (u64) and size at `input + 16 (g ACCESSES + j)` (push
-/// words 0–1), at site `j % 4`, and flushes; the instrumentation buffer at push words 26–27.
+/// [`instrumented_module`] of `shape`: lane `g` makes [`ACCESSES`] loads, each's guest address
+/// (u64) and size at `input + 16 (g ACCESSES + j)` (push words 0–1), at site `j % 4`.
 fn counted_module(shape: super::shape::Shape) -> Vec<u32> {
-    let mut a = Asm::new("counted_test");
-    let h = super::library::emit_helpers_shaped(&mut a, Variant::Instrumented, shape).unwrap();
-    let t = a.t;
-    let v3 = a.b.type_vector(t.u32, 3);
-    let p_in = a.b.type_pointer(None, StorageClass::Input, v3);
-    let gid_var = a.b.variable(p_in, None, StorageClass::Input, None);
-    a.b.decorate(
-        gid_var,
-        Decoration::BuiltIn,
-        [Operand::BuiltIn(BuiltIn::GlobalInvocationId)],
-    );
-    a.interface.push(gid_var);
-    let (main, _) = a.begin_function(t.void, &[], "main").unwrap();
-    let v_j = a.var(t.p_fn_u32).unwrap();
-    let gid = a.get(v3, gid_var).unwrap();
-    let g = extract_u32(&mut a, gid);
-    let lanes = a.c32(64);
-    let wg = a.bin(rspirv::spirv::Op::UDiv, t.u32, g, lanes).unwrap();
-    let local = a.bin(rspirv::spirv::Op::UMod, t.u32, g, lanes).unwrap();
-    let eight = a.c32(8);
-    let x = a.bin(rspirv::spirv::Op::UMod, t.u32, local, eight).unwrap();
-    let y = a.bin(rspirv::spirv::Op::UDiv, t.u32, local, eight).unwrap();
-    let token = a.call(t.u32, h.lane, &[wg, local, lanes, x, y]).unwrap();
-    let input = a.push_u64(0).unwrap();
-    let n = a.c32(ACCESSES);
-    let g_n = a.mul(t.u32, g, n).unwrap();
-    a.for_(v_j, n, |a, j| {
-        let i = a.add(t.u32, g_n, j)?;
-        let rec = a.index(input, i, 16)?;
-        let addr = a.ld64(rec)?;
-        let at = a.add64c(rec, 8)?;
-        let size = a.ld32(at)?;
-        let three = a.c32(3);
-        let site = a.and(t.u32, j, three)?;
-        a.call(h.vec4, h.load, &[token, site, addr, size])
-            .map(|_| ())
+    instrumented_module("counted_test", shape, |a, h, g, token| {
+        let t = a.t;
+        let v_j = a.var(t.p_fn_u32)?;
+        let input = a.push_u64(0)?;
+        let n = a.c32(ACCESSES);
+        let g_n = a.mul(t.u32, g, n)?;
+        a.for_(v_j, n, |a, j| {
+            let i = a.add(t.u32, g_n, j)?;
+            let rec = a.index(input, i, 16)?;
+            let addr = a.ld64(rec)?;
+            let at = a.add64c(rec, 8)?;
+            let size = a.ld32(at)?;
+            let three = a.c32(3);
+            let site = a.and(t.u32, j, three)?;
+            a.call(h.vec4, h.load, &[token, site, addr, size])
+                .map(|_| ())
+        })
     })
-    .unwrap();
-    a.call(t.void, h.flush, &[token, lanes]).unwrap();
-    a.end_void_function().unwrap();
-    a.entry(main, "main", 64);
-    let words = a.finish();
-    super::validate("counted_test", &words).expect("spirv-val accepts the counted_test module");
-    words
 }
 
 /// The instrumented variant's counts by site, through the lane cache as a span and as a key, over
