@@ -1953,7 +1953,7 @@ fn emit_access(
                 v_mask,
                 words: vals.len(),
             };
-            emit_flat_access(a, &access, shape, &word, &words_from)?;
+            emit_flat_access(a, &access, &word, &words_from)?;
         }
         (Variant::Raw, _) | (_, None) => {
             let off = a.push_u64(push::RAW_OFFSET)?;
@@ -1989,15 +1989,14 @@ fn emit_access(
                 let split = a.ne(q1, q0)?;
                 Ok((q0, q1, split))
             };
-            let counts_splits = instrumented;
-            // The first byte's lookup; the last byte's part where it was computed (`q0`, `q1`);
+            // The first byte's lookup; the last byte's part where it was computed (`q1`);
             // the split where it was; whether one base reads the access.
             let (first, eager, split_now, fast) = match span {
                 Some(c) => {
                     let x = cached_span(a, lookup, c, addr, chunk)?;
                     // The instrumented variant counts a split even where one base reads it: the
                     // split in 32-bit words here, the last byte's part on the word-by-word path.
-                    let split = if counts_splits {
+                    let split = if instrumented {
                         Some(crosses_part(a, addr, size, part_shift)?)
                     } else {
                         None
@@ -2010,7 +2009,6 @@ fn emit_access(
                         }
                         None => Some(x.inside),
                     };
-
                     let first = First {
                         ok0: x.ok0,
                         base0: x.base0,
@@ -2066,13 +2064,8 @@ fn emit_access(
                             }
                         }
                     };
-                    let fast = if shape.fast_path {
-                        let one_part = a.lnot(split)?;
-                        Some(a.land(one_part, first.ok0)?)
-                    } else {
-                        None
-                    };
-                    (first, Some((q0, q1)), Some(split), fast)
+                    let fast = one_part_and_hit(a, split, first.ok0)?;
+                    (first, Some(q1), Some(split), fast)
                 }
             };
             let p_fn_hit = a.b.type_pointer(None, StorageClass::Function, t.hit);
@@ -2127,7 +2120,7 @@ fn emit_access(
                     }
                     None => {
                         let (q1, split) = match (eager, split_now) {
-                            (Some((_, q1)), Some(split)) => (q1, split),
+                            (Some(q1), Some(split)) => (q1, split),
                             _ => {
                                 let (_, q1, split) = parts(a)?;
                                 (q1, split)
@@ -2153,12 +2146,7 @@ fn emit_access(
                 }
                 Ok(())
             };
-            // One base for an access the fast path takes ([`Shape::fast_path`]), as the raw
-            // variant reads; every other word by word.
-            match fast {
-                Some(fast) => a.if_else(fast, |a| words_from(a, first.base0), by_word)?,
-                None => by_word(a)?,
-            }
+            one_base_or_across(a, fast, |a| words_from(a, first.base0), by_word)?;
             let h1 = a.get(t.hit, v_h1)?;
             let (s1, n1) = (a.extract(h1, 1)?, a.extract(h1, 2)?);
             let none = a.c32(record::NO_SLOT);
@@ -2520,24 +2508,31 @@ fn bump_reduced(
     a.if_else(same, together, |a| bump(a, w, n, max))
 }
 
-/// The two paths of an access ([`Shape::fast_path`]): one that lies in one part of a chunk (or in
-/// one page, not `split`) whose lookup hits (`ok0`) reads every word from one base (`one_base`, as
-/// the raw variant reads); every other takes `across` ([`words_across`]). Without the fast path,
-/// every access takes `across`.
+/// The two paths of an access ([`Shape::fast_path`]): one for which `fast` holds (it lies in one
+/// part of a chunk, or one page, and its lookup hit: [`one_part_and_hit`]; or in the span cache's
+/// span, [`cached_span`]) reads every word from one base (`one_base`, as the raw variant reads);
+/// every other takes `across` ([`words_across`]). Without the fast path (`fast` is `None`), every
+/// access takes `across`.
 fn one_base_or_across(
     a: &mut Asm,
-    shape: Shape,
-    split: Word,
-    ok0: Word,
+    fast: Option<Word>,
     one_base: impl FnOnce(&mut Asm) -> R<()>,
     across: impl FnOnce(&mut Asm) -> R<()>,
 ) -> R<()> {
-    if !shape.fast_path {
-        return across(a);
+    match fast {
+        Some(fast) => a.if_else(fast, one_base, across),
+        None => across(a),
     }
-    let one_chunk = a.lnot(split)?;
-    let fast = a.land(one_chunk, ok0)?;
-    a.if_else(fast, one_base, across)
+}
+
+/// [`one_base_or_across`]'s condition for an access whose first byte's lookup hit (`ok0`) and
+/// that does not cross its part's (or page's) end (`split`); none without [`Shape::fast_path`].
+fn one_part_and_hit(a: &mut Asm, split: Word, ok0: Word) -> R<Option<Word>> {
+    if !a.shape.fast_path {
+        return Ok(None);
+    }
+    let one_part = a.lnot(split)?;
+    a.land(one_part, ok0).map(Some)
 }
 
 /// An access word by word over two lookups (the first byte's part of a chunk, or page, and the
@@ -2613,7 +2608,6 @@ struct FlatAccess {
 fn emit_flat_access(
     a: &mut Asm,
     x: &FlatAccess,
-    shape: Shape,
     word: &dyn Fn(&mut Asm, usize, Word) -> R<()>,
     words_from: &dyn Fn(&mut Asm, Word) -> R<()>,
 ) -> R<()> {
@@ -2670,7 +2664,8 @@ fn emit_flat_access(
         words_across(a, &across, word)?;
         Ok(())
     };
-    one_base_or_across(a, shape, split, mapped0, |a| words_from(a, base0), by_word)?;
+    let fast = one_part_and_hit(a, split, mapped0)?;
+    one_base_or_across(a, fast, |a| words_from(a, base0), by_word)?;
     // The fault bitmap: each page of the access whose entry is 0, a plain read-modify-write.
     let e1 = a.get(t.u64, v_e1)?;
     let faults = a.push_u64(push::FAULTS)?;
