@@ -391,10 +391,7 @@ fn cache_module(shape: super::shape::Shape) -> Vec<u32> {
     let g_steps = a.mul(t.u32, g, steps).unwrap();
     a.for_(v_j, steps, |a, j| {
         let i = a.add(t.u32, g_steps, j)?;
-        let rec = a.index(input, i, 16)?;
-        let chunk = a.ld64(rec)?;
-        let at = a.add64c(rec, 8)?;
-        let part = a.ld32(at)?;
+        let (_, chunk, part) = record(a, input, i)?;
         let h = cached_lookup(a, lookup, cache, chunk, part)?;
         let o = a.index(out, i, 24)?;
         let dev = a.extract(h, 0)?;
@@ -435,6 +432,15 @@ fn global_x(a: &mut Asm, gid_var: u32) -> u32 {
     let v3 = a.b.type_vector(t.u32, 3);
     let gid = a.get(v3, gid_var).unwrap();
     extract_u32(a, gid)
+}
+
+/// Record `i` of the 16-byte records at `input`: its address, its u64 and the u32 after it.
+fn record(a: &mut Asm, input: u32, i: u32) -> super::R<(u32, u32, u32)> {
+    let rec = a.index(input, i, 16)?;
+    let first = a.ld64(rec)?;
+    let at = a.add64c(rec, 8)?;
+    let second = a.ld32(at)?;
+    Ok((rec, first, second))
 }
 
 /// Component 0 of a `uvec3`.
@@ -582,10 +588,7 @@ fn access_module(shape: super::shape::Shape) -> Vec<u32> {
     let g_n = a.mul(t.u32, g, n).unwrap();
     a.for_(v_j, n, |a, j| {
         let i = a.add(t.u32, g_n, j)?;
-        let rec = a.index(input, i, 16)?;
-        let addr = a.ld64(rec)?;
-        let at = a.add64c(rec, 8)?;
-        let size = a.ld32(at)?;
+        let (rec, addr, size) = record(a, input, i)?;
         let at = a.add64c(rec, 12)?;
         let op = a.ld32(at)?;
         let z = a.c32(0);
@@ -1096,10 +1099,7 @@ fn counted_module(shape: super::shape::Shape) -> Vec<u32> {
         let g_n = a.mul(t.u32, g, n)?;
         a.for_(v_j, n, |a, j| {
             let i = a.add(t.u32, g_n, j)?;
-            let rec = a.index(input, i, 16)?;
-            let addr = a.ld64(rec)?;
-            let at = a.add64c(rec, 8)?;
-            let size = a.ld32(at)?;
+            let (_, addr, size) = record(a, input, i)?;
             let three = a.c32(3);
             let site = a.and(t.u32, j, three)?;
             a.call(h.vec4, h.load, &[token, site, addr, size])
